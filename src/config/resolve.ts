@@ -1,0 +1,32 @@
+/**
+ * Validates gateway options once, at startup. A mistake throws `ConfigError` whose message names the
+ * offending field and what to do, so an operator fixes it from the first deploy log line.
+ */
+import type { z } from 'zod'
+import { gatewayOptionsSchema, MODEL_ALIAS_PATTERN } from './schema.ts'
+import type { GatewayOptionsInput, ResolvedOptions } from './schema.ts'
+
+export class ConfigError extends Error {
+  override readonly name = 'ConfigError'
+}
+
+function describeIssue(issue: z.core.$ZodIssue): string {
+  const path = issue.path.length > 0 ? issue.path.map(String).join('.') : '(options)'
+  return `${path}: ${issue.message}`
+}
+
+export function resolveConfig(input: GatewayOptionsInput): ResolvedOptions {
+  const parsed = gatewayOptionsSchema.safeParse(input)
+  if (!parsed.success) {
+    const lines = parsed.error.issues.slice(0, 5).map(describeIssue)
+    throw new ConfigError(`podgate: invalid options. Fix these fields:\n  - ${lines.join('\n  - ')}`)
+  }
+  for (const alias of Object.keys(parsed.data.models)) {
+    if (!MODEL_ALIAS_PATTERN.test(alias)) {
+      throw new ConfigError(
+        `podgate: invalid options. Fix these fields:\n  - models.${alias}: a model alias must start with a letter or digit and use only letters, digits, '.', '_', ':' and '-' (at most 128 characters)`,
+      )
+    }
+  }
+  return parsed.data
+}

@@ -1,0 +1,119 @@
+/**
+ * The zod schemas of podgate's configuration: the single source of the config types.
+ *
+ * Parsed once at startup by `resolveConfig`; a mistake throws `ConfigError` naming the field and the fix.
+ */
+import { z } from 'zod'
+
+/** Runpod endpoint ids are lowercase alphanumerics (runpod-api.md §1). */
+export const ENDPOINT_ID_PATTERN = /^[a-z0-9]{1,64}$/
+
+/** Model aliases: what callers send as `model` and what appears in `/v2/{model}/...` paths. */
+export const MODEL_ALIAS_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/
+
+export const upstreamModeSchema = z.enum(['openai', 'native'])
+export type UpstreamMode = z.infer<typeof upstreamModeSchema>
+
+/** Sampling parameters in worker-vllm's names (runpod-api.md §2); used for per-model defaults. */
+export const samplingDefaultsSchema = z
+  .object({
+    temperature: z.number().min(0).max(2),
+    top_p: z.number().gt(0).max(1),
+    top_k: z.number().int().min(-1),
+    min_p: z.number().min(0).max(1),
+    max_tokens: z.number().int().positive(),
+    min_tokens: z.number().int().min(0),
+    presence_penalty: z.number().min(-2).max(2),
+    frequency_penalty: z.number().min(-2).max(2),
+    repetition_penalty: z.number().gt(0).max(2),
+    seed: z.number().int(),
+    stop: z.union([z.string(), z.array(z.string()).max(16)]),
+  })
+  .partial()
+  .strict()
+export type SamplingDefaults = z.infer<typeof samplingDefaultsSchema>
+
+const endpointBase = {
+  /** `openai` uses Runpod's `/openai/v1/*` route; `native` uses `/run` + `/stream/{id}` and `/runsync`. Default: the model's `mode`, else `openai`. */
+  mode: upstreamModeSchema.optional(),
+  /** Relative share of traffic among a model's endpoints. Default 1. */
+  weight: z.number().positive().default(1),
+}
+
+export const endpointSchema = z.union([
+  z
+    .object({
+      /** A Runpod Serverless endpoint id, e.g. `abc123xyz`. */
+      endpointId: z.string().regex(ENDPOINT_ID_PATTERN, {
+        message: 'must be a Runpod endpoint id: lowercase letters and digits only',
+      }),
+      ...endpointBase,
+    })
+    .strict(),
+  z
+    .object({
+      /** A full base URL for a job API, e.g. `http://127.0.0.1:8000` (runpod-python's local server). */
+      url: z
+        .string()
+        .url({ message: 'must be an absolute http(s) URL' })
+        .refine((u) => /^https?:\/\//.test(u), { message: 'must use http or https' }),
+      ...endpointBase,
+    })
+    .strict(),
+])
+export type EndpointInput = z.input<typeof endpointSchema>
+
+export const modelSchema = z
+  .object({
+    /** One or more endpoints that serve this model. */
+    endpoints: z.array(endpointSchema).min(1, { message: 'needs at least one endpoint' }).max(16),
+    /** Default upstream mode for endpoints that do not set one. Default `openai`. */
+    mode: upstreamModeSchema.default('openai'),
+    /** The model name vLLM serves (sent upstream as `model` on the OpenAI route). Default: the alias. */
+    servedModelName: z.string().min(1).max(256).optional(),
+    /** Default sampling parameters, applied where the caller sends none. */
+    defaults: samplingDefaultsSchema.default({}),
+    /** Largest `max_tokens` a caller may ask for; larger asks get a 400. Default 4096. */
+    maxTokensCap: z.number().int().positive().default(4096),
+    /** `max_tokens` used when the caller sends none. Default: `defaults.max_tokens`, else 512 (never above the cap). */
+    defaultMaxTokens: z.number().int().positive().optional(),
+    /** Largest `n` a caller may ask for. Default 4. */
+    maxChoices: z.number().int().positive().max(16).default(4),
+    /** `chat` models accept `messages`, `completion` models accept `prompt`; both by default. */
+    kinds: z.array(z.enum(['chat', 'completion'])).min(1).default(['chat', 'completion']),
+  })
+  .strict()
+export type ModelInput = z.input<typeof modelSchema>
+
+export const gatewayOptionsSchema = z
+  .object({
+    /** Model alias -> model config. At least one. */
+    models: z
+      .record(z.string(), modelSchema)
+      .refine((m) => Object.keys(m).length > 0, { message: 'needs at least one model' }),
+    runpod: z
+      .object({
+        /** The Runpod API key. Sent only in the `Authorization` header upstream, never logged or returned. */
+        apiKey: z.string().min(1, { message: 'is empty: set the RUNPOD_API_KEY secret' }),
+        /** Base URL of Runpod's endpoint API. Default `https://api.runpod.ai/v2`. */
+        baseUrl: z.string().url().default('https://api.runpod.ai/v2'),
+        /** Upstream request timeout for non-streaming calls, in ms. Default 120000. */
+        timeoutMs: z.number().int().positive().default(120_000),
+        /** `?wait=` for native `/runsync`, in ms (1000..300000). Default 90000. */
+        runsyncWaitMs: z.number().int().min(1000).max(300_000).default(90_000),
+        /** Long-poll `?wait=` sent on native `/stream/{id}`, in ms. Default 10000. */
+        streamWaitMs: z.number().int().min(0).max(300_000).default(10_000),
+      })
+      .strict(),
+    /** Bearer token for `/admin/*`. Admin routes answer 404 when unset. */
+    adminToken: z.string().min(16, { message: 'must be at least 16 characters' }).optional(),
+    /** Largest accepted request body, in bytes. Default 1 MiB. */
+    maxBodyBytes: z.number().int().positive().max(20 * 1024 * 1024).default(1024 * 1024),
+    /** How long a key lookup is cached in the isolate, in ms. Bounds revocation delay on top of KV's. Default 10000. */
+    keyCacheTtlMs: z.number().int().min(0).max(60_000).default(10_000),
+  })
+  .strict()
+export type GatewayOptionsInput = z.input<typeof gatewayOptionsSchema>
+export type ResolvedOptions = z.output<typeof gatewayOptionsSchema>
+export type ModelConfig = z.output<typeof modelSchema>
+export type EndpointConfig = z.output<typeof endpointSchema>

@@ -1,0 +1,111 @@
+/**
+ * podgate's one request-time error type.
+ *
+ * Every step of the request path throws `GatewayError`; one `onError` turns it into the format of the
+ * surface that was called (OpenAI error JSON, Runpod-style JSON, or an SSE `error` event). The code is
+ * the contract: the HTTP status and OpenAI `type` are derived from it, so a code never drifts from its
+ * status across surfaces.
+ */
+
+export type GatewayErrorCode =
+  | 'invalid_json'
+  | 'invalid_request'
+  | 'unsupported_media_type'
+  | 'payload_too_large'
+  | 'invalid_api_key'
+  | 'missing_api_key'
+  | 'permission_denied'
+  | 'model_not_found'
+  | 'not_found'
+  | 'method_not_allowed'
+  | 'rate_limited'
+  | 'upstream_rate_limited'
+  | 'upstream_error'
+  | 'upstream_timeout'
+  | 'upstream_unavailable'
+  | 'service_unavailable'
+  | 'internal_error'
+
+/** The OpenAI error `type` values podgate emits. */
+export type OpenAIErrorType =
+  | 'invalid_request_error'
+  | 'authentication_error'
+  | 'permission_error'
+  | 'not_found_error'
+  | 'rate_limit_error'
+  | 'api_error'
+
+const CODE_TABLE: Record<GatewayErrorCode, { status: number; type: OpenAIErrorType }> = {
+  invalid_json: { status: 400, type: 'invalid_request_error' },
+  invalid_request: { status: 400, type: 'invalid_request_error' },
+  unsupported_media_type: { status: 415, type: 'invalid_request_error' },
+  payload_too_large: { status: 413, type: 'invalid_request_error' },
+  invalid_api_key: { status: 401, type: 'authentication_error' },
+  missing_api_key: { status: 401, type: 'authentication_error' },
+  permission_denied: { status: 403, type: 'permission_error' },
+  model_not_found: { status: 404, type: 'invalid_request_error' },
+  not_found: { status: 404, type: 'not_found_error' },
+  method_not_allowed: { status: 405, type: 'invalid_request_error' },
+  rate_limited: { status: 429, type: 'rate_limit_error' },
+  upstream_rate_limited: { status: 429, type: 'rate_limit_error' },
+  upstream_error: { status: 502, type: 'api_error' },
+  upstream_timeout: { status: 504, type: 'api_error' },
+  upstream_unavailable: { status: 503, type: 'api_error' },
+  service_unavailable: { status: 503, type: 'api_error' },
+  internal_error: { status: 500, type: 'api_error' },
+}
+
+export interface GatewayErrorOptions {
+  /** The request field at fault, in OpenAI's `param` style (`messages[0].content`). */
+  param?: string
+  /** Extra response headers, e.g. `Retry-After` or `WWW-Authenticate`. */
+  headers?: Record<string, string>
+  /** Overrides the status derived from the code (e.g. a vLLM 400 passed through as 400). */
+  status?: number
+  cause?: unknown
+}
+
+export class GatewayError extends Error {
+  override readonly name = 'GatewayError'
+  readonly code: GatewayErrorCode
+  readonly status: number
+  readonly type: OpenAIErrorType
+  readonly param: string | null
+  readonly headers: Record<string, string>
+
+  constructor(code: GatewayErrorCode, message: string, options: GatewayErrorOptions = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause })
+    const entry = CODE_TABLE[code]
+    this.code = code
+    this.status = options.status ?? entry.status
+    this.type = entry.type
+    this.param = options.param ?? null
+    this.headers = options.headers ?? {}
+  }
+}
+
+/** The status podgate answers for `code`, for docs and tests. */
+export function statusOf(code: GatewayErrorCode): number {
+  return CODE_TABLE[code].status
+}
+
+/** Every code with its status and OpenAI type: the README's error table is generated from this. */
+export const ERROR_CODES = CODE_TABLE
+
+/**
+ * Turns anything thrown into a GatewayError. Unknown errors become `internal_error` with a generic
+ * message: their text may hold upstream URLs or secrets, so it is never shown to the caller.
+ */
+export function toGatewayError(error: unknown): GatewayError {
+  if (error instanceof GatewayError) return error
+  return new GatewayError('internal_error', 'podgate hit an unexpected error. It has been logged.', {
+    cause: error,
+  })
+}
+
+/** OpenAI's error body: `{"error":{"message","type","param","code"}}`. */
+export function openAIErrorBody(error: GatewayError): {
+  error: { message: string; type: OpenAIErrorType; param: string | null; code: GatewayErrorCode }
+} {
+  return { error: { message: error.message, type: error.type, param: error.param, code: error.code } }
+}
