@@ -1,0 +1,305 @@
+/**
+ * Turns the `/stream` items of one native worker-vllm job into OpenAI chunks, whichever worker generation
+ * produced them (runpod-api.md §3), so a native stream reads exactly like one from the `/openai/v1` route.
+ *
+ * Owns: telling the three item shapes apart (classic token batches, SSE text whole or cut anywhere, error
+ * items), synthesizing what classic output lacks (role chunk, finish_reason, OpenAI usage), and refusing
+ * to call a stream complete that the model never finished.
+ */
+import { createParser } from 'eventsource-parser'
+import type { EventSourceMessage, EventSourceParser, ParseError } from 'eventsource-parser'
+import { GatewayError, toGatewayError } from '../errors/index.ts'
+import type { RequestKind } from '../normalize/types.ts'
+import type { ChatCompletionChunk, CompletionChunk, FinishReason, TextCompletionChunk, Usage } from './openai-chunks.ts'
+import { DEFAULT_MAX_EVENT_CHARS, isCount, isRecord, readUsage, upstreamErrorMessage, workerFailure } from './vllm.ts'
+
+export interface UsageMeta {
+  /**
+   * `true` when the upstream never reported usage and podgate counted instead: `prompt_tokens` is 0 and
+   * `completion_tokens` is the number of content deltas (SSE) or generation steps (classic).
+   */
+  estimated: boolean
+}
+
+export interface NativeDecoderOptions {
+  kind: RequestKind
+  /** The podgate alias written into every chunk's `model`. */
+  model: string
+  /** The id written into every chunk (`chatcmpl-…` / `cmpl-…`). */
+  id: string
+  /** Unix seconds written into every chunk's `created`. */
+  created: number
+  /** The request's `max_tokens`: classic output has no finish_reason, so `length` is inferred from it. */
+  maxTokens: number
+  /** Called with each chunk in wire order. The usage chunk is never passed here (see `onUsage`). */
+  onChunk(chunk: CompletionChunk): void
+  /**
+   * Called at most once with the answer's usage: as soon as an SSE usage chunk arrives, else from
+   * `finish()` (classic `usage` items, or a count flagged `estimated`).
+   */
+  onUsage?(usage: Usage, meta: UsageMeta): void
+  /** Most characters one SSE event may buffer before the stream is refused. Default 4 Mi. */
+  maxEventChars?: number
+}
+
+export interface NativeStreamDecoder {
+  /** Accepts the `output` of one `/stream` item. Throws `GatewayError('upstream_error')` on a failure. */
+  push(item: unknown): void
+  /** The job reached COMPLETED: emits the closing chunks, or throws if the answer is incomplete. */
+  finish(): void
+}
+
+interface ClassicItem {
+  choices: string[][]
+  usage: { input: number; output: number } | undefined
+}
+
+interface ClassicChoice {
+  /** Token deltas seen; the worker appends one per generation step. */
+  steps: number
+  /** The step of the last non-empty delta: a choice that already stopped keeps receiving `""` (n > 1). */
+  lastTextStep: number
+}
+
+/**
+ * @example
+ * const decoder = createNativeStreamDecoder({
+ *   kind: 'chat', model: 'llama-8b', id: 'chatcmpl-1', created: 1_700_000_000, maxTokens: 256,
+ *   onChunk: (chunk) => send(encodeSSEData(JSON.stringify(chunk))),
+ *   onUsage: (usage, { estimated }) => settle(usage, estimated),
+ * })
+ * for (const item of page.stream) decoder.push(item.output)
+ * if (page.status === 'COMPLETED') decoder.finish()
+ */
+export function createNativeStreamDecoder(options: NativeDecoderOptions): NativeStreamDecoder {
+  const { kind, model, id, created, maxTokens, onChunk, onUsage } = options
+  const chunkObject = kind === 'chat' ? 'chat.completion.chunk' : 'text_completion'
+  let shape: 'classic' | 'sse' | undefined
+  let failure: GatewayError | undefined
+  let finished = false
+  let usageReported = false
+
+  const classicChoices: ClassicChoice[] = []
+  let classicUsage: ClassicItem['usage']
+
+  // One parser for the whole job: the current worker cuts vLLM's SSE text at arbitrary points, so an
+  // event (or a line ending) may start in one item and end in the next.
+  let parser: EventSourceParser | undefined
+  let sawDone = false
+  /** Per choice index: its finish_reason, `null` while open. */
+  const finishReasons: (FinishReason | null)[] = []
+  let contentDeltas = 0
+
+  function push(item: unknown): void {
+    if (failure) throw failure
+    if (finished) throw new GatewayError('internal_error', 'The stream decoder got an item after finish().')
+    try {
+      accept(item)
+    } catch (error) {
+      failure = toGatewayError(error)
+      throw failure
+    }
+  }
+
+  function finish(): void {
+    if (failure) throw failure
+    if (finished) return
+    finished = true
+    try {
+      if (shape === undefined) throw new GatewayError('upstream_error', 'The model worker finished without any output.')
+      if (shape === 'classic') finishClassic()
+      else finishSSE()
+    } catch (error) {
+      failure = toGatewayError(error)
+      throw failure
+    }
+  }
+
+  function accept(item: unknown): void {
+    if (typeof item === 'string') {
+      useShape('sse')
+      parser ??= createParser({ onEvent: acceptEvent, onError: onParseError, maxBufferSize: options.maxEventChars ?? DEFAULT_MAX_EVENT_CHARS })
+      parser.feed(item)
+      return
+    }
+    const message = upstreamErrorMessage(item)
+    if (message !== undefined) throw workerFailure(message)
+    const classic = readClassicItem(item)
+    if (!classic) throw unknownOutput(item)
+    useShape('classic')
+    acceptClassic(classic)
+  }
+
+  function useShape(next: 'classic' | 'sse'): void {
+    if (shape === undefined) shape = next
+    else if (shape !== next) throw new GatewayError('upstream_error', 'The model worker mixed token items and SSE text in one stream.')
+  }
+
+  function acceptClassic(item: ClassicItem): void {
+    const { choices } = item
+    for (let index = classicChoices.length; index < choices.length; index++) {
+      classicChoices.push({ steps: 0, lastTextStep: 0 })
+      if (kind === 'chat') onChunk(chatChunk(index, { role: 'assistant', content: '' }, null))
+    }
+    for (let index = 0; index < choices.length; index++) {
+      const tokens = choices[index] as string[]
+      const state = classicChoices[index] as ClassicChoice
+      for (const token of tokens) {
+        state.steps++
+        if (token !== '') state.lastTextStep = state.steps
+      }
+      const text = tokens.length === 1 ? (tokens[0] as string) : tokens.join('')
+      if (text === '') continue
+      contentDeltas++
+      onChunk(kind === 'chat' ? chatChunk(index, { content: text }, null) : textChunk(index, text, null))
+    }
+    if (item.usage) classicUsage = item.usage
+  }
+
+  function finishClassic(): void {
+    if (classicChoices.length === 0) throw new GatewayError('upstream_error', 'The model worker finished without any choices.')
+    // The choices the worker ran, which is what its `usage.output` counts across.
+    const choiceCount = classicChoices.length
+    const total = classicUsage?.output
+    // Streamed batches give per-choice step counts; a `/runsync`-style item (one full-text token per
+    // choice) does not, and only the total across choices is left.
+    const perChoiceSteps = classicChoices.some((choice) => choice.steps > 1)
+    let steps = 0
+    for (let index = 0; index < classicChoices.length; index++) {
+      const state = classicChoices[index] as ClassicChoice
+      steps += state.steps
+      const reason = classicFinishReason(state, { choiceCount, total, perChoiceSteps, maxTokens })
+      onChunk(kind === 'chat' ? chatChunk(index, {}, reason) : textChunk(index, '', reason))
+    }
+    if (classicUsage) {
+      const { input, output } = classicUsage
+      reportUsage({ prompt_tokens: input, completion_tokens: output, total_tokens: input + output }, false)
+    } else {
+      reportUsage({ prompt_tokens: 0, completion_tokens: steps, total_tokens: steps }, true)
+    }
+  }
+
+  function acceptEvent(event: EventSourceMessage): void {
+    if (sawDone) return
+    const data = event.data
+    if (data === '[DONE]') {
+      sawDone = true
+      return
+    }
+    let value: unknown
+    try {
+      value = JSON.parse(data)
+    } catch (cause) {
+      throw new GatewayError('upstream_error', 'The model worker sent a stream event that is not JSON.', { cause })
+    }
+    const message = upstreamErrorMessage(value)
+    if (message !== undefined) throw workerFailure(message)
+    if (!isRecord(value) || !Array.isArray(value.choices)) throw unknownEvent()
+    const choices: unknown[] = value.choices
+    if (choices.length === 0) {
+      // vLLM's usage chunk. A chunk with neither choices nor usage carries nothing to relay.
+      const usage = readUsage(value.usage)
+      if (usage) reportUsage(usage, false)
+      return
+    }
+    if (value.object !== chunkObject) {
+      throw new GatewayError('upstream_error', `The model worker streamed chunks of another kind than this ${kind} request.`)
+    }
+    for (const choice of choices) {
+      if (!isRecord(choice) || !isCount(choice.index)) throw unknownEvent()
+      const reason = choice.finish_reason
+      if (typeof reason === 'string') finishReasons[choice.index] = reason
+      else if (finishReasons[choice.index] === undefined) finishReasons[choice.index] = null
+      const text = kind === 'chat' ? (isRecord(choice.delta) ? choice.delta.content : undefined) : choice.text
+      if (typeof text === 'string' && text !== '') contentDeltas++
+    }
+    value.id = id
+    value.model = model
+    value.created = created
+    // Checked above as far as podgate relies on; every other field is vLLM's, relayed as written.
+    onChunk(value as unknown as CompletionChunk)
+  }
+
+  function finishSSE(): void {
+    // A final event whose blank line never came is still an event once the job is COMPLETED; a cut one
+    // then fails as JSON instead of being dropped.
+    parser?.feed('\n\n')
+    let done = 0
+    let open = 0
+    for (const reason of finishReasons) {
+      if (typeof reason === 'string') done++
+      else if (reason === null) open++
+    }
+    if (!sawDone || done === 0 || open > 0) {
+      throw new GatewayError('upstream_error', 'The model stream ended before the model finished.')
+    }
+    if (!usageReported) reportUsage({ prompt_tokens: 0, completion_tokens: contentDeltas, total_tokens: contentDeltas }, true)
+  }
+
+  function reportUsage(usage: Usage, estimated: boolean): void {
+    if (usageReported) return
+    usageReported = true
+    onUsage?.(usage, { estimated })
+  }
+
+  function onParseError(error: ParseError): void {
+    // Unknown fields and bad `retry` values are legal noise in SSE; only an oversized event is fatal.
+    if (error.type === 'max-buffer-size-exceeded') {
+      throw new GatewayError('upstream_error', 'The model worker sent a stream event larger than podgate accepts.')
+    }
+  }
+
+  function chatChunk(index: number, delta: ChatCompletionChunk['choices'][number]['delta'], reason: FinishReason | null): ChatCompletionChunk {
+    return { id, object: 'chat.completion.chunk', created, model, choices: [{ index, delta, logprobs: null, finish_reason: reason }] }
+  }
+
+  function textChunk(index: number, text: string, reason: FinishReason | null): TextCompletionChunk {
+    return { id, object: 'text_completion', created, model, choices: [{ index, text, logprobs: null, finish_reason: reason }] }
+  }
+
+  return { push, finish }
+}
+
+/**
+ * classic worker-vllm reports no finish_reason, so it is inferred (sound in one direction: `length` is
+ * only claimed when the count proves max_tokens was reached; a choice that hit it with multi-token steps
+ * may read `stop`):
+ * - one choice: `length` when `usage.output` (or the step count) reached max_tokens, else `stop`;
+ * - n > 1, streamed: `usage.output` is the total across choices, so each choice is judged by the step of
+ *   its last non-empty delta (a choice that stopped keeps receiving empty deltas while others run);
+ * - n > 1, one full-text item per choice: only the total is known, so every choice reads `length` when
+ *   it reached n × max_tokens, else `stop`.
+ */
+function classicFinishReason(
+  choice: ClassicChoice,
+  context: { choiceCount: number; total: number | undefined; perChoiceSteps: boolean; maxTokens: number },
+): FinishReason {
+  const { choiceCount, total, perChoiceSteps, maxTokens } = context
+  if (choiceCount <= 1) return Math.max(total ?? 0, choice.lastTextStep) >= maxTokens ? 'length' : 'stop'
+  if (perChoiceSteps) return choice.lastTextStep >= maxTokens ? 'length' : 'stop'
+  return total !== undefined && total >= choiceCount * maxTokens ? 'length' : 'stop'
+}
+
+/** `{"choices":[{"tokens":[...]}],"usage":{"input":5,"output":3}}`, or undefined for any other shape. */
+function readClassicItem(item: unknown): ClassicItem | undefined {
+  if (!isRecord(item) || !Array.isArray(item.choices)) return undefined
+  const choices: string[][] = []
+  for (const choice of item.choices as unknown[]) {
+    if (!isRecord(choice) || !Array.isArray(choice.tokens)) return undefined
+    const tokens: unknown[] = choice.tokens
+    for (const token of tokens) if (typeof token !== 'string') return undefined
+    choices.push(tokens as string[])
+  }
+  const usage = item.usage
+  const counted = isRecord(usage) && isCount(usage.input) && isCount(usage.output)
+  return { choices, usage: counted ? { input: usage.input as number, output: usage.output as number } : undefined }
+}
+
+function unknownOutput(item: unknown): GatewayError {
+  const what = item === null ? 'null' : Array.isArray(item) ? 'a list' : typeof item
+  return new GatewayError('upstream_error', `The model worker streamed an item podgate does not understand (${what}).`)
+}
+
+function unknownEvent(): GatewayError {
+  return new GatewayError('upstream_error', 'The model worker streamed an event podgate does not understand.')
+}

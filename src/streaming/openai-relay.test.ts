@@ -1,0 +1,212 @@
+import { describe, expect, it } from 'vitest'
+import { createOpenAIRelay, rewriteChunkText, jsonStringContent } from './openai-relay.ts'
+import type { OpenAIRelayOptions } from './openai-relay.ts'
+import type { Usage } from './openai-chunks.ts'
+import {
+  bodyOf,
+  bytesOf,
+  contentOf,
+  cutRandom,
+  PIECES,
+  PROMPT_TOKENS,
+  readText,
+  sseData,
+  TEXT,
+  UPSTREAM_MODEL,
+  vllmEvents,
+  vllmStream,
+} from './__fixtures__/vllm.ts'
+
+const ALIAS = 'llama-8b'
+const USAGE: Usage = { prompt_tokens: PROMPT_TOKENS, completion_tokens: PIECES.length, total_tokens: PROMPT_TOKENS + PIECES.length }
+
+async function relay(chunks: Uint8Array[], options: Partial<OpenAIRelayOptions> = {}, failWith?: Error) {
+  const usages: Usage[] = []
+  let firstEvents = 0
+  const body = bodyOf(chunks, failWith)
+  const text = await readText(
+    body.pipeThrough(
+      createOpenAIRelay({
+        model: ALIAS,
+        includeUsage: false,
+        onUsage: (usage) => usages.push(usage),
+        onFirstEvent: () => firstEvents++,
+        ...options,
+      }),
+    ),
+  )
+  return { text, usages, firstEvents, data: sseData(text) }
+}
+
+/** vLLM's stream as the relay should write it: model renamed, nothing else touched. */
+function expected(options: { includeUsage: boolean; eol?: string }): string {
+  return vllmEvents({ eol: options.eol })
+    .filter((event) => options.includeUsage || !event.includes('"choices":[]'))
+    .map((event) => event.replaceAll(`"model":"${UPSTREAM_MODEL}"`, `"model":"${ALIAS}"`).replaceAll('\r\n', '\n'))
+    .join('')
+}
+
+describe('createOpenAIRelay', () => {
+  it('relays a vLLM stream byte for byte apart from the model, keeping usage for podgate', async () => {
+    const result = await relay([bytesOf(vllmStream())])
+    expect(result.text).toBe(expected({ includeUsage: false }))
+    expect(result.usages).toEqual([USAGE])
+    expect(result.firstEvents).toBe(1)
+    expect(result.data.at(-1)).toBe('[DONE]')
+  })
+
+  it('keeps the usage chunk, renamed, when the caller asked for it', async () => {
+    const result = await relay([bytesOf(vllmStream())], { includeUsage: true })
+    expect(result.text).toBe(expected({ includeUsage: true }))
+    expect(JSON.parse(result.data.at(-2) ?? '')).toEqual({
+      id: 'chatcmpl-9f2c1e',
+      object: 'chat.completion.chunk',
+      created: 1_700_000_000,
+      model: ALIAS,
+      choices: [],
+      usage: { prompt_tokens: PROMPT_TOKENS, total_tokens: USAGE.total_tokens, completion_tokens: USAGE.completion_tokens },
+    })
+    expect(result.usages).toEqual([USAGE])
+  })
+
+  it('gives the same output for bytes cut one at a time and at random, multibyte characters included', async () => {
+    const bytes = bytesOf(vllmStream())
+    const one = await relay(Array.from(bytes, (byte) => Uint8Array.of(byte)))
+    expect(one.text).toBe(expected({ includeUsage: false }))
+    for (const seed of [5, 6, 7]) {
+      const random = await relay(cutRandom(bytes, seed, 9))
+      expect(random.text).toBe(expected({ includeUsage: false }))
+      expect(contentOf(random.data.slice(0, -1))).toEqual([TEXT])
+    }
+  })
+
+  it('reads CRLF streams cut inside the CRLF pairs', async () => {
+    const bytes = bytesOf(vllmStream({ eol: '\r\n' }))
+    const result = await relay(cutRandom(bytes, 11, 3))
+    expect(result.text).toBe(expected({ includeUsage: false, eol: '\r\n' }))
+  })
+
+  it('passes U+FFFD through', async () => {
+    const result = await relay([bytesOf(vllmStream({ pieces: ['a\uFFFDb', '\uFFFD'] }))])
+    expect(contentOf(result.data.slice(0, -1))).toEqual(['a\uFFFDb\uFFFD'])
+  })
+
+  it('rewrites the id when asked', async () => {
+    const result = await relay([bytesOf(vllmStream())], { id: 'chatcmpl-podgate', includeUsage: true })
+    const chunks = result.data.slice(0, -1).map((data) => JSON.parse(data) as { id: string; model: string })
+    expect(chunks.every((chunk) => chunk.id === 'chatcmpl-podgate' && chunk.model === ALIAS)).toBe(true)
+  })
+
+  it('renames models that need escaping, and passes a stream through when the name already matches', async () => {
+    const odd = 'my "quoted" model\\ü'
+    const result = await relay([bytesOf(vllmStream())], { model: odd })
+    expect(result.data.slice(0, -1).map((data) => (JSON.parse(data) as { model: string }).model)).toEqual(
+      Array(result.data.length - 1).fill(odd),
+    )
+    const same = await relay([bytesOf(vllmStream({ model: ALIAS }))])
+    expect(same.text).toBe(expected({ includeUsage: false }))
+  })
+
+  it('ends a stream without [DONE] with an error event and no [DONE]', async () => {
+    const result = await relay([bytesOf(vllmEvents({ done: false }).join(''))])
+    const last = JSON.parse(result.data.at(-1) ?? '') as { error: { message: string; type: string; code: string } }
+    expect(last.error).toMatchObject({ type: 'api_error', code: 'upstream_error' })
+    expect(last.error.message).toMatch(/ended before the model finished/)
+    expect(result.data).not.toContain('[DONE]')
+    expect(contentOf(result.data.slice(0, -1))).toEqual([TEXT])
+  })
+
+  it('drops a half-written last event and ends with an error', async () => {
+    const text = vllmStream()
+    const cut = text.slice(0, text.indexOf('"content":" wör"') + 5)
+    const result = await relay([bytesOf(cut)])
+    expect(result.text.endsWith('\n\n')).toBe(true)
+    expect(contentOf(result.data.slice(0, -1))).toEqual(['Hello,'])
+    expect(result.data.at(-1)).toMatch(/^\{"error":/)
+  })
+
+  it('turns a vLLM error event into podgate error event, without the [DONE] vLLM sends after it', async () => {
+    for (const event of [
+      'data: {"error":{"message":"CUDA out of memory","type":"InternalServerError","code":500}}\n\n',
+      'data: {"object":"error","message":"CUDA out of memory","type":"InternalServerError","param":null,"code":500}\n\n',
+    ]) {
+      const result = await relay([bytesOf(vllmEvents().slice(0, 3).join('') + event + 'data: [DONE]\n\n')])
+      expect(result.data).toHaveLength(4)
+      expect(JSON.parse(result.data[3] ?? '')).toEqual({
+        error: { message: 'The model worker failed: CUDA out of memory', type: 'api_error', param: null, code: 'upstream_error' },
+      })
+    }
+  })
+
+  it('ends with an error event when the upstream body breaks mid-way, keeping what was relayed', async () => {
+    const events = vllmEvents()
+    const result = await relay([bytesOf(events.slice(0, 4).join('')), bytesOf(events[4]?.slice(0, 20) ?? '')], {}, new TypeError('network connection lost'))
+    expect(contentOf(result.data.slice(0, -1))).toEqual(['Hello,'])
+    expect(JSON.parse(result.data.at(-1) ?? '')).toMatchObject({ error: { code: 'upstream_error', message: expect.stringMatching(/connection broke/) } })
+    expect(result.data).not.toContain('[DONE]')
+  })
+
+  it('ends with an error event on an event that is not JSON, and stops reading upstream', async () => {
+    const body = bodyOf([bytesOf('data: {"id":"x",\n\n'), ...vllmEvents().map(bytesOf)])
+    const data = sseData(await readText(body.pipeThrough(createOpenAIRelay({ model: ALIAS, includeUsage: false }))))
+    expect(data).toHaveLength(1)
+    expect(data[0]).toMatch(/not JSON/)
+    await new Promise((resolve) => setTimeout(resolve, 0))
+    expect(body.cancelled()).toBeDefined()
+  })
+
+  it('cancels the upstream body when the caller goes away', async () => {
+    const events = vllmEvents().map(bytesOf)
+    const body = bodyOf(events)
+    const reader = body.pipeThrough(createOpenAIRelay({ model: ALIAS, includeUsage: false })).getReader()
+    await reader.read()
+    await reader.cancel('client gone')
+    await new Promise((resolve) => setTimeout(resolve, 0))
+    expect(body.cancelled()).toBe('client gone')
+  })
+
+  it('applies backpressure instead of buffering the whole upstream', async () => {
+    let pulled = 0
+    const events = vllmEvents().map(bytesOf)
+    const body = new ReadableStream<Uint8Array>({
+      pull(controller) {
+        const next = events[pulled++]
+        if (next) controller.enqueue(next)
+        else controller.close()
+      },
+    })
+    const reader = body.pipeThrough(createOpenAIRelay({ model: ALIAS, includeUsage: false })).getReader()
+    await reader.read()
+    await new Promise((resolve) => setTimeout(resolve, 10))
+    expect(pulled).toBeLessThan(8)
+    let rest = 0
+    while (!(await reader.read()).done) rest++
+    expect(rest).toBeGreaterThan(5)
+  })
+})
+
+describe('rewriteChunkText', () => {
+  const chunk = JSON.stringify({ id: 'chatcmpl-1', object: 'chat.completion.chunk', created: 1, model: 'up', choices: [{ index: 0, delta: { content: 'hi' } }] })
+  const model = jsonStringContent(ALIAS)
+
+  it('rewrites model and id of the plain vLLM shape', () => {
+    expect(JSON.parse(rewriteChunkText(chunk, model, undefined) ?? '')).toMatchObject({ id: 'chatcmpl-1', model: ALIAS })
+    expect(JSON.parse(rewriteChunkText(chunk, model, 'new-id') ?? '')).toMatchObject({ id: 'new-id', model: ALIAS, choices: [{ index: 0 }] })
+    const same = chunk.replace('"up"', `"${ALIAS}"`)
+    expect(rewriteChunkText(same, model, undefined)).toBe(same)
+  })
+
+  it.each([
+    ['usage chunk', '{"id":"c","object":"chat.completion.chunk","created":1,"model":"up","choices":[],"usage":{}}'],
+    ['error', '{"error":{"message":"x","model":"up"}}'],
+    ['object error', '{"object":"error","message":"boom","model":"up","choices":[{}]}'.replace(',"choices":[{}]', '')],
+    ['model inside a string', '{"id":"a\\"model\\":\\"x","model":"up","choices":[{}]}'],
+    ['model key in nested object', '{"meta":{"model":"up"},"choices":[{}]}'],
+    ['model after choices', '{"id":"c","choices":[{"index":0}],"model":"up"}'],
+    ['escaped model value', '{"id":"c","model":"u\\"p","choices":[{}]}'],
+    ['multi-line data', '{"id":"c",\n"model":"up","choices":[{}]}'],
+    ['not an object', '[{"model":"up","choices":[{}]}]'],
+  ])('leaves %s to the parser', (_, data) => {
+    expect(rewriteChunkText(data, model, undefined)).toBeUndefined()
+  })
+})

@@ -1,0 +1,247 @@
+/**
+ * Typed calls for every Runpod Serverless endpoint operation (runpod-api.md §1).
+ *
+ * Owns: building upstream URLs from validated config (never from caller input), putting the Runpod key
+ * in the `Authorization` header and nowhere else, timeouts and cancellation through `AbortSignal`, and
+ * turning upstream failures into `GatewayError`s whose text holds no URL, key or upstream body secret.
+ */
+import { GatewayError } from '../../errors/index.ts'
+import type { EndpointConfig } from '../../config/schema.ts'
+
+export type JobState = 'IN_QUEUE' | 'IN_PROGRESS' | 'RUNNING' | 'COMPLETED' | 'FAILED' | 'CANCELLED' | 'TIMED_OUT'
+
+const TERMINAL: ReadonlySet<string> = new Set(['COMPLETED', 'FAILED', 'CANCELLED', 'TIMED_OUT'])
+
+export function isTerminal(status: string): boolean {
+  return TERMINAL.has(status)
+}
+
+export interface JobStatus {
+  id: string
+  status: JobState
+  delayTime?: number
+  executionTime?: number
+  output?: unknown
+  error?: unknown
+  retries?: number
+  workerId?: string
+}
+
+export interface JobStream {
+  id?: string
+  status: JobState
+  stream: { output: unknown }[]
+  error?: unknown
+}
+
+export interface EndpointHealth {
+  jobs: Record<string, number>
+  workers: Record<string, number>
+}
+
+/** A resolved upstream endpoint: where its job API lives and a label that is safe to log. */
+export interface Endpoint {
+  /** Base URL of the endpoint's job API, no trailing slash: `https://api.runpod.ai/v2/abc123`. */
+  base: string
+  /** Endpoint id, or host of a URL-configured endpoint. Safe for logs; never shown to callers. */
+  label: string
+  mode: 'openai' | 'native'
+  weight: number
+}
+
+export interface RunpodClientOptions {
+  /** The Runpod API key. */
+  apiKey: string
+  /** Default timeout for each call, in ms, on top of any caller signal. */
+  timeoutMs: number
+  /** Injected fetch (tests, service bindings). Default: global `fetch`. */
+  fetch?: typeof fetch
+}
+
+export interface CallOptions {
+  signal?: AbortSignal
+  /** Overrides the client's timeout for this call (e.g. a long poll). */
+  timeoutMs?: number
+  /** The timeout covers only the wait for response headers, not the body: for relayed streams. */
+  headersTimeoutOnly?: boolean
+}
+
+/** Resolves an endpoint config against Runpod's base URL. Config was validated at startup. */
+export function resolveEndpoint(config: EndpointConfig, runpodBaseUrl: string, defaultMode: 'openai' | 'native'): Endpoint {
+  const mode = config.mode ?? defaultMode
+  if ('endpointId' in config) {
+    return { base: `${runpodBaseUrl.replace(/\/+$/, '')}/${config.endpointId}`, label: config.endpointId, mode, weight: config.weight }
+  }
+  const url = new URL(config.url)
+  return { base: config.url.replace(/\/+$/, ''), label: url.host, mode, weight: config.weight }
+}
+
+/** Job ids reach upstream URLs, so they are checked here even though podgate mints the ids callers see. */
+const JOB_ID_PATTERN = /^[A-Za-z0-9_-]{1,128}$/
+
+function assertJobId(id: string): string {
+  if (!JOB_ID_PATTERN.test(id)) throw new GatewayError('upstream_error', 'The upstream returned an invalid job id.')
+  return id
+}
+
+export class RunpodClient {
+  readonly #apiKey: string
+  readonly #timeoutMs: number
+  readonly #fetch: typeof fetch
+
+  constructor(options: RunpodClientOptions) {
+    this.#apiKey = options.apiKey
+    this.#timeoutMs = options.timeoutMs
+    this.#fetch = options.fetch ?? ((input, init) => fetch(input, init))
+  }
+
+  /** `POST /run`: queue a job. Returns `{id, status}`. */
+  run(endpoint: Endpoint, body: unknown, options: CallOptions = {}): Promise<JobStatus> {
+    return this.#json(endpoint, 'run', { method: 'POST', body }, options).then(asJobStatus)
+  }
+
+  /** `POST /runsync?wait=`: the job's result, or a non-terminal status when the wait runs out. */
+  runsync(endpoint: Endpoint, body: unknown, options: CallOptions & { waitMs?: number } = {}): Promise<JobStatus> {
+    const path = options.waitMs === undefined ? 'runsync' : `runsync?wait=${options.waitMs}`
+    const timeoutMs = (options.waitMs ?? this.#timeoutMs) + 5_000
+    return this.#json(endpoint, path, { method: 'POST', body }, { timeoutMs, ...options }).then(asJobStatus)
+  }
+
+  /** `POST /status/{id}` (POST is accepted by the hosted API and by runpod-python's local server). */
+  status(endpoint: Endpoint, id: string, options: CallOptions = {}): Promise<JobStatus> {
+    return this.#json(endpoint, `status/${assertJobId(id)}`, { method: 'POST' }, options).then(asJobStatus)
+  }
+
+  /** `POST /status-sync/{id}?wait=`: waits for the job server-side (undocumented, used by runpod-sdk). */
+  statusSync(endpoint: Endpoint, id: string, options: CallOptions & { waitMs?: number } = {}): Promise<JobStatus> {
+    const wait = options.waitMs === undefined ? '' : `?wait=${options.waitMs}`
+    const timeoutMs = (options.waitMs ?? this.#timeoutMs) + 5_000
+    return this.#json(endpoint, `status-sync/${assertJobId(id)}${wait}`, { method: 'POST' }, { timeoutMs, ...options }).then(asJobStatus)
+  }
+
+  /** `POST /stream/{id}?wait=`: a long poll returning the items produced since the previous call. */
+  stream(endpoint: Endpoint, id: string, options: CallOptions & { waitMs?: number } = {}): Promise<JobStream> {
+    const wait = options.waitMs ? `?wait=${options.waitMs}` : ''
+    const timeoutMs = (options.waitMs ?? 0) + this.#timeoutMs
+    return this.#json(endpoint, `stream/${assertJobId(id)}${wait}`, { method: 'POST' }, { timeoutMs, ...options }).then(asJobStream)
+  }
+
+  /** `POST /cancel/{id}`: stops the job (and its billing). */
+  cancel(endpoint: Endpoint, id: string, options: CallOptions = {}): Promise<JobStatus> {
+    return this.#json(endpoint, `cancel/${assertJobId(id)}`, { method: 'POST', body: {} }, options).then(asJobStatus)
+  }
+
+  /** `POST /retry/{id}`: requeues a FAILED or TIMED_OUT job. */
+  retry(endpoint: Endpoint, id: string, options: CallOptions = {}): Promise<JobStatus> {
+    return this.#json(endpoint, `retry/${assertJobId(id)}`, { method: 'POST', body: {} }, options).then(asJobStatus)
+  }
+
+  /** `POST /purge-queue`: removes queued jobs. */
+  purgeQueue(endpoint: Endpoint, options: CallOptions = {}): Promise<{ removed: number; status: string }> {
+    return this.#json(endpoint, 'purge-queue', { method: 'POST', body: {} }, options) as Promise<{ removed: number; status: string }>
+  }
+
+  /** `GET /health`: queue and worker counts. */
+  health(endpoint: Endpoint, options: CallOptions = {}): Promise<EndpointHealth> {
+    return this.#json(endpoint, 'health', { method: 'GET' }, options) as Promise<EndpointHealth>
+  }
+
+  /**
+   * A call to Runpod's OpenAI-compatible route (`/openai/v1/...`). Returns the raw Response on 2xx so a
+   * stream can be relayed as it arrives; throws a GatewayError otherwise.
+   */
+  async openai(endpoint: Endpoint, path: '/chat/completions' | '/completions' | '/models', body: unknown, options: CallOptions = {}): Promise<Response> {
+    const response = await this.#send(endpoint, `openai/v1${path}`, body === undefined ? { method: 'GET' } : { method: 'POST', body }, options)
+    if (!response.ok) throw await upstreamHttpError(response)
+    return response
+  }
+
+  async #json(endpoint: Endpoint, path: string, init: { method: string; body?: unknown }, options: CallOptions): Promise<unknown> {
+    const response = await this.#send(endpoint, path, init, options)
+    if (!response.ok) throw await upstreamHttpError(response)
+    try {
+      return await response.json()
+    } catch (cause) {
+      if (options.signal?.aborted) throw new GatewayError('upstream_error', 'The request was cancelled.', { cause })
+      throw new GatewayError('upstream_error', 'The upstream answered with a body that is not JSON, or it broke off.', { cause })
+    }
+  }
+
+  async #send(endpoint: Endpoint, path: string, init: { method: string; body?: unknown }, options: CallOptions): Promise<Response> {
+    const timeout = new AbortController()
+    const timer = setTimeout(() => timeout.abort(), options.timeoutMs ?? this.#timeoutMs)
+    const signal = options.signal ? AbortSignal.any([options.signal, timeout.signal]) : timeout.signal
+    const headers: Record<string, string> = { authorization: `Bearer ${this.#apiKey}`, accept: 'application/json, text/event-stream' }
+    if (init.body !== undefined) headers['content-type'] = 'application/json'
+    try {
+      const response = await this.#fetch(`${endpoint.base}/${path}`, {
+        method: init.method,
+        headers,
+        body: init.body === undefined ? undefined : JSON.stringify(init.body),
+        signal,
+      })
+      if (options.headersTimeoutOnly) clearTimeout(timer)
+      return response
+    } catch (cause) {
+      clearTimeout(timer)
+      if (timeout.signal.aborted) throw new GatewayError('upstream_timeout', 'The upstream did not answer in time.', { cause })
+      if (options.signal?.aborted) throw new GatewayError('upstream_error', 'The request was cancelled.', { cause })
+      throw new GatewayError('upstream_unavailable', 'The upstream could not be reached.', { cause })
+    }
+  }
+}
+
+/**
+ * Maps an upstream HTTP failure to a GatewayError. vLLM's own 400s (e.g. a prompt longer than the context)
+ * are the caller's to fix, so their message passes through; auth and routing failures are the operator's,
+ * so the caller only learns that the upstream refused podgate.
+ */
+export async function upstreamHttpError(response: Response): Promise<GatewayError> {
+  const text = await response.text().catch(() => '')
+  const status = response.status
+  if (status === 429) {
+    const retryAfter = response.headers.get('retry-after')
+    const headers: Record<string, string> = retryAfter && /^\d{1,6}$/.test(retryAfter) ? { 'retry-after': retryAfter } : {}
+    return new GatewayError('upstream_rate_limited', 'The model endpoint is rate limited. Retry shortly.', { headers })
+  }
+  if (status === 400 || status === 422) {
+    const message = upstreamMessage(text)
+    return new GatewayError('invalid_request', message ? `The model rejected the request: ${message}` : 'The model rejected the request.')
+  }
+  if (status === 401 || status === 403) {
+    return new GatewayError('upstream_error', 'The upstream refused podgate\'s credentials. The operator must check RUNPOD_API_KEY.')
+  }
+  if (status === 404) return new GatewayError('upstream_error', 'The upstream endpoint or job was not found.', { status: 502 })
+  return new GatewayError('upstream_error', `The upstream failed with HTTP ${status}.`)
+}
+
+/** Extracts vLLM's / OpenAI's error message from an error body, bounded in length. */
+function upstreamMessage(text: string): string | undefined {
+  try {
+    const body = JSON.parse(text) as { message?: unknown; error?: { message?: unknown } | unknown }
+    const message = typeof body.message === 'string'
+      ? body.message
+      : typeof body.error === 'object' && body.error !== null && typeof (body.error as { message?: unknown }).message === 'string'
+        ? (body.error as { message: string }).message
+        : undefined
+    return message?.slice(0, 500)
+  } catch {
+    return undefined
+  }
+}
+
+function asJobStatus(value: unknown): JobStatus {
+  if (typeof value !== 'object' || value === null) throw new GatewayError('upstream_error', 'The upstream answered with an unexpected job shape.')
+  const job = value as Partial<JobStatus>
+  if (typeof job.status !== 'string') throw new GatewayError('upstream_error', 'The upstream answered without a job status.')
+  if (typeof job.id !== 'string') throw new GatewayError('upstream_error', 'The upstream answered without a job id.')
+  return job as JobStatus
+}
+
+function asJobStream(value: unknown): JobStream {
+  if (typeof value !== 'object' || value === null) throw new GatewayError('upstream_error', 'The upstream answered with an unexpected stream shape.')
+  const job = value as Partial<JobStream>
+  if (typeof job.status !== 'string') throw new GatewayError('upstream_error', 'The upstream stream answer has no status.')
+  // runpod-sdk iterates `stream` unguarded; podgate tolerates its absence as "no new items".
+  return { ...job, status: job.status, stream: Array.isArray(job.stream) ? job.stream : [] }
+}

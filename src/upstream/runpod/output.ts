@@ -1,0 +1,142 @@
+/**
+ * Maps the `output` of a finished native worker-vllm job (`/runsync`, `/status`) to an OpenAI response,
+ * whichever worker generation wrote it (runpod-api.md §3).
+ *
+ * Owns: recognizing the output shapes (classic token lists, vLLM's own completion JSON, and SSE text a
+ * streaming worker aggregated), rewriting model and id, and turning error shapes into `GatewayError`.
+ * Token items and SSE text go through the stream decoder, so both modes infer finish_reason alike.
+ */
+import { GatewayError } from '../../errors/index.ts'
+import type { RequestKind } from '../../normalize/types.ts'
+import { createNativeStreamDecoder } from '../../streaming/native-decoder.ts'
+import type {
+  ChatCompletion,
+  ChatCompletionChoice,
+  CompletionChunk,
+  FinishReason,
+  TextCompletion,
+  TextCompletionChoice,
+  Usage,
+} from '../../streaming/openai-chunks.ts'
+import { isRecord, readUsage, upstreamErrorMessage, workerFailure } from '../../streaming/vllm.ts'
+
+export interface NativeOutputOptions {
+  kind: RequestKind
+  /** The podgate alias written into the body's `model`. */
+  model: string
+  /** The id written into the body (`chatcmpl-…` / `cmpl-…`). */
+  id: string
+  /** Unix seconds written into the body's `created`. */
+  created: number
+  /** The request's `max_tokens`, for the finish_reason of classic output. */
+  maxTokens: number
+  /** The request's `n`: an output with fewer choices is refused, as a partial answer must not look whole. */
+  n: number
+}
+
+export interface NativeOutput {
+  body: ChatCompletion | TextCompletion
+  usage: Usage
+  /** `true` when the worker reported no usage and podgate counted instead (see `UsageMeta`). */
+  estimated: boolean
+}
+
+/**
+ * @example
+ * const { body, usage } = nativeOutputToOpenAI(job.output, { kind: 'chat', model: 'llama-8b',
+ *   id: 'chatcmpl-1', created: 1_700_000_000, maxTokens: 256, n: 1 })
+ */
+export function nativeOutputToOpenAI(output: unknown, options: NativeOutputOptions): NativeOutput {
+  if (output === undefined || output === null) throw new GatewayError('upstream_error', 'The model worker returned no output.')
+  // A list because Runpod aggregates a handler's yields; a bare value is tolerated.
+  const items: unknown[] = Array.isArray(output) ? output : [output]
+  if (items.length === 0) throw new GatewayError('upstream_error', 'The model worker returned no output.')
+  for (const item of items) {
+    const message = upstreamErrorMessage(item)
+    if (message !== undefined) throw workerFailure(message)
+  }
+  const first = items[0]
+  if (isRecord(first) && typeof first.object === 'string') {
+    if (items.length !== 1) throw new GatewayError('upstream_error', 'The model worker returned several completions for one request.')
+    return checkChoices(fromCompletionBody(first, options), options.n)
+  }
+  return checkChoices(fromStreamItems(items, options), options.n)
+}
+
+function checkChoices(result: NativeOutput, n: number): NativeOutput {
+  if (result.body.choices.length < n) {
+    throw new GatewayError('upstream_error', `The model worker returned ${result.body.choices.length} of the ${n} choices asked for.`)
+  }
+  return result
+}
+
+/** vLLM's own `chat.completion` / `text_completion` JSON (current worker-vllm). */
+function fromCompletionBody(body: Record<string, unknown>, options: NativeOutputOptions): NativeOutput {
+  const expected = options.kind === 'chat' ? 'chat.completion' : 'text_completion'
+  if (body.object !== expected || !Array.isArray(body.choices) || !body.choices.every(isRecord)) {
+    throw new GatewayError('upstream_error', `The model worker returned something other than a ${expected}.`)
+  }
+  body.id = options.id
+  body.model = options.model
+  body.created = options.created
+  let usage = readUsage(body.usage)
+  const estimated = usage === undefined
+  if (!usage) {
+    // No usage from vLLM: about four characters a token, so quotas still move.
+    let chars = 0
+    for (const choice of body.choices as Record<string, unknown>[]) {
+      const text = isRecord(choice.message) ? choice.message.content : choice.text
+      if (typeof text === 'string') chars += text.length
+    }
+    const completion = Math.ceil(chars / 4)
+    usage = { prompt_tokens: 0, completion_tokens: completion, total_tokens: completion }
+    body.usage = usage
+  }
+  // Checked above as far as podgate relies on; every other field is vLLM's, passed on as written.
+  return { body: body as unknown as ChatCompletion | TextCompletion, usage, estimated }
+}
+
+/** Classic token items, or SSE text a streaming worker yielded: decoded like a stream, then joined. */
+function fromStreamItems(items: unknown[], options: NativeOutputOptions): NativeOutput {
+  const { kind, model, id, created, maxTokens } = options
+  const texts: string[][] = []
+  const reasons: (FinishReason | null)[] = []
+  let usage: Usage | undefined
+  let estimated = false
+  const decoder = createNativeStreamDecoder({
+    kind,
+    model,
+    id,
+    created,
+    maxTokens,
+    onChunk(chunk: CompletionChunk) {
+      for (const choice of chunk.choices) {
+        const text = 'delta' in choice ? choice.delta.content : choice.text
+        const parts = (texts[choice.index] ??= [])
+        if (typeof text === 'string' && text !== '') parts.push(text)
+        if (choice.finish_reason !== null && choice.finish_reason !== undefined) reasons[choice.index] = choice.finish_reason
+      }
+    },
+    onUsage(reported, meta) {
+      usage = reported
+      estimated = meta.estimated
+    },
+  })
+  for (const item of items) decoder.push(item)
+  decoder.finish()
+  if (!usage) throw new GatewayError('internal_error', 'The stream decoder finished without usage.')
+
+  const chatChoices: ChatCompletionChoice[] = []
+  const textChoices: TextCompletionChoice[] = []
+  texts.forEach((parts, index) => {
+    const content = parts.join('')
+    const finish_reason = reasons[index] ?? null
+    if (kind === 'chat') chatChoices.push({ index, message: { role: 'assistant', content }, logprobs: null, finish_reason })
+    else textChoices.push({ index, text: content, logprobs: null, finish_reason })
+  })
+  const body: ChatCompletion | TextCompletion =
+    kind === 'chat'
+      ? { id, object: 'chat.completion', created, model, choices: chatChoices, usage }
+      : { id, object: 'text_completion', created, model, choices: textChoices, usage }
+  return { body, usage, estimated }
+}

@@ -1,0 +1,38 @@
+/**
+ * What a completion call needs from the request path, whichever upstream mode serves it.
+ */
+import type { ResolvedOptions } from '../config/schema.ts'
+import type { NormalizedRequest } from '../normalize/types.ts'
+import type { ResolvedModel } from '../routing/models.ts'
+import type { Endpoint, RunpodClient } from './runpod/client.ts'
+
+export interface TokenUsage {
+  prompt_tokens: number
+  completion_tokens: number
+  total_tokens: number
+}
+
+export interface CompletionCall {
+  client: RunpodClient
+  runpod: ResolvedOptions['runpod']
+  model: ResolvedModel
+  endpoint: Endpoint
+  request: NormalizedRequest
+  /** Aborts when the caller goes away. */
+  signal?: AbortSignal
+  /** Work that must outlive the response (e.g. cancelling an upstream job). */
+  waitUntil: (promise: Promise<unknown>) => void
+  /** Called once with the upstream's usage when the answer is complete. */
+  onUsage?: (usage: TokenUsage) => void
+}
+
+export const SSE_HEADERS: Readonly<Record<string, string>> = {
+  'content-type': 'text/event-stream; charset=utf-8',
+  'cache-control': 'no-cache, no-transform',
+  // Stops reverse proxies (nginx and friends) from buffering the stream.
+  'x-accel-buffering': 'no',
+}
+
+export function completionId(kind: 'chat' | 'completion'): string {
+  return `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${crypto.randomUUID().replaceAll('-', '')}`
+}
