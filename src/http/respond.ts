@@ -1,0 +1,39 @@
+/**
+ * Turns a GatewayError into the response format of the surface that was called.
+ */
+import type { Context } from 'hono'
+import { openAIErrorBody, toGatewayError } from '../errors/index.ts'
+import type { GatewayError } from '../errors/index.ts'
+
+/** Runpod's job API answers errors as `{"error": "<message>"}`; podgate adds its code. */
+export function runpodErrorBody(error: GatewayError): { error: string; code: string } {
+  return { error: error.message, code: error.code }
+}
+
+export type ErrorFormat = 'openai' | 'runpod'
+
+export function errorResponse(error: GatewayError, format: ErrorFormat, requestId?: string): Response {
+  const headers = new Headers(error.headers)
+  headers.set('content-type', 'application/json; charset=utf-8')
+  if (requestId) headers.set('x-request-id', requestId)
+  const body = format === 'runpod' ? runpodErrorBody(error) : openAIErrorBody(error)
+  return new Response(JSON.stringify(body), { status: error.status, headers })
+}
+
+/** The surface a path belongs to decides the error format. */
+export function formatForPath(path: string): ErrorFormat {
+  return /\/v2\//.test(path) ? 'runpod' : 'openai'
+}
+
+/** Hono `onError`: logs unexpected errors (without secrets) and answers in the caller's format. */
+export function createErrorHandler(log: (line: Record<string, unknown>) => void) {
+  return function onError(err: Error, c: Context): Response {
+    const error = toGatewayError(err)
+    const requestId = c.get('requestId') as string | undefined
+    if (error.status >= 500) {
+      const cause = error.cause instanceof Error ? `${error.cause.name}: ${error.cause.message}` : undefined
+      log({ level: 'error', request_id: requestId, code: error.code, message: error.message, cause })
+    }
+    return errorResponse(error, formatForPath(c.req.path), requestId)
+  }
+}

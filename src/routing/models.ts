@@ -1,0 +1,54 @@
+/**
+ * Model aliases resolved once at startup: each alias with its endpoints, served name and a weighted
+ * pick. Callers never influence an upstream URL beyond choosing a configured alias.
+ */
+import type { ModelConfig, ResolvedOptions } from '../config/schema.ts'
+import { GatewayError } from '../errors/index.ts'
+import type { Principal } from '../auth/keys.ts'
+import { resolveEndpoint } from '../upstream/runpod/client.ts'
+import type { Endpoint } from '../upstream/runpod/client.ts'
+
+export interface ResolvedModel {
+  alias: string
+  config: ModelConfig
+  servedModelName: string
+  endpoints: Endpoint[]
+  /** Running sum of endpoint weights, for a weighted pick. */
+  cumulative: number[]
+}
+
+export type ModelTable = ReadonlyMap<string, ResolvedModel>
+
+export function resolveModels(options: ResolvedOptions): ModelTable {
+  const table = new Map<string, ResolvedModel>()
+  for (const [alias, config] of Object.entries(options.models)) {
+    const endpoints = config.endpoints.map((e) => resolveEndpoint(e, options.runpod.baseUrl, config.mode))
+    let sum = 0
+    const cumulative = endpoints.map((e) => (sum += e.weight))
+    table.set(alias, { alias, config, servedModelName: config.servedModelName ?? alias, endpoints, cumulative })
+  }
+  return table
+}
+
+/** Looks up the alias a caller asked for and checks the caller may use it. */
+export function modelFor(table: ModelTable, alias: unknown, principal: Principal): ResolvedModel {
+  if (typeof alias !== 'string' || alias.length === 0) {
+    throw new GatewayError('invalid_request', "You must provide a model parameter: a string naming a podgate model.", { param: 'model' })
+  }
+  const model = table.get(alias)
+  if (!model) {
+    throw new GatewayError('model_not_found', `The model '${alias.slice(0, 128)}' does not exist. GET /v1/models lists the models your key may use.`, { param: 'model' })
+  }
+  if (principal.models !== null && !principal.models.includes(alias)) {
+    throw new GatewayError('permission_denied', `Your key may not use the model '${alias}'.`, { param: 'model' })
+  }
+  return model
+}
+
+/** A weighted random endpoint of the model. */
+export function pickEndpoint(model: ResolvedModel, random: number = Math.random()): Endpoint {
+  const total = model.cumulative[model.cumulative.length - 1] ?? 0
+  const target = random * total
+  const index = model.cumulative.findIndex((c) => target < c)
+  return model.endpoints[index === -1 ? model.endpoints.length - 1 : index]!
+}

@@ -1,0 +1,39 @@
+/**
+ * Builds gateway options from a Worker's environment: `wrangler.toml` vars and secrets.
+ *
+ *   PODGATE_MODELS       JSON: model alias -> model config (see README "Configuration")
+ *   RUNPOD_API_KEY       secret: the Runpod API key
+ *   RUNPOD_BASE_URL      optional: overrides https://api.runpod.ai/v2 (the dev emulator, a proxy)
+ *   PODGATE_ADMIN_TOKEN  secret, optional: enables /admin/*
+ */
+import { ConfigError } from '../src/index.ts'
+import type { GatewayOptions } from '../src/index.ts'
+
+export interface PodgateWorkerEnv {
+  PODGATE_KV: KVNamespace
+  PODGATE_MODELS?: string | Record<string, unknown>
+  RUNPOD_API_KEY?: string
+  RUNPOD_BASE_URL?: string
+  PODGATE_ADMIN_TOKEN?: string
+}
+
+export function optionsFromEnv(env: PodgateWorkerEnv): GatewayOptions {
+  if (!env.RUNPOD_API_KEY) {
+    throw new ConfigError('podgate: RUNPOD_API_KEY is not set. Run `npx wrangler secret put RUNPOD_API_KEY` (or use `npm run dev`, which uses the emulator).')
+  }
+  return {
+    models: parseModels(env.PODGATE_MODELS) as GatewayOptions['models'],
+    runpod: { apiKey: env.RUNPOD_API_KEY, ...(env.RUNPOD_BASE_URL ? { baseUrl: env.RUNPOD_BASE_URL } : {}) },
+    ...(env.PODGATE_ADMIN_TOKEN ? { adminToken: env.PODGATE_ADMIN_TOKEN } : {}),
+  }
+}
+
+function parseModels(value: PodgateWorkerEnv['PODGATE_MODELS']): unknown {
+  if (value === undefined) throw new ConfigError('podgate: PODGATE_MODELS is not set. Add it under [vars] in wrangler.toml.')
+  if (typeof value !== 'string') return value
+  try {
+    return JSON.parse(value)
+  } catch {
+    throw new ConfigError('podgate: PODGATE_MODELS is not valid JSON. Check the [vars] block in wrangler.toml.')
+  }
+}
