@@ -1,0 +1,50 @@
+/**
+ * Serves the Runpod Serverless + worker-vllm emulator over HTTP, for local development and load runs.
+ *
+ *   node scripts/emulator.ts [--port 8788] [--host 127.0.0.1] [--api-key KEY]
+ *
+ * Env: EMULATOR_PORT, EMULATOR_HOST, EMULATOR_API_KEY (flags win). Binds loopback unless told otherwise.
+ */
+
+import { parseArgs } from 'node:util'
+import { createRunpodEmulator } from '../src/testing/index.ts'
+import { serveNode } from './lib/serve-node.ts'
+
+const { values } = parseArgs({
+  options: {
+    port: { type: 'string' },
+    host: { type: 'string' },
+    'api-key': { type: 'string' },
+    help: { type: 'boolean', short: 'h' },
+  },
+})
+
+if (values.help) {
+  console.log('usage: node scripts/emulator.ts [--port 8788] [--host 127.0.0.1] [--api-key KEY]')
+  process.exit(0)
+}
+
+const port = Number(values.port ?? process.env.EMULATOR_PORT ?? 8788)
+if (!Number.isInteger(port) || port < 0 || port > 65535) {
+  console.error(`emulator: invalid port ${values.port ?? process.env.EMULATOR_PORT}; pass --port 0-65535`)
+  process.exit(2)
+}
+const host = values.host ?? process.env.EMULATOR_HOST ?? '127.0.0.1'
+const apiKey = values['api-key'] ?? process.env.EMULATOR_API_KEY
+
+const emulator = createRunpodEmulator({ apiKey })
+const server = await serveNode((request) => emulator.fetch(request), { port, host })
+console.log(
+  `Runpod emulator on ${server.url}/v2 (${apiKey ? 'Bearer key required' : 'any key'}): ` +
+    'endpoint ids containing "classic" act as worker-vllm <= v2.23, others as >= v2.24; ' +
+    `control API at ${server.url}/__emulator/{calls,jobs,reset,configure}`,
+)
+
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.once(signal, () => {
+    server.close().then(
+      () => process.exit(0),
+      () => process.exit(1),
+    )
+  })
+}

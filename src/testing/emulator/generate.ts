@@ -1,0 +1,145 @@
+/**
+ * Deterministic "model" of the emulator: the generated text is a pure function of the prompt, the seed,
+ * the choice index and the length limits, so one request yields the same answer in every output shape
+ * (classic batches, current SSE cuts, the OpenAI route), streamed or not.
+ */
+
+export interface ChatMessageText {
+  role: string
+  /** The message's text: string content, or the text parts of array content joined. */
+  content: string
+}
+
+export interface GenerateOptions {
+  /** Chat messages; they take precedence over `prompt`, as in worker-vllm. */
+  messages?: readonly ChatMessageText[]
+  prompt?: string
+  seed?: number
+  /** Index of the choice when `n > 1`: mixed into the seed so choices differ. Default 0. */
+  choiceIndex?: number
+  /** Cap on generated tokens; reaching it ends with finish_reason `length`. Default: no cap. */
+  maxTokens?: number
+  /** Generation ends before the first occurrence of any of these (finish_reason `stop`). */
+  stop?: readonly string[]
+  /** Exact number of tokens to generate (the `tokens` directive), still capped by `maxTokens`. */
+  tokens?: number
+}
+
+export interface GeneratedText {
+  /** Text deltas, one per token; their concatenation is `text`. The last may be cut short by a stop string. */
+  tokens: string[]
+  text: string
+  finishReason: 'stop' | 'length'
+}
+
+// Mostly ASCII, with a few multibyte words so byte-level cuts and UTF-8 handling get exercised.
+const VOCABULARY = [
+  'the', 'a', 'model', 'token', 'stream', 'gateway', 'edge', 'worker', 'queue', 'job',
+  'answer', 'question', 'light', 'river', 'stone', 'cloud', 'signal', 'quiet', 'bright', 'swift',
+  'green', 'blue', 'amber', 'silver', 'north', 'south', 'east', 'west', 'over', 'under',
+  'through', 'between', 'before', 'after', 'while', 'because', 'and', 'or', 'but', 'so',
+  'is', 'was', 'will', 'can', 'may', 'should', 'runs', 'waits', 'sends', 'reads',
+  'writes', 'returns', 'starts', 'ends', 'grows', 'moves', 'holds', 'keeps', 'finds', 'makes',
+  'small', 'large', 'early', 'late', 'first', 'last', 'next', 'every', 'some', 'many',
+  'time', 'place', 'system', 'request', 'response', 'number', 'value', 'field', 'line', 'word',
+  'café', 'naïve', 'façade', 'jalapeño', 'über', '日本', '東京', 'Ωmega', '🙂', '🚀',
+  'data', 'event', 'chunk', 'byte', 'cache', 'route', 'quota', 'limit', 'key', 'done',
+]
+
+/**
+ * Generates the deterministic completion of a prompt or a conversation.
+ *
+ * @example
+ * const { text, finishReason } = generateCompletion({ messages: [{ role: 'user', content: 'Hi' }], maxTokens: 16 })
+ */
+export function generateCompletion(options: GenerateOptions): GeneratedText {
+  const next = createPrng(hashString(generationKey(options)))
+  // vLLM always produces at least one token.
+  const natural = Math.max(1, Math.floor(options.tokens ?? 8 + next() * 33))
+  const cap = options.maxTokens === undefined ? natural : Math.max(1, Math.floor(options.maxTokens))
+  const stops = (options.stop ?? []).filter((s) => s.length > 0)
+
+  const tokens: string[] = []
+  let text = ''
+  for (let i = 0; i < Math.min(natural, cap); i++) {
+    const word = VOCABULARY[Math.floor(next() * VOCABULARY.length)] ?? 'token'
+    const token = i === 0 ? word : ` ${word}`
+    const cut = firstStopIndex(text + token, stops, text.length)
+    if (cut !== -1) return stopAt([...tokens, token], cut)
+    tokens.push(token)
+    text += token
+  }
+  return { tokens, text, finishReason: natural > cap ? 'length' : 'stop' }
+}
+
+/**
+ * Ends the text right before a stop string. Like vLLM, the token that completes the stop string still
+ * counts; every delta is clipped so the deltas keep adding up to the text.
+ */
+function stopAt(tokens: readonly string[], cut: number): GeneratedText {
+  const full = tokens.join('')
+  let offset = 0
+  const clipped = tokens.map((token) => {
+    const start = offset
+    offset += token.length
+    return full.slice(Math.min(start, cut), Math.min(offset, cut))
+  })
+  return { tokens: clipped, text: full.slice(0, cut), finishReason: 'stop' }
+}
+
+/**
+ * The deterministic prompt token count: whitespace-separated words, plus 3 per chat message
+ * (role and template markers).
+ */
+export function countPromptTokens(input: { messages?: readonly ChatMessageText[]; prompt?: string }): number {
+  if (input.messages) {
+    return input.messages.reduce((sum, m) => sum + countWords(m.content) + 3, 0)
+  }
+  return Math.max(1, countWords(input.prompt ?? ''))
+}
+
+/** FNV-1a over the UTF-8 bytes: a stable 32-bit hash for seeding. */
+export function hashString(value: string): number {
+  let hash = 0x811c9dc5
+  for (const byte of new TextEncoder().encode(value)) {
+    hash ^= byte
+    hash = Math.imul(hash, 0x01000193) >>> 0
+  }
+  return hash
+}
+
+/** mulberry32: a tiny seeded PRNG returning floats in [0, 1). */
+export function createPrng(seed: number): () => number {
+  let state = seed >>> 0
+  return function next() {
+    state = (state + 0x6d2b79f5) >>> 0
+    let t = state
+    t = Math.imul(t ^ (t >>> 15), t | 1)
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61)
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296
+  }
+}
+
+function generationKey(options: GenerateOptions): string {
+  // Only role and text go in, so extra message fields a gateway may add or drop do not change the answer.
+  const source = options.messages
+    ? { m: options.messages.map((m) => [m.role, m.content]) }
+    : { p: options.prompt ?? '' }
+  return JSON.stringify({ ...source, s: options.seed ?? null, i: options.choiceIndex ?? 0 })
+}
+
+/** Index in `text` where the earliest stop string starts, if one ends at or after `from`; else -1. */
+function firstStopIndex(text: string, stops: readonly string[], from: number): number {
+  let best = -1
+  for (const stop of stops) {
+    // Only occurrences that end inside the newest token are new: earlier ones were checked already.
+    const index = text.indexOf(stop, Math.max(0, from - stop.length + 1))
+    if (index !== -1 && (best === -1 || index < best)) best = index
+  }
+  return best
+}
+
+function countWords(text: string): number {
+  const trimmed = text.trim()
+  return trimmed === '' ? 0 : trimmed.split(/\s+/).length
+}

@@ -1,0 +1,52 @@
+/**
+ * The two middlewares every request meets: the call recorder, and the guard of each endpoint op
+ * (op labelling, Bearer auth, the endpoint's injected HTTP fault).
+ */
+
+import type { Context, MiddlewareHandler } from 'hono'
+import { isAuthorized } from './context.ts'
+import type { EmulatorContext, EmulatorEnv } from './context.ts'
+import { httpFaultResponse } from './faults.ts'
+import type { EmulatorOp } from './types.ts'
+
+/** Appends every request to `context.calls` once it has been answered. */
+export function recordCalls(context: EmulatorContext): MiddlewareHandler<EmulatorEnv> {
+  return async function recordCall(c, next) {
+    const at = context.now()
+    await next()
+    const call = c.get('call')
+    if (call?.forget) return
+    context.calls.push({
+      method: c.req.method,
+      path: new URL(c.req.url).pathname,
+      endpointId: call?.endpointId ?? null,
+      op: call?.op ?? 'unknown',
+      ...(call?.jobId !== undefined ? { jobId: call.jobId } : {}),
+      status: c.res.status,
+      authorized: call?.authorized ?? true,
+      at,
+    })
+    // Trim in batches (a tenth over the cap) so a full log does not cost a splice per request.
+    if (context.calls.length > context.maxCalls * 1.1) context.calls.splice(0, context.calls.length - context.maxCalls)
+  }
+}
+
+/** Labels the request with its op, then refuses it on a bad key (401) or answers the endpoint's HTTP fault. */
+export function endpointOp(context: EmulatorContext, op: EmulatorOp): MiddlewareHandler<EmulatorEnv> {
+  return async function guardEndpointOp(c, next) {
+    const endpointId = c.req.param('endpointId') ?? null
+    const jobId = c.req.param('jobId')
+    const authorized = isAuthorized(context, c.req.header('authorization'))
+    c.set('call', { op, endpointId, authorized, ...(jobId !== undefined ? { jobId } : {}) })
+    if (!authorized) return c.text('Unauthorized', 401)
+    const fault = endpointId === null ? undefined : context.endpoints.takeHttpFault(endpointId, op)
+    if (fault) return httpFaultResponse(fault)
+    await next()
+  }
+}
+
+/** Records the id of a job the route created, for the call log. */
+export function noteJobId(c: Context<EmulatorEnv>, jobId: string): void {
+  const call = c.get('call')
+  if (call) c.set('call', { ...call, jobId })
+}

@@ -1,0 +1,257 @@
+/**
+ * What a job yields, decided when it is created: the ordered stream items, each stamped with the
+ * generation step that produces it, and how the job ends. The job store turns steps into time, so
+ * these shapes never depend on when or how often a client polls.
+ *
+ * Shapes follow shared/runpod-api.md §3: classic token batches, classic whole-SSE batches (OpenAI
+ * passthrough), current raw SSE cut at byte boundaries, and the single-JSON non-streaming outputs.
+ */
+
+import { createPrng, hashString } from './generate.ts'
+import { complete, completionEvents, completionId, completionJson, DEFAULT_MODEL_NAME, modelList, sseEvent } from './openai-format.ts'
+import type { Completion, CompletionMeta, TimedEvent } from './openai-format.ts'
+import type { BatchSizing, JobRequest } from './requests.ts'
+import { DEFAULT_BATCHING } from './requests.ts'
+import type { Fault, JsonObject, JsonValue, WorkerGeneration } from './types.ts'
+
+/** A stream item and the step after which it exists (step 0: as soon as the job starts). */
+export interface TimedItem {
+  output: JsonValue
+  step: number
+}
+
+export type JobEnding =
+  | { kind: 'completed'; step: number }
+  | { kind: 'failed'; step: number; error: string }
+  | { kind: 'stalled' }
+
+export interface JobScript {
+  items: TimedItem[]
+  ending: JobEnding
+}
+
+export interface JobScriptOptions {
+  jobId: string
+  generation: WorkerGeneration
+  request: JobRequest
+  /** The effective non-HTTP fault, if any. */
+  fault?: Fault
+  mangleUtf8: boolean
+  /** True when tokens arrive over time: item cuts then also fall where the worker waited for a token. */
+  paced: boolean
+  servedModelName?: string
+  /** Unix seconds for the `created` field of OpenAI bodies. */
+  created: number
+}
+
+const MAX_CUT_BYTES = 200
+
+/** Builds everything a job will ever yield. */
+export function buildJobScript(options: JobScriptOptions): JobScript {
+  const { request, generation, fault } = options
+  const fail = (message: string, step = 0, items: TimedItem[] = []): JobScript => ({
+    items: [...items, { output: errorItem(generation, message), step }],
+    ending: { kind: 'failed', step, error: message },
+  })
+
+  if (request.shape === 'invalid') return fail(request.message)
+  if (fault?.kind === 'job_failed') {
+    // A handler that raises before yielding: runpod-python reports the exception as a JSON string.
+    return { items: [], ending: { kind: 'failed', step: 0, error: handlerException(options.jobId) } }
+  }
+  if (request.shape === 'openai' && request.route === '/v1/models') {
+    const model = options.servedModelName ?? DEFAULT_MODEL_NAME
+    return { items: [{ output: modelList(model, options.created), step: 0 }], ending: { kind: 'completed', step: 0 } }
+  }
+
+  const req = request.request
+  if (!req) return fail('Invalid request.')
+  const { servedModelName } = options
+  if (servedModelName !== undefined && request.shape === 'openai' && req.model !== undefined && req.model !== servedModelName) {
+    return fail(`The model \`${req.model}\` does not exist.`)
+  }
+  const completion = complete(req)
+  const meta: CompletionMeta = {
+    id: completionId(req.kind, options.jobId),
+    created: options.created,
+    model: servedModelName ?? req.model ?? DEFAULT_MODEL_NAME,
+  }
+  const cutoff =
+    fault?.kind === 'stall' || fault?.kind === 'mid_stream' ? Math.min(fault.afterTokens, completion.steps) : undefined
+
+  let items: TimedItem[]
+  if (!req.stream) {
+    const single =
+      generation === 'classic' && request.shape === 'native' ? classicSingle(completion) : completionJson(completion, meta)
+    items = cutoff === undefined ? [{ output: single, step: completion.steps }] : []
+  } else if (generation === 'classic' && request.shape === 'native') {
+    items = classicBatches(completion, request.batching, cutoff)
+  } else {
+    // Native shorthand on the current worker always streams usage; OpenAI input only when asked.
+    const includeUsage = request.shape === 'native' || req.includeUsage
+    let events = completionEvents(completion, meta, includeUsage)
+    if (cutoff !== undefined) events = events.filter((e) => e.step <= cutoff && e.kind === 'chunk')
+    items =
+      generation === 'classic'
+        ? wholeEventBatches(events, DEFAULT_BATCHING)
+        : cutEvents(events, { seed: options.jobId, mangleUtf8: options.mangleUtf8, paced: options.paced })
+  }
+
+  if (fault?.kind === 'stall') return { items, ending: { kind: 'stalled' } }
+  if (fault?.kind === 'mid_stream') {
+    const step = cutoff ?? 0
+    return fail(`Emulated worker failure after ${step} tokens (fault=mid_stream).`, step, items)
+  }
+  return { items, ending: { kind: 'completed', step: completion.steps } }
+}
+
+/** The error item of a worker generation (§3): a string for classic, an object for current. */
+export function errorItem(generation: WorkerGeneration, message: string): JsonObject {
+  return generation === 'classic' ? { error: message } : { error: { message, type: 'worker_error', code: null } }
+}
+
+/** worker-vllm's BatchSize: grows by `growth` from `min` up to `max`, or stays at `max` when not dynamic. */
+function batchSizes(sizing: BatchSizing): () => number {
+  const dynamic = sizing.growth > 1 && sizing.min >= 1 && sizing.max > sizing.min
+  let current = dynamic ? sizing.min : sizing.max
+  return function nextSize() {
+    const size = current
+    if (dynamic) current = Math.min(current * sizing.growth, sizing.max)
+    return size
+  }
+}
+
+function classicSingle(completion: Completion): JsonObject {
+  return {
+    choices: completion.choices.map((c) => ({ tokens: [c.text] })),
+    usage: { input: completion.promptTokens, output: completion.completionTokens },
+  }
+}
+
+/** Classic native streaming: token deltas of all choices counted together into growing batches. */
+function classicBatches(completion: Completion, sizing: BatchSizing, cutoff?: number): TimedItem[] {
+  const nextSize = batchSizes(sizing)
+  const lastStep = cutoff ?? completion.steps
+  const items: TimedItem[] = []
+  let size = nextSize()
+  let batch = completion.choices.map((): string[] => [])
+  let inBatch = 0
+  let total = 0
+  const flush = (step: number) => {
+    items.push({
+      step,
+      output: {
+        choices: batch.map((tokens) => ({ tokens })),
+        usage: { input: completion.promptTokens, output: total },
+      },
+    })
+    batch = completion.choices.map((): string[] => [])
+    inBatch = 0
+  }
+  for (let step = 1; step <= lastStep; step++) {
+    completion.choices.forEach((choice, index) => {
+      const token = choice.tokens[step - 1]
+      if (token === undefined) return
+      batch[index]?.push(token)
+      total++
+      inBatch++
+      if (inBatch >= size) {
+        flush(step)
+        size = nextSize()
+      }
+    })
+  }
+  if (inBatch > 0) flush(lastStep)
+  return items
+}
+
+/** Classic OpenAI passthrough: whole SSE events joined into growing batches, `[DONE]` counted as one. */
+function wholeEventBatches(events: readonly TimedEvent[], sizing: BatchSizing): TimedItem[] {
+  const nextSize = batchSizes(sizing)
+  const items: TimedItem[] = []
+  let size = nextSize()
+  let batch: TimedEvent[] = []
+  for (const event of events) {
+    batch.push(event)
+    if (batch.length >= size) {
+      items.push({ output: batch.map((e) => sseEvent(e.data)).join(''), step: event.step })
+      batch = []
+      size = nextSize()
+    }
+  }
+  const last = batch.at(-1)
+  if (last) items.push({ output: batch.map((e) => sseEvent(e.data)).join(''), step: last.step })
+  return items
+}
+
+/**
+ * Current worker: the SSE bytes cut at pseudo-random offsets seeded by the job id, so an event (and,
+ * with `mangleUtf8`, a multibyte character) can straddle two items, as on the real worker.
+ */
+function cutEvents(events: readonly TimedEvent[], options: { seed: string; mangleUtf8: boolean; paced: boolean }): TimedItem[] {
+  const encoder = new TextEncoder()
+  const ends: Array<{ end: number; step: number }> = []
+  const chunks: Uint8Array[] = []
+  let length = 0
+  for (const event of events) {
+    const bytes = encoder.encode(sseEvent(event.data))
+    chunks.push(bytes)
+    length += bytes.length
+    ends.push({ end: length, step: event.step })
+  }
+  const bytes = new Uint8Array(length)
+  let offset = 0
+  for (const chunk of chunks) {
+    bytes.set(chunk, offset)
+    offset += chunk.length
+  }
+
+  const next = createPrng(hashString(options.seed))
+  const cuts = new Set<number>([length])
+  for (let at = 0; at < length; ) {
+    at += 1 + Math.floor(next() * MAX_CUT_BYTES)
+    cuts.add(Math.min(at, length))
+  }
+  if (options.paced) {
+    // The worker cannot read bytes vLLM has not written yet: a read ends wherever a step's events end.
+    ends.forEach((e, i) => {
+      if (ends[i + 1]?.step !== e.step) cuts.add(e.end)
+    })
+  }
+  const boundaries = [...cuts].sort((a, b) => a - b)
+  const items: TimedItem[] = []
+  let start = 0
+  let eventIndex = 0
+  for (let cut of boundaries) {
+    if (!options.mangleUtf8) {
+      // Back off to the start of the character the cut falls in; if that leaves nothing, go forward.
+      while (cut > start && isContinuationByte(bytes[cut])) cut--
+      if (cut === start) {
+        cut++
+        while (cut < length && isContinuationByte(bytes[cut])) cut++
+      }
+    }
+    if (cut <= start) continue
+    while ((ends[eventIndex]?.end ?? length) < cut) eventIndex++
+    // A fresh decoder per cut: split characters become U+FFFD, like Python's errors="replace".
+    const text = new TextDecoder().decode(bytes.subarray(start, cut))
+    items.push({ output: text, step: ends[eventIndex]?.step ?? 0 })
+    start = cut
+  }
+  return items
+}
+
+function isContinuationByte(byte: number | undefined): boolean {
+  return byte !== undefined && (byte & 0xc0) === 0x80
+}
+
+function handlerException(jobId: string): string {
+  return JSON.stringify({
+    error_type: "<class 'RuntimeError'>",
+    error_message: 'Emulated handler failure (fault=job_failed).',
+    error_traceback: 'Traceback (most recent call last):\n  File "handler.py", line 1, in handler\nRuntimeError: Emulated handler failure (fault=job_failed).\n',
+    hostname: 'emulator',
+    worker_id: `emulator-worker-${hashString(jobId).toString(16)}`,
+    runpod_version: '1.12.0',
+  })
+}

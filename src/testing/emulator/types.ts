@@ -1,0 +1,139 @@
+/**
+ * Types of the Runpod Serverless + worker-vllm emulator: the public options and views, and the shapes
+ * its modules hand each other. The wire formats themselves are described in shared/runpod-api.md.
+ */
+
+/** worker-vllm output generation: `classic` is <= v2.23 (token batches), `current` is >= v2.24 (raw SSE). */
+export type WorkerGeneration = 'classic' | 'current'
+
+/** What a request to the emulator was, as recorded in {@link EmulatorCall}. */
+export type EmulatorOp =
+  | 'run'
+  | 'runsync'
+  | 'status'
+  | 'status-sync'
+  | 'stream'
+  | 'cancel'
+  | 'retry'
+  | 'purge-queue'
+  | 'health'
+  | 'openai'
+  | 'control'
+  | 'unknown'
+
+export type JobStatus = 'IN_QUEUE' | 'IN_PROGRESS' | 'COMPLETED' | 'FAILED' | 'CANCELLED' | 'TIMED_OUT'
+
+/** A failure to inject, per endpoint ({@link EndpointBehaviour.fault}) or per request (a directive). */
+export type Fault =
+  /** Answer `status` with an opaque text body to matching ops; `times` limits it to the first N matches. */
+  | { kind: 'http'; status: number; times?: number; ops?: readonly EmulatorOp[]; retryAfter?: number }
+  /** The job stays IN_PROGRESS after `afterTokens` tokens and never ends (until cancel or a timeout). */
+  | { kind: 'stall'; afterTokens: number }
+  /** The job goes FAILED before producing any output. */
+  | { kind: 'job_failed' }
+  /** `afterTokens` tokens, then the job fails (native: an error item; OpenAI route: the body errors). */
+  | { kind: 'mid_stream'; afterTokens: number }
+
+/** How one emulated endpoint behaves. Every field has a default; see {@link DEFAULT_BEHAVIOUR}. */
+export interface EndpointBehaviour {
+  /** Output shape of the emulated worker-vllm. Default: `classic` if the endpoint id contains "classic", else `current`. */
+  generation: WorkerGeneration
+  /** When set, OpenAI-route requests naming another `model` get vLLM's 404 error JSON. Default: unset. */
+  servedModelName?: string
+  /** IN_QUEUE time of a job on a cold endpoint (no worker up). Default 0. */
+  coldStartMs: number
+  /** How long a worker stays up after the job it started on. Default 60 000. */
+  warmForMs: number
+  /** IN_QUEUE time on a warm endpoint. Default 0. */
+  queueDelayMs: number
+  /** Time per generated token once IN_PROGRESS. Default 0: every token exists at once. */
+  tokenDelayMs: number
+  /** A fault applied to every job and request of the endpoint. Default: none. */
+  fault?: Fault
+  /** How long results are kept after a `/run` job ends. Default 30 min. */
+  retentionMs: number
+  /** How long results are kept after a `/runsync` job ends. Default 60 s. */
+  runsyncRetentionMs: number
+  /**
+   * Current generation only: decode each cut of the SSE bytes on its own, turning a split multibyte
+   * character into U+FFFD as the real worker does. Default false: cuts move to character boundaries.
+   */
+  mangleUtf8: boolean
+}
+
+export const DEFAULT_BEHAVIOUR: Omit<EndpointBehaviour, 'generation'> = {
+  coldStartMs: 0,
+  warmForMs: 60_000,
+  queueDelayMs: 0,
+  tokenDelayMs: 0,
+  retentionMs: 30 * 60_000,
+  runsyncRetentionMs: 60_000,
+  mangleUtf8: false,
+}
+
+export interface EmulatorOptions {
+  /** When set, every endpoint op requires `Authorization: Bearer <apiKey>` (else 401). Control routes never do. */
+  apiKey?: string
+  /** Behaviour per endpoint id, over `defaults` and the id convention. */
+  endpoints?: Record<string, Partial<EndpointBehaviour>>
+  /** Behaviour of every endpoint, under `endpoints`. */
+  defaults?: Partial<EndpointBehaviour>
+  /** The emulator's clock (ms). Default `Date.now`. Job state is a pure function of it. */
+  now?: () => number
+  /** Upper bound of every long-poll `wait` (ms). Default 10 000. */
+  maxWaitMs?: number
+  /** How many calls `calls` keeps (the oldest go first), so long load runs stay bounded. Default 100 000. */
+  maxCalls?: number
+}
+
+/** One request the emulator received. */
+export interface EmulatorCall {
+  method: string
+  /** Path without the query string. */
+  path: string
+  endpointId: string | null
+  op: EmulatorOp
+  jobId?: string
+  status: number
+  authorized: boolean
+  at: number
+}
+
+/** A read-only snapshot of a job at the emulator's current time. */
+export interface EmulatorJobView {
+  id: string
+  endpointId: string
+  status: JobStatus
+  /** The op that created the job. */
+  via: 'run' | 'runsync'
+  /** The job's `input`, as received. */
+  input: unknown
+  createdAt: number
+  /** When the current attempt leaves IN_QUEUE. */
+  startAt: number
+  /** When the job reached its terminal status, if it has. */
+  endedAt?: number
+  retries: number
+  /** Stream items produced so far, and how many `/stream` calls have handed out. */
+  itemsProduced: number
+  itemsDelivered: number
+  error?: string
+}
+
+export interface RunpodEmulator {
+  /** The whole HTTP surface. */
+  fetch(request: Request): Promise<Response>
+  /** Every request received, in order (the latest `maxCalls`). */
+  readonly calls: EmulatorCall[]
+  /** Forget jobs, calls, warm workers and consumed `times` of HTTP faults. */
+  reset(): void
+  /** Jobs not in a terminal state. */
+  activeJobs(): EmulatorJobView[]
+  job(id: string): EmulatorJobView | undefined
+  /** Change an endpoint's behaviour from now on (merged over its current behaviour). */
+  configure(endpointId: string, behaviour: Partial<EndpointBehaviour>): void
+}
+
+/** A JSON value, the type of every stream item and output. */
+export type JsonValue = string | number | boolean | null | JsonValue[] | { [key: string]: JsonValue }
+export type JsonObject = { [key: string]: JsonValue }

@@ -1,0 +1,21 @@
+/**
+ * podgate/testing: tools for testing a gateway in front of Runpod without a GPU.
+ */
+
+export { createRunpodEmulator } from './emulator/index.ts'
+export { parseDirectives } from './emulator/directives.ts'
+export type { Directives } from './emulator/directives.ts'
+export { countPromptTokens, generateCompletion } from './emulator/generate.ts'
+export type { ChatMessageText, GeneratedText, GenerateOptions } from './emulator/generate.ts'
+export { DEFAULT_BEHAVIOUR } from './emulator/types.ts'
+export type {
+  EmulatorCall,
+  EmulatorJobView,
+  EmulatorOp,
+  EmulatorOptions,
+  EndpointBehaviour,
+  Fault,
+  JobStatus,
+  RunpodEmulator,
+  WorkerGeneration,
+} from './emulator/types.ts'

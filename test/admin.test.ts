@@ -1,0 +1,64 @@
+/**
+ * Keys: created by the admin API, shown once, stored only as hashes, revoked by id.
+ */
+import { env } from 'cloudflare:test'
+import { describe, expect, it } from 'vitest'
+import { ADMIN_TOKEN, authed, chatBody, harness } from './helpers.ts'
+
+describe('admin keys API', () => {
+  it('creates a key shown once and stored only as its SHA-256', async () => {
+    const h = harness()
+    const created = await h.createKey({ name: 'ci', metadata: { team: 'ml' } })
+    expect(created.id).toMatch(/^key_[A-Za-z0-9]{16}$/)
+    expect(created.key).toMatch(/^pg_sk_[A-Za-z0-9]{32}$/)
+    const stored = await env.PODGATE_KV.list()
+    for (const { name } of stored.keys) {
+      expect(name).not.toContain(created.key)
+      expect(await env.PODGATE_KV.get(name)).not.toContain(created.key)
+    }
+    const got = await h.fetch(`/admin/keys/${created.id}`, authed(ADMIN_TOKEN))
+    const record = (await got.json()) as Record<string, unknown>
+    expect(record).toMatchObject({ id: created.id, name: 'ci', metadata: { team: 'ml' }, revokedAt: null })
+    expect(record).not.toHaveProperty('key')
+    expect(record).not.toHaveProperty('hash')
+    const list = (await (await h.fetch('/admin/keys', authed(ADMIN_TOKEN))).json()) as { data: Record<string, unknown>[] }
+    expect(list.data.map((k) => k.id)).toContain(created.id)
+    expect(JSON.stringify(list)).not.toContain(created.key)
+  })
+
+  it('revoking a key makes it fail with 401 (same isolate: at once)', async () => {
+    const h = harness()
+    const { id, key } = await h.createKey()
+    expect((await h.fetch('/v1/models', authed(key))).status).toBe(200)
+    const revoked = await h.fetch(`/admin/keys/${id}`, { method: 'DELETE', headers: { authorization: `Bearer ${ADMIN_TOKEN}` } })
+    expect(revoked.status).toBe(200)
+    expect(await revoked.json()).toMatchObject({ id, revoked: true })
+    const after = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai')))
+    expect(after.status).toBe(401)
+    expect((await h.fetch('/admin/keys/key_AAAAAAAAAAAAAAAA', { method: 'DELETE', headers: { authorization: `Bearer ${ADMIN_TOKEN}` } })).status).toBe(404)
+  })
+
+  it('another isolate sees a revocation within keyCacheTtlMs', async () => {
+    const writer = harness()
+    const reader = harness({ keyCacheTtlMs: 0 })
+    const { id, key } = await writer.createKey()
+    expect((await reader.fetch('/v1/models', authed(key))).status).toBe(200)
+    await writer.fetch(`/admin/keys/${id}`, { method: 'DELETE', headers: { authorization: `Bearer ${ADMIN_TOKEN}` } })
+    expect((await reader.fetch('/v1/models', authed(key))).status).toBe(401)
+  })
+
+  it('rejects bad admin input and a wrong token, and hides the admin API when no token is set', async () => {
+    const h = harness()
+    const before = (await env.PODGATE_KV.list()).keys
+    const bad = await h.fetch('/admin/keys', { method: 'POST', headers: { authorization: `Bearer ${ADMIN_TOKEN}` }, body: JSON.stringify({ name: '' }) })
+    expect(bad.status).toBe(400)
+    expect(((await bad.json()) as { error: { param: string } }).error.param).toBe('name')
+    const unknownModel = await h.fetch('/admin/keys', { method: 'POST', headers: { authorization: `Bearer ${ADMIN_TOKEN}` }, body: JSON.stringify({ name: 'x', models: ['nope'] }) })
+    expect(unknownModel.status).toBe(400)
+    const wrong = await h.fetch('/admin/keys', { method: 'POST', headers: { authorization: 'Bearer wrong-token-of-some-length' }, body: JSON.stringify({ name: 'x' }) })
+    expect(wrong.status).toBe(401)
+    expect((await env.PODGATE_KV.list()).keys).toEqual(before)
+    const closed = harness({ adminToken: undefined })
+    expect((await closed.fetch('/admin/keys', authed(ADMIN_TOKEN, JSON.stringify({ name: 'x' })))).status).toBe(404)
+  })
+})

@@ -1,0 +1,116 @@
+/**
+ * Bad input and upstream faults: each gets OpenAI's error JSON with the right status, code and param,
+ * reaches no upstream, and writes nothing.
+ */
+import { env } from 'cloudflare:test'
+import OpenAI from 'openai'
+import { describe, expect, it } from 'vitest'
+import { authed, chatBody, harness, MODEL_NAMES, readSSE } from './helpers.ts'
+
+interface OpenAIError {
+  error: { message: string; type: string; param: string | null; code: string }
+}
+
+async function kvKeys(): Promise<string[]> {
+  return (await env.PODGATE_KV.list()).keys.map((k) => k.name).sort()
+}
+
+describe('bad input', () => {
+  const cases: [string, () => RequestInit | ((key: string) => RequestInit), number, string, string | null][] = [
+    ['non-JSON body', () => (key: string) => authed(key, '{"model": "chat-openai", '), 400, 'invalid_json', null],
+    ['JSON array body', () => (key: string) => authed(key, '[]'), 400, 'invalid_request', null],
+    ['unknown model', () => (key: string) => authed(key, chatBody('no-such-model')), 404, 'model_not_found', 'model'],
+    ['missing model', () => (key: string) => authed(key, JSON.stringify({ messages: [{ role: 'user', content: 'x' }] })), 400, 'invalid_request', 'model'],
+    ['wrong message type', () => (key: string) => authed(key, JSON.stringify({ model: 'chat-openai', messages: [{ role: 'user', content: 42 }] })), 400, 'invalid_request', 'messages[0].content'],
+    ['temperature out of range', () => (key: string) => authed(key, chatBody('chat-openai', 'x', { temperature: 3 })), 400, 'invalid_request', 'temperature'],
+    ['max_tokens over the cap', () => (key: string) => authed(key, chatBody('chat-openai', 'x', { max_tokens: 1_000_000 })), 400, 'invalid_request', 'max_tokens'],
+    ['unknown field', () => (key: string) => authed(key, chatBody('chat-openai', 'x', { bogus: true })), 400, 'invalid_request', 'bogus'],
+    ['body over the limit', () => (key: string) => authed(key, chatBody('chat-openai', 'x'.repeat(1024 * 1024 + 10))), 413, 'payload_too_large', null],
+  ]
+
+  it.each(cases)('%s', async (_name, make, status, code, param) => {
+    const h = harness()
+    const { key } = await h.createKey()
+    const before = await kvKeys()
+    const init = make()
+    const res = await h.fetch('/v1/chat/completions', typeof init === 'function' ? init(key) : init)
+    expect(res.status).toBe(status)
+    expect(res.headers.get('content-type')).toMatch(/application\/json/)
+    const body = (await res.json()) as OpenAIError
+    expect(body.error.code).toBe(code)
+    expect(body.error.param).toBe(param)
+    expect(body.error.message.length).toBeGreaterThan(10)
+    expect(h.emulator.calls).toEqual([])
+    expect(await kvKeys()).toEqual(before)
+  })
+
+  it('a missing or unknown key gets 401 with WWW-Authenticate and reaches no upstream', async () => {
+    const h = harness()
+    const missing = await h.fetch('/v1/chat/completions', { method: 'POST', body: chatBody('chat-openai') })
+    expect(missing.status).toBe(401)
+    expect(missing.headers.get('www-authenticate')).toMatch(/^Bearer/)
+    expect(((await missing.json()) as OpenAIError).error.code).toBe('missing_api_key')
+    const unknown = await h.fetch('/v1/chat/completions', authed('pg_sk_' + 'A'.repeat(32), chatBody('chat-openai')))
+    expect(unknown.status).toBe(401)
+    expect(((await unknown.json()) as OpenAIError).error.type).toBe('authentication_error')
+    expect(h.emulator.calls).toEqual([])
+  })
+
+  it('the openai client surfaces errors as APIError subclasses with the status', async () => {
+    const h = harness()
+    const { key } = await h.createKey()
+    const openai = new OpenAI({ apiKey: key, baseURL: 'http://podgate/v1', fetch: h.clientFetch, maxRetries: 0 })
+    await expect(openai.chat.completions.create({ model: 'nope', messages: [{ role: 'user', content: 'x' }] })).rejects.toBeInstanceOf(OpenAI.NotFoundError)
+    await expect(openai.chat.completions.create({ model: 'chat-openai', messages: [{ role: 'user', content: 'x' }], temperature: 9 })).rejects.toBeInstanceOf(OpenAI.BadRequestError)
+    const bad = new OpenAI({ apiKey: 'pg_sk_nope', baseURL: 'http://podgate/v1', fetch: h.clientFetch, maxRetries: 0 })
+    await expect(bad.models.list()).rejects.toBeInstanceOf(OpenAI.AuthenticationError)
+  })
+
+  it('unknown routes answer 404 in OpenAI format', async () => {
+    const h = harness()
+    const res = await h.fetch('/v1/nope')
+    expect(res.status).toBe(401) // auth runs first on /v1/*: no route is revealed to unauthenticated callers
+    const other = await h.fetch('/elsewhere')
+    expect(other.status).toBe(404)
+    expect(((await other.json()) as OpenAIError).error.code).toBe('not_found')
+  })
+})
+
+describe('upstream faults', () => {
+  it.each(MODEL_NAMES)('%s: an upstream 500 becomes a 502 with no upstream detail', async (model) => {
+    const h = harness()
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody(model, 'x [[emulator:fault=http,status=500]]')))
+    expect(res.status).toBe(502)
+    const body = (await res.json()) as OpenAIError
+    expect(body.error.code).toBe('upstream_error')
+    expect(JSON.stringify(body)).not.toMatch(/emulator\.test|vllm|rp_test/)
+  })
+
+  it.each(MODEL_NAMES)('%s: an upstream 429 becomes a 429', async (model) => {
+    const h = harness()
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody(model, 'x [[emulator:fault=http,status=429]]')))
+    expect(res.status).toBe(429)
+    expect(((await res.json()) as OpenAIError).error.code).toBe('upstream_rate_limited')
+  })
+
+  it.each(['chat-classic', 'chat-current'])('%s: a FAILED job is a 502 naming the worker failure', async (model) => {
+    const h = harness()
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody(model, 'x [[emulator:fault=job_failed]]')))
+    expect(res.status).toBe(502)
+    expect(((await res.json()) as OpenAIError).error.message).toMatch(/worker failed/)
+  })
+
+  it.each(MODEL_NAMES)('%s: a stream that breaks mid-way ends with an error event and no [DONE]', async (model) => {
+    const h = harness()
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody(model, 'x [[emulator:fault=mid_stream,after=3,tokens=20]]', { stream: true })))
+    expect(res.status).toBe(200)
+    const events = await readSSE(res)
+    expect(events).not.toContain('[DONE]')
+    const last = events.at(-1) as OpenAIError
+    expect(last.error.code).toBe('upstream_error')
+  })
+})

@@ -1,0 +1,107 @@
+/**
+ * Test harness: a gateway wired to an in-process Runpod emulator and miniflare's real KV, called
+ * through `app.fetch` with a real ExecutionContext so `waitUntil` work can be awaited.
+ */
+import { createExecutionContext, env, waitOnExecutionContext } from 'cloudflare:test'
+import { createParser } from 'eventsource-parser'
+import type { Hono } from 'hono'
+import { createGateway } from '../src/index.ts'
+import type { GatewayEnv, GatewayOptions } from '../src/index.ts'
+import { createRunpodEmulator } from '../src/testing/index.ts'
+import type { RunpodEmulator } from '../src/testing/index.ts'
+
+export const ADMIN_TOKEN = 'admin_test_token_0123456789abcdef'
+export const RUNPOD_KEY = 'rp_test_key_never_leaks_0123456789'
+
+export const MODELS: GatewayOptions['models'] = {
+  'chat-openai': { endpoints: [{ endpointId: 'vllmopenai' }], mode: 'openai' },
+  'chat-classic': { endpoints: [{ endpointId: 'vllmclassic' }], mode: 'native' },
+  'chat-current': { endpoints: [{ endpointId: 'vllmcurrent' }], mode: 'native' },
+}
+export const MODEL_NAMES = Object.keys(MODELS)
+
+export interface Harness {
+  app: Hono<GatewayEnv>
+  emulator: RunpodEmulator
+  logs: string[]
+  /** Calls the gateway and waits for its waitUntil work. */
+  fetch(path: string, init?: RequestInit): Promise<Response>
+  /** A fetch for clients (openai, runpod-sdk) whose base URL is http://podgate. */
+  clientFetch: typeof fetch
+  createKey(body?: Record<string, unknown>): Promise<{ id: string; key: string }>
+  /** Lets waitUntil work (e.g. upstream cancels) finish. */
+  settle(): Promise<void>
+}
+
+export function harness(overrides: Partial<GatewayOptions> = {}, emulator: RunpodEmulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })): Harness {
+  const logs: string[] = []
+  const app = createGateway({
+    models: MODELS,
+    runpod: { apiKey: RUNPOD_KEY, baseUrl: 'http://emulator.test/v2' },
+    adminToken: ADMIN_TOKEN,
+    kv: () => env.PODGATE_KV,
+    fetch: (input, init) => emulator.fetch(new Request(input, init)),
+    logSink: (line) => logs.push(line),
+    ...overrides,
+  })
+  const contexts: ExecutionContext[] = []
+  const call = async (request: Request) => {
+    const ctx = createExecutionContext()
+    contexts.push(ctx)
+    return app.fetch(request, env, ctx)
+  }
+  const h: Harness = {
+    app,
+    emulator,
+    logs,
+    fetch: (path, init) => call(new Request(`http://podgate${path}`, init)),
+    clientFetch: ((input: RequestInfo | URL, init?: RequestInit) => call(new Request(input, init))) as typeof fetch,
+    async createKey(body = { name: 'test' }) {
+      const res = await h.fetch('/admin/keys', {
+        method: 'POST',
+        headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
+        body: JSON.stringify(body),
+      })
+      if (res.status !== 201) throw new Error(`createKey: ${res.status} ${await res.text()}`)
+      return (await res.json()) as { id: string; key: string }
+    },
+    async settle() {
+      await Promise.all(contexts.splice(0).map((ctx) => waitOnExecutionContext(ctx)))
+    },
+  }
+  return h
+}
+
+export function chatBody(model: string, content = 'Say hello', extra: Record<string, unknown> = {}): string {
+  return JSON.stringify({ model, messages: [{ role: 'user', content }], ...extra })
+}
+
+export function authed(key: string, body?: string): RequestInit {
+  return {
+    method: body === undefined ? 'GET' : 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    body,
+  }
+}
+
+/** Parses an SSE body into its data payloads (JSON objects, or the string '[DONE]'). */
+export async function readSSE(response: Response): Promise<unknown[]> {
+  const events: unknown[] = []
+  const parser = createParser({ onEvent: (e) => events.push(e.data === '[DONE]' ? '[DONE]' : JSON.parse(e.data)) })
+  parser.feed(await response.text())
+  return events
+}
+
+/** Concatenates the content deltas (chat) or text (completion) of choice 0 from SSE payloads. */
+export function streamedText(events: unknown[], index = 0): string {
+  let text = ''
+  for (const event of events) {
+    if (typeof event !== 'object' || event === null) continue
+    const choices = (event as { choices?: { index: number; delta?: { content?: string }; text?: string }[] }).choices ?? []
+    for (const choice of choices) {
+      if (choice.index !== index) continue
+      text += choice.delta?.content ?? choice.text ?? ''
+    }
+  }
+  return text
+}

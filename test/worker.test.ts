@@ -1,0 +1,50 @@
+/**
+ * The deployable Worker end to end: wrangler.toml [env.dev] config, miniflare KV, and a real HTTP
+ * Runpod emulator on loopback (started by global-setup.ts). Nothing here is stubbed in-process.
+ */
+import { exports } from 'cloudflare:workers'
+import { env } from 'cloudflare:test'
+import OpenAI from 'openai'
+import { describe, expect, it } from 'vitest'
+import { MODEL_NAMES } from './helpers.ts'
+
+const worker = (exports as unknown as { default: Fetcher }).default
+const workerFetch = ((input: RequestInfo | URL, init?: RequestInit) => worker.fetch(new Request(input, init))) as typeof fetch
+
+async function newKey(): Promise<string> {
+  const res = await worker.fetch('http://podgate/admin/keys', {
+    method: 'POST',
+    headers: { authorization: `Bearer ${env.PODGATE_ADMIN_TOKEN}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ name: 'worker-test' }),
+  })
+  expect(res.status).toBe(201)
+  return ((await res.json()) as { key: string }).key
+}
+
+describe('the podgate Worker over a real HTTP upstream', () => {
+  it.each(MODEL_NAMES)('%s: an admin-created key chats, streamed and not, with identical text', async (model) => {
+    const openai = new OpenAI({ apiKey: await newKey(), baseURL: 'http://podgate/v1', fetch: workerFetch, maxRetries: 0 })
+    const messages = [{ role: 'user' as const, content: `hello over http ${model}` }]
+    const full = await openai.chat.completions.create({ model, messages, max_tokens: 48 })
+    const text = full.choices[0]?.message.content
+    expect(text).toBeTruthy()
+    let streamed = ''
+    for await (const chunk of await openai.chat.completions.create({ model, messages, max_tokens: 48, stream: true })) {
+      streamed += chunk.choices[0]?.delta.content ?? ''
+    }
+    expect(streamed).toBe(text)
+  })
+
+  it('keeps the Runpod key out of every response', async () => {
+    const key = await newKey()
+    const bodies = await Promise.all([
+      worker.fetch('http://podgate/v1/models', { headers: { authorization: `Bearer ${key}` } }).then((r) => r.text()),
+      worker.fetch('http://podgate/v1/chat/completions', { method: 'POST', headers: { authorization: `Bearer ${key}` }, body: JSON.stringify({ model: 'chat-openai', messages: [{ role: 'user', content: 'x [[emulator:fault=http,status=401]]' }] }) }).then((r) => r.text()),
+      worker.fetch('http://podgate/v1/chat/completions', { method: 'POST', headers: { authorization: `Bearer ${key}` }, body: JSON.stringify({ model: 'chat-current', messages: [{ role: 'user', content: 'x [[emulator:fault=job_failed]]' }] }) }).then((r) => r.text()),
+    ])
+    for (const body of bodies) {
+      expect(body).not.toContain(env.RUNPOD_API_KEY)
+      expect(body).not.toContain(env.PODGATE_ADMIN_TOKEN)
+    }
+  })
+})
