@@ -20,6 +20,8 @@ import { createErrorHandler, errorResponse, formatForPath } from './http/respond
 import { openaiRoutes } from './openai/routes.ts'
 import { resolveModels } from './routing/models.ts'
 import { RunpodClient } from './upstream/runpod/client.ts'
+import { createDispatcher } from './upstream/dispatch.ts'
+import type { CompletionStage } from './pipeline/index.ts'
 import type { GatewayEnv } from './types.ts'
 
 export interface GatewayOptions extends GatewayOptionsInput {
@@ -67,7 +69,9 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
   app.get('/healthz', (c) => c.json({ ok: true }))
 
   app.use('/v1/*', apiKeyAuth({ store, credential }))
-  app.route('/v1', openaiRoutes({ models, client, runpod: config.runpod, maxBodyBytes: config.maxBodyBytes }))
+  const dispatch = createDispatcher({ client, runpod: config.runpod })
+  const stages: CompletionStage[] = []
+  app.route('/v1', openaiRoutes({ models, maxBodyBytes: config.maxBodyBytes, stages, dispatch }))
 
   app.use('/admin/*', adminAuth({ token: config.adminToken }))
   app.route('/admin/keys', keysRoutes({ store, models: new Set(models.keys()), maxBodyBytes: config.maxBodyBytes }))

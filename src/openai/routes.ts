@@ -1,51 +1,36 @@
 /**
  * The OpenAI-compatible surface: `POST /chat/completions`, `POST /completions`, `GET /models`.
- * Each call flows one way: body -> model + scope -> normalize -> endpoint -> upstream mode.
+ * Each call flows one way: body -> model + scope -> normalize -> pipeline stages -> upstream.
  */
 import { Hono } from 'hono'
 import type { Context } from 'hono'
 import { readJsonBody } from '../http/body.ts'
 import { assertJsonObject, normalizeChatRequest, normalizeCompletionRequest } from '../normalize/index.ts'
-import { modelFor, pickEndpoint } from '../routing/models.ts'
+import { composeStages, createCompletionContext } from '../pipeline/index.ts'
+import type { CompletionHandler, CompletionStage } from '../pipeline/index.ts'
+import { modelFor } from '../routing/models.ts'
 import type { ModelTable } from '../routing/models.ts'
-import type { ResolvedOptions } from '../config/schema.ts'
-import type { RunpodClient } from '../upstream/runpod/client.ts'
-import { nativeCompletion } from '../upstream/native.ts'
-import { openaiRouteCompletion } from '../upstream/openai-route.ts'
-import type { TokenUsage } from '../upstream/types.ts'
 import type { GatewayEnv } from '../types.ts'
-import { waitUntilOf } from '../http/context.ts'
 
 export interface OpenAIRoutesOptions {
   models: ModelTable
-  client: RunpodClient
-  runpod: ResolvedOptions['runpod']
   maxBodyBytes: number
-  /** Called once per completed answer with its real usage (quotas, logs). */
-  onUsage?: (c: Context<GatewayEnv>, usage: TokenUsage) => void
+  /** Stages every completion passes through, in order (quota, cache, ...). */
+  stages: readonly CompletionStage[]
+  /** The last handler: serves the request upstream. */
+  dispatch: CompletionHandler
 }
 
 export function openaiRoutes(options: OpenAIRoutesOptions): Hono<GatewayEnv> {
   const app = new Hono<GatewayEnv>()
+  const run = composeStages(options.stages, options.dispatch)
 
   async function complete(c: Context<GatewayEnv>, kind: 'chat' | 'completion'): Promise<Response> {
     const body = await readJsonBody(c.req.raw, options.maxBodyBytes)
     assertJsonObject(body)
     const model = modelFor(options.models, body.model, c.get('principal'))
     const request = kind === 'chat' ? normalizeChatRequest(body, model.config, model.alias) : normalizeCompletionRequest(body, model.config, model.alias)
-    const endpoint = pickEndpoint(model)
-    const onUsage = options.onUsage
-    const call = {
-      client: options.client,
-      runpod: options.runpod,
-      model,
-      endpoint,
-      request,
-      signal: c.req.raw.signal,
-      waitUntil: waitUntilOf(c),
-      onUsage: onUsage ? (usage: TokenUsage) => onUsage(c, usage) : undefined,
-    }
-    return endpoint.mode === 'openai' ? openaiRouteCompletion(call) : nativeCompletion(call)
+    return run(createCompletionContext(c, request, model))
   }
 
   app.post('/chat/completions', (c) => complete(c, 'chat'))

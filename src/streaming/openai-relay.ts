@@ -27,9 +27,13 @@ export interface OpenAIRelayOptions {
   onUsage?(usage: Usage): void
   /** Called once, when the first upstream event arrives. */
   onFirstEvent?(): void
+  /** Called once when the relay ends: `[DONE]` relayed (ok), or an error event written / the caller gone. */
+  onEnd?(outcome: RelayOutcome): void
   /** Most characters one event may buffer before the stream is refused. Default 4 Mi. */
   maxEventChars?: number
 }
+
+export type RelayOutcome = { ok: true } | { ok: false; error: GatewayError; started: boolean }
 
 /** What `ReadableStream.pipeThrough` accepts. */
 export interface OpenAIRelay {
@@ -46,7 +50,13 @@ const STREAM_DECODE: TextDecoderDecodeOptions = { stream: true }
  * return new Response(upstream.body.pipeThrough(relay), { headers: SSE_HEADERS })
  */
 export function createOpenAIRelay(options: OpenAIRelayOptions): OpenAIRelay {
-  const { model, id, includeUsage, onUsage, onFirstEvent } = options
+  const { model, id, includeUsage, onUsage, onFirstEvent, onEnd } = options
+  let reported = false
+  function report(outcome: RelayOutcome): void {
+    if (reported) return
+    reported = true
+    onEnd?.(outcome)
+  }
   const modelText = jsonStringContent(model)
   const idText = id === undefined ? undefined : jsonStringContent(id)
   const decoder = new TextDecoder()
@@ -73,6 +83,7 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): OpenAIRelay {
     if (data === '[DONE]') {
       out += DONE_TEXT
       ended = true
+      report({ ok: true })
       return
     }
     const fast = rewriteChunkText(data, modelText, idText)
@@ -124,6 +135,7 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): OpenAIRelay {
     const failure = toGatewayError(error)
     out += sseErrorText({ message: failure.message, type: failure.type, code: failure.code })
     ended = true
+    report({ ok: false, error: failure, started })
   }
 
   function flush(): void {
@@ -151,6 +163,7 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): OpenAIRelay {
     cancel(reason) {
       // The caller went away: stop reading upstream, which makes pipeThrough cancel the upstream body.
       readableClosed = true
+      if (!ended) report({ ok: false, error: new GatewayError('upstream_error', 'The caller went away.'), started })
       ended = true
       const resume = wake
       wake = undefined

@@ -51,7 +51,7 @@ async function nativeJson(call: CompletionCall): Promise<Response> {
     maxTokens: request.sampling.max_tokens,
     n: request.sampling.n ?? 1,
   })
-  call.onUsage?.(usage)
+  call.settle({ ok: true, usage })
   return Response.json(body)
 }
 
@@ -76,10 +76,17 @@ async function nativeStream(call: CompletionCall): Promise<Response> {
   let polls = 0
   let finished = false
   let emptyDelay = 0
+  let producedOutput = false
   const cancelUpstream = () => {
     if (finished) return
     finished = true
     call.waitUntil(client.cancel(endpoint, job.id).catch(() => undefined))
+  }
+  const fail = (error: unknown) => {
+    const failure = toGatewayError(error)
+    cancelUpstream()
+    call.settle({ ok: false, error: failure, producedOutput, usage })
+    return failure
   }
   call.signal?.addEventListener('abort', cancelUpstream, { once: true })
 
@@ -98,8 +105,8 @@ async function nativeStream(call: CompletionCall): Promise<Response> {
               if (page.status !== 'COMPLETED') throw jobFailure(page as JobStatus)
               decoder.finish()
               for (const bytes of pending) controller.enqueue(bytes)
+              call.settle({ ok: true, usage })
               if (usage) {
-                call.onUsage?.(usage)
                 if (request.includeUsage) controller.enqueue(encodeSSEData(JSON.stringify({ id, object, created, model: model.alias, choices: [], usage })))
               }
               controller.enqueue(DONE)
@@ -107,6 +114,7 @@ async function nativeStream(call: CompletionCall): Promise<Response> {
               return
             }
             if (pending.length > 0) {
+              producedOutput = true
               for (const bytes of pending) controller.enqueue(bytes)
               pending = []
               emptyDelay = 0
@@ -122,8 +130,8 @@ async function nativeStream(call: CompletionCall): Promise<Response> {
             return
           }
         } catch (error) {
-          cancelUpstream()
-          const failure = toGatewayError(error)
+          if (pending.length > 0) producedOutput = true
+          const failure = fail(error)
           for (const bytes of pending) controller.enqueue(bytes)
           pending = []
           controller.enqueue(sseErrorEvent({ message: failure.message, type: failure.type, code: failure.code }))
@@ -131,7 +139,7 @@ async function nativeStream(call: CompletionCall): Promise<Response> {
         }
       },
       cancel() {
-        cancelUpstream()
+        fail(new GatewayError('upstream_error', 'The caller went away.'))
       },
     },
     { highWaterMark: 0 },

@@ -16,7 +16,13 @@ export async function openaiRouteCompletion(call: CompletionCall): Promise<Respo
 
   if (request.stream) {
     if (!upstream.body) throw new GatewayError('upstream_error', 'The upstream answered a stream request with no body.')
-    const relay = createOpenAIRelay({ model: model.alias, includeUsage: request.includeUsage, onUsage: call.onUsage })
+    let usage: TokenUsage | undefined
+    const relay = createOpenAIRelay({
+      model: model.alias,
+      includeUsage: request.includeUsage,
+      onUsage: (u) => (usage = u),
+      onEnd: (end) => call.settle(end.ok ? { ok: true, usage } : { ok: false, error: end.error, producedOutput: end.started, usage }),
+    })
     return new Response(upstream.body.pipeThrough(relay), { status: 200, headers: SSE_HEADERS })
   }
 
@@ -30,6 +36,6 @@ export async function openaiRouteCompletion(call: CompletionCall): Promise<Respo
     throw new GatewayError('upstream_error', 'The upstream answered with an unexpected completion shape.')
   }
   json.model = model.alias
-  if (json.usage && call.onUsage) call.onUsage(json.usage as TokenUsage)
+  call.settle({ ok: true, usage: json.usage as TokenUsage | undefined })
   return Response.json(json)
 }

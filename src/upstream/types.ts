@@ -5,6 +5,7 @@ import type { ResolvedOptions } from '../config/schema.ts'
 import type { NormalizedRequest } from '../normalize/types.ts'
 import type { ResolvedModel } from '../routing/models.ts'
 import type { Endpoint, RunpodClient } from './runpod/client.ts'
+import type { CompletionOutcome } from '../pipeline/index.ts'
 
 export interface TokenUsage {
   prompt_tokens: number
@@ -22,8 +23,8 @@ export interface CompletionCall {
   signal?: AbortSignal
   /** Work that must outlive the response (e.g. cancelling an upstream job). */
   waitUntil: (promise: Promise<unknown>) => void
-  /** Called once with the upstream's usage when the answer is complete. */
-  onUsage?: (usage: TokenUsage) => void
+  /** Reports how the answer ended, once (see CompletionContext.settle). */
+  settle: (outcome: CompletionOutcome) => void
 }
 
 export const SSE_HEADERS: Readonly<Record<string, string>> = {

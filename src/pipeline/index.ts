@@ -1,0 +1,66 @@
+/**
+ * The completion pipeline: the stages a normalized request passes through on its way upstream.
+ *
+ * A stage is middleware over a `CompletionContext` (quota reserve/settle, cache lookup/store, ...);
+ * the last handler dispatches upstream. `ctx.outcome` resolves once, after the last byte of a stream
+ * or with the JSON answer, so a stage can settle quotas or store a cache entry from real results
+ * without buffering the response itself.
+ */
+import type { Context } from 'hono'
+import { toGatewayError } from '../errors/index.ts'
+import type { GatewayError } from '../errors/index.ts'
+import type { NormalizedRequest } from '../normalize/types.ts'
+import type { ResolvedModel } from '../routing/models.ts'
+import type { TokenUsage } from '../upstream/types.ts'
+import type { GatewayEnv } from '../types.ts'
+
+export type CompletionOutcome =
+  | { ok: true; usage: TokenUsage | undefined }
+  /** `producedOutput`: some of the answer reached the caller before the failure. */
+  | { ok: false; error: GatewayError; producedOutput: boolean; usage?: TokenUsage }
+
+export interface CompletionContext {
+  c: Context<GatewayEnv>
+  request: NormalizedRequest
+  model: ResolvedModel
+  /** Resolves exactly once with how the answer ended. */
+  readonly outcome: Promise<CompletionOutcome>
+  /** Resolves `outcome`; later calls are ignored. Called by the upstream dispatcher. */
+  settle(outcome: CompletionOutcome): void
+}
+
+export type CompletionHandler = (ctx: CompletionContext) => Promise<Response>
+export type CompletionStage = (ctx: CompletionContext, next: CompletionHandler) => Promise<Response>
+
+export function createCompletionContext(c: Context<GatewayEnv>, request: NormalizedRequest, model: ResolvedModel): CompletionContext {
+  let resolve!: (outcome: CompletionOutcome) => void
+  const outcome = new Promise<CompletionOutcome>((r) => (resolve = r))
+  let settled = false
+  return {
+    c,
+    request,
+    model,
+    outcome,
+    settle(value) {
+      if (settled) return
+      settled = true
+      resolve(value)
+    },
+  }
+}
+
+/**
+ * Chains stages in order around the terminal handler. A handler that throws before answering settles
+ * the outcome as a failure with no output, so stages never wait on an outcome that cannot come.
+ */
+export function composeStages(stages: readonly CompletionStage[], terminal: CompletionHandler): CompletionHandler {
+  const guarded: CompletionHandler = async (ctx) => {
+    try {
+      return await terminal(ctx)
+    } catch (error) {
+      ctx.settle({ ok: false, error: toGatewayError(error), producedOutput: false })
+      throw error
+    }
+  }
+  return stages.reduceRight<CompletionHandler>((next, stage) => (ctx) => stage(ctx, next), guarded)
+}
