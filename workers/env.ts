@@ -5,6 +5,7 @@
  *   RUNPOD_API_KEY       secret: the Runpod API key
  *   RUNPOD_BASE_URL      optional: overrides https://api.runpod.ai/v2 (the dev emulator, a proxy)
  *   PODGATE_ADMIN_TOKEN  secret, optional: enables /admin/*
+ *   PODGATE_SIGNING_SECRET secret, optional: signs browser tokens and job ids (default: derived from RUNPOD_API_KEY)
  */
 import { ConfigError } from '../src/index.ts'
 import type { GatewayOptions } from '../src/index.ts'
@@ -15,6 +16,7 @@ export interface PodgateWorkerEnv {
   RUNPOD_API_KEY?: string
   RUNPOD_BASE_URL?: string
   PODGATE_ADMIN_TOKEN?: string
+  PODGATE_SIGNING_SECRET?: string
 }
 
 export function optionsFromEnv(env: PodgateWorkerEnv): GatewayOptions {
@@ -25,6 +27,7 @@ export function optionsFromEnv(env: PodgateWorkerEnv): GatewayOptions {
     models: parseModels(env.PODGATE_MODELS) as GatewayOptions['models'],
     runpod: { apiKey: env.RUNPOD_API_KEY, ...(env.RUNPOD_BASE_URL ? { baseUrl: env.RUNPOD_BASE_URL } : {}) },
     ...(env.PODGATE_ADMIN_TOKEN ? { adminToken: env.PODGATE_ADMIN_TOKEN } : {}),
+    ...(env.PODGATE_SIGNING_SECRET ? { signingSecret: env.PODGATE_SIGNING_SECRET } : {}),
   }
 }
 

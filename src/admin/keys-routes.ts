@@ -4,6 +4,7 @@
 import { Hono } from 'hono'
 import { z } from 'zod'
 import { publicKeyView } from '../auth/keys.ts'
+import { quotaPolicySchema } from '../quota/policy.ts'
 import type { KeyStore } from '../auth/keys.ts'
 import { GatewayError } from '../errors/index.ts'
 import { readJsonBody } from '../http/body.ts'
@@ -16,6 +17,7 @@ export const createKeySchema = z
     name: z.string().trim().min(1).max(100).describe('A label for people: who or what uses the key.'),
     models: z.array(z.string().min(1).max(128)).max(256).nullable().optional().describe('Model aliases the key may use; omit or null for all.'),
     metadata: z.record(z.string().max(64), z.string().max(512)).optional().describe('Free-form string pairs for the operator.'),
+    quota: quotaPolicySchema.nullable().optional().describe('Limits for this key; omit for the gateway defaults.'),
   })
   .strict()
 

@@ -9,6 +9,8 @@
  * delay (up to ~60 s) plus `keyCacheTtlMs`.
  */
 
+import type { QuotaPolicy } from '../quota/policy.ts'
+
 export const KEY_PREFIX = 'pg_sk_'
 const KEY_BODY_LENGTH = 32
 const ID_PREFIX = 'key_'
@@ -23,6 +25,8 @@ export interface KeyRecord {
   /** Model aliases the key may use; null means all. */
   models: string[] | null
   metadata: Record<string, string>
+  /** Limits for this key; null means the gateway's defaults. */
+  quota: QuotaPolicy | null
   createdAt: number
   revokedAt: number | null
   /** SHA-256 hex of the key. Never the key itself. */
@@ -37,6 +41,7 @@ export interface Principal {
   name: string
   kind: KeyKind
   models: string[] | null
+  quota: QuotaPolicy | null
 }
 
 function randomBase62(length: number): string {
@@ -83,7 +88,7 @@ export async function timingSafeEqualText(a: string, b: string): Promise<boolean
 }
 
 export function toPrincipal(record: KeyRecord): Principal {
-  return { keyId: record.id, name: record.name, kind: record.kind, models: record.models }
+  return { keyId: record.id, name: record.name, kind: record.kind, models: record.models, quota: record.quota ?? null }
 }
 
 /** The operator's view of a key: everything but the hash. */
@@ -141,7 +146,7 @@ export class KeyStore {
     return live
   }
 
-  async create(input: { name: string; models?: string[] | null; metadata?: Record<string, string> }): Promise<{ record: KeyRecord; key: string }> {
+  async create(input: { name: string; models?: string[] | null; metadata?: Record<string, string>; quota?: QuotaPolicy | null }): Promise<{ record: KeyRecord; key: string }> {
     const key = generateKey()
     const record: KeyRecord = {
       id: generateKeyId(),
@@ -149,6 +154,7 @@ export class KeyStore {
       kind: 'secret',
       models: input.models ?? null,
       metadata: input.metadata ?? {},
+      quota: input.quota ?? null,
       createdAt: Date.now(),
       revokedAt: null,
       hash: await sha256Hex(key),

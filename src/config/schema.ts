@@ -105,6 +105,8 @@ export const gatewayOptionsSchema = z
         streamWaitMs: z.number().int().min(0).max(300_000).default(10_000),
       })
       .strict(),
+    /** Secret for signed browser tokens and job ids (32+ chars). Default: derived from the Runpod key. */
+    signingSecret: z.string().min(32, { message: 'must be at least 32 characters: e.g. `openssl rand -hex 32`' }).optional(),
     /** Bearer token for `/admin/*`. Admin routes answer 404 when unset. */
     adminToken: z.string().min(16, { message: 'must be at least 16 characters' }).optional(),
     /** Largest accepted request body, in bytes. Default 1 MiB. */
