@@ -5,6 +5,9 @@
  * the last handler dispatches upstream. `ctx.outcome` resolves once, after the last byte of a stream
  * or with the JSON answer, so a stage can settle quotas or store a cache entry from real results
  * without buffering the response itself.
+ *
+ * Contract: a stage that answers without calling `next` (a cache hit, a refusal) must `settle` the
+ * context itself; the dispatcher settles every answer it produces.
  */
 import type { Context } from 'hono'
 import { toGatewayError } from '../errors/index.ts'
@@ -15,7 +18,8 @@ import type { TokenUsage } from '../upstream/types.ts'
 import type { GatewayEnv } from '../types.ts'
 
 export type CompletionOutcome =
-  | { ok: true; usage: TokenUsage | undefined }
+  /** `cached`: answered from podgate's cache, no upstream work (quota counts the request, not its tokens). */
+  | { ok: true; usage: TokenUsage | undefined; cached?: boolean }
   /** `producedOutput`: some of the answer reached the caller before the failure. */
   | { ok: false; error: GatewayError; producedOutput: boolean; usage?: TokenUsage }
 
