@@ -19,6 +19,7 @@ export default defineConfig({
   ],
   test: {
     include: ['test/**/*.test.ts', 'src/**/*.test.ts'],
+    exclude: ['test/e2e/**', '**/node_modules/**'],
     globalSetup: ['./test/global-setup.ts'],
     testTimeout: 20_000,
   },
