@@ -1,13 +1,17 @@
 /**
  * Quota policy: the limits a key (or a model / gateway default) carries. Stored on key records.
+ *
+ * Windows are fixed and aligned to the clock: a minute window is one UTC clock minute, a day window
+ * one UTC day. Counters belong to the key; a model default only sets the limit used when that model
+ * is called.
  */
 import { z } from 'zod'
 
 export const quotaPolicySchema = z
   .object({
-    requestsPerMinute: z.number().int().positive().optional().describe('Requests per rolling minute window.'),
+    requestsPerMinute: z.number().int().positive().optional().describe('Requests per UTC clock minute.'),
     requestsPerDay: z.number().int().positive().optional().describe('Requests per UTC day.'),
-    tokensPerMinute: z.number().int().positive().optional().describe('Prompt + completion tokens per minute window.'),
+    tokensPerMinute: z.number().int().positive().optional().describe('Prompt + completion tokens per UTC clock minute.'),
     tokensPerDay: z.number().int().positive().optional().describe('Prompt + completion tokens per UTC day.'),
     maxConcurrentStreams: z.number().int().positive().optional().describe('Streams open at once.'),
     strict: z.boolean().optional().describe('Exact enforcement on a Durable Object instead of the KV store.'),
@@ -15,3 +19,32 @@ export const quotaPolicySchema = z
   .strict()
 
 export type QuotaPolicy = z.infer<typeof quotaPolicySchema>
+
+/** Which store enforces a policy: `kv` (approximate, no coordination) or `strict` (a Durable Object per key). */
+export const quotaStoreKindSchema = z.enum(['kv', 'strict'])
+export type QuotaStoreKind = z.infer<typeof quotaStoreKindSchema>
+
+/**
+ * The effective policy, field by field: the key's own limits win over the model's defaults, which win
+ * over the gateway's. Returns null when no limit applies, so the caller can skip quota work entirely.
+ */
+export function effectivePolicy(...layers: (QuotaPolicy | null | undefined)[]): QuotaPolicy | null {
+  const merged: QuotaPolicy = {}
+  for (const layer of layers) {
+    if (!layer) continue
+    for (const [name, value] of Object.entries(layer)) {
+      if (value !== undefined) Object.assign(merged, { [name]: value })
+    }
+  }
+  return hasLimits(merged) ? merged : null
+}
+
+export function hasLimits(policy: QuotaPolicy): boolean {
+  return (
+    policy.requestsPerMinute !== undefined ||
+    policy.requestsPerDay !== undefined ||
+    policy.tokensPerMinute !== undefined ||
+    policy.tokensPerDay !== undefined ||
+    policy.maxConcurrentStreams !== undefined
+  )
+}

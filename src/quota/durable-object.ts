@@ -1,0 +1,93 @@
+/**
+ * `QuotaObject`: the Durable Object behind strict quotas. It lives in its own module, published as
+ * `podgate/durable-objects`, because it imports `cloudflare:workers`, which exists only inside
+ * Workers: the main entry point stays importable on Node (tests, tools) while a Worker re-exports
+ * this class from its main module.
+ *
+ * The object keeps its state in memory and persists it to its own (SQLite-backed) storage before it
+ * answers; the decision runs without awaiting anything, so no two requests interleave within it.
+ * Stream slots are leases that expire after `STREAM_LEASE_MS`, so an isolate that dies mid-stream
+ * cannot hold a slot forever.
+ */
+import { DurableObject } from 'cloudflare:workers'
+import { addCounts, applyDelta, emptyUsage, exceededLimit } from './limits.ts'
+import type { Counts, QuotaCost, QuotaUsage } from './limits.ts'
+import type { QuotaPolicy } from './policy.ts'
+
+/** Longest a stream slot stays taken without a settle. */
+export const STREAM_LEASE_MS = 30 * 60_000
+
+interface ObjectState {
+  /** Counts per window id (`m:<minute>`, `d:<day>`); only the current ones are kept. */
+  windows: Record<string, Counts>
+  /** Open stream leases: id -> expiry (epoch ms). */
+  leases: Record<string, number>
+}
+
+type ObjectReserveResult = { ok: true; usage: QuotaUsage; lease?: string } | { ok: false; exceeded: NonNullable<ReturnType<typeof exceededLimit>>; usage: QuotaUsage }
+
+export class QuotaObject extends DurableObject<unknown> {
+  #state: ObjectState = { windows: {}, leases: {} }
+
+  constructor(ctx: DurableObjectState, env: unknown) {
+    super(ctx, env)
+    void ctx.blockConcurrencyWhile(async () => {
+      this.#state = (await ctx.storage.get<ObjectState>('state')) ?? this.#state
+    })
+  }
+
+  async reserve(input: { policy: QuotaPolicy; cost: QuotaCost; now: number }): Promise<ObjectReserveResult> {
+    const usage = this.#usageAt(input.now)
+    const exceeded = exceededLimit(input.policy, usage, input.cost)
+    if (exceeded) return { ok: false, exceeded, usage }
+    const delta = { requests: 1, tokens: input.cost.tokens }
+    this.#add(usage, delta)
+    applyDelta(usage, usage, delta)
+    let lease: string | undefined
+    if (input.cost.stream) {
+      lease = crypto.randomUUID()
+      this.#state.leases[lease] = input.now + STREAM_LEASE_MS
+      usage.streams++
+    }
+    await this.ctx.storage.put('state', this.#state)
+    return lease === undefined ? { ok: true, usage } : { ok: true, usage, lease }
+  }
+
+  async settle(input: { minute: number; day: number; tokens: number; lease?: string }): Promise<void> {
+    if (input.lease !== undefined) delete this.#state.leases[input.lease]
+    if (input.tokens !== 0) this.#add(input, { requests: 0, tokens: input.tokens })
+    await this.ctx.storage.put('state', this.#state)
+  }
+
+  usage(input: { now: number }): QuotaUsage {
+    return this.#usageAt(input.now)
+  }
+
+  /** The counts of the windows current at `now`; drops past windows and expired leases. */
+  #usageAt(now: number): QuotaUsage {
+    const usage = emptyUsage(now)
+    const minute = `m:${usage.minute}`
+    const day = `d:${usage.day}`
+    for (const id of Object.keys(this.#state.windows)) {
+      if (id !== minute && id !== day) delete this.#state.windows[id]
+    }
+    const m = this.#state.windows[minute]
+    if (m) addCounts(usage.minuteCounts, m)
+    const d = this.#state.windows[day]
+    if (d) addCounts(usage.dayCounts, d)
+    for (const [lease, expires] of Object.entries(this.#state.leases)) {
+      if (expires <= now) delete this.#state.leases[lease]
+      else usage.streams++
+    }
+    return usage
+  }
+
+  /** Charges `delta` to the given windows if they are still kept (a settle after rollover changes nothing current). */
+  #add(at: { minute: number; day: number }, delta: Counts): void {
+    for (const id of [`m:${at.minute}`, `d:${at.day}`]) {
+      const counts = this.#state.windows[id]
+      if (counts) addCounts(counts, delta)
+      else if (delta.requests > 0) this.#state.windows[id] = { ...delta }
+    }
+  }
+}

@@ -1,0 +1,233 @@
+/**
+ * `KvQuotaStore`: quotas in Workers KV, designed around KV's limits (about one write per second per
+ * key, eventual consistency, 60 s minimum TTL).
+ *
+ * Each store instance (one per isolate) is a *shard*: it counts its own admissions exactly in memory and
+ * publishes its cumulative counts per window as the metadata of its own KV keys, at most once per
+ * `flushIntervalMs` (written from `waitUntil`, never on the response path). A key's total is its own
+ * counts plus the other shards' metadata from one `list({ prefix })`, cached for `flushIntervalMs`.
+ * So the hot path does at most one KV list per key per interval and no KV key is written more often
+ * than once per interval. Storage schema (docs/storage.md):
+ *   `quota:<keyId>:m:<minute>:<shard>`  metadata `{ r, t }`, TTL: the window's end + 60 s
+ *   `quota:<keyId>:d:<day>:<shard>`     metadata `{ r, t }`, TTL: the window's end + 60 s
+ *
+ * Accuracy: a shard sees the others' counts at most `2 * flushIntervalMs + KV propagation` late, so a
+ * window can overshoot its limit by what the other shards admitted in that time (README "Quotas").
+ * Concurrent streams are counted per isolate only; use the strict store for an exact stream limit.
+ */
+import { addCounts, applyDelta, DAY_MS, emptyUsage, exceededLimit, MINUTE_MS } from './limits.ts'
+import type { Counts, QuotaUsage } from './limits.ts'
+import type { QuotaStore, ReserveInput, ReserveResult, SettleInput } from './store.ts'
+
+export interface KvQuotaStoreOptions {
+  /** Least time between two writes of this shard's keys, and how long a listed total is trusted, in ms. Default 1000. */
+  flushIntervalMs?: number
+  /** Clock that paces flushes and list refreshes. Default `Date.now`. */
+  now?: () => number
+  /** This shard's id (one per isolate). Default: random. */
+  shard?: string
+  /** Most keys whose counters an isolate keeps in memory. Default 10000. */
+  maxKeys?: number
+  /** Waits before a paced flush. Default: `setTimeout`. Tests pass one driven by their clock. */
+  sleep?: (ms: number) => Promise<void>
+}
+
+interface ShardMetadata {
+  r: number
+  t: number
+}
+
+interface KeyState {
+  /** This shard's cumulative counts per window id (`m:<minute>`, `d:<day>`). */
+  own: Map<string, Counts>
+  /** Window ids whose counts changed since the last flush. */
+  dirty: Set<string>
+  /** The other shards' counts per window id, as of `listedAt`. */
+  others: Map<string, Counts>
+  listedAt: number
+  listing: Promise<void> | null
+  streams: number
+}
+
+export const QUOTA_KEY_PREFIX = 'quota:'
+const TTL_MARGIN_SECONDS = 60
+
+/**
+ * @example
+ * const store = new KvQuotaStore(env.PODGATE_KV) // one per isolate: it is this isolate's shard
+ * const result = await store.reserve({ keyId, policy: { requestsPerMinute: 60 }, cost: { tokens: 512, stream: false }, now: Date.now(), background: (p) => ctx.waitUntil(p) })
+ * if (result.ok) await store.settle({ reservation: result.reservation, tokens: 230 })
+ */
+export class KvQuotaStore implements QuotaStore {
+  readonly kind = 'kv'
+  readonly shard: string
+  readonly #kv: KVNamespace
+  readonly #interval: number
+  readonly #now: () => number
+  readonly #maxKeys: number
+  readonly #sleep: (ms: number) => Promise<void>
+  readonly #keys = new Map<string, KeyState>()
+  #lastFlush = Number.NEGATIVE_INFINITY
+  #flushScheduled = false
+
+  constructor(kv: KVNamespace, options: KvQuotaStoreOptions = {}) {
+    this.#kv = kv
+    this.#interval = options.flushIntervalMs ?? 1000
+    this.#now = options.now ?? Date.now
+    this.#maxKeys = options.maxKeys ?? 10_000
+    this.#sleep = options.sleep ?? ((ms) => new Promise((resolve) => setTimeout(resolve, ms)))
+    this.shard = options.shard ?? crypto.randomUUID().replaceAll('-', '').slice(0, 16)
+  }
+
+  async reserve(input: ReserveInput): Promise<ReserveResult> {
+    const state = this.#state(input.keyId)
+    await this.#refresh(input.keyId, state)
+    const usage = this.#usageOf(state, input.now)
+    const exceeded = exceededLimit(input.policy, usage, input.cost)
+    if (exceeded) return { ok: false, exceeded, usage }
+    const delta = { requests: 1, tokens: input.cost.tokens }
+    this.#add(state, usage, delta)
+    applyDelta(usage, usage, delta)
+    if (input.cost.stream) {
+      state.streams++
+      usage.streams++
+    }
+    this.#scheduleFlush(input.background)
+    return { ok: true, reservation: { keyId: input.keyId, minute: usage.minute, day: usage.day, tokens: input.cost.tokens, stream: input.cost.stream }, usage }
+  }
+
+  async settle(input: SettleInput): Promise<void> {
+    const { reservation } = input
+    const state = this.#state(reservation.keyId)
+    if (reservation.stream) state.streams = Math.max(0, state.streams - 1)
+    const tokens = input.tokens - reservation.tokens
+    if (tokens === 0) return
+    this.#add(state, reservation, { requests: 0, tokens })
+    this.#scheduleFlush(input.background)
+  }
+
+  async usage(input: { keyId: string; now: number }): Promise<QuotaUsage> {
+    const state = this.#state(input.keyId)
+    await this.#refresh(input.keyId, state)
+    return this.#usageOf(state, input.now)
+  }
+
+  /** Writes every changed shard counter now. The store calls it itself, paced; tests call it to publish. */
+  async flush(): Promise<void> {
+    this.#flushScheduled = false
+    const now = this.#now()
+    this.#lastFlush = now
+    const writes: Promise<void>[] = []
+    for (const [keyId, state] of this.#keys) {
+      for (const id of state.dirty) {
+        const counts = state.own.get(id)
+        if (!counts) continue
+        const metadata: ShardMetadata = { r: counts.requests, t: counts.tokens }
+        const write = this.#kv.put(`${QUOTA_KEY_PREFIX}${keyId}:${id}:${this.shard}`, '', { metadata, expirationTtl: ttlSeconds(id, now) })
+        // A failed write (e.g. KV's own rate limit) is retried with the next flush.
+        writes.push(write.catch(() => void state.dirty.add(id)))
+      }
+      state.dirty.clear()
+    }
+    await Promise.all(writes)
+  }
+
+  #scheduleFlush(background: ReserveInput['background']): void {
+    if (this.#flushScheduled) return
+    this.#flushScheduled = true
+    const wait = Math.max(0, this.#lastFlush + this.#interval - this.#now())
+    const run = (wait > 0 ? this.#sleep(wait) : Promise.resolve()).then(() => this.flush())
+    if (background) background(run)
+    else void run.catch(() => undefined)
+  }
+
+  async #refresh(keyId: string, state: KeyState): Promise<void> {
+    if (this.#now() - state.listedAt < this.#interval) return
+    // Concurrent requests in this isolate share one list.
+    state.listing ??= this.#list(keyId, state).finally(() => (state.listing = null))
+    await state.listing
+  }
+
+  async #list(keyId: string, state: KeyState): Promise<void> {
+    const prefix = `${QUOTA_KEY_PREFIX}${keyId}:`
+    const others = new Map<string, Counts>()
+    let cursor: string | undefined
+    do {
+      const page = await this.#kv.list<ShardMetadata>({ prefix, cursor })
+      for (const key of page.keys) {
+        // `<m|d>:<index>:<shard>` after the prefix; the key id itself may hold colons.
+        const rest = key.name.slice(prefix.length)
+        const cut = rest.lastIndexOf(':')
+        if (cut < 0 || !key.metadata) continue
+        const id = rest.slice(0, cut)
+        const counts = { requests: key.metadata.r, tokens: key.metadata.t }
+        if (rest.slice(cut + 1) === this.shard) {
+          // Our own published counts: memory is ahead of them, unless the key's state was evicted.
+          if (!state.own.has(id)) state.own.set(id, counts)
+          continue
+        }
+        const sum = others.get(id)
+        if (sum) addCounts(sum, counts)
+        else others.set(id, counts)
+      }
+      cursor = page.list_complete ? undefined : page.cursor
+    } while (cursor)
+    state.others = others
+    state.listedAt = this.#now()
+  }
+
+  #usageOf(state: KeyState, now: number): QuotaUsage {
+    const usage = emptyUsage(now)
+    const minute = `m:${usage.minute}`
+    const day = `d:${usage.day}`
+    for (const source of [state.own, state.others]) {
+      const m = source.get(minute)
+      if (m) addCounts(usage.minuteCounts, m)
+      const d = source.get(day)
+      if (d) addCounts(usage.dayCounts, d)
+    }
+    usage.streams = state.streams
+    this.#prune(state, minute, day)
+    return usage
+  }
+
+  #add(state: KeyState, at: { minute: number; day: number }, delta: Counts): void {
+    for (const id of [`m:${at.minute}`, `d:${at.day}`]) {
+      const counts = state.own.get(id)
+      if (counts) addCounts(counts, delta)
+      else state.own.set(id, { ...delta })
+      state.dirty.add(id)
+    }
+  }
+
+  /** Past windows no longer count; their counters go once published. */
+  #prune(state: KeyState, minute: string, day: string): void {
+    for (const id of state.own.keys()) {
+      if (id !== minute && id !== day && !state.dirty.has(id)) state.own.delete(id)
+    }
+  }
+
+  #state(keyId: string): KeyState {
+    let state = this.#keys.get(keyId)
+    if (state) return state
+    if (this.#keys.size >= this.#maxKeys) this.#evictIdle()
+    state = { own: new Map(), dirty: new Set(), others: new Map(), listedAt: Number.NEGATIVE_INFINITY, listing: null, streams: 0 }
+    this.#keys.set(keyId, state)
+    return state
+  }
+
+  #evictIdle(): void {
+    for (const [keyId, state] of this.#keys) {
+      if (state.dirty.size === 0 && state.streams === 0 && !state.listing) {
+        this.#keys.delete(keyId)
+        return
+      }
+    }
+  }
+}
+
+function ttlSeconds(windowId: string, now: number): number {
+  const index = Number(windowId.slice(2))
+  const end = (index + 1) * (windowId.startsWith('m:') ? MINUTE_MS : DAY_MS)
+  return Math.max(TTL_MARGIN_SECONDS, Math.ceil((end - now) / 1000) + TTL_MARGIN_SECONDS)
+}

@@ -1,0 +1,91 @@
+/**
+ * Quota arithmetic shared by every store: window indices, the admission decision, and the per-limit
+ * view (limit, remaining, reset) that headers and the usage API report. Pure functions only, so the
+ * KV store and the Durable Object decide identically.
+ */
+import type { QuotaPolicy } from './policy.ts'
+
+export const MINUTE_MS = 60_000
+export const DAY_MS = 86_400_000
+
+/** A key's counts in one window. */
+export interface Counts {
+  requests: number
+  tokens: number
+}
+
+/** What a store knows about a key at one instant: the current windows and open streams. */
+export interface QuotaUsage {
+  /** `floor(now / 60 s)`: the minute window these counts belong to. */
+  minute: number
+  minuteCounts: Counts
+  /** `floor(now / 1 day)`: the UTC day these counts belong to. */
+  day: number
+  dayCounts: Counts
+  streams: number
+}
+
+/** What one request costs at admission. */
+export interface QuotaCost {
+  tokens: number
+  stream: boolean
+}
+
+export type LimitName = 'rpm' | 'rpd' | 'tpm' | 'tpd' | 'streams'
+
+export interface LimitState {
+  name: LimitName
+  limit: number
+  used: number
+  remaining: number
+  /** Seconds until the window resets (streams: 0, they free up as they end). */
+  resetSeconds: number
+  /** Window length in seconds (streams: 0). */
+  windowSeconds: number
+}
+
+export function windowsAt(now: number): { minute: number; day: number } {
+  return { minute: Math.floor(now / MINUTE_MS), day: Math.floor(now / DAY_MS) }
+}
+
+export function emptyUsage(now: number): QuotaUsage {
+  const { minute, day } = windowsAt(now)
+  return { minute, minuteCounts: { requests: 0, tokens: 0 }, day, dayCounts: { requests: 0, tokens: 0 }, streams: 0 }
+}
+
+/** The first limit `cost` would break, or null when the request fits every limit. */
+export function exceededLimit(policy: QuotaPolicy, usage: QuotaUsage, cost: QuotaCost): LimitName | null {
+  if (policy.requestsPerMinute !== undefined && usage.minuteCounts.requests + 1 > policy.requestsPerMinute) return 'rpm'
+  if (policy.requestsPerDay !== undefined && usage.dayCounts.requests + 1 > policy.requestsPerDay) return 'rpd'
+  if (policy.tokensPerMinute !== undefined && usage.minuteCounts.tokens + cost.tokens > policy.tokensPerMinute) return 'tpm'
+  if (policy.tokensPerDay !== undefined && usage.dayCounts.tokens + cost.tokens > policy.tokensPerDay) return 'tpd'
+  if (cost.stream && policy.maxConcurrentStreams !== undefined && usage.streams + 1 > policy.maxConcurrentStreams) return 'streams'
+  return null
+}
+
+/** Every configured limit with what is left of it at `now`. */
+export function limitStates(policy: QuotaPolicy, usage: QuotaUsage, now: number): LimitState[] {
+  const states: LimitState[] = []
+  const minuteReset = Math.max(0, Math.ceil(((usage.minute + 1) * MINUTE_MS - now) / 1000))
+  const dayReset = Math.max(0, Math.ceil(((usage.day + 1) * DAY_MS - now) / 1000))
+  const add = (name: LimitName, limit: number | undefined, used: number, resetSeconds: number, windowSeconds: number) => {
+    if (limit !== undefined) states.push({ name, limit, used, remaining: Math.max(0, limit - used), resetSeconds, windowSeconds })
+  }
+  add('rpm', policy.requestsPerMinute, usage.minuteCounts.requests, minuteReset, 60)
+  add('rpd', policy.requestsPerDay, usage.dayCounts.requests, dayReset, 86_400)
+  add('tpm', policy.tokensPerMinute, usage.minuteCounts.tokens, minuteReset, 60)
+  add('tpd', policy.tokensPerDay, usage.dayCounts.tokens, dayReset, 86_400)
+  add('streams', policy.maxConcurrentStreams, usage.streams, 0, 0)
+  return states
+}
+
+/** Adds `delta` to the counts of the windows a reservation was made in, when they are still current. */
+export function applyDelta(usage: QuotaUsage, at: { minute: number; day: number }, delta: Counts): void {
+  if (usage.minute === at.minute) addCounts(usage.minuteCounts, delta)
+  if (usage.day === at.day) addCounts(usage.dayCounts, delta)
+}
+
+export function addCounts(target: Counts, delta: Counts): void {
+  target.requests += delta.requests
+  target.tokens += delta.tokens
+}

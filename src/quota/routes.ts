@@ -1,0 +1,67 @@
+/**
+ * Usage API: `GET /v1/usage` (the calling key) and `GET /admin/keys/:id/usage` (operators).
+ *
+ * Mount at the gateway root, after the `/v1/*` key auth and `/admin/*` admin auth middleware. Both
+ * report the key's own policy over the gateway defaults; a model's defaults apply when that model is called.
+ */
+import { Hono } from 'hono'
+import type { Context } from 'hono'
+import type { KeyStore } from '../auth/keys.ts'
+import { GatewayError } from '../errors/index.ts'
+import type { GatewayEnv } from '../types.ts'
+import { limitStates, MINUTE_MS, DAY_MS } from './limits.ts'
+import type { QuotaPolicy } from './policy.ts'
+import type { QuotaService } from './service.ts'
+
+export interface QuotaRoutesOptions {
+  service: QuotaService
+  /** Where key records live (for the admin route). */
+  keys: (c: Context<GatewayEnv>) => KeyStore
+}
+
+const KEY_ID = /^key_[A-Za-z0-9]{16}$/
+
+export function quotaRoutes(options: QuotaRoutesOptions): Hono<GatewayEnv> {
+  const app = new Hono<GatewayEnv>()
+
+  app.get('/v1/usage', async (c) => {
+    const principal = c.get('principal')
+    return c.json(await usageReport(c, options.service, principal.keyId, principal.quota))
+  })
+
+  app.get('/admin/keys/:id/usage', async (c) => {
+    const id = c.req.param('id')
+    const record = KEY_ID.test(id) ? await options.keys(c).get(id) : null
+    if (!record) throw new GatewayError('not_found', 'No key has that id.')
+    return c.json(await usageReport(c, options.service, record.id, record.quota ?? null))
+  })
+
+  return app
+}
+
+async function usageReport(c: Context<GatewayEnv>, service: QuotaService, keyId: string, keyPolicy: QuotaPolicy | null) {
+  const policy = service.policyFor(keyPolicy)
+  if (!policy) return { object: 'quota.usage', key_id: keyId, store: null, policy: null, limits: [], windows: null, streams: null }
+  const store = service.storeFor(c, policy)
+  const now = service.now()
+  const usage = await store.usage({ keyId, now })
+  return {
+    object: 'quota.usage',
+    key_id: keyId,
+    store: store.kind,
+    policy,
+    limits: limitStates(policy, usage, now).map((s) => ({
+      name: s.name,
+      limit: s.limit,
+      used: s.used,
+      remaining: s.remaining,
+      reset_seconds: s.resetSeconds,
+      window_seconds: s.windowSeconds,
+    })),
+    windows: {
+      minute: { start: new Date(usage.minute * MINUTE_MS).toISOString(), ...usage.minuteCounts },
+      day: { start: new Date(usage.day * DAY_MS).toISOString(), ...usage.dayCounts },
+    },
+    streams: usage.streams,
+  }
+}

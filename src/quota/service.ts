@@ -1,0 +1,75 @@
+/**
+ * The quota service a gateway builds once: which policy applies to a call, and which store enforces it.
+ * Shared by the pipeline stage and the usage routes so both answer from the same policy and store.
+ */
+import type { Context } from 'hono'
+import { ConfigError } from '../config/resolve.ts'
+import type { GatewayEnv } from '../types.ts'
+import { KvQuotaStore } from './kv-store.ts'
+import { effectivePolicy } from './policy.ts'
+import type { QuotaPolicy, QuotaStoreKind } from './policy.ts'
+import type { QuotaStore } from './store.ts'
+import { StrictQuotaStore } from './strict-store.ts'
+import type { QuotaObject } from './durable-object.ts'
+
+export interface QuotaServiceOptions {
+  /** Gateway-wide default limits (the lowest layer). Default: none. */
+  defaults?: QuotaPolicy
+  /** Default limits per model alias (above the gateway's, below the key's). */
+  models?: ReadonlyMap<string, QuotaPolicy>
+  /** The store for policies that do not set `strict`. Default `kv`. */
+  store?: QuotaStoreKind
+  /** KV namespace of the KV store. */
+  kv: (c: Context<GatewayEnv>) => KVNamespace
+  /** Durable Object namespace of the strict store. Default: the `PODGATE_QUOTA` binding. */
+  objects?: (c: Context<GatewayEnv>) => DurableObjectNamespace<QuotaObject> | undefined
+  /** KV store flush and list interval, in ms. Default 1000. */
+  flushIntervalMs?: number
+  /** Clock deciding windows. Default `Date.now`. */
+  now?: () => number
+}
+
+export interface QuotaService {
+  now: () => number
+  /** The limits for a key calling `model` (or the key's own view when no model), or null when none apply. */
+  policyFor(keyPolicy: QuotaPolicy | null, model?: string): QuotaPolicy | null
+  storeFor(c: Context<GatewayEnv>, policy: QuotaPolicy): QuotaStore
+}
+
+export function createQuotaService(options: QuotaServiceOptions): QuotaService {
+  const now = options.now ?? Date.now
+  const gatewayStrict = options.store === 'strict'
+  const objects = options.objects ?? defaultObjects
+  // One KV shard per namespace per isolate: its counters are this isolate's share of every key's usage.
+  const kvStores = new WeakMap<KVNamespace, KvQuotaStore>()
+  const strictStores = new WeakMap<DurableObjectNamespace<QuotaObject>, StrictQuotaStore>()
+  const hasDefaults = options.defaults !== undefined || (options.models?.size ?? 0) > 0
+
+  return {
+    now,
+    policyFor(keyPolicy, model) {
+      // The common unlimited case: no merge, no allocation.
+      if (!keyPolicy && !hasDefaults) return null
+      return effectivePolicy(options.defaults, model === undefined ? undefined : options.models?.get(model), keyPolicy)
+    },
+    storeFor(c, policy) {
+      if (policy.strict ?? gatewayStrict) {
+        const namespace = objects(c)
+        if (!namespace) {
+          throw new ConfigError('podgate: a strict quota needs a Durable Object namespace. Bind QuotaObject as PODGATE_QUOTA in wrangler.toml (see README "Quotas"), or pass `quota: { objects: (c) => ... }` to createGateway.')
+        }
+        let store = strictStores.get(namespace)
+        if (!store) strictStores.set(namespace, (store = new StrictQuotaStore(namespace)))
+        return store
+      }
+      const kv = options.kv(c)
+      let store = kvStores.get(kv)
+      if (!store) kvStores.set(kv, (store = new KvQuotaStore(kv, { now, flushIntervalMs: options.flushIntervalMs })))
+      return store
+    },
+  }
+}
+
+function defaultObjects(c: Context<GatewayEnv>): DurableObjectNamespace<QuotaObject> | undefined {
+  return c.env?.PODGATE_QUOTA
+}

@@ -1,0 +1,92 @@
+/**
+ * `quotaStage`: the pipeline stage that reserves a call's quota before it goes upstream and settles it
+ * from the real result once `ctx.outcome` resolves (after the last byte of a stream).
+ *
+ * Settling: a success counts its real `usage` (a cached answer counts the request, no tokens); a
+ * failure before any output refunds the tokens; a failure after some output counts what the upstream
+ * reported, else keeps the reservation. Requests are never refunded: they reached the upstream.
+ * A key with no limits costs one policy merge and no store access.
+ */
+import { GatewayError } from '../errors/index.ts'
+import { waitUntilOf } from '../http/context.ts'
+import type { NormalizedRequest } from '../normalize/types.ts'
+import type { CompletionOutcome, CompletionStage } from '../pipeline/index.ts'
+import { rateLimitHeaders, retryAfterSeconds } from './headers.ts'
+import { limitStates } from './limits.ts'
+import type { LimitName, QuotaCost, QuotaUsage } from './limits.ts'
+import type { QuotaPolicy } from './policy.ts'
+import type { QuotaService } from './service.ts'
+
+/**
+ * @example
+ * // createGateway does this; a host app composing its own pipeline can too.
+ * const quota = createQuotaService({ kv: (c) => c.env.PODGATE_KV, defaults: { requestsPerMinute: 60 } })
+ * const stages = [quotaStage(quota)]
+ */
+export function quotaStage(service: QuotaService): CompletionStage {
+  return async function quota(ctx, next) {
+    const principal = ctx.c.get('principal')
+    const policy = service.policyFor(principal.quota, ctx.model.alias)
+    if (!policy) return next(ctx)
+
+    const store = service.storeFor(ctx.c, policy)
+    const now = service.now()
+    const background = waitUntilOf(ctx.c)
+    const cost: QuotaCost = { tokens: estimateTokens(ctx.request), stream: ctx.request.stream }
+    const result = await store.reserve({ keyId: principal.keyId, policy, cost, now, background })
+    if (!result.ok) throw rateLimited({ policy, usage: result.usage, exceeded: result.exceeded, cost, now })
+
+    const { reservation } = result
+    // A lost settle only forfeits a refund or a correction; it must never fail the answer.
+    background(ctx.outcome.then((outcome) => store.settle({ reservation, tokens: tokensToCharge(outcome, reservation.tokens), background })).catch(() => undefined))
+
+    const response = await next(ctx)
+    const headed = new Response(response.body, response)
+    for (const [name, value] of Object.entries(rateLimitHeaders(policy, result.usage, now))) headed.headers.set(name, value)
+    return headed
+  }
+}
+
+/**
+ * What a request reserves: its prompt at ~4 characters a token (cheap, and settling corrects it) plus
+ * every token it may generate.
+ */
+export function estimateTokens(request: NormalizedRequest): number {
+  let chars = request.prompt?.length ?? 0
+  for (const message of request.messages ?? []) chars += message.content.length
+  return Math.ceil(chars / 4) + request.sampling.max_tokens * (request.sampling.n ?? 1)
+}
+
+export function tokensToCharge(outcome: CompletionOutcome, reserved: number): number {
+  if (outcome.ok) return outcome.cached ? 0 : (outcome.usage?.total_tokens ?? reserved)
+  if (!outcome.producedOutput) return 0
+  return outcome.usage?.total_tokens ?? reserved
+}
+
+const LIMIT_TEXT: Record<LimitName, string> = {
+  rpm: 'requests per minute',
+  rpd: 'requests per day',
+  tpm: 'tokens per minute',
+  tpd: 'tokens per day',
+  streams: 'concurrent streams',
+}
+
+function rateLimited(input: { policy: QuotaPolicy; usage: QuotaUsage; exceeded: LimitName; cost: QuotaCost; now: number }): GatewayError {
+  const { policy, usage, exceeded, cost, now } = input
+  const retryAfter = retryAfterSeconds(policy, usage, exceeded, now)
+  const headers = { ...rateLimitHeaders(policy, usage, now), 'retry-after': String(retryAfter) }
+  const state = limitStates(policy, usage, now).find((s) => s.name === exceeded)
+  const limit = state?.limit ?? 0
+  let message: string
+  if (exceeded === 'streams') {
+    message = `Too many concurrent streams: this key may keep ${limit} open. Retry when one ends.`
+  } else if ((exceeded === 'tpm' || exceeded === 'tpd') && cost.tokens > limit) {
+    message = `This request reserves ${cost.tokens} tokens (prompt estimate + max_tokens), more than this key's ${limit} ${LIMIT_TEXT[exceeded]}: lower max_tokens.`
+  } else if (exceeded === 'tpm' || exceeded === 'tpd') {
+    message = `Token quota reached: ${state?.remaining ?? 0} of ${limit} ${LIMIT_TEXT[exceeded]} left and this request reserves ${cost.tokens} (prompt estimate + max_tokens). Retry after ${retryAfter}s or lower max_tokens.`
+  } else {
+    const unit = limit === 1 ? LIMIT_TEXT[exceeded].replace('requests', 'request') : LIMIT_TEXT[exceeded]
+    message = `Rate limit reached: ${limit} ${unit} for this key. Retry after ${retryAfter}s.`
+  }
+  return new GatewayError('rate_limited', message, { headers })
+}

@@ -1,0 +1,49 @@
+/**
+ * Strict quotas: one Durable Object per key (`QuotaObject`) decides every admission for that key,
+ * so enforcement is exact and atomic under any concurrency, at the price of one Durable Object call
+ * per reservation and per settle.
+ *
+ * The object itself is in `durable-object.ts` (`podgate/durable-objects`).
+ */
+import type { QuotaUsage } from './limits.ts'
+import type { QuotaObject } from './durable-object.ts'
+import type { QuotaStore, ReserveInput, ReserveResult, SettleInput } from './store.ts'
+
+/**
+ * The `QuotaStore` over `QuotaObject`s: one object per key, found by name.
+ *
+ * @example
+ * // wrangler.toml: [[durable_objects.bindings]] name = "PODGATE_QUOTA", class_name = "QuotaObject"
+ * // and export { QuotaObject } from 'podgate/durable-objects' in the Worker's main module.
+ * const store = new StrictQuotaStore(env.PODGATE_QUOTA)
+ */
+export class StrictQuotaStore implements QuotaStore {
+  readonly kind = 'strict'
+  readonly #namespace: DurableObjectNamespace<QuotaObject>
+
+  constructor(namespace: DurableObjectNamespace<QuotaObject>) {
+    this.#namespace = namespace
+  }
+
+  async reserve(input: ReserveInput): Promise<ReserveResult> {
+    const result = await this.#stub(input.keyId).reserve({ policy: input.policy, cost: input.cost, now: input.now })
+    if (!result.ok) return { ok: false, exceeded: result.exceeded, usage: result.usage }
+    const reservation = { keyId: input.keyId, minute: result.usage.minute, day: result.usage.day, tokens: input.cost.tokens, stream: input.cost.stream }
+    return { ok: true, reservation: result.lease === undefined ? reservation : { ...reservation, lease: result.lease }, usage: result.usage }
+  }
+
+  async settle(input: SettleInput): Promise<void> {
+    const { reservation } = input
+    const tokens = input.tokens - reservation.tokens
+    if (tokens === 0 && reservation.lease === undefined) return
+    await this.#stub(reservation.keyId).settle({ minute: reservation.minute, day: reservation.day, tokens, ...(reservation.lease === undefined ? {} : { lease: reservation.lease }) })
+  }
+
+  async usage(input: { keyId: string; now: number }): Promise<QuotaUsage> {
+    return this.#stub(input.keyId).usage({ now: input.now })
+  }
+
+  #stub(keyId: string) {
+    return this.#namespace.get(this.#namespace.idFromName(keyId))
+  }
+}

@@ -1,0 +1,250 @@
+/**
+ * Quotas through the gateway: the pipeline stage (reserve, 429, headers, settle from real usage,
+ * refunds), the usage API, policy layering, and the strict store's exactness under a burst.
+ */
+import { describe, expect, it } from 'vitest'
+import { env } from 'cloudflare:test'
+import { tokensToCharge } from '../src/quota/stage.ts'
+import { GatewayError } from '../src/errors/index.ts'
+import { ADMIN_TOKEN, MODEL_NAMES, MODELS, authed, chatBody, harness, readSSE } from './helpers.ts'
+import type { Harness } from './helpers.ts'
+import { recordingKv } from './quota-sim.ts'
+
+/** 10 s into a UTC minute: a minute window resets in 50 s. */
+const START = Date.UTC(2026, 0, 5, 12, 30, 10)
+
+function clockedHarness(extra: Parameters<typeof harness>[0] = {}) {
+  let now = START
+  const h = harness({ ...extra, quota: { ...extra.quota, now: () => now } })
+  return { h, advance: (ms: number) => void (now += ms) }
+}
+
+interface UsageReport {
+  store: string | null
+  limits: { name: string; limit: number; used: number; remaining: number; reset_seconds: number }[]
+  windows: { minute: { requests: number; tokens: number }; day: { requests: number; tokens: number } } | null
+  streams: number | null
+}
+
+async function usageOf(h: Harness, key: string): Promise<UsageReport> {
+  const res = await h.fetch('/v1/usage', authed(key))
+  expect(res.status).toBe(200)
+  return (await res.json()) as UsageReport
+}
+
+const chat = (h: Harness, key: string, content = 'Say hello [[emulator:tokens=7]]', extra: Record<string, unknown> = {}, model = 'chat-openai') =>
+  h.fetch('/v1/chat/completions', authed(key, chatBody(model, content, { max_tokens: 100, ...extra })))
+
+describe('quota stage', () => {
+  it('answers 429 in OpenAI format past the limit, with rate-limit headers, and changes nothing else', async () => {
+    const { h } = clockedHarness()
+    const { key } = await h.createKey({ name: 'q', quota: { requestsPerMinute: 2 } })
+    const first = await chat(h, key)
+    expect(first.status).toBe(200)
+    expect(first.headers.get('ratelimit-policy')).toBe('"rpm";q=2;w=60')
+    expect(first.headers.get('ratelimit')).toBe('"rpm";r=1;t=50')
+    expect(first.headers.get('x-ratelimit-limit-requests')).toBe('2')
+    expect(first.headers.get('x-ratelimit-remaining-requests')).toBe('1')
+    expect(first.headers.get('x-ratelimit-reset-requests')).toBe('50s')
+    expect((await chat(h, key)).status).toBe(200)
+    await h.settle()
+    const calls = h.emulator.calls.length
+    const before = await usageOf(h, key)
+
+    const refused = await chat(h, key)
+    expect(refused.status).toBe(429)
+    expect(refused.headers.get('retry-after')).toBe('50')
+    expect(refused.headers.get('ratelimit')).toBe('"rpm";r=0;t=50')
+    expect(refused.headers.get('x-ratelimit-remaining-requests')).toBe('0')
+    const body = (await refused.json()) as { error: { type: string; code: string; message: string } }
+    expect(body.error).toMatchObject({ type: 'rate_limit_error', code: 'rate_limited' })
+    expect(body.error.message).toContain('2 requests per minute')
+    await h.settle()
+    expect(h.emulator.calls.length).toBe(calls)
+    expect(await usageOf(h, key)).toEqual(before)
+  })
+
+  it('sends the tokens trio and both IETF items when tokens are limited too', async () => {
+    const { h } = clockedHarness()
+    const { key } = await h.createKey({ name: 'q', quota: { requestsPerDay: 100, tokensPerMinute: 10_000 } })
+    const res = await chat(h, key, 'abcdefgh [[emulator:tokens=7]]')
+    expect(res.status).toBe(200)
+    expect(res.headers.get('ratelimit-policy')).toBe('"rpd";q=100;w=86400, "tpm";q=10000;w=60')
+    expect(res.headers.get('x-ratelimit-reset-requests')).toBe('11h29m50s')
+    expect(res.headers.get('x-ratelimit-limit-tokens')).toBe('10000')
+    // Reserved: ceil(chars / 4) of the prompt + max_tokens.
+    const reserved = Math.ceil('abcdefgh [[emulator:tokens=7]]'.length / 4) + 100
+    expect(res.headers.get('x-ratelimit-remaining-tokens')).toBe(String(10_000 - reserved))
+    await res.text()
+  })
+
+  it('refuses a request whose max_tokens alone exceeds the token limit, saying how to fix it', async () => {
+    const { h } = clockedHarness()
+    const { key } = await h.createKey({ name: 'q', quota: { tokensPerMinute: 50 } })
+    const res = await chat(h, key)
+    expect(res.status).toBe(429)
+    expect(((await res.json()) as { error: { message: string } }).error.message).toContain('lower max_tokens')
+    expect(h.emulator.calls).toHaveLength(0)
+  })
+
+  it('rolls the minute window over on the injected clock', async () => {
+    const { h, advance } = clockedHarness()
+    const { key } = await h.createKey({ name: 'q', quota: { requestsPerMinute: 1 } })
+    expect((await chat(h, key)).status).toBe(200)
+    expect((await chat(h, key)).status).toBe(429)
+    advance(50_000)
+    expect((await chat(h, key)).status).toBe(200)
+  })
+
+  it.each(['kv', 'strict'] as const)('admits exactly the quota under a burst of 20 concurrent requests (%s)', async (store) => {
+    const { h } = clockedHarness()
+    const { key } = await h.createKey({ name: 'burst', quota: { requestsPerMinute: 5, strict: store === 'strict' } })
+    const statuses = await Promise.all(Array.from({ length: 20 }, () => chat(h, key).then(async (r) => (await r.text(), r.status))))
+    expect(statuses.filter((s) => s === 200)).toHaveLength(5)
+    expect(statuses.filter((s) => s === 429)).toHaveLength(15)
+    expect(h.emulator.calls).toHaveLength(5)
+    expect((await usageOf(h, key)).store).toBe(store)
+  })
+
+  it.each(MODEL_NAMES)('%s: settles tokens from the real usage, streamed (usage not asked for) or not', async (model) => {
+    const { h } = clockedHarness()
+    const { key } = await h.createKey({ name: 'q', quota: { tokensPerMinute: 5000, strict: true } })
+    const full = await chat(h, key, 'Count [[emulator:tokens=7]]', {}, model)
+    const usage = ((await full.json()) as { usage: { total_tokens: number } }).usage
+    await h.settle()
+    expect((await usageOf(h, key)).windows?.minute.tokens).toBe(usage.total_tokens)
+
+    const streamed = await chat(h, key, 'Count [[emulator:tokens=7]]', { stream: true }, model)
+    expect(streamed.headers.get('content-type')).toContain('text/event-stream')
+    expect(streamed.headers.get('x-ratelimit-limit-tokens')).toBe('5000')
+    const events = await readSSE(streamed)
+    expect(events.some((e) => typeof e === 'object' && e !== null && (e as { usage?: unknown }).usage)).toBe(false)
+    await h.settle()
+    expect((await usageOf(h, key)).windows?.minute).toMatchObject({ requests: 2, tokens: 2 * usage.total_tokens })
+  })
+
+  it.each([
+    ['job_failed on a native endpoint', 'chat-current', '[[emulator:fault=job_failed]]'],
+    ['an upstream HTTP 500', 'chat-openai', '[[emulator:fault=http,status=500]]'],
+    ['job_failed on the OpenAI route', 'chat-openai', '[[emulator:fault=job_failed]]'],
+  ])('refunds every reserved token after %s', async (_name, model, directive) => {
+    const { h } = clockedHarness()
+    const { key } = await h.createKey({ name: 'q', quota: { tokensPerDay: 5000 } })
+    const res = await chat(h, key, `fail ${directive}`, {}, model)
+    expect(res.status).toBeGreaterThanOrEqual(500)
+    await res.text()
+    await h.settle()
+    expect((await usageOf(h, key)).windows?.day).toMatchObject({ requests: 1, tokens: 0 })
+  })
+
+  it('holds strict concurrent streams to the limit until a stream ends', async () => {
+    const { h } = clockedHarness()
+    const { key } = await h.createKey({ name: 'q', quota: { maxConcurrentStreams: 1, strict: true } })
+    const open = await chat(h, key, 'slow [[emulator:tokens=6,delay=40]]', { stream: true }, 'chat-current')
+    expect(open.status).toBe(200)
+    const second = await chat(h, key, 'again', { stream: true })
+    expect(second.status).toBe(429)
+    expect(second.headers.get('retry-after')).toBe('1')
+    expect((await chat(h, key, 'not a stream')).status).toBe(200)
+    await open.text()
+    await h.settle()
+    const third = await chat(h, key, 'third', { stream: true })
+    expect(third.status).toBe(200)
+    await third.text()
+  })
+
+  it('a cached answer counts the request, not its tokens', () => {
+    expect(tokensToCharge({ ok: true, usage: { prompt_tokens: 5, completion_tokens: 5, total_tokens: 10 }, cached: true }, 90)).toBe(0)
+    expect(tokensToCharge({ ok: true, usage: undefined }, 90)).toBe(90)
+    const error = new GatewayError('upstream_error', 'x')
+    expect(tokensToCharge({ ok: false, error, producedOutput: true, usage: { prompt_tokens: 5, completion_tokens: 3, total_tokens: 8 } }, 90)).toBe(8)
+    expect(tokensToCharge({ ok: false, error, producedOutput: false }, 90)).toBe(0)
+  })
+})
+
+describe('policy layers', () => {
+  it('key limits win over model defaults, which win over gateway defaults', async () => {
+    const models = { ...MODELS, 'chat-openai': { ...MODELS['chat-openai']!, quota: { requestsPerMinute: 1 } } }
+    const { h } = clockedHarness({ models, quota: { defaults: { requestsPerMinute: 3 } } })
+    const { key } = await h.createKey({ name: 'defaults' })
+    expect((await chat(h, key)).status).toBe(200)
+    expect((await chat(h, key)).status).toBe(429)
+    expect((await chat(h, key, 'hi', {}, 'chat-classic')).status).toBe(200)
+    expect((await chat(h, key, 'hi', {}, 'chat-classic')).status).toBe(200)
+    expect((await chat(h, key, 'hi', {}, 'chat-classic')).status).toBe(429)
+    const own = await h.createKey({ name: 'own', quota: { requestsPerMinute: 10 } })
+    expect((await chat(h, own.key)).status).toBe(200)
+    expect((await chat(h, own.key)).status).toBe(200)
+  })
+
+  it('uses the strict store gateway-wide when configured', async () => {
+    const { h } = clockedHarness({ quota: { store: 'strict', defaults: { requestsPerDay: 10 } } })
+    const { key } = await h.createKey({ name: 'q' })
+    expect((await usageOf(h, key)).store).toBe('strict')
+  })
+
+  it('costs no KV access and sends no rate-limit headers when no limit applies', async () => {
+    const recorded = recordingKv(env.PODGATE_KV, Date.now)
+    const h = harness({ kv: () => recorded.kv })
+    const { key } = await h.createKey({ name: 'free' })
+    const lists = recorded.stats.lists
+    for (let i = 0; i < 3; i++) {
+      const res = await chat(h, key)
+      expect(res.status).toBe(200)
+      expect(res.headers.get('ratelimit')).toBeNull()
+      await res.text()
+    }
+    await h.settle()
+    expect(recorded.stats.lists).toBe(lists)
+    expect([...recorded.stats.puts.keys()].filter((k) => k.startsWith('quota:'))).toEqual([])
+    expect(await usageOf(h, key)).toMatchObject({ store: null, limits: [], windows: null })
+  })
+})
+
+describe('usage API', () => {
+  it('GET /v1/usage reports windows, limits and remaining for the calling key', async () => {
+    const { h } = clockedHarness()
+    const { key } = await h.createKey({ name: 'q', quota: { requestsPerMinute: 5, tokensPerDay: 1000 } })
+    await (await chat(h, key)).text()
+    await h.settle()
+    const report = await usageOf(h, key)
+    expect(report.store).toBe('kv')
+    expect(report.limits[0]).toEqual({ name: 'rpm', limit: 5, used: 1, remaining: 4, reset_seconds: 50, window_seconds: 60 })
+    expect(report.limits[1]).toMatchObject({ name: 'tpd', limit: 1000, window_seconds: 86_400 })
+  })
+
+  it('GET /admin/keys/:id/usage reports any key to operators only', async () => {
+    const { h } = clockedHarness()
+    const { id, key } = await h.createKey({ name: 'q', quota: { requestsPerMinute: 5, strict: true } })
+    await (await chat(h, key)).text()
+    await h.settle()
+    const admin = { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } }
+    const res = await h.fetch(`/admin/keys/${id}/usage`, admin)
+    expect(res.status).toBe(200)
+    expect(await res.json()).toMatchObject({ key_id: id, store: 'strict', windows: { minute: { requests: 1 } } })
+    expect((await h.fetch(`/admin/keys/key_0000000000000000/usage`, admin)).status).toBe(404)
+    expect((await h.fetch(`/admin/keys/${id}/usage`, authed(key))).status).toBeGreaterThanOrEqual(401)
+    expect((await h.fetch(`/admin/keys/${id}/usage`)).status).toBeGreaterThanOrEqual(401)
+  })
+})
+
+describe('the deployable Worker', () => {
+  it('enforces a strict quota through the PODGATE_QUOTA Durable Object binding from wrangler.toml', async () => {
+    const { exports } = await import('cloudflare:workers')
+    const worker = (exports as unknown as { default: Fetcher }).default
+    const created = await worker.fetch('http://podgate/admin/keys', {
+      method: 'POST',
+      headers: { authorization: `Bearer ${env.PODGATE_ADMIN_TOKEN}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ name: 'worker-quota', quota: { requestsPerDay: 2, strict: true } }),
+    })
+    expect(created.status).toBe(201)
+    const { key } = (await created.json()) as { key: string }
+    const statuses: number[] = []
+    for (let i = 0; i < 3; i++) {
+      const res = await worker.fetch('http://podgate/v1/chat/completions', authed(key, chatBody('chat-openai', 'hi', { max_tokens: 8 })))
+      await res.text()
+      statuses.push(res.status)
+    }
+    expect(statuses).toEqual([200, 200, 429])
+  })
+})

@@ -1,0 +1,198 @@
+/**
+ * One behavioural suite, run against both quota stores (KV and the strict Durable Object), then the
+ * KV store's own guarantees: its write rate per KV key, its KV reads per request, and its documented
+ * overshoot bound with several isolates (simulated as several store instances over one namespace).
+ */
+import { env } from 'cloudflare:test'
+import { describe, expect, it } from 'vitest'
+import { KvQuotaStore } from '../src/quota/kv-store.ts'
+import { StrictQuotaStore } from '../src/quota/strict-store.ts'
+import type { QuotaPolicy } from '../src/quota/policy.ts'
+import type { QuotaStore, ReserveResult } from '../src/quota/store.ts'
+import { fakeClock, recordingKv } from './quota-sim.ts'
+import type { FakeClock } from './quota-sim.ts'
+
+/** 10 s into a UTC day, so minute and day windows are easy to cross on purpose. */
+const START = Date.UTC(2026, 0, 5, 0, 0, 10)
+
+interface StoreKind {
+  name: string
+  /** Store instances standing for isolates that share one key; KV is exact only within one isolate. */
+  isolates: number
+  make(clock: FakeClock): QuotaStore
+}
+
+const KINDS: StoreKind[] = [
+  { name: 'kv', isolates: 1, make: (clock) => new KvQuotaStore(env.PODGATE_KV, { now: clock.now, sleep: clock.sleep }) },
+  { name: 'strict', isolates: 3, make: () => new StrictQuotaStore(env.PODGATE_QUOTA) },
+]
+
+const newKeyId = () => `key_${crypto.randomUUID().replaceAll('-', '').slice(0, 16)}`
+
+function admitted(results: ReserveResult[]): number {
+  return results.filter((r) => r.ok).length
+}
+
+describe.each(KINDS)('QuotaStore behaviour: $name', (kind) => {
+  function setup(policy: QuotaPolicy) {
+    const clock = fakeClock(START)
+    const store = kind.make(clock)
+    const keyId = newKeyId()
+    const reserve = (options: { tokens?: number; stream?: boolean } = {}) =>
+      store.reserve({ keyId, policy, cost: { tokens: options.tokens ?? 0, stream: options.stream ?? false }, now: clock.now(), background: clock.background })
+    const usage = () => store.usage({ keyId, now: clock.now() })
+    return { clock, store, keyId, reserve, usage }
+  }
+
+  it('admits exactly the quota under a concurrent burst', async () => {
+    const policy = { requestsPerMinute: 7 }
+    const clock = fakeClock(START)
+    const stores = Array.from({ length: kind.isolates }, () => kind.make(clock))
+    const keyId = newKeyId()
+    const results = await Promise.all(
+      Array.from({ length: 40 }, (_, i) => stores[i % stores.length]!.reserve({ keyId, policy, cost: { tokens: 0, stream: false }, now: clock.now(), background: clock.background })),
+    )
+    expect(admitted(results)).toBe(7)
+    expect(results.filter((r) => !r.ok).every((r) => !r.ok && r.exceeded === 'rpm')).toBe(true)
+  })
+
+  it('a refusal changes nothing', async () => {
+    const { reserve, usage } = setup({ requestsPerMinute: 2, tokensPerMinute: 100 })
+    expect((await reserve({ tokens: 60 })).ok).toBe(true)
+    const before = await usage()
+    const refused = await reserve({ tokens: 60 })
+    expect(refused).toMatchObject({ ok: false, exceeded: 'tpm' })
+    expect(await usage()).toEqual(before)
+    expect((await reserve({ tokens: 40 })).ok).toBe(true)
+  })
+
+  it('rolls minute windows over while the day window keeps counting', async () => {
+    const { clock, reserve, usage } = setup({ requestsPerMinute: 2, requestsPerDay: 3 })
+    expect(admitted([await reserve(), await reserve(), await reserve()])).toBe(2)
+    await clock.advance(60_000)
+    expect((await reserve()).ok).toBe(true)
+    expect(await reserve()).toMatchObject({ ok: false, exceeded: 'rpd' })
+    expect(await usage()).toMatchObject({ minuteCounts: { requests: 1 }, dayCounts: { requests: 3 } })
+    await clock.advance(86_400_000)
+    expect((await reserve()).ok).toBe(true)
+  })
+
+  it('settles tokens from real usage: the difference is refunded or charged', async () => {
+    const { reserve, usage, store } = setup({ tokensPerMinute: 1000 })
+    const first = await reserve({ tokens: 600 })
+    if (!first.ok) throw new Error('first reservation refused')
+    expect(await reserve({ tokens: 600 })).toMatchObject({ ok: false, exceeded: 'tpm' })
+    await store.settle({ reservation: first.reservation, tokens: 100 })
+    expect((await usage()).minuteCounts).toEqual({ requests: 1, tokens: 100 })
+    expect((await reserve({ tokens: 600 })).ok).toBe(true)
+    expect((await usage()).minuteCounts).toEqual({ requests: 2, tokens: 700 })
+  })
+
+  it('a refund (settle at 0) gives every reserved token back but keeps the request', async () => {
+    const { reserve, usage, store } = setup({ tokensPerDay: 500 })
+    const result = await reserve({ tokens: 400 })
+    if (!result.ok) throw new Error('refused')
+    await store.settle({ reservation: result.reservation, tokens: 0 })
+    expect((await usage()).dayCounts).toEqual({ requests: 1, tokens: 0 })
+  })
+
+  it('a settle after its minute rolled over corrects the day, not the new minute', async () => {
+    const { clock, reserve, usage, store } = setup({ tokensPerMinute: 1000, tokensPerDay: 5000 })
+    const result = await reserve({ tokens: 300 })
+    if (!result.ok) throw new Error('refused')
+    await clock.advance(60_000)
+    await store.settle({ reservation: result.reservation, tokens: 50 })
+    expect(await usage()).toMatchObject({ minuteCounts: { tokens: 0 }, dayCounts: { tokens: 50 } })
+  })
+
+  it('holds concurrent streams to the limit and frees a slot on settle', async () => {
+    const { reserve, usage, store } = setup({ maxConcurrentStreams: 2 })
+    const a = await reserve({ stream: true })
+    expect((await reserve({ stream: true })).ok).toBe(true)
+    expect(await reserve({ stream: true })).toMatchObject({ ok: false, exceeded: 'streams' })
+    expect((await reserve({ stream: false })).ok).toBe(true)
+    if (!a.ok) throw new Error('refused')
+    await store.settle({ reservation: a.reservation, tokens: 0 })
+    expect((await usage()).streams).toBe(1)
+    expect((await reserve({ stream: true })).ok).toBe(true)
+  })
+})
+
+describe('KvQuotaStore across isolates', () => {
+  const FLUSH = 1000
+
+  function isolates(n: number) {
+    const clock = fakeClock(START)
+    const { kv, stats } = recordingKv(env.PODGATE_KV, clock.now)
+    const stores = Array.from({ length: n }, (_, i) => new KvQuotaStore(kv, { now: clock.now, sleep: clock.sleep, flushIntervalMs: FLUSH, shard: `iso${i}` }))
+    return { clock, stats, stores }
+  }
+
+  /**
+   * Steady traffic: each of N isolates gets one request every 100 ms (r = 10/s) for a whole minute.
+   * README bound: admitted <= limit + (N - 1) * r * (2 * flushInterval + propagation); miniflare's
+   * KV propagates at once, so here the bound is limit + (N - 1) * 10 * 2.
+   */
+  it.each([1, 2, 4])('stays within the documented overshoot bound with %i isolate(s)', async (n) => {
+    const limit = 50
+    const policy = { requestsPerMinute: limit }
+    const { clock, stats, stores } = isolates(n)
+    const keyId = newKeyId()
+    let total = 0
+    for (let step = 0; step < 500; step++) {
+      const results = await Promise.all(stores.map((s) => s.reserve({ keyId, policy, cost: { tokens: 0, stream: false }, now: clock.now(), background: clock.background })))
+      total += admitted(results)
+      await clock.advance(100)
+    }
+    const bound = limit + (n - 1) * 10 * ((2 * FLUSH) / 1000)
+    expect(total).toBeGreaterThanOrEqual(limit)
+    expect(total).toBeLessThanOrEqual(bound)
+    if (n === 1) expect(total).toBe(limit)
+
+    // Hot path: no KV get ever, and at most one list per isolate per flush interval.
+    expect(stats.gets).toBe(0)
+    expect(stats.lists).toBeLessThanOrEqual(n * (50_000 / FLUSH + 1))
+    // No KV key is written twice within a flush interval.
+    for (const times of stats.puts.values()) {
+      for (let i = 1; i < times.length; i++) expect(times[i]! - times[i - 1]!).toBeGreaterThanOrEqual(FLUSH)
+    }
+    expect(stats.puts.size).toBe(2 * n)
+  })
+
+  it('a simultaneous burst overshoots at most (N - 1) x limit, and stops once counters are published', async () => {
+    const limit = 20
+    const policy = { requestsPerMinute: limit }
+    const { clock, stores } = isolates(4)
+    const keyId = newKeyId()
+    const reserveAll = () => Promise.all(stores.flatMap((s) => Array.from({ length: 30 }, () => s.reserve({ keyId, policy, cost: { tokens: 0, stream: false }, now: clock.now(), background: clock.background }))))
+    const burst = admitted(await reserveAll())
+    expect(burst).toBeLessThanOrEqual(4 * limit)
+    await clock.advance(FLUSH)
+    await clock.advance(FLUSH)
+    expect(admitted(await reserveAll())).toBe(0)
+    const totals = await Promise.all(stores.map((s) => s.usage({ keyId, now: clock.now() })))
+    expect(totals.every((u) => u.minuteCounts.requests === burst)).toBe(true)
+  })
+
+  it('gives every window key a TTL that outlives its window', async () => {
+    const clock = fakeClock(START)
+    const puts: { name: string; ttl: number | undefined }[] = []
+    const kv = new Proxy(env.PODGATE_KV, {
+      get(target, property) {
+        if (property !== 'put') return Reflect.get(target, property).bind(target)
+        return (name: string, value: string, options?: KVNamespacePutOptions) => {
+          puts.push({ name, ttl: options?.expirationTtl })
+          return target.put(name, value, options)
+        }
+      },
+    })
+    const store = new KvQuotaStore(kv, { now: clock.now, sleep: clock.sleep })
+    await store.reserve({ keyId: newKeyId(), policy: { requestsPerMinute: 5 }, cost: { tokens: 0, stream: false }, now: clock.now(), background: clock.background })
+    await clock.advance(0)
+    expect(puts).toHaveLength(2)
+    const minute = puts.find((p) => p.name.includes(':m:'))!
+    const day = puts.find((p) => p.name.includes(':d:'))!
+    expect(minute.ttl).toBe(50 + 60)
+    expect(day.ttl).toBe(86_400 - 10 + 60)
+  })
+})
