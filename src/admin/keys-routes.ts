@@ -1,25 +1,41 @@
 /**
- * Operator API for keys: create (the key is shown once), list, get, revoke.
+ * Operator API for keys: create and rotate (the secret is shown once, in that response), list, get,
+ * update scopes, revoke. Responses never carry a secret or its hash.
  */
 import { Hono } from 'hono'
+import type { Context } from 'hono'
 import { z } from 'zod'
 import { publicKeyView } from '../auth/keys.ts'
-import { quotaPolicySchema } from '../quota/policy.ts'
-import type { KeyStore } from '../auth/keys.ts'
+import type { KeyRecord, KeyStore } from '../auth/keys.ts'
+import { originSchema } from '../auth/origins.ts'
 import { GatewayError } from '../errors/index.ts'
 import { readJsonBody } from '../http/body.ts'
 import { zodToGatewayError } from '../http/zod-error.ts'
+import { quotaPolicySchema } from '../quota/policy.ts'
 import type { GatewayEnv } from '../types.ts'
-import type { Context } from 'hono'
+
+const scopeFields = {
+  name: z.string().trim().min(1).max(100).describe('A label for people: who or what uses the key.'),
+  models: z.array(z.string().min(1).max(128)).max(256).nullable().describe('Model aliases the key may use; null for all.'),
+  origins: z.array(originSchema).max(100).describe('Browser origins the key may be used from, e.g. https://app.example.com.'),
+  metadata: z.record(z.string().max(64), z.string().max(512)).describe('Free-form string pairs for the operator.'),
+  quota: quotaPolicySchema.nullable().describe('Limits for this key; null for the gateway defaults.'),
+  expiresAt: z.number().int().positive().nullable().describe('When the key stops working, in ms since the epoch; null for never.'),
+}
 
 export const createKeySchema = z
   .object({
-    name: z.string().trim().min(1).max(100).describe('A label for people: who or what uses the key.'),
-    models: z.array(z.string().min(1).max(128)).max(256).nullable().optional().describe('Model aliases the key may use; omit or null for all.'),
-    metadata: z.record(z.string().max(64), z.string().max(512)).optional().describe('Free-form string pairs for the operator.'),
-    quota: quotaPolicySchema.nullable().optional().describe('Limits for this key; omit for the gateway defaults.'),
+    ...scopeFields,
+    kind: z.enum(['secret', 'publishable']).default('secret').describe('`secret` (pg_sk_) for servers, `publishable` (pg_pk_) for web pages.'),
+    models: scopeFields.models.optional(),
+    origins: scopeFields.origins.optional(),
+    metadata: scopeFields.metadata.optional(),
+    quota: scopeFields.quota.optional(),
+    expiresAt: scopeFields.expiresAt.optional(),
   })
   .strict()
+
+export const updateKeySchema = z.object(scopeFields).partial().strict()
 
 export interface KeysRoutesOptions {
   store: (c: Context<GatewayEnv>) => KeyStore
@@ -35,10 +51,12 @@ export function keysRoutes(options: KeysRoutesOptions): Hono<GatewayEnv> {
   app.post('/', async (c) => {
     const parsed = createKeySchema.safeParse(await readJsonBody(c.req.raw, options.maxBodyBytes))
     if (!parsed.success) throw zodToGatewayError(parsed.error)
-    const unknown = parsed.data.models?.find((m) => !options.models.has(m))
-    if (unknown !== undefined) throw new GatewayError('invalid_request', `Unknown model '${unknown.slice(0, 128)}': configure it first.`, { param: 'models' })
+    checkScopes(parsed.data, options)
+    if (parsed.data.kind === 'publishable' && !parsed.data.origins?.length) {
+      throw new GatewayError('invalid_request', 'A publishable key needs at least one origin: it works only from the origins it lists.', { param: 'origins' })
+    }
     const { record, key } = await options.store(c).create(parsed.data)
-    return c.json({ ...publicKeyView(record), key }, 201)
+    return c.json({ ...publicKeyView(record), key }, 201, { 'cache-control': 'no-store' })
   })
 
   app.get('/', async (c) => {
@@ -52,6 +70,23 @@ export function keysRoutes(options: KeysRoutesOptions): Hono<GatewayEnv> {
     return c.json(publicKeyView(record))
   })
 
+  app.patch('/:id', async (c) => {
+    const parsed = updateKeySchema.safeParse(await readJsonBody(c.req.raw, options.maxBodyBytes))
+    if (!parsed.success) throw zodToGatewayError(parsed.error)
+    const record = await findLiveKey(c, options)
+    checkScopes(parsed.data, options)
+    if (record.kind === 'publishable' && parsed.data.origins?.length === 0) {
+      throw new GatewayError('invalid_request', 'A publishable key needs at least one origin.', { param: 'origins' })
+    }
+    return c.json(publicKeyView(await options.store(c).update(record, parsed.data)))
+  })
+
+  app.post('/:id/rotate', async (c) => {
+    const record = await findLiveKey(c, options)
+    const { record: rotated, key } = await options.store(c).rotate(record)
+    return c.json({ ...publicKeyView(rotated), key }, 200, { 'cache-control': 'no-store' })
+  })
+
   app.delete('/:id', async (c) => {
     const id = c.req.param('id')
     const record = KEY_ID.test(id) ? await options.store(c).revoke(id) : null
@@ -62,9 +97,24 @@ export function keysRoutes(options: KeysRoutesOptions): Hono<GatewayEnv> {
   return app
 }
 
-async function findKey(c: Context<GatewayEnv>, options: KeysRoutesOptions) {
+function checkScopes(input: { models?: string[] | null; expiresAt?: number | null }, options: KeysRoutesOptions): void {
+  const unknown = input.models?.find((m) => !options.models.has(m))
+  if (unknown !== undefined) throw new GatewayError('invalid_request', `Unknown model '${unknown.slice(0, 128)}': configure it first.`, { param: 'models' })
+  if (input.expiresAt != null && input.expiresAt <= Date.now()) {
+    throw new GatewayError('invalid_request', 'expiresAt is in the past: give a future time in ms since the epoch, or null for never.', { param: 'expiresAt' })
+  }
+}
+
+async function findKey(c: Context<GatewayEnv>, options: KeysRoutesOptions): Promise<KeyRecord> {
   const id = c.req.param('id') ?? ''
   const record = KEY_ID.test(id) ? await options.store(c).get(id) : null
   if (!record) throw new GatewayError('not_found', 'No key has that id.')
+  return record
+}
+
+/** Revoked keys stay revoked: their scopes and secret can no longer change. */
+async function findLiveKey(c: Context<GatewayEnv>, options: KeysRoutesOptions): Promise<KeyRecord> {
+  const record = await findKey(c, options)
+  if (record.revokedAt !== null) throw new GatewayError('invalid_request', 'This key is revoked; create a new one.')
   return record
 }

@@ -1,23 +1,49 @@
 /**
  * `apiKeyAuth`: resolves the caller's credential to a Principal, or answers 401.
  *
- * Works on its own in any Hono app: give it a KeyStore factory. The credential comes from
- * `Authorization: Bearer <key>` unless a `credential` hook supplies it (e.g. a host app that keeps
- * podgate keys server-side and authenticates its users by session).
+ * Three credentials (README "Keys and tokens"):
+ *   - secret keys (`pg_sk_`), for servers: refused when the request carries a browser `Origin` the key
+ *     does not list, so a secret pasted into a web page fails loudly;
+ *   - publishable keys (`pg_pk_`): accepted only with an `Origin` the key lists;
+ *   - tokens (`pg_tk_`) minted with `POST /v1/tokens`: verified by signature, then their parent key is
+ *     read through the key cache, so revoking or rotating the parent ends them.
+ *
+ * Works on its own in any Hono app: give it a KeyStore factory (and a TokenSigner to accept tokens).
+ * The credential comes from `Authorization: Bearer <credential>` unless a `credential` hook supplies it.
+ * Origin rules guard credentials a request carries itself: one the hook supplies from server-side state
+ * (a host app that signs its users in and keeps their podgate keys) is the host's own and is not
+ * checked against the request's Origin.
+ * With `queryToken: true` a token may also come as `?access_token=` on GET requests that ask for
+ * `text/event-stream`, because EventSource cannot send headers; keys are never accepted in a URL.
  */
 import type { Context, MiddlewareHandler } from 'hono'
 import { GatewayError } from '../errors/index.ts'
 import type { GatewayEnv } from '../types.ts'
-import { toPrincipal } from './keys.ts'
-import type { KeyStore } from './keys.ts'
+import { isLive, keyGeneration, toPrincipal } from './keys.ts'
+import type { KeyRecord, KeyStore, Principal } from './keys.ts'
+import { TOKEN_PREFIX } from './tokens.ts'
+import type { TokenSigner } from './tokens.ts'
 
 export type CredentialResolver = (c: Context) => string | undefined | Promise<string | undefined>
 
 export interface ApiKeyAuthOptions {
   /** Where key records live. */
   store: (c: Context<GatewayEnv>) => KeyStore
-  /** Supplies the credential. Default: the `Authorization: Bearer` header. */
+  /**
+   * Supplies the credential. Default: the `Authorization: Bearer` header. A credential it returns that
+   * the request did not carry in its `Authorization` header skips the origin rules.
+   */
   credential?: CredentialResolver
+  /** Verifies minted tokens. Without it, tokens are refused like unknown keys. */
+  tokens?: TokenSigner
+  /**
+   * Also accept a token as `?access_token=<token>` when the request is a GET asking for
+   * `text/event-stream` (EventSource). Use it only on event-stream routes. Default false.
+   *
+   * @example
+   * app.use('/v2/:model/stream/:id', apiKeyAuth({ store, tokens, queryToken: true }))
+   */
+  queryToken?: boolean
 }
 
 const CHALLENGE = 'Bearer realm="podgate"'
@@ -29,22 +55,108 @@ export function bearerCredential(c: Context): string | undefined {
   return match?.[1]
 }
 
+/** 401 with the RFC 6750 challenge; the message says what to do, never echoes the credential. */
+function refused(message: string): GatewayError {
+  return new GatewayError('invalid_api_key', message, { headers: { 'www-authenticate': `${CHALLENGE}, error="invalid_token"` } })
+}
+
+/** A token from `?access_token=`, where the options allow it. Throws when a URL carries anything else. */
+function queryCredential(c: Context, allowed: boolean): string | undefined {
+  if (!c.req.url.includes('access_token=')) return undefined
+  const value = c.req.query('access_token')
+  if (!value) return undefined
+  const eventStream = c.req.method === 'GET' && (c.req.header('accept') ?? '').includes('text/event-stream')
+  if (!allowed || !eventStream) {
+    throw refused('access_token in the URL is accepted only on GET event-stream routes: send "Authorization: Bearer <credential>" instead.')
+  }
+  if (!value.startsWith(TOKEN_PREFIX)) {
+    throw refused('Only a short-lived token (pg_tk_...) may be sent as access_token; keys never belong in a URL.')
+  }
+  return value
+}
+
 export function apiKeyAuth(options: ApiKeyAuthOptions): MiddlewareHandler<GatewayEnv> {
   const resolve = options.credential ?? bearerCredential
+  const queryToken = options.queryToken ?? false
   return async function apiKeyAuth(c, next) {
-    const credential = await resolve(c)
+    const resolved = await resolve(c)
+    const credential = resolved ?? queryCredential(c, queryToken)
     if (!credential) {
-      throw new GatewayError('missing_api_key', 'Missing API key: send "Authorization: Bearer <podgate key>".', {
+      throw new GatewayError('missing_api_key', 'Missing API key: send "Authorization: Bearer <podgate key or token>".', {
         headers: { 'www-authenticate': CHALLENGE },
       })
     }
-    const record = await options.store(c).lookup(credential)
-    if (!record) {
-      throw new GatewayError('invalid_api_key', 'Invalid API key: it is unknown or was revoked.', {
-        headers: { 'www-authenticate': `${CHALLENGE}, error="invalid_token"` },
-      })
-    }
-    c.set('principal', toPrincipal(record))
+    const fromRequest = options.credential === undefined || resolved === undefined || credential === bearerCredential(c)
+    const origin: OriginCheck = fromRequest ? { origin: c.req.header('origin') } : 'host'
+    const store = options.store(c)
+    const principal = credential.startsWith(TOKEN_PREFIX) ? await tokenPrincipal(credential, origin, store, options.tokens) : await keyPrincipal(credential, origin, store)
+    c.set('principal', principal)
     await next()
   }
+}
+
+/** The request's Origin to check a credential against, or `host`: supplied by the host app, not checked. */
+type OriginCheck = { origin: string | undefined } | 'host'
+
+async function keyPrincipal(credential: string, where: OriginCheck, store: KeyStore): Promise<Principal> {
+  const record = await store.lookup(credential)
+  if (!record) throw refused('Invalid API key: it is unknown, was revoked, or was replaced by a rotation.')
+  if (!isLive(record)) throw refused(`This API key expired at ${new Date(record.expiresAt ?? 0).toISOString()}.`)
+  if (where === 'host') return toPrincipal(record)
+  const origin = where.origin
+  if (record.kind === 'secret') {
+    if (origin !== undefined && !record.origins.includes(origin)) {
+      throw refused(
+        `A secret key was sent from the browser origin '${printable(origin)}'. Secret keys belong on servers: mint a short-lived token with POST /v1/tokens from your backend, or use a publishable key (pg_pk_) that allows this origin.`,
+      )
+    }
+  } else if (origin === undefined || !record.origins.includes(origin)) {
+    throw refused(
+      origin === undefined
+        ? 'A publishable key works only from a browser origin it allows, and this request carries no Origin.'
+        : `This publishable key does not allow the origin '${printable(origin)}'.`,
+    )
+  }
+  return toPrincipal(record)
+}
+
+async function tokenPrincipal(credential: string, where: OriginCheck, store: KeyStore, signer: TokenSigner | undefined): Promise<Principal> {
+  const check = signer ? await signer.verify(credential) : ({ ok: false, reason: 'malformed' } as const)
+  if (!check.ok) {
+    throw refused(
+      check.reason === 'expired'
+        ? `This token expired at ${new Date((check.claims?.exp ?? 0) * 1000).toISOString()}: mint a new one with POST /v1/tokens.`
+        : 'Invalid token: it is malformed, was altered, or was not signed by this gateway.',
+    )
+  }
+  const claims = check.claims
+  const parent = await store.lookupById(claims.kid)
+  if (!parent || keyGeneration(parent) !== claims.gen || !isLive(parent)) {
+    throw refused('This token is no longer valid: the key that minted it was revoked, rotated or expired.')
+  }
+  const origin = where === 'host' ? undefined : where.origin
+  if (where !== 'host' && claims.origin !== null && origin !== claims.origin) {
+    throw refused(
+      origin === undefined ? 'This token is bound to a browser origin, and this request carries no Origin.' : `This token does not allow the origin '${printable(origin)}'.`,
+    )
+  }
+  return {
+    ...toPrincipal(parent),
+    credential: 'token',
+    models: intersect(claims.models, parent.models),
+    tokenId: claims.jti,
+    tokenQuota: claims.quota,
+  }
+}
+
+/** A token's scope is re-checked against its parent's current scope: narrowing the key narrows its tokens. */
+function intersect(token: string[] | null, parent: KeyRecord['models']): string[] | null {
+  if (token === null) return parent
+  if (parent === null) return token
+  return token.filter((m) => parent.includes(m))
+}
+
+/** An Origin header is caller input: bounded and stripped of control characters before it is echoed. */
+function printable(text: string): string {
+  return text.slice(0, 200).replace(/[^\x20-\x7e]/g, '?')
 }

@@ -1,22 +1,30 @@
 /**
  * API keys: generation, hashing, and their records in Workers KV.
  *
- * A key is shown once, at creation; KV only ever holds its SHA-256. Storage schema (docs/storage.md):
- *   `key:<id>`        -> KeyRecord (JSON), the operator's view, looked up by id
+ * A key is shown once, at creation or rotation; KV only ever holds its SHA-256. Storage schema
+ * (docs/storage.md):
+ *   `key:<id>`        -> KeyRecord (JSON), the operator's view, looked up by id (and by tokens' parent check)
  *   `keyhash:<sha256>` -> KeyRecord (JSON), the hot-path view, looked up by the presented key's hash
  * Both are written together; the hot path does one KV read, and an in-isolate cache (bounded, with a
- * TTL) makes steady-state traffic do none. Revocation therefore takes effect within KV's propagation
- * delay (up to ~60 s) plus `keyCacheTtlMs`.
+ * TTL) makes steady-state traffic do none. Revocation, rotation and scope changes therefore take effect
+ * within KV's propagation delay (up to ~60 s) plus `keyCacheTtlMs` (at once in the isolate that made them).
  */
 
 import type { QuotaPolicy } from '../quota/policy.ts'
 
+/** Secret keys, for servers. */
 export const KEY_PREFIX = 'pg_sk_'
+/** Publishable keys, for web pages: they work only from their allowed origins. */
+export const PUBLISHABLE_KEY_PREFIX = 'pg_pk_'
+/** Every credential podgate issues starts `pg_` + two letters + `_`: what the logger scrubs. */
+export const CREDENTIAL_PATTERN = /pg_(?:sk|pk|tk)_[A-Za-z0-9._-]+/g
 const KEY_BODY_LENGTH = 32
 const ID_PREFIX = 'key_'
 const BASE62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz'
 
-export type KeyKind = 'secret'
+export type KeyKind = 'secret' | 'publishable'
+/** What the caller presented: a key of either kind, or a token minted from a secret key. */
+export type CredentialKind = KeyKind | 'token'
 
 export interface KeyRecord {
   id: string
@@ -24,10 +32,19 @@ export interface KeyRecord {
   kind: KeyKind
   /** Model aliases the key may use; null means all. */
   models: string[] | null
+  /**
+   * Browser origins (`https://app.example.com`) the key may be used from. Publishable keys need at
+   * least one; a secret key with none is refused whenever a request carries an `Origin`.
+   */
+  origins: string[]
   metadata: Record<string, string>
   /** Limits for this key; null means the gateway's defaults. */
   quota: QuotaPolicy | null
   createdAt: number
+  /** Last change of scopes or secret (ms since epoch). */
+  updatedAt: number
+  /** After this instant (ms since epoch) the key is refused; null: never. */
+  expiresAt: number | null
   revokedAt: number | null
   /** SHA-256 hex of the key. Never the key itself. */
   hash: string
@@ -39,9 +56,23 @@ export interface KeyRecord {
 export interface Principal {
   keyId: string
   name: string
+  /** The kind of the key (for a token: of its parent key). */
   kind: KeyKind
+  /** What was presented. */
+  credential: CredentialKind
+  /** Model aliases allowed (for a token: its scope within the parent's); null means all. */
   models: string[] | null
+  /** The key's limits (for a token: the parent key's; counters belong to the key). */
   quota: QuotaPolicy | null
+  /** For a token, its id (`tok_...`); null otherwise. */
+  tokenId: string | null
+  /**
+   * For a token minted with its own limits: those limits, counted under `tokenId` on top of the key's
+   * own. Null otherwise.
+   */
+  tokenQuota: QuotaPolicy | null
+  /** A prefix of the key secret's hash: names the secret's generation in minted tokens, reveals nothing. */
+  keyGeneration: string
 }
 
 function randomBase62(length: number): string {
@@ -56,12 +87,21 @@ function randomBase62(length: number): string {
   return out
 }
 
-export function generateKey(): string {
-  return KEY_PREFIX + randomBase62(KEY_BODY_LENGTH)
+export function generateKey(kind: KeyKind = 'secret'): string {
+  return (kind === 'publishable' ? PUBLISHABLE_KEY_PREFIX : KEY_PREFIX) + randomBase62(KEY_BODY_LENGTH)
 }
 
 export function generateKeyId(): string {
   return ID_PREFIX + randomBase62(16)
+}
+
+export function generateTokenId(): string {
+  return 'tok_' + randomBase62(16)
+}
+
+/** True when `text` has the shape of a podgate key (either kind); says nothing of its validity. */
+export function isKeyShaped(text: string): boolean {
+  return (text.startsWith(KEY_PREFIX) || text.startsWith(PUBLISHABLE_KEY_PREFIX)) && text.length === KEY_PREFIX.length + KEY_BODY_LENGTH
 }
 
 const HEX: string[] = Array.from({ length: 256 }, (_, i) => i.toString(16).padStart(2, '0'))
@@ -88,8 +128,36 @@ export async function timingSafeEqualText(a: string, b: string): Promise<boolean
 }
 
 export function toPrincipal(record: KeyRecord): Principal {
-  return { keyId: record.id, name: record.name, kind: record.kind, models: record.models, quota: record.quota ?? null }
+  return { keyId: record.id, name: record.name, kind: record.kind, credential: record.kind, models: record.models, quota: record.quota ?? null, tokenId: null, tokenQuota: null, keyGeneration: keyGeneration(record) }
 }
+
+export function keyGeneration(record: KeyRecord): string {
+  return record.hash.slice(0, 16)
+}
+
+/** A record as older podgate versions stored it gets today's defaults for the fields they lacked. */
+function upgrade(record: KeyRecord): KeyRecord {
+  return { ...record, origins: record.origins ?? [], expiresAt: record.expiresAt ?? null, updatedAt: record.updatedAt ?? record.createdAt }
+}
+
+/** Whether a record is usable now: not revoked, not expired. */
+export function isLive(record: KeyRecord, now: number = Date.now()): boolean {
+  return record.revokedAt === null && (record.expiresAt === null || record.expiresAt > now)
+}
+
+/** What an operator may set at creation. */
+export interface KeyInput {
+  name: string
+  kind?: KeyKind
+  models?: string[] | null
+  origins?: string[]
+  metadata?: Record<string, string>
+  quota?: QuotaPolicy | null
+  expiresAt?: number | null
+}
+
+/** What an operator may change later (the kind never changes: mint a new key instead). */
+export type KeyPatch = Partial<Omit<KeyInput, 'kind'>>
 
 /** The operator's view of a key: everything but the hash. */
 export function publicKeyView(record: KeyRecord): Omit<KeyRecord, 'hash'> {
@@ -98,7 +166,7 @@ export function publicKeyView(record: KeyRecord): Omit<KeyRecord, 'hash'> {
 }
 
 export interface KeyStoreOptions {
-  /** In-isolate cache TTL for lookups by hash, in ms. 0 disables it. */
+  /** In-isolate cache TTL for lookups, in ms. 0 disables it. */
   cacheTtlMs: number
   /** Most entries the in-isolate cache holds. Default 1000. */
   cacheSize?: number
@@ -127,35 +195,54 @@ export class KeyStore {
     this.#cache = cache
   }
 
-  /** The live (unrevoked) record for a presented key, or null. */
+  /**
+   * The record for a presented key, or null when it is unknown, revoked or rotated away. Expiry is the
+   * caller's to check (`isLive`), so an expired key can be told apart from an unknown one.
+   */
   async lookup(key: string): Promise<KeyRecord | null> {
-    if (!key.startsWith(KEY_PREFIX) || key.length !== KEY_PREFIX.length + KEY_BODY_LENGTH) return null
+    if (!isKeyShaped(key)) return null
     const hash = await sha256Hex(key)
+    return this.#cached(`keyhash:${hash}`)
+  }
+
+  /** The unrevoked record with this id, through the same cache: how a token checks its parent key. */
+  lookupById(id: string): Promise<KeyRecord | null> {
+    return this.#cached(`key:${id}`)
+  }
+
+  async #cached(kvKey: string): Promise<KeyRecord | null> {
     const now = Date.now()
-    const cached = this.#cache.get(hash)
+    const cached = this.#cache.get(kvKey)
     if (cached && cached.expires > now) return cached.record
-    const record = await this.#kv.get<KeyRecord>(`keyhash:${hash}`, 'json')
-    const live = record && record.revokedAt === null ? record : null
+    const stored = await this.#kv.get<KeyRecord>(kvKey, 'json')
+    const record = stored && stored.revokedAt === null ? upgrade(stored) : null
     if (this.#ttl > 0) {
       if (this.#cache.size >= this.#size) {
         const oldest = this.#cache.keys().next()
         if (!oldest.done) this.#cache.delete(oldest.value)
       }
-      this.#cache.set(hash, { record: live, expires: now + this.#ttl })
+      // Inserted now, so it expires no later than `cacheTtlMs` after the KV read: the cache never stretches
+      // a revocation beyond that.
+      this.#cache.set(kvKey, { record, expires: now + this.#ttl })
     }
-    return live
+    return record
   }
 
-  async create(input: { name: string; models?: string[] | null; metadata?: Record<string, string>; quota?: QuotaPolicy | null }): Promise<{ record: KeyRecord; key: string }> {
-    const key = generateKey()
+  async create(input: KeyInput): Promise<{ record: KeyRecord; key: string }> {
+    const kind = input.kind ?? 'secret'
+    const key = generateKey(kind)
+    const now = Date.now()
     const record: KeyRecord = {
       id: generateKeyId(),
       name: input.name,
-      kind: 'secret',
+      kind,
       models: input.models ?? null,
+      origins: input.origins ?? [],
       metadata: input.metadata ?? {},
       quota: input.quota ?? null,
-      createdAt: Date.now(),
+      createdAt: now,
+      updatedAt: now,
+      expiresAt: input.expiresAt ?? null,
       revokedAt: null,
       hash: await sha256Hex(key),
       hint: key.slice(0, KEY_PREFIX.length + 4),
@@ -164,14 +251,37 @@ export class KeyStore {
     return { record, key }
   }
 
-  get(id: string): Promise<KeyRecord | null> {
-    return this.#kv.get<KeyRecord>(`key:${id}`, 'json')
+  async get(id: string): Promise<KeyRecord | null> {
+    const record = await this.#kv.get<KeyRecord>(`key:${id}`, 'json')
+    return record && upgrade(record)
   }
 
   async list(options: { cursor?: string; limit?: number } = {}): Promise<{ keys: KeyRecord[]; cursor: string | null }> {
     const page = await this.#kv.list({ prefix: 'key:', cursor: options.cursor, limit: options.limit ?? 100 })
     const records = await Promise.all(page.keys.map((k) => this.#kv.get<KeyRecord>(k.name, 'json')))
-    return { keys: records.filter((r): r is KeyRecord => r !== null), cursor: page.list_complete ? null : page.cursor }
+    return { keys: records.filter((r): r is KeyRecord => r !== null).map(upgrade), cursor: page.list_complete ? null : page.cursor }
+  }
+
+  /** Changes a key's scopes; the caller has checked it is live. */
+  async update(record: KeyRecord, patch: KeyPatch): Promise<KeyRecord> {
+    const changes = Object.fromEntries(Object.entries(patch).filter(([, v]) => v !== undefined))
+    const updated: KeyRecord = { ...record, ...changes, updatedAt: Date.now() }
+    await this.#write(updated)
+    this.#forget(record)
+    return updated
+  }
+
+  /**
+   * A new secret for the same id and scopes. The old secret's hash entry is deleted, so it stops
+   * working (elsewhere within the revocation bound), and tokens minted from it stop too (`gen`).
+   */
+  async rotate(record: KeyRecord): Promise<{ record: KeyRecord; key: string }> {
+    const key = generateKey(record.kind)
+    const rotated: KeyRecord = { ...record, hash: await sha256Hex(key), hint: key.slice(0, KEY_PREFIX.length + 4), updatedAt: Date.now() }
+    await this.#write(rotated)
+    await this.#kv.delete(`keyhash:${record.hash}`)
+    this.#forget(record)
+    return { record: rotated, key }
   }
 
   /** Marks a key revoked. Returns the updated record, or null when the id is unknown. */
@@ -181,8 +291,13 @@ export class KeyStore {
     if (record.revokedAt !== null) return record
     const revoked = { ...record, revokedAt: Date.now() }
     await this.#write(revoked)
-    this.#cache.delete(record.hash)
+    this.#forget(record)
     return revoked
+  }
+
+  #forget(record: KeyRecord): void {
+    this.#cache.delete(`keyhash:${record.hash}`)
+    this.#cache.delete(`key:${record.id}`)
   }
 
   async #write(record: KeyRecord): Promise<void> {

@@ -2,7 +2,7 @@
  * Structured log lines with secrets scrubbed. Every line podgate writes goes through here, so the
  * Runpod key, the admin token and any presented API key can never reach Workers Logs.
  */
-import { KEY_PREFIX } from '../auth/keys.ts'
+import { CREDENTIAL_PATTERN } from '../auth/keys.ts'
 
 export type LogLine = Record<string, unknown>
 export type LogSink = (line: string) => void
@@ -14,14 +14,12 @@ export interface LoggerOptions {
   sink?: LogSink
 }
 
-const KEY_PATTERN = new RegExp(`${KEY_PREFIX}[A-Za-z0-9]+`, 'g')
-
 export function createLogger(options: LoggerOptions): (line: LogLine) => void {
   const secrets = options.secrets.filter((s) => s.length >= 8)
   const sink = options.sink ?? ((line: string) => console.log(line))
   return function log(line: LogLine): void {
     let text = JSON.stringify(line)
     for (const secret of secrets) text = text.replaceAll(secret, '[redacted]')
-    sink(text.replace(KEY_PATTERN, `${KEY_PREFIX}[redacted]`))
+    sink(text.replace(CREDENTIAL_PATTERN, (found) => `${found.slice(0, 6)}[redacted]`))
   }
 }

@@ -1,0 +1,199 @@
+/**
+ * `npm run keys -- <command>`: manages podgate keys through the admin API of a running podgate (the
+ * local dev server or a deployed Worker), by URL.
+ *
+ *   create --name <n> [--kind secret|publishable] [--models a,b|all] [--origins https://x,https://y]
+ *          [--expires 30d|12h|<ISO date>|never] [--metadata k=v ...] [--quota '{"requestsPerMinute":10}']
+ *   list
+ *   get <id>
+ *   update <id> [--name ...] [--models ...] [--origins ...] [--expires ...] [--metadata ...] [--quota ...|null]
+ *   rotate <id>     a new secret, same id; the old secret stops working
+ *   revoke <id>
+ *
+ * Every command takes --url (default $PODGATE_URL, else http://127.0.0.1:8787) and --admin-token
+ * (default $PODGATE_ADMIN_TOKEN). Output is JSON on stdout; a secret appears only for create and rotate.
+ */
+import { parseArgs } from 'node:util'
+
+const USAGE = `usage: npm run keys -- <create|list|get|update|rotate|revoke> [id] [options]
+  --url <podgate URL>        default $PODGATE_URL or http://127.0.0.1:8787
+  --admin-token <token>      default $PODGATE_ADMIN_TOKEN
+  --name <label>  --kind secret|publishable  --models a,b|all  --origins https://a,https://b
+  --expires 30d|12h|90m|<ISO date>|never  --metadata key=value (repeatable)  --quota <JSON>|null`
+
+export class UsageError extends Error {}
+
+/** `30d`, `12h`, `90m`, an ISO date, or `never` -> ms since the epoch (null for never). */
+export function parseExpiry(text: string, now: number = Date.now()): number | null {
+  if (text === 'never') return null
+  const relative = /^(\d+)([dhm])$/.exec(text)
+  if (relative) return now + Number(relative[1]) * { d: 86_400_000, h: 3_600_000, m: 60_000 }[relative[2] as 'd' | 'h' | 'm']
+  const at = Date.parse(text)
+  if (Number.isNaN(at)) throw new UsageError(`--expires '${text}': use 30d, 12h, 90m, an ISO date or never`)
+  return at
+}
+
+function list(text: string): string[] {
+  return text.split(',').map((s) => s.trim()).filter(Boolean)
+}
+
+type Flags = { [name: string]: string | boolean | string[] | undefined }
+
+/** The admin API body for create/update, from the flags given (absent flags are left out). */
+export function bodyFromFlags(flags: Flags, command: 'create' | 'update'): Record<string, unknown> {
+  const body: Record<string, unknown> = {}
+  if (typeof flags.name === 'string') body.name = flags.name
+  if (typeof flags.kind === 'string') {
+    if (command === 'update') throw new UsageError('--kind cannot change: create a new key instead')
+    body.kind = flags.kind
+  }
+  if (typeof flags.models === 'string') body.models = flags.models === 'all' ? null : list(flags.models)
+  if (typeof flags.origins === 'string') body.origins = list(flags.origins)
+  if (typeof flags.expires === 'string') body.expiresAt = parseExpiry(flags.expires)
+  if (Array.isArray(flags.metadata)) {
+    const metadata: Record<string, string> = {}
+    for (const pair of flags.metadata) {
+      const eq = pair.indexOf('=')
+      if (eq < 1) throw new UsageError(`--metadata '${pair}': use key=value`)
+      metadata[pair.slice(0, eq)] = pair.slice(eq + 1)
+    }
+    body.metadata = metadata
+  }
+  if (typeof flags.quota === 'string') {
+    try {
+      body.quota = JSON.parse(flags.quota)
+    } catch {
+      throw new UsageError(`--quota must be JSON, e.g. '{"requestsPerMinute":10}', or null`)
+    }
+  }
+  if (command === 'create' && body.name === undefined) throw new UsageError('create needs --name')
+  return body
+}
+
+export interface KeysCliIO {
+  env: Record<string, string | undefined>
+  out: (text: string) => void
+  err: (text: string) => void
+  fetch: typeof fetch
+}
+
+/** Runs one CLI invocation; returns the process exit code. */
+export async function runKeysCli(argv: string[], io: KeysCliIO): Promise<number> {
+  let parsed: ReturnType<typeof parse>
+  try {
+    parsed = parse(argv)
+    const [command, id] = parsed.positionals
+    const url = (typeof parsed.values.url === 'string' ? parsed.values.url : io.env.PODGATE_URL ?? 'http://127.0.0.1:8787').replace(/\/+$/, '')
+    const token = typeof parsed.values['admin-token'] === 'string' ? parsed.values['admin-token'] : io.env.PODGATE_ADMIN_TOKEN
+    if (!token) throw new UsageError('no admin token: pass --admin-token or set PODGATE_ADMIN_TOKEN')
+    const needsId = (): string => {
+      if (!id) throw new UsageError(`${command} needs a key id (key_...)`)
+      return encodeURIComponent(id)
+    }
+    let request: [method: string, path: string, body?: unknown]
+    switch (command) {
+      case 'create':
+        request = ['POST', '/admin/keys', bodyFromFlags(parsed.values, 'create')]
+        break
+      case 'list':
+        return await listAll(url, token, io)
+      case 'get':
+        request = ['GET', `/admin/keys/${needsId()}`]
+        break
+      case 'update':
+        request = ['PATCH', `/admin/keys/${needsId()}`, bodyFromFlags(parsed.values, 'update')]
+        break
+      case 'rotate':
+        request = ['POST', `/admin/keys/${needsId()}/rotate`]
+        break
+      case 'revoke':
+        request = ['DELETE', `/admin/keys/${needsId()}`]
+        break
+      default:
+        throw new UsageError(command ? `unknown command '${command}'` : 'no command')
+    }
+    const result = await call(url, token, io, ...request)
+    if (result === null) return 1
+    io.out(JSON.stringify(result, null, 2))
+    if (typeof (result as { key?: unknown }).key === 'string') io.err('The key is shown only now: store it as a secret.')
+    return 0
+  } catch (error) {
+    if (error instanceof UsageError) {
+      io.err(`keys: ${error.message}\n${USAGE}`)
+      return 2
+    }
+    io.err(`keys: ${error instanceof Error ? error.message : String(error)}`)
+    return 1
+  }
+}
+
+function parse(argv: string[]) {
+  try {
+    return parseArgs({
+      args: argv,
+      allowPositionals: true,
+      options: {
+        url: { type: 'string' },
+        'admin-token': { type: 'string' },
+        name: { type: 'string' },
+        kind: { type: 'string' },
+        models: { type: 'string' },
+        origins: { type: 'string' },
+        expires: { type: 'string' },
+        metadata: { type: 'string', multiple: true },
+        quota: { type: 'string' },
+      },
+    })
+  } catch (error) {
+    throw new UsageError(error instanceof Error ? error.message : String(error))
+  }
+}
+
+/** One admin API call; prints the API's error and returns null when it refuses. */
+async function call(url: string, token: string, io: KeysCliIO, method: string, path: string, body?: unknown): Promise<unknown> {
+  let res: Response
+  try {
+    res = await io.fetch(url + path, {
+      method,
+      headers: { authorization: `Bearer ${token}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+      body: body === undefined ? undefined : JSON.stringify(body),
+    })
+  } catch {
+    throw new Error(`cannot reach podgate at ${url}: is it running (npm run dev)? Pass --url for a deployed Worker.`)
+  }
+  const text = await res.text()
+  if (!res.ok) {
+    let message = text
+    try {
+      message = (JSON.parse(text) as { error: { message: string } }).error.message
+    } catch {
+      // not podgate's JSON: show the body as is
+    }
+    io.err(`keys: ${method} ${path} -> ${res.status}: ${message.slice(0, 500)}`)
+    return null
+  }
+  return JSON.parse(text)
+}
+
+async function listAll(url: string, token: string, io: KeysCliIO): Promise<number> {
+  const keys: unknown[] = []
+  let cursor: string | null = null
+  do {
+    const page = (await call(url, token, io, 'GET', `/admin/keys?limit=1000${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`)) as { data: unknown[]; cursor: string | null } | null
+    if (page === null) return 1
+    keys.push(...page.data)
+    cursor = page.cursor
+  } while (cursor)
+  io.out(JSON.stringify(keys, null, 2))
+  return 0
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  const code = await runKeysCli(process.argv.slice(2), {
+    env: process.env,
+    out: (text) => process.stdout.write(`${text}\n`),
+    err: (text) => process.stderr.write(`${text}\n`),
+    fetch,
+  })
+  process.exitCode = code
+}

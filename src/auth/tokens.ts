@@ -1,0 +1,105 @@
+/**
+ * Short-lived tokens: minted by an app's backend with a secret key (`POST /v1/tokens`), handed to a
+ * browser, verified without a KV read of their own.
+ *
+ * Format: `pg_tk_<base64url(JSON claims)>.<base64url(HMAC-SHA256)>`, the MAC taken over everything
+ * before the dot with the `podgate/token/v1` key derived from the signing secret (src/crypto/signing.ts).
+ * The claims name the parent key (`kid`) and the generation of its secret (`gen`, a prefix of the
+ * secret's hash), so revoking or rotating the parent ends its tokens: the auth step reads the parent
+ * through the key cache, as it reads keys.
+ */
+import { z } from 'zod'
+import { base64url, fromBase64url, sign, signingKey, verify } from '../crypto/signing.ts'
+import { quotaPolicySchema } from '../quota/policy.ts'
+import type { QuotaPolicy } from '../quota/policy.ts'
+
+export const TOKEN_PREFIX = 'pg_tk_'
+
+/** Token sizes stay far below header limits; anything longer is not ours. */
+const MAX_TOKEN_LENGTH = 4096
+
+const claimsSchema = z.object({
+  v: z.literal(1),
+  /** Token id, for logs and per-token quota counters. */
+  jti: z.string(),
+  /** Parent key id. */
+  kid: z.string(),
+  /** First 16 hex chars of the parent secret's SHA-256: a rotation ends the token. */
+  gen: z.string(),
+  /** Issued at / expires at, in seconds since the epoch. */
+  iat: z.number().int(),
+  exp: z.number().int(),
+  models: z.array(z.string()).nullable(),
+  origin: z.string().nullable(),
+  quota: quotaPolicySchema.nullable(),
+})
+
+export type TokenClaims = z.infer<typeof claimsSchema>
+
+export type TokenCheck =
+  | { ok: true; claims: TokenClaims }
+  | { ok: false; reason: 'malformed' | 'expired'; claims?: TokenClaims }
+
+export interface TokenSignerOptions {
+  /** The signing secret: `signingSecret`, else the Runpod API key. Never leaves the signer. */
+  secret: string
+}
+
+export interface MintInput {
+  tokenId: string
+  keyId: string
+  keyGeneration: string
+  ttlSeconds: number
+  models: string[] | null
+  origin: string | null
+  quota: QuotaPolicy | null
+}
+
+const encoder = new TextEncoder()
+const decoder = new TextDecoder()
+
+export class TokenSigner {
+  readonly #key: Promise<CryptoKey>
+
+  constructor(options: TokenSignerOptions) {
+    this.#key = signingKey(options.secret, 'podgate/token/v1')
+  }
+
+  async mint(input: MintInput, now: number = Date.now()): Promise<{ token: string; claims: TokenClaims }> {
+    const iat = Math.floor(now / 1000)
+    const claims: TokenClaims = {
+      v: 1,
+      jti: input.tokenId,
+      kid: input.keyId,
+      gen: input.keyGeneration,
+      iat,
+      exp: iat + input.ttlSeconds,
+      models: input.models,
+      origin: input.origin,
+      quota: input.quota,
+    }
+    const body = TOKEN_PREFIX + base64url(encoder.encode(JSON.stringify(claims)))
+    return { token: `${body}.${await sign(await this.#key, body)}`, claims }
+  }
+
+  /** Checks the MAC before reading anything the token says, then its expiry. */
+  async verify(token: string, now: number = Date.now()): Promise<TokenCheck> {
+    if (!token.startsWith(TOKEN_PREFIX) || token.length > MAX_TOKEN_LENGTH) return { ok: false, reason: 'malformed' }
+    const dot = token.lastIndexOf('.')
+    if (dot < 0) return { ok: false, reason: 'malformed' }
+    const body = token.slice(0, dot)
+    if (!(await verify(await this.#key, body, token.slice(dot + 1)))) return { ok: false, reason: 'malformed' }
+    const bytes = fromBase64url(body.slice(TOKEN_PREFIX.length))
+    if (!bytes) return { ok: false, reason: 'malformed' }
+    let json: unknown
+    try {
+      json = JSON.parse(decoder.decode(bytes))
+    } catch {
+      return { ok: false, reason: 'malformed' }
+    }
+    const parsed = claimsSchema.safeParse(json)
+    if (!parsed.success) return { ok: false, reason: 'malformed' }
+    if (parsed.data.exp * 1000 <= now) return { ok: false, reason: 'expired', claims: parsed.data }
+    return { ok: true, claims: parsed.data }
+  }
+}

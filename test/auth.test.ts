@@ -1,0 +1,323 @@
+/**
+ * Credentials: secret keys, publishable keys and minted tokens; scopes, origins, expiry, tampering,
+ * revocation, rotation, and the admin API that manages them.
+ */
+import { env } from 'cloudflare:test'
+import { Hono } from 'hono'
+import { describe, expect, it } from 'vitest'
+import { apiKeyAuth, bearerCredential } from '../src/auth/api-key-auth.ts'
+import { KeyStore } from '../src/auth/keys.ts'
+import { TokenSigner } from '../src/auth/tokens.ts'
+import { createErrorHandler } from '../src/http/respond.ts'
+import type { GatewayEnv } from '../src/types.ts'
+import { ADMIN_TOKEN, RUNPOD_KEY, authed, chatBody, harness, readSSE, streamedText } from './helpers.ts'
+import type { Harness } from './helpers.ts'
+
+const APP = 'https://app.example.com'
+const EVIL = 'https://evil.example.net'
+
+function admin(method: string, body?: unknown): RequestInit {
+  return { method, headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' }, body: body === undefined ? undefined : JSON.stringify(body) }
+}
+
+function withOrigin(init: RequestInit, origin: string): RequestInit {
+  return { ...init, headers: { ...(init.headers as Record<string, string>), origin } }
+}
+
+async function mint(h: Harness, key: string, body: Record<string, unknown> = {}): Promise<{ token: string; id: string; expiresAt: number; models: string[] | null }> {
+  const res = await h.fetch('/v1/tokens', authed(key, JSON.stringify(body)))
+  if (res.status !== 201) throw new Error(`mint: ${res.status} ${await res.text()}`)
+  return (await res.json()) as { token: string; id: string; expiresAt: number; models: string[] | null }
+}
+
+/** Asserts a 401 in OpenAI error JSON with a Bearer challenge; returns the message. */
+async function expect401(res: Response): Promise<string> {
+  expect(res.status).toBe(401)
+  expect(res.headers.get('www-authenticate')).toMatch(/^Bearer realm="podgate"/)
+  const body = (await res.json()) as { error: { type: string; code: string; message: string } }
+  expect(body.error.type).toBe('authentication_error')
+  return body.error.message
+}
+
+describe('secret keys', () => {
+  it('work from servers (no Origin) and are refused from a browser origin they do not list', async () => {
+    const h = harness()
+    const { key } = await h.createKey({ name: 'server' })
+    expect((await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai')))).status).toBe(200)
+    const message = await expect401(await h.fetch('/v1/chat/completions', withOrigin(authed(key, chatBody('chat-openai')), APP)))
+    expect(message).toMatch(/secret key was sent from the browser origin 'https:\/\/app\.example\.com'.*POST \/v1\/tokens/)
+    expect(h.emulator.calls).toHaveLength(1)
+  })
+
+  it('work from an origin the key explicitly allows', async () => {
+    const h = harness()
+    const { key } = await h.createKey({ name: 'internal tool', origins: [APP] })
+    expect((await h.fetch('/v1/models', withOrigin(authed(key), APP))).status).toBe(200)
+    await expect401(await h.fetch('/v1/models', withOrigin(authed(key), EVIL)))
+  })
+
+  it("supplied by a host app's credential hook from server-side state skip the origin rule; carried ones do not", async () => {
+    const setup = harness()
+    const { key } = await setup.createKey({ name: 'user 42' })
+    const sessions = new Map([['s42', key]])
+    const h = harness({
+      credential: (c) => {
+        const session = /session=(\w+)/.exec(c.req.header('cookie') ?? '')?.[1]
+        return session ? sessions.get(session) : bearerCredential(c)
+      },
+    })
+    // A same-origin page POSTs with its Origin and cookie: the key never left the server.
+    const viaSession = await h.fetch('/v1/chat/completions', { method: 'POST', headers: { cookie: 'session=s42', origin: APP, 'content-type': 'application/json' }, body: chatBody('chat-openai') })
+    expect(viaSession.status).toBe(200)
+    await expect401(await h.fetch('/v1/models', withOrigin(authed(key), APP)))
+  })
+
+  it('stop working after expiresAt', async () => {
+    const h = harness()
+    const { id, key } = await h.createKey({ name: 'short', expiresAt: Date.now() + 60_000 })
+    expect((await h.fetch('/v1/models', authed(key))).status).toBe(200)
+    // Scope changes apply at once in the isolate that made them.
+    expect((await h.fetch(`/admin/keys/${id}`, admin('PATCH', { expiresAt: Date.now() + 100 }))).status).toBe(200)
+    await new Promise((r) => setTimeout(r, 120))
+    expect(await expect401(await h.fetch('/v1/models', authed(key)))).toMatch(/expired/)
+  })
+})
+
+describe('publishable keys', () => {
+  it('are pg_pk_ keys that work only from their allowed origins', async () => {
+    const h = harness()
+    const created = await h.createKey({ name: 'site', kind: 'publishable', origins: ['https://App.Example.com:443/'], models: ['chat-openai'], quota: { requestsPerMinute: 10 } })
+    expect(created.key).toMatch(/^pg_pk_[A-Za-z0-9]{32}$/)
+    expect(created).toMatchObject({ kind: 'publishable', origins: [APP] })
+    const ok = await h.fetch('/v1/chat/completions', withOrigin(authed(created.key, chatBody('chat-openai')), APP))
+    expect(ok.status).toBe(200)
+    expect(await expect401(await h.fetch('/v1/models', authed(created.key)))).toMatch(/carries no Origin/)
+    expect(await expect401(await h.fetch('/v1/models', withOrigin(authed(created.key), EVIL)))).toMatch(/does not allow the origin/)
+    const scoped = await h.fetch('/v1/chat/completions', withOrigin(authed(created.key, chatBody('chat-classic')), APP))
+    expect(scoped.status).toBe(403)
+    expect(((await scoped.json()) as { error: { type: string } }).error.type).toBe('permission_error')
+  })
+
+  it('need an origin and cannot mint tokens', async () => {
+    const h = harness()
+    const none = await h.fetch('/admin/keys', admin('POST', { name: 'site', kind: 'publishable' }))
+    expect(none.status).toBe(400)
+    expect(((await none.json()) as { error: { param: string } }).error.param).toBe('origins')
+    const bad = await h.fetch('/admin/keys', admin('POST', { name: 'site', kind: 'publishable', origins: ['https://*.example.com'] }))
+    expect(bad.status).toBe(400)
+    const { key } = await h.createKey({ name: 'site', kind: 'publishable', origins: [APP] })
+    const res = await h.fetch('/v1/tokens', withOrigin(authed(key, '{}'), APP))
+    expect(res.status).toBe(403)
+  })
+})
+
+describe('tokens', () => {
+  it('are minted by a secret key, scoped to a subset of its models, and stream', async () => {
+    const h = harness()
+    const { id, key } = await h.createKey({ name: 'backend', models: ['chat-openai', 'chat-classic'] })
+    const minted = await mint(h, key, { models: ['chat-classic'], ttlSeconds: 120 })
+    expect(minted.token).toMatch(/^pg_tk_[A-Za-z0-9_-]+\.[A-Za-z0-9_-]{43}$/)
+    expect(minted).toMatchObject({ object: 'token', keyId: id, models: ['chat-classic'], origin: null })
+    expect(minted.expiresAt).toBeGreaterThan(Date.now() + 110_000)
+    expect(minted.expiresAt).toBeLessThanOrEqual(Date.now() + 120_000)
+    const res = await h.fetch('/v1/chat/completions', withOrigin(authed(minted.token, chatBody('chat-classic', 'hi', { stream: true })), APP))
+    expect(res.status).toBe(200)
+    expect(streamedText(await readSSE(res)).length).toBeGreaterThan(0)
+    const outside = await h.fetch('/v1/chat/completions', authed(minted.token, chatBody('chat-openai')))
+    expect(outside.status).toBe(403)
+    const models = (await (await h.fetch('/v1/models', authed(minted.token))).json()) as { data: { id: string }[] }
+    expect(models.data.map((m) => m.id)).toEqual(['chat-classic'])
+  })
+
+  it('cannot widen the key: models outside it, too long a TTL, a token or bad input minting are refused', async () => {
+    const h = harness({ tokens: { maxTtlSeconds: 300 } })
+    const { key } = await h.createKey({ name: 'backend', models: ['chat-openai'] })
+    const wider = await h.fetch('/v1/tokens', authed(key, JSON.stringify({ models: ['chat-classic'] })))
+    expect(wider.status).toBe(403)
+    const unknown = await h.fetch('/v1/tokens', authed(key, JSON.stringify({ models: ['nope'] })))
+    expect(unknown.status).toBe(404)
+    const long = await h.fetch('/v1/tokens', authed(key, JSON.stringify({ ttlSeconds: 301 })))
+    expect(long.status).toBe(400)
+    expect(((await long.json()) as { error: { message: string } }).error.message).toMatch(/at most 300/)
+    expect((await h.fetch('/v1/tokens', authed(key, JSON.stringify({ origin: 'not an origin' })))).status).toBe(400)
+    expect((await h.fetch('/v1/tokens', authed(key, JSON.stringify({ extra: 1 })))).status).toBe(400)
+    const token = await mint(h, key)
+    expect(token.expiresAt).toBeLessThanOrEqual(Date.now() + 300_000)
+    expect((await h.fetch('/v1/tokens', authed(token.token, '{}'))).status).toBe(403)
+  })
+
+  it('bound to an origin work only from it', async () => {
+    const h = harness()
+    const { key } = await h.createKey({ name: 'backend' })
+    const { token } = await mint(h, key, { origin: APP })
+    expect((await h.fetch('/v1/models', withOrigin(authed(token), APP))).status).toBe(200)
+    expect(await expect401(await h.fetch('/v1/models', withOrigin(authed(token), EVIL)))).toMatch(/does not allow the origin/)
+    expect(await expect401(await h.fetch('/v1/models', authed(token)))).toMatch(/carries no Origin/)
+  })
+
+  it('expired, tampered, foreign-signed and truncated tokens get 401', async () => {
+    const h = harness()
+    const { key } = await h.createKey({ name: 'backend' })
+    const { token } = await mint(h, key)
+    const [body, sig] = token.split('.') as [string, string]
+    const claims = JSON.parse(atob(body.slice('pg_tk_'.length).replaceAll('-', '+').replaceAll('_', '/'))) as Record<string, unknown>
+    const forged = 'pg_tk_' + btoa(JSON.stringify({ ...claims, models: null, exp: 9_999_999_999 })).replaceAll('+', '-').replaceAll('/', '_').replace(/=+$/, '')
+    const other = new TokenSigner({ secret: 'another-gateway-secret-0123456789abcdef' })
+    const foreign = (await other.mint({ tokenId: 'tok_x', keyId: String(claims.kid), keyGeneration: String(claims.gen), ttlSeconds: 60, models: null, origin: null, quota: null })).token
+    for (const bad of [`${forged}.${sig}`, `${body}.${sig.slice(0, -2)}AA`, body, foreign, 'pg_tk_', `${token}x`]) {
+      expect(await expect401(await h.fetch('/v1/models', authed(bad)))).toMatch(/Invalid token/)
+    }
+    const signer = new TokenSigner({ secret: RUNPOD_KEY })
+    const expired = (await signer.mint({ tokenId: 'tok_e', keyId: String(claims.kid), keyGeneration: String(claims.gen), ttlSeconds: 60, models: null, origin: null, quota: null }, Date.now() - 61_000)).token
+    expect(await expect401(await h.fetch('/v1/models', authed(expired)))).toMatch(/expired at .*mint a new one/)
+  })
+
+  it('are signed with signingSecret when set, not with the Runpod key', async () => {
+    const h = harness({ signingSecret: 'signing-secret-for-tests-0123456789abcdef' })
+    const { key } = await h.createKey({ name: 'backend' })
+    const { token } = await mint(h, key)
+    expect((await h.fetch('/v1/models', authed(token))).status).toBe(200)
+    const byRunpodKey = harness()
+    expect((await byRunpodKey.fetch('/v1/models', authed(token))).status).toBe(401)
+  })
+
+  it('carry their own quota and id to the principal', async () => {
+    const app = new Hono<GatewayEnv>()
+    const h = harness()
+    const { id, key } = await h.createKey({ name: 'backend', quota: { requestsPerDay: 100 } })
+    const { token, id: tokenId } = await mint(h, key, { quota: { requestsPerMinute: 2 } })
+    app.use(apiKeyAuth({ store: () => new KeyStore(env.PODGATE_KV, { cacheTtlMs: 0 }), tokens: new TokenSigner({ secret: RUNPOD_KEY }) }))
+    app.get('/whoami', (c) => c.json(c.get('principal')))
+    const principal = await (await app.request('/whoami', authed(token), env)).json()
+    expect(principal).toMatchObject({ keyId: id, credential: 'token', tokenId, quota: { requestsPerDay: 100 }, tokenQuota: { requestsPerMinute: 2 } })
+  })
+
+  it('minted with a quota are held to it, counted apart from the key and from sibling tokens', async () => {
+    const h = harness()
+    const { key } = await h.createKey({ name: 'backend', quota: { requestsPerMinute: 100 } })
+    const { token } = await mint(h, key, { quota: { requestsPerMinute: 2 } })
+    const sibling = (await mint(h, key, { quota: { requestsPerMinute: 2 } })).token
+    for (let i = 0; i < 2; i++) expect((await h.fetch('/v1/chat/completions', authed(token, chatBody('chat-openai')))).status).toBe(200)
+    const limited = await h.fetch('/v1/chat/completions', authed(token, chatBody('chat-openai')))
+    expect(limited.status).toBe(429)
+    expect(limited.headers.get('retry-after')).toMatch(/^\d+$/)
+    expect((await h.fetch('/v1/chat/completions', authed(sibling, chatBody('chat-openai')))).status).toBe(200)
+    expect((await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai')))).status).toBe(200)
+    expect(h.emulator.calls).toHaveLength(4)
+  })
+
+  it('stop working when the parent key is revoked, rotated or narrowed', async () => {
+    const h = harness()
+    const a = await h.createKey({ name: 'a' })
+    const revokedToken = (await mint(h, a.key)).token
+    expect((await h.fetch('/v1/models', authed(revokedToken))).status).toBe(200)
+    await h.fetch(`/admin/keys/${a.id}`, admin('DELETE'))
+    expect(await expect401(await h.fetch('/v1/models', authed(revokedToken)))).toMatch(/revoked, rotated or expired/)
+
+    const b = await h.createKey({ name: 'b' })
+    const rotatedToken = (await mint(h, b.key)).token
+    expect((await h.fetch(`/admin/keys/${b.id}/rotate`, admin('POST'))).status).toBe(200)
+    await expect401(await h.fetch('/v1/models', authed(rotatedToken)))
+
+    const c = await h.createKey({ name: 'c' })
+    const narrowedToken = (await mint(h, c.key, { models: ['chat-openai', 'chat-classic'] })).token
+    await h.fetch(`/admin/keys/${c.id}`, admin('PATCH', { models: ['chat-classic'] }))
+    expect((await h.fetch('/v1/chat/completions', authed(narrowedToken, chatBody('chat-openai')))).status).toBe(403)
+    expect((await h.fetch('/v1/chat/completions', authed(narrowedToken, chatBody('chat-classic')))).status).toBe(200)
+  })
+})
+
+describe('access_token in the URL', () => {
+  function sseApp(queryToken: boolean) {
+    const app = new Hono<GatewayEnv>()
+    app.onError(createErrorHandler(() => {}))
+    app.use(apiKeyAuth({ store: () => new KeyStore(env.PODGATE_KV, { cacheTtlMs: 0 }), tokens: new TokenSigner({ secret: RUNPOD_KEY }), queryToken }))
+    app.get('/events', (c) => c.text(`data: ${c.get('principal').credential}\n\n`, 200, { 'content-type': 'text/event-stream' }))
+    app.post('/events', (c) => c.text('posted'))
+    return app
+  }
+  const sse = { accept: 'text/event-stream' }
+
+  it('is accepted only for tokens, on GET event-stream requests, where the route opts in', async () => {
+    const h = harness()
+    const { key } = await h.createKey({ name: 'backend' })
+    const { token } = await mint(h, key)
+    const open = sseApp(true)
+    const ok = await open.request(`/events?access_token=${token}`, { headers: sse }, env)
+    expect(ok.status).toBe(200)
+    expect(await ok.text()).toBe('data: token\n\n')
+    expect(await expect401(await open.request(`/events?access_token=${key}`, { headers: sse }, env))).toMatch(/keys never belong in a URL/)
+    expect(await expect401(await open.request(`/events?access_token=${token}`, {}, env))).toMatch(/only on GET event-stream/)
+    expect(await expect401(await open.request(`/events?access_token=${token}`, { method: 'POST', headers: sse }, env))).toMatch(/only on GET event-stream/)
+    expect(await expect401(await sseApp(false).request(`/events?access_token=${token}`, { headers: sse }, env))).toMatch(/only on GET event-stream/)
+    expect(await expect401(await h.fetch(`/v1/models?access_token=${token}`, { headers: sse }))).toMatch(/only on GET event-stream/)
+  })
+})
+
+describe('admin API: scopes, rotation, revocation', () => {
+  it('creates with every field, lists without secrets, patches scopes, rejects bad patches', async () => {
+    const h = harness()
+    const expiresAt = Date.now() + 86_400_000
+    const created = await h.createKey({ name: 'full', models: ['chat-openai'], origins: [APP], metadata: { team: 'web' }, quota: { requestsPerMinute: 5 }, expiresAt })
+    expect(created).toMatchObject({ kind: 'secret', models: ['chat-openai'], origins: [APP], metadata: { team: 'web' }, quota: { requestsPerMinute: 5 }, expiresAt, revokedAt: null })
+    const patched = await h.fetch(`/admin/keys/${created.id}`, admin('PATCH', { name: 'renamed', models: null, origins: [], metadata: { team: 'api' } }))
+    expect(patched.status).toBe(200)
+    const view = (await patched.json()) as Record<string, unknown>
+    expect(view).toMatchObject({ id: created.id, name: 'renamed', models: null, origins: [], metadata: { team: 'api' }, quota: { requestsPerMinute: 5 }, expiresAt })
+    expect(view).not.toHaveProperty('hash')
+    expect(view).not.toHaveProperty('key')
+    const before = JSON.stringify((await env.PODGATE_KV.list()).keys)
+    for (const bad of [{ kind: 'publishable' }, { models: ['nope'] }, { expiresAt: 1 }, { origins: ['ftp://x'] }, { name: '' }]) {
+      expect((await h.fetch(`/admin/keys/${created.id}`, admin('PATCH', bad))).status).toBe(400)
+    }
+    expect((await h.fetch('/admin/keys/key_AAAAAAAAAAAAAAAA', admin('PATCH', { name: 'x' }))).status).toBe(404)
+    expect(JSON.stringify((await env.PODGATE_KV.list()).keys)).toBe(before)
+    const got = (await (await h.fetch(`/admin/keys/${created.id}`, admin('GET'))).json()) as Record<string, unknown>
+    expect(got.name).toBe('renamed')
+  })
+
+  it('rotates: a new secret for the same id, the old one refused at once in this isolate', async () => {
+    const h = harness()
+    const { id, key } = await h.createKey({ name: 'rotating', models: ['chat-openai'] })
+    expect((await h.fetch('/v1/models', authed(key))).status).toBe(200)
+    const res = await h.fetch(`/admin/keys/${id}/rotate`, admin('POST'))
+    expect(res.status).toBe(200)
+    const rotated = (await res.json()) as { id: string; key: string; models: string[] }
+    expect(rotated).toMatchObject({ id, models: ['chat-openai'] })
+    expect(rotated.key).toMatch(/^pg_sk_/)
+    expect(rotated.key).not.toBe(key)
+    expect(await expect401(await h.fetch('/v1/models', authed(key)))).toMatch(/rotation/)
+    expect((await h.fetch('/v1/models', authed(rotated.key))).status).toBe(200)
+    const raw = JSON.stringify(await Promise.all((await env.PODGATE_KV.list()).keys.map((k) => env.PODGATE_KV.get(k.name))))
+    expect(raw).not.toContain(rotated.key)
+    expect(raw).not.toContain(key)
+    await h.fetch(`/admin/keys/${id}`, admin('DELETE'))
+    expect((await h.fetch(`/admin/keys/${id}/rotate`, admin('POST'))).status).toBe(400)
+    expect((await h.fetch(`/admin/keys/${id}`, admin('PATCH', { name: 'x' }))).status).toBe(400)
+  })
+
+  it('revocation bound: another isolate refuses a revoked key once its cached lookup (keyCacheTtlMs) expires, and never later', async () => {
+    const ttl = 200
+    const writer = harness()
+    // The key cache belongs to a KV binding in an isolate; a binding object of its own stands for another isolate.
+    const kv = env.PODGATE_KV
+    const isolateKv = { get: kv.get.bind(kv), put: kv.put.bind(kv), delete: kv.delete.bind(kv), list: kv.list.bind(kv), getWithMetadata: kv.getWithMetadata.bind(kv) } as KVNamespace
+    const reader = harness({ keyCacheTtlMs: ttl, kv: () => isolateKv })
+    const { id, key } = await writer.createKey()
+    const { token } = await mint(writer, key)
+    expect((await reader.fetch('/v1/models', authed(key))).status).toBe(200)
+    expect((await reader.fetch('/v1/models', authed(token))).status).toBe(200)
+    const revokedAt = Date.now()
+    // Simulate the revoking isolate being another one: write the revoked record straight to KV.
+    const record = JSON.parse((await env.PODGATE_KV.get(`key:${id}`))!) as { hash: string }
+    const revoked = JSON.stringify({ ...record, revokedAt })
+    await env.PODGATE_KV.put(`key:${id}`, revoked)
+    await env.PODGATE_KV.put(`keyhash:${record.hash}`, revoked)
+    // Within the TTL the reader still serves from its cache (the bound is real); past it, it must refuse.
+    expect((await reader.fetch('/v1/models', authed(key))).status).toBe(200)
+    await new Promise((r) => setTimeout(r, ttl + 20))
+    expect((await reader.fetch('/v1/models', authed(key))).status).toBe(401)
+    expect((await reader.fetch('/v1/models', authed(token))).status).toBe(401)
+    expect(Date.now() - revokedAt).toBeLessThan(ttl + 1000)
+  })
+})

@@ -1,0 +1,93 @@
+/**
+ * `npm run keys`: the CLI drives the admin API of a real podgate (wrangler dev) by URL.
+ */
+import { execFile } from 'node:child_process'
+import { promisify } from 'node:util'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { startPodgate } from '../../scripts/lib/podgate-server.ts'
+import type { PodgateServer } from '../../scripts/lib/podgate-server.ts'
+import { runKeysCli } from '../../scripts/keys.ts'
+
+let server: PodgateServer
+
+beforeAll(async () => {
+  server = await startPodgate()
+})
+afterAll(async () => {
+  await server?.close()
+})
+
+async function keys(...argv: string[]): Promise<{ code: number; out: string; err: string; json: unknown }> {
+  let out = ''
+  let err = ''
+  const code = await runKeysCli(argv, { env: { PODGATE_ADMIN_TOKEN: server.adminToken, PODGATE_URL: server.url }, out: (t) => (out += t), err: (t) => (err += t), fetch })
+  let json: unknown = null
+  try {
+    json = JSON.parse(out)
+  } catch {
+    // not every outcome prints JSON
+  }
+  return { code, out, err, json }
+}
+
+function models(key: string, origin?: string): Promise<Response> {
+  return fetch(`${server.url}/v1/models`, { headers: { authorization: `Bearer ${key}`, ...(origin ? { origin } : {}) } })
+}
+
+describe('npm run keys', () => {
+  it('create, get, update, rotate, list and revoke, each visible on the API', async () => {
+    const created = await keys('create', '--name', 'cli-web', '--kind', 'publishable', '--origins', 'https://app.example.com', '--models', 'chat-openai', '--expires', '30d', '--metadata', 'team=web', '--quota', '{"requestsPerMinute":30}')
+    expect(created.code).toBe(0)
+    expect(created.err).toMatch(/shown only now/)
+    const record = created.json as { id: string; key: string; expiresAt: number }
+    expect(record).toMatchObject({ name: 'cli-web', kind: 'publishable', origins: ['https://app.example.com'], models: ['chat-openai'], metadata: { team: 'web' }, quota: { requestsPerMinute: 30 } })
+    expect(record.key).toMatch(/^pg_pk_/)
+    expect(record.expiresAt).toBeGreaterThan(Date.now() + 29 * 86_400_000)
+    expect((await models(record.key, 'https://app.example.com')).status).toBe(200)
+
+    const updated = await keys('update', record.id, '--origins', 'https://other.example.com', '--models', 'all', '--expires', 'never')
+    expect(updated.code).toBe(0)
+    expect(updated.json).toMatchObject({ id: record.id, origins: ['https://other.example.com'], models: null, expiresAt: null })
+    expect((await keys('get', record.id)).json).toMatchObject({ id: record.id, origins: ['https://other.example.com'] })
+
+    const rotated = await keys('rotate', record.id)
+    expect(rotated.code).toBe(0)
+    const fresh = (rotated.json as { key: string }).key
+    expect(fresh).toMatch(/^pg_pk_/)
+    expect((await models(fresh, 'https://other.example.com')).status).toBe(200)
+    expect((await models(record.key, 'https://other.example.com')).status).toBe(401)
+
+    const listed = await keys('list')
+    expect(listed.code).toBe(0)
+    expect((listed.json as { id: string }[]).map((k) => k.id)).toContain(record.id)
+    expect(listed.out).not.toContain(fresh)
+
+    const revoked = await keys('revoke', record.id)
+    expect(revoked.json).toMatchObject({ id: record.id, revoked: true })
+    expect((await models(fresh, 'https://other.example.com')).status).toBe(401)
+  })
+
+  it('fails clearly: API refusals, usage mistakes, a wrong token', async () => {
+    const refused = await keys('create', '--name', 'x', '--kind', 'publishable')
+    expect(refused.code).toBe(1)
+    expect(refused.err).toMatch(/400: A publishable key needs at least one origin/)
+    const usage = await keys('create')
+    expect(usage.code).toBe(2)
+    expect(usage.err).toMatch(/create needs --name/)
+    expect((await keys('frobnicate')).err).toMatch(/unknown command/)
+    expect((await keys('get', 'key_AAAAAAAAAAAAAAAA')).err).toMatch(/404/)
+    let err = ''
+    const code = await runKeysCli(['list', '--url', server.url, '--admin-token', 'wrong-token-0123456789'], { env: {}, out: () => {}, err: (t) => (err += t), fetch })
+    expect(code).toBe(1)
+    expect(err).toMatch(/401/)
+  })
+
+  it('runs as `npm run keys` with the admin token from the environment', async () => {
+    const { stdout } = await promisify(execFile)('npm', ['run', '--silent', 'keys', '--', 'create', '--name', 'from-npm', '--url', server.url], {
+      env: { ...process.env, PODGATE_ADMIN_TOKEN: server.adminToken },
+    })
+    const record = JSON.parse(stdout) as { key: string }
+    expect(record.key).toMatch(/^pg_sk_/)
+    expect((await models(record.key)).status).toBe(200)
+  })
+})
