@@ -1,0 +1,112 @@
+/**
+ * The body of native `/run` and `/runsync` calls, validated before anything goes upstream.
+ *
+ * For worker-vllm models the `input` (`messages` or `prompt`, `sampling_params`, `stream`) goes through
+ * the same normalizer as the OpenAI surface, so the model's caps and defaults hold on both surfaces and
+ * no field reaches the GPU that podgate did not check (`openai_route` included). Models configured
+ * `passthrough: true` serve other handlers: their `input` is any JSON object and is sent as is.
+ */
+import { z } from 'zod'
+import { GatewayError } from '../errors/index.ts'
+import { normalizeChatRequest, normalizeCompletionRequest, parseRequest, SAMPLING_KEYS, toNativeInput } from '../normalize/index.ts'
+import type { NormalizedRequest } from '../normalize/index.ts'
+import type { ResolvedModel } from '../routing/models.ts'
+import type { JobKind } from './job-id.ts'
+
+export interface JobRequest {
+  kind: JobKind
+  /** The `/run` body to send upstream. */
+  body: { input: Record<string, unknown>; policy?: JobPolicy }
+  /** The worker-vllm request as the OpenAI surface knows it (for quota estimates); absent for passthrough input. */
+  normalized?: NormalizedRequest
+}
+
+const refused = (what: string) =>
+  z.unknown().refine((v) => v === undefined || v === null, { error: `podgate does not forward '${what}': follow the job with /status/{id} or /stream/{id}` }).optional()
+
+const DAY_MS = 24 * 60 * 60_000
+
+const policySchema = z.strictObject({
+  executionTimeout: z.number().int().min(5_000).max(7 * DAY_MS).optional(),
+  ttl: z.number().int().min(10_000).max(7 * DAY_MS).optional(),
+  lowPriority: z.boolean().optional(),
+})
+type JobPolicy = z.infer<typeof policySchema>
+
+const runBodySchema = z.strictObject({
+  input: z.record(z.string(), z.unknown()),
+  policy: policySchema.optional(),
+  // Runpod would call these with its own job id and results, past podgate's keys and normalization.
+  webhook: refused('webhook'),
+  webhookV2: refused('webhookV2'),
+  s3Config: refused('s3Config'),
+})
+
+/** worker-vllm's input (runpod-api.md §2). `messages`, `prompt` and the sampling values are checked by the normalizer. */
+const vllmInputSchema = z.strictObject({
+  messages: z.unknown().optional(),
+  prompt: z.unknown().optional(),
+  sampling_params: z.partialRecord(z.enum(SAMPLING_KEYS, { error: 'is not a sampling parameter podgate accepts' }), z.unknown()).optional(),
+  stream: z.boolean().optional(),
+  apply_chat_template: z.boolean().optional(),
+  max_batch_size: z.number().int().min(1).max(1_000).optional(),
+  min_batch_size: z.number().int().min(0).max(1_000).optional(),
+  batch_size_growth_factor: z.number().min(0).max(100).optional(),
+})
+
+const BATCH_KEYS = ['apply_chat_template', 'max_batch_size', 'min_batch_size', 'batch_size_growth_factor'] as const
+
+/**
+ * @example
+ * const { kind, body } = normalizeJobBody(await readJsonBody(c.req.raw, max), model)
+ * const job = await client.run(endpoint, body)
+ */
+export function normalizeJobBody(raw: unknown, model: ResolvedModel): JobRequest {
+  const envelope = located(() => parseRequest(runBodySchema, raw), '')
+  const policy = envelope.policy === undefined ? {} : { policy: envelope.policy }
+  if (model.config.passthrough) return { kind: 'raw', body: { input: envelope.input, ...policy } }
+
+  const input = located(() => parseRequest(vllmInputSchema, envelope.input), 'input.')
+  const kind = input.messages !== undefined ? 'chat' : 'completion'
+  if (input.messages !== undefined && input.prompt !== undefined) {
+    throw new GatewayError('invalid_request', "Send either 'input.messages' or 'input.prompt', not both.")
+  }
+  if (input.messages === undefined && input.prompt === undefined) {
+    throw new GatewayError('invalid_request', "Missing required parameter: 'input.messages' (chat) or 'input.prompt' (completion).")
+  }
+  if (!model.config.kinds.includes(kind)) {
+    const wanted = kind === 'chat' ? 'input.prompt' : 'input.messages'
+    throw new GatewayError('invalid_request', `model '${model.alias}' only accepts '${wanted}'.`)
+  }
+  // The OpenAI body these fields stand for; the normalizer checks them and applies the model's caps.
+  const openai: Record<string, unknown> = { model: model.alias, ...input.sampling_params }
+  if (kind === 'chat') openai.messages = input.messages
+  else openai.prompt = input.prompt
+  if (input.stream !== undefined) openai.stream = input.stream
+  const request = located(
+    () => (kind === 'chat' ? normalizeChatRequest(openai, model.config, model.alias) : normalizeCompletionRequest(openai, model.config, model.alias)),
+    'input.',
+    (param) => (param === 'messages' || param === 'prompt' || /^(messages|prompt)\[/.test(param) ? param : `sampling_params.${param}`),
+  )
+  const upstream = toNativeInput(request)
+  for (const key of BATCH_KEYS) if (input[key] !== undefined) upstream[key] = input[key]
+  return { kind, body: { input: upstream, ...policy }, normalized: request }
+}
+
+/**
+ * Runpod's error body has no `param`, so the field at fault goes into the message, named as the caller
+ * wrote it (`input.sampling_params.max_tokens`, not the OpenAI name the normalizer knows).
+ */
+function located<T>(parse: () => T, prefix: string, rename: (param: string) => string = (p) => p): T {
+  try {
+    return parse()
+  } catch (error) {
+    if (!(error instanceof GatewayError) || error.param === null) throw error
+    const param = `${prefix}${rename(error.param)}`
+    return rethrow(new GatewayError(error.code, `${error.message} (at '${param}')`, { param }))
+  }
+}
+
+function rethrow(error: GatewayError): never {
+  throw error
+}

@@ -1,0 +1,265 @@
+/**
+ * A job followed as Server-Sent Events: `GET /v2/{model}/stream/{id}` with `Accept: text/event-stream`.
+ *
+ * Runpod's `/stream/{id}` is a long poll that hands out each item once. This module turns it into:
+ *   `event: status` on every state change (`{"status":"IN_QUEUE"}`, then `IN_PROGRESS`);
+ *   `event: output` per stream item, `id: <n>` = items sent so far (`{"text"}` for worker-vllm jobs,
+ *     `{"output"}` for passthrough handlers);
+ *   `: keep-alive` comments while nothing arrives;
+ *   a last `event: done` (`{"status":"COMPLETED","usage"?}`) or `event: error` (`{"status"?,"error","code"}`).
+ *
+ * Resuming (`Last-Event-ID: n`): items the lost connection had already taken from Runpod cannot be
+ * asked for again, so a resumed stream never guesses. It waits for the job to end (status events and
+ * keep-alives meanwhile), then replays items n+1.. from the finished job's `/status` output, which
+ * worker-vllm keeps for 30 minutes. No duplicate and no gap, at the cost of liveness after a drop.
+ *
+ * A caller that goes away cancels the job upstream (unless `?detach=true`), so no GPU runs for nobody.
+ * Each response makes at most `maxPolls` upstream polls (Workers cap subrequests per invocation); past
+ * them it ends with `event: pause` and EventSource reconnects into the resume path above.
+ */
+import { GatewayError, toGatewayError } from '../errors/index.ts'
+import { createNativeStreamDecoder } from '../streaming/native-decoder.ts'
+import type { NativeStreamDecoder } from '../streaming/native-decoder.ts'
+import type { Usage } from '../streaming/openai-chunks.ts'
+import { isTerminal } from '../upstream/runpod/client.ts'
+import type { JobStatus, RunpodClient } from '../upstream/runpod/client.ts'
+import { SSE_HEADERS } from '../upstream/types.ts'
+import type { JobRef } from './job-id.ts'
+
+export interface JobEventsOptions {
+  client: RunpodClient
+  job: JobRef
+  /** Long-poll `?wait=` for each `/stream` call, in ms. */
+  waitMs: number
+  /** Most upstream polls this response may make. */
+  maxPolls: number
+  /** The caller's `Last-Event-ID`: items it already has. Unset for a first connection. */
+  resumeAfter?: number
+  /** Keep the job running when the caller goes away. Default false: cancel it. */
+  detach?: boolean
+  /** Aborts when the caller goes away. */
+  signal?: AbortSignal
+  waitUntil: (promise: Promise<unknown>) => void
+  /** Milliseconds a poll that found items waits before the next, so items arrive batched. Default 200. */
+  minPollIntervalMs?: number
+}
+
+const encoder = new TextEncoder()
+const HEARTBEAT = encoder.encode(': keep-alive\n\n')
+/** Tells EventSource how soon to reconnect after `pause` (or a dropped connection). */
+const RETRY = encoder.encode('retry: 1000\n\n')
+const MAX_ERROR_CHARS = 2_000
+
+/**
+ * @example
+ * return jobEventStream({ client, job: await jobs.open(id, binding), waitMs: 10_000, maxPolls: 900,
+ *   resumeAfter: lastEventId(c), signal: c.req.raw.signal, waitUntil: waitUntilOf(c) })
+ */
+export function jobEventStream(options: JobEventsOptions): Response {
+  const { client, job, waitMs, maxPolls, signal } = options
+  const minInterval = options.minPollIntervalMs ?? 200
+  const replay = options.resumeAfter !== undefined
+  let sent = options.resumeAfter ?? 0
+  let status: string | undefined
+  let polls = 0
+  let idleDelay = 0
+  let ended = false
+  /** The caller cancelled the body, or it was closed: nothing may be written any more. */
+  let closed = false
+  let out: ReadableStreamDefaultController<Uint8Array> | undefined
+  const send = (bytes: Uint8Array) => {
+    if (!closed) out?.enqueue(bytes)
+  }
+  const close = () => {
+    if (closed) return
+    closed = true
+    out?.close()
+  }
+  const text = createItemText(job.kind)
+
+  const cancelUpstream = () => {
+    if (ended || options.detach) return
+    ended = true
+    options.waitUntil(client.cancel(job.endpoint, job.upstreamId).catch(() => undefined))
+  }
+  signal?.addEventListener('abort', cancelUpstream, { once: true })
+
+  const body = new ReadableStream<Uint8Array>(
+    {
+      start(controller) {
+        out = controller
+        send(RETRY)
+      },
+      async pull() {
+        try {
+          if (polls >= maxPolls) {
+            ended = true
+            send(event('pause', { reason: 'poll_budget', resume: 'reconnect with Last-Event-ID' }))
+            return close()
+          }
+          polls++
+          const started = Date.now()
+          if (replay) await replayStep()
+          else await liveStep()
+          if (ended) return close()
+          if (Date.now() - started < minInterval) await sleep(minInterval - (Date.now() - started), signal)
+        } catch (error) {
+          if (closed || signal?.aborted) return
+          // podgate lost track of the job (upstream unreachable, job expired); the job itself may go on.
+          const failure = toGatewayError(error)
+          ended = true
+          send(event('error', { error: failure.message, code: failure.code }))
+          close()
+        }
+      },
+      cancel() {
+        closed = true
+        cancelUpstream()
+      },
+    },
+    { highWaterMark: 0 },
+  )
+
+  function noteStatus(next: string): void {
+    if (next === status) return
+    status = next
+    if (!isTerminal(next)) send(event('status', { status: next }))
+  }
+
+  async function liveStep(): Promise<void> {
+    const page = await client.stream(job.endpoint, job.upstreamId, { waitMs, signal })
+    noteStatus(page.status)
+    for (const item of page.stream) send(event('output', text.push(item.output), ++sent))
+    if (isTerminal(page.status)) return finish(page)
+    if (page.stream.length > 0) {
+      idleDelay = 0
+      return
+    }
+    send(HEARTBEAT)
+    await idle(page.status)
+  }
+
+  async function replayStep(): Promise<void> {
+    const state = await client.status(job.endpoint, job.upstreamId, { signal })
+    noteStatus(state.status)
+    if (!isTerminal(state.status)) {
+      send(HEARTBEAT)
+      await idle(state.status, 5_000)
+      return
+    }
+    if (state.status === 'COMPLETED') {
+      const items = Array.isArray(state.output) ? state.output : undefined
+      if (!items || items.length < sent) {
+        ended = true
+        send(event('error', { status: state.status, error: 'This job cannot be resumed: the upstream no longer holds its streamed items.', code: 'not_found' }))
+        return
+      }
+      // The decoder must see every earlier item: an SSE event may start in one item and end in the next.
+      for (const item of items.slice(0, sent)) text.push(item)
+      for (const item of items.slice(sent)) send(event('output', text.push(item), ++sent))
+    }
+    finish(state)
+  }
+
+  function finish(job: Pick<JobStatus, 'status' | 'error'>): void {
+    ended = true
+    if (job.status !== 'COMPLETED') {
+      send(event('error', { status: job.status, error: jobError(job), code: job.status === 'TIMED_OUT' ? 'upstream_timeout' : 'upstream_error' }))
+      return
+    }
+    const result = text.finish()
+    if ('error' in result) send(event('error', { status: job.status, error: result.error, code: 'upstream_error' }))
+    else send(event('done', result.usage ? { status: job.status, usage: result.usage } : { status: job.status }))
+  }
+
+  /**
+   * Nothing new. Runpod's `?wait=` already waited; a server that answers at once (a cold queue that
+   * does not long-poll, runpod-python's local server) gets a growing pause, so podgate does not spin.
+   */
+  async function idle(state: string, ceiling = state === 'IN_QUEUE' ? 5_000 : 1_000): Promise<void> {
+    idleDelay = Math.min(Math.max(idleDelay * 2, 250), ceiling)
+    await sleep(idleDelay, signal)
+  }
+
+  return new Response(body, { status: 200, headers: SSE_HEADERS })
+}
+
+function event(name: string, data: unknown, id?: number): Uint8Array {
+  // JSON.stringify escapes newlines, so one `data:` line always holds the whole payload.
+  return encoder.encode(`event: ${name}\n${id === undefined ? '' : `id: ${id}\n`}data: ${JSON.stringify(data)}\n\n`)
+}
+
+function jobError(job: Pick<JobStatus, 'status' | 'error'>): string {
+  if (typeof job.error === 'string' && job.error !== '') return job.error.slice(0, MAX_ERROR_CHARS)
+  return `The job ended with status ${job.status}.`
+}
+
+interface ItemText {
+  /** The event payload for one stream item. */
+  push(item: unknown): Record<string, unknown>
+  finish(): { usage?: Usage } | { error: string }
+}
+
+/**
+ * Text deltas of worker-vllm items, through the same decoder as the OpenAI surface (classic token
+ * batches and SSE text cut anywhere alike). An item it cannot read (an error item, an unknown shape)
+ * is passed on raw, and decoding stops: the job's final status tells the rest.
+ */
+function createItemText(kind: JobRef['kind']): ItemText {
+  if (kind === 'raw') return { push: (item) => ({ output: item }), finish: () => ({}) }
+  let texts: string[] = []
+  let reasons: (string | null)[] = []
+  let usage: Usage | undefined
+  let decoder: NativeStreamDecoder | undefined = createNativeStreamDecoder({
+    kind,
+    model: '',
+    id: '',
+    created: 0,
+    maxTokens: Number.MAX_SAFE_INTEGER,
+    onChunk(chunk) {
+      for (const choice of chunk.choices) {
+        const delta = 'delta' in choice ? choice.delta.content : choice.text
+        if (typeof delta === 'string') texts[choice.index] = (texts[choice.index] ?? '') + delta
+        if (choice.finish_reason) reasons[choice.index] = choice.finish_reason
+      }
+    },
+    onUsage: (reported) => (usage = reported),
+  })
+  return {
+    push(item) {
+      if (!decoder) return { output: item }
+      texts = []
+      reasons = []
+      try {
+        decoder.push(item)
+      } catch {
+        decoder = undefined
+        return { output: item }
+      }
+      const payload: Record<string, unknown> = { text: texts[0] ?? '' }
+      if (texts.length > 1) payload.choices = Array.from(texts, (t, index) => ({ index, text: t ?? '' }))
+      if (reasons[0]) payload.finish_reason = reasons[0]
+      return payload
+    },
+    finish() {
+      if (!decoder) return {}
+      try {
+        decoder.finish()
+        return usage ? { usage } : {}
+      } catch (error) {
+        return { error: error instanceof GatewayError ? error.message : 'The model stream could not be read.' }
+      }
+    },
+  }
+}
+
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal?.aborted) return resolve()
+    const timer = setTimeout(resolve, ms)
+    signal?.addEventListener('abort', () => {
+      clearTimeout(timer)
+      resolve()
+    }, { once: true })
+  })
+}

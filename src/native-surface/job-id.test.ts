@@ -1,0 +1,33 @@
+import { describe, expect, it } from 'vitest'
+import { resolveConfig } from '../config/resolve.ts'
+import { resolveModels } from '../routing/models.ts'
+import type { ResolvedModel } from '../routing/models.ts'
+import { createJobSealer } from './job-id.ts'
+
+function model(endpointIds: string[]): ResolvedModel {
+  const config = resolveConfig({
+    models: { m: { endpoints: endpointIds.map((endpointId) => ({ endpointId })), mode: 'native' } },
+    runpod: { apiKey: 'rp_key' },
+  })
+  return resolveModels(config).get('m')!
+}
+
+describe('sealed job ids', () => {
+  const sealer = createJobSealer('a-signing-secret-of-at-least-32-characters')
+  const served = model(['aaa', 'bbb'])
+  const endpoint = served.endpoints[1]!
+
+  it('open what seal made, for the same key and model', async () => {
+    const id = await sealer.seal({ kind: 'completion', endpoint, upstreamId: 'job-1-u1' }, { model: served, keyId: 'key_1' })
+    expect(id).toMatch(/^[A-Za-z0-9_-]+\.[A-Za-z0-9_-]{43}$/)
+    expect(await sealer.open(id, { model: served, keyId: 'key_1' })).toEqual({ kind: 'completion', endpoint, upstreamId: 'job-1-u1' })
+  })
+
+  it('refuse another key, another secret, and an endpoint list that changed since', async () => {
+    const id = await sealer.seal({ kind: 'chat', endpoint, upstreamId: 'job-2' }, { model: served, keyId: 'key_1' })
+    await expect(sealer.open(id, { model: served, keyId: 'key_2' })).rejects.toMatchObject({ code: 'not_found' })
+    await expect(createJobSealer('another-secret-of-at-least-32-characters!').open(id, { model: served, keyId: 'key_1' })).rejects.toMatchObject({ code: 'not_found' })
+    await expect(sealer.open(id, { model: model(['bbb', 'aaa']), keyId: 'key_1' })).rejects.toMatchObject({ code: 'not_found' })
+    await expect(sealer.open(id, { model: model(['aaa']), keyId: 'key_1' })).rejects.toMatchObject({ code: 'not_found' })
+  })
+})

@@ -1,0 +1,181 @@
+/**
+ * The Runpod-native surface, `/v2/{model}/...`: Runpod's own job API with a podgate model alias where
+ * the endpoint id goes, so `runpod-sdk` and other native clients only change their base URL.
+ *
+ * Each call flows one way: key (apiKeyAuth, mounted by the gateway) -> model + scope -> body or job id
+ * checked -> one upstream call on the endpoint the job id names. Answers keep Runpod's shapes with
+ * podgate's sealed job id in place of Runpod's, and 200 on success (runpod-sdk drops other 2xx bodies).
+ */
+import { Hono } from 'hono'
+import type { Context } from 'hono'
+import { GatewayError } from '../errors/index.ts'
+import { readJsonBody } from '../http/body.ts'
+import { waitUntilOf } from '../http/context.ts'
+import type { ResolvedOptions } from '../config/schema.ts'
+import { modelFor, pickEndpoint } from '../routing/models.ts'
+import type { ModelTable, ResolvedModel } from '../routing/models.ts'
+import type { RunpodClient } from '../upstream/runpod/client.ts'
+import { composeStages, createCompletionContext } from '../pipeline/index.ts'
+import type { CompletionContext, CompletionStage } from '../pipeline/index.ts'
+import type { NormalizedRequest } from '../normalize/index.ts'
+import type { GatewayEnv } from '../types.ts'
+import { normalizeJobBody } from './input.ts'
+import { createJobSealer } from './job-id.ts'
+import type { JobBinding, JobRef } from './job-id.ts'
+import { jobEventStream } from './job-events.ts'
+
+export interface NativeRoutesOptions {
+  models: ModelTable
+  client: RunpodClient
+  runpod: ResolvedOptions['runpod']
+  /** Seals job ids (`signingSecret`, else the Runpod key). */
+  secret: string
+  maxBodyBytes: number
+  /**
+   * Stages a job submission (`run`, `runsync`) passes through, e.g. quota. A job's usage is not known
+   * when `/run` answers, so its outcome settles at once with nothing reported: a quota counts the
+   * request and keeps its token reservation (prompt estimate + max_tokens x n). Default: none.
+   */
+  stages?: readonly CompletionStage[]
+}
+
+/** Runpod's bounds for `?wait=` on `/runsync` and `/status-sync`. */
+const MIN_WAIT_MS = 1_000
+const MAX_WAIT_MS = 300_000
+
+/**
+ * @example
+ * app.use('/v2/*', apiKeyAuth({ store }))
+ * app.route('/v2', nativeRoutes({ models, client, runpod: config.runpod, secret, maxBodyBytes: 1 << 20 }))
+ */
+export function nativeRoutes(options: NativeRoutesOptions): Hono<GatewayEnv> {
+  const { models, client, runpod } = options
+  const jobs = createJobSealer(options.secret)
+  const app = new Hono<GatewayEnv>()
+
+  const bindingOf = (c: Context<GatewayEnv>): JobBinding => ({
+    model: modelFor(models, c.req.param('model'), c.get('principal')),
+    keyId: c.get('principal').keyId,
+  })
+  /** The caller's job, or the one 404; checked before any upstream call. */
+  const jobOf = async (c: Context<GatewayEnv>) => {
+    const binding = bindingOf(c)
+    return { binding, job: await jobs.open(c.req.param('id') ?? '', binding) }
+  }
+  /** Runpod's answer with podgate's id for the job in place of Runpod's. */
+  const answer = async <T extends { id?: string }>(c: Context<GatewayEnv>, body: T, job: JobRef, binding: JobBinding) =>
+    c.json({ ...body, id: await jobs.seal(job, binding) }, 200)
+
+  async function submit(c: Context<GatewayEnv>, via: 'run' | 'runsync'): Promise<Response> {
+    const binding = bindingOf(c)
+    const request = normalizeJobBody(await readJsonBody(c.req.raw, options.maxBodyBytes), binding.model)
+    const waitMs = via === 'runsync' ? waitParam(c, runpod.runsyncWaitMs) : undefined
+    // Stages see a non-streaming request: a job holds no stream open on podgate.
+    const normalized = { ...(request.normalized ?? passthroughRequest(binding.model.alias)), stream: false }
+    const queue = composeStages(options.stages ?? [], async (ctx: CompletionContext) => {
+      const endpoint = pickEndpoint(binding.model)
+      const signal = c.req.raw.signal
+      const result = via === 'run'
+        ? await client.run(endpoint, request.body, { signal })
+        : await client.runsync(endpoint, request.body, { signal, waitMs })
+      ctx.settle({ ok: true, usage: undefined })
+      return answer(c, result, { kind: request.kind, endpoint, upstreamId: result.id }, binding)
+    })
+    return queue(createCompletionContext(c, normalized, binding.model))
+  }
+
+  app.post('/:model/run', (c) => submit(c, 'run'))
+  app.post('/:model/runsync', (c) => submit(c, 'runsync'))
+
+  app.on(['GET', 'POST'], '/:model/status/:id', async (c) => {
+    const { binding, job } = await jobOf(c)
+    return answer(c, await client.status(job.endpoint, job.upstreamId, { signal: c.req.raw.signal }), job, binding)
+  })
+
+  app.on(['GET', 'POST'], '/:model/status-sync/:id', async (c) => {
+    const { binding, job } = await jobOf(c)
+    const status = await client.statusSync(job.endpoint, job.upstreamId, { signal: c.req.raw.signal, waitMs: waitParam(c, runpod.runsyncWaitMs) })
+    return answer(c, status, job, binding)
+  })
+
+  app.on(['GET', 'POST'], '/:model/stream/:id', async (c) => {
+    const { binding, job } = await jobOf(c)
+    if ((c.req.header('accept') ?? '').includes('text/event-stream')) {
+      return jobEventStream({
+        client,
+        job,
+        waitMs: runpod.streamWaitMs,
+        maxPolls: runpod.maxPollsPerStream,
+        resumeAfter: lastEventId(c),
+        detach: c.req.query('detach') === 'true',
+        signal: c.req.raw.signal,
+        waitUntil: waitUntilOf(c),
+      })
+    }
+    const page = await client.stream(job.endpoint, job.upstreamId, { signal: c.req.raw.signal, waitMs: runpod.streamWaitMs })
+    // `stream` is always an array: runpod-sdk iterates it unguarded.
+    return answer(c, { ...page, stream: page.stream }, job, binding)
+  })
+
+  app.post('/:model/cancel/:id', async (c) => {
+    const { binding, job } = await jobOf(c)
+    return answer(c, await client.cancel(job.endpoint, job.upstreamId, { signal: c.req.raw.signal }), job, binding)
+  })
+
+  app.post('/:model/retry/:id', async (c) => {
+    const { binding, job } = await jobOf(c)
+    return answer(c, await client.retry(job.endpoint, job.upstreamId, { signal: c.req.raw.signal }), job, binding)
+  })
+
+  app.post('/:model/purge-queue', (c) => {
+    bindingOf(c)
+    // An endpoint's queue holds every caller's jobs; no key may empty it for the others.
+    throw new GatewayError('permission_denied', 'purge-queue is not available through podgate: it would remove every caller\'s queued jobs. Cancel your own jobs with POST /v2/{model}/cancel/{id}.')
+  })
+
+  app.get('/:model/health', async (c) => c.json(await health(client, bindingOf(c).model, c.req.raw.signal), 200))
+
+  return app
+}
+
+/** What stages see of a passthrough job: a request with no tokens to estimate. */
+function passthroughRequest(alias: string): NormalizedRequest {
+  return { kind: 'completion', model: alias, stream: false, includeUsage: false, prompt: '', sampling: { max_tokens: 0 } }
+}
+
+/** `?wait=` in ms, within Runpod's bounds; absent means podgate's configured wait. */
+function waitParam(c: Context, fallback: number): number {
+  const raw = c.req.query('wait')
+  if (raw === undefined) return fallback
+  if (!/^\d{1,7}$/.test(raw)) throw new GatewayError('invalid_request', `'wait' must be a whole number of milliseconds (${MIN_WAIT_MS} to ${MAX_WAIT_MS}).`, { param: 'wait' })
+  return Math.min(Math.max(Number(raw), MIN_WAIT_MS), MAX_WAIT_MS)
+}
+
+/** The items an EventSource already has (`Last-Event-ID`), or undefined on a first connection. */
+function lastEventId(c: Context): number | undefined {
+  const raw = c.req.header('last-event-id')
+  if (raw === undefined || raw === '') return undefined
+  if (!/^\d{1,9}$/.test(raw)) throw new GatewayError('invalid_request', 'Last-Event-ID must be an event id this stream sent (a whole number).')
+  return Number(raw)
+}
+
+/** Runpod's health answer; for a model served by several endpoints, their counts summed. */
+async function health(client: RunpodClient, model: ResolvedModel, signal: AbortSignal): Promise<{ jobs: Record<string, number>; workers: Record<string, number> }> {
+  const results = await Promise.allSettled(model.endpoints.map((endpoint) => client.health(endpoint, { signal })))
+  const total = { jobs: {} as Record<string, number>, workers: {} as Record<string, number> }
+  let answered = 0
+  for (const result of results) {
+    if (result.status !== 'fulfilled') continue
+    answered++
+    for (const part of ['jobs', 'workers'] as const) {
+      for (const [name, count] of Object.entries(result.value[part] ?? {})) {
+        if (typeof count === 'number') total[part][name] = (total[part][name] ?? 0) + count
+      }
+    }
+  }
+  if (answered === 0) {
+    const first = results[0]
+    throw first?.status === 'rejected' ? first.reason : new GatewayError('upstream_error', 'No endpoint answered the health check.')
+  }
+  return total
+}

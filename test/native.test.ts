@@ -1,0 +1,533 @@
+/**
+ * The Runpod-native surface, `/v2/{model}/...`, in workerd against the in-process emulator: Runpod's
+ * shapes, job ids bound to key and model, input normalization, and the job event stream.
+ */
+import { createParser } from 'eventsource-parser'
+import type { EventSourceMessage } from 'eventsource-parser'
+import { Hono } from 'hono'
+import type { Context } from 'hono'
+import { describe, expect, it } from 'vitest'
+import { createRunpodEmulator } from '../src/testing/index.ts'
+import { harness, MODELS, RUNPOD_KEY } from './helpers.ts'
+import type { Harness } from './helpers.ts'
+
+const NATIVE_MODELS = { ...MODELS, 'raw-handler': { endpoints: [{ endpointId: 'rawhandler' }], mode: 'native' as const, passthrough: true } }
+
+function post(key: string, body?: unknown, headers: Record<string, string> = {}): RequestInit {
+  return {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', ...headers },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  }
+}
+
+function get(key: string, headers: Record<string, string> = {}): RequestInit {
+  return { method: 'GET', headers: { authorization: `Bearer ${key}`, ...headers } }
+}
+
+const chatInput = (content: string, extra: Record<string, unknown> = {}) => ({
+  input: { messages: [{ role: 'user', content }], sampling_params: { max_tokens: 40 }, ...extra },
+})
+
+interface JobAnswer {
+  id: string
+  status: string
+  output?: unknown
+  stream?: { output: unknown }[]
+  error?: unknown
+}
+
+async function json(res: Response): Promise<JobAnswer> {
+  return (await res.json()) as JobAnswer
+}
+
+async function startJob(h: Harness, key: string, model: string, body: unknown): Promise<string> {
+  const res = await h.fetch(`/v2/${model}/run`, post(key, body))
+  expect(res.status).toBe(200)
+  const job = await json(res)
+  expect(job.status).toBe('IN_QUEUE')
+  return job.id
+}
+
+/** Every SSE message of a response, with its event name and id (a browser-free EventSource). */
+async function readEvents(res: Response): Promise<EventSourceMessage[]> {
+  const events: EventSourceMessage[] = []
+  const parser = createParser({ onEvent: (e) => events.push(e) })
+  parser.feed(await res.text())
+  return events
+}
+
+const textOf = (events: EventSourceMessage[]) =>
+  events.filter((e) => e.event === 'output').map((e) => (JSON.parse(e.data) as { text: string }).text).join('')
+
+/** The full text of a finished job, read through podgate's own OpenAI surface for comparison. */
+async function completedText(h: Harness, key: string, model: string, id: string): Promise<string> {
+  const res = await h.fetch(`/v2/${model}/status/${id}`, get(key))
+  const job = await json(res)
+  expect(job.status).toBe('COMPLETED')
+  const items = job.output as unknown[]
+  // Classic items carry token lists; current items are SSE text: decode both the simple way, for tests.
+  let text = ''
+  for (const item of items) {
+    if (typeof item === 'string') {
+      createParser({
+        onEvent(e) {
+          if (e.data === '[DONE]') return
+          const chunk = JSON.parse(e.data) as { choices: { delta?: { content?: string }; text?: string; index: number }[] }
+          for (const c of chunk.choices) if (c.index === 0) text += c.delta?.content ?? c.text ?? ''
+        },
+      }).feed(items.filter((i) => typeof i === 'string').join(''))
+      break
+    }
+    const choices = (item as { choices: { tokens: string[] }[] }).choices
+    text += choices[0]?.tokens.join('') ?? ''
+  }
+  return text
+}
+
+describe('native job API: Runpod shapes', () => {
+  it.each(['chat-classic', 'chat-current'])('%s: run, status, JSON stream, with podgate job ids', async (model) => {
+    const h = harness({ models: NATIVE_MODELS })
+    const { key } = await h.createKey()
+    const id = await startJob(h, key, model, chatInput('Hello there [[emulator:tokens=12]]', { stream: true }))
+    const upstream = h.emulator.calls.find((c) => c.op === 'run')?.jobId
+    expect(upstream).toBeTruthy()
+    expect(id).not.toBe(upstream)
+
+    const items: unknown[] = []
+    for (let i = 0; i < 50; i++) {
+      const res = await h.fetch(`/v2/${model}/stream/${id}`, get(key))
+      expect(res.status).toBe(200)
+      const page = await json(res)
+      expect(page.id).toBe(id)
+      expect(Array.isArray(page.stream)).toBe(true)
+      items.push(...(page.stream ?? []).map((s) => s.output))
+      if (page.status === 'COMPLETED') break
+    }
+    const status = await json(await h.fetch(`/v2/${model}/status/${id}`, post(key)))
+    expect(status).toMatchObject({ id, status: 'COMPLETED' })
+    expect(items).toEqual(status.output)
+    // Status and stream reach Runpod as POST (accepted by the hosted API and the local test server).
+    expect(h.emulator.calls.filter((c) => c.op === 'stream' || c.op === 'status').every((c) => c.method === 'POST')).toBe(true)
+    expect(h.emulator.calls.filter((c) => c.op === 'stream').every((c) => c.path.endsWith(upstream ?? ''))).toBe(true)
+  })
+
+  it('runsync honours ?wait=, and status-sync finishes a job the wait left running', async () => {
+    const h = harness({ models: NATIVE_MODELS })
+    const { key } = await h.createKey()
+    const quick = await json(await h.fetch('/v2/chat-classic/runsync', post(key, chatInput('quick [[emulator:tokens=5]]'))))
+    expect(quick.status).toBe('COMPLETED')
+    expect(quick.output).toHaveLength(1)
+
+    const res = await h.fetch('/v2/chat-classic/runsync?wait=1000', post(key, chatInput('slow [[emulator:cold=1800,tokens=5]]')))
+    expect(res.status).toBe(200)
+    const pending = await json(res)
+    expect(pending.status).toBe('IN_QUEUE')
+    const done = await json(await h.fetch(`/v2/chat-classic/status-sync/${pending.id}?wait=5000`, get(key)))
+    expect(done).toMatchObject({ id: pending.id, status: 'COMPLETED' })
+  })
+
+  it('cancel and retry answer 200 with the podgate id; health sums counts; purge-queue is refused without an upstream call', async () => {
+    const h = harness({ models: NATIVE_MODELS })
+    const { key } = await h.createKey()
+    const id = await startJob(h, key, 'chat-current', chatInput('stall [[emulator:fault=stall]]'))
+    const cancelled = await h.fetch(`/v2/chat-current/cancel/${id}`, post(key, {}))
+    expect(cancelled.status).toBe(200)
+    expect(await json(cancelled)).toMatchObject({ id, status: 'CANCELLED' })
+    expect(h.emulator.activeJobs()).toEqual([])
+
+    const failed = await startJob(h, key, 'chat-current', chatInput('fail [[emulator:fault=job_failed]]'))
+    await h.fetch(`/v2/chat-current/status-sync/${failed}?wait=2000`, get(key))
+    const retried = await h.fetch(`/v2/chat-current/retry/${failed}`, post(key, {}))
+    expect(retried.status).toBe(200)
+    expect(await json(retried)).toMatchObject({ id: failed, status: 'IN_QUEUE' })
+
+    const health = await h.fetch('/v2/chat-current/health', get(key))
+    expect(health.status).toBe(200)
+    const body = (await health.json()) as { jobs: Record<string, number>; workers: Record<string, number> }
+    expect(body.jobs.failed).toBeGreaterThanOrEqual(0)
+    expect(typeof body.workers.idle).toBe('number')
+
+    const before = h.emulator.calls.length
+    const purge = await h.fetch('/v2/chat-current/purge-queue', post(key, {}))
+    expect(purge.status).toBe(403)
+    expect(await purge.json()).toMatchObject({ code: 'permission_denied' })
+    expect(h.emulator.calls.length).toBe(before)
+  })
+
+  it('errors are Runpod-style JSON: unknown model, missing key, unknown route', async () => {
+    const h = harness({ models: NATIVE_MODELS })
+    const { key } = await h.createKey()
+    const unknown = await h.fetch('/v2/nope/run', post(key, chatInput('x')))
+    expect(unknown.status).toBe(404)
+    expect(await unknown.json()).toMatchObject({ code: 'model_not_found', error: expect.any(String) })
+    const anonymous = await h.fetch('/v2/chat-classic/run', { method: 'POST', body: '{}' })
+    expect(anonymous.status).toBe(401)
+    expect(await anonymous.json()).toMatchObject({ code: 'missing_api_key' })
+    const scoped = await h.createKey({ name: 'scoped', models: ['chat-current'] })
+    const denied = await h.fetch('/v2/chat-classic/run', post(scoped.key, chatInput('x')))
+    expect(denied.status).toBe(403)
+    expect(h.emulator.calls.filter((c) => c.op === 'run')).toEqual([])
+  })
+})
+
+describe('native job API: jobs belong to their caller', () => {
+  it('another key, another model, a tampered id and path tricks all get the same 404, with no upstream call', async () => {
+    const h = harness({ models: NATIVE_MODELS })
+    const owner = await h.createKey()
+    const other = await h.createKey({ name: 'other' })
+    const id = await startJob(h, owner.key, 'chat-classic', chatInput('mine [[emulator:tokens=3]]'))
+    const [payload, signature] = id.split('.') as [string, string]
+    const flipped = `${payload}.${signature.startsWith('A') ? 'B' : 'A'}${signature.slice(1)}`
+    const before = h.emulator.calls.length
+
+    const attempts: [string, RequestInit][] = [
+      [`/v2/chat-classic/status/${id}`, get(other.key)],
+      [`/v2/chat-current/status/${id}`, get(owner.key)],
+      [`/v2/chat-classic/status/${flipped}`, get(owner.key)],
+      [`/v2/chat-classic/cancel/${id}`, post(other.key, {})],
+      [`/v2/chat-classic/stream/${id}`, get(other.key, { accept: 'text/event-stream' })],
+      [`/v2/chat-classic/status/${payload}`, get(owner.key)],
+      [`/v2/chat-classic/status/..%2F..%2Fpurge-queue`, get(owner.key)],
+      [`/v2/chat-classic/status/${payload}%2F${signature}`, get(owner.key)],
+      [`/v2/chat-classic/status/${id}%0A`, get(owner.key)],
+    ]
+    const bodies = new Set<string>()
+    for (const [path, init] of attempts) {
+      const res = await h.fetch(path, init)
+      expect(res.status, path).toBe(404)
+      const body = (await res.json()) as { code: string; error: string }
+      expect(body.code).toBe('not_found')
+      bodies.add(body.error)
+    }
+    expect(bodies.size).toBe(1)
+    expect(h.emulator.calls.length).toBe(before)
+    expect((await h.fetch(`/v2/chat-classic/status/${id}`, get(owner.key))).status).toBe(200)
+  })
+})
+
+describe('native job API: input normalization', () => {
+  it.each([
+    ['max_tokens over the cap', { messages: [{ role: 'user', content: 'x' }], sampling_params: { max_tokens: 99_999 } }, 'input.sampling_params.max_tokens'],
+    ['n over maxChoices', { prompt: 'x', sampling_params: { n: 9 } }, 'input.sampling_params.n'],
+    ['an unknown sampling parameter', { prompt: 'x', sampling_params: { use_beam_search: true } }, 'input.sampling_params.use_beam_search'],
+    ['a bad message', { messages: [{ role: 'tool', content: 'x' }] }, 'input.messages[0].role'],
+    ['the OpenAI passthrough input', { openai_route: '/v1/chat/completions', openai_input: {} }, 'openai_route'],
+    ['neither messages nor prompt', { sampling_params: { max_tokens: 3 } }, 'input.messages'],
+    ['both messages and prompt', { prompt: 'x', messages: [{ role: 'user', content: 'x' }] }, 'not both'],
+    ['a non-boolean stream', { prompt: 'x', stream: 'yes' }, 'input.stream'],
+  ])('%s is a 400 with no upstream call', async (_name, input, needle) => {
+    const h = harness({ models: NATIVE_MODELS })
+    const { key } = await h.createKey()
+    for (const op of ['run', 'runsync']) {
+      const res = await h.fetch(`/v2/chat-classic/${op}`, post(key, { input }))
+      expect(res.status).toBe(400)
+      const body = (await res.json()) as { error: string; code: string }
+      expect(body.code).toBe('invalid_request')
+      expect(body.error).toContain(needle)
+    }
+    expect(h.emulator.calls).toEqual([])
+  })
+
+  it('webhooks are refused, and a body that is not JSON is invalid_json', async () => {
+    const h = harness({ models: NATIVE_MODELS })
+    const { key } = await h.createKey()
+    const hook = await h.fetch('/v2/chat-classic/run', post(key, { ...chatInput('x'), webhook: 'https://example.com/hook' }))
+    expect(hook.status).toBe(400)
+    expect(((await hook.json()) as { error: string }).error).toContain('webhook')
+    const bad = await h.fetch('/v2/chat-classic/run', { ...post(key), body: '{nope' })
+    expect(await bad.json()).toMatchObject({ code: 'invalid_json' })
+    const wait = await h.fetch('/v2/chat-classic/runsync?wait=soon', post(key, chatInput('x')))
+    expect(wait.status).toBe(400)
+    expect(((await wait.json()) as { error: string }).error).toContain('wait')
+    expect(h.emulator.calls).toEqual([])
+  })
+
+  it('valid input reaches the worker normalized: caps, the default max_tokens, content parts flattened', async () => {
+    const h = harness({ models: NATIVE_MODELS })
+    const { key } = await h.createKey()
+    const input = { messages: [{ role: 'developer', content: [{ type: 'text', text: 'be brief' }] }, { role: 'user', content: 'hi' }], max_batch_size: 8 }
+    await startJob(h, key, 'chat-classic', { input, policy: { executionTimeout: 60_000 } })
+    const upstreamId = h.emulator.calls.find((c) => c.op === 'run')?.jobId ?? ''
+    expect(h.emulator.job(upstreamId)?.input).toEqual({
+      messages: [{ role: 'system', content: 'be brief' }, { role: 'user', content: 'hi' }],
+      sampling_params: { max_tokens: 512 },
+      stream: false,
+      max_batch_size: 8,
+    })
+  })
+
+  it('a passthrough model sends any input unchanged', async () => {
+    const h = harness({ models: NATIVE_MODELS })
+    const { key } = await h.createKey()
+    const input = { image_url: 'https://example.com/cat.png', steps: 30, nested: { anything: [1, 2] } }
+    await startJob(h, key, 'raw-handler', { input })
+    const upstreamId = h.emulator.calls.find((c) => c.op === 'run')?.jobId ?? ''
+    expect(h.emulator.job(upstreamId)?.input).toEqual(input)
+  })
+})
+
+describe('native job API: SSE', () => {
+  it.each(['chat-classic', 'chat-current'])('%s: status, one output event per item with text, monotonic ids, done with usage', async (model) => {
+    const h = harness({ models: NATIVE_MODELS, runpod: { apiKey: 'rp_test_key_never_leaks_0123456789', baseUrl: 'http://emulator.test/v2', streamWaitMs: 300 } })
+    const { key } = await h.createKey()
+    const id = await startJob(h, key, model, chatInput('Tell me a story [[emulator:tokens=30,cold=700,delay=5]]', { stream: true }))
+    const res = await h.fetch(`/v2/${model}/stream/${id}`, get(key, { accept: 'text/event-stream' }))
+    expect(res.status).toBe(200)
+    expect(res.headers.get('content-type')).toContain('text/event-stream')
+    const raw = await res.clone().text()
+    const events = await readEvents(res)
+
+    const statuses = events.filter((e) => e.event === 'status').map((e) => (JSON.parse(e.data) as { status: string }).status)
+    expect(statuses).toEqual(['IN_QUEUE', 'IN_PROGRESS'])
+    expect(raw).toContain(': keep-alive')
+    const outputs = events.filter((e) => e.event === 'output')
+    expect(outputs.map((e) => e.id)).toEqual(outputs.map((_, i) => String(i + 1)))
+    const last = events.at(-1)
+    expect(last?.event).toBe('done')
+    const done = JSON.parse(last?.data ?? '{}') as { status: string; usage?: { completion_tokens: number } }
+    expect(done.status).toBe('COMPLETED')
+    expect(done.usage?.completion_tokens).toBeGreaterThan(0)
+
+    const text = textOf(events)
+    expect(text.length).toBeGreaterThan(0)
+    expect(text).toBe(await completedText(h, key, model, id))
+    const upstream = await h.emulator.fetch(new Request('http://emulator.test/__emulator/calls'))
+    expect(((await upstream.json()) as { op: string }[]).filter((c) => c.op === 'cancel')).toEqual([])
+  })
+
+  it('a passthrough job streams its raw items', async () => {
+    const h = harness({ models: { ...NATIVE_MODELS, 'raw-vllm': { endpoints: [{ endpointId: 'vllmclassic' }], mode: 'native', passthrough: true } } })
+    const { key } = await h.createKey()
+    const id = await startJob(h, key, 'raw-vllm', { input: { prompt: 'raw [[emulator:tokens=4]]', stream: true } })
+    const events = await readEvents(await h.fetch(`/v2/raw-vllm/stream/${id}`, get(key, { accept: 'text/event-stream' })))
+    const outputs = events.filter((e) => e.event === 'output').map((e) => JSON.parse(e.data) as { output: unknown })
+    expect(outputs.length).toBeGreaterThan(0)
+    expect(outputs[0]?.output).toMatchObject({ choices: [{ tokens: expect.any(Array) }] })
+    expect(events.at(-1)?.event).toBe('done')
+  })
+
+  it('a job that fails mid-stream ends with an error event after the output it produced', async () => {
+    const h = harness({ models: NATIVE_MODELS })
+    const { key } = await h.createKey()
+    const id = await startJob(h, key, 'chat-current', chatInput('x [[emulator:fault=mid_stream,after=4,tokens=20]]', { stream: true }))
+    const events = await readEvents(await h.fetch(`/v2/chat-current/stream/${id}`, get(key, { accept: 'text/event-stream' })))
+    expect(events.some((e) => e.event === 'output')).toBe(true)
+    const last = events.at(-1)
+    expect(last?.event).toBe('error')
+    expect(JSON.parse(last?.data ?? '{}')).toMatchObject({ status: 'FAILED', code: 'upstream_error', error: expect.any(String) })
+    expect(events.some((e) => e.event === 'done')).toBe(false)
+  })
+
+  it('Last-Event-ID resumes after the last item the caller had, without duplicates', async () => {
+    const h = harness({ models: NATIVE_MODELS })
+    const { key } = await h.createKey()
+    const id = await startJob(h, key, 'chat-current', chatInput('resume me [[emulator:tokens=40,delay=5]]', { stream: true }))
+    const first = await readEvents(await h.fetch(`/v2/chat-current/stream/${id}`, get(key, { accept: 'text/event-stream' })))
+    const outputs = first.filter((e) => e.event === 'output')
+    expect(outputs.length).toBeGreaterThan(3)
+
+    const resumed = await readEvents(await h.fetch(`/v2/chat-current/stream/${id}`, get(key, { accept: 'text/event-stream', 'last-event-id': '2' })))
+    const again = resumed.filter((e) => e.event === 'output')
+    expect(again.map((e) => e.id)).toEqual(outputs.slice(2).map((e) => e.id))
+    expect(textOf(again)).toBe(textOf(outputs.slice(2)))
+    expect(resumed.at(-1)?.event).toBe('done')
+
+    const bad = await h.fetch(`/v2/chat-current/stream/${id}`, get(key, { accept: 'text/event-stream', 'last-event-id': 'x1' }))
+    expect(bad.status).toBe(400)
+  })
+
+  it('a resumed stream of a running job waits for the end, then sends exactly the missing items', async () => {
+    const h = harness({ models: NATIVE_MODELS })
+    const { key } = await h.createKey()
+    const id = await startJob(h, key, 'chat-classic', chatInput('lost [[emulator:tokens=30,delay=20]]', { stream: true }))
+    // A first connection took some items, then dropped with `detach` so the job ran on.
+    const first = await h.fetch(`/v2/chat-classic/stream/${id}?detach=true`, get(key, { accept: 'text/event-stream' }))
+    const reader = first.body!.getReader()
+    const seen: EventSourceMessage[] = []
+    const parser = createParser({ onEvent: (e) => seen.push(e) })
+    const decoder = new TextDecoder()
+    while (seen.filter((e) => e.event === 'output').length < 2) {
+      const { value, done } = await reader.read()
+      if (done) break
+      parser.feed(decoder.decode(value, { stream: true }))
+    }
+    await reader.cancel()
+    await h.settle()
+    expect(h.emulator.calls.filter((c) => c.op === 'cancel')).toEqual([])
+    const had = seen.filter((e) => e.event === 'output')
+    const lastId = had.at(-1)?.id ?? '0'
+
+    const resumed = await readEvents(await h.fetch(`/v2/chat-classic/stream/${id}`, get(key, { accept: 'text/event-stream', 'last-event-id': lastId })))
+    expect(resumed.at(-1)?.event).toBe('done')
+    const rest = resumed.filter((e) => e.event === 'output')
+    expect(rest[0]?.id).toBe(String(Number(lastId) + 1))
+    expect(textOf(had) + textOf(rest)).toBe(await completedText(h, key, 'chat-classic', id))
+  })
+
+  it('a stream that reaches its poll budget pauses without cancelling, and EventSource resumes it', async () => {
+    const h = harness({ models: NATIVE_MODELS, runpod: { apiKey: 'rp_test_key_never_leaks_0123456789', baseUrl: 'http://emulator.test/v2', streamWaitMs: 50, maxPollsPerStream: 3 } })
+    const { key } = await h.createKey()
+    const id = await startJob(h, key, 'chat-classic', chatInput('long [[emulator:tokens=150,delay=20]]', { stream: true }))
+    const first = await readEvents(await h.fetch(`/v2/chat-classic/stream/${id}`, get(key, { accept: 'text/event-stream' })))
+    expect(first.at(-1)?.event).toBe('pause')
+    expect(h.emulator.calls.filter((c) => c.op === 'stream')).toHaveLength(3)
+    expect(h.emulator.calls.filter((c) => c.op === 'cancel')).toEqual([])
+    const had = first.filter((e) => e.event === 'output')
+    expect(had.length).toBeGreaterThan(0)
+
+    // What EventSource does on its own after the stream closes: reconnect with the last id it saw.
+    const events: EventSourceMessage[] = []
+    let lastId = had.at(-1)?.id ?? ''
+    for (let attempt = 0; attempt < 20 && events.at(-1)?.event !== 'done'; attempt++) {
+      const next = await readEvents(await h.fetch(`/v2/chat-classic/stream/${id}`, get(key, { accept: 'text/event-stream', 'last-event-id': lastId })))
+      events.push(...next)
+      lastId = next.filter((e) => e.id !== undefined).at(-1)?.id ?? lastId
+    }
+    expect(events.at(-1)?.event).toBe('done')
+    const rest = events.filter((e) => e.event === 'output')
+    expect([...had, ...rest].map((e) => e.id)).toEqual([...had, ...rest].map((_, i) => String(i + 1)))
+    expect(textOf(had) + textOf(rest)).toBe(await completedText(h, key, 'chat-classic', id))
+  })
+})
+
+describe('cancel on disconnect', () => {
+  async function readSome(res: Response, bytes: number): Promise<ReadableStreamDefaultReader<Uint8Array>> {
+    const reader = res.body!.getReader()
+    let got = 0
+    while (got < bytes) {
+      const { value, done } = await reader.read()
+      if (done) throw new Error('stream ended early')
+      got += value.byteLength
+    }
+    return reader
+  }
+
+  it.each(['chat-classic', 'chat-current'])('%s: an SSE caller that goes away cancels the job upstream', async (model) => {
+    const h = harness({ models: NATIVE_MODELS })
+    const { key } = await h.createKey()
+    const id = await startJob(h, key, model, chatInput('forever [[emulator:tokens=400,delay=25]]', { stream: true }))
+    const res = await h.fetch(`/v2/${model}/stream/${id}`, get(key, { accept: 'text/event-stream' }))
+    const reader = await readSome(res, 200)
+    expect(h.emulator.activeJobs()).toHaveLength(1)
+    await reader.cancel()
+    await h.settle()
+    expect(h.emulator.calls.filter((c) => c.op === 'cancel')).toHaveLength(1)
+    expect(h.emulator.activeJobs()).toEqual([])
+  })
+
+  it('?detach=true leaves the job running', async () => {
+    const h = harness({ models: NATIVE_MODELS })
+    const { key } = await h.createKey()
+    const id = await startJob(h, key, 'chat-current', chatInput('forever [[emulator:tokens=400,delay=25]]', { stream: true }))
+    const reader = await readSome(await h.fetch(`/v2/chat-current/stream/${id}?detach=true`, get(key, { accept: 'text/event-stream' })), 100)
+    await reader.cancel()
+    await h.settle()
+    expect(h.emulator.calls.filter((c) => c.op === 'cancel')).toEqual([])
+    expect(h.emulator.activeJobs()).toHaveLength(1)
+    await h.fetch(`/v2/chat-current/cancel/${id}`, post(key, {}))
+  })
+
+  it.each(['chat-classic', 'chat-current'])('%s: an OpenAI-surface stream whose caller goes away cancels its job', async (model) => {
+    const h = harness({ models: NATIVE_MODELS })
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', post(key, {
+      model,
+      messages: [{ role: 'user', content: 'forever [[emulator:tokens=400,delay=25]]' }],
+      stream: true,
+      max_tokens: 1000,
+    }))
+    expect(res.status).toBe(200)
+    const reader = await readSome(res, 300)
+    expect(h.emulator.activeJobs()).toHaveLength(1)
+    await reader.cancel()
+    await h.settle()
+    expect(h.emulator.calls.filter((c) => c.op === 'cancel')).toHaveLength(1)
+    expect(h.emulator.activeJobs()).toEqual([])
+  })
+})
+
+describe('local handlers (runpod-python --rp_serve_api)', () => {
+  /** runpod-python's local test server: no endpoint id in paths, POST only on status and stream, no cancel or health. */
+  function localServer(emulator: ReturnType<typeof createRunpodEmulator>): (request: Request) => Promise<Response> {
+    const app = new Hono()
+    const forward = async (c: Context) => {
+      const url = new URL(c.req.url)
+      return emulator.fetch(new Request(`http://emulator.test/v2/localworker${url.pathname}${url.search}`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${RUNPOD_KEY}`, 'content-type': 'application/json' },
+        body: await c.req.text(),
+      }))
+    }
+    app.post('/run', forward)
+    app.post('/runsync', forward)
+    app.post('/status/:id', forward)
+    app.post('/stream/:id', forward)
+    app.get('/status/:id', (c) => c.text('Method Not Allowed', 405))
+    app.get('/stream/:id', (c) => c.text('Method Not Allowed', 405))
+    return async (request) => app.fetch(request)
+  }
+
+  it('an endpoint configured by URL serves run, status and the job event stream', async () => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    const local = localServer(emulator)
+    const h = harness({
+      models: { local: { endpoints: [{ url: 'http://127.0.0.1:8000' }], mode: 'native' } },
+      fetch: (input, init) => {
+        const request = new Request(input, init)
+        return new URL(request.url).host === '127.0.0.1:8000' ? local(request) : emulator.fetch(request)
+      },
+    }, emulator)
+    const { key } = await h.createKey()
+    const id = await startJob(h, key, 'local', chatInput('local [[emulator:tokens=9]]', { stream: true }))
+    const events = await readEvents(await h.fetch(`/v2/local/stream/${id}`, get(key, { accept: 'text/event-stream' })))
+    expect(events.at(-1)?.event).toBe('done')
+    expect(textOf(events)).toBe(await completedText(h, key, 'local', id))
+    const sync = await json(await h.fetch('/v2/local/runsync', post(key, chatInput('sync [[emulator:tokens=3]]'))))
+    expect(sync.status).toBe('COMPLETED')
+    // Every upstream call went through the local server's paths, as POST.
+    expect(emulator.calls.every((c) => c.method === 'POST' && c.path.startsWith('/v2/localworker/'))).toBe(true)
+    expect(emulator.calls.map((c) => c.op)).toEqual(expect.arrayContaining(['run', 'stream', 'status', 'runsync']))
+  })
+})
+
+describe('EventSource credentials', () => {
+  it('a minted token works as ?access_token= on the event stream only, and only for its own key\'s jobs', async () => {
+    const h = harness({ models: NATIVE_MODELS })
+    const { key } = await h.createKey()
+    const other = await h.createKey({ name: 'other' })
+    const minted = await h.fetch('/v1/tokens', post(key, { models: ['chat-classic'] }))
+    expect(minted.status).toBe(201)
+    const { token } = (await minted.json()) as { token: string }
+    const otherToken = ((await (await h.fetch('/v1/tokens', post(other.key, {}))).json()) as { token: string }).token
+    const id = await startJob(h, key, 'chat-classic', chatInput('browser [[emulator:tokens=6]]', { stream: true }))
+
+    const res = await h.fetch(`/v2/chat-classic/stream/${id}?access_token=${token}`, { headers: { accept: 'text/event-stream' } })
+    expect(res.status).toBe(200)
+    expect((await readEvents(res)).at(-1)?.event).toBe('done')
+    const foreign = await h.fetch(`/v2/chat-classic/stream/${id}?access_token=${otherToken}`, { headers: { accept: 'text/event-stream' } })
+    expect(foreign.status).toBe(404)
+    const onStatus = await h.fetch(`/v2/chat-classic/status/${id}?access_token=${token}`, { headers: { accept: 'text/event-stream' } })
+    expect(onStatus.status).toBe(401)
+    const keyInUrl = await h.fetch(`/v2/chat-classic/stream/${id}?access_token=${key}`, { headers: { accept: 'text/event-stream' } })
+    expect(keyInUrl.status).toBe(401)
+  })
+})
+
+describe('quotas on native jobs', () => {
+  it('a job submission counts as a request and reserves its tokens; over the limit is a Runpod-style 429 with no upstream call', async () => {
+    const h = harness({ models: NATIVE_MODELS })
+    const limited = await h.createKey({ name: 'limited', quota: { requestsPerMinute: 1 } })
+    await startJob(h, limited.key, 'chat-classic', chatInput('one [[emulator:tokens=3]]'))
+    const second = await h.fetch('/v2/chat-classic/run', post(limited.key, chatInput('two')))
+    expect(second.status).toBe(429)
+    expect(await second.json()).toMatchObject({ code: 'rate_limited' })
+    expect(second.headers.get('retry-after')).toBeTruthy()
+
+    const small = await h.createKey({ name: 'small', quota: { tokensPerMinute: 100 } })
+    const big = await h.fetch('/v2/chat-classic/runsync', post(small.key, { input: { prompt: 'x', sampling_params: { max_tokens: 200 } } }))
+    expect(big.status).toBe(429)
+    expect(((await big.json()) as { error: string }).error).toContain('max_tokens')
+    expect(h.emulator.calls.filter((c) => c.op === 'run' || c.op === 'runsync')).toHaveLength(1)
+  })
+})
