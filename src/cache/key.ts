@@ -1,0 +1,72 @@
+/**
+ * The canonical cache key: model alias + the normalized request (messages or prompt, and sampling),
+ * as stable JSON, hashed with SHA-256. How the answer is delivered (`stream`, `stream_options`) and who
+ * asked (`user`) are left out, so one entry serves every form of the same question. The scope and the
+ * purge generation are folded in, so entries never cross scopes and a purge changes every key at once.
+ */
+import type { NormalizedRequest } from '../normalize/types.ts'
+
+export interface CacheKeyInput {
+  request: NormalizedRequest
+  /** `key:<keyId>` or `shared`: whose entries these are. */
+  scope: string
+  /** The purge generation of this model and scope (see `GenerationCache`). */
+  generation: string
+}
+
+export interface CacheKey {
+  /** Hex SHA-256 of the canonical request. */
+  hash: string
+  /** The KV key: `cache:<scope>:<model>:<hash>`, so a scope (or scope + model) is one list prefix. */
+  kvKey: string
+  /** A synthetic URL for the Cache API, which keys by URL. */
+  url: string
+}
+
+const encoder = new TextEncoder()
+
+/**
+ * @example
+ * const key = await cacheKey({ request: ctx.request, scope: 'key:key_abc', generation: '0.0.0' })
+ */
+export async function cacheKey(input: CacheKeyInput): Promise<CacheKey> {
+  const { request, scope, generation } = input
+  const canonical = stableJson({
+    v: 1,
+    scope,
+    generation,
+    model: request.model,
+    kind: request.kind,
+    messages: request.messages,
+    prompt: request.prompt,
+    sampling: request.sampling,
+  })
+  const digest = await crypto.subtle.digest('SHA-256', encoder.encode(canonical))
+  const hash = toHex(new Uint8Array(digest))
+  const model = encodeURIComponent(request.model)
+  return { hash, kvKey: `${kvPrefix(scope, request.model)}${hash}`, url: `https://podgate-cache.invalid/${encodeURIComponent(scope)}/${model}/${hash}` }
+}
+
+/** The KV prefix of one scope's entries, or of one model's entries within a scope. */
+export function kvPrefix(scope: string, model?: string): string {
+  return model === undefined ? `cache:${scope}:` : `cache:${scope}:${model}:`
+}
+
+/** JSON with object keys sorted at every level and `undefined` members left out. */
+export function stableJson(value: unknown): string {
+  if (value === null || typeof value !== 'object') return JSON.stringify(value) ?? 'null'
+  if (Array.isArray(value)) return `[${value.map((item) => (item === undefined ? 'null' : stableJson(item))).join(',')}]`
+  const record = value as Record<string, unknown>
+  const members: string[] = []
+  for (const name of Object.keys(record).sort()) {
+    const member = record[name]
+    if (member !== undefined) members.push(`${JSON.stringify(name)}:${stableJson(member)}`)
+  }
+  return `{${members.join(',')}}`
+}
+
+function toHex(bytes: Uint8Array): string {
+  let out = ''
+  for (const byte of bytes) out += byte.toString(16).padStart(2, '0')
+  return out
+}

@@ -1,0 +1,77 @@
+/**
+ * `POST /admin/cache/purge`: forget cached answers of a model, of a key's scope, or of both at once.
+ *
+ * A purge starts a new generation (see `GenerationCache`), which every cache key folds in, so both
+ * tiers miss from then on: at once in this isolate, elsewhere within the generation cache time plus
+ * KV's propagation delay. Where a KV prefix names exactly the purged entries, they are also deleted
+ * (bounded, off the response path); everything else expires by its TTL.
+ */
+import { Hono } from 'hono'
+import type { Context } from 'hono'
+import { z } from 'zod'
+import { GatewayError } from '../errors/index.ts'
+import { readJsonBody } from '../http/body.ts'
+import { waitUntilOf } from '../http/context.ts'
+import { zodToGatewayError } from '../http/zod-error.ts'
+import type { GatewayEnv } from '../types.ts'
+import { kvPrefix } from './key.ts'
+import type { GenerationCache } from './store.ts'
+
+export const purgeSchema = z
+  .object({
+    model: z.string().min(1).max(128).optional().describe('A model alias: purge its answers (in every scope, or in keyId\'s).'),
+    keyId: z.string().min(1).max(64).optional().describe('A key id: purge the answers cached in its scope.'),
+  })
+  .strict()
+  .refine((body) => body.model !== undefined || body.keyId !== undefined, { message: 'give `model`, `keyId` or both' })
+
+export interface CacheRoutesOptions {
+  kv: (c: Context<GatewayEnv>) => KVNamespace
+  generations: GenerationCache
+  models: ReadonlySet<string>
+  scope: 'key' | 'gateway'
+  /** How long other isolates may still use an old generation, in ms. */
+  generationCacheMs: number
+  maxBodyBytes: number
+}
+
+/** Most KV entries one purge deletes; the rest are unreachable already and expire by TTL. */
+export const MAX_PURGE_DELETES = 500
+/** KV's documented propagation delay for a changed value. */
+const KV_PROPAGATION_SECONDS = 60
+
+export function cacheRoutes(options: CacheRoutesOptions): Hono<GatewayEnv> {
+  const app = new Hono<GatewayEnv>()
+
+  app.post('/purge', async (c) => {
+    const parsed = purgeSchema.safeParse(await readJsonBody(c.req.raw, options.maxBodyBytes))
+    if (!parsed.success) throw zodToGatewayError(parsed.error)
+    const { model, keyId } = parsed.data
+    if (keyId !== undefined && options.scope === 'gateway') {
+      throw new GatewayError('invalid_request', 'Cached answers are shared by every key (cache.scope is "gateway"): purge by model.', { param: 'keyId' })
+    }
+    if (model !== undefined && !options.models.has(model)) throw new GatewayError('invalid_request', `Unknown model '${model}'.`, { param: 'model' })
+    const kv = options.kv(c)
+    await options.generations.bump(kv, { model, keyId })
+    const prefix = cheapPrefix(options.scope, model, keyId)
+    if (prefix !== undefined) waitUntilOf(c)(deletePrefix(kv, prefix).catch(() => undefined))
+    return c.json({
+      purged: { model: model ?? null, keyId: keyId ?? null },
+      maxDelaySeconds: KV_PROPAGATION_SECONDS + Math.ceil(options.generationCacheMs / 1000),
+    })
+  })
+
+  return app
+}
+
+/** The KV prefix holding exactly the purged entries, when there is one. */
+function cheapPrefix(scope: 'key' | 'gateway', model: string | undefined, keyId: string | undefined): string | undefined {
+  if (scope === 'key' && keyId !== undefined) return kvPrefix(`key:${keyId}`, model)
+  if (scope === 'gateway' && keyId === undefined && model !== undefined) return kvPrefix('shared', model)
+  return undefined
+}
+
+async function deletePrefix(kv: KVNamespace, prefix: string): Promise<void> {
+  const page = await kv.list({ prefix, limit: MAX_PURGE_DELETES })
+  await Promise.all(page.keys.map((k) => kv.delete(k.name)))
+}

@@ -1,0 +1,160 @@
+/**
+ * Where cache entries live: the Cache API (per location, fast) and KV (global), each optional. A KV
+ * hit back-fills the Cache API. Writes are the caller's to run off the response path (`waitUntil`).
+ *
+ * Also owns the purge generations: the Cache API cannot be listed, so every key folds in a generation
+ * per model and per scope, kept in KV and cached in the isolate; a purge writes a new generation and
+ * both tiers miss from then on.
+ */
+import type { CachedAnswer } from './answer.ts'
+import type { CacheKey } from './key.ts'
+
+export interface CacheEntry {
+  v: 1
+  /** When the answer was stored, in ms (the cache's clock). */
+  storedAt: number
+  answer: CachedAnswer
+}
+
+/** The tiers one request may use; either may be missing. */
+export interface CacheTiers {
+  cache?: Cache
+  kv?: KVNamespace
+}
+
+export interface CacheHit {
+  entry: CacheEntry
+  tier: 'cache' | 'kv'
+}
+
+/** KV refuses an `expirationTtl` under 60 s. */
+const KV_MIN_TTL_SECONDS = 60
+
+/**
+ * One lookup: the Cache API first, KV only on a Cache API miss. A KV hit is copied into the Cache API
+ * through `backfill` (give it `waitUntil`).
+ */
+export async function readEntry(tiers: CacheTiers, key: CacheKey, backfill: (work: Promise<unknown>) => void): Promise<CacheHit | undefined> {
+  if (tiers.cache) {
+    const cached = await tiers.cache.match(key.url)
+    if (cached) {
+      const entry = parseEntry(await cached.text())
+      if (entry) return { entry, tier: 'cache' }
+    }
+  }
+  if (tiers.kv) {
+    const text = await tiers.kv.get(key.kvKey, 'text')
+    const entry = text === null ? undefined : parseEntry(text)
+    if (entry && text !== null) {
+      if (tiers.cache) backfill(putCacheApi(tiers.cache, key, text, KV_MIN_TTL_SECONDS).catch(() => undefined))
+      return { entry, tier: 'kv' }
+    }
+  }
+  return undefined
+}
+
+export interface WriteEntryOptions {
+  ttlSeconds: number
+  /** Entries larger than this (bytes of JSON) are not stored. */
+  maxEntryBytes: number
+}
+
+/** Stores an entry in every tier. Returns `false` when it is over the size bound. */
+export async function writeEntry(tiers: CacheTiers, key: CacheKey, entry: CacheEntry, options: WriteEntryOptions): Promise<boolean> {
+  const text = JSON.stringify(entry)
+  // A UTF-8 byte is at least one UTF-16 unit and at most three: skip the encode when the bound is clear.
+  if (text.length > options.maxEntryBytes || (text.length * 3 > options.maxEntryBytes && new TextEncoder().encode(text).byteLength > options.maxEntryBytes)) return false
+  const writes: Promise<unknown>[] = []
+  if (tiers.cache) writes.push(putCacheApi(tiers.cache, key, text, options.ttlSeconds))
+  if (tiers.kv) writes.push(tiers.kv.put(key.kvKey, text, { expirationTtl: Math.max(KV_MIN_TTL_SECONDS, options.ttlSeconds) }))
+  await Promise.all(writes)
+  return true
+}
+
+function putCacheApi(cache: Cache, key: CacheKey, text: string, ttlSeconds: number): Promise<void> {
+  const headers = { 'content-type': 'application/json', 'cache-control': `max-age=${Math.max(1, Math.floor(ttlSeconds))}` }
+  return cache.put(key.url, new Response(text, { headers }))
+}
+
+function parseEntry(text: string): CacheEntry | undefined {
+  try {
+    const value = JSON.parse(text) as CacheEntry
+    return value && value.v === 1 && typeof value.storedAt === 'number' && value.answer ? value : undefined
+  } catch {
+    return undefined
+  }
+}
+
+/** `cachegen:*`: purges by model, for every scope. */
+const GLOBAL_GENERATIONS = 'cachegen:*'
+/** `cachegen:key:<keyId>`: purges of one key's scope, whole or per model. */
+const scopeGenerationsKey = (keyId: string) => `cachegen:key:${keyId}`
+
+interface GenerationRecord {
+  all?: string
+  models?: Record<string, string>
+}
+
+export interface GenerationCacheOptions {
+  /** How long the isolate trusts a generation it read, in ms: bounds a purge's delay on top of KV's. */
+  ttlMs: number
+  now: () => number
+}
+
+/** Most generation records the isolate keeps; past it the map starts over. */
+const MAX_CACHED_RECORDS = 10_000
+
+export class GenerationCache {
+  readonly #records = new Map<string, { record: GenerationRecord; until: number }>()
+  readonly #options: GenerationCacheOptions
+
+  constructor(options: GenerationCacheOptions) {
+    this.#options = options
+  }
+
+  /**
+   * The generation folded into cache keys for `model` in a key's scope (or the shared scope when
+   * `keyId` is undefined). Two KV reads at most, each cached in the isolate for `ttlMs`.
+   */
+  async token(kv: KVNamespace, model: string, keyId: string | undefined): Promise<string> {
+    const [global, scope] = await Promise.all([this.#read(kv, GLOBAL_GENERATIONS), keyId === undefined ? undefined : this.#read(kv, scopeGenerationsKey(keyId))])
+    return `${global.models?.[model] ?? 0}.${scope?.all ?? 0}.${scope?.models?.[model] ?? 0}`
+  }
+
+  /**
+   * Starts a new generation: for `model` everywhere, for a key's whole scope, or for one model in a
+   * key's scope. This isolate sees it at once; others within their `ttlMs` plus KV's propagation.
+   */
+  async bump(kv: KVNamespace, target: { model?: string; keyId?: string }): Promise<void> {
+    const name = target.keyId === undefined ? GLOBAL_GENERATIONS : scopeGenerationsKey(target.keyId)
+    const text = await kv.get(name, 'text')
+    const record: GenerationRecord = text ? (JSON.parse(text) as GenerationRecord) : {}
+    // A random generation, not a counter: two purges racing on one record still both invalidate.
+    const generation = crypto.randomUUID().slice(0, 8)
+    if (target.model === undefined) record.all = generation
+    else record.models = { ...record.models, [target.model]: generation }
+    await kv.put(name, JSON.stringify(record))
+    this.#remember(name, record)
+  }
+
+  async #read(kv: KVNamespace, name: string): Promise<GenerationRecord> {
+    const cached = this.#records.get(name)
+    if (cached && cached.until > this.#options.now()) return cached.record
+    const text = await kv.get(name, 'text')
+    let record: GenerationRecord = {}
+    if (text) {
+      try {
+        record = JSON.parse(text) as GenerationRecord
+      } catch {
+        record = {}
+      }
+    }
+    this.#remember(name, record)
+    return record
+  }
+
+  #remember(name: string, record: GenerationRecord): void {
+    if (this.#records.size >= MAX_CACHED_RECORDS) this.#records.clear()
+    this.#records.set(name, { record, until: this.#options.now() + this.#options.ttlMs })
+  }
+}

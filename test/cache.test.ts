@@ -1,0 +1,395 @@
+/**
+ * The answer cache end to end, in workerd with miniflare's real Cache API and KV: hits, misses,
+ * bypass, refresh, max-age, TTL, scopes, stream replay equality, cross-form replay, coalescing,
+ * failed streams and purge.
+ */
+import { describe, expect, it } from 'vitest'
+import { ADMIN_TOKEN, authed, chatBody, harness, MODEL_NAMES, readSSE, streamedText } from './helpers.ts'
+import type { GatewayOptions } from '../src/index.ts'
+
+const JOB_OPS = new Set(['run', 'runsync', 'openai'])
+
+async function setup(overrides: Partial<GatewayOptions> = {}) {
+  let clock = 1_800_000_000_000
+  const h = harness({ ...overrides, cache: { now: () => clock, ...overrides.cache } })
+  const { id, key } = await h.createKey()
+  const jobs = () => h.emulator.calls.filter((call) => JOB_OPS.has(call.op)).length
+  const advance = (ms: number) => {
+    clock += ms
+  }
+  const chat = async (body: string, headers: Record<string, string> = {}, apiKey = key) => {
+    const init = authed(apiKey, body)
+    const res = await h.fetch('/v1/chat/completions', { ...init, headers: { ...(init.headers as Record<string, string>), ...headers } })
+    await h.settle()
+    return res
+  }
+  return { h, id, key, jobs, advance, chat }
+}
+
+/** Chunks with their per-answer identity blanked, for comparing a replay with a live answer. */
+function shape(events: unknown[]): unknown[] {
+  return events.map((event) => (typeof event === 'object' && event !== null ? { ...event, id: 'x', created: 0 } : event))
+}
+
+const deterministic = (model: string, content = 'Tell me about caches', extra: Record<string, unknown> = {}) => chatBody(model, content, { temperature: 0, max_tokens: 24, ...extra })
+
+describe('hits and misses', () => {
+  it.each(MODEL_NAMES)('%s: the second identical request is a HIT with no upstream call', async (model) => {
+    const { chat, jobs } = await setup()
+    const first = await chat(deterministic(model))
+    expect(first.headers.get('x-podgate-cache')).toBe('MISS')
+    expect(first.headers.get('age')).toBe('0')
+    const live = (await first.json()) as Record<string, unknown>
+    const second = await chat(deterministic(model))
+    expect(second.headers.get('x-podgate-cache')).toBe('HIT')
+    const replay = (await second.json()) as Record<string, unknown>
+    expect(jobs()).toBe(1)
+    expect({ ...replay, id: 'x', created: 0 }).toEqual({ ...live, id: 'x', created: 0 })
+    expect(replay.id).not.toBe(live.id)
+  })
+
+  it('a fixed seed is deterministic too; `stream`, `stream_options` and `user` are not part of the key', async () => {
+    const { chat, jobs } = await setup()
+    await chat(chatBody('chat-current', 'seeded', { seed: 3, user: 'alice' }))
+    const res = await chat(chatBody('chat-current', 'seeded', { seed: 3, user: 'bob', stream: true, stream_options: { include_usage: true } }))
+    expect(res.headers.get('x-podgate-cache')).toBe('HIT')
+    expect(jobs()).toBe(1)
+  })
+
+  it('a different request is a different entry', async () => {
+    const { chat, jobs } = await setup()
+    await chat(deterministic('chat-current', 'one'))
+    expect((await chat(deterministic('chat-current', 'two'))).headers.get('x-podgate-cache')).toBe('MISS')
+    expect((await chat(deterministic('chat-current', 'one', { max_tokens: 25 }))).headers.get('x-podgate-cache')).toBe('MISS')
+    expect(jobs()).toBe(3)
+  })
+})
+
+describe('bypass, refresh and age', () => {
+  it('a non-deterministic request bypasses the cache unless the caller or the model opts in', async () => {
+    const { chat, jobs } = await setup({ models: { 'chat-current': { endpoints: [{ endpointId: 'vllmcurrent' }], mode: 'native' }, 'chat-any': { endpoints: [{ endpointId: 'vllmcurrent' }], mode: 'native', cache: { nonDeterministic: true } } } })
+    const body = chatBody('chat-current', 'creative', { temperature: 0.9 })
+    expect((await chat(body)).headers.get('x-podgate-cache')).toBe('BYPASS')
+    const bypass = await chat(body)
+    expect(bypass.headers.get('x-podgate-cache')).toBe('BYPASS')
+    expect(bypass.headers.get('age')).toBeNull()
+    expect(jobs()).toBe(2)
+    expect((await chat(body, { 'x-podgate-cache': 'on' })).headers.get('x-podgate-cache')).toBe('MISS')
+    expect((await chat(body, { 'x-podgate-cache': 'on' })).headers.get('x-podgate-cache')).toBe('HIT')
+    const any = chatBody('chat-any', 'creative', { temperature: 0.9 })
+    expect((await chat(any)).headers.get('x-podgate-cache')).toBe('MISS')
+    expect((await chat(any)).headers.get('x-podgate-cache')).toBe('HIT')
+    expect((await chat(any, { 'x-podgate-cache': 'off' })).headers.get('x-podgate-cache')).toBe('BYPASS')
+    expect(jobs()).toBe(5)
+  })
+
+  it('Cache-Control: no-store neither reads nor writes', async () => {
+    const { chat, jobs } = await setup()
+    expect((await chat(deterministic('chat-openai'), { 'cache-control': 'no-store' })).headers.get('x-podgate-cache')).toBe('BYPASS')
+    expect((await chat(deterministic('chat-openai'))).headers.get('x-podgate-cache')).toBe('MISS')
+    expect((await chat(deterministic('chat-openai'), { 'cache-control': 'no-store' })).headers.get('x-podgate-cache')).toBe('BYPASS')
+    expect(jobs()).toBe(3)
+  })
+
+  it('Cache-Control: no-cache skips the lookup and stores the fresh answer', async () => {
+    const { chat, jobs, advance } = await setup()
+    await chat(deterministic('chat-classic'))
+    advance(100_000)
+    const refreshed = await chat(deterministic('chat-classic'), { 'cache-control': 'no-cache' })
+    expect(refreshed.headers.get('x-podgate-cache')).toBe('MISS')
+    expect(jobs()).toBe(2)
+    const hit = await chat(deterministic('chat-classic'))
+    expect(hit.headers.get('x-podgate-cache')).toBe('HIT')
+    expect(hit.headers.get('age')).toBe('0')
+  })
+
+  it('Cache-Control: max-age bounds the age accepted; Age says how old a hit is', async () => {
+    const { chat, jobs, advance } = await setup()
+    await chat(deterministic('chat-current'))
+    advance(30_000)
+    const hit = await chat(deterministic('chat-current'))
+    expect(hit.headers.get('x-podgate-cache')).toBe('HIT')
+    expect(hit.headers.get('age')).toBe('30')
+    expect((await chat(deterministic('chat-current'), { 'cache-control': 'max-age=60' })).headers.get('x-podgate-cache')).toBe('HIT')
+    expect((await chat(deterministic('chat-current'), { 'cache-control': 'max-age=10' })).headers.get('x-podgate-cache')).toBe('MISS')
+    expect(jobs()).toBe(2)
+    // The refresh was stored: it is young now.
+    const fresh = await chat(deterministic('chat-current'), { 'cache-control': 'max-age=10' })
+    expect(fresh.headers.get('x-podgate-cache')).toBe('HIT')
+    expect(fresh.headers.get('age')).toBe('0')
+  })
+
+  it('entries expire after the model TTL (gateway default otherwise)', async () => {
+    const { chat, jobs, advance } = await setup({
+      models: { 'chat-current': { endpoints: [{ endpointId: 'vllmcurrent' }], mode: 'native', cache: { ttlSeconds: 60 } }, 'chat-classic': { endpoints: [{ endpointId: 'vllmclassic' }], mode: 'native' } },
+      cache: { ttlSeconds: 120 },
+    })
+    await chat(deterministic('chat-current'))
+    await chat(deterministic('chat-classic'))
+    advance(59_000)
+    expect((await chat(deterministic('chat-current'))).headers.get('x-podgate-cache')).toBe('HIT')
+    advance(2_000)
+    expect((await chat(deterministic('chat-current'))).headers.get('x-podgate-cache')).toBe('MISS')
+    expect((await chat(deterministic('chat-classic'))).headers.get('x-podgate-cache')).toBe('HIT')
+    advance(60_000)
+    expect((await chat(deterministic('chat-classic'))).headers.get('x-podgate-cache')).toBe('MISS')
+    expect(jobs()).toBe(4)
+  })
+})
+
+describe('scopes and tiers', () => {
+  it('entries never cross keys in the default per-key scope', async () => {
+    const { h, chat, jobs } = await setup()
+    const other = await h.createKey({ name: 'other' })
+    await chat(deterministic('chat-current', 'scoped'))
+    expect((await chat(deterministic('chat-current', 'scoped'), {}, other.key)).headers.get('x-podgate-cache')).toBe('MISS')
+    expect((await chat(deterministic('chat-current', 'scoped'), {}, other.key)).headers.get('x-podgate-cache')).toBe('HIT')
+    expect(jobs()).toBe(2)
+  })
+
+  it('the gateway scope shares entries between keys', async () => {
+    const { h, chat, jobs } = await setup({ cache: { scope: 'gateway' } })
+    const other = await h.createKey({ name: 'other' })
+    const body = deterministic('chat-current', `shared ${crypto.randomUUID()}`)
+    await chat(body)
+    expect((await chat(body, {}, other.key)).headers.get('x-podgate-cache')).toBe('HIT')
+    expect(jobs()).toBe(1)
+  })
+
+  it.each([
+    ['KV only', { cacheApi: false }],
+    ['Cache API only', { kv: false }],
+  ])('%s still hits', async (_name, tiers) => {
+    const { chat, jobs } = await setup({ cache: tiers })
+    await chat(deterministic('chat-current', `tier ${crypto.randomUUID()}`))
+    await chat(deterministic('chat-current', 'other'))
+    expect((await chat(deterministic('chat-current', 'other'))).headers.get('x-podgate-cache')).toBe('HIT')
+    expect(jobs()).toBe(2)
+  })
+
+  it('a KV hit back-fills the Cache API', async () => {
+    let useCacheApi = false
+    const real = await caches.open(`backfill-${crypto.randomUUID()}`)
+    let found = 0
+    const spy = {
+      match: async (key: string) => {
+        const res = await real.match(key)
+        if (res) found++
+        return res
+      },
+      put: (key: string, res: Response) => real.put(key, res),
+    } as unknown as Cache
+    const { chat, jobs } = await setup({ cache: { edgeCache: () => (useCacheApi ? spy : undefined) } })
+    await chat(deterministic('chat-current'))
+    useCacheApi = true
+    expect((await chat(deterministic('chat-current'))).headers.get('x-podgate-cache')).toBe('HIT')
+    expect(found).toBe(0)
+    expect((await chat(deterministic('chat-current'))).headers.get('x-podgate-cache')).toBe('HIT')
+    expect(found).toBe(1)
+    expect(jobs()).toBe(1)
+  })
+})
+
+describe('stream replay', () => {
+  it.each(MODEL_NAMES)('%s chat: a replayed stream has the live text, chunks and usage', async (model) => {
+    const { chat, jobs } = await setup()
+    for (const includeUsage of [true, false]) {
+      const body = deterministic(model, `stream ${includeUsage}`, { stream: true, ...(includeUsage ? { stream_options: { include_usage: true } } : {}) })
+      const live = await chat(body)
+      expect(live.headers.get('x-podgate-cache')).toBe('MISS')
+      const liveEvents = await readSSE(live)
+      const hit = await chat(body)
+      expect(hit.headers.get('x-podgate-cache')).toBe('HIT')
+      expect(hit.headers.get('content-type')).toBe(live.headers.get('content-type'))
+      const replayEvents = await readSSE(hit)
+      expect(streamedText(replayEvents)).toBe(streamedText(liveEvents))
+      expect(shape(replayEvents)).toEqual(shape(liveEvents))
+      expect(replayEvents.at(-1)).toBe('[DONE]')
+    }
+    expect(jobs()).toBe(2)
+  })
+
+  it.each(MODEL_NAMES)('%s completions: a replayed stream equals the live one', async (model) => {
+    const { h, jobs } = await setup()
+    const { key } = await h.createKey()
+    const body = JSON.stringify({ model, prompt: 'Once upon a time', max_tokens: 12, temperature: 0, stream: true, stream_options: { include_usage: true } })
+    const live = await readSSE(await h.fetch('/v1/completions', authed(key, body)))
+    await h.settle()
+    const res = await h.fetch('/v1/completions', authed(key, body))
+    expect(res.headers.get('x-podgate-cache')).toBe('HIT')
+    expect(shape(await readSSE(res))).toEqual(shape(live))
+    expect(jobs()).toBe(1)
+  })
+
+  it('several choices replay with their own text', async () => {
+    const { chat, jobs } = await setup()
+    const body = deterministic('chat-current', 'two choices', { n: 2, seed: 5, stream: true, stream_options: { include_usage: true } })
+    const live = await readSSE(await chat(body))
+    const replay = await readSSE(await chat(body))
+    // Live chunks of several choices interleave; a replay gives each choice's chunks in turn.
+    const ofChoice = (events: unknown[], index: number) => shape(events).filter((e) => (e as { choices?: { index: number }[] }).choices?.[0]?.index === index)
+    for (const index of [0, 1]) {
+      expect(streamedText(replay, index)).toBe(streamedText(live, index))
+      expect(ofChoice(replay, index)).toEqual(ofChoice(live, index))
+    }
+    expect(shape(replay).slice(-2)).toEqual(shape(live).slice(-2))
+    expect(jobs()).toBe(1)
+  })
+
+  it.each(MODEL_NAMES)('%s: one entry serves both forms (JSON -> stream, stream -> JSON)', async (model) => {
+    const { chat, jobs } = await setup()
+    const jsonFirst = deterministic(model, 'json first')
+    const full = (await (await chat(jsonFirst)).json()) as { choices: { message: { content: string }; finish_reason: string }[]; usage: unknown }
+    const asStream = await chat(deterministic(model, 'json first', { stream: true, stream_options: { include_usage: true } }))
+    expect(asStream.headers.get('x-podgate-cache')).toBe('HIT')
+    const events = await readSSE(asStream)
+    expect(streamedText(events)).toBe(full.choices[0]?.message.content)
+    expect((events.at(-2) as { usage: unknown }).usage).toEqual(full.usage)
+    expect((events.at(-3) as { choices: { finish_reason: string }[] }).choices[0]?.finish_reason).toBe(full.choices[0]?.finish_reason)
+    expect((events[0] as { choices: { delta: unknown }[] }).choices[0]?.delta).toEqual({ role: 'assistant', content: '' })
+
+    const streamFirst = deterministic(model, 'stream first', { stream: true })
+    const live = await readSSE(await chat(streamFirst))
+    const asJson = await chat(deterministic(model, 'stream first'))
+    expect(asJson.headers.get('x-podgate-cache')).toBe('HIT')
+    const body = (await asJson.json()) as { object: string; model: string; choices: { message: { role: string; content: string }; finish_reason: string }[]; usage: { completion_tokens: number } }
+    expect(body.object).toBe('chat.completion')
+    expect(body.model).toBe(model)
+    expect(body.choices[0]?.message).toMatchObject({ role: 'assistant', content: streamedText(live) })
+    expect(body.choices[0]?.finish_reason).toBe((live.at(-2) as { choices: { finish_reason: string }[] }).choices[0]?.finish_reason)
+    expect(body.usage.completion_tokens).toBeGreaterThan(0)
+    expect(jobs()).toBe(2)
+  })
+
+  it('failed, partial and cancelled streams are never stored', async () => {
+    const { h, chat, jobs, key } = await setup()
+    const broken = deterministic('chat-current', 'break [[emulator:fault=mid_stream,after=3]]', { stream: true })
+    const events = await readSSE(await chat(broken))
+    expect(events.at(-1)).not.toBe('[DONE]')
+    expect((await chat(broken)).headers.get('x-podgate-cache')).toBe('MISS')
+    const brokenOpenAI = deterministic('chat-openai', 'break [[emulator:fault=mid_stream,after=3]]', { stream: true })
+    await readSSE(await chat(brokenOpenAI))
+    expect((await chat(brokenOpenAI)).headers.get('x-podgate-cache')).toBe('MISS')
+    expect(jobs()).toBe(4)
+
+    const slow = deterministic('chat-current', 'slow [[emulator:delay=20,tokens=20]]', { stream: true })
+    const res = await h.fetch('/v1/chat/completions', authed(key, slow))
+    const reader = res.body!.getReader()
+    await reader.read()
+    await reader.cancel()
+    await h.settle()
+    expect((await chat(slow)).headers.get('x-podgate-cache')).toBe('MISS')
+  })
+})
+
+describe('coalescing', () => {
+  it.each(MODEL_NAMES)('%s: N concurrent identical requests make one upstream job and get the same answer', async (model) => {
+    const { h, key, jobs } = await setup()
+    const content = 'burst [[emulator:delay=20,tokens=8]]'
+    const forms = [
+      { stream: true, stream_options: { include_usage: true } },
+      { stream: true },
+      {},
+      { stream: true, stream_options: { include_usage: true } },
+      {},
+    ]
+    const responses = await Promise.all(forms.map((extra) => h.fetch('/v1/chat/completions', authed(key, deterministic(model, content, extra)))))
+    const statuses = responses.map((r) => r.headers.get('x-podgate-cache'))
+    expect(statuses[0]).toBe('MISS')
+    expect(statuses.slice(1)).toEqual(['COALESCED', 'COALESCED', 'COALESCED', 'COALESCED'])
+    const texts: string[] = []
+    const usages: unknown[] = []
+    for (const [i, res] of responses.entries()) {
+      if (forms[i]!.stream) {
+        const events = await readSSE(res)
+        expect(events.at(-1)).toBe('[DONE]')
+        texts.push(streamedText(events))
+        const usage = (events.at(-2) as { usage?: unknown }).usage
+        if (forms[i]!.stream_options) usages.push(usage)
+        else expect(usage).toBeUndefined()
+      } else {
+        const body = (await res.json()) as { choices: { message: { content: string } }[]; usage: unknown }
+        texts.push(body.choices[0]!.message.content)
+        usages.push(body.usage)
+      }
+    }
+    await h.settle()
+    expect(new Set(texts).size).toBe(1)
+    expect(texts[0]!.length).toBeGreaterThan(0)
+    expect(new Set(usages.map((u) => JSON.stringify(Object.entries(u as object).sort()))).size).toBe(1)
+    expect(jobs()).toBe(1)
+    // And the answer was stored once complete.
+    const after = await h.fetch('/v1/chat/completions', authed(key, deterministic(model, content)))
+    expect(after.headers.get('x-podgate-cache')).toBe('HIT')
+  })
+
+  it('joiners of a failed call get its error; a cancelled leader leaves joiners to ask on their own', async () => {
+    const { h, key, jobs } = await setup()
+    const failing = deterministic('chat-current', 'fails [[emulator:fault=http,status=503]]')
+    const failed = await Promise.all([0, 1, 2].map(() => h.fetch('/v1/chat/completions', authed(key, failing))))
+    await h.settle()
+    const statuses = failed.map((r) => r.status)
+    expect(statuses[0]).toBeGreaterThanOrEqual(500)
+    expect(new Set(statuses).size).toBe(1)
+    const jobsPerCall = jobs()
+    // One caller's worth of upstream attempts (retries included), not three.
+    await h.fetch('/v1/chat/completions', authed(key, failing))
+    await h.settle()
+    expect(jobs()).toBe(2 * jobsPerCall)
+
+    const abort = new AbortController()
+    const body = deterministic('chat-current', 'leader leaves [[emulator:cold=100]]')
+    const leader = h.fetch('/v1/chat/completions', { ...authed(key, body), signal: abort.signal }).catch((error: unknown) => error)
+    await new Promise((r) => setTimeout(r, 10))
+    const joiner = h.fetch('/v1/chat/completions', authed(key, body))
+    await new Promise((r) => setTimeout(r, 10))
+    abort.abort()
+    await leader
+    const res = await joiner
+    expect(res.status).toBe(200)
+    // It did not take the leader's cancellation as its own answer: it asked upstream itself.
+    expect(res.headers.get('x-podgate-cache')).toBe('MISS')
+    expect(((await res.json()) as { choices: unknown[] }).choices.length).toBe(1)
+    await h.settle()
+  })
+})
+
+describe('purge', () => {
+  async function purge(h: Awaited<ReturnType<typeof setup>>['h'], body: unknown) {
+    return h.fetch('/admin/cache/purge', { method: 'POST', headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify(body) })
+  }
+
+  it('purges by model, by key scope, or by both, in both tiers', async () => {
+    const { h, chat, id, jobs } = await setup()
+    const body = deterministic('chat-current', 'purge me')
+    const other = deterministic('chat-classic', 'purge me')
+    await chat(body)
+    await chat(other)
+    expect((await chat(body)).headers.get('x-podgate-cache')).toBe('HIT')
+
+    const res = await purge(h, { model: 'chat-current' })
+    expect(res.status).toBe(200)
+    expect(await res.json()).toMatchObject({ purged: { model: 'chat-current', keyId: null }, maxDelaySeconds: 65 })
+    expect((await chat(body)).headers.get('x-podgate-cache')).toBe('MISS')
+    expect((await chat(other)).headers.get('x-podgate-cache')).toBe('HIT')
+
+    expect((await purge(h, { keyId: id })).status).toBe(200)
+    await h.settle()
+    expect((await chat(body)).headers.get('x-podgate-cache')).toBe('MISS')
+    expect((await chat(other)).headers.get('x-podgate-cache')).toBe('MISS')
+
+    expect((await purge(h, { keyId: id, model: 'chat-classic' })).status).toBe(200)
+    expect((await chat(body)).headers.get('x-podgate-cache')).toBe('HIT')
+    expect((await chat(other)).headers.get('x-podgate-cache')).toBe('MISS')
+    expect(jobs()).toBe(6)
+  })
+
+  it('refuses bad purges with a 4xx and needs the admin token', async () => {
+    const { h } = await setup()
+    expect((await purge(h, {})).status).toBe(400)
+    expect((await purge(h, { model: 'nope' })).status).toBe(400)
+    expect((await purge(h, { models: 'x' })).status).toBe(400)
+    const anon = await h.fetch('/admin/cache/purge', { method: 'POST', body: '{"model":"chat-current"}' })
+    expect(anon.status).toBe(401)
+  })
+})
