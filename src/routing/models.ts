@@ -52,3 +52,20 @@ export function pickEndpoint(model: ResolvedModel, random: number = Math.random(
   const index = model.cumulative.findIndex((c) => target < c)
   return model.endpoints[index === -1 ? model.endpoints.length - 1 : index]!
 }
+
+/**
+ * The model's endpoints in the order a request tries them: a weighted pick first, then the others in
+ * weighted random order, with endpoints whose breaker is open moved last (tried only when nothing else is).
+ */
+export function orderEndpoints(model: ResolvedModel, isOpen: (endpoint: Endpoint) => boolean, random: () => number = Math.random): Endpoint[] {
+  const remaining = [...model.endpoints]
+  const order: Endpoint[] = []
+  while (remaining.length > 0) {
+    const total = remaining.reduce((sum, e) => sum + e.weight, 0)
+    let target = random() * total
+    let index = remaining.findIndex((e) => (target -= e.weight) < 0)
+    if (index === -1) index = remaining.length - 1
+    order.push(remaining.splice(index, 1)[0]!)
+  }
+  return [...order.filter((e) => !isOpen(e)), ...order.filter(isOpen)]
+}

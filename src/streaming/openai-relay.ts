@@ -203,7 +203,8 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): OpenAIRelay {
       closeReadable()
     },
     abort(reason) {
-      fail(new GatewayError('upstream_error', 'The upstream connection broke before the model finished.', { cause: reason }))
+      // A GatewayError reason is podgate's own verdict (e.g. an idle timeout), kept as the final event.
+      fail(reason instanceof GatewayError ? reason : new GatewayError('upstream_error', 'The upstream connection broke before the model finished.', { cause: reason }))
       flush()
       closeReadable()
     },

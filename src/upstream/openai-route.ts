@@ -1,21 +1,39 @@
 /**
  * Serves a completion through Runpod's OpenAI-compatible route (`/openai/v1/*`): the body is vLLM's own
  * OpenAI dialect, so podgate only renames the model to the caller's alias and keeps usage for itself.
+ *
+ * A stream is answered only once its first upstream bytes arrived, so an upstream that fails before
+ * that (HTTP 5xx, 429, a body that breaks at once) is retried on the next endpoint; after it, the first
+ * token, idle and total timeouts end the stream with an error event, never a clean ending.
  */
 import { toOpenAIBody } from '../normalize/index.ts'
 import { createOpenAIRelay } from '../streaming/openai-relay.ts'
 import { GatewayError } from '../errors/index.ts'
+import { retryableFailure } from './retry.ts'
 import { SSE_HEADERS } from './types.ts'
 import type { CompletionCall, TokenUsage } from './types.ts'
 
 export async function openaiRouteCompletion(call: CompletionCall): Promise<Response> {
-  const { request, model, endpoint, client } = call
+  const { request, model, client, plan } = call
+  const { timeouts } = model.config.resilience
+  const started = Date.now()
   const path = request.kind === 'chat' ? '/chat/completions' : '/completions'
   const body = toOpenAIBody(request, model.servedModelName)
-  const upstream = await client.openai(endpoint, path, body, { signal: call.signal, headersTimeoutOnly: request.stream })
 
   if (request.stream) {
-    if (!upstream.body) throw new GatewayError('upstream_error', 'The upstream answered a stream request with no body.')
+    const { reader, first } = await plan.run(async (endpoint) => {
+      const timeoutMs = Math.min(call.runpod.timeoutMs, timeouts.firstTokenMs)
+      const upstream = await client.openai(endpoint, path, body, { signal: call.signal, headersTimeoutOnly: true, timeoutMs })
+      if (!upstream.body) throw new GatewayError('upstream_error', 'The upstream answered a stream request with no body.')
+      const reader = upstream.body.getReader()
+      const first = await readWithin(reader, started + timeouts.firstTokenMs - Date.now(), 'The model produced no first token in time.').catch((error: unknown) => {
+        if (error instanceof GatewayError && error.code === 'upstream_timeout') throw error
+        throw retryableFailure(new GatewayError('upstream_error', 'The upstream stream broke before its first byte.', { cause: error }))
+      })
+      if (first.done) throw retryableFailure(new GatewayError('upstream_error', 'The upstream stream ended before its first byte.'))
+      return { reader, first: first.value }
+    })
+
     let usage: TokenUsage | undefined
     const relay = createOpenAIRelay({
       model: model.alias,
@@ -23,19 +41,70 @@ export async function openaiRouteCompletion(call: CompletionCall): Promise<Respo
       onUsage: (u) => (usage = u),
       onEnd: (end) => call.settle(end.ok ? { ok: true, usage } : { ok: false, error: end.error, producedOutput: end.started, usage }),
     })
-    return new Response(upstream.body.pipeThrough(relay), { status: 200, headers: SSE_HEADERS })
+    const guarded = timedBody(reader, first, { idleMs: timeouts.idleMs, totalDeadline: started + timeouts.totalMs })
+    return new Response(guarded.pipeThrough(relay), { status: 200, headers: SSE_HEADERS })
   }
 
-  let json: Record<string, unknown>
+  return plan.run(async (endpoint) => {
+    const timeoutMs = Math.min(call.runpod.timeoutMs, timeouts.totalMs)
+    const upstream = await client.openai(endpoint, path, body, { signal: call.signal, timeoutMs })
+    let json: Record<string, unknown>
+    try {
+      json = (await upstream.json()) as Record<string, unknown>
+    } catch (cause) {
+      throw new GatewayError('upstream_error', 'The upstream answered with a body that is not JSON, or it broke off.', { cause })
+    }
+    if (typeof json !== 'object' || json === null || !Array.isArray(json.choices)) {
+      throw new GatewayError('upstream_error', 'The upstream answered with an unexpected completion shape.')
+    }
+    json.model = model.alias
+    call.settle({ ok: true, usage: json.usage as TokenUsage | undefined })
+    return Response.json(json)
+  })
+}
+
+/** Reads one chunk, or cancels the upstream body and throws `upstream_timeout` after `ms`. */
+async function readWithin(reader: ReadableStreamDefaultReader<Uint8Array>, ms: number, message: string): Promise<ReadableStreamReadResult<Uint8Array>> {
+  let timer: ReturnType<typeof setTimeout> | null = null
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new GatewayError('upstream_timeout', message)), Math.max(0, ms))
+  })
   try {
-    json = (await upstream.json()) as Record<string, unknown>
-  } catch (cause) {
-    throw new GatewayError('upstream_error', 'The upstream answered with a body that is not JSON, or it broke off.', { cause })
+    return await Promise.race([reader.read(), timeout])
+  } catch (error) {
+    reader.cancel().catch(() => undefined)
+    throw error
+  } finally {
+    if (timer !== null) clearTimeout(timer)
   }
-  if (typeof json !== 'object' || json === null || !Array.isArray(json.choices)) {
-    throw new GatewayError('upstream_error', 'The upstream answered with an unexpected completion shape.')
-  }
-  json.model = model.alias
-  call.settle({ ok: true, usage: json.usage as TokenUsage | undefined })
-  return Response.json(json)
+}
+
+/**
+ * The upstream body from its first chunk on, with idle and total timeouts: a timeout cancels the
+ * upstream (aborting the fetch stops vLLM's generation) and errors the stream with the GatewayError,
+ * which the relay writes as the final error event.
+ */
+function timedBody(reader: ReadableStreamDefaultReader<Uint8Array>, first: Uint8Array, limits: { idleMs: number; totalDeadline: number }): ReadableStream<Uint8Array> {
+  let sentFirst = false
+  return new ReadableStream<Uint8Array>({
+    async pull(controller) {
+      if (!sentFirst) {
+        sentFirst = true
+        controller.enqueue(first)
+        return
+      }
+      const total = limits.totalDeadline - Date.now()
+      const totalBinds = total < limits.idleMs
+      try {
+        const next = await readWithin(reader, Math.min(limits.idleMs, total), totalBinds ? 'The answer took longer than podgate allows.' : 'The model stopped sending for too long.')
+        if (next.done) controller.close()
+        else controller.enqueue(next.value)
+      } catch (error) {
+        controller.error(error)
+      }
+    },
+    cancel(reason) {
+      return reader.cancel(reason)
+    },
+  }, { highWaterMark: 0 })
 }

@@ -4,8 +4,9 @@
 import type { ResolvedOptions } from '../config/schema.ts'
 import type { NormalizedRequest } from '../normalize/types.ts'
 import type { ResolvedModel } from '../routing/models.ts'
-import type { Endpoint, RunpodClient } from './runpod/client.ts'
+import type { RunpodClient } from './runpod/client.ts'
 import type { CompletionOutcome } from '../pipeline/index.ts'
+import type { RetryPlan } from './retry.ts'
 
 export interface TokenUsage {
   prompt_tokens: number
@@ -17,7 +18,8 @@ export interface CompletionCall {
   client: RunpodClient
   runpod: ResolvedOptions['runpod']
   model: ResolvedModel
-  endpoint: Endpoint
+  /** The attempts this request may make, over the model's endpoints in order. */
+  plan: RetryPlan
   request: NormalizedRequest
   /** Aborts when the caller goes away. */
   signal?: AbortSignal

@@ -151,23 +151,36 @@ export class RunpodClient {
    * stream can be relayed as it arrives; throws a GatewayError otherwise.
    */
   async openai(endpoint: Endpoint, path: '/chat/completions' | '/completions' | '/models', body: unknown, options: CallOptions = {}): Promise<Response> {
-    const response = await this.#send(endpoint, `openai/v1${path}`, body === undefined ? { method: 'GET' } : { method: 'POST', body }, options)
-    if (!response.ok) throw await upstreamHttpError(response)
-    return response
+    const { response, clear } = await this.#send(endpoint, `openai/v1${path}`, body === undefined ? { method: 'GET' } : { method: 'POST', body }, options)
+    if (!response.ok) {
+      clear()
+      throw await upstreamHttpError(response)
+    }
+    if (options.headersTimeoutOnly || !response.body) {
+      clear()
+      return response
+    }
+    // The timeout also covers reading the JSON body; its timer ends with the body, not after it.
+    const body_ = response.body.pipeThrough(new TransformStream({ flush: clear }))
+    return new Response(body_, { status: response.status, statusText: response.statusText, headers: response.headers })
   }
 
   async #json(endpoint: Endpoint, path: string, init: { method: string; body?: unknown }, options: CallOptions): Promise<unknown> {
-    const response = await this.#send(endpoint, path, init, options)
-    if (!response.ok) throw await upstreamHttpError(response)
+    const { response, clear } = await this.#send(endpoint, path, init, options)
     try {
+      if (!response.ok) throw await upstreamHttpError(response)
       return await response.json()
     } catch (cause) {
+      if (cause instanceof GatewayError) throw cause
       if (options.signal?.aborted) throw new GatewayError('upstream_error', 'The request was cancelled.', { cause })
       throw new GatewayError('upstream_error', 'The upstream answered with a body that is not JSON, or it broke off.', { cause })
+    } finally {
+      clear()
     }
   }
 
-  async #send(endpoint: Endpoint, path: string, init: { method: string; body?: unknown }, options: CallOptions): Promise<Response> {
+  /** Sends one call under a timeout; the caller ends the timer with `clear` once it has read what it needs. */
+  async #send(endpoint: Endpoint, path: string, init: { method: string; body?: unknown }, options: CallOptions): Promise<{ response: Response; clear: () => void }> {
     const timeout = new AbortController()
     const timer = setTimeout(() => timeout.abort(), options.timeoutMs ?? this.#timeoutMs)
     const signal = options.signal ? AbortSignal.any([options.signal, timeout.signal]) : timeout.signal
@@ -180,8 +193,7 @@ export class RunpodClient {
         body: init.body === undefined ? undefined : JSON.stringify(init.body),
         signal,
       })
-      if (options.headersTimeoutOnly) clearTimeout(timer)
-      return response
+      return { response, clear: () => clearTimeout(timer) }
     } catch (cause) {
       clearTimeout(timer)
       if (timeout.signal.aborted) throw new GatewayError('upstream_timeout', 'The upstream did not answer in time.', { cause })
@@ -199,10 +211,12 @@ export class RunpodClient {
 export async function upstreamHttpError(response: Response): Promise<GatewayError> {
   const text = await response.text().catch(() => '')
   const status = response.status
+  const retryAfter = response.headers.get('retry-after')
+  const retryAfterSeconds = retryAfter && /^\d{1,6}$/.test(retryAfter) ? Number(retryAfter) : undefined
+  const cause = new UpstreamStatus(status, retryAfterSeconds)
   if (status === 429) {
-    const retryAfter = response.headers.get('retry-after')
-    const headers: Record<string, string> = retryAfter && /^\d{1,6}$/.test(retryAfter) ? { 'retry-after': retryAfter } : {}
-    return new GatewayError('upstream_rate_limited', 'The model endpoint is rate limited. Retry shortly.', { headers })
+    const headers: Record<string, string> = retryAfterSeconds === undefined ? {} : { 'retry-after': String(retryAfterSeconds) }
+    return new GatewayError('upstream_rate_limited', 'The model endpoint is rate limited. Retry shortly.', { headers, cause })
   }
   if (status === 400 || status === 422) {
     const message = upstreamMessage(text)
@@ -212,7 +226,23 @@ export async function upstreamHttpError(response: Response): Promise<GatewayErro
     return new GatewayError('upstream_error', 'The upstream refused podgate\'s credentials. The operator must check RUNPOD_API_KEY.')
   }
   if (status === 404) return new GatewayError('upstream_error', 'The upstream endpoint or job was not found.', { status: 502 })
-  return new GatewayError('upstream_error', `The upstream failed with HTTP ${status}.`)
+  return new GatewayError('upstream_error', `The upstream failed with HTTP ${status}.`, { cause })
+}
+
+/**
+ * The `cause` of an error made from an upstream HTTP answer: what retry logic needs (the status and
+ * `Retry-After`) without parsing messages. Never shown to callers.
+ */
+export class UpstreamStatus extends Error {
+  override readonly name = 'UpstreamStatus'
+  readonly status: number
+  readonly retryAfterSeconds: number | undefined
+
+  constructor(status: number, retryAfterSeconds: number | undefined) {
+    super(`upstream HTTP ${status}`)
+    this.status = status
+    this.retryAfterSeconds = retryAfterSeconds
+  }
 }
 
 /** Extracts vLLM's / OpenAI's error message from an error body, bounded in length. */

@@ -1,0 +1,51 @@
+/**
+ * A circuit breaker per endpoint, held in the isolate: an endpoint that failed `failures` times in a row
+ * is skipped for `cooldownMs`, then tried again (one more failure re-opens it; a success closes it).
+ *
+ * Per isolate on purpose: it costs no KV read on the request path, and each isolate learns about a bad
+ * endpoint within a few requests of its own.
+ */
+import type { Endpoint } from './runpod/client.ts'
+
+export interface BreakerPolicy {
+  /** Consecutive failures that open the breaker. */
+  failures: number
+  /** How long an open endpoint is skipped, in ms. */
+  cooldownMs: number
+}
+
+export interface EndpointBreakerOptions {
+  /** Clock in ms. Default `Date.now`. */
+  now?: () => number
+}
+
+interface EndpointState {
+  failures: number
+  openUntil: number
+}
+
+export class EndpointBreaker {
+  readonly #states = new Map<string, EndpointState>()
+  readonly #now: () => number
+
+  constructor(options: EndpointBreakerOptions = {}) {
+    this.#now = options.now ?? Date.now
+  }
+
+  /** True while the endpoint is cooling down after repeated failures. */
+  isOpen(endpoint: Endpoint): boolean {
+    const state = this.#states.get(endpoint.base)
+    return state !== undefined && state.openUntil > this.#now()
+  }
+
+  success(endpoint: Endpoint): void {
+    this.#states.delete(endpoint.base)
+  }
+
+  failure(endpoint: Endpoint, policy: BreakerPolicy): void {
+    const state = this.#states.get(endpoint.base) ?? { failures: 0, openUntil: 0 }
+    state.failures++
+    if (state.failures >= policy.failures) state.openUntil = this.#now() + policy.cooldownMs
+    this.#states.set(endpoint.base, state)
+  }
+}

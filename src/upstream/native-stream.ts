@@ -1,0 +1,309 @@
+/**
+ * Serves a streamed completion through worker-vllm's native job API: `/run`, then `/stream/{id}` long
+ * polls, rebuilt as OpenAI chunks whatever the worker generation.
+ *
+ * Owns the resilience of native streams. The response is held until the job produced its first output
+ * (or failed, or the TTFT budget ran out), so a `/run` that failed, or a job that FAILED before any
+ * output, is retried on the next endpoint while the caller has received nothing. Past the TTFT budget a
+ * still-queued job may be hedged on another endpoint: the first to produce output wins and the other is
+ * cancelled. First-token, idle and total timeouts cancel the job and end the answer with a 504, or an
+ * SSE error event once the stream is open. Every job given up on is cancelled upstream.
+ */
+import { GatewayError, toGatewayError } from '../errors/index.ts'
+import { toNativeInput } from '../normalize/index.ts'
+import { createNativeStreamDecoder } from '../streaming/native-decoder.ts'
+import type { NativeStreamDecoder } from '../streaming/native-decoder.ts'
+import { DONE, encodeSSEData, sseErrorEvent } from '../streaming/openai-chunks.ts'
+import { jobFailure } from './native.ts'
+import { retryableFailure, sleep } from './retry.ts'
+import { isTerminal } from './runpod/client.ts'
+import type { Endpoint, JobStream } from './runpod/client.ts'
+import { completionId, SSE_HEADERS } from './types.ts'
+import type { CompletionCall, TokenUsage } from './types.ts'
+
+/** Most `/stream` polls one streamed answer may make: Workers cap subrequests per invocation. */
+export const MAX_STREAM_POLLS = 900
+const HEARTBEAT = new TextEncoder().encode(': keep-alive\n\n')
+
+/** One job on one endpoint. Only the winner's chunks ever reach the caller. */
+interface Attempt {
+  endpoint: Endpoint
+  jobId: string
+  status: string
+  decoder: NativeStreamDecoder
+  /** Chunks decoded but not yet sent. */
+  pending: Uint8Array[]
+  usage: TokenUsage | undefined
+  /** A terminal status was seen: nothing to cancel upstream. */
+  ended: boolean
+  /** COMPLETED was seen and the decoder finished cleanly. */
+  completed: boolean
+  /** Aborts this attempt's in-flight poll when it is dropped. */
+  abort: AbortController
+  poll: Promise<PollResult> | undefined
+  emptyDelay: number
+}
+
+type PollResult = { ok: true; attempt: Attempt; page: JobStream } | { ok: false; attempt: Attempt; error: unknown }
+
+export async function nativeStream(call: CompletionCall): Promise<Response> {
+  const { client, runpod, request, model, plan } = call
+  const { ttftBudgetMs, hedge, timeouts } = model.config.resilience
+  const started = Date.now()
+  const id = completionId(request.kind)
+  const created = Math.floor(started / 1000)
+  const object = request.kind === 'chat' ? 'chat.completion.chunk' : 'text_completion'
+  const input = { input: toNativeInput(request) }
+
+  const callerGone = new AbortController()
+  const signal = call.signal ? AbortSignal.any([call.signal, callerGone.signal]) : callerGone.signal
+  let controller!: ReadableStreamDefaultController<Uint8Array>
+  let closed = false
+  let opened = false
+  let producedOutput = false
+  let usage: TokenUsage | undefined
+  let polls = 0
+  const live = new Set<Attempt>()
+  let open!: () => void
+  let refuse!: (error: GatewayError) => void
+  const ready = new Promise<void>((resolve, reject) => {
+    open = resolve
+    refuse = reject
+  })
+
+  const body = new ReadableStream<Uint8Array>({
+    start(c) {
+      controller = c
+    },
+    cancel() {
+      closed = true
+      callerGone.abort()
+    },
+  })
+
+  function emit(bytes: Uint8Array): void {
+    if (!closed) controller.enqueue(bytes)
+  }
+
+  function openResponse(): void {
+    if (opened) return
+    opened = true
+    open()
+  }
+
+  function newAttempt(endpoint: Endpoint, jobId: string, status: string): Attempt {
+    const attempt: Attempt = {
+      endpoint,
+      jobId,
+      status,
+      pending: [],
+      usage: undefined,
+      ended: false,
+      completed: false,
+      abort: new AbortController(),
+      poll: undefined,
+      emptyDelay: 0,
+      decoder: createNativeStreamDecoder({
+        kind: request.kind,
+        model: model.alias,
+        id,
+        created,
+        maxTokens: request.sampling.max_tokens,
+        onChunk: (chunk) => attempt.pending.push(encodeSSEData(JSON.stringify(chunk))),
+        onUsage: (u) => (attempt.usage = { prompt_tokens: u.prompt_tokens, completion_tokens: u.completion_tokens, total_tokens: u.total_tokens }),
+      }),
+    }
+    return attempt
+  }
+
+  /** Stops an attempt: its poll is aborted and, unless it already ended, its job is cancelled upstream. */
+  function drop(attempt: Attempt): void {
+    live.delete(attempt)
+    attempt.abort.abort()
+    if (attempt.ended) return
+    attempt.ended = true
+    call.waitUntil(client.cancel(attempt.endpoint, attempt.jobId).catch(() => undefined))
+  }
+
+  async function launch(endpoint: Endpoint): Promise<Attempt> {
+    const job = await client.run(endpoint, input, { signal })
+    const attempt = newAttempt(endpoint, job.id, job.status)
+    live.add(attempt)
+    return attempt
+  }
+
+  /** Starts a job on the plan's next endpoint, retrying only while no job id came back. */
+  async function start(): Promise<void> {
+    for (;;) {
+      const endpoint = plan.next()
+      if (!endpoint) throw new GatewayError('upstream_unavailable', 'No upstream endpoint could be tried.')
+      try {
+        await launch(endpoint)
+        return
+      } catch (error) {
+        if (!(await plan.retryAfter(error, endpoint))) throw error
+      }
+    }
+  }
+
+  function poll(attempt: Attempt, waitMs: number): Promise<PollResult> {
+    if (polls >= MAX_STREAM_POLLS) {
+      return Promise.resolve({ ok: false, attempt, error: new GatewayError('upstream_timeout', 'The model did not finish within podgate\'s poll budget.') })
+    }
+    polls++
+    const pollSignal = AbortSignal.any([signal, attempt.abort.signal])
+    const run = async (): Promise<PollResult> => {
+      if (attempt.emptyDelay > 0) await sleep(attempt.emptyDelay, pollSignal)
+      const begun = Date.now()
+      const page = await client.stream(attempt.endpoint, attempt.jobId, { waitMs, signal: pollSignal })
+      // A server that honours `?wait=` already waited; one that answers at once (runpod-python's local
+      // server) gets a growing pause so podgate does not spin on it.
+      const quickAndEmpty = page.stream.length === 0 && !isTerminal(page.status) && Date.now() - begun < 100
+      attempt.emptyDelay = quickAndEmpty ? Math.min(Math.max(attempt.emptyDelay * 2, 50), 1_000) : 0
+      return { ok: true, attempt, page }
+    }
+    return run().catch((error: unknown): PollResult => ({ ok: false, attempt, error }))
+  }
+
+  /** Feeds a page to the attempt's decoder; throws the job's failure. */
+  function accept(attempt: Attempt, page: JobStream): void {
+    attempt.status = page.status
+    for (const item of page.stream) attempt.decoder.push(item.output)
+    if (!isTerminal(page.status)) return
+    attempt.ended = true
+    if (page.status !== 'COMPLETED') throw jobFailure(page)
+    attempt.decoder.finish()
+    attempt.completed = true
+  }
+
+  /** Waits for the first attempt with output, failing over, hedging and opening the response on time. */
+  async function firstOutput(): Promise<Attempt> {
+    const firstTokenDeadline = started + timeouts.firstTokenMs
+    let holdDeadline = started + ttftBudgetMs
+    let hedged = false
+    await start()
+    for (;;) {
+      if (signal.aborted) throw new GatewayError('upstream_error', 'The caller went away.')
+      const now = Date.now()
+      if (now >= firstTokenDeadline) throw new GatewayError('upstream_timeout', 'The model produced no first token in time.')
+      if (!opened && now >= holdDeadline) {
+        const [only] = live
+        const other = hedge && !hedged && live.size === 1 && only?.status === 'IN_QUEUE' ? plan.nextOther(only.endpoint) : undefined
+        if (other) {
+          hedged = true
+          holdDeadline = now + ttftBudgetMs
+          await launch(other).catch((error: unknown) => plan.recordFailure(error, other))
+        } else {
+          // Hold no longer: clients and proxies want headers. Keep-alives carry the wait from here.
+          openResponse()
+          emit(HEARTBEAT)
+        }
+      }
+      const until = Math.max(0, Math.min(firstTokenDeadline, opened ? Infinity : holdDeadline) - Date.now())
+      const result = await raceLive(until)
+      if (!result || !live.has(result.attempt)) continue
+      const { attempt } = result
+      try {
+        if (!result.ok) throw result.error
+        accept(attempt, result.page)
+        if (attempt.pending.length > 0) return attempt
+        if (opened) emit(HEARTBEAT)
+      } catch (error) {
+        if (attempt.pending.length > 0) {
+          // The job produced output, then failed: that is a broken answer, not one to run again.
+          winnerFailed(attempt)
+          throw error
+        }
+        // Nothing of this attempt reached the caller: another endpoint may run the request afresh.
+        const failure = result.ok ? retryableFailure(toGatewayError(error)) : error
+        drop(attempt)
+        if (live.size > 0) {
+          plan.recordFailure(failure, attempt.endpoint)
+          continue
+        }
+        if (!(await plan.retryAfter(failure, attempt.endpoint))) throw failure
+        await start()
+      }
+    }
+  }
+
+  /** Sends what a failing attempt produced, so the error event follows the output it cut short. */
+  function winnerFailed(attempt: Attempt): void {
+    for (const other of [...live]) if (other !== attempt) drop(other)
+    producedOutput = true
+    openResponse()
+    for (const bytes of attempt.pending) emit(bytes)
+    attempt.pending = []
+    usage = attempt.usage
+  }
+
+  /** The next poll result of any live attempt, or undefined after `ms`. */
+  async function raceLive(ms: number): Promise<PollResult | undefined> {
+    for (const attempt of live) attempt.poll ??= poll(attempt, Math.min(runpod.streamWaitMs, ms))
+    const timer = new AbortController()
+    const polls = [...live].map((a) => a.poll as Promise<PollResult>)
+    const result = await Promise.race([...polls, sleep(ms, AbortSignal.any([timer.signal, signal])).then(() => undefined)])
+    timer.abort()
+    if (result) result.attempt.poll = undefined
+    return result
+  }
+
+  async function streamRest(winner: Attempt): Promise<void> {
+    for (const other of [...live]) if (other !== winner) drop(other)
+    plan.succeeded(winner.endpoint)
+    const totalDeadline = started + timeouts.totalMs
+    let lastOutput = Date.now()
+    for (;;) {
+      if (winner.pending.length > 0) {
+        producedOutput = true
+        for (const bytes of winner.pending) emit(bytes)
+        winner.pending = []
+        lastOutput = Date.now()
+      }
+      usage = winner.usage
+      if (winner.completed) break
+      if (signal.aborted) throw new GatewayError('upstream_error', 'The caller went away.')
+      const now = Date.now()
+      if (now >= totalDeadline) throw new GatewayError('upstream_timeout', 'The answer took longer than podgate allows.')
+      if (now - lastOutput >= timeouts.idleMs) throw new GatewayError('upstream_timeout', 'The model stopped sending for too long.')
+      const result = await raceLive(Math.min(totalDeadline, lastOutput + timeouts.idleMs) - now)
+      if (!result) continue
+      if (!result.ok) throw result.error
+      try {
+        accept(winner, result.page)
+      } catch (error) {
+        // What the page held before the failure still goes out, ahead of the error event.
+        winnerFailed(winner)
+        throw error
+      }
+      if (winner.pending.length === 0) emit(HEARTBEAT)
+    }
+    call.settle({ ok: true, usage })
+    if (usage && request.includeUsage) emit(encodeSSEData(JSON.stringify({ id, object, created, model: model.alias, choices: [], usage })))
+    emit(DONE)
+    closed = true
+    controller.close()
+  }
+
+  async function drive(): Promise<void> {
+    try {
+      const winner = await firstOutput()
+      openResponse()
+      await streamRest(winner)
+    } catch (error) {
+      const failure = callerGone.signal.aborted ? new GatewayError('upstream_error', 'The caller went away.') : toGatewayError(error)
+      for (const attempt of [...live]) drop(attempt)
+      call.settle({ ok: false, error: failure, producedOutput, usage })
+      if (!opened) return refuse(failure)
+      emit(sseErrorEvent({ message: failure.message, type: failure.type, code: failure.code }))
+      if (!closed) {
+        closed = true
+        controller.close()
+      }
+    }
+  }
+
+  call.waitUntil(drive())
+  await ready
+  return new Response(body, { status: 200, headers: SSE_HEADERS })
+}

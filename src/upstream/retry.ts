@@ -1,0 +1,133 @@
+/**
+ * Retries before the first byte: which failures are worth another try, how long to wait (exponential
+ * backoff with full jitter, `Retry-After` honoured within the budget), and which endpoint comes next.
+ *
+ * Only failures that cannot have started work upstream, or whose work has ended, are retried: network
+ * errors, 429, 5xx, and jobs that failed before any output. A timeout is never retried: a `/run` that
+ * timed out may have queued a job, and a second one would run it twice.
+ */
+import { GatewayError } from '../errors/index.ts'
+import type { ResilienceConfig } from '../config/schema.ts'
+import type { EndpointBreaker } from './breaker.ts'
+import { UpstreamStatus } from './runpod/client.ts'
+import type { Endpoint } from './runpod/client.ts'
+
+const failedOver = new WeakSet<GatewayError>()
+
+/** Marks a failure whose work has ended upstream (a job FAILED before output), so another endpoint may retry it. */
+export function retryableFailure(error: GatewayError): GatewayError {
+  failedOver.add(error)
+  return error
+}
+
+export function isRetryable(error: unknown): boolean {
+  if (!(error instanceof GatewayError)) return false
+  if (failedOver.has(error)) return true
+  if (error.code === 'upstream_unavailable' || error.code === 'upstream_rate_limited') return true
+  return error.cause instanceof UpstreamStatus && error.cause.status >= 500
+}
+
+function retryAfterMs(error: unknown): number | undefined {
+  if (!(error instanceof GatewayError) || !(error.cause instanceof UpstreamStatus)) return undefined
+  const seconds = error.cause.retryAfterSeconds
+  return seconds === undefined ? undefined : seconds * 1000
+}
+
+export interface RetryPlanOptions {
+  /** The model's endpoints in the order to try them (see `orderEndpoints`). */
+  endpoints: readonly Endpoint[]
+  resilience: ResilienceConfig
+  breaker: EndpointBreaker
+  signal?: AbortSignal
+  /** Default `Math.random`. */
+  random?: () => number
+}
+
+/**
+ * The attempts of one request: each `next()` is one try, on the endpoints in turn.
+ *
+ * @example
+ * const plan = new RetryPlan({ endpoints, resilience, breaker })
+ * const answer = await plan.run((endpoint) => client.openai(endpoint, '/chat/completions', body))
+ */
+export class RetryPlan {
+  readonly #options: RetryPlanOptions
+  readonly #started = Date.now()
+  #tried = 0
+
+  constructor(options: RetryPlanOptions) {
+    this.#options = options
+  }
+
+  /** The endpoint of the next attempt, or undefined when every attempt is used. */
+  next(): Endpoint | undefined {
+    const { endpoints, resilience } = this.#options
+    if (this.#tried >= resilience.retries.attempts) return undefined
+    return endpoints[this.#tried++ % endpoints.length]
+  }
+
+  /** The next attempt's endpoint when it differs from `current` (for a hedge), else undefined. */
+  nextOther(current: Endpoint): Endpoint | undefined {
+    const { endpoints, resilience } = this.#options
+    if (this.#tried >= resilience.retries.attempts) return undefined
+    const candidate = endpoints[this.#tried % endpoints.length]
+    if (!candidate || candidate.base === current.base || this.#options.breaker.isOpen(candidate)) return undefined
+    this.#tried++
+    return candidate
+  }
+
+  succeeded(endpoint: Endpoint): void {
+    this.#options.breaker.success(endpoint)
+  }
+
+  /** Counts a failure against its endpoint's breaker, when it is the endpoint's fault. */
+  recordFailure(error: unknown, endpoint: Endpoint): void {
+    if (isRetryable(error)) this.#options.breaker.failure(endpoint, this.#options.resilience.breaker)
+  }
+
+  /** Counts a failed attempt against its endpoint; resolves true (after the backoff) when another try is worth it. */
+  async retryAfter(error: unknown, endpoint: Endpoint): Promise<boolean> {
+    const { endpoints, resilience, signal } = this.#options
+    if (!isRetryable(error)) return false
+    this.recordFailure(error, endpoint)
+    const { attempts, baseDelayMs, maxDelayMs, budgetMs } = resilience.retries
+    if (this.#tried >= attempts) return false
+    const ceiling = Math.min(maxDelayMs, baseDelayMs * 2 ** (this.#tried - 1))
+    let delay = Math.floor((this.#options.random ?? Math.random)() * ceiling)
+    // Retry-After speaks for the endpoint that sent it; another endpoint is tried after the backoff alone.
+    const nextEndpoint = endpoints[this.#tried % endpoints.length]
+    const asked = retryAfterMs(error)
+    if (asked !== undefined && nextEndpoint?.base === endpoint.base) delay = Math.max(delay, asked)
+    if (Date.now() - this.#started + delay > budgetMs) return false
+    await sleep(delay, signal)
+    return !signal?.aborted
+  }
+
+  /** Runs `attempt` until it succeeds or the plan gives up; throws the last failure. */
+  async run<T>(attempt: (endpoint: Endpoint) => Promise<T>): Promise<T> {
+    for (;;) {
+      const endpoint = this.next()
+      if (!endpoint) throw new GatewayError('upstream_unavailable', 'No upstream endpoint could be tried.')
+      try {
+        const result = await attempt(endpoint)
+        this.succeeded(endpoint)
+        return result
+      } catch (error) {
+        if (!(await this.retryAfter(error, endpoint))) throw error
+      }
+    }
+  }
+}
+
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal?.aborted) return resolve()
+    const timer = setTimeout(done, ms)
+    function done() {
+      clearTimeout(timer)
+      signal?.removeEventListener('abort', done)
+      resolve()
+    }
+    signal?.addEventListener('abort', done, { once: true })
+  })
+}

@@ -1,0 +1,263 @@
+/**
+ * Resilience in workerd, driven by the emulator's fault injection: retries before the first byte,
+ * failover across a model's endpoints with a breaker, cold-start hedging, timeouts that cancel the
+ * job, and honest stream failures in all three upstream shapes.
+ */
+import { Hono } from 'hono'
+import { describe, expect, it } from 'vitest'
+import type { Principal } from '../src/auth/keys.ts'
+import { resolveConfig } from '../src/config/resolve.ts'
+import { toGatewayError } from '../src/errors/index.ts'
+import type { GatewayEnv, GatewayOptions } from '../src/index.ts'
+import { openaiRoutes } from '../src/openai/routes.ts'
+import type { CompletionOutcome, CompletionStage } from '../src/pipeline/index.ts'
+import { resolveModels } from '../src/routing/models.ts'
+import { createDispatcher } from '../src/upstream/dispatch.ts'
+import { RunpodClient } from '../src/upstream/runpod/client.ts'
+import { createRunpodEmulator } from '../src/testing/index.ts'
+import { authed, chatBody, harness, readSSE, RUNPOD_KEY, streamedText } from './helpers.ts'
+
+type OpenAIError = { error: { code: string; message: string } }
+type Resilience = NonNullable<GatewayOptions['models'][string]['resilience']>
+
+const FAST_RETRIES = { attempts: 3, baseDelayMs: 10, maxDelayMs: 50, budgetMs: 5_000 }
+
+/** One model per mode, each over two endpoints (`a` first in weight, `b` the spare). */
+function twoEndpoints(resilience: Resilience = {}): GatewayOptions['models'] {
+  const shared = { resilience: { retries: FAST_RETRIES, ...resilience } }
+  return {
+    'chat-openai': { endpoints: [{ endpointId: 'oaia', weight: 1e6 }, { endpointId: 'oaib' }], mode: 'openai', ...shared },
+    'chat-classic': { endpoints: [{ endpointId: 'classica', weight: 1e6 }, { endpointId: 'classicb' }], mode: 'native', ...shared },
+    'chat-current': { endpoints: [{ endpointId: 'currenta', weight: 1e6 }, { endpointId: 'currentb' }], mode: 'native', ...shared },
+  }
+}
+const ENDPOINT_A: Record<string, string> = { 'chat-openai': 'oaia', 'chat-classic': 'classica', 'chat-current': 'currenta' }
+const ENDPOINT_B: Record<string, string> = { 'chat-openai': 'oaib', 'chat-classic': 'classicb', 'chat-current': 'currentb' }
+const MODELS = Object.keys(ENDPOINT_A)
+const NATIVE = ['chat-classic', 'chat-current']
+
+function setup(resilience: Resilience = {}) {
+  const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+  return harness({ models: twoEndpoints(resilience) }, emulator)
+}
+
+function callsTo(h: ReturnType<typeof setup>, endpointId: string, op?: string) {
+  return h.emulator.calls.filter((c) => c.endpointId === endpointId && (op === undefined || c.op === op))
+}
+
+const completeText = async (res: Response) => {
+  const events = await readSSE(res)
+  expect(events.at(-1)).toBe('[DONE]')
+  return streamedText(events)
+}
+
+describe('retries before the first byte', () => {
+  it.each(MODELS)('%s: a 503 from the endpoint is retried and the caller gets the whole answer', async (model) => {
+    const h = setup()
+    h.emulator.configure(ENDPOINT_A[model]!, { fault: { kind: 'http', status: 503, times: 1, ops: ['run', 'openai'] } })
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody(model, 'Hello there', { stream: true })))
+    expect(res.status).toBe(200)
+    expect((await completeText(res)).length).toBeGreaterThan(0)
+    await h.settle()
+    const starts = h.emulator.calls.filter((c) => c.op === 'run' || c.op === 'openai')
+    expect(starts.map((c) => c.status)).toEqual([503, 200])
+    expect(h.emulator.activeJobs()).toEqual([])
+  })
+
+  it('a 429 with Retry-After is waited out on a one-endpoint model', async () => {
+    const h = harness({ models: { m: { endpoints: [{ endpointId: 'solo' }], mode: 'native', resilience: { retries: FAST_RETRIES } } } })
+    h.emulator.configure('solo', { fault: { kind: 'http', status: 429, times: 1, retryAfter: 1, ops: ['run'] } })
+    const { key } = await h.createKey()
+    const started = Date.now()
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('m', 'Hi', { stream: true })))
+    expect(res.status).toBe(200)
+    await completeText(res)
+    expect(Date.now() - started).toBeGreaterThanOrEqual(950)
+    expect(callsTo(h, 'solo', 'run').map((c) => c.status)).toEqual([429, 200])
+  })
+
+  it('a Retry-After beyond the budget is passed to the caller at once, not waited for', async () => {
+    const h = harness({ models: { m: { endpoints: [{ endpointId: 'solo' }], mode: 'openai', resilience: { retries: { ...FAST_RETRIES, budgetMs: 2_000 } } } } })
+    h.emulator.configure('solo', { fault: { kind: 'http', status: 429, retryAfter: 30 } })
+    const { key } = await h.createKey()
+    const started = Date.now()
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('m')))
+    expect(res.status).toBe(429)
+    expect(res.headers.get('retry-after')).toBe('30')
+    expect(Date.now() - started).toBeLessThan(1_000)
+    expect(callsTo(h, 'solo', 'openai')).toHaveLength(1)
+  })
+
+  it('retries stop after the configured attempts, and a caller error (400) is never retried', async () => {
+    const h = setup()
+    h.emulator.configure('oaia', { fault: { kind: 'http', status: 500 } })
+    h.emulator.configure('oaib', { fault: { kind: 'http', status: 500 } })
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai')))
+    expect(res.status).toBe(502)
+    expect(h.emulator.calls.filter((c) => c.op === 'openai')).toHaveLength(3)
+
+    h.emulator.reset()
+    h.emulator.configure('oaia', { fault: { kind: 'http', status: 400 } })
+    const bad = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai')))
+    expect(bad.status).toBe(400)
+    expect(h.emulator.calls.filter((c) => c.op === 'openai').length).toBeLessThanOrEqual(1)
+  })
+})
+
+describe('failover across endpoints', () => {
+  it.each(NATIVE)('%s: a job that FAILED before any output is run on the other endpoint', async (model) => {
+    const h = setup()
+    h.emulator.configure(ENDPOINT_A[model]!, { fault: { kind: 'job_failed' } })
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody(model, 'Hello', { stream: true })))
+    expect(res.status).toBe(200)
+    await completeText(res)
+    const json = await h.fetch('/v1/chat/completions', authed(key, chatBody(model, 'Hello')))
+    expect(json.status).toBe(200)
+    expect(callsTo(h, ENDPOINT_B[model]!).length).toBeGreaterThan(0)
+  })
+
+  it('an endpoint that keeps failing is skipped for the cool-down (breaker per isolate)', async () => {
+    const h = setup({ breaker: { failures: 2, cooldownMs: 60_000 } })
+    h.emulator.configure('oaia', { fault: { kind: 'http', status: 502 } })
+    const { key } = await h.createKey()
+    for (let i = 0; i < 6; i++) {
+      const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai', `n${i}`)))
+      expect(res.status).toBe(200)
+    }
+    // Two failures open the breaker; every later request goes straight to the healthy endpoint.
+    expect(callsTo(h, 'oaia', 'openai')).toHaveLength(2)
+    expect(callsTo(h, 'oaib', 'openai')).toHaveLength(6)
+  })
+})
+
+describe('cold starts', () => {
+  it.each(NATIVE)('%s: past the TTFT budget a queued job is hedged; the winner answers, the loser is cancelled', async (model) => {
+    const h = setup({ ttftBudgetMs: 200, hedge: true })
+    h.emulator.configure(ENDPOINT_A[model]!, { coldStartMs: 20_000 })
+    const { key } = await h.createKey()
+    const started = Date.now()
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody(model, 'Hello', { stream: true })))
+    expect(res.status).toBe(200)
+    await completeText(res)
+    expect(Date.now() - started).toBeLessThan(5_000)
+    await h.settle()
+    const loser = callsTo(h, ENDPOINT_A[model]!, 'run')[0]
+    expect(callsTo(h, ENDPOINT_A[model]!, 'cancel')).toHaveLength(1)
+    expect(h.emulator.job(loser!.jobId ?? '')?.status ?? 'CANCELLED').toBe('CANCELLED')
+    expect(h.emulator.activeJobs()).toEqual([])
+  })
+
+  it('without a hedge, the response opens at the TTFT budget and keep-alives carry the cold start', async () => {
+    const h = setup({ ttftBudgetMs: 100 })
+    h.emulator.configure('currenta', { coldStartMs: 1_000 })
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-current', 'Hello', { stream: true })))
+    expect(res.status).toBe(200)
+    const text = await res.text()
+    expect(text).toContain(': keep-alive')
+    expect(text.trimEnd().endsWith('data: [DONE]')).toBe(true)
+    expect(callsTo(h, 'currentb')).toHaveLength(0)
+  })
+})
+
+describe('timeouts cancel the job and say so', () => {
+  it.each(NATIVE)('%s: no first token in time is a 504 and the queued job is cancelled', async (model) => {
+    const h = setup({ timeouts: { firstTokenMs: 300 } })
+    h.emulator.configure(ENDPOINT_A[model]!, { coldStartMs: 20_000 })
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody(model, 'Hello', { stream: true })))
+    expect(res.status).toBe(504)
+    expect(((await res.json()) as OpenAIError).error.code).toBe('upstream_timeout')
+    await h.settle()
+    expect(callsTo(h, ENDPOINT_A[model]!, 'cancel')).toHaveLength(1)
+    expect(h.emulator.activeJobs()).toEqual([])
+  })
+
+  it.each(MODELS)('%s: a stall after output hits the idle timeout: error event, no [DONE], job cancelled', async (model) => {
+    const h = setup({ timeouts: { idleMs: 300 } })
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody(model, 'x [[emulator:fault=stall,after=3,tokens=20]]', { stream: true })))
+    expect(res.status).toBe(200)
+    const events = await readSSE(res)
+    expect(events).not.toContain('[DONE]')
+    expect(streamedText(events).length).toBeGreaterThan(0)
+    expect((events.at(-1) as OpenAIError).error.code).toBe('upstream_timeout')
+    await h.settle()
+    if (model !== 'chat-openai') expect(callsTo(h, ENDPOINT_A[model]!, 'cancel')).toHaveLength(1)
+    expect(h.emulator.activeJobs()).toEqual([])
+  })
+
+  it.each(MODELS)('%s: an answer longer than the total timeout ends with an error event', async (model) => {
+    const h = setup({ timeouts: { totalMs: 400, idleMs: 5_000 } })
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody(model, 'x [[emulator:delay=50,tokens=100]]', { stream: true, max_tokens: 200 })))
+    expect(res.status).toBe(200)
+    const events = await readSSE(res)
+    expect(events).not.toContain('[DONE]')
+    expect((events.at(-1) as OpenAIError).error.code).toBe('upstream_timeout')
+    await h.settle()
+    expect(h.emulator.activeJobs()).toEqual([])
+  })
+})
+
+describe('honest stream failures', () => {
+  it.each(MODELS)('%s: output then failure: the error event ends it, never [DONE], and no retry runs it twice', async (model) => {
+    const h = setup()
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody(model, 'x [[emulator:fault=mid_stream,after=4,tokens=20,delay=20]]', { stream: true })))
+    expect(res.status).toBe(200)
+    const events = await readSSE(res)
+    expect(events).not.toContain('[DONE]')
+    expect(streamedText(events).length).toBeGreaterThan(0)
+    expect((events.at(-1) as OpenAIError).error.code).toBe('upstream_error')
+    await h.settle()
+    expect(h.emulator.calls.filter((c) => c.op === 'run' || c.op === 'openai')).toHaveLength(1)
+    expect(h.emulator.activeJobs()).toEqual([])
+  })
+})
+
+describe('settle reports how a broken stream ended', () => {
+  /** The OpenAI routes over the dispatcher with a stage that records `ctx.outcome`, as quota stages see it. */
+  function recordingApp() {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    const config = resolveConfig({ models: twoEndpoints(), runpod: { apiKey: RUNPOD_KEY, baseUrl: 'http://emulator.test/v2' } })
+    const client = new RunpodClient({ apiKey: RUNPOD_KEY, timeoutMs: config.runpod.timeoutMs, fetch: (input, init) => emulator.fetch(new Request(input, init)) })
+    const outcomes: CompletionOutcome[] = []
+    const record: CompletionStage = async (ctx, next) => {
+      void ctx.outcome.then((o) => outcomes.push(o))
+      return next(ctx)
+    }
+    const app = new Hono<GatewayEnv>()
+    app.use(async (c, next) => {
+      c.set('principal', { models: null } as unknown as Principal)
+      await next()
+    })
+    app.onError((error) => Response.json({ error: error.message }, { status: toGatewayError(error).status }))
+    app.route('/v1', openaiRoutes({ models: resolveModels(config), maxBodyBytes: 1 << 20, stages: [record], dispatch: createDispatcher({ client, runpod: config.runpod }) }))
+    return { app, outcomes, emulator }
+  }
+
+  it.each(MODELS)('%s: a mid-stream failure settles with producedOutput: true; a clean one with ok', async (model) => {
+    const { app, outcomes } = recordingApp()
+    const broken = await app.request('/v1/chat/completions', { method: 'POST', body: chatBody(model, 'x [[emulator:fault=mid_stream,after=4,tokens=20,delay=20]]', { stream: true }) })
+    expect(await broken.text()).not.toContain('[DONE]')
+    const clean = await app.request('/v1/chat/completions', { method: 'POST', body: chatBody(model, 'Hello', { stream: true }) })
+    expect(await clean.text()).toContain('[DONE]')
+    await new Promise((r) => setTimeout(r, 50))
+    expect(outcomes).toHaveLength(2)
+    expect(outcomes[0]).toMatchObject({ ok: false, producedOutput: true, error: { code: 'upstream_error' } })
+    expect(outcomes[1]).toMatchObject({ ok: true })
+    expect((outcomes[1] as { usage?: { completion_tokens: number } }).usage?.completion_tokens).toBeGreaterThan(0)
+  })
+
+  it('a failure before any output settles with producedOutput: false', async () => {
+    const { app, outcomes } = recordingApp()
+    const res = await app.request('/v1/chat/completions', { method: 'POST', body: chatBody('chat-current', 'x [[emulator:fault=http,status=500]]', { stream: true }) })
+    expect(res.status).toBe(502)
+    await new Promise((r) => setTimeout(r, 50))
+    expect(outcomes).toEqual([expect.objectContaining({ ok: false, producedOutput: false })])
+  })
+})
