@@ -1,0 +1,217 @@
+/**
+ * What each podgate route does, for the OpenAPI document: one entry per `METHOD /path` (Hono path
+ * syntax, relative to where the gateway is mounted). Request bodies are JSON Schemas generated from the
+ * same zod schemas that validate requests, so the document cannot drift from what podgate accepts.
+ *
+ * A route mounted in `createGateway` without an entry here is still listed (the document is built from
+ * the app's own route table) but `test/openapi.test.ts` fails until it is described.
+ */
+import { z } from 'zod'
+import { createKeySchema, updateKeySchema } from '../admin/keys-routes.ts'
+import { mintTokenSchema } from '../auth/token-routes.ts'
+import { purgeSchema } from '../cache/routes.ts'
+import { chatCompletionRequestSchema, completionRequestSchema } from '../normalize/schemas.ts'
+
+export type Security = 'key' | 'admin' | 'none'
+
+export interface OperationSpec {
+  summary: string
+  description?: string
+  tag: 'OpenAI' | 'Admin' | 'Meta' | 'Runpod native' | 'Auth' | 'Usage'
+  security: Security
+  /** Name of a request-body schema in `components.schemas`. */
+  requestBody?: string
+  /** Name of the 2xx response schema in `components.schemas`; a bare object when unset. */
+  response?: string
+  /** HTTP status of success. Default 200. */
+  status?: number
+  /** The operation may answer with `text/event-stream` when the body asks for `stream: true`. */
+  streams?: boolean
+  /** The success body is `text/html`. */
+  html?: boolean
+}
+
+export const OPERATIONS: Record<string, OperationSpec> = {
+  'GET /healthz': { summary: 'Liveness', tag: 'Meta', security: 'none', response: 'Health' },
+  'GET /openapi.json': { summary: 'This OpenAPI 3.1 document', tag: 'Meta', security: 'none' },
+  'GET /playground': { summary: 'The browser playground (only when the `playground` option is on)', tag: 'Meta', security: 'none', html: true },
+  'POST /v1/chat/completions': {
+    summary: 'Create a chat completion',
+    description: 'OpenAI-compatible. `stream: true` answers with Server-Sent Events; `stream_options.include_usage` adds a usage chunk.',
+    tag: 'OpenAI',
+    security: 'key',
+    requestBody: 'ChatCompletionRequest',
+    response: 'ChatCompletion',
+    streams: true,
+  },
+  'POST /v1/completions': {
+    summary: 'Create a completion from a raw prompt',
+    tag: 'OpenAI',
+    security: 'key',
+    requestBody: 'CompletionRequest',
+    response: 'Completion',
+    streams: true,
+  },
+  'GET /v1/models': { summary: 'List the models this key may use', tag: 'OpenAI', security: 'key', response: 'ModelList' },
+  'POST /v1/tokens': {
+    summary: 'Mint a short-lived token from a secret key',
+    description: 'For an app\'s backend: the token (pg_tk_) may be handed to a browser. Its scope can only narrow the key\'s.',
+    tag: 'Auth',
+    security: 'key',
+    requestBody: 'MintTokenRequest',
+    response: 'Token',
+    status: 201,
+  },
+  'GET /v1/usage': { summary: 'Usage and remaining quota of the calling credential', tag: 'Usage', security: 'key' },
+  'POST /v2/:model/run': { summary: 'Start a job (Runpod-native)', tag: 'Runpod native', security: 'key', requestBody: 'NativeRunRequest', response: 'NativeJob' },
+  'POST /v2/:model/runsync': { summary: 'Run a job and wait for its result (Runpod-native)', tag: 'Runpod native', security: 'key', requestBody: 'NativeRunRequest', response: 'NativeJob' },
+  'GET /v2/:model/status/:id': { summary: 'Job status and output', tag: 'Runpod native', security: 'key', response: 'NativeJob' },
+  'POST /v2/:model/status/:id': { summary: 'Job status and output', tag: 'Runpod native', security: 'key', response: 'NativeJob' },
+  'GET /v2/:model/status-sync/:id': { summary: 'Job status, waiting for completion', tag: 'Runpod native', security: 'key', response: 'NativeJob' },
+  'POST /v2/:model/status-sync/:id': { summary: 'Job status, waiting for completion', tag: 'Runpod native', security: 'key', response: 'NativeJob' },
+  'GET /v2/:model/stream/:id': {
+    summary: 'Job output so far; as Server-Sent Events with `Accept: text/event-stream`',
+    description: 'A minted token may be sent as `?access_token=` here (EventSource sends no headers).',
+    tag: 'Runpod native',
+    security: 'key',
+    response: 'NativeJob',
+    streams: true,
+  },
+  'POST /v2/:model/stream/:id': { summary: 'Job output so far', tag: 'Runpod native', security: 'key', response: 'NativeJob', streams: true },
+  'POST /v2/:model/cancel/:id': { summary: 'Cancel a job', tag: 'Runpod native', security: 'key', response: 'NativeJob' },
+  'POST /v2/:model/retry/:id': { summary: 'Retry a failed or timed-out job', tag: 'Runpod native', security: 'key', response: 'NativeJob' },
+  'POST /v2/:model/purge-queue': { summary: 'Purge the queue (refused: podgate shares endpoints between keys)', tag: 'Runpod native', security: 'key' },
+  'GET /v2/:model/health': { summary: 'Endpoint health (workers and jobs)', tag: 'Runpod native', security: 'key' },
+  'POST /admin/keys': { summary: 'Create an API key (the key is shown once)', tag: 'Admin', security: 'admin', requestBody: 'CreateKeyRequest', response: 'CreatedKey', status: 201 },
+  'GET /admin/keys': { summary: 'List key records', tag: 'Admin', security: 'admin', response: 'KeyList' },
+  'GET /admin/keys/:id': { summary: 'Get a key record', tag: 'Admin', security: 'admin', response: 'KeyRecord' },
+  'PATCH /admin/keys/:id': { summary: 'Update a key\'s scope (models, origins, quota, expiry, metadata)', tag: 'Admin', security: 'admin', requestBody: 'UpdateKeyRequest', response: 'KeyRecord' },
+  'POST /admin/keys/:id/rotate': { summary: 'Rotate a key: a new secret, same id (shown once)', tag: 'Admin', security: 'admin', response: 'CreatedKey' },
+  'DELETE /admin/keys/:id': { summary: 'Revoke a key', tag: 'Admin', security: 'admin', response: 'KeyRecord' },
+  'GET /admin/keys/:id/usage': { summary: 'A key\'s usage and remaining quota', tag: 'Usage', security: 'admin' },
+  'POST /admin/cache/purge': { summary: 'Purge cached answers of a model and/or a key', tag: 'Admin', security: 'admin', requestBody: 'PurgeCacheRequest' },
+}
+
+/** JSON Schemas of request bodies, from the validating zod schemas (their input side: what callers send). */
+export function requestSchemas(): Record<string, unknown> {
+  const toSchema = (schema: z.ZodType) => {
+    const { $schema: _, ...json } = z.toJSONSchema(schema, { io: 'input', unrepresentable: 'any' }) as Record<string, unknown>
+    return json
+  }
+  return {
+    ChatCompletionRequest: toSchema(chatCompletionRequestSchema),
+    CompletionRequest: toSchema(completionRequestSchema),
+    CreateKeyRequest: toSchema(createKeySchema),
+    UpdateKeyRequest: toSchema(updateKeySchema),
+    MintTokenRequest: toSchema(mintTokenSchema),
+    PurgeCacheRequest: toSchema(purgeSchema),
+  }
+}
+
+const usage = {
+  type: 'object',
+  properties: { prompt_tokens: { type: 'integer' }, completion_tokens: { type: 'integer' }, total_tokens: { type: 'integer' } },
+}
+const keyRecord = {
+  type: 'object',
+  properties: {
+    id: { type: 'string' },
+    name: { type: 'string' },
+    models: { type: ['array', 'null'], items: { type: 'string' } },
+    metadata: { type: 'object', additionalProperties: { type: 'string' } },
+    createdAt: { type: 'string' },
+    revokedAt: { type: ['string', 'null'] },
+    hint: { type: 'string' },
+  },
+  required: ['id', 'name'],
+}
+
+/** Response shapes podgate writes by hand (OpenAI's, trimmed to what podgate sends). */
+export const RESPONSE_SCHEMAS: Record<string, unknown> = {
+  Error: {
+    type: 'object',
+    properties: {
+      error: {
+        type: 'object',
+        properties: { message: { type: 'string' }, type: { type: 'string' }, param: { type: ['string', 'null'] }, code: { type: 'string' } },
+        required: ['message', 'type', 'code'],
+      },
+    },
+    required: ['error'],
+  },
+  Health: { type: 'object', properties: { ok: { type: 'boolean' } } },
+  Usage: usage,
+  ChatCompletion: {
+    type: 'object',
+    properties: {
+      id: { type: 'string' },
+      object: { const: 'chat.completion' },
+      created: { type: 'integer' },
+      model: { type: 'string' },
+      choices: {
+        type: 'array',
+        items: {
+          type: 'object',
+          properties: {
+            index: { type: 'integer' },
+            message: { type: 'object', properties: { role: { const: 'assistant' }, content: { type: ['string', 'null'] } } },
+            finish_reason: { type: ['string', 'null'] },
+          },
+        },
+      },
+      usage: { $ref: '#/components/schemas/Usage' },
+    },
+  },
+  Completion: {
+    type: 'object',
+    properties: {
+      id: { type: 'string' },
+      object: { const: 'text_completion' },
+      created: { type: 'integer' },
+      model: { type: 'string' },
+      choices: {
+        type: 'array',
+        items: { type: 'object', properties: { index: { type: 'integer' }, text: { type: 'string' }, finish_reason: { type: ['string', 'null'] } } },
+      },
+      usage: { $ref: '#/components/schemas/Usage' },
+    },
+  },
+  ModelList: {
+    type: 'object',
+    properties: {
+      object: { const: 'list' },
+      data: { type: 'array', items: { type: 'object', properties: { id: { type: 'string' }, object: { const: 'model' }, owned_by: { type: 'string' } } } },
+    },
+  },
+  KeyRecord: keyRecord,
+  Token: {
+    type: 'object',
+    properties: {
+      object: { const: 'token' },
+      id: { type: 'string' },
+      token: { type: 'string', description: 'The token (pg_tk_...): send it as `Authorization: Bearer`.' },
+      keyId: { type: 'string' },
+      models: { type: ['array', 'null'], items: { type: 'string' } },
+      origin: { type: ['string', 'null'] },
+      expiresAt: { type: 'integer', description: 'Epoch milliseconds.' },
+    },
+    required: ['token', 'expiresAt'],
+  },
+  // The native body's zod schema is private to src/native-surface/input.ts (it validates in two steps,
+  // envelope then worker-vllm input), so its outline is written here.
+  NativeRunRequest: {
+    type: 'object',
+    properties: {
+      input: { type: 'object', description: 'worker-vllm input: `messages` or `prompt`, `sampling_params`, `stream`.' },
+      policy: { type: 'object', properties: { executionTimeout: { type: 'integer' }, ttl: { type: 'integer' }, lowPriority: { type: 'boolean' } }, additionalProperties: false },
+    },
+    required: ['input'],
+    additionalProperties: false,
+  },
+  NativeJob: {
+    type: 'object',
+    properties: { id: { type: 'string' }, status: { type: 'string' }, output: {}, error: { type: 'string' } },
+  },
+  CreatedKey: { allOf: [{ $ref: '#/components/schemas/KeyRecord' }, { type: 'object', properties: { key: { type: 'string', description: 'The secret key, shown only here.' } }, required: ['key'] }] },
+  KeyList: { type: 'object', properties: { object: { const: 'list' }, data: { type: 'array', items: { $ref: '#/components/schemas/KeyRecord' } }, cursor: { type: ['string', 'null'] } } },
+}

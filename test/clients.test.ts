@@ -1,0 +1,158 @@
+/**
+ * Real client software against podgate in workerd: the Vercel AI SDK (`ai` + `@ai-sdk/openai-compatible`)
+ * on every upstream shape, and the parts of the official `openai` client not covered by
+ * openai-surface.test.ts / errors.test.ts (error fields, errors inside a stream, permission errors).
+ */
+import { createOpenAICompatible } from '@ai-sdk/openai-compatible'
+import { APICallError, generateText, streamText } from 'ai'
+import OpenAI from 'openai'
+import { describe, expect, it } from 'vitest'
+import { createRunpodEmulator } from '../src/testing/index.ts'
+import { harness, MODEL_NAMES, RUNPOD_KEY } from './helpers.ts'
+
+async function setup(keyBody?: Record<string, unknown>, overrides: Parameters<typeof harness>[0] = {}) {
+  const h = harness(overrides)
+  const { key } = await h.createKey(keyBody)
+  // The README's AI SDK snippet, with the test's in-process fetch.
+  const podgate = createOpenAICompatible({ name: 'podgate', baseURL: 'http://podgate/v1', apiKey: key, includeUsage: true, fetch: h.clientFetch })
+  const openai = new OpenAI({ apiKey: key, baseURL: 'http://podgate/v1', fetch: h.clientFetch, maxRetries: 0 })
+  return { h, key, podgate, openai }
+}
+
+describe('Vercel AI SDK', () => {
+  it.each(MODEL_NAMES)('%s: generateText and streamText give the same text and usage', async (model) => {
+    // Cache off: the second, identical request must stream from upstream, not replay the first answer.
+    const { podgate, h } = await setup(undefined, { cache: { enabled: false } })
+    const prompt = 'Explain cold starts'
+    const full = await generateText({ model: podgate(model), prompt, temperature: 0, maxOutputTokens: 48, maxRetries: 0 })
+    expect(full.text.length).toBeGreaterThan(0)
+    expect(full.finishReason).toMatch(/stop|length/)
+    expect(full.usage.inputTokens).toBeGreaterThan(0)
+    expect(full.usage.outputTokens).toBeGreaterThan(0)
+
+    const streamed = streamText({ model: podgate(model), prompt, temperature: 0, maxOutputTokens: 48, maxRetries: 0 })
+    const parts: string[] = []
+    for await (const delta of streamed.textStream) parts.push(delta)
+    expect(parts.length).toBeGreaterThan(1)
+    expect(parts.join('')).toBe(full.text)
+    expect(await streamed.finishReason).toBe(full.finishReason)
+    const usage = await streamed.usage
+    expect(usage.inputTokens).toBe(full.usage.inputTokens)
+    expect(usage.outputTokens).toBe(full.usage.outputTokens)
+    await h.settle()
+    expect(h.emulator.activeJobs()).toEqual([])
+  })
+
+  it('with the cache on (the default), a repeated request replays the same text and usage through streamText', async () => {
+    const { podgate, h } = await setup()
+    const ask = { model: podgate('chat-classic'), prompt: 'Cache me', temperature: 0, maxOutputTokens: 32, maxRetries: 0 }
+    const first = await generateText(ask)
+    const replay = streamText(ask)
+    let text = ''
+    for await (const delta of replay.textStream) text += delta
+    expect(text).toBe(first.text)
+    expect((await replay.usage).outputTokens).toBe(first.usage.outputTokens)
+    expect(h.emulator.calls.filter((call) => call.op === 'runsync' || call.op === 'run')).toHaveLength(1)
+  })
+
+  it('a system prompt and a multi-turn history reach the model', async () => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    const upstreamBodies: string[] = []
+    const h = harness({
+      fetch: async (input, init) => {
+        const request = new Request(input, init)
+        upstreamBodies.push(await request.clone().text())
+        return emulator.fetch(request)
+      },
+    }, emulator)
+    const { key } = await h.createKey()
+    const podgate = createOpenAICompatible({ name: 'podgate', baseURL: 'http://podgate/v1', apiKey: key, fetch: h.clientFetch })
+    const result = await generateText({
+      model: podgate('chat-current'),
+      system: 'You are terse.',
+      messages: [
+        { role: 'user', content: 'first' },
+        { role: 'assistant', content: 'ok' },
+        { role: 'user', content: 'second' },
+      ],
+      maxOutputTokens: 16,
+      maxRetries: 0,
+    })
+    expect(result.text.length).toBeGreaterThan(0)
+    const upstream = JSON.parse(upstreamBodies.at(-1) ?? '{}') as { input?: { messages?: { role: string; content: string }[] } }
+    expect(upstream.input?.messages?.map((m) => m.role)).toEqual(['system', 'user', 'assistant', 'user'])
+    expect(upstream.input?.messages?.[0]?.content).toBe('You are terse.')
+  })
+
+  it('podgate errors surface as APICallError with the status and OpenAI error body', async () => {
+    const { podgate } = await setup({ name: 'one-model', models: ['chat-classic'] })
+    const call = (model: string) => generateText({ model: podgate(model), prompt: 'x', maxRetries: 0 })
+    const denied = await call('chat-openai').catch((e: unknown) => e)
+    expect(APICallError.isInstance(denied)).toBe(true)
+    expect((denied as APICallError).statusCode).toBe(403)
+    expect((denied as APICallError).responseBody).toContain('permission_denied')
+    const missing = await call('no-such-model').catch((e: unknown) => e)
+    expect((missing as APICallError).statusCode).toBe(404)
+
+    const badKey = createOpenAICompatible({ name: 'podgate', baseURL: 'http://podgate/v1', apiKey: 'pg_sk_wrong', fetch: (await setup()).h.clientFetch })
+    const unauthorized = await generateText({ model: badKey('chat-openai'), prompt: 'x', maxRetries: 0 }).catch((e: unknown) => e)
+    expect((unauthorized as APICallError).statusCode).toBe(401)
+  })
+
+  it('a stream that breaks upstream is an error in streamText, not a short answer', async () => {
+    const { podgate } = await setup()
+    const errors: unknown[] = []
+    const result = streamText({
+      model: podgate('chat-current'),
+      prompt: 'x [[emulator:fault=mid_stream,after=3,tokens=20]]',
+      maxRetries: 0,
+      onError: ({ error }) => void errors.push(error),
+    })
+    let text = ''
+    for await (const part of result.fullStream) if (part.type === 'text-delta') text += part.text
+    expect(text.length).toBeGreaterThan(0)
+    expect(errors.length).toBe(1)
+    expect(JSON.stringify(errors[0])).toContain('upstream_error')
+  })
+})
+
+describe('openai client: what other files do not cover', () => {
+  it('APIError carries podgate\'s code, type and param, and the request id header', async () => {
+    const { openai } = await setup()
+    const err = await openai.chat.completions.create({ model: 'chat-openai', messages: [{ role: 'user', content: 'x' }], temperature: 9 }).catch((e: unknown) => e)
+    expect(err).toBeInstanceOf(OpenAI.BadRequestError)
+    const apiError = err as InstanceType<typeof OpenAI.APIError>
+    expect(apiError.status).toBe(400)
+    expect(apiError.code).toBe('invalid_request')
+    expect(apiError.type).toBe('invalid_request_error')
+    expect(apiError.param).toBe('temperature')
+    expect(apiError.headers?.get('x-request-id')).toMatch(/^[0-9a-f-]{36}$/)
+  })
+
+  it('a scope violation is PermissionDeniedError (403)', async () => {
+    const { openai } = await setup({ name: 'scoped', models: ['chat-classic'] })
+    await expect(openai.chat.completions.create({ model: 'chat-current', messages: [{ role: 'user', content: 'x' }] })).rejects.toBeInstanceOf(OpenAI.PermissionDeniedError)
+  })
+
+  it('upstream failures are InternalServerError (502) and RateLimitError (429)', async () => {
+    const { openai } = await setup()
+    const failed = await openai.chat.completions.create({ model: 'chat-classic', messages: [{ role: 'user', content: 'x [[emulator:fault=job_failed]]' }] }).catch((e: unknown) => e)
+    expect(failed).toBeInstanceOf(OpenAI.InternalServerError)
+    expect((failed as InstanceType<typeof OpenAI.APIError>).status).toBe(502)
+    const limited = await openai.chat.completions.create({ model: 'chat-openai', messages: [{ role: 'user', content: 'x [[emulator:fault=http,status=429]]' }] }).catch((e: unknown) => e)
+    expect(limited).toBeInstanceOf(OpenAI.RateLimitError)
+    expect((limited as InstanceType<typeof OpenAI.APIError>).code).toBe('upstream_rate_limited')
+  })
+
+  it('an error inside a stream is thrown by the async iterator after the text so far', async () => {
+    const { openai } = await setup()
+    const stream = await openai.chat.completions.create({ model: 'chat-openai', messages: [{ role: 'user', content: 'x [[emulator:fault=mid_stream,after=3,tokens=20]]' }], stream: true })
+    let text = ''
+    const err = await (async () => {
+      for await (const chunk of stream) text += chunk.choices[0]?.delta.content ?? ''
+    })().catch((e: unknown) => e)
+    expect(text.length).toBeGreaterThan(0)
+    expect(err).toBeInstanceOf(OpenAI.APIError)
+    expect(String((err as Error).message)).toMatch(/upstream/i)
+  })
+})

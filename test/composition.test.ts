@@ -1,0 +1,134 @@
+/**
+ * workers/composed.ts: podgate mounted under /ai in a larger Hono app whose own session login feeds
+ * podgate's key resolution through the `credential` hook. Runs the app in workerd with the test's
+ * bindings (miniflare KV, the HTTP emulator from global-setup.ts as RUNPOD_BASE_URL).
+ */
+import { createExecutionContext, env, waitOnExecutionContext } from 'cloudflare:test'
+import OpenAI from 'openai'
+import { describe, expect, it } from 'vitest'
+import app from '../workers/composed.ts'
+
+const appEnv = { ...env, APP_SESSION_SECRET: 'test_session_secret_0123456789abcdef' }
+
+async function call(path: string, init: RequestInit = {}, cookie?: string): Promise<Response> {
+  const headers = new Headers(init.headers)
+  if (cookie) headers.set('cookie', cookie)
+  const ctx = createExecutionContext()
+  const res = await app.fetch(new Request(`https://app.example${path}`, { ...init, headers }), appEnv, ctx)
+  await waitOnExecutionContext(ctx)
+  return res
+}
+
+async function login(user: string): Promise<string> {
+  const res = await call('/login', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ user }) })
+  expect(res.status).toBe(200)
+  const setCookie = res.headers.get('set-cookie') ?? ''
+  expect(setCookie).toMatch(/HttpOnly/)
+  expect(setCookie).toMatch(/Secure/)
+  expect(setCookie).not.toContain('pg_sk_')
+  return setCookie.split(';')[0]!
+}
+
+const chat = (content: string, extra: Record<string, unknown> = {}) => ({
+  method: 'POST',
+  headers: { 'content-type': 'application/json' },
+  body: JSON.stringify({ model: 'chat-current', messages: [{ role: 'user', content }], max_tokens: 24, ...extra }),
+})
+
+describe('podgate mounted under /ai in a Hono app with session auth', () => {
+  it('the app keeps its own routes and its own auth', async () => {
+    expect((await call('/')).status).toBe(200)
+    const me = await call('/me')
+    expect(me.status).toBe(401)
+    expect(await me.json()).toEqual({ error: 'not signed in' })
+    const bad = await call('/login', { method: 'POST', body: JSON.stringify({ user: '../x' }) })
+    expect(bad.status).toBe(400)
+  })
+
+  it('without a session or a key, /ai answers 401 in OpenAI format', async () => {
+    const res = await call('/ai/v1/chat/completions', chat('hi'))
+    expect(res.status).toBe(401)
+    expect(((await res.json()) as { error: { code: string } }).error.code).toBe('missing_api_key')
+  })
+
+  it('a signed-in user chats through /ai with no podgate key in the browser', async () => {
+    const cookie = await login('alice')
+    expect(await (await call('/me', {}, cookie)).json()).toEqual({ user: 'alice' })
+    const models = await call('/ai/v1/models', {}, cookie)
+    expect(models.status).toBe(200)
+    expect(((await models.json()) as { data: { id: string }[] }).data.map((m) => m.id)).toContain('chat-current')
+
+    const res = await call('/ai/v1/chat/completions', chat('hello from alice'), cookie)
+    expect(res.status).toBe(200)
+    const body = (await res.json()) as { choices: { message: { content: string } }[] }
+    expect(body.choices[0]?.message.content.length).toBeGreaterThan(0)
+  })
+
+  it('the openai client works through the session, streamed', async () => {
+    const cookie = await login('bob')
+    // A browser would send the cookie itself; the apiKey is a placeholder the session overrides.
+    const openai = new OpenAI({
+      apiKey: 'session',
+      baseURL: 'https://app.example/ai/v1',
+      maxRetries: 0,
+      fetch: ((input: RequestInfo | URL, init?: RequestInit) => {
+        const request = new Request(input, init)
+        return call(new URL(request.url).pathname, { method: request.method, headers: request.headers, body: request.body, duplex: 'half' } as RequestInit, cookie)
+      }) as typeof fetch,
+    })
+    let text = ''
+    for await (const chunk of await openai.chat.completions.create({ model: 'chat-classic', messages: [{ role: 'user', content: 'stream to bob' }], max_tokens: 24, stream: true })) {
+      text += chunk.choices[0]?.delta.content ?? ''
+    }
+    expect(text.length).toBeGreaterThan(0)
+  })
+
+  it('signing in again reuses the user\'s key; the key record names the user', async () => {
+    await login('carol')
+    const first = await env.PODGATE_KV.get('app:user-key:carol')
+    await login('carol')
+    expect(await env.PODGATE_KV.get('app:user-key:carol')).toBe(first)
+    const list = await call('/ai/admin/keys', { headers: { authorization: `Bearer ${env.PODGATE_ADMIN_TOKEN}` } })
+    const records = ((await list.json()) as { data: { name: string; metadata?: Record<string, string> }[] }).data
+    expect(records.filter((r) => r.name === 'user:carol')).toHaveLength(1)
+    expect(JSON.stringify(records)).not.toContain(first)
+  })
+
+  it('a tampered or expired-looking cookie is no session', async () => {
+    const cookie = await login('dave')
+    const [name, value] = cookie.split('=')
+    const forged = `${name}=${decodeURIComponent(value!).replace('dave', 'erin')}`
+    expect((await call('/me', {}, forged)).status).toBe(401)
+    expect((await call('/ai/v1/models', {}, forged)).status).toBe(401)
+  })
+
+  it('revoking the user\'s podgate key ends their /ai access even with a valid session', async () => {
+    const cookie = await login('frank')
+    const key = (await env.PODGATE_KV.get('app:user-key:frank'))!
+    const list = await call('/ai/admin/keys', { headers: { authorization: `Bearer ${env.PODGATE_ADMIN_TOKEN}` } })
+    const record = ((await list.json()) as { data: { id: string; name: string }[] }).data.find((r) => r.name === 'user:frank')!
+    const revoked = await call(`/ai/admin/keys/${record.id}`, { method: 'DELETE', headers: { authorization: `Bearer ${env.PODGATE_ADMIN_TOKEN}` } })
+    expect(revoked.status).toBe(200)
+    expect(key.startsWith('pg_sk_')).toBe(true)
+    expect((await call('/ai/v1/models', {}, cookie)).status).toBe(401)
+  })
+
+  it('callers without a session can still use a bearer key, and /ai/openapi.json names the mount', async () => {
+    const created = await call('/ai/admin/keys', {
+      method: 'POST',
+      headers: { authorization: `Bearer ${env.PODGATE_ADMIN_TOKEN}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ name: 'server' }),
+    })
+    const { key } = (await created.json()) as { key: string }
+    const res = await call('/ai/v1/models', { headers: { authorization: `Bearer ${key}` } })
+    expect(res.status).toBe(200)
+    const doc = (await (await call('/ai/openapi.json')).json()) as { servers: { url: string }[] }
+    expect(doc.servers).toEqual([{ url: '/ai' }])
+  })
+
+  it('signing out ends the session', async () => {
+    const cookie = await login('gina')
+    const out = await call('/logout', { method: 'POST' }, cookie)
+    expect(out.headers.get('set-cookie')).toMatch(/Max-Age=0/)
+  })
+})

@@ -1,0 +1,159 @@
+/**
+ * The published package is consumable: `npm run build`, `npm pack`, install the tarball into a scratch
+ * Hono app under the OS temp dir (with the hono, zod, typescript and workers-types versions this repo
+ * uses), typecheck an app that imports `podgate` and `podgate/testing` through the package's
+ * exports, then run it on Node against the emulator.
+ */
+import { spawnSync } from 'node:child_process'
+import type { SpawnSyncOptions } from 'node:child_process'
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join, resolve } from 'node:path'
+import { afterAll, describe, expect, it } from 'vitest'
+
+const ROOT = resolve(import.meta.dirname, '../..')
+const scratch = mkdtempSync(join(tmpdir(), 'podgate-pack-'))
+
+afterAll(() => rmSync(scratch, { recursive: true, force: true }))
+
+function run(command: string, args: string[], options: SpawnSyncOptions = {}): string {
+  const result = spawnSync(command, args, { encoding: 'utf8', timeout: 90_000, ...options })
+  if (result.status !== 0) throw new Error(`${command} ${args.join(' ')} failed (${result.status ?? result.signal}):\n${String(result.stdout).slice(-3000)}\n${String(result.stderr).slice(-3000)}`)
+  return String(result.stdout)
+}
+
+// A small app a user would write: podgate mounted in Hono, with an in-memory KV (Node has none).
+const APP = `import { Hono } from 'hono'
+import { createGateway, GatewayError } from 'podgate'
+import type { GatewayOptions } from 'podgate'
+import { createRunpodEmulator } from 'podgate/testing'
+
+function memoryKv(): KVNamespace {
+  const data = new Map<string, { value: string; metadata: unknown }>()
+  const kv = {
+    async get(name: string, type?: string | { type?: string }) {
+      const entry = data.get(name)
+      if (!entry) return null
+      const t = typeof type === 'string' ? type : type?.type
+      return t === 'json' ? JSON.parse(entry.value) : entry.value
+    },
+    async getWithMetadata(name: string) {
+      const entry = data.get(name)
+      return { value: entry?.value ?? null, metadata: entry?.metadata ?? null }
+    },
+    async put(name: string, value: string, options?: { metadata?: unknown }) {
+      data.set(name, { value, metadata: options?.metadata ?? null })
+    },
+    async delete(name: string) {
+      data.delete(name)
+    },
+    async list(options: { prefix?: string } = {}) {
+      const keys = [...data].filter(([k]) => k.startsWith(options.prefix ?? '')).map(([name, e]) => ({ name, metadata: e.metadata }))
+      return { keys, list_complete: true, cacheStatus: null }
+    },
+  }
+  return kv as unknown as KVNamespace
+}
+
+const emulator = createRunpodEmulator({ apiKey: 'rp_demo_key' })
+const kv = memoryKv()
+const options: GatewayOptions = {
+  models: { 'chat-current': { endpoints: [{ endpointId: 'vllmcurrent' }], mode: 'native' } },
+  runpod: { apiKey: 'rp_demo_key', baseUrl: 'http://emulator.test/v2' },
+  adminToken: 'admin_demo_token_0123456789',
+  kv: () => kv,
+  fetch: (input, init) => emulator.fetch(new Request(input, init)),
+}
+const app = new Hono()
+app.get('/', (c) => c.text('host app'))
+app.route('/ai', createGateway(options))
+
+const admin = { authorization: 'Bearer admin_demo_token_0123456789', 'content-type': 'application/json' }
+const created = await app.request('/ai/admin/keys', { method: 'POST', headers: admin, body: JSON.stringify({ name: 'packed' }) })
+const { key } = (await created.json()) as { key: string }
+const headers = { authorization: 'Bearer ' + key, 'content-type': 'application/json' }
+const body = (stream: boolean) => JSON.stringify({ model: 'chat-current', messages: [{ role: 'user', content: 'hi from the tarball' }], max_tokens: 16, stream })
+const full = await app.request('/ai/v1/chat/completions', { method: 'POST', headers, body: body(false) })
+const streamed = await app.request('/ai/v1/chat/completions', { method: 'POST', headers, body: body(true) })
+const openapi = await app.request('/ai/openapi.json')
+console.log(JSON.stringify({
+  home: await (await app.request('/')).text(),
+  created: created.status,
+  status: full.status,
+  text: ((await full.json()) as { choices: { message: { content: string } }[] }).choices[0]?.message.content,
+  streamType: streamed.headers.get('content-type'),
+  streamEndsWithDone: (await streamed.text()).trimEnd().endsWith('data: [DONE]'),
+  openapi: ((await openapi.json()) as { openapi: string }).openapi,
+  gatewayError: new GatewayError('not_found', 'x').status,
+}))
+`
+
+describe('the packed package', () => {
+  it('installs into a scratch Hono app, typechecks and runs on Node', { timeout: 120_000 }, () => {
+    run('npm', ['run', 'build'], { cwd: ROOT })
+    const packed = JSON.parse(run('npm', ['pack', '--json', '--pack-destination', scratch], { cwd: ROOT })) as { filename: string; files: { path: string }[] }[]
+    const files = packed[0]!.files.map((f) => f.path)
+    expect(files).toContain('dist/index.js')
+    expect(files).toContain('dist/testing/index.d.ts')
+    expect(files.filter((f) => f.endsWith('.ts') && !f.endsWith('.d.ts'))).toEqual([])
+
+    // The versions this repo is tested with (npm's cache already holds them, so the install stays quick).
+    const local = (name: string) => (JSON.parse(readFileSync(join(ROOT, 'node_modules', name, 'package.json'), 'utf8')) as { version: string }).version
+    writeFileSync(join(scratch, 'package.json'), JSON.stringify({
+      name: 'scratch-app',
+      private: true,
+      type: 'module',
+      dependencies: {
+        podgate: `file:${join(scratch, packed[0]!.filename)}`,
+        hono: local('hono'),
+        zod: local('zod'),
+        typescript: local('typescript'),
+        '@cloudflare/workers-types': local('@cloudflare/workers-types'),
+      },
+    }))
+    writeFileSync(join(scratch, 'tsconfig.json'), JSON.stringify({
+      compilerOptions: { target: 'ES2022', module: 'NodeNext', moduleResolution: 'NodeNext', strict: true, types: ['@cloudflare/workers-types'], outDir: 'out', skipLibCheck: false, lib: ['ES2023'] },
+      include: ['app.ts'],
+    }))
+    writeFileSync(join(scratch, 'app.ts'), APP)
+    run('npm', ['install', '--no-audit', '--no-fund', '--prefer-offline', '--ignore-scripts', '--loglevel', 'error'], { cwd: scratch })
+    expect(readdirSync(join(scratch, 'node_modules', 'podgate'))).toContain('dist')
+
+    run(process.execPath, [join(scratch, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.json'], { cwd: scratch })
+    // Workers-only modules (`cloudflare:*`) make a module unimportable elsewhere: only the Durable
+    // Object subpath (`podgate/durable-objects`, imported by Worker entry points alone) may use them.
+    const workersOnly = files.filter((f) => f.endsWith('.js') && /from ['"]cloudflare:/.test(readFileSync(join(scratch, 'node_modules', 'podgate', f), 'utf8')))
+    expect(workersOnly, 'files of the package that import cloudflare:* (podgate must import on Node too)').toEqual(['dist/quota/durable-object.js'])
+    const output = run(process.execPath, ['out/app.js'], { cwd: scratch })
+    const result = JSON.parse(output.trim().split('\n').at(-1)!) as Record<string, unknown>
+    expect(result).toMatchObject({
+      home: 'host app',
+      created: 201,
+      status: 200,
+      streamType: expect.stringMatching(/^text\/event-stream/),
+      streamEndsWithDone: true,
+      openapi: '3.1.0',
+      gatewayError: 404,
+    })
+    expect(String(result.text).length).toBeGreaterThan(0)
+  })
+
+  it('the composed example Worker bundles for deployment (README: wrangler deploy --config workers/composed.wrangler.toml)', { timeout: 60_000 }, () => {
+    const outdir = join(scratch, 'composed-bundle')
+    const output = run('npx', ['wrangler', 'deploy', '--dry-run', '--config', 'workers/composed.wrangler.toml', '--outdir', outdir], { cwd: ROOT, env: { ...process.env, WRANGLER_SEND_METRICS: 'false' } })
+    expect(output).toContain('--dry-run: exiting now.')
+    expect(readdirSync(outdir)).toContain('composed.js')
+    // Workers' free plan allows 3 MiB gzipped; podgate should stay far below (about 200 KiB today).
+    const gzip = Number(/gzip: ([\d.]+) KiB/.exec(output)?.[1])
+    expect(gzip).toBeGreaterThan(0)
+    expect(gzip).toBeLessThan(400)
+  })
+
+  it('the README\'s composition snippet is the code of workers/composed.ts', () => {
+    const readme = readFileSync(join(ROOT, 'README.md'), 'utf8')
+    const section = readme.slice(readme.indexOf('## Mounting podgate in your Hono app'))
+    const mount = /app\.route\('\/ai', createGateway\(\{[\s\S]*?\n\}\)\)/.exec(section)?.[0]
+    expect(mount, 'the app.route(\'/ai\', ...) block in the README').toBeDefined()
+    expect(readFileSync(join(ROOT, 'workers/composed.ts'), 'utf8')).toContain(mount)
+  })
+})

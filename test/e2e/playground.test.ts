@@ -1,0 +1,160 @@
+/**
+ * The playground page in headless Chromium against podgate under `wrangler dev --env dev` (the dev
+ * config turns the page on): load models, chat with streamed output, and read usage, rate-limit and
+ * cache status off the response; mint a token when the gateway offers `POST /v1/tokens`. Saves a
+ * screenshot to test-results/playground.png.
+ *
+ * Needs Debian's `chromium` at /usr/bin/chromium (CI installs it); without it this test fails.
+ */
+import { existsSync, mkdirSync, readFileSync } from 'node:fs'
+import { chromium } from 'playwright-core'
+import type { Browser, Page } from 'playwright-core'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { startPodgate } from '../../scripts/lib/podgate-server.ts'
+import type { PodgateServer } from '../../scripts/lib/podgate-server.ts'
+
+const CHROMIUM = '/usr/bin/chromium'
+const ARGS = ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run']
+
+let server: PodgateServer
+let browser: Browser
+
+beforeAll(async () => {
+  if (!existsSync(CHROMIUM)) throw new Error(`Chromium is missing at ${CHROMIUM}: install it with \`apt-get install -y chromium\` (CI's .ci/run does).`)
+  ;[server, browser] = await Promise.all([startPodgate({ startTimeoutMs: 150_000 }), chromium.launch({ executablePath: CHROMIUM, args: ARGS, timeout: 150_000 })])
+  // Generous: wrangler dev and Chromium start slowly when the e2e files run side by side on two cores.
+}, 180_000)
+afterAll(async () => {
+  await browser?.close()
+  await server?.close()
+})
+
+async function openPlayground(): Promise<Page> {
+  const page = await browser.newPage({ viewport: { width: 960, height: 900 } })
+  const errors: string[] = []
+  page.on('pageerror', (e) => errors.push(e.message))
+  page.on('console', (m) => { if (m.type() === 'error') errors.push(m.text()) })
+  const res = await page.goto(`${server.url}/playground`)
+  expect(res?.status()).toBe(200)
+  ;(page as Page & { errors: string[] }).errors = errors
+  return page
+}
+
+describe('the playground in Chromium', () => {
+  it('loads models, streams a chat answer and shows usage, rate-limit and cache status', async () => {
+    // podgate refuses a secret key from a browser unless the key lists the page's origin.
+    const { key } = await server.createKey({ name: 'playground', origins: [server.url], quota: { requestsPerMinute: 30, tokensPerMinute: 20_000 } })
+    const page = await openPlayground()
+    await page.fill('#key', key)
+    await page.click('#load')
+    await expect.poll(() => page.locator('#model option').allTextContents()).toEqual(['chat-openai', 'chat-classic', 'chat-current'])
+    await page.selectOption('#model', 'chat-current')
+
+    // Count DOM updates of the answer while it streams: a buffered answer would update once.
+    await page.evaluate(() => {
+      const w = window as unknown as { updates: number }
+      w.updates = 0
+      new MutationObserver(() => w.updates++).observe(document.getElementById('messages')!, { subtree: true, childList: true, characterData: true })
+    })
+    const prompt = 'Tell me about GPUs [[emulator:delay=15,tokens=40]]'
+    await page.fill('#prompt', prompt)
+    const answered = page.waitForResponse((r) => r.url().endsWith('/v1/chat/completions'))
+    await page.click('#send')
+    const response = await answered
+    await expect.poll(() => page.textContent('#status'), { timeout: 15_000 }).toBe('Done.')
+
+    const answer = (await page.locator('.msg.assistant').textContent()) ?? ''
+    expect(answer.length).toBeGreaterThan(0)
+    expect(await page.evaluate(() => (window as unknown as { updates: number }).updates)).toBeGreaterThan(5)
+    const direct = await fetch(`${server.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'chat-current', messages: [{ role: 'user', content: prompt }], max_tokens: 128 }),
+    })
+    const full = (await direct.json()) as { choices: { message: { content: string } }[]; usage: { prompt_tokens: number; completion_tokens: number; total_tokens: number } }
+    expect(answer).toBe(full.choices[0]?.message.content)
+    expect(await page.textContent('.msg.user')).toBe(prompt)
+    const { prompt_tokens, completion_tokens, total_tokens } = full.usage
+    expect(await page.textContent('#usage')).toBe(`prompt ${prompt_tokens} + completion ${completion_tokens} = ${total_tokens} tokens`)
+
+    // What the page shows is what the response headers said, whichever of them this gateway sends.
+    const headers = await response.allHeaders()
+    expect(await page.textContent('#request-id')).toBe(headers['x-request-id'])
+    expect(await page.textContent('#cache')).toBe(headers['x-podgate-cache'] ?? 'no cache header')
+    // The key has a quota, so the answer carries its remaining share.
+    expect(headers['x-ratelimit-remaining-requests']).toBeDefined()
+    expect(await page.textContent('#ratelimit')).toBe(
+      `remaining-requests: ${headers['x-ratelimit-remaining-requests']} | remaining-tokens: ${headers['x-ratelimit-remaining-tokens']} | ratelimit: ${headers['ratelimit']}`,
+    )
+
+    mkdirSync('test-results', { recursive: true })
+    await page.screenshot({ path: 'test-results/playground.png', fullPage: true })
+    expect((page as Page & { errors: string[] }).errors).toEqual([])
+    await page.close()
+  })
+
+  it('mints a short-lived token from a dev key, and chats with the token alone', async () => {
+    const { key } = await server.createKey({ name: 'playground-mint', origins: [server.url], models: ['chat-classic'] })
+    const page = await openPlayground()
+    expect(await page.textContent('#origin')).toBe(server.url)
+    await page.fill('#key', key)
+    await page.fill('#ttl', '120')
+    const minted = page.waitForResponse((r) => r.url().endsWith('/v1/tokens'))
+    await page.click('#mint')
+    expect((await minted).status()).toBe(201)
+    await expect.poll(() => page.textContent('#token-status')).toMatch(/^Using a short-lived token \S+, expires /)
+    const token = await page.inputValue('#key')
+    expect(token).toMatch(/^pg_tk_/)
+    const expires = Date.parse(/expires (\S+)\.$/.exec((await page.textContent('#token-status')) ?? '')?.[1] ?? '')
+    expect(expires - Date.now()).toBeGreaterThan(100_000)
+    expect(expires - Date.now()).toBeLessThanOrEqual(120_000)
+
+    // The token alone (the key is gone from the page) loads the key's models and chats.
+    await page.click('#load')
+    await expect.poll(() => page.locator('#model option').allTextContents()).toEqual(['chat-classic'])
+    await page.fill('#prompt', 'hello with a token')
+    await page.click('#send')
+    await expect.poll(() => page.textContent('#status'), { timeout: 15_000 }).toBe('Done.')
+    expect(((await page.locator('.msg.assistant').textContent()) ?? '').length).toBeGreaterThan(0)
+
+    // The token carries the key's scope: another model is refused.
+    const outside = await fetch(`${server.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'chat-current', messages: [{ role: 'user', content: 'x' }] }),
+    })
+    expect(outside.status).toBe(403)
+    await page.close()
+  })
+
+  it('a secret key that does not list the page\'s origin is refused, and the page says why', async () => {
+    const { key } = await server.createKey({ name: 'server-only' })
+    const page = await openPlayground()
+    await page.fill('#key', key)
+    await page.click('#mint')
+    await expect.poll(() => page.textContent('#token-status')).toMatch(/^Mint failed: 401 invalid_api_key: A secret key was sent from the browser origin/)
+    expect(await page.getAttribute('#token-status', 'data-kind')).toBe('error')
+    await page.close()
+  })
+
+  it('shows podgate\'s error for a bad key instead of failing silently', async () => {
+    const page = await openPlayground()
+    await page.fill('#key', 'pg_sk_not_a_real_key_000000000000000')
+    await page.click('#load')
+    await expect.poll(() => page.textContent('#status')).toMatch(/^Models: 401 invalid_api_key/)
+    expect(await page.getAttribute('#status', 'data-kind')).toBe('error')
+    await page.close()
+  })
+
+  it('the dev Worker also serves /openapi.json (README: curl .../openapi.json); production config leaves the playground off', async () => {
+    const res = await fetch(`${server.url}/openapi.json`)
+    expect(res.status).toBe(200)
+    const doc = (await res.json()) as { openapi: string; paths: Record<string, unknown> }
+    expect(doc.openapi).toBe('3.1.0')
+    expect(Object.keys(doc.paths)).toEqual(expect.arrayContaining(['/v1/chat/completions', '/playground']))
+    const toml = readFileSync('wrangler.toml', 'utf8')
+    const production = toml.slice(0, toml.indexOf('[env.dev]'))
+    expect(production).not.toMatch(/PODGATE_PLAYGROUND/)
+    expect(toml.slice(toml.indexOf('[env.dev.vars]'))).toMatch(/^PODGATE_PLAYGROUND = "true"$/m)
+  })
+})

@@ -1,0 +1,142 @@
+/**
+ * `GET /openapi.json`: a valid-looking OpenAPI 3.1 document that lists every route the gateway mounts,
+ * with request bodies generated from the zod schemas that validate them. Also: the playground route is
+ * mounted only when the `playground` option is on.
+ */
+import { Hono } from 'hono'
+import { describe, expect, it } from 'vitest'
+import { z } from 'zod'
+import { chatCompletionRequestSchema, completionRequestSchema } from '../src/normalize/schemas.ts'
+import { documentedRoutes } from '../src/openapi/document.ts'
+import { OPERATIONS } from '../src/openapi/operations.ts'
+import { authed, chatBody, harness } from './helpers.ts'
+
+type Doc = {
+  openapi: string
+  info: { title: string; version: string }
+  servers: { url: string }[]
+  paths: Record<string, Record<string, { operationId?: string; responses: Record<string, unknown>; parameters?: { name: string; in: string }[]; requestBody?: unknown; security?: unknown[] }>>
+  components: { schemas: Record<string, Record<string, unknown>>; securitySchemes: Record<string, unknown> }
+}
+
+async function fetchDoc(h = harness()): Promise<Doc> {
+  const res = await h.fetch('/openapi.json')
+  expect(res.status).toBe(200)
+  expect(res.headers.get('content-type')).toContain('application/json')
+  return (await res.json()) as Doc
+}
+
+function refs(value: unknown, out: string[] = []): string[] {
+  if (Array.isArray(value)) for (const v of value) refs(v, out)
+  else if (value && typeof value === 'object') {
+    for (const [k, v] of Object.entries(value)) {
+      if (k === '$ref' && typeof v === 'string') out.push(v)
+      else refs(v, out)
+    }
+  }
+  return out
+}
+
+describe('GET /openapi.json', () => {
+  it('is an OpenAPI 3.1 document, served without auth', async () => {
+    const doc = await fetchDoc()
+    expect(doc.openapi).toBe('3.1.0')
+    expect(doc.info.title).toBe('podgate')
+    expect(doc.servers).toEqual([{ url: '/' }])
+    expect(Object.keys(doc.components.securitySchemes).sort()).toEqual(['adminToken', 'apiKey'])
+    for (const [path, item] of Object.entries(doc.paths)) {
+      expect(path.startsWith('/')).toBe(true)
+      expect(path).not.toMatch(/:/)
+      const declared = [...path.matchAll(/\{(\w+)\}/g)].map((m) => m[1])
+      for (const [method, op] of Object.entries(item)) {
+        expect(['get', 'post', 'put', 'patch', 'delete']).toContain(method)
+        expect(Object.keys(op.responses).length).toBeGreaterThan(0)
+        expect(op.operationId).toMatch(/^[a-z]+[A-Za-z0-9]*$/)
+        expect((op.parameters ?? []).filter((p) => p.in === 'path').map((p) => p.name)).toEqual(declared)
+      }
+    }
+    const operationIds = Object.values(doc.paths).flatMap((item) => Object.values(item).map((op) => op.operationId))
+    expect(new Set(operationIds).size).toBe(operationIds.length)
+  })
+
+  it('lists every route the gateway mounts, each described', async () => {
+    const h = harness({ playground: true })
+    const doc = await fetchDoc(h)
+    const mounted = documentedRoutes(h.app.routes)
+    expect(mounted.length).toBeGreaterThanOrEqual(9)
+    const undescribed = mounted.filter((r) => !OPERATIONS[`${r.method} ${r.path}`]).map((r) => `${r.method} ${r.path}`)
+    expect(undescribed, 'routes without an entry in src/openapi/operations.ts').toEqual([])
+    const listed = Object.entries(doc.paths).flatMap(([path, item]) => Object.keys(item).map((m) => `${m.toUpperCase()} ${path}`)).sort()
+    expect(listed).toEqual(mounted.map((r) => `${r.method} ${r.path.replace(/:(\w+)/g, '{$1}')}`).sort())
+    expect(listed).toContain('POST /v1/chat/completions')
+    expect(listed).toContain('DELETE /admin/keys/{id}')
+    expect(listed).toContain('GET /playground')
+  })
+
+  it('has no stale descriptions: every entry in operations.ts is a route some configuration mounts', () => {
+    const h = harness({ playground: true })
+    const mounted = new Set(documentedRoutes(h.app.routes).map((r) => `${r.method} ${r.path}`))
+    expect(Object.keys(OPERATIONS).filter((id) => !mounted.has(id))).toEqual([])
+  })
+
+  it('request bodies are the validating zod schemas, and every $ref resolves', async () => {
+    const doc = await fetchDoc()
+    const { $schema: _a, ...chat } = z.toJSONSchema(chatCompletionRequestSchema, { io: 'input', unrepresentable: 'any' }) as Record<string, unknown>
+    const { $schema: _b, ...completion } = z.toJSONSchema(completionRequestSchema, { io: 'input', unrepresentable: 'any' }) as Record<string, unknown>
+    expect(doc.components.schemas.ChatCompletionRequest).toEqual(chat)
+    expect(doc.components.schemas.CompletionRequest).toEqual(completion)
+    const chatSchema = doc.components.schemas.ChatCompletionRequest as { required: string[]; properties: Record<string, unknown> }
+    expect(chatSchema.required).toEqual(expect.arrayContaining(['model', 'messages']))
+    expect(JSON.stringify(chatSchema.properties.temperature)).toContain('"maximum":2')
+    const op = doc.paths['/v1/chat/completions']?.post
+    expect(op?.requestBody).toEqual({ required: true, content: { 'application/json': { schema: { $ref: '#/components/schemas/ChatCompletionRequest' } } } })
+    expect(op?.security).toEqual([{ apiKey: [] }])
+    expect(doc.paths['/admin/keys']?.post?.security).toEqual([{ adminToken: [] }])
+    expect(doc.paths['/healthz']?.get?.security).toEqual([])
+    for (const ref of refs(doc)) {
+      const name = ref.replace('#/components/schemas/', '')
+      expect(ref.startsWith('#/components/schemas/') && doc.components.schemas[name], `unresolved ${ref}`).toBeTruthy()
+    }
+  })
+
+  it('the documented request schema accepts what the gateway accepts and rejects what it rejects', async () => {
+    const h = harness()
+    const { key } = await h.createKey()
+    const ok = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai', 'hi', { temperature: 2 })))
+    expect(ok.status).toBe(200)
+    const bad = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai', 'hi', { temperature: 2.5 })))
+    expect(bad.status).toBe(400)
+    expect(chatCompletionRequestSchema.safeParse(JSON.parse(chatBody('chat-openai', 'hi', { temperature: 2.5 }))).success).toBe(false)
+  })
+
+  it('names the mount point in servers when podgate is mounted under a prefix', async () => {
+    const h = harness()
+    const host = new Hono().route('/ai', h.app)
+    const res = await host.request('/ai/openapi.json')
+    expect(res.status).toBe(200)
+    const doc = (await res.json()) as Doc
+    expect(doc.servers).toEqual([{ url: '/ai' }])
+    expect(doc.paths['/v1/models']).toBeDefined()
+  })
+})
+
+describe('GET /playground', () => {
+  it('is not mounted unless the playground option is on', async () => {
+    const res = await harness().fetch('/playground')
+    expect(res.status).toBe(404)
+  })
+
+  it('serves one self-contained HTML page whose CSP allows only its own script', async () => {
+    const res = await harness({ playground: true }).fetch('/playground')
+    expect(res.status).toBe(200)
+    expect(res.headers.get('content-type')).toBe('text/html; charset=utf-8')
+    const csp = res.headers.get('content-security-policy') ?? ''
+    expect(csp).toMatch(/script-src 'sha256-[A-Za-z0-9+/]+=*'/)
+    expect(csp).toContain("connect-src 'self'")
+    const html = await res.text()
+    const script = /<script>([\s\S]*)<\/script>/.exec(html)?.[1] ?? ''
+    const digest = await crypto.subtle.digest('SHA-256', new TextEncoder().encode(script))
+    expect(csp).toContain(`'sha256-${btoa(String.fromCharCode(...new Uint8Array(digest)))}'`)
+    expect(html).not.toMatch(/src=["']https?:/)
+  })
+})
