@@ -11,13 +11,26 @@ import { keysRoutes } from './admin/keys-routes.ts'
 import { apiKeyAuth } from './auth/api-key-auth.ts'
 import type { CredentialResolver } from './auth/api-key-auth.ts'
 import { KeyStore } from './auth/keys.ts'
+import { tokenQuotaStage } from './auth/token-quota.ts'
+import { tokenRoutes } from './auth/token-routes.ts'
+import { TokenSigner } from './auth/tokens.ts'
+import { createCache } from './cache/index.ts'
+import type { GatewayCacheOptions } from './cache/index.ts'
 import { ConfigError, resolveConfig } from './config/resolve.ts'
+import { podgateCors } from './cors/index.ts'
 import type { GatewayOptionsInput } from './config/schema.ts'
 import { GatewayError } from './errors/index.ts'
 import { createLogger } from './http/log.ts'
 import type { LogSink } from './http/log.ts'
 import { createErrorHandler, errorResponse, formatForPath } from './http/respond.ts'
 import { openaiRoutes } from './openai/routes.ts'
+import { nativeRoutes } from './native-surface/routes.ts'
+import { quotaRoutes } from './quota/routes.ts'
+import { createQuotaService } from './quota/service.ts'
+import type { QuotaServiceOptions } from './quota/service.ts'
+import { quotaStage } from './quota/stage.ts'
+import { openApiHandler } from './openapi/document.ts'
+import { playgroundHandler } from './playground/page.ts'
 import { resolveModels } from './routing/models.ts'
 import { RunpodClient } from './upstream/runpod/client.ts'
 import { createDispatcher } from './upstream/dispatch.ts'
@@ -36,7 +49,13 @@ export interface GatewayOptions extends GatewayOptionsInput {
   fetch?: typeof fetch
   /** Where log lines go (already scrubbed of secrets). Default: `console.log`. */
   logSink?: LogSink
+  /** Quota defaults and store (see `quotaConfigSchema`), plus the Durable Object namespace and a clock. */
+  quota?: GatewayQuotaOptions
+  /** Answer caching (see `cacheConfigSchema`), plus the Cache API instance and the cache's clock. */
+  cache?: GatewayCacheOptions
 }
+
+export type GatewayQuotaOptions = NonNullable<GatewayOptionsInput['quota']> & Pick<QuotaServiceOptions, 'objects' | 'now'>
 
 /**
  * @example
@@ -47,13 +66,16 @@ export interface GatewayOptions extends GatewayOptionsInput {
  * }))
  */
 export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
-  const { kv: kvOption, credential, fetch: fetchOption, logSink, ...input } = options
-  const config = resolveConfig(input)
-  const log = createLogger({ secrets: [config.runpod.apiKey, config.adminToken ?? ''], sink: logSink })
+  const { kv: kvOption, credential, fetch: fetchOption, logSink, quota: quotaOption, cache: cacheOption, ...input } = options
+  const { objects: quotaObjects, now: quotaNow, ...quotaConfig } = quotaOption ?? {}
+  const { edgeCache, now: cacheNow, ...cacheConfig } = cacheOption ?? {}
+  const config = resolveConfig({ ...(quotaOption ? { ...input, quota: quotaConfig } : input), cache: cacheConfig })
+  const log = createLogger({ secrets: [config.runpod.apiKey, config.adminToken ?? '', config.signingSecret ?? ''], sink: logSink })
   const client = new RunpodClient({ apiKey: config.runpod.apiKey, timeoutMs: config.runpod.timeoutMs, fetch: fetchOption })
   const models = resolveModels(config)
   const kv = kvOption ?? defaultKv
   const store = (c: Context<GatewayEnv>) => new KeyStore(kv(c), { cacheTtlMs: config.keyCacheTtlMs })
+  const tokens = new TokenSigner({ secret: config.signingSecret ?? config.runpod.apiKey })
 
   const app = new Hono<GatewayEnv>()
   app.onError(createErrorHandler(log))
@@ -67,14 +89,47 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
   })
 
   app.get('/healthz', (c) => c.json({ ok: true }))
+  app.get('/openapi.json', openApiHandler({ routes: () => app.routes }))
+  if (config.playground) app.get('/playground', playgroundHandler())
 
-  app.use('/v1/*', apiKeyAuth({ store, credential }))
+  // CORS runs before auth: preflights carry no credential, and refusals must stay readable by the page.
+  const cors = podgateCors({ maxAgeSeconds: config.cors.maxAgeSeconds })
+  app.use('/v1/*', cors)
+  app.use('/v2/*', cors)
+  app.use('/v1/*', apiKeyAuth({ store, credential, tokens }))
+  app.route('/v1/tokens', tokenRoutes({ signer: tokens, models: new Set(models.keys()), maxBodyBytes: config.maxBodyBytes, ...config.tokens }))
   const dispatch = createDispatcher({ client, runpod: config.runpod })
   const stages: CompletionStage[] = []
+  const quota = createQuotaService({
+    defaults: config.quota?.defaults,
+    models: new Map(Object.entries(config.models).flatMap(([alias, m]) => (m.quota ? [[alias, m.quota] as const] : []))),
+    store: config.quota?.store,
+    flushIntervalMs: config.quota?.flushIntervalMs,
+    kv,
+    objects: quotaObjects,
+    now: quotaNow,
+  })
+  // A token minted with a quota of its own is held to it (counted under its token id) before the key's.
+  stages.push(tokenQuotaStage(quotaStage(quota)))
+  stages.push(quotaStage(quota))
+  // After quota: a cached answer still counts as a request (not as tokens).
+  const cache = createCache({ config: config.cache, models: config.models, kv, maxBodyBytes: config.maxBodyBytes, runtime: { edgeCache, now: cacheNow }, log })
+  if (config.cache.enabled) stages.push(cache.stage)
   app.route('/v1', openaiRoutes({ models, maxBodyBytes: config.maxBodyBytes, stages, dispatch }))
+
+  // The Runpod-native surface: the same stages but the cache (a job id is no answer to reuse). `?access_token=`
+  // (a minted token: EventSource sends no headers) only on its event streams.
+  const nativeAuth = apiKeyAuth({ store, credential, tokens })
+  const nativeStreamAuth = apiKeyAuth({ store, credential, tokens, queryToken: true })
+  app.use('/v2/*', function nativeSurfaceAuth(c, next) {
+    return /\/stream\/[^/]+$/.test(c.req.path) ? nativeStreamAuth(c, next) : nativeAuth(c, next)
+  })
+  app.route('/v2', nativeRoutes({ models, client, runpod: config.runpod, secret: config.signingSecret ?? config.runpod.apiKey, maxBodyBytes: config.maxBodyBytes, stages: stages.filter((stage) => stage !== cache.stage) }))
 
   app.use('/admin/*', adminAuth({ token: config.adminToken }))
   app.route('/admin/keys', keysRoutes({ store, models: new Set(models.keys()), maxBodyBytes: config.maxBodyBytes }))
+  app.route('/admin/cache', cache.routes)
+  app.route('/', quotaRoutes({ service: quota, keys: store }))
 
   return app
 }

@@ -2,10 +2,13 @@
  * The Hono environment podgate's app and middleware share.
  */
 import type { Principal } from './auth/keys.ts'
+import type { QuotaObject } from './quota/durable-object.ts'
 
 /** Bindings the Worker provides. All optional: injectable through `GatewayOptions` instead. */
 export interface GatewayBindings {
   PODGATE_KV?: KVNamespace
+  /** The strict quota store's Durable Object (`QuotaObject`). */
+  PODGATE_QUOTA?: DurableObjectNamespace<QuotaObject>
 }
 
 export interface GatewayVariables {

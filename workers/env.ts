@@ -6,9 +6,13 @@
  *   RUNPOD_BASE_URL      optional: overrides https://api.runpod.ai/v2 (the dev emulator, a proxy)
  *   PODGATE_ADMIN_TOKEN  secret, optional: enables /admin/*
  *   PODGATE_SIGNING_SECRET secret, optional: signs browser tokens and job ids (default: derived from RUNPOD_API_KEY)
+ *   PODGATE_TOKEN_MAX_TTL optional: longest lifetime of a minted browser token, in seconds (default 3600)
+ *   PODGATE_QUOTA        Durable Object binding (QuotaObject): the strict quota store
+ *   PODGATE_QUOTA_CONFIG optional JSON: gateway quota config, e.g. {"defaults":{"requestsPerMinute":60},"store":"kv"} (README "Quotas")
+ *   PODGATE_PLAYGROUND   optional: "true" serves the browser playground at /playground (dev only)
  */
 import { ConfigError } from '../src/index.ts'
-import type { GatewayOptions } from '../src/index.ts'
+import type { GatewayOptions, QuotaObject } from '../src/index.ts'
 
 export interface PodgateWorkerEnv {
   PODGATE_KV: KVNamespace
@@ -17,6 +21,10 @@ export interface PodgateWorkerEnv {
   RUNPOD_BASE_URL?: string
   PODGATE_ADMIN_TOKEN?: string
   PODGATE_SIGNING_SECRET?: string
+  PODGATE_TOKEN_MAX_TTL?: string
+  PODGATE_QUOTA?: DurableObjectNamespace<QuotaObject>
+  PODGATE_QUOTA_CONFIG?: string | Record<string, unknown>
+  PODGATE_PLAYGROUND?: string
 }
 
 export function optionsFromEnv(env: PodgateWorkerEnv): GatewayOptions {
@@ -28,6 +36,9 @@ export function optionsFromEnv(env: PodgateWorkerEnv): GatewayOptions {
     runpod: { apiKey: env.RUNPOD_API_KEY, ...(env.RUNPOD_BASE_URL ? { baseUrl: env.RUNPOD_BASE_URL } : {}) },
     ...(env.PODGATE_ADMIN_TOKEN ? { adminToken: env.PODGATE_ADMIN_TOKEN } : {}),
     ...(env.PODGATE_SIGNING_SECRET ? { signingSecret: env.PODGATE_SIGNING_SECRET } : {}),
+    ...(env.PODGATE_TOKEN_MAX_TTL ? { tokens: { maxTtlSeconds: Number(env.PODGATE_TOKEN_MAX_TTL) } } : {}),
+    ...(env.PODGATE_QUOTA_CONFIG ? { quota: parseQuotaConfig(env.PODGATE_QUOTA_CONFIG) as GatewayOptions['quota'] } : {}),
+    ...(env.PODGATE_PLAYGROUND === 'true' ? { playground: true } : {}),
   }
 }
 
@@ -38,5 +49,14 @@ function parseModels(value: PodgateWorkerEnv['PODGATE_MODELS']): unknown {
     return JSON.parse(value)
   } catch {
     throw new ConfigError('podgate: PODGATE_MODELS is not valid JSON. Check the [vars] block in wrangler.toml.')
+  }
+}
+
+function parseQuotaConfig(value: string | Record<string, unknown>): unknown {
+  if (typeof value !== 'string') return value
+  try {
+    return JSON.parse(value)
+  } catch {
+    throw new ConfigError('podgate: PODGATE_QUOTA_CONFIG is not valid JSON. Check the [vars] block in wrangler.toml.')
   }
 }

@@ -8,6 +8,9 @@ import type { GatewayEnv } from '../src/index.ts'
 import { optionsFromEnv } from './env.ts'
 import type { PodgateWorkerEnv } from './env.ts'
 
+// The strict quota store's Durable Object class: wrangler.toml binds it as PODGATE_QUOTA.
+export { QuotaObject } from '../src/durable-objects.ts'
+
 let gateway: Hono<GatewayEnv> | undefined
 
 export default {

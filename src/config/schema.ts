@@ -4,6 +4,8 @@
  * Parsed once at startup by `resolveConfig`; a mistake throws `ConfigError` naming the field and the fix.
  */
 import { z } from 'zod'
+import { quotaPolicySchema, quotaStoreKindSchema } from '../quota/policy.ts'
+import { cacheConfigSchema, modelCacheSchema } from '../cache/config.ts'
 
 /** Runpod endpoint ids are lowercase alphanumerics (runpod-api.md §1). */
 export const ENDPOINT_ID_PATTERN = /^[a-z0-9]{1,64}$/
@@ -63,6 +65,52 @@ export const endpointSchema = z.union([
 ])
 export type EndpointInput = z.input<typeof endpointSchema>
 
+/** How a model's requests survive upstream failures (README "Failure behaviour"). */
+export const resilienceSchema = z
+  .object({
+    /** Attempts before the first byte, across the model's endpoints. */
+    retries: z
+      .object({
+        /** Tries in all, the first included. Default 3. */
+        attempts: z.number().int().min(1).max(10).default(3),
+        /** First backoff ceiling; each retry doubles it (full jitter). Default 200. */
+        baseDelayMs: z.number().int().min(0).max(60_000).default(200),
+        /** Largest backoff. Default 2000. */
+        maxDelayMs: z.number().int().min(0).max(300_000).default(2_000),
+        /** No retry starts later than this after the request began; a longer `Retry-After` is not waited for. Default 10000. */
+        budgetMs: z.number().int().min(0).max(600_000).default(10_000),
+      })
+      .strict()
+      .default({ attempts: 3, baseDelayMs: 200, maxDelayMs: 2_000, budgetMs: 10_000 }),
+    /** Native streams: how long podgate holds the response for a first token before a hedge (or an early 200 with keep-alives). Default 10000. */
+    ttftBudgetMs: z.number().int().min(0).max(600_000).default(10_000),
+    /** Native streams: past `ttftBudgetMs` with the job still queued, start the request on another endpoint too; the first to answer wins, the other is cancelled. Default false. */
+    hedge: z.boolean().default(false),
+    timeouts: z
+      .object({
+        /** No first token by then: cancel upstream, 504 (or an SSE error once the stream is open). Default 120000. */
+        firstTokenMs: z.number().int().positive().max(3_600_000).default(120_000),
+        /** Longest silence between chunks once output began. Default 60000. */
+        idleMs: z.number().int().positive().max(3_600_000).default(60_000),
+        /** Longest answer in all. Default 600000. */
+        totalMs: z.number().int().positive().max(3_600_000).default(600_000),
+      })
+      .strict()
+      .default({ firstTokenMs: 120_000, idleMs: 60_000, totalMs: 600_000 }),
+    /** Per-isolate circuit breaker per endpoint. */
+    breaker: z
+      .object({
+        /** Consecutive failures that open the breaker. Default 3. */
+        failures: z.number().int().min(1).max(100).default(3),
+        /** How long an open endpoint is skipped. Default 30000. */
+        cooldownMs: z.number().int().min(0).max(3_600_000).default(30_000),
+      })
+      .strict()
+      .default({ failures: 3, cooldownMs: 30_000 }),
+  })
+  .strict()
+export type ResilienceConfig = z.output<typeof resilienceSchema>
+
 export const modelSchema = z
   .object({
     /** One or more endpoints that serve this model. */
@@ -81,9 +129,28 @@ export const modelSchema = z
     maxChoices: z.number().int().positive().max(16).default(4),
     /** `chat` models accept `messages`, `completion` models accept `prompt`; both by default. */
     kinds: z.array(z.enum(['chat', 'completion'])).min(1).default(['chat', 'completion']),
+    /** Native surface (`/v2/{model}/run`): send the job `input` unchanged, for handlers other than worker-vllm. Default false: the input must be worker-vllm's and is normalized and capped. */
+    passthrough: z.boolean().default(false),
+    /** Retries, failover, cold-start hedging, timeouts and breaker. Default: see `resilienceSchema`. */
+    resilience: resilienceSchema.default(() => resilienceSchema.parse({})),
+    /** Default quota limits when this model is called (above `quota.defaults`, below a key's own). Default: none. */
+    quota: quotaPolicySchema.optional(),
+    /** This model's cache settings (README "Caching"). Default: the gateway's `cache`. */
+    cache: modelCacheSchema.optional(),
   })
   .strict()
 export type ModelInput = z.input<typeof modelSchema>
+
+export const quotaConfigSchema = z
+  .object({
+    /** Limits for every key that sets none of its own (the lowest layer). Default: none. */
+    defaults: quotaPolicySchema.optional(),
+    /** Store for policies that do not set `strict`: `kv` (approximate) or `strict` (a Durable Object per key). Default `kv`. */
+    store: quotaStoreKindSchema.default('kv'),
+    /** KV store: least time between writes of one isolate's counters, and how long a listed total is reused, in ms. Default 1000. */
+    flushIntervalMs: z.number().int().min(1000).max(60_000).default(1000),
+  })
+  .strict()
 
 export const gatewayOptionsSchema = z
   .object({
@@ -103,6 +170,8 @@ export const gatewayOptionsSchema = z
         runsyncWaitMs: z.number().int().min(1000).max(300_000).default(90_000),
         /** Long-poll `?wait=` sent on native `/stream/{id}`, in ms. Default 10000. */
         streamWaitMs: z.number().int().min(0).max(300_000).default(10_000),
+        /** Most upstream polls one job event stream (`/v2/{model}/stream/{id}` as SSE) makes before it pauses; Workers cap subrequests per request (50 Free, 10,000 Paid). Default 900. */
+        maxPollsPerStream: z.number().int().min(1).max(9_000).default(900),
       })
       .strict(),
     /** Secret for signed browser tokens and job ids (32+ chars). Default: derived from the Runpod key. */
@@ -113,6 +182,30 @@ export const gatewayOptionsSchema = z
     maxBodyBytes: z.number().int().positive().max(20 * 1024 * 1024).default(1024 * 1024),
     /** How long a key lookup is cached in the isolate, in ms. Bounds revocation delay on top of KV's. Default 10000. */
     keyCacheTtlMs: z.number().int().min(0).max(60_000).default(10_000),
+    /** Short-lived browser tokens minted with `POST /v1/tokens` (README "Calling podgate from a browser"). */
+    tokens: z
+      .object({
+        /** Longest lifetime a token may be minted with, in seconds. Default 3600. */
+        maxTtlSeconds: z.number().int().min(60).max(86_400).default(3600),
+        /** Lifetime when the mint request names none, in seconds (never above the max). Default 600. */
+        defaultTtlSeconds: z.number().int().min(1).max(86_400).default(600),
+      })
+      .strict()
+      .default({ maxTtlSeconds: 3600, defaultTtlSeconds: 600 }),
+    /** CORS on `/v1/*` and `/v2/*` (README "Calling podgate from a browser"). */
+    cors: z
+      .object({
+        /** How long browsers may cache a preflight answer, in seconds. Default 600. */
+        maxAgeSeconds: z.number().int().min(0).max(86_400).default(600),
+      })
+      .strict()
+      .default({ maxAgeSeconds: 600 }),
+    /** Serve the browser playground at `GET /playground` (a dev tool: leave it off in production). Default false. */
+    playground: z.boolean().default(false),
+    /** Quotas (README "Quotas"). Default: no limits unless a key or model sets some. */
+    quota: quotaConfigSchema.optional(),
+    /** Caching of answers (README "Caching"). Default: on for deterministic requests, per key. */
+    cache: cacheConfigSchema.prefault({}),
   })
   .strict()
 export type GatewayOptionsInput = z.input<typeof gatewayOptionsSchema>
