@@ -1,0 +1,165 @@
+/**
+ * Bench-only Worker (run by `npm run bench` through `wrangler dev`, never deployed): loops podgate's
+ * request path inside workerd so its CPU cost can be read from the workerd process.
+ *
+ * `GET /loop?target=gateway|relay|identity|upstream|noop&n=&stream=0|1&events=&cache=off|miss|hit` runs `n` chat
+ * calls one after another through `createGateway(...).fetch` with the real ExecutionContext and reads
+ * each body to the end; `target=upstream` runs the same loop against the in-process fake upstream
+ * alone (`noop`: against nothing), so the runner can subtract what those and the loop itself cost;
+ * `target=relay` pipes the fake upstream's stream through the SSE relay alone (no gateway around it),
+ * and `target=identity` through an empty TransformStream (the cost of one stream hop in workerd): together
+ * they split the per-event cost into the runtime's stream hop, the relay's own work, and the rest.
+ * Every call authenticates with a key that carries a quota policy, so the quota stage counts it;
+ * `cache=miss` makes each request cacheable and new (a lookup that misses, then a store),
+ * `cache=hit` repeats one cacheable request, `cache=off` sends a request the cache skips.
+ */
+import { createGateway } from '../../../src/index.ts'
+import type { GatewayEnv } from '../../../src/index.ts'
+import type { Hono } from 'hono'
+import { chatBody, closingEvents, completionJson, contentEvent, parseScenario } from '../wire.ts'
+import { createOpenAIRelay } from '../../../src/streaming/openai-relay.ts'
+import { memoryCache, memoryKv } from './memory-stores.ts'
+
+// The quota store's Durable Object class, bound by wrangler.toml [env.dev]; unused with the default KV store.
+export { QuotaObject } from '../../../src/durable-objects.ts'
+
+interface Env {
+  PODGATE_KV: KVNamespace
+}
+
+const ADMIN_TOKEN = 'bench-admin-token-0123456789abcdef'
+const encoder = new TextEncoder()
+
+/** The upstream, in process: answers at once, so only podgate's own work is left to measure. */
+async function fakeUpstream(input: RequestInfo | URL, init?: RequestInit): Promise<Response> {
+  const body = await new Request(input, init).text()
+  if (!body.includes('"stream":true')) return new Response(completionJson('bench'), { headers: { 'content-type': 'application/json' } })
+  const { events, bytes } = parseScenario(body)
+  let i = 0
+  const stream = new ReadableStream<Uint8Array>({
+    pull(controller) {
+      if (i < events) controller.enqueue(encoder.encode(contentEvent('bench', i++, bytes)))
+      else {
+        controller.enqueue(encoder.encode(closingEvents('bench', events)))
+        controller.close()
+      }
+    },
+  })
+  return new Response(stream, { headers: { 'content-type': 'text/event-stream' } })
+}
+
+function piped(upstream: Response, target: string): Response {
+  const through = target === 'relay' ? createOpenAIRelay({ model: 'bench', includeUsage: true }) : new TransformStream<Uint8Array, Uint8Array>()
+  return new Response(upstream.body!.pipeThrough(through), { headers: { 'content-type': 'text/event-stream' } })
+}
+
+let gateway: Hono<GatewayEnv> | undefined
+let apiKey: string | undefined
+const kv = memoryKv()
+const cache = memoryCache()
+let seed = 0
+
+async function setup(env: Env, ctx: ExecutionContext): Promise<{ app: Hono<GatewayEnv>; key: string }> {
+  gateway ??= createGateway({
+    models: { bench: { endpoints: [{ endpointId: 'bench' }], mode: 'openai' } },
+    runpod: { apiKey: 'bench-runpod-key', baseUrl: 'http://upstream.bench/v2' },
+    adminToken: ADMIN_TOKEN,
+    fetch: fakeUpstream as typeof fetch,
+    logSink: () => {},
+    kv: () => kv,
+    cache: { edgeCache: () => cache },
+  })
+  if (!apiKey) {
+    const res = await gateway.fetch(
+      new Request('http://podgate.bench/admin/keys', {
+        method: 'POST',
+        headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ name: 'bench', quota: { requestsPerMinute: 1_000_000, tokensPerDay: 1_000_000_000 } }),
+      }),
+      env,
+      ctx,
+    )
+    if (res.status !== 201) throw new Error(`creating the bench key failed: ${res.status} ${await res.text()}`)
+    apiKey = ((await res.json()) as { key: string }).key
+  }
+  return { app: gateway, key: apiKey }
+}
+
+/**
+ * `GET /hop?mode=&upstream=` relays a stream from the real HTTP upstream through one streaming shape,
+ * so the runner can price each shape per event over real I/O: `floor` returns the fetch response as
+ * is; `identity` pipes it through an empty TransformStream; `timer` wraps it in a pull-based
+ * ReadableStream that races each read against a `setTimeout` (the shape of the upstream idle timeout in
+ * src/upstream/openai-route.ts, modelled here); `relay` pipes it through the SSE relay; `timer-relay`
+ * does both, as podgate's OpenAI-route streaming does.
+ */
+async function hop(url: URL): Promise<Response> {
+  const mode = url.searchParams.get('mode') ?? 'floor'
+  const body = chatBody('bench', { events: Number(url.searchParams.get('events') ?? 2000), first: 0, gap: 0 }, true)
+  const upstream = await fetch(url.searchParams.get('upstream')!, { method: 'POST', body, headers: { 'content-type': 'application/json' } })
+  let stream = upstream.body!
+  if (mode === 'identity') stream = stream.pipeThrough(new TransformStream<Uint8Array, Uint8Array>())
+  if (mode === 'timer' || mode === 'timer-relay') stream = timerWrapped(stream)
+  if (mode === 'relay' || mode === 'timer-relay') stream = stream.pipeThrough(createOpenAIRelay({ model: 'bench', includeUsage: true }))
+  return new Response(stream, { headers: { 'content-type': 'text/event-stream' } })
+}
+
+function timerWrapped(body: ReadableStream<Uint8Array>): ReadableStream<Uint8Array> {
+  const reader = body.getReader()
+  return new ReadableStream<Uint8Array>(
+    {
+      async pull(controller) {
+        let timer: ReturnType<typeof setTimeout> | undefined
+        const timeout = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error('idle')), 30_000)))
+        try {
+          const next = await Promise.race([reader.read(), timeout])
+          if (next.done) controller.close()
+          else controller.enqueue(next.value)
+        } finally {
+          if (timer !== undefined) clearTimeout(timer)
+        }
+      },
+      cancel: (reason) => reader.cancel(reason),
+    },
+    { highWaterMark: 0 },
+  )
+}
+
+export default {
+  async fetch(request, env, ctx) {
+    const url = new URL(request.url)
+    if (url.pathname === '/hop') return hop(url)
+    if (url.pathname !== '/loop') return new Response('ok')
+    const { app, key } = await setup(env, ctx)
+    const n = Number(url.searchParams.get('n') ?? 1)
+    const stream = url.searchParams.get('stream') === '1'
+    const events = Number(url.searchParams.get('events') ?? 100)
+    const target = url.searchParams.get('target') ?? 'gateway'
+    const cacheMode = url.searchParams.get('cache') ?? 'off'
+    const started = Date.now()
+    let status = 0
+    let bytes = 0
+    let cacheStatus: string | null = null
+    let quotaPolicy: string | null = null
+    for (let i = 0; i < n; i++) {
+      const extra = cacheMode === 'miss' ? { seed: ++seed } : cacheMode === 'hit' ? { seed: 0 } : {}
+      const body = chatBody('bench', { events, first: 0, gap: 0 }, stream, extra)
+      const init = { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body }
+      const res =
+        target === 'noop'
+          ? new Response(body)
+          : target === 'upstream'
+            ? await fakeUpstream('http://upstream.bench/v2/bench/openai/v1/chat/completions', init)
+            : target === 'relay' || target === 'identity'
+              ? piped(await fakeUpstream('http://upstream.bench/v2/bench/openai/v1/chat/completions', init), target)
+              : await app.fetch(new Request('http://podgate.bench/v1/chat/completions', init), env, ctx)
+      status = res.status
+      cacheStatus = res.headers.get('x-podgate-cache')
+      quotaPolicy = res.headers.get('ratelimit-policy')
+      bytes += (await res.arrayBuffer()).byteLength
+    }
+    // Date.now() is reported so the runner can tell whether workerd's clock moves during pure CPU work.
+    // The last response's cache and quota headers show which stages ran.
+    return Response.json({ n, status, bytes, cacheStatus, quotaPolicy, clockMs: Date.now() - started })
+  },
+} satisfies ExportedHandler<Env>

@@ -1,0 +1,464 @@
+/**
+ * `npm run bench`: podgate against direct calls and Portkey's gateway, on loopback, in one run.
+ *
+ * Starts a fixed-latency upstream (`upstream.ts`), podgate's Worker in workerd (`wrangler dev`), the
+ * bench-only CPU Worker (`cpu-worker/`), and Portkey (`portkey.ts`, skipped with a note if it cannot be
+ * installed); measures round-robin across targets so drift hits all alike; writes BENCHMARKS.md,
+ * docs/bench.svg and `.bench/results.json`. Options (env): BENCH_QUICK=1 for a short smoke run.
+ */
+import { execFileSync } from 'node:child_process'
+import { randomBytes } from 'node:crypto'
+import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs'
+import { cpus, loadavg, release, totalmem } from 'node:os'
+import { join, resolve } from 'node:path'
+import { gzipSync } from 'node:zlib'
+import { percentile, sampleRss, timeJson, timeStream } from './measure.ts'
+import type { Target } from './measure.ts'
+import { portkeyHeaders, startPortkey } from './portkey.ts'
+import type { Portkey } from './portkey.ts'
+import { cpuNs, findDescendant, freePort, running, start, waitForHttp } from './processes.ts'
+import type { Spawned } from './processes.ts'
+import { Miniflare, convertV4MiniflareOptions } from 'miniflare'
+import { renderChart, renderMarkdown } from './report.ts'
+import type { Results } from './report.ts'
+import { startUpstream } from './upstream.ts'
+import { chatBody } from './wire.ts'
+
+const quick = process.env.BENCH_QUICK === '1'
+const WRANGLER = resolve('node_modules/.bin/wrangler')
+const log = (message: string) => console.log(`[bench] ${message}`)
+const readJson = (path: string) => JSON.parse(readFileSync(path, 'utf8')) as Record<string, unknown>
+
+mkdirSync('.bench', { recursive: true })
+// wrangler dev would load the developer's .dev.vars; the bench gets an empty env file instead.
+writeFileSync('.bench/empty.env', '')
+const stoppers: Array<() => Promise<void>> = []
+const stopAll = async () => {
+  for (const stop of stoppers.splice(0).reverse()) await stop().catch(() => {})
+  for (const spawned of [...running]) await spawned.stop().catch(() => {})
+}
+process.on('SIGINT', () => {
+  // Signal every child group at once first: the orderly stop below may not get to finish.
+  for (const spawned of running) {
+    if (spawned.child.pid !== undefined) {
+      try {
+        process.kill(-spawned.child.pid, 'SIGTERM')
+      } catch {
+        // already gone
+      }
+    }
+  }
+  void stopAll().then(() => process.exit(130))
+})
+
+if (process.argv.includes('--report')) {
+  // Re-render BENCHMARKS.md and the chart from the last run (after editing NOTES.md or report.ts).
+  writeReport(JSON.parse(readFileSync('.bench/results.json', 'utf8')) as Results)
+} else {
+  try {
+    await main()
+  } finally {
+    await stopAll()
+  }
+}
+
+function writeReport(results: Results): void {
+  mkdirSync('docs', { recursive: true })
+  writeFileSync('docs/bench.svg', renderChart(results))
+  const notesPath = 'scripts/bench/NOTES.md'
+  writeFileSync('BENCHMARKS.md', renderMarkdown(results, existsSync(notesPath) ? readFileSync(notesPath, 'utf8') : ''))
+}
+
+async function main(): Promise<void> {
+  const started = Date.now()
+  const loadBefore = loadavg()[0]!
+
+  log('bundling the Worker (wrangler deploy --dry-run --minify)')
+  const bundle = measureBundle()
+
+  const upstream = await startUpstream()
+  stoppers.push(upstream.close)
+  log(`upstream on ${upstream.url}`)
+
+  log('starting podgate and the CPU bench Worker (Miniflare), and Portkey')
+  const portkeyStarting = startPortkey()
+  portkeyStarting.catch(() => {})
+  // One at a time: each Worker's workerd process is told apart by when it appeared.
+  const podgate = await startPodgate(upstream.url, bundle.script)
+  const cpuWorker = await startCpuWorker()
+  const floor = await startWorker({ script: 'scripts/bench/passthrough-worker.js', label: 'passthrough Worker', bindings: { UPSTREAM: upstream.url } })
+  log(`passthrough Worker (the workerd floor) on ${floor.url} (workerd pid ${floor.workerdPid})`)
+  const [portkeyResult] = await Promise.allSettled([portkeyStarting])
+  let portkey: Portkey | undefined
+  let portkeyNote: string | undefined
+  if (portkeyResult.status === 'fulfilled') {
+    portkey = portkeyResult.value
+  } else {
+    portkeyNote = `Portkey could not be installed or started: ${String((portkeyResult.reason as Error)?.message ?? portkeyResult.reason).split('\n')[0]}`
+    log(portkeyNote)
+  }
+
+  const targets: Target[] = [
+    { name: 'direct', url: `${upstream.url}/v1/chat/completions`, headers: { authorization: 'Bearer bench' } },
+    { name: 'workerd', url: `${floor.url}/v1/chat/completions`, headers: { authorization: 'Bearer bench' }, pid: floor.workerdPid },
+    { name: 'podgate', url: `${podgate.url}/v1/chat/completions`, headers: { authorization: `Bearer ${podgate.key}` }, pid: podgate.workerdPid },
+  ]
+  if (portkey) {
+    targets.push({ name: 'portkey', url: `${portkey.url}/v1/chat/completions`, headers: portkeyHeaders(upstream.url), pid: portkey.process.child.pid })
+  }
+  const model = 'bench'
+
+  // Warm every path (isolate compile, key cache, connection pools) before anything counts.
+  for (let i = 0; i < 20; i++) {
+    for (const t of targets) {
+      await timeJson(t, chatBody(model))
+      await timeStream(t, chatBody(model, { events: 5, first: 0, gap: 0 }, true))
+    }
+  }
+
+  const jsonN = quick ? 60 : 400
+  log(`JSON latency: ${jsonN} calls per target, round-robin`)
+  const json = await roundRobin(targets, jsonN, (t) => timeJson(t, chatBody(model, { first: 10 })))
+
+  const streamN = quick ? 15 : 60
+  log(`stream latency: ${streamN} streams of 100 events per target, round-robin`)
+  const stream = await roundRobin(targets, streamN, (t) => timeStream(t, chatBody(model, { events: 100, first: 10, gap: 1 }, true)))
+  for (const t of targets) {
+    const wrong = stream.values[t.name]!.find((s) => s.events < 100)
+    if (wrong) throw new Error(`${t.name}: a 100-event stream arrived with ${wrong.events} events`)
+  }
+
+  log('streaming throughput: 1 and 64 concurrent streams, as fast as the upstream writes')
+  const throughput: Results['throughput'] = {}
+  for (const concurrency of [1, 64]) {
+    const events = concurrency === 1 ? 2000 : 500
+    const reps = quick ? 1 : 3
+    for (let rep = 0; rep < reps; rep++) {
+      for (const t of targets) {
+        const t0 = performance.now()
+        const runs = await Promise.all(Array.from({ length: concurrency }, () => timeStream(t, chatBody(model, { events, first: 0, gap: 0 }, true))))
+        const seconds = (performance.now() - t0) / 1000
+        const received = runs.reduce((sum, r) => sum + r.events, 0)
+        const entry = (throughput[t.name] ??= {})
+        const key = concurrency === 1 ? 'one' : 'many'
+        entry[key] = Math.max(entry[key] ?? 0, received / seconds)
+      }
+    }
+  }
+
+  log('memory: peak resident memory while relaying a 1 MB and a 10 MB stream')
+  const memory: Results['memory'] = {}
+  // Each size twice, alternating: a one-off heap expansion in either run is noise, the smaller growth is what repeats.
+  for (const size of [1, 10, 1, 10]) {
+    for (const t of targets) {
+      if (t.pid === undefined) continue
+      const sampler = sampleRss(t.pid)
+      const run = await timeStream(t, chatBody(model, { events: size * 1000, bytes: 1000, first: 0, gap: 0 }, true))
+      const { first, peak } = sampler.stop()
+      if (run.bytes < size * 1_000_000) throw new Error(`${t.name}: the ${size} MB stream arrived short (${run.bytes} bytes)`)
+      const entry = (memory[t.name] ??= {})
+      const key = size === 1 ? 'oneMb' : 'tenMb'
+      const previous = entry[key]
+      if (!previous || peak - first < previous.peak - previous.before) entry[key] = { before: first, peak, bytes: run.bytes }
+    }
+  }
+
+  log('CPU inside workerd: request-path microbenchmark')
+  const cpu = await measureCpu(cpuWorker.url, cpuWorker.workerdPid, quick ? 5 : 15)
+  log('CPU inside workerd: stream shapes over HTTP')
+  const hops = await measureHops(cpuWorker.url, cpuWorker.workerdPid, `${upstream.url}/v1/chat/completions`, quick ? 2 : 4)
+
+  // Stop this run's servers before the cache bench, which starts its own podgate.
+  await stopAll()
+  const cacheBench = await runCacheBenchIfPresent()
+
+  const results: Results = {
+    date: new Date().toISOString(),
+    durationS: 0,
+    quick,
+    machine: { cores: cpus().length, cpu: cpus()[0]?.model.trim() ?? 'unknown', memoryGiB: totalmem() / 2 ** 30, kernel: release(), loadBefore },
+    versions: {
+      node: process.version,
+      wrangler: String(readJson('node_modules/wrangler/package.json').version),
+      workerd: String(readJson('node_modules/workerd/package.json').version),
+      podgate: String(readJson('package.json').version),
+      portkey: portkey?.version,
+    },
+    portkeyNote,
+    features: detectFeatures(cpu.stages),
+    json: summarize(json.values, (v) => v),
+    jsonCpu: json.cpuPerCall,
+    streamFirst: summarize(stream.values, (v) => v.firstByte),
+    streamLast: summarize(stream.values, (v) => v.lastByte),
+    streamCpu: stream.cpuPerCall,
+    throughput,
+    memory,
+    cpu,
+    hops,
+    cacheBench,
+    bundle: { raw: bundle.raw, gzip: bundle.gzip, inputs: bundle.inputs, portkeyGzip: portkeyBundleGzip() },
+  }
+  results.durationS = (Date.now() - started) / 1000
+  writeFileSync('.bench/results.json', JSON.stringify(results, null, 2))
+  writeReport(results)
+  log(`done in ${results.durationS.toFixed(0)} s: BENCHMARKS.md, docs/bench.svg, .bench/results.json`)
+}
+
+/** Each iteration calls every target once, in a rotating order; also records process CPU per call. */
+async function roundRobin<T>(targets: Target[], n: number, call: (t: Target) => Promise<T>) {
+  const values: Record<string, T[]> = {}
+  const cpuTotals: Record<string, number> = {}
+  for (let i = 0; i < n; i++) {
+    for (let j = 0; j < targets.length; j++) {
+      const t = targets[(i + j) % targets.length]!
+      const before = t.pid === undefined ? 0 : cpuNs(t.pid)
+      const value = await call(t)
+      if (t.pid !== undefined) cpuTotals[t.name] = (cpuTotals[t.name] ?? 0) + cpuNs(t.pid) - before
+      ;(values[t.name] ??= []).push(value)
+    }
+  }
+  const cpuPerCall: Record<string, number> = {}
+  for (const [name, total] of Object.entries(cpuTotals)) cpuPerCall[name] = total / n / 1e6
+  return { values, cpuPerCall }
+}
+
+function summarize<T>(values: Record<string, T[]>, pick: (value: T) => number): Results['json'] {
+  const out: Results['json'] = {}
+  for (const [name, list] of Object.entries(values)) {
+    const ms = list.map(pick)
+    out[name] = { p50: percentile(ms, 50), p99: percentile(ms, 99), n: ms.length }
+  }
+  return out
+}
+
+/**
+ * A Worker bundle served by Miniflare: one workerd process, no file watching and no proxy hop in front
+ * of the Worker (`wrangler dev` adds both, and rebuilds when anyone edits src/ mid-run). The bundle is
+ * exactly what `wrangler deploy` would upload.
+ */
+async function startWorker(options: { script: string; bindings: Record<string, string>; label: string; quota?: boolean }) {
+  const before = new Set(workerdChildren())
+  const mf = new Miniflare(convertV4MiniflareOptions({
+    host: '127.0.0.1',
+    port: await freePort(),
+    modules: true,
+    scriptPath: options.script,
+    compatibilityDate: compatibilityDate(),
+    kvNamespaces: ['PODGATE_KV'],
+    ...(options.quota ? { durableObjects: { PODGATE_QUOTA: { className: 'QuotaObject', useSQLite: true } } } : {}),
+    bindings: options.bindings,
+  }))
+  const url = (await mf.ready).href.replace(/\/$/, '')
+  stoppers.push(() => mf.dispose())
+  const workerdPid = workerdChildren().find((pid) => !before.has(pid))
+  if (workerdPid === undefined) throw new Error(`${options.label}: no workerd process started`)
+  return { url, workerdPid }
+}
+
+function workerdChildren(): number[] {
+  const pids: number[] = []
+  for (let pid = findDescendant(process.pid, 'workerd', []); pid !== undefined; pid = findDescendant(process.pid, 'workerd', pids)) pids.push(pid)
+  return pids
+}
+
+function compatibilityDate(): string {
+  return /^compatibility_date\s*=\s*"([^"]+)"/m.exec(readFileSync('wrangler.toml', 'utf8'))?.[1] ?? '2026-08-01'
+}
+
+function bundleWorker(outdir: string, extra: string[] = []): string {
+  try {
+    execFileSync(WRANGLER, ['deploy', '--dry-run', '--outdir', outdir, '--minify', ...extra], { stdio: 'pipe', env: { ...process.env, WRANGLER_SEND_METRICS: 'false' } })
+  } catch (error) {
+    const stderr = String((error as { stderr?: Buffer }).stderr ?? '').replace(/\x1b\[[0-9;]*m/g, '')
+    throw new Error(`bundling with wrangler failed (does the tree build?):\n${stderr.slice(-3000)}`)
+  }
+  const script = readdirSync(outdir).find((file) => /\.m?js$/.test(file))
+  if (!script) throw new Error(`wrangler wrote no script to ${outdir}`)
+  return join(outdir, script)
+}
+
+async function startPodgate(upstreamUrl: string, script: string) {
+  const adminToken = randomBytes(24).toString('hex')
+  const server = await startWorker({
+    script,
+    label: 'podgate',
+    quota: true,
+    bindings: {
+      RUNPOD_BASE_URL: `${upstreamUrl}/v2`,
+      RUNPOD_API_KEY: 'bench',
+      PODGATE_MODELS: JSON.stringify({ bench: { endpoints: [{ endpointId: 'bench' }], mode: 'openai' } }),
+      PODGATE_ADMIN_TOKEN: adminToken,
+    },
+  })
+  const res = await fetch(`${server.url}/admin/keys`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' },
+    // A quota policy high enough never to refuse: the quota stage runs, nothing is limited.
+    body: JSON.stringify({ name: 'bench', quota: { requestsPerMinute: 1_000_000, tokensPerDay: 1_000_000_000 } }),
+  })
+  if (res.status !== 201) throw new Error(`podgate: creating the bench key failed: ${res.status} ${await res.text()}`)
+  const { key } = (await res.json()) as { key: string }
+  log(`podgate on ${server.url} (workerd pid ${server.workerdPid})`)
+  return { ...server, key }
+}
+
+async function startCpuWorker() {
+  const script = bundleWorker('.bench/cpu-bundle', ['--env', 'dev', 'scripts/bench/cpu-worker/worker.ts'])
+  const server = await startWorker({ script, label: 'cpu worker', bindings: {}, quota: true })
+  log(`CPU bench Worker on ${server.url} (workerd pid ${server.workerdPid})`)
+  return server
+}
+
+/**
+ * CPU per request and per relayed event, from workerd's own CPU time around whole loops: each
+ * batch runs the gateway loop and the same loop against the fake upstream alone (or nothing, for
+ * cache hits, which never reach it), and the difference is podgate's. Per event: the slope between
+ * 10-event and 1000-event streams.
+ */
+async function measureCpu(url: string, pid: number, batches: number): Promise<Results['cpu']> {
+  const stages = { cacheMiss: '', cacheHit: '', quota: '' }
+  const run = async (query: string) => {
+    const before = cpuNs(pid)
+    const res = await fetch(`${url}/loop?${query}`)
+    if (res.status !== 200) throw new Error(`cpu worker: ${query} answered ${res.status}: ${await res.text()}`)
+    const body = (await res.json()) as { status: number; clockMs: number; cacheStatus: string | null; quotaPolicy: string | null }
+    const ns = cpuNs(pid) - before
+    if (body.status !== 200) throw new Error(`cpu worker: ${query}: the gateway answered ${body.status}`)
+    if (query.includes('target=gateway&') && query.includes('cache=miss')) stages.cacheMiss = body.cacheStatus ?? 'none'
+    if (query.includes('target=gateway&') && query.includes('cache=hit')) stages.cacheHit = body.cacheStatus ?? 'none'
+    if (query.includes('target=gateway&')) stages.quota = body.quotaPolicy ?? 'none'
+    return { ns, clockMs: body.clockMs }
+  }
+  const jsonN = 200
+  const shortN = 50
+  const longN = 10
+  const loop = (target: string, n: number, rest: string) => run(`target=${target}&n=${n}&${rest}`)
+  for (const target of ['gateway', 'relay', 'identity', 'upstream', 'noop']) {
+    await loop(target, 50, 'cache=miss')
+    await loop(target, 50, 'cache=hit')
+    await loop(target, 20, 'stream=1&events=1000')
+  }
+  const miss: number[] = []
+  const off: number[] = []
+  const hit: number[] = []
+  const streamShort: number[] = []
+  const perEvent: number[] = []
+  const relayEvent: number[] = []
+  const hopEvent: number[] = []
+  let clock = { cpuMs: 0, clockMs: 0 }
+  for (let b = 0; b < batches; b++) {
+    const upJson = await loop('upstream', jsonN, 'cache=miss')
+    const gwMiss = await loop('gateway', jsonN, 'cache=miss')
+    const gwOff = await loop('gateway', jsonN, 'cache=off')
+    const noop = await loop('noop', jsonN, 'cache=hit')
+    const gwHit = await loop('gateway', jsonN, 'cache=hit')
+    const upShort = await loop('upstream', shortN, 'stream=1&events=10')
+    const gwShort = await loop('gateway', shortN, 'stream=1&events=10')
+    const upLong = await loop('upstream', longN, 'stream=1&events=1000')
+    const gwLong = await loop('gateway', longN, 'stream=1&events=1000')
+    const relayShort = await loop('relay', shortN, 'stream=1&events=10')
+    const relayLong = await loop('relay', longN, 'stream=1&events=1000')
+    const identityShort = await loop('identity', shortN, 'stream=1&events=10')
+    const identityLong = await loop('identity', longN, 'stream=1&events=1000')
+    miss.push((gwMiss.ns - upJson.ns) / jsonN / 1e6)
+    off.push((gwOff.ns - upJson.ns) / jsonN / 1e6)
+    hit.push((gwHit.ns - noop.ns) / jsonN / 1e6)
+    const short = (gwShort.ns - upShort.ns) / shortN
+    const long = (gwLong.ns - upLong.ns) / longN
+    streamShort.push(short / 1e6)
+    perEvent.push((long - short) / 990 / 1e3)
+    relayEvent.push(((relayLong.ns - upLong.ns) / longN - (relayShort.ns - upShort.ns) / shortN) / 990 / 1e3)
+    hopEvent.push(((identityLong.ns - upLong.ns) / longN - (identityShort.ns - upShort.ns) / shortN) / 990 / 1e3)
+    clock = { cpuMs: gwMiss.ns / 1e6, clockMs: gwMiss.clockMs }
+  }
+  const p = (values: number[]) => ({ p50: percentile(values, 50), p90: percentile(values, 90) })
+  return { batches, jsonPerBatch: jsonN, requestMs: p(miss), uncacheableMs: p(off), cacheHitMs: p(hit), streamRequestMs: p(streamShort), eventUs: p(perEvent), relayEventUs: p(relayEvent), hopEventUs: p(hopEvent), clock, stages }
+}
+
+/**
+ * The answer-cache bench (`scripts/bench/cache.ts`, owned by the cache work) when the tree has it: its
+ * default workload, rendered as it renders itself. Loaded by path so this runner works without it.
+ */
+async function runCacheBenchIfPresent(): Promise<string | undefined> {
+  const path = './cache.ts'
+  if (!existsSync(join('scripts/bench', path))) return undefined
+  log('answer cache: scripts/bench/cache.ts')
+  try {
+    const cache = (await import(path)) as {
+      runCacheBench(options: Record<string, number>): Promise<unknown>
+      renderCacheBench(result: unknown): string
+    }
+    const result = await cache.runCacheBench({ requests: quick ? 100 : 300, prompts: 100, zipfS: 1.1, concurrency: 8, tokenDelayMs: 2 })
+    return cache.renderCacheBench(result)
+  } catch (error) {
+    return `The cache bench failed: ${String((error as Error)?.message ?? error).split('\n')[0]}`
+  }
+}
+
+/** workerd CPU per relayed event over real HTTP for each stream shape (see `hop` in the CPU Worker), round-robin. */
+async function measureHops(url: string, pid: number, upstreamUrl: string, reps: number): Promise<Results['hops']> {
+  const modes = ['floor', 'identity', 'timer', 'relay', 'timer-relay'] as const
+  const totals = new Map<string, { ns: number; events: number; seconds: number }>()
+  for (let rep = 0; rep <= reps; rep++) {
+    for (const mode of modes) {
+      const before = cpuNs(pid)
+      const started = performance.now()
+      const target: Target = { name: 'podgate', url: `${url}/hop?mode=${mode}&events=2000&upstream=${encodeURIComponent(upstreamUrl)}`, headers: {} }
+      const run = await timeStream(target, '')
+      if (rep === 0) continue // warm-up
+      const total = totals.get(mode) ?? { ns: 0, events: 0, seconds: 0 }
+      total.ns += cpuNs(pid) - before
+      total.events += run.events
+      total.seconds += (performance.now() - started) / 1000
+      totals.set(mode, total)
+    }
+  }
+  return modes.map((mode) => {
+    const t = totals.get(mode)!
+    return { mode, eventUs: t.ns / t.events / 1e3, eventsPerSecond: t.events / t.seconds }
+  })
+}
+
+function measureBundle(): Results['bundle'] & { script: string } {
+  const outdir = '.bench/bundle'
+  const script = bundleWorker(outdir, ['--metafile', join(outdir, 'bundle-meta.json')])
+  let raw = 0
+  let gzip = 0
+  for (const file of readdirSync(outdir)) {
+    if (!/\.(m?js|wasm)$/.test(file)) continue
+    const path = join(outdir, file)
+    raw += statSync(path).size
+    gzip += gzipSync(readFileSync(path), { level: 9 }).byteLength
+  }
+  return { raw, gzip, script, inputs: largestInputs(join(outdir, 'bundle-meta.json')) }
+}
+
+/** The bundle's biggest contributors by package, from esbuild's metafile (bytes in the minified output). */
+function largestInputs(metafile: string): Array<{ name: string; bytes: number }> {
+  if (!existsSync(metafile)) return []
+  const meta = JSON.parse(readFileSync(metafile, 'utf8')) as { outputs: Record<string, { inputs: Record<string, { bytesInOutput: number }> }> }
+  const byPackage = new Map<string, number>()
+  for (const output of Object.values(meta.outputs)) {
+    for (const [path, input] of Object.entries(output.inputs)) {
+      const match = /node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(path)
+      const name = match ? match[1]! : path.replace(/^(src\/[^/]+|workers)\/.*$/, '$1')
+      byPackage.set(name, (byPackage.get(name) ?? 0) + input.bytesInOutput)
+    }
+  }
+  return [...byPackage].map(([name, bytes]) => ({ name, bytes })).sort((a, b) => b.bytes - a.bytes).slice(0, 12)
+}
+
+/** Portkey's Node build, gzipped the same way, for context (it is a Node server, not a Worker). */
+function portkeyBundleGzip(): number | undefined {
+  const build = '.bench/portkey/node_modules/@portkey-ai/gateway/build/start-server.js'
+  return existsSync(build) ? gzipSync(readFileSync(build), { level: 9 }).byteLength : undefined
+}
+
+/** Which request-path stages ran in the CPU bench, from the headers its last responses carried. */
+function detectFeatures(stages: Results['cpu']['stages']): Results['features'] {
+  return {
+    auth: true,
+    quota: stages.quota !== 'none' && stages.quota !== '',
+    cache: stages.cacheMiss !== 'none' && stages.cacheMiss !== '',
+  }
+}
