@@ -48,7 +48,21 @@ export async function freePort(): Promise<number> {
   })
 }
 
+/**
+ * A port picked free can be taken by another process before wrangler binds it (several e2e files
+ * start servers at once), so a start that loses that race is tried again on new ports.
+ */
 export async function startPodgate(options: PodgateServerOptions = {}): Promise<PodgateServer> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startOnce(options)
+    } catch (error) {
+      if (attempt >= 3 || !/address already in use|EADDRINUSE/i.test(String(error))) throw error
+    }
+  }
+}
+
+async function startOnce(options: PodgateServerOptions): Promise<PodgateServer> {
   let emulator: RunpodEmulator | undefined
   let emulatorServer: { url: string; close(): Promise<void> } | undefined
   let upstream = options.upstreamUrl
@@ -59,6 +73,8 @@ export async function startPodgate(options: PodgateServerOptions = {}): Promise<
     upstream = `${emulatorServer.url}/v2`
   }
   const port = await freePort()
+  // Two wrangler dev processes at once would both try the default inspector port (9229).
+  const inspectorPort = await freePort()
   const adminToken = `e2e_admin_${crypto.randomUUID().replaceAll('-', '')}`
   const vars: Record<string, string> = {
     RUNPOD_API_KEY: 'e2e-runpod-key-not-secret',
@@ -66,7 +82,7 @@ export async function startPodgate(options: PodgateServerOptions = {}): Promise<
     PODGATE_ADMIN_TOKEN: adminToken,
     ...options.vars,
   }
-  const args = ['dev', '--config', options.config ?? 'wrangler.toml', '--env', options.env ?? 'dev', '--ip', '127.0.0.1', '--port', String(port), '--show-interactive-dev-session=false', '--log-level', 'warn', '--persist-to', `.wrangler/e2e-${port}`]
+  const args = ['dev', '--config', options.config ?? 'wrangler.toml', '--env', options.env ?? 'dev', '--ip', '127.0.0.1', '--port', String(port), '--inspector-port', String(inspectorPort), '--show-interactive-dev-session=false', '--log-level', 'warn', '--persist-to', `.wrangler/e2e-${port}`]
   for (const [name, value] of Object.entries(vars)) args.push('--var', `${name}:${value}`)
   const worker = spawn('wrangler', args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, WRANGLER_SEND_METRICS: 'false' } })
   let output = ''
