@@ -25,15 +25,14 @@ async function relay(chunks: Uint8Array[], options: Partial<OpenAIRelayOptions> 
   let firstEvents = 0
   const body = bodyOf(chunks, failWith)
   const text = await readText(
-    body.pipeThrough(
-      createOpenAIRelay({
-        model: ALIAS,
-        includeUsage: false,
-        onUsage: (usage) => usages.push(usage),
-        onFirstEvent: () => firstEvents++,
-        ...options,
-      }),
-    ),
+    createOpenAIRelay({
+      source: body.getReader(),
+      model: ALIAS,
+      includeUsage: false,
+      onUsage: (usage) => usages.push(usage),
+      onFirstEvent: () => firstEvents++,
+      ...options,
+    }),
   )
   return { text, usages, firstEvents, data: sseData(text) }
 }
@@ -148,7 +147,7 @@ describe('createOpenAIRelay', () => {
 
   it('ends with an error event on an event that is not JSON, and stops reading upstream', async () => {
     const body = bodyOf([bytesOf('data: {"id":"x",\n\n'), ...vllmEvents().map(bytesOf)])
-    const data = sseData(await readText(body.pipeThrough(createOpenAIRelay({ model: ALIAS, includeUsage: false }))))
+    const data = sseData(await readText(createOpenAIRelay({ source: body.getReader(), model: ALIAS, includeUsage: false })))
     expect(data).toHaveLength(1)
     expect(data[0]).toMatch(/not JSON/)
     await new Promise((resolve) => setTimeout(resolve, 0))
@@ -158,7 +157,7 @@ describe('createOpenAIRelay', () => {
   it('cancels the upstream body when the caller goes away', async () => {
     const events = vllmEvents().map(bytesOf)
     const body = bodyOf(events)
-    const reader = body.pipeThrough(createOpenAIRelay({ model: ALIAS, includeUsage: false })).getReader()
+    const reader = createOpenAIRelay({ source: body.getReader(), model: ALIAS, includeUsage: false }).getReader()
     await reader.read()
     await reader.cancel('client gone')
     await new Promise((resolve) => setTimeout(resolve, 0))
@@ -175,13 +174,103 @@ describe('createOpenAIRelay', () => {
         else controller.close()
       },
     })
-    const reader = body.pipeThrough(createOpenAIRelay({ model: ALIAS, includeUsage: false })).getReader()
+    const reader = createOpenAIRelay({ source: body.getReader(), model: ALIAS, includeUsage: false }).getReader()
     await reader.read()
     await new Promise((resolve) => setTimeout(resolve, 10))
     expect(pulled).toBeLessThan(8)
     let rest = 0
     while (!(await reader.read()).done) rest++
     expect(rest).toBeGreaterThan(5)
+  })
+})
+
+describe('createOpenAIRelay timeouts', () => {
+  const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+
+  /** An upstream that sends `events` with `gapMs` between them, then stalls forever. */
+  function paced(events: Uint8Array[], gapMs: number) {
+    let index = 0
+    let cancelled = false
+    const stream = new ReadableStream<Uint8Array>(
+      {
+        async pull(controller) {
+          const next = events[index++]
+          if (!next) return new Promise<void>(() => {})
+          if (index > 1) await sleep(gapMs)
+          controller.enqueue(next)
+        },
+        cancel() {
+          cancelled = true
+        },
+      },
+      { highWaterMark: 0 },
+    )
+    return { stream, cancelled: () => cancelled }
+  }
+
+  async function run(upstream: ReturnType<typeof paced>, options: Partial<OpenAIRelayOptions>) {
+    const outcomes: unknown[] = []
+    const text = await readText(
+      createOpenAIRelay({ source: upstream.stream.getReader(), model: ALIAS, includeUsage: false, onEnd: (end) => outcomes.push(end), ...options }),
+    )
+    return { data: sseData(text), outcomes }
+  }
+
+  it('relays the bytes read before it first, then the rest', async () => {
+    const [head, ...rest] = vllmEvents().map(bytesOf)
+    const result = await relay(rest, { first: head })
+    expect(result.text).toBe(expected({ includeUsage: false }))
+  })
+
+  it('lets a stream longer than the idle window through when no single gap reaches it', async () => {
+    const upstream = paced(vllmEvents().map(bytesOf), 15)
+    const result = await run(upstream, { idleMs: 60 })
+    expect(result.data.at(-1)).toBe('[DONE]')
+    expect(result.outcomes).toEqual([{ ok: true }])
+  })
+
+  it('ends a stalled stream with an upstream_timeout event, no [DONE], and cancels the upstream', async () => {
+    const upstream = paced(vllmEvents().slice(0, 3).map(bytesOf), 0)
+    const result = await run(upstream, { idleMs: 40 })
+    expect(JSON.parse(result.data.at(-1) ?? '')).toMatchObject({ error: { code: 'upstream_timeout', message: expect.stringMatching(/stopped sending/) } })
+    expect(result.data).not.toContain('[DONE]')
+    expect(contentOf(result.data.slice(0, -1))).toEqual(['Hello'])
+    expect(result.outcomes).toMatchObject([{ ok: false, started: true, error: { code: 'upstream_timeout' } }])
+    expect(upstream.cancelled()).toBe(true)
+  })
+
+  it('ends a stream that outlives the total deadline, however steady', async () => {
+    const events = vllmEvents()
+    const upstream = paced([...events.slice(0, 3), ...Array<string>(50).fill(events[1] ?? '')].map(bytesOf), 10)
+    const result = await run(upstream, { idleMs: 1_000, totalDeadline: Date.now() + 80 })
+    expect(JSON.parse(result.data.at(-1) ?? '')).toMatchObject({ error: { code: 'upstream_timeout', message: expect.stringMatching(/longer than podgate allows/) } })
+    expect(upstream.cancelled()).toBe(true)
+  })
+
+  it('does not count the time the caller takes to read as upstream idleness', async () => {
+    const upstream = paced(vllmEvents().map(bytesOf), 0)
+    const outcomes: unknown[] = []
+    const reader = createOpenAIRelay({ source: upstream.stream.getReader(), model: ALIAS, includeUsage: false, idleMs: 30, onEnd: (end) => outcomes.push(end) }).getReader()
+    let text = ''
+    const decoder = new TextDecoder()
+    for (;;) {
+      const next = await reader.read()
+      if (next.done) break
+      text += decoder.decode(next.value, { stream: true })
+      await sleep(45)
+    }
+    expect(sseData(text).at(-1)).toBe('[DONE]')
+    expect(outcomes).toEqual([{ ok: true }])
+  })
+
+  it('reports the caller leaving and cancels the upstream with its reason', async () => {
+    const body = bodyOf(vllmEvents().map(bytesOf))
+    const outcomes: unknown[] = []
+    const reader = createOpenAIRelay({ source: body.getReader(), model: ALIAS, includeUsage: false, idleMs: 1_000, onEnd: (end) => outcomes.push(end) }).getReader()
+    await reader.read()
+    await reader.cancel('client gone')
+    expect(body.cancelled()).toBe('client gone')
+    expect(outcomes).toMatchObject([{ ok: false, started: true, error: { code: 'upstream_error' } }])
   })
 })
 

@@ -2,12 +2,15 @@
  * Relays the SSE body of Runpod's `/openai/v1/*` route (vLLM's own stream) to the caller.
  *
  * Owns: renaming `model` to the caller's alias, keeping the usage chunk for podgate (and the caller only
- * if they asked), and ending honestly: a stream that breaks, errors, or stops before `[DONE]` ends with
- * an OpenAI error event and no `[DONE]`, so a cut answer never looks whole.
+ * if they asked), the idle and total timeouts, and ending honestly: a stream that breaks, errors, times
+ * out or stops before `[DONE]` ends with an OpenAI error event and no `[DONE]`, so a cut answer never
+ * looks whole.
  *
- * It is a `{ readable, writable }` pair rather than a `TransformStream`: when the upstream body errors
- * (network drop), `pipeThrough` aborts the writable side, and a TransformStream would then error its
- * readable side and discard queued output; this pair instead writes the error event and closes cleanly.
+ * It is one pull-based `ReadableStream` that reads the upstream reader itself, not a stage to
+ * `pipeThrough`: every JavaScript stream stage costs workerd a turn per chunk, which is most of the CPU
+ * per relayed token (scripts/bench/NOTES.md). Reading directly also keeps the ending in podgate's hands:
+ * a broken upstream becomes an error event on a cleanly closed stream instead of an errored one that
+ * discards queued output.
  */
 import { createParser } from 'eventsource-parser'
 import type { EventSourceMessage, ParseError } from 'eventsource-parser'
@@ -17,6 +20,10 @@ import type { Usage } from './openai-chunks.ts'
 import { DEFAULT_MAX_EVENT_CHARS, isRecord, readUsage, upstreamErrorMessage, workerFailure } from './vllm.ts'
 
 export interface OpenAIRelayOptions {
+  /** The upstream body's reader. The relay reads it to the end, and cancels it when it stops early. */
+  source: ReadableStreamDefaultReader<Uint8Array>
+  /** Bytes already read from `source` (a caller waiting for the first bytes), relayed before the rest. */
+  first?: Uint8Array
   /** The podgate alias written into every chunk's `model` (the upstream serves another name). */
   model: string
   /** When set, replaces every chunk's `id`. Default: vLLM's id passes through. */
@@ -31,26 +38,31 @@ export interface OpenAIRelayOptions {
   onEnd?(outcome: RelayOutcome): void
   /** Most characters one event may buffer before the stream is refused. Default 4 Mi. */
   maxEventChars?: number
+  /** Longest wait, in ms, for the next upstream chunk once the caller asked for it. Default: no limit. */
+  idleMs?: number
+  /** Time (epoch ms) after which an unfinished stream ends with `upstream_timeout`. Default: no limit. */
+  totalDeadline?: number
 }
 
 export type RelayOutcome = { ok: true } | { ok: false; error: GatewayError; started: boolean }
 
-/** What `ReadableStream.pipeThrough` accepts. */
-export interface OpenAIRelay {
-  writable: WritableStream<Uint8Array>
-  readable: ReadableStream<Uint8Array>
-}
-
 const encoder = new TextEncoder()
 const STREAM_DECODE: TextDecoderDecodeOptions = { stream: true }
+const IDLE_MESSAGE = 'The model stopped sending for too long.'
+const TOTAL_MESSAGE = 'The answer took longer than podgate allows.'
+const ignore = () => undefined
 
 /**
  * @example
- * const relay = createOpenAIRelay({ model: 'llama-8b', includeUsage: request.includeUsage, onUsage })
- * return new Response(upstream.body.pipeThrough(relay), { headers: SSE_HEADERS })
+ * const source = upstream.body.getReader()
+ * const relay = createOpenAIRelay({ source, model: 'llama-8b', includeUsage: request.includeUsage, idleMs: 30_000 })
+ * return new Response(relay, { headers: SSE_HEADERS })
  */
-export function createOpenAIRelay(options: OpenAIRelayOptions): OpenAIRelay {
-  const { model, id, includeUsage, onUsage, onFirstEvent, onEnd } = options
+export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<Uint8Array> {
+  const { source, model, id, includeUsage, onUsage, onFirstEvent, onEnd } = options
+  const idleMs = options.idleMs ?? Infinity
+  const totalDeadline = options.totalDeadline ?? Infinity
+  const timed = idleMs !== Infinity || totalDeadline !== Infinity
   let reported = false
   function report(outcome: RelayOutcome): void {
     if (reported) return
@@ -62,16 +74,22 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): OpenAIRelay {
   const decoder = new TextDecoder()
   const parser = createParser({ onEvent: relayEvent, onError: onParseError, maxBufferSize: options.maxEventChars ?? DEFAULT_MAX_EVENT_CHARS })
 
-  /** SSE text produced by the current write: sent as one enqueue, however many events the bytes held. */
+  let first = options.first
+  /** SSE text produced by the current chunk: sent as one enqueue, however many events the bytes held. */
   let out = ''
-  /** `ended` once `[DONE]` or an error event was written: nothing more goes out. */
+  /** `ended` once `[DONE]` or an error event was written, or the caller left: nothing more goes out. */
   let ended = false
   let started = false
   let usageSeen = false
   let readableClosed = false
-  let readableController!: ReadableStreamDefaultController<Uint8Array>
-  let writableController!: WritableStreamDefaultController
-  let wake: (() => void) | undefined
+  let controller!: ReadableStreamDefaultController<Uint8Array>
+  /** When the pending upstream read began (ms), or -1 while none is pending: the idle clock. */
+  let readingSince = -1
+  /**
+   * One timer per idle window, not one per chunk: when it fires it either times the stream out or
+   * re-arms itself for what is left of the window of the read pending now.
+   */
+  let timer: ReturnType<typeof setTimeout> | undefined
 
   function relayEvent(event: EventSourceMessage): void {
     if (ended) return
@@ -142,75 +160,104 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): OpenAIRelay {
     if (out === '') return
     const text = out
     out = ''
-    if (!readableClosed) readableController.enqueue(encoder.encode(text))
+    if (!readableClosed) controller.enqueue(encoder.encode(text))
   }
 
-  function closeReadable(): void {
+  /** Sends what is left and closes the caller's stream; the relay is over. */
+  function finish(): void {
+    flush()
+    if (timer !== undefined) clearTimeout(timer)
+    timer = undefined
     if (readableClosed) return
     readableClosed = true
-    readableController.close()
+    controller.close()
   }
 
-  const readable = new ReadableStream<Uint8Array>({
-    start(controller) {
-      readableController = controller
-    },
-    pull() {
-      const resume = wake
-      wake = undefined
-      resume?.()
-    },
-    cancel(reason) {
-      // The caller went away: stop reading upstream, which makes pipeThrough cancel the upstream body.
-      readableClosed = true
-      if (!ended) report({ ok: false, error: new GatewayError('upstream_error', 'The caller went away.'), started })
-      ended = true
-      const resume = wake
-      wake = undefined
-      resume?.()
-      writableController.error(reason)
-    },
-  })
+  function arm(ms: number): void {
+    timer = setTimeout(onTimer, Math.max(0, ms))
+  }
 
-  const writable = new WritableStream<Uint8Array>({
-    start(controller) {
-      writableController = controller
-    },
-    async write(chunk) {
+  function onTimer(): void {
+    timer = undefined
+    // No read pending: the caller is the slow side, which is not the upstream's idleness.
+    if (ended || readingSince < 0) return
+    const now = Date.now()
+    const idleLeft = readingSince + idleMs - now
+    const totalLeft = totalDeadline - now
+    if (idleLeft > 0 && totalLeft > 0) return arm(Math.min(idleLeft, totalLeft))
+    fail(new GatewayError('upstream_timeout', totalLeft <= 0 ? TOTAL_MESSAGE : IDLE_MESSAGE))
+    finish()
+    // Cancelling the upstream body aborts the fetch, which stops vLLM's generation; the pending read ends.
+    source.cancel().catch(ignore)
+  }
+
+  /** Relays one upstream chunk; `true` when it produced output or ended the relay. */
+  function relayChunk(chunk: Uint8Array): boolean {
+    feed(decoder.decode(chunk, STREAM_DECODE))
+    if (ended) {
+      finish()
+      // Nothing more will be relayed ([DONE], or a refused event): stop the upstream.
+      source.cancel().catch(ignore)
+      return true
+    }
+    if (out === '') return false
+    flush()
+    return true
+  }
+
+  async function pull(): Promise<void> {
+    if (first !== undefined) {
+      const chunk = first
+      first = undefined
+      if (relayChunk(chunk)) return
+    }
+    // A chunk may hold no whole event (or only a stripped usage chunk): read on until one goes out.
+    for (;;) {
+      if (timed) {
+        readingSince = Date.now()
+        if (timer === undefined) arm(Math.min(idleMs, totalDeadline - readingSince))
+      }
+      let next: ReadableStreamReadResult<Uint8Array>
+      try {
+        next = await source.read()
+      } catch (reason) {
+        readingSince = -1
+        // A GatewayError reason is podgate's own verdict (e.g. the client's timeout), kept as the final event.
+        fail(reason instanceof GatewayError ? reason : new GatewayError('upstream_error', 'The upstream connection broke before the model finished.', { cause: reason }))
+        return finish()
+      }
+      readingSince = -1
+      // A timeout or the caller leaving ended the relay while the read was pending.
       if (ended) return
-      feed(decoder.decode(chunk, STREAM_DECODE))
-      flush()
-      if (ended) {
-        closeReadable()
-        // Nothing more will be relayed: erroring this side makes pipeThrough cancel the upstream body.
-        writableController.error(new Error('podgate: the relayed stream has ended'))
-        return
-      }
-      const room = readableController.desiredSize
-      if (!readableClosed && room !== null && room <= 0) {
-        await new Promise<void>((resolve) => {
-          wake = resolve
-        })
-      }
-    },
-    close() {
-      if (!ended) {
+      if (next.done) {
         feed(decoder.decode())
         // An event whose blank line never came is dropped (SSE spec): without [DONE] the answer is cut.
         fail(new GatewayError('upstream_error', 'The upstream stream ended before the model finished.'))
+        return finish()
       }
-      flush()
-      closeReadable()
-    },
-    abort(reason) {
-      // A GatewayError reason is podgate's own verdict (e.g. an idle timeout), kept as the final event.
-      fail(reason instanceof GatewayError ? reason : new GatewayError('upstream_error', 'The upstream connection broke before the model finished.', { cause: reason }))
-      flush()
-      closeReadable()
-    },
-  })
+      if (relayChunk(next.value)) return
+    }
+  }
 
-  return { writable, readable }
+  return new ReadableStream<Uint8Array>(
+    {
+      start(c) {
+        controller = c
+      },
+      pull,
+      cancel(reason) {
+        // The caller went away: stop the upstream too.
+        if (!ended) report({ ok: false, error: new GatewayError('upstream_error', 'The caller went away.'), started })
+        ended = true
+        readableClosed = true
+        if (timer !== undefined) clearTimeout(timer)
+        timer = undefined
+        return source.cancel(reason).catch(ignore)
+      },
+    },
+    // Reads upstream only when the caller wants more: one chunk in flight, never the answer buffered.
+    { highWaterMark: 0 },
+  )
 }
 
 const QUOTE = 0x22

@@ -23,7 +23,8 @@ import type { CompletionCall, TokenUsage } from './types.ts'
 
 /** Most `/stream` polls one streamed answer may make: Workers cap subrequests per invocation. */
 export const MAX_STREAM_POLLS = 900
-const HEARTBEAT = new TextEncoder().encode(': keep-alive\n\n')
+const encoder = new TextEncoder()
+const HEARTBEAT = encoder.encode(': keep-alive\n\n')
 
 /** One job on one endpoint. Only the winner's chunks ever reach the caller. */
 interface Attempt {
@@ -31,8 +32,8 @@ interface Attempt {
   jobId: string
   status: string
   decoder: NativeStreamDecoder
-  /** Chunks decoded but not yet sent. */
-  pending: Uint8Array[]
+  /** SSE text decoded but not yet sent: a page's events go out as one write, not one per token. */
+  pending: string
   usage: TokenUsage | undefined
   /** A terminal status was seen: nothing to cancel upstream. */
   ended: boolean
@@ -96,7 +97,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
       endpoint,
       jobId,
       status,
-      pending: [],
+      pending: '',
       usage: undefined,
       ended: false,
       completed: false,
@@ -109,7 +110,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
         id,
         created,
         maxTokens: request.sampling.max_tokens,
-        onChunk: (chunk) => attempt.pending.push(encodeSSEData(JSON.stringify(chunk))),
+        onChunk: (chunk) => (attempt.pending += `data: ${JSON.stringify(chunk)}\n\n`),
         onUsage: (u) => (attempt.usage = { prompt_tokens: u.prompt_tokens, completion_tokens: u.completion_tokens, total_tokens: u.total_tokens }),
       }),
     }
@@ -232,8 +233,8 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
     for (const other of [...live]) if (other !== attempt) drop(other)
     producedOutput = true
     openResponse()
-    for (const bytes of attempt.pending) emit(bytes)
-    attempt.pending = []
+    if (attempt.pending.length > 0) emit(encoder.encode(attempt.pending))
+    attempt.pending = ''
     usage = attempt.usage
   }
 
@@ -256,8 +257,8 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
     for (;;) {
       if (winner.pending.length > 0) {
         producedOutput = true
-        for (const bytes of winner.pending) emit(bytes)
-        winner.pending = []
+        emit(encoder.encode(winner.pending))
+        winner.pending = ''
         lastOutput = Date.now()
       }
       usage = winner.usage

@@ -4,7 +4,8 @@
  *
  * A stream is answered only once its first upstream bytes arrived, so an upstream that fails before
  * that (HTTP 5xx, 429, a body that breaks at once) is retried on the next endpoint; after it, the first
- * token, idle and total timeouts end the stream with an error event, never a clean ending.
+ * token, idle and total timeouts end the stream with an error event, never a clean ending. The relay
+ * reads the upstream body itself and enforces the idle and total timeouts (one stream stage per chunk).
  */
 import { toOpenAIBody } from '../normalize/index.ts'
 import { createOpenAIRelay } from '../streaming/openai-relay.ts'
@@ -36,13 +37,16 @@ export async function openaiRouteCompletion(call: CompletionCall): Promise<Respo
 
     let usage: TokenUsage | undefined
     const relay = createOpenAIRelay({
+      source: reader,
+      first,
       model: model.alias,
       includeUsage: request.includeUsage,
+      idleMs: timeouts.idleMs,
+      totalDeadline: started + timeouts.totalMs,
       onUsage: (u) => (usage = u),
       onEnd: (end) => call.settle(end.ok ? { ok: true, usage } : { ok: false, error: end.error, producedOutput: end.started, usage }),
     })
-    const guarded = timedBody(reader, first, { idleMs: timeouts.idleMs, totalDeadline: started + timeouts.totalMs })
-    return new Response(guarded.pipeThrough(relay), { status: 200, headers: SSE_HEADERS })
+    return new Response(relay, { status: 200, headers: SSE_HEADERS })
   }
 
   return plan.run(async (endpoint) => {
@@ -77,34 +81,4 @@ async function readWithin(reader: ReadableStreamDefaultReader<Uint8Array>, ms: n
   } finally {
     if (timer !== null) clearTimeout(timer)
   }
-}
-
-/**
- * The upstream body from its first chunk on, with idle and total timeouts: a timeout cancels the
- * upstream (aborting the fetch stops vLLM's generation) and errors the stream with the GatewayError,
- * which the relay writes as the final error event.
- */
-function timedBody(reader: ReadableStreamDefaultReader<Uint8Array>, first: Uint8Array, limits: { idleMs: number; totalDeadline: number }): ReadableStream<Uint8Array> {
-  let sentFirst = false
-  return new ReadableStream<Uint8Array>({
-    async pull(controller) {
-      if (!sentFirst) {
-        sentFirst = true
-        controller.enqueue(first)
-        return
-      }
-      const total = limits.totalDeadline - Date.now()
-      const totalBinds = total < limits.idleMs
-      try {
-        const next = await readWithin(reader, Math.min(limits.idleMs, total), totalBinds ? 'The answer took longer than podgate allows.' : 'The model stopped sending for too long.')
-        if (next.done) controller.close()
-        else controller.enqueue(next.value)
-      } catch (error) {
-        controller.error(error)
-      }
-    },
-    cancel(reason) {
-      return reader.cancel(reason)
-    },
-  }, { highWaterMark: 0 })
 }

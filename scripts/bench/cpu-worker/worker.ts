@@ -49,8 +49,10 @@ async function fakeUpstream(input: RequestInfo | URL, init?: RequestInit): Promi
 }
 
 function piped(upstream: Response, target: string): Response {
-  const through = target === 'relay' ? createOpenAIRelay({ model: 'bench', includeUsage: true }) : new TransformStream<Uint8Array, Uint8Array>()
-  return new Response(upstream.body!.pipeThrough(through), { headers: { 'content-type': 'text/event-stream' } })
+  const body = target === 'relay'
+    ? createOpenAIRelay({ source: upstream.body!.getReader(), model: 'bench', includeUsage: true })
+    : upstream.body!.pipeThrough(new TransformStream<Uint8Array, Uint8Array>())
+  return new Response(body, { headers: { 'content-type': 'text/event-stream' } })
 }
 
 let gateway: Hono<GatewayEnv> | undefined
@@ -90,8 +92,8 @@ async function setup(env: Env, ctx: ExecutionContext): Promise<{ app: Hono<Gatew
  * so the runner can price each shape per event over real I/O: `floor` returns the fetch response as
  * is; `identity` pipes it through an empty TransformStream; `timer` wraps it in a pull-based
  * ReadableStream that races each read against a `setTimeout` (the shape of the upstream idle timeout in
- * src/upstream/openai-route.ts, modelled here); `relay` pipes it through the SSE relay; `timer-relay`
- * does both, as podgate's OpenAI-route streaming does.
+ * src/upstream/openai-route.ts before the relay enforced it, modelled here); `relay` has the SSE relay
+ * read it, as podgate's OpenAI-route streaming does; `timer-relay` does both (the former shape).
  */
 async function hop(url: URL): Promise<Response> {
   const mode = url.searchParams.get('mode') ?? 'floor'
@@ -100,7 +102,7 @@ async function hop(url: URL): Promise<Response> {
   let stream = upstream.body!
   if (mode === 'identity') stream = stream.pipeThrough(new TransformStream<Uint8Array, Uint8Array>())
   if (mode === 'timer' || mode === 'timer-relay') stream = timerWrapped(stream)
-  if (mode === 'relay' || mode === 'timer-relay') stream = stream.pipeThrough(createOpenAIRelay({ model: 'bench', includeUsage: true }))
+  if (mode === 'relay' || mode === 'timer-relay') stream = createOpenAIRelay({ source: stream.getReader(), model: 'bench', includeUsage: true })
   return new Response(stream, { headers: { 'content-type': 'text/event-stream' } })
 }
 
