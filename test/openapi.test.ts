@@ -5,7 +5,7 @@
  */
 import { Hono } from 'hono'
 import { describe, expect, it } from 'vitest'
-import { z } from 'zod'
+import * as z from 'zod'
 import { chatCompletionRequestSchema, completionRequestSchema } from '../src/normalize/schemas.ts'
 import { documentedRoutes } from '../src/openapi/document.ts'
 import { OPERATIONS } from '../src/openapi/operations.ts'

@@ -4,7 +4,7 @@
  */
 import { Hono } from 'hono'
 import type { Context } from 'hono'
-import { z } from 'zod'
+import * as z from 'zod'
 import { publicKeyView } from '../auth/keys.ts'
 import type { KeyRecord, KeyStore } from '../auth/keys.ts'
 import { originSchema } from '../auth/origins.ts'

@@ -2,7 +2,7 @@
  * Browser origins on key records and tokens: one canonical spelling, so the check on the hot path is a
  * plain string comparison with the `Origin` header (which browsers send already serialized this way).
  */
-import { z } from 'zod'
+import * as z from 'zod'
 
 /**
  * `https://App.Example.com:443/` -> `https://app.example.com`; null for anything that is not a bare

@@ -5,7 +5,7 @@
  * quota of its own, for at most `tokens.maxTtlSeconds`.
  */
 import { Hono } from 'hono'
-import { z } from 'zod'
+import * as z from 'zod'
 import { GatewayError } from '../errors/index.ts'
 import { readJsonBody } from '../http/body.ts'
 import { zodToGatewayError } from '../http/zod-error.ts'

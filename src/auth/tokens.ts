@@ -8,7 +8,7 @@
  * secret's hash), so revoking or rotating the parent ends its tokens: the auth step reads the parent
  * through the key cache, as it reads keys.
  */
-import { z } from 'zod'
+import * as z from 'zod'
 import { base64url, fromBase64url, sign, signingKey, verify } from '../crypto/signing.ts'
 import { quotaPolicySchema } from '../quota/policy.ts'
 import type { QuotaPolicy } from '../quota/policy.ts'

@@ -2,7 +2,7 @@
  * The zod schemas of podgate's cache settings: gateway-wide (`cache`) and per model (`models.*.cache`).
  * Included in the gateway's config schema (`src/config/schema.ts`).
  */
-import { z } from 'zod'
+import * as z from 'zod'
 
 export const cacheConfigSchema = z
   .object({

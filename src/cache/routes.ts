@@ -8,7 +8,7 @@
  */
 import { Hono } from 'hono'
 import type { Context } from 'hono'
-import { z } from 'zod'
+import * as z from 'zod'
 import { GatewayError } from '../errors/index.ts'
 import { readJsonBody } from '../http/body.ts'
 import { waitUntilOf } from '../http/context.ts'

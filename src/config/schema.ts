@@ -3,7 +3,7 @@
  *
  * Parsed once at startup by `resolveConfig`; a mistake throws `ConfigError` naming the field and the fix.
  */
-import { z } from 'zod'
+import * as z from 'zod'
 import { quotaPolicySchema, quotaStoreKindSchema } from '../quota/policy.ts'
 import { cacheConfigSchema, modelCacheSchema } from '../cache/config.ts'
 

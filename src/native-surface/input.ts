@@ -6,7 +6,7 @@
  * no field reaches the GPU that podgate did not check (`openai_route` included). Models configured
  * `passthrough: true` serve other handlers: their `input` is any JSON object and is sent as is.
  */
-import { z } from 'zod'
+import * as z from 'zod'
 import { GatewayError } from '../errors/index.ts'
 import { normalizeChatRequest, normalizeCompletionRequest, parseRequest, SAMPLING_KEYS, toNativeInput } from '../normalize/index.ts'
 import type { NormalizedRequest } from '../normalize/index.ts'

@@ -7,7 +7,7 @@
  * declared with `unsupported()` so they fail with a message that says so, not "unrecognized".
  * Optional fields accept `null` as "not sent", as OpenAI's spec marks them nullable.
  */
-import { z } from 'zod'
+import * as z from 'zod'
 
 /** Longest text podgate accepts, per string and summed over a request's messages or prompt. */
 export const MAX_TEXT_CHARS = 1_000_000

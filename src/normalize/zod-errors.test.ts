@@ -1,5 +1,5 @@
 import { describe, it, expect } from 'vitest'
-import { z } from 'zod'
+import * as z from 'zod'
 import { GatewayError } from '../errors/index.ts'
 import { invalidRequestFromIssues, parseRequest } from './zod-errors.ts'
 

@@ -6,7 +6,7 @@
  * A route mounted in `createGateway` without an entry here is still listed (the document is built from
  * the app's own route table) but `test/openapi.test.ts` fails until it is described.
  */
-import { z } from 'zod'
+import * as z from 'zod'
 import { createKeySchema, updateKeySchema } from '../admin/keys-routes.ts'
 import { mintTokenSchema } from '../auth/token-routes.ts'
 import { purgeSchema } from '../cache/routes.ts'

@@ -5,7 +5,7 @@
  * one UTC day. Counters belong to the key; a model default only sets the limit used when that model
  * is called.
  */
-import { z } from 'zod'
+import * as z from 'zod'
 
 export const quotaPolicySchema = z
   .object({

@@ -4,7 +4,7 @@
  */
 
 import { Hono } from 'hono'
-import { z } from 'zod'
+import * as z from 'zod'
 import type { EmulatorContext, EmulatorEnv } from './context.ts'
 import { viewJob } from './jobs.ts'
 import { recordCalls } from './middleware.ts'

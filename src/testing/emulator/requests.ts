@@ -4,7 +4,7 @@
  * is built from the same generation.
  */
 
-import { z } from 'zod'
+import * as z from 'zod'
 import { parseDirectives } from './directives.ts'
 import type { Directives } from './directives.ts'
 import type { ChatMessageText } from './generate.ts'
