@@ -5,15 +5,23 @@
  * Sends N concurrent streams (default 240) across the three dev models with a fault mix (transient 503s
  * per endpoint, 429s, 500s, stalls, mid-stream failures, cold starts), then checks that every request
  * ended with the right answer (compared with the emulator's deterministic text) or the right error, that
- * no job is left running upstream, and that workerd's memory stayed flat. Prints a summary table and
- * exits non-zero on any wrong answer or leaked job.
+ * no job is left running upstream, and that the Worker's memory stayed flat: judged from heap snapshots
+ * of its isolate taken through devtools after a forced GC (request contexts still alive, live heap), not
+ * from RSS, which is printed for both workerd processes but also counts miniflare's storage simulators,
+ * wrangler's proxy and pages the allocator keeps. Prints a summary table and exits non-zero on any wrong
+ * answer, leaked job or memory that is not flat.
  *
  *   npm run load [-- --requests 240 --rounds 4]
+ *
+ * `LOAD_WRANGLER_LOG=file` keeps wrangler's output (the Worker's log lines); `LOAD_HEAP_SNAPSHOTS=dir` keeps
+ * the Worker's heap snapshots.
  */
 import { spawn, execFileSync } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
-import { mkdirSync, rmSync, writeFileSync } from 'node:fs'
+import { mkdirSync, openSync, rmSync, writeFileSync } from 'node:fs'
+import { request as httpRequest } from 'node:http'
 import { createServer } from 'node:net'
+import type { Duplex } from 'node:stream'
 import { parseArgs } from 'node:util'
 import { createParser } from 'eventsource-parser'
 import { createRunpodEmulator, generateCompletion } from '../src/testing/index.ts'
@@ -25,6 +33,10 @@ const ROUNDS = Math.min(Number(values.rounds ?? 4), 6)
 const DEADLINE_MS = 60_000
 const HOST = '127.0.0.1'
 const MAX_TOKENS = 48
+/** Growth in request contexts alive after a GC between the first and last reading: the rounds' `waitUntil` stragglers. */
+const MAX_CONTEXT_GROWTH = 2
+/** Live heap growth between the first and last reading, in KiB: code V8 compiles late, caches filling up. */
+const MAX_HEAP_GROWTH_KIB = 4 * 1024
 
 /** What a request is made to do, and what a correct answer to it looks like. */
 interface Scenario {
@@ -67,10 +79,10 @@ async function freePort(): Promise<number> {
   })
 }
 
-function rssKiB(pid: number): number {
-  // workerd runs as a child of wrangler: sum the RSS of every workerd process under it.
+/** RSS of the workerd processes under wrangler, in KiB: the one running the Worker, and wrangler's own proxy. */
+function rssKiB(pid: number): { worker: number; proxy: number } {
   try {
-    const out = execFileSync('ps', ['-eo', 'pid,ppid,rss,comm'], { encoding: 'utf8' })
+    const out = execFileSync('ps', ['-eo', 'pid,ppid,rss,args'], { encoding: 'utf8' })
     const rows = out.trim().split('\n').slice(1).map((line) => line.trim().split(/\s+/))
     const children = new Map<number, number[]>()
     for (const [p, pp] of rows) children.set(Number(pp), [...(children.get(Number(pp)) ?? []), Number(p)])
@@ -81,15 +93,147 @@ function rssKiB(pid: number): number {
       tree.add(next)
       stack.push(...(children.get(next) ?? []))
     }
-    return rows.filter(([p, , , comm]) => tree.has(Number(p)) && comm?.includes('workerd')).reduce((sum, row) => sum + Number(row[2]), 0)
+    const sum = { worker: 0, proxy: 0 }
+    for (const [p, , kib, command, ...args] of rows) {
+      if (!tree.has(Number(p)) || !command?.endsWith('workerd')) continue
+      // wrangler starts two: the Worker's (with miniflare's KV and Cache simulators) takes the inspector.
+      sum[args.some((a) => a.startsWith('--inspector-addr')) ? 'worker' : 'proxy'] += Number(kib)
+    }
+    return sum
   } catch {
-    return 0
+    return { worker: 0, proxy: 0 }
+  }
+}
+
+/**
+ * A devtools session over a bare WebSocket. Built on `node:http` because wrangler's inspector proxy
+ * wants an `Origin` header that the WHATWG WebSocket cannot set. Enough of RFC 6455 for a short session.
+ */
+async function devtools(url: string): Promise<{ call: (method: string) => Promise<Record<string, unknown>>; close: () => void; snapshot: () => string }> {
+  const socket = await new Promise<Duplex>((resolve, reject) => {
+    const req = httpRequest(url.replace(/^ws/, 'http'), {
+      headers: { connection: 'Upgrade', upgrade: 'websocket', 'sec-websocket-version': '13', 'sec-websocket-key': randomBytes(16).toString('base64'), origin: 'http://localhost' },
+    })
+    req.on('upgrade', (_res, upgraded: Duplex, head: Buffer) => {
+      if (head.length > 0) upgraded.unshift(head)
+      resolve(upgraded)
+    })
+    req.on('response', (res) => reject(new Error(`devtools answered ${res.statusCode}`)))
+    req.on('error', reject)
+    req.end()
+  })
+  const replies = new Map<number, (result: Record<string, unknown>) => void>()
+  let closed = (_error: Error) => undefined as void
+  const ended = new Promise<never>((_, reject) => (closed = reject))
+  ended.catch(() => undefined)
+  const chunks: string[] = []
+  let buffer = Buffer.alloc(0)
+  let message = Buffer.alloc(0)
+  socket.on('data', (chunk: Buffer) => {
+    buffer = Buffer.concat([buffer, chunk])
+    for (;;) {
+      if (buffer.length < 2) return
+      const fin = (buffer[0]! & 0x80) !== 0
+      let length = buffer[1]! & 0x7f
+      let offset = 2
+      if ((buffer[0]! & 0x0f) > 2) {
+        if (buffer.length < 2 + length) return
+        // Closed (wrangler's proxy takes one client at a time, 1013 for the next): fail now, to retry.
+        if ((buffer[0]! & 0x0f) === 8) closed(new Error(`devtools closed the session (${length >= 2 ? buffer.readUInt16BE(2) : 'no code'})`))
+        // A ping: nothing to answer for a session this short.
+        buffer = buffer.subarray(2 + length)
+        continue
+      }
+      if (length === 126) [length, offset] = [buffer.length >= 4 ? buffer.readUInt16BE(2) : Infinity, 4]
+      else if (length === 127) [length, offset] = [buffer.length >= 10 ? Number(buffer.readBigUInt64BE(2)) : Infinity, 10]
+      if (buffer.length < offset + length) return
+      message = Buffer.concat([message, buffer.subarray(offset, offset + length)])
+      buffer = buffer.subarray(offset + length)
+      if (!fin) continue
+      const parsed = JSON.parse(message.toString('utf8')) as { id?: number; method?: string; params?: { chunk?: string }; result?: Record<string, unknown> }
+      message = Buffer.alloc(0)
+      if (parsed.method === 'HeapProfiler.addHeapSnapshotChunk') chunks.push(parsed.params?.chunk ?? '')
+      if (parsed.id !== undefined) replies.get(parsed.id)?.(parsed.result ?? {})
+    }
+  })
+  socket.on('error', () => undefined)
+  // Far from the ids wrangler's proxy uses for its own messages to the runtime.
+  let id = 1_000_000
+  const frame = (opcode: number, payload: Buffer) => {
+    const mask = randomBytes(4)
+    const header = payload.length < 126 ? Buffer.from([0x80 | opcode, 0x80 | payload.length]) : Buffer.from([0x80 | opcode, 0x80 | 126, payload.length >> 8, payload.length & 0xff])
+    socket.write(Buffer.concat([header, mask, payload.map((byte, i) => byte ^ mask[i % 4]!)]))
+  }
+  return {
+    call(method) {
+      const reply = new Promise<Record<string, unknown>>((resolve) => replies.set(++id, resolve))
+      frame(1, Buffer.from(JSON.stringify({ id, method })))
+      return Promise.race([reply, ended, new Promise<never>((_, reject) => setTimeout(() => reject(new Error(`${method} timed out`)), method === 'HeapProfiler.takeHeapSnapshot' ? 30_000 : 3_000))])
+    },
+    // A close frame, not only a dropped socket: the proxy frees its one client slot when it sees it.
+    close() {
+      frame(8, Buffer.from([0x03, 0xe8]))
+      socket.end()
+    },
+    snapshot: () => chunks.splice(0).join(''),
+  }
+}
+
+interface HeapReading {
+  /** Live JS heap after a forced GC, in KiB. */
+  usedKiB: number
+  /** Request contexts (workerd `ExecutionContext`s) still alive after it: each is a request's state kept past its end. */
+  contexts: number
+}
+
+/**
+ * The Worker isolate's heap after a full GC, asked through devtools (`--inspector-port`). RSS alone cannot
+ * tell a leak from V8 and the allocator keeping freed pages, from miniflare's storage in the same process,
+ * or from wrangler's proxy; a heap snapshot can: once every request and its `waitUntil` work has ended, no
+ * request context may survive a GC. `LOAD_HEAP_SNAPSHOTS=dir` keeps the snapshots for devtools.
+ */
+async function readHeap(inspectorPort: number, label: string): Promise<HeapReading | undefined> {
+  // wrangler's inspector proxy drops what a new session sends before it has reached the runtime: try again.
+  for (let attempt = 1; attempt <= 2; attempt++) {
+    const reading = await readHeapOnce(inspectorPort, label, attempt === 2)
+    if (reading) return reading
+    await new Promise((r) => setTimeout(r, 1_000))
+  }
+  return undefined
+}
+
+async function readHeapOnce(inspectorPort: number, label: string, report: boolean): Promise<HeapReading | undefined> {
+  try {
+    const targets = (await (await fetch(`http://${HOST}:${inspectorPort}/json`)).json()) as { webSocketDebuggerUrl?: string }[]
+    const url = targets.find((t) => t.webSocketDebuggerUrl)?.webSocketDebuggerUrl
+    if (!url) return undefined
+    const session = await devtools(url)
+    try {
+      await session.call('HeapProfiler.collectGarbage')
+      const usage = await session.call('Runtime.getHeapUsage')
+      await session.call('HeapProfiler.takeHeapSnapshot')
+      const text = session.snapshot()
+      if (process.env.LOAD_HEAP_SNAPSHOTS) writeFileSync(`${process.env.LOAD_HEAP_SNAPSHOTS}/${label}.heapsnapshot`, text)
+      const snapshot = JSON.parse(text) as { snapshot: { meta: { node_fields: string[] } }; nodes: number[]; strings: string[] }
+      const fields = snapshot.snapshot.meta.node_fields
+      const nameAt = fields.indexOf('name')
+      const context = snapshot.strings.indexOf('workerd / ExecutionContext')
+      let contexts = 0
+      for (let i = nameAt; i < snapshot.nodes.length; i += fields.length) if (snapshot.nodes[i] === context) contexts++
+      return typeof usage.usedSize === 'number' ? { usedKiB: Math.round(usage.usedSize / 1024), contexts } : undefined
+    } finally {
+      session.close()
+    }
+  } catch (error) {
+    if (report) console.error(`load: reading the Worker heap failed: ${String(error)}`)
+    return undefined
   }
 }
 
 const emulator = createRunpodEmulator({ maxCalls: 50_000 })
 const upstream = await serveNode((request) => emulator.fetch(request), { port: 0, host: HOST, onError: () => undefined })
 const port = await freePort()
+const inspectorPort = await freePort()
 const adminToken = randomBytes(24).toString('hex')
 mkdirSync('.wrangler', { recursive: true })
 writeFileSync('.wrangler/load.env', `PODGATE_ADMIN_TOKEN="${adminToken}"\n`, { mode: 0o600 })
@@ -102,11 +246,11 @@ if ((await new Promise<number | null>((resolve) => build.on('exit', resolve))) !
   process.exit(2)
 }
 const wrangler = spawn('wrangler', [
-  'dev', '.wrangler/load-build/podgate.js', '--no-bundle', '--env', 'dev', '--ip', HOST, '--port', String(port), '--show-interactive-dev-session=false',
+  'dev', '.wrangler/load-build/podgate.js', '--no-bundle', '--env', 'dev', '--ip', HOST, '--port', String(port), '--inspector-port', String(inspectorPort), '--show-interactive-dev-session=false',
   '--env-file', '.wrangler/load.env', '--persist-to', '.wrangler/load-state',
   '--var', 'RUNPOD_API_KEY:emulator-no-secret', '--var', `RUNPOD_BASE_URL:${upstream.url}/v2`,
   '--var', `PODGATE_MODELS:${JSON.stringify(MODEL_CONFIG)}`,
-], { stdio: ['ignore', 'ignore', 'inherit'], env: { ...process.env, WRANGLER_SEND_METRICS: 'false' } })
+], { stdio: ['ignore', process.env.LOAD_WRANGLER_LOG ? openSync(process.env.LOAD_WRANGLER_LOG, 'w') : 'ignore', 'inherit'], env: { ...process.env, WRANGLER_SEND_METRICS: 'false' } })
 const base = `http://${HOST}:${port}`
 
 async function shutdown(code: number): Promise<never> {
@@ -196,7 +340,9 @@ async function one(index: number, round: number): Promise<Result> {
 }
 
 const workerdPid = wrangler.pid!
-const rss: number[] = [rssKiB(workerdPid)]
+const rss = [rssKiB(workerdPid)]
+// The isolate's heap is read after each round but the first, which warms it up.
+const heap: (HeapReading | undefined)[] = []
 const results: Result[] = []
 const begun = Date.now()
 for (let round = 0; round < ROUNDS && Date.now() - begun < DEADLINE_MS; round++) {
@@ -205,6 +351,9 @@ for (let round = 0; round < ROUNDS && Date.now() - begun < DEADLINE_MS; round++)
   emulator.configure('vllmcurrent', { fault: { kind: 'http', status: 503, times: 10, ops: ['run'] } })
   results.push(...(await Promise.all(Array.from({ length: REQUESTS }, (_, i) => one(i, round)))))
   rss.push(rssKiB(workerdPid))
+  // wrangler's devtools proxy drops the first session's messages: that one only attaches it.
+  if (round === 0) await readHeapOnce(inspectorPort, 'attach', false)
+  else heap.push(await readHeap(inspectorPort, `round-${round + 1}`))
 }
 const elapsed = Date.now() - begun
 
@@ -228,17 +377,27 @@ for (const [name, row] of rows) {
   console.log([name.padEnd(20), String(row.n).padStart(8), String(row.ok).padStart(7), String(row.n - row.ok).padStart(5), String(p(row.ms, 0.5)).padStart(6), String(p(row.ms, 0.95)).padStart(6)].join('  '))
 }
 const wrong = results.filter((r) => !r.ok)
-// Round 1 warms the isolate up; after it, each round's RSS growth must not exceed the first one's: V8
-// grows its heap lazily, so a leak shows as growth that keeps up or accelerates, a warm heap as growth that fades.
-const deltas = rss.slice(2).map((value, i) => value - rss[i + 1]!)
-const growth = (rss.at(-1) ?? 0) - (rss[1] ?? 0)
+const series = (values: (number | undefined)[]) => values.map((v) => v ?? '?').join(' -> ')
 console.log(`\nwrong answers: ${wrong.length}   leaked jobs: ${leaked.length}   upstream cancels: ${cancels}   upstream calls: ${emulator.calls.length}`)
-console.log(`workerd RSS (KiB) after each round: ${rss.join(' -> ')}; growth per round after warm-up: ${deltas.join(', ') || 'n/a'} (total ${growth})`)
+console.log(`RSS (KiB) before and after each round: Worker's workerd ${series(rss.map((r) => r.worker))}; wrangler's proxy workerd ${series(rss.map((r) => r.proxy))}`)
+console.log(`Worker isolate after a forced GC, after rounds 2 to ${ROUNDS}: live JS heap (KiB) ${series(heap.map((h) => h?.usedKiB))}; request contexts still alive ${series(heap.map((h) => h?.contexts))}`)
 for (const w of wrong.slice(0, 10)) console.log(`  wrong: ${w.scenario} on ${w.model}: ${w.why}`)
 for (const job of leaked.slice(0, 10)) {
   const calls = emulator.calls.filter((c) => c.jobId === job.id).map((c) => `${c.op}:${c.status}`).join(' ')
   console.log(`  leaked: ${job.id} on ${job.endpointId} (${job.status}) ${JSON.stringify(job.input).slice(0, 120)} calls: ${calls}`)
 }
-const memoryFlat = deltas.length < 2 || deltas.at(-1)! <= Math.max(deltas[0]!, 16 * 1024)
-if (!memoryFlat) console.log('workerd memory growth per round is not fading: a leak?')
+// RSS is not the verdict: it counts miniflare's KV and Cache simulators, V8 and the allocator keeping freed
+// pages, and (in the proxy) wrangler itself. The Worker's own memory is flat when, round after round, no
+// more request state survives a GC (a few contexts are the round's last `waitUntil` work) and the live
+// heap stays near where the warm-up left it.
+const first = heap.find((h) => h !== undefined)
+const last = heap.findLast((h) => h !== undefined)
+const memoryFlat = ROUNDS < 3 || (first !== undefined && last !== undefined && first !== last && last.contexts - first.contexts <= MAX_CONTEXT_GROWTH && last.usedKiB - first.usedKiB <= MAX_HEAP_GROWTH_KIB)
+if (!memoryFlat) {
+  console.log(
+    first && last && first !== last
+      ? `Worker memory is not flat: request contexts alive after a GC went ${first.contexts} -> ${last.contexts} (at most +${MAX_CONTEXT_GROWTH}), live heap ${first.usedKiB} -> ${last.usedKiB} KiB (at most +${MAX_HEAP_GROWTH_KIB}); rerun with LOAD_HEAP_SNAPSHOTS=dir and compare the snapshots in devtools`
+      : 'Worker memory could not be read through devtools (need two readings: --rounds 3 or more)',
+  )
+}
 await shutdown(wrong.length === 0 && leaked.length === 0 && memoryFlat ? 0 : 1)
