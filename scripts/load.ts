@@ -20,11 +20,11 @@ import { spawn, execFileSync } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { mkdirSync, openSync, rmSync, writeFileSync } from 'node:fs'
 import { request as httpRequest } from 'node:http'
-import { createServer } from 'node:net'
 import type { Duplex } from 'node:stream'
 import { parseArgs } from 'node:util'
 import { createParser } from 'eventsource-parser'
 import { createRunpodEmulator, generateCompletion } from '../src/testing/index.ts'
+import { freePort } from './lib/podgate-server.ts'
 import { serveNode } from './lib/serve-node.ts'
 
 const { values } = parseArgs({ options: { requests: { type: 'string' }, rounds: { type: 'string' } } })
@@ -69,15 +69,6 @@ const MODEL_CONFIG = {
   'chat-current': { endpoints: [{ endpointId: 'vllmcurrent' }, { endpointId: 'vllmcurrentb' }], mode: 'native', resilience: RESILIENCE },
 }
 
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer()
-    server.listen(0, HOST, () => {
-      const address = server.address()
-      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))))
-    })
-  })
-}
 
 /** RSS of the workerd processes under wrangler, in KiB: the one running the Worker, and wrangler's own proxy. */
 function rssKiB(pid: number): { worker: number; proxy: number } {
