@@ -122,7 +122,7 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
   const nativeAuth = apiKeyAuth({ store, credential, tokens })
   const nativeStreamAuth = apiKeyAuth({ store, credential, tokens, queryToken: true })
   app.use('/v2/*', function nativeSurfaceAuth(c, next) {
-    return /\/stream\/[^/]+$/.test(c.req.path) ? nativeStreamAuth(c, next) : nativeAuth(c, next)
+    return /\/v2\/[^/]+\/stream\/[^/]+$/.test(c.req.path) ? nativeStreamAuth(c, next) : nativeAuth(c, next)
   })
   app.route('/v2', nativeRoutes({ models, client, runpod: config.runpod, secret: config.signingSecret ?? config.runpod.apiKey, maxBodyBytes: config.maxBodyBytes, stages: stages.filter((stage) => stage !== cache.stage) }))
 

@@ -531,3 +531,46 @@ describe('quotas on native jobs', () => {
     expect(h.emulator.calls.filter((c) => c.op === 'run' || c.op === 'runsync')).toHaveLength(1)
   })
 })
+
+describe('job SSE never makes a broken answer look whole', () => {
+  it('a COMPLETED job whose stream carried a worker error ends with an error event, not done', async () => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    let injected = false
+    // A current worker-vllm that hits an error mid-generation writes vLLM's error event into its SSE
+    // text and still ends the job COMPLETED: only the stream says the answer is broken.
+    const h = harness(
+      {
+        models: NATIVE_MODELS,
+        fetch: async (input, init) => {
+          const request = new Request(input, init)
+          const response = await emulator.fetch(request)
+          if (injected || !/\/stream\//.test(new URL(request.url).pathname)) return response
+          const page = (await response.json()) as { stream: { output: unknown }[] }
+          if (page.stream.length === 0) return Response.json(page)
+          injected = true
+          page.stream.unshift({ output: 'data: {"error":{"message":"CUDA out of memory","type":"worker_error","code":null}}\n\n' })
+          return Response.json(page)
+        },
+      },
+      emulator,
+    )
+    const { key } = await h.createKey()
+    const id = await startJob(h, key, 'chat-current', chatInput('oom [[emulator:tokens=3]]', { stream: true }))
+    const events = await readEvents(await h.fetch(`/v2/chat-current/stream/${id}`, get(key, { accept: 'text/event-stream' })))
+    expect(injected).toBe(true)
+    expect(events.some((e) => e.event === 'done')).toBe(false)
+    expect(events.at(-1)?.event).toBe('error')
+    expect(events.at(-1)?.data).toContain('CUDA out of memory')
+  })
+
+  it('a failed job tells the caller the handler message, never its traceback', async () => {
+    const h = harness({ models: NATIVE_MODELS })
+    const { key } = await h.createKey()
+    const id = await startJob(h, key, 'chat-classic', chatInput('x [[emulator:fault=job_failed]]', { stream: true }))
+    const events = await readEvents(await h.fetch(`/v2/chat-classic/stream/${id}`, get(key, { accept: 'text/event-stream' })))
+    const last = events.at(-1)
+    expect(last?.event).toBe('error')
+    expect(last?.data).toContain('Emulated handler failure')
+    expect(last?.data).not.toMatch(/Traceback|handler\.py|error_traceback/)
+  })
+})

@@ -21,6 +21,7 @@ import { GatewayError, toGatewayError } from '../errors/index.ts'
 import { createNativeStreamDecoder } from '../streaming/native-decoder.ts'
 import type { NativeStreamDecoder } from '../streaming/native-decoder.ts'
 import type { Usage } from '../streaming/openai-chunks.ts'
+import { jobFailure } from '../upstream/native.ts'
 import { isTerminal } from '../upstream/runpod/client.ts'
 import type { JobStatus, RunpodClient } from '../upstream/runpod/client.ts'
 import { SSE_HEADERS } from '../upstream/types.ts'
@@ -130,7 +131,13 @@ export function jobEventStream(options: JobEventsOptions): Response {
     const page = await client.stream(job.endpoint, job.upstreamId, { waitMs, signal })
     noteStatus(page.status)
     for (const item of page.stream) send(event('output', text.push(item.output), ++sent))
-    if (isTerminal(page.status)) return finish(page)
+    if (isTerminal(page.status)) {
+      // `/stream` answers carry no `error`; one `/status` call fetches the handler's message.
+      if (page.status !== 'COMPLETED' && page.error === undefined) {
+        return finish(await client.status(job.endpoint, job.upstreamId, { signal }).catch(() => page))
+      }
+      return finish(page)
+    }
     if (page.stream.length > 0) {
       idleDelay = 0
       return
@@ -189,9 +196,10 @@ function event(name: string, data: unknown, id?: number): Uint8Array {
   return encoder.encode(`event: ${name}\n${id === undefined ? '' : `id: ${id}\n`}data: ${JSON.stringify(data)}\n\n`)
 }
 
+/** The same message the OpenAI surface gives: the handler's error message, never its traceback. */
 function jobError(job: Pick<JobStatus, 'status' | 'error'>): string {
-  if (typeof job.error === 'string' && job.error !== '') return job.error.slice(0, MAX_ERROR_CHARS)
-  return `The job ended with status ${job.status}.`
+  if (job.error === undefined || job.error === null || job.error === '') return `The job ended with status ${job.status}.`
+  return jobFailure(job).message.slice(0, MAX_ERROR_CHARS)
 }
 
 interface ItemText {
@@ -210,7 +218,10 @@ function createItemText(kind: JobRef['kind']): ItemText {
   let texts: string[] = []
   let reasons: (string | null)[] = []
   let usage: Usage | undefined
-  let decoder: NativeStreamDecoder | undefined = createNativeStreamDecoder({
+  // Once an item cannot be read, later items pass on raw, and the final event is the decoder's error:
+  // an answer the worker broke must never end with `done`.
+  let broken = false
+  const decoder: NativeStreamDecoder = createNativeStreamDecoder({
     kind,
     model: '',
     id: '',
@@ -227,13 +238,13 @@ function createItemText(kind: JobRef['kind']): ItemText {
   })
   return {
     push(item) {
-      if (!decoder) return { output: item }
+      if (broken) return { output: item }
       texts = []
       reasons = []
       try {
         decoder.push(item)
       } catch {
-        decoder = undefined
+        broken = true
         return { output: item }
       }
       const payload: Record<string, unknown> = { text: texts[0] ?? '' }
@@ -242,7 +253,6 @@ function createItemText(kind: JobRef['kind']): ItemText {
       return payload
     },
     finish() {
-      if (!decoder) return {}
       try {
         decoder.finish()
         return usage ? { usage } : {}

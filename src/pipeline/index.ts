@@ -54,17 +54,22 @@ export function createCompletionContext(c: Context<GatewayEnv>, request: Normali
 }
 
 /**
- * Chains stages in order around the terminal handler. A handler that throws before answering settles
- * the outcome as a failure with no output, so stages never wait on an outcome that cannot come.
+ * Chains stages in order around the terminal handler. Any step that throws before answering settles
+ * the outcome as a failure with no output, so a stage that already reserved something (a token's
+ * quota, before its key's quota refuses) is always released: no stage waits on an outcome that
+ * cannot come. `settle` ignores repeats, so guarding every step is safe.
  */
 export function composeStages(stages: readonly CompletionStage[], terminal: CompletionHandler): CompletionHandler {
-  const guarded: CompletionHandler = async (ctx) => {
+  return stages.reduceRight<CompletionHandler>((next, stage) => guard((ctx) => stage(ctx, next)), guard(terminal))
+}
+
+function guard(handler: CompletionHandler): CompletionHandler {
+  return async function guarded(ctx) {
     try {
-      return await terminal(ctx)
+      return await handler(ctx)
     } catch (error) {
       ctx.settle({ ok: false, error: toGatewayError(error), producedOutput: false })
       throw error
     }
   }
-  return stages.reduceRight<CompletionHandler>((next, stage) => (ctx) => stage(ctx, next), guarded)
 }

@@ -1,0 +1,46 @@
+import { describe, expect, it } from 'vitest'
+import { GatewayError } from '../errors/index.ts'
+import { composeStages, createCompletionContext } from './index.ts'
+import type { CompletionOutcome, CompletionStage } from './index.ts'
+import type { Context } from 'hono'
+import type { GatewayEnv } from '../types.ts'
+import type { NormalizedRequest } from '../normalize/types.ts'
+import type { ResolvedModel } from '../routing/models.ts'
+
+const request = { kind: 'chat', model: 'm', stream: false, includeUsage: false, sampling: { max_tokens: 8 } } as NormalizedRequest
+const model = { alias: 'm' } as ResolvedModel
+const c = {} as Context<GatewayEnv>
+
+describe('composeStages', () => {
+  it('settles the outcome when a later stage refuses, so an earlier reservation is released', async () => {
+    const seen: CompletionOutcome[] = []
+    const reserve: CompletionStage = (ctx, next) => {
+      void ctx.outcome.then((o) => seen.push(o))
+      return next(ctx)
+    }
+    const refuse: CompletionStage = () => {
+      throw new GatewayError('rate_limited', 'over quota')
+    }
+    const run = composeStages([reserve, refuse], async () => new Response('never'))
+    await expect(run(createCompletionContext(c, request, model))).rejects.toThrow('over quota')
+    await Promise.resolve()
+    expect(seen).toHaveLength(1)
+    expect(seen[0]).toMatchObject({ ok: false, producedOutput: false, error: { code: 'rate_limited' } })
+  })
+
+  it('keeps the first settlement when the dispatcher settles and a stage throws afterwards', async () => {
+    const seen: CompletionOutcome[] = []
+    const observe: CompletionStage = async (ctx, next) => {
+      void ctx.outcome.then((o) => seen.push(o))
+      await next(ctx)
+      throw new Error('stage failed after the answer')
+    }
+    const run = composeStages([observe], async (ctx) => {
+      ctx.settle({ ok: true, usage: undefined })
+      return new Response('ok')
+    })
+    await expect(run(createCompletionContext(c, request, model))).rejects.toThrow('stage failed')
+    await Promise.resolve()
+    expect(seen).toEqual([{ ok: true, usage: undefined }])
+  })
+})
