@@ -3,7 +3,7 @@
  * refunds), the usage API, policy layering, and the strict store's exactness under a burst.
  */
 import { describe, expect, it } from 'vitest'
-import { env } from 'cloudflare:test'
+import { env, listDurableObjectIds } from 'cloudflare:test'
 import { tokensToCharge } from '../src/quota/stage.ts'
 import { GatewayError } from '../src/errors/index.ts'
 import { ADMIN_TOKEN, MODEL_NAMES, MODELS, authed, chatBody, harness, readSSE } from './helpers.ts'
@@ -153,12 +153,27 @@ describe('quota stage', () => {
     await third.text()
   })
 
-  it('a cached answer counts the request, not its tokens', () => {
+  it('tokensToCharge: cached answers charge nothing, failures what they produced', () => {
     expect(tokensToCharge({ ok: true, usage: { prompt_tokens: 5, completion_tokens: 5, total_tokens: 10 }, cached: true }, 90)).toBe(0)
     expect(tokensToCharge({ ok: true, usage: undefined }, 90)).toBe(90)
     const error = new GatewayError('upstream_error', 'x')
     expect(tokensToCharge({ ok: false, error, producedOutput: true, usage: { prompt_tokens: 5, completion_tokens: 3, total_tokens: 8 } }, 90)).toBe(8)
     expect(tokensToCharge({ ok: false, error, producedOutput: false }, 90)).toBe(0)
+  })
+
+  it('a cache HIT through the gateway counts the request, not its tokens', async () => {
+    const { h } = clockedHarness()
+    const { key } = await h.createKey({ name: 'cached', quota: { requestsPerMinute: 10, tokensPerMinute: 10_000 } })
+    const first = await chat(h, key, 'cache me [[emulator:tokens=7]]', { temperature: 0 })
+    expect(first.headers.get('x-podgate-cache')).toBe('MISS')
+    const answer = (await first.json()) as { usage: { total_tokens: number } }
+    await h.settle()
+    const second = await chat(h, key, 'cache me [[emulator:tokens=7]]', { temperature: 0 })
+    expect(second.headers.get('x-podgate-cache')).toBe('HIT')
+    await second.text()
+    await h.settle()
+    const usage = await usageOf(h, key)
+    expect(usage.windows?.minute).toMatchObject({ requests: 2, tokens: answer.usage.total_tokens })
   })
 })
 
@@ -178,9 +193,18 @@ describe('policy layers', () => {
   })
 
   it('uses the strict store gateway-wide when configured', async () => {
-    const { h } = clockedHarness({ quota: { store: 'strict', defaults: { requestsPerDay: 10 } } })
-    const { key } = await h.createKey({ name: 'q' })
+    const { h } = clockedHarness({ quota: { store: 'strict', defaults: { requestsPerDay: 2 } } })
+    const { id, key } = await h.createKey({ name: 'q' })
     expect((await usageOf(h, key)).store).toBe('strict')
+    expect((await chat(h, key)).status).toBe(200)
+    expect((await chat(h, key)).status).toBe(200)
+    expect((await chat(h, key)).status).toBe(429)
+    // The decision lives in the key's Durable Object, not in this isolate: another gateway over the
+    // same namespace (another isolate) is refused too.
+    const other = clockedHarness({ quota: { store: 'strict', defaults: { requestsPerDay: 2 } } }).h
+    const ids = await listDurableObjectIds(env.PODGATE_QUOTA)
+    expect(ids.some((objectId) => objectId.equals(env.PODGATE_QUOTA.idFromName(id)))).toBe(true)
+    expect((await chat(other, key)).status).toBe(429)
   })
 
   it('costs no KV access and sends no rate-limit headers when no limit applies', async () => {

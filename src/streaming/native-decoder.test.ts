@@ -1,9 +1,9 @@
 import { describe, expect, it } from 'vitest'
-import { GatewayError } from '../errors/index.ts'
 import { createNativeStreamDecoder } from './native-decoder.ts'
 import type { NativeDecoderOptions, UsageMeta } from './native-decoder.ts'
 import type { CompletionChunk, Usage } from './openai-chunks.ts'
 import { classicItems, contentOf, cutEvery, cutRandom, PIECES, PROMPT_TOKENS, TEXT, vllmEvents, vllmStream } from './__fixtures__/vllm.ts'
+import { failure } from './__fixtures__/failure.ts'
 
 const ALIAS = 'llama-8b'
 const ID = 'chatcmpl-podgate1'
@@ -31,16 +31,6 @@ function finishReasonsOf(chunks: CompletionChunk[]): (string | null)[] {
   const reasons: (string | null)[] = []
   for (const chunk of chunks) for (const choice of chunk.choices) if (choice.finish_reason) reasons[choice.index] = choice.finish_reason
   return reasons
-}
-
-function failure(run: () => unknown): GatewayError {
-  try {
-    run()
-  } catch (error) {
-    expect(error).toBeInstanceOf(GatewayError)
-    return error as GatewayError
-  }
-  throw new Error('expected a GatewayError')
 }
 
 const FULL_USAGE: Usage = { prompt_tokens: PROMPT_TOKENS, completion_tokens: PIECES.length, total_tokens: PROMPT_TOKENS + PIECES.length }

@@ -1,21 +1,11 @@
 import { describe, expect, it } from 'vitest'
-import { GatewayError } from '../../errors/index.ts'
 import { classicItems, PIECES, PROMPT_TOKENS, TEXT, UPSTREAM_MODEL, vllmEvents } from '../../streaming/__fixtures__/vllm.ts'
 import { nativeOutputToOpenAI } from './output.ts'
 import type { NativeOutputOptions } from './output.ts'
+import { failure } from '../../streaming/__fixtures__/failure.ts'
 
 const CHAT: NativeOutputOptions = { kind: 'chat', model: 'llama-8b', id: 'chatcmpl-1', created: 1_800_000_000, maxTokens: 100, n: 1 }
 const COMPLETION: NativeOutputOptions = { ...CHAT, kind: 'completion', id: 'cmpl-1' }
-
-function failure(run: () => unknown): GatewayError {
-  try {
-    run()
-  } catch (error) {
-    expect(error).toBeInstanceOf(GatewayError)
-    return error as GatewayError
-  }
-  throw new Error('expected a GatewayError')
-}
 
 describe('nativeOutputToOpenAI, classic output', () => {
   it('maps a /runsync token list to a chat.completion', () => {
