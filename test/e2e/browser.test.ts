@@ -1,20 +1,17 @@
 /**
- * A real browser: a page on one origin calls podgate on another, in headless Chromium (Debian's
- * `chromium`, driven by playwright-core). The page streams with `fetch` using a token its backend minted
+ * A real browser: a page on one origin calls podgate on another, in headless Chromium (from
+ * `@sparticuz/chromium`, driven by playwright-core). The page streams with `fetch` using a token its backend minted
  * and using a publishable key, follows a native job with `EventSource` and `?access_token=`, and sees a
  * secret key refused. Every cross-origin call goes through the browser's real CORS checks (preflights
  * included): a missing or wrong CORS header makes the page's fetch throw.
  */
-import { existsSync } from 'node:fs'
 import { createServer } from 'node:http'
 import type { Server } from 'node:http'
-import { chromium } from 'playwright-core'
 import type { Browser, Page } from 'playwright-core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { launchBrowser } from '../../scripts/lib/browser.ts'
 import { startPodgate } from '../../scripts/lib/podgate-server.ts'
 import type { PodgateServer } from '../../scripts/lib/podgate-server.ts'
-
-const CHROMIUM = '/usr/bin/chromium'
 
 let server: PodgateServer
 let site: Server
@@ -23,9 +20,6 @@ let browser: Browser
 let page: Page
 
 beforeAll(async () => {
-  if (!existsSync(CHROMIUM)) {
-    throw new Error(`Debian's chromium is not installed at ${CHROMIUM}: run \`apt-get update && apt-get install -y chromium\` (.ci/run does this before npm test).`)
-  }
   server = await startPodgate()
   site = createServer((_req, res) => {
     res.writeHead(200, { 'content-type': 'text/html; charset=utf-8' })
@@ -34,10 +28,7 @@ beforeAll(async () => {
   await new Promise<void>((resolve) => site.listen(0, '127.0.0.1', resolve))
   const address = site.address()
   siteOrigin = `http://127.0.0.1:${typeof address === 'object' && address ? address.port : 0}`
-  browser = await chromium.launch({
-    executablePath: CHROMIUM,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run'],
-  })
+  browser = await launchBrowser()
   page = await browser.newPage()
   await page.goto(`${siteOrigin}/`)
 })

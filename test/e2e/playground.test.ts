@@ -3,25 +3,20 @@
  * config turns the page on): load models, chat with streamed output, and read usage, rate-limit and
  * cache status off the response; mint a token when the gateway offers `POST /v1/tokens`. Saves a
  * screenshot to test-results/playground.png.
- *
- * Needs Debian's `chromium` at /usr/bin/chromium (CI installs it); without it this test fails.
  */
-import { existsSync, mkdirSync, readFileSync } from 'node:fs'
-import { chromium } from 'playwright-core'
+import { mkdirSync, readFileSync } from 'node:fs'
 import type { Browser, Page } from 'playwright-core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { launchBrowser } from '../../scripts/lib/browser.ts'
 import { startPodgate } from '../../scripts/lib/podgate-server.ts'
 import type { PodgateServer } from '../../scripts/lib/podgate-server.ts'
 
-const CHROMIUM = '/usr/bin/chromium'
-const ARGS = ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync', '--no-first-run']
 
 let server: PodgateServer
 let browser: Browser
 
 beforeAll(async () => {
-  if (!existsSync(CHROMIUM)) throw new Error(`Chromium is missing at ${CHROMIUM}: install it with \`apt-get install -y chromium\` (CI's .ci/run does).`)
-  ;[server, browser] = await Promise.all([startPodgate({ startTimeoutMs: 150_000 }), chromium.launch({ executablePath: CHROMIUM, args: ARGS, timeout: 150_000 })])
+  ;[server, browser] = await Promise.all([startPodgate({ startTimeoutMs: 150_000 }), launchBrowser({ timeoutMs: 150_000 })])
   // Generous: wrangler dev and Chromium start slowly when the e2e files run side by side on two cores.
 }, 180_000)
 afterAll(async () => {
