@@ -47,7 +47,7 @@ export function complete(request: GenerationRequest): Completion {
   return {
     request,
     choices,
-    promptTokens: countPromptTokens(request) + toolTokens(request.tools),
+    promptTokens: (request.prompts ? request.prompts.reduce((sum, p) => sum + p.tokens, 0) : countPromptTokens(request)) + toolTokens(request.tools),
     completionTokens: choices.reduce((sum, c) => sum + c.deltas.length, 0),
     steps: Math.max(1, ...choices.map((c) => c.deltas.length)),
   }
