@@ -100,11 +100,11 @@ export function registerNativeRoutes(api: Hono<EmulatorEnv>, context: EmulatorCo
 async function submit(c: Context<EmulatorEnv>, context: EmulatorContext, via: 'run' | 'runsync'): Promise<Response> {
   const endpointId = c.req.param('endpointId') ?? ''
   const body = await readJsonBody(c.req.raw, via === 'run' ? 10 * MB : 20 * MB)
+  recordBody(context, { endpointId, op: via, url: c.req.url, body })
   if (!body.ok) return c.text(`Bad Request: ${body.message}`, body.status)
   const parsed = runBodySchema.safeParse(body.value)
   if (!parsed.success) return c.text('Bad Request: the body needs an "input" object', 400)
 
-  recordBody(context, { endpointId, op: via, url: c.req.url, body })
   const behaviour = context.endpoints.behaviour(endpointId)
   const directives = jobDirectives(parseJobInput(parsed.data.input, behaviour.generation))
   const fault = requestFault(directives, behaviour)

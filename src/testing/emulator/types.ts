@@ -123,7 +123,7 @@ export interface EmulatorRequestRecord {
   op: EmulatorOp
   /** Path without the query string. */
   path: string
-  /** The parsed JSON body (or the raw text when it was not JSON). */
+  /** The parsed JSON body; undefined when it was not JSON. */
   body: unknown
   at: number
 }
