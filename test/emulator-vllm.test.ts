@@ -11,7 +11,7 @@ import OpenAI from 'openai'
 import { zodResponseFormat } from 'openai/helpers/zod'
 import { describe, expect, it } from 'vitest'
 import * as z from 'zod'
-import { createRunpodEmulator } from '../src/testing/index.ts'
+import { createRunpodEmulator, regexInstance, schemaInstance } from '../src/testing/index.ts'
 import type { EmulatorOptions } from '../src/testing/index.ts'
 
 type Json = Record<string, any>
@@ -189,6 +189,29 @@ describe('tool calls', () => {
     })
     expect(emulator.activeJobs()).toEqual([])
     expect(e2.activeJobs()).toEqual([])
+  })
+})
+
+describe('schema instances', () => {
+  it('validate against assorted zod schemas (tuples, records, bounds, unions, defaults, $ref reuse)', () => {
+    const Point = z.object({ x: z.number(), y: z.number() })
+    const schemas: z.ZodType[] = [
+      z.object({ a: z.tuple([z.string(), z.number().int(), z.boolean()]) }),
+      z.object({ r: z.record(z.string(), z.number()) }),
+      z.object({ n: z.number().min(0).lt(0.1), i: z.number().int().gt(3).lte(4), m: z.number().int().multipleOf(5).min(1) }),
+      z.object({ s: z.string().min(30).max(40), short: z.string().max(2), code: z.string().regex(/^[A-Z]{3}-\d{2}$/) }),
+      z.discriminatedUnion('kind', [z.object({ kind: z.literal('a'), v: z.string() }), z.object({ kind: z.literal('b') })]),
+      z.object({ from: Point, to: Point, path: z.array(Point).min(3) }),
+      z.object({ opt: z.string().optional(), def: z.number().default(3), n: z.null(), u: z.uuid(), d: z.iso.date() }),
+      z.array(z.enum(['x', 'y'])).max(1),
+    ]
+    for (const schema of schemas) {
+      for (const reused of ['inline', 'ref'] as const) {
+        const instance = schemaInstance(z.toJSONSchema(schema, { reused, io: 'input' }), { words: ['alpha', 'beta'] })
+        expect(() => schema.parse(instance), JSON.stringify(instance)).not.toThrow()
+      }
+    }
+    expect(regexInstance('^[a-f0-9]{8}(x|y)?\\.json$')).toMatch(/^[a-f0-9]{8}(x|y)?\.json$/)
   })
 })
 

@@ -50,9 +50,10 @@ export function planChoices(request: GenerationRequest): PlannedChoice[] {
 }
 
 function planChoice(request: GenerationRequest, generate: GenerateOptions, promptIndex: number): PlannedChoice {
-  const key = JSON.stringify([generate.messages?.map((m) => [m.role, m.content]) ?? generate.prompt, generate.seed ?? null, generate.choiceIndex ?? 0])
-  const filler = generateCompletion({ ...generate, maxTokens: undefined, stop: [], tokens: undefined })
-  const words = filler.text.split(' ').filter((w) => w !== '')
+  // Computed only for answers that need them: plain text, the common case, stays as cheap as before.
+  const key = () => JSON.stringify([generate.messages?.map((m) => [m.role, m.content]) ?? generate.prompt, generate.seed ?? null, generate.choiceIndex ?? 0])
+  const filler = () => generateCompletion({ ...generate, maxTokens: undefined, stop: [], tokens: undefined })
+  const words = () => filler().text.split(' ').filter((w) => w !== '')
 
   const deltas: Delta[] = []
   let reasoning = ''
@@ -83,20 +84,20 @@ function planChoice(request: GenerationRequest, generate: GenerateOptions, promp
   const answeringTool = lastMessage?.role === 'tool'
   const tool = chosenTool(request, answeringTool)
   if (tool) {
-    const args = JSON.stringify(schemaInstance(tool.parameters ?? { type: 'object' }, { words }))
+    const args = JSON.stringify(schemaInstance(tool.parameters ?? { type: 'object' }, { words: words() }))
     deltas.push({ kind: 'tool_start', call: 0, name: tool.name })
-    for (const text of fragments(args, key)) deltas.push({ kind: 'tool_args', call: 0, text })
+    for (const text of fragments(args, key())) deltas.push({ kind: 'tool_args', call: 0, text })
     // vLLM finishes a forced named call with "stop", an auto or required one with "tool_calls".
     const finishReason = typeof request.toolChoice === 'object' ? 'stop' : 'tool_calls'
     return finish({ tokens: [], finishReason, toolCalls: [{ name: tool.name, arguments: args }] })
   }
   if (request.structured) {
     // Guided output is never cut by max_tokens here, so it always parses.
-    return finish({ tokens: fragments(guidedText(request.structured, words), key), finishReason: 'stop' })
+    return finish({ tokens: fragments(guidedText(request.structured, words()), key()), finishReason: 'stop' })
   }
   if (answeringTool && lastMessage) {
     const lead = `The tool returned: ${lastMessage.content}.`.split(/(?= )/)
-    const tokens = [...lead, ...filler.tokens.map((t, i) => (i === 0 ? ` ${t}` : t))]
+    const tokens = [...lead, ...filler().tokens.map((t, i) => (i === 0 ? ` ${t}` : t))]
     const cap = generate.maxTokens === undefined ? tokens.length : Math.max(1, generate.maxTokens)
     return finish({ tokens: tokens.slice(0, cap), finishReason: tokens.length > cap ? 'length' : 'stop' })
   }

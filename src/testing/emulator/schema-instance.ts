@@ -170,8 +170,9 @@ function integerIn(s: Schema): number {
 }
 
 function numberIn(s: Schema): number {
-  const low = bound(s.minimum, s.exclusiveMinimum, 1)
-  const high = bound(s.maximum, s.exclusiveMaximum, -1)
+  // The midpoint lies strictly inside any non-empty interval, exclusive bounds included.
+  const low = typeof s.exclusiveMinimum === 'number' ? s.exclusiveMinimum : typeof s.minimum === 'number' ? s.minimum : undefined
+  const high = typeof s.exclusiveMaximum === 'number' ? s.exclusiveMaximum : typeof s.maximum === 'number' ? s.maximum : undefined
   if (low !== undefined && high !== undefined) return (low + high) / 2
   if (low !== undefined) return low + 0.5
   if (high !== undefined) return Math.min(high - 0.5, 42.5)
