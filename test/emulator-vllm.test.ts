@@ -278,6 +278,8 @@ describe('reasoning', () => {
     expect(message.content).toBe(deltas.map((d) => d.content ?? '').join(''))
     const plain = (await (await post('/v2/vllmopenai/openai/v1/chat/completions', { messages: user('Think') })).json()) as Json
     expect(plain.choices[0].message.reasoning).toBeNull()
+    const hidden = (await (await post('/v2/vllmopenai/openai/v1/chat/completions', { ...body, include_reasoning: false })).json()) as Json
+    expect(hidden.choices[0].message.reasoning).toBeNull()
   })
 
   it('reasoningFields picks the key per endpoint', async () => {
@@ -361,6 +363,8 @@ describe('usage and completions', () => {
     for (const index of [0, 1, 2, 3]) {
       expect(payloads.filter((p) => p.choices[0].index === index).map((p) => p.choices[0].text).join('')).toBe(list.choices[index]!.text)
     }
+    const embeds = (await (await post('/v2/vllmopenai/openai/v1/completions', { prompt_embeds: ['AAAA', 'BBBB'] })).json()) as Json
+    expect(embeds.choices.map((c: Json) => c.index)).toEqual([0, 1])
     const echoed = await client().completions.create({ model: 'm', prompt: 'say this', echo: true })
     expect(echoed.choices[0]!.text.startsWith('say this')).toBe(true)
   })

@@ -1,6 +1,7 @@
 /**
- * Runpod's OpenAI-compatible route, `/{endpointId}/openai/v1/*`, answered as vLLM would: JSON bodies,
- * real SSE paced by the endpoint's cold start and token delay, and faults that break the body.
+ * Runpod's OpenAI-compatible route, `/{endpointId}/openai/v1/*` (chat/completions, completions,
+ * embeddings, models), answered as vLLM would: JSON bodies, real SSE paced by the endpoint's cold start
+ * and token delay, vLLM's refusals, and faults that break the body.
  */
 
 import type { Context, Hono } from 'hono'

@@ -145,11 +145,14 @@ export const chatBodySchema = z.looseObject({
   logprobs: z.boolean().nullish(),
   top_logprobs: z.number().int().nullish(),
   chat_template_kwargs: z.record(z.string(), z.unknown()).nullish(),
+  include_reasoning: z.boolean().nullish(),
 })
 const tokenIds = z.array(z.number().int().min(0)).min(1)
 export const completionBodySchema = z.looseObject({
   ...openAIFields,
-  prompt: z.union([z.string(), z.array(z.string()).min(1), tokenIds, z.array(tokenIds).min(1)]),
+  prompt: z.union([z.string(), z.array(z.string()).min(1), tokenIds, z.array(tokenIds).min(1)]).nullish(),
+  /** Base64 tensors, one prompt each; vLLM takes them instead of (or besides) `prompt`. */
+  prompt_embeds: z.union([z.string(), z.array(z.string()).min(1)]).nullish(),
   logprobs: z.number().int().nullish(),
   echo: z.boolean().nullish(),
 })
@@ -201,7 +204,7 @@ export function parseOpenAIBody(kind: 'chat' | 'completion', body: unknown): Par
         tools,
         toolChoice: choice,
         ...(b.logprobs ? { logprobs: { top: b.top_logprobs ?? 0 } } : {}),
-        thinking: b.chat_template_kwargs?.enable_thinking === true,
+        thinking: b.chat_template_kwargs?.enable_thinking === true && b.include_reasoning !== false,
         echo: false,
         directives,
       },
@@ -210,7 +213,10 @@ export function parseOpenAIBody(kind: 'chat' | 'completion', body: unknown): Par
   const parsed = completionBodySchema.safeParse(body)
   if (!parsed.success) return { ok: false, message: describeIssue(parsed.error) }
   const b = parsed.data
-  const prompts = promptList(b.prompt)
+  const embeds = b.prompt_embeds == null ? [] : typeof b.prompt_embeds === 'string' ? [b.prompt_embeds] : b.prompt_embeds
+  // A tensor's length in tokens depends on the model's hidden size; the emulator counts one per tensor.
+  const prompts = [...(b.prompt == null ? [] : promptList(b.prompt)), ...embeds.map(() => ({ text: '', tokens: 1 }))]
+  if (prompts.length === 0) return { ok: false, message: 'Either prompt or prompt_embeds must be provided and non-empty.' }
   const directives = parseDirectives(prompts.map((p) => p.text))
   if (b.logprobs != null && b.logprobs < 0) return { ok: false, message: '`logprobs` must be a positive value.', directives }
   const common = openAICommon(b)
@@ -404,7 +410,7 @@ function schemaValue(value: Record<string, unknown> | string): unknown {
 }
 
 /** Completion prompts as text with their token counts; token ids render as their numbers. */
-function promptList(prompt: z.infer<typeof completionBodySchema>['prompt']): Array<{ text: string; tokens: number }> {
+function promptList(prompt: NonNullable<z.infer<typeof completionBodySchema>['prompt']>): Array<{ text: string; tokens: number }> {
   const fromText = (text: string) => ({ text, tokens: Math.max(1, countWords(text)) })
   const fromIds = (ids: number[]) => ({ text: ids.join(' '), tokens: ids.length })
   if (typeof prompt === 'string') return [fromText(prompt)]
