@@ -68,7 +68,8 @@ void (async () => {
   create a key:  curl -s -X POST ${base}/admin/keys -H "authorization: Bearer ${adminToken}" -H "content-type: application/json" -d '{"name":"me"}'
   then chat:     curl -s ${base}/v1/chat/completions -H "authorization: Bearer <key>" -H "content-type: application/json" \\
                    -d '{"model":"chat-openai","messages":[{"role":"user","content":"Hello"}]}'
-  models: chat-openai (OpenAI route), chat-classic (native, classic worker-vllm), chat-current (native, current worker-vllm)
+  models: chat-openai (OpenAI route), chat-classic (native, classic worker-vllm), chat-current (native, current worker-vllm),
+          embed-openai (embeddings, OpenAI route)
 `)
 })()
 

@@ -37,7 +37,7 @@ const server = await serveNode((request) => emulator.fetch(request), { port, hos
 console.log(
   `Runpod emulator on ${server.url}/v2 (${apiKey ? 'Bearer key required' : 'any key'}): ` +
     'endpoint ids containing "classic" act as worker-vllm <= v2.23, others as >= v2.24; ' +
-    `control API at ${server.url}/__emulator/{calls,jobs,reset,configure}`,
+    `control API at ${server.url}/__emulator/{calls,jobs,last-request/<endpoint>,reset,configure}; behaviour: docs/emulator.md`,
 )
 
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {

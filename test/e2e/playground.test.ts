@@ -42,7 +42,7 @@ describe('the playground in Chromium', () => {
     const page = await openPlayground()
     await page.fill('#key', key)
     await page.click('#load')
-    await expect.poll(() => page.locator('#model option').allTextContents()).toEqual(['chat-openai', 'chat-classic', 'chat-current'])
+    await expect.poll(() => page.locator('#model option').allTextContents()).toEqual(['chat-openai', 'chat-classic', 'chat-current', 'embed-openai'])
     await page.selectOption('#model', 'chat-current')
 
     // Count DOM updates of the answer while it streams: a buffered answer would update once.

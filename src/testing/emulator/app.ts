@@ -49,6 +49,10 @@ export const configureBodySchema = z.object({
     runsyncRetentionMs: ms,
     fault: faultSchema.nullish().transform((v) => v ?? undefined),
     mangleUtf8: z.boolean().optional(),
+    enableAutoToolChoice: z.boolean().optional(),
+    maxLogprobs: z.number().int().min(0).optional(),
+    reasoningFields: z.array(z.enum(['reasoning', 'reasoning_content'])).optional(),
+    embeddingDimensions: z.number().int().min(1).max(8192).optional(),
   }),
 })
 
@@ -68,6 +72,10 @@ export function createEmulatorApp(context: EmulatorContext, hooks: ControlHooks)
     return c.json({ ok: true })
   })
   control.get('/jobs', (c) => c.json(hooks.activeJobs()))
+  control.get('/last-request/:endpointId', (c) => {
+    const last = context.lastRequests.get(c.req.param('endpointId'))
+    return last ? c.json(last) : c.json({ error: 'no request on that endpoint yet' }, 404)
+  })
   control.get('/jobs/:jobId', (c) => {
     const job = context.jobs.get(c.req.param('jobId'), context.now())
     return job ? c.json(viewJob(job, context.now())) : c.json({ error: 'no such job' }, 404)

@@ -4,7 +4,7 @@
 
 import type { EndpointRegistry } from './endpoints.ts'
 import type { JobStore } from './jobs.ts'
-import type { EmulatorCall, EmulatorOp } from './types.ts'
+import type { EmulatorCall, EmulatorOp, EmulatorRequestRecord } from './types.ts'
 
 export interface EmulatorContext {
   now: () => number
@@ -14,6 +14,8 @@ export interface EmulatorContext {
   endpoints: EndpointRegistry
   jobs: JobStore
   calls: EmulatorCall[]
+  /** The last body each endpoint received (OpenAI route and run/runsync). */
+  lastRequests: Map<string, EmulatorRequestRecord>
 }
 
 /** What the recording middleware writes down about a request, filled in by the route that took it. */
@@ -42,6 +44,16 @@ export async function readJsonBody(request: Request, limitBytes: number): Promis
   } catch {
     return { ok: false, status: 400, message: 'Request body is not valid JSON' }
   }
+}
+
+/** Notes the body an endpoint op received, for {@link EmulatorContext.lastRequests}. */
+export function recordBody(context: EmulatorContext, request: { endpointId: string; op: EmulatorOp; url: string; body: JsonBody }): void {
+  context.lastRequests.set(request.endpointId, {
+    op: request.op,
+    path: new URL(request.url).pathname,
+    body: request.body.ok ? request.body.value : undefined,
+    at: context.now(),
+  })
 }
 
 /** The `?wait=` of a long poll in ms, capped by `maxWaitMs`. */

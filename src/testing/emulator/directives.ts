@@ -4,7 +4,8 @@
  *
  * Keys: `fault=http|stall|job_failed|mid_stream`, `status=500` (http), `retry_after=2` (http, seconds),
  * `after=5` (tokens before stall/mid_stream), `tokens=100` (exact length), `cold=2000` (ms IN_QUEUE),
- * `delay=5` (ms per token), `mangle=1` (split multibyte characters become U+FFFD).
+ * `delay=5` (ms per token), `mangle=1` (split multibyte characters become U+FFFD),
+ * `auto_tool_choice=0` (this request meets a vLLM started without `--enable-auto-tool-choice`).
  */
 
 import type { Fault } from './types.ts'
@@ -15,6 +16,8 @@ export interface Directives {
   coldStartMs?: number
   tokenDelayMs?: number
   mangleUtf8?: boolean
+  /** Overrides the endpoint's `enableAutoToolChoice` for this request. */
+  autoToolChoice?: boolean
 }
 
 const DIRECTIVE = /\[\[emulator:([^\]]*)\]\]/g
@@ -48,6 +51,8 @@ export function parseDirectives(texts: readonly string[]): Directives {
   if (delay !== undefined) directives.tokenDelayMs = delay
   const mangle = values.get('mangle')
   if (mangle !== undefined) directives.mangleUtf8 = mangle === '1' || mangle === 'true'
+  const autoTools = values.get('auto_tool_choice')
+  if (autoTools !== undefined) directives.autoToolChoice = autoTools === '1' || autoTools === 'true' || autoTools === 'on'
   const fault = toFault(values)
   if (fault) directives.fault = fault
   return directives

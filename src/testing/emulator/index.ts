@@ -34,6 +34,7 @@ export function createRunpodEmulator(options: EmulatorOptions = {}): RunpodEmula
     endpoints: new EndpointRegistry({ defaults: options.defaults, endpoints: options.endpoints }),
     jobs: new JobStore(),
     calls,
+    lastRequests: new Map(),
   }
 
   const emulator: RunpodEmulator = {
@@ -46,6 +47,10 @@ export function createRunpodEmulator(options: EmulatorOptions = {}): RunpodEmula
       calls.length = 0
       context.jobs.clear()
       context.endpoints.reset()
+      context.lastRequests.clear()
+    },
+    lastRequest(endpointId) {
+      return context.lastRequests.get(endpointId)
     },
     activeJobs() {
       const now = context.now()

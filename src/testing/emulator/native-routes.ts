@@ -4,7 +4,7 @@
  */
 
 import type { Context, Hono } from 'hono'
-import { readJsonBody, sleep, waitParam } from './context.ts'
+import { readJsonBody, recordBody, sleep, waitParam } from './context.ts'
 import type { EmulatorContext, EmulatorEnv } from './context.ts'
 import { httpFaultResponse, requestFault } from './faults.ts'
 import { isTerminal, jobState, nextChangeAt, stepTime } from './jobs.ts'
@@ -100,12 +100,14 @@ export function registerNativeRoutes(api: Hono<EmulatorEnv>, context: EmulatorCo
 async function submit(c: Context<EmulatorEnv>, context: EmulatorContext, via: 'run' | 'runsync'): Promise<Response> {
   const endpointId = c.req.param('endpointId') ?? ''
   const body = await readJsonBody(c.req.raw, via === 'run' ? 10 * MB : 20 * MB)
+  recordBody(context, { endpointId, op: via, url: c.req.url, body })
   if (!body.ok) return c.text(`Bad Request: ${body.message}`, body.status)
   const parsed = runBodySchema.safeParse(body.value)
   if (!parsed.success) return c.text('Bad Request: the body needs an "input" object', 400)
 
-  const directives = jobDirectives(parseJobInput(parsed.data.input))
-  const fault = requestFault(directives, context.endpoints.behaviour(endpointId))
+  const behaviour = context.endpoints.behaviour(endpointId)
+  const directives = jobDirectives(parseJobInput(parsed.data.input, behaviour.generation))
+  const fault = requestFault(directives, behaviour)
   if (fault?.kind === 'http') return httpFaultResponse(fault)
 
   const job = createJob(context, endpointId, via, parsed.data)
@@ -149,7 +151,7 @@ function createJob(context: EmulatorContext, endpointId: string, via: 'run' | 'r
  */
 function planAttempt(context: EmulatorContext, job: JobRecord, now: number): void {
   const behaviour = context.endpoints.behaviour(job.endpointId)
-  const request = parseJobInput(job.input)
+  const request = parseJobInput(job.input, behaviour.generation)
   const directives = jobDirectives(request)
   const fault = requestFault(directives, behaviour)
   job.attemptAt = now
@@ -165,6 +167,7 @@ function planAttempt(context: EmulatorContext, job: JobRecord, now: number): voi
     paced: job.tokenDelayMs > 0,
     servedModelName: behaviour.servedModelName,
     created: Math.floor(job.createdAt / 1000),
+    served: behaviour,
   })
   const ending = job.script.ending
   if (ending.kind !== 'stalled') context.endpoints.keepWarm(job.endpointId, stepTime(job, ending.step))

@@ -4,18 +4,20 @@
  * pace the events in time or cut the stream at a fault.
  */
 
-import { countPromptTokens, generateCompletion } from './generate.ts'
-import type { GeneratedText } from './generate.ts'
-import type { GenerationRequest } from './requests.ts'
-import type { JsonObject } from './types.ts'
+import { planChoices } from './choices.ts'
+import type { Delta, PlannedChoice } from './choices.ts'
+import { countPromptTokens, hashString } from './generate.ts'
+import { chatLogprob, completionLogprobs, promptLogprobs } from './logprobs.ts'
+import type { GenerationRequest, ToolSpec } from './requests.ts'
+import type { EndpointBehaviour, JsonObject, JsonValue } from './types.ts'
 
 /** One generation: a request and its deterministic choices. */
 export interface Completion {
   request: GenerationRequest
-  choices: GeneratedText[]
+  choices: PlannedChoice[]
   promptTokens: number
   completionTokens: number
-  /** Steps to generate every choice: token k of every choice is produced at step k (1-based). */
+  /** Steps to generate every choice: delta k of every choice is produced at step k (1-based). */
   steps: number
 }
 
@@ -24,6 +26,8 @@ export interface CompletionMeta {
   /** Unix seconds. */
   created: number
   model: string
+  /** The keys reasoning goes under. Default both `reasoning` and `reasoning_content`. */
+  reasoningFields?: EndpointBehaviour['reasoningFields']
 }
 
 /** An SSE event's `data` payload (a JSON text, or `[DONE]`) and the step after which it exists. */
@@ -35,26 +39,17 @@ export interface TimedEvent {
 }
 
 export const DEFAULT_MODEL_NAME = 'podgate-emulator'
+const BOTH_REASONING_FIELDS = ['reasoning', 'reasoning_content'] as const
 
 /** Runs the deterministic model for every choice of a request. */
 export function complete(request: GenerationRequest): Completion {
-  const choices = Array.from({ length: request.n }, (_, choiceIndex) =>
-    generateCompletion({
-      messages: request.messages,
-      prompt: request.prompt,
-      seed: request.seed,
-      choiceIndex,
-      maxTokens: request.maxTokens,
-      stop: request.stop,
-      tokens: request.directives.tokens,
-    }),
-  )
+  const choices = planChoices(request)
   return {
     request,
     choices,
-    promptTokens: countPromptTokens(request),
-    completionTokens: choices.reduce((sum, c) => sum + c.tokens.length, 0),
-    steps: Math.max(1, ...choices.map((c) => c.tokens.length)),
+    promptTokens: (request.prompts ? request.prompts.reduce((sum, p) => sum + p.tokens, 0) : countPromptTokens(request)) + toolTokens(request.tools),
+    completionTokens: choices.reduce((sum, c) => sum + c.deltas.length, 0),
+    steps: Math.max(1, ...choices.map((c) => c.deltas.length)),
   }
 }
 
@@ -62,65 +57,111 @@ export function completionId(kind: GenerationRequest['kind'], suffix: string): s
   return `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${suffix}`
 }
 
-/** The non-streaming body: `chat.completion` or `text_completion`. */
+/** The non-streaming body: `chat.completion` or `text_completion`, with vLLM's null fields. */
 export function completionJson(completion: Completion, meta: CompletionMeta): JsonObject {
   const { request, choices } = completion
   const chat = request.kind === 'chat'
+  const top = request.logprobs?.top
+  const promptLps = request.promptLogprobs === undefined ? null : promptLogprobList(completion, request.promptLogprobs)
   return {
     id: meta.id,
     object: chat ? 'chat.completion' : 'text_completion',
     created: meta.created,
     model: meta.model,
-    choices: choices.map((choice, index): JsonObject =>
-      chat
-        ? {
-            index,
-            message: { role: 'assistant', content: choice.text, tool_calls: [] },
-            logprobs: null,
-            finish_reason: choice.finishReason,
-            stop_reason: null,
-          }
-        : { index, text: choice.text, logprobs: null, finish_reason: choice.finishReason, stop_reason: null },
-    ),
+    choices: choices.map((choice, index): JsonObject => {
+      if (!chat) {
+        const text = choice.echo + choice.text
+        return {
+          index,
+          text,
+          logprobs: top === undefined ? null : completionLogprobs(choice.tokens, { position: 0, offset: choice.echo.length, top }),
+          finish_reason: choice.finishReason,
+          stop_reason: null,
+          prompt_logprobs: promptLps,
+        }
+      }
+      const toolCalls = choice.toolCalls.map((call, callIndex) => ({
+        id: toolCallId(meta.id, index, callIndex),
+        type: 'function',
+        function: { name: call.name, arguments: call.arguments },
+      }))
+      const reasoning = choice.reasoning === '' ? null : choice.reasoning
+      return {
+        index,
+        message: {
+          role: 'assistant',
+          content: toolCalls.length > 0 ? null : choice.text,
+          refusal: null,
+          annotations: null,
+          audio: null,
+          function_call: null,
+          tool_calls: toolCalls,
+          ...reasoningKeys(meta, reasoning),
+        },
+        logprobs: top === undefined ? null : { content: contentTokens(choice).map((t, i) => chatLogprob(t, i, top)) },
+        finish_reason: choice.finishReason,
+        stop_reason: null,
+      }
+    }),
     usage: usage(completion),
-    ...(chat ? { prompt_logprobs: null } : {}),
+    ...(chat ? { prompt_logprobs: promptLps } : {}),
   }
 }
 
 /**
  * The streaming events as vLLM writes them: for chat a role chunk per choice (step 0), then one chunk
- * per token and choice, the last one of a choice carrying `finish_reason`; a usage chunk when asked;
- * then `[DONE]`.
+ * per delta and choice, the last one of a choice carrying `finish_reason`; a usage chunk when asked
+ * (usage on every chunk with continuous usage stats); then `[DONE]`.
  */
 export function completionEvents(completion: Completion, meta: CompletionMeta, includeUsage: boolean): TimedEvent[] {
   const { request, choices } = completion
   const chat = request.kind === 'chat'
   const object = chat ? 'chat.completion.chunk' : 'text_completion'
-  const chunk = (choice: JsonObject, step: number): TimedEvent => ({
+  const top = request.logprobs?.top
+  const continuous = includeUsage && request.continuousUsage
+  const produced = choices.map(() => 0)
+  const chunk = (choice: JsonObject, step: number, index: number): TimedEvent => ({
     step,
     kind: 'chunk',
-    data: JSON.stringify({ id: meta.id, object, created: meta.created, model: meta.model, choices: [choice] }),
+    data: JSON.stringify({
+      id: meta.id,
+      object,
+      created: meta.created,
+      model: meta.model,
+      choices: [choice],
+      ...(continuous ? { usage: usageOf(completion.promptTokens, produced[index] ?? 0) } : {}),
+    }),
   })
 
   const events: TimedEvent[] = []
   if (chat) {
     choices.forEach((_, index) => {
-      events.push(chunk({ index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }, 0))
+      events.push(chunk({ index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }, 0, index))
     })
   }
+  const contentSeen = choices.map(() => 0)
+  const textOffset = choices.map(() => 0)
   for (let step = 1; step <= completion.steps; step++) {
     choices.forEach((choice, index) => {
-      const token = choice.tokens[step - 1]
-      if (token === undefined) return
-      const finishReason = step === choice.tokens.length ? choice.finishReason : null
-      events.push(
-        chunk(
-          chat
-            ? { index, delta: { content: token }, logprobs: null, finish_reason: finishReason, ...(finishReason ? { stop_reason: null } : {}) }
-            : { index, text: token, logprobs: null, finish_reason: finishReason, stop_reason: null },
-          step,
-        ),
-      )
+      const delta = choice.deltas[step - 1]
+      if (delta === undefined) return
+      produced[index] = step
+      const last = step === choice.deltas.length
+      const finish: JsonObject = last ? { finish_reason: choice.finishReason, stop_reason: null } : { finish_reason: null, ...(chat ? {} : { stop_reason: null }) }
+      const position = contentSeen[index] ?? 0
+      if (delta.kind === 'content') contentSeen[index] = position + 1
+      if (!chat) {
+        const text = (step === 1 ? choice.echo : '') + (delta.kind === 'content' ? delta.text : '')
+        const offset = textOffset[index] ?? 0
+        textOffset[index] = offset + text.length
+        const logprobs = top === undefined || delta.kind !== 'content'
+          ? null
+          : completionLogprobs([delta.text], { position, offset: offset + text.length - delta.text.length, top })
+        events.push(chunk({ index, text, logprobs, ...finish }, step, index))
+        return
+      }
+      const logprobs = top === undefined || delta.kind !== 'content' ? null : { content: [chatLogprob(delta.text, position, top)] }
+      events.push(chunk({ index, delta: chatDelta(delta, meta, index), logprobs, ...finish }, step, index))
     })
   }
   if (includeUsage) {
@@ -141,14 +182,56 @@ export function completionEvents(completion: Completion, meta: CompletionMeta, i
   return events
 }
 
+/** A chat chunk's `delta` (tool-call deltas as the hermes parser streams them: the name first, no `arguments` key). */
+function chatDelta(delta: Delta, meta: CompletionMeta, choiceIndex: number): JsonObject {
+  switch (delta.kind) {
+    case 'content':
+      return { content: delta.text }
+    case 'reasoning':
+      return reasoningKeys(meta, delta.text)
+    case 'tool_start':
+      return {
+        content: null,
+        tool_calls: [{ id: toolCallId(meta.id, choiceIndex, delta.call), type: 'function', index: delta.call, function: { name: delta.name } }],
+      }
+    case 'tool_args':
+      return { tool_calls: [{ index: delta.call, function: { arguments: delta.text } }] }
+  }
+}
+
+function reasoningKeys(meta: CompletionMeta, value: string | null): JsonObject {
+  return Object.fromEntries((meta.reasoningFields ?? BOTH_REASONING_FIELDS).map((key) => [key, value]))
+}
+
+/** vLLM's `chatcmpl-tool-<32 hex>`, stable for one response. */
+function toolCallId(completionId: string, choiceIndex: number, callIndex: number): string {
+  const hex = [0, 1, 2, 3].map((part) => hashString(`${completionId}:${choiceIndex}:${callIndex}:${part}`).toString(16).padStart(8, '0'))
+  return `chatcmpl-tool-${hex.join('')}`
+}
+
+function contentTokens(choice: PlannedChoice): string[] {
+  return choice.deltas.flatMap((d) => (d.kind === 'content' ? [d.text] : []))
+}
+
+function promptLogprobList(completion: Completion, top: number): JsonValue[] {
+  const { request } = completion
+  const text = request.messages ? request.messages.map((m) => m.content).join(' ') : (request.prompt ?? '')
+  return promptLogprobs(text.trim().split(/\s+/), completion.promptTokens, top)
+}
+
+/** Tool definitions are part of the templated prompt: about one token per four characters of their JSON. */
+function toolTokens(tools: readonly ToolSpec[]): number {
+  return tools.length === 0 ? 0 : Math.ceil(JSON.stringify(tools).length / 4)
+}
+
 /** One event as it goes on the wire. */
 export function sseEvent(data: string): string {
   return `data: ${data}\n\n`
 }
 
-/** vLLM's error body, also used for the emulator's own 400s on the OpenAI route. */
+/** vLLM's error body (v0.10.1 and later), also used for the emulator's own errors on the OpenAI route. */
 export function vllmError(message: string, type: string, code: number): JsonObject {
-  return { object: 'error', message, type, param: null, code }
+  return { error: { message, type, param: null, code } }
 }
 
 export function modelList(model: string, created: number): JsonObject {
@@ -170,9 +253,9 @@ export function modelList(model: string, created: number): JsonObject {
 }
 
 function usage(completion: Completion): JsonObject {
-  return {
-    prompt_tokens: completion.promptTokens,
-    total_tokens: completion.promptTokens + completion.completionTokens,
-    completion_tokens: completion.completionTokens,
-  }
+  return usageOf(completion.promptTokens, completion.completionTokens)
+}
+
+function usageOf(promptTokens: number, completionTokens: number): JsonObject {
+  return { prompt_tokens: promptTokens, total_tokens: promptTokens + completionTokens, completion_tokens: completionTokens }
 }

@@ -1,16 +1,19 @@
 /**
- * Runpod's OpenAI-compatible route, `/{endpointId}/openai/v1/*`, answered as vLLM would: JSON bodies,
- * real SSE paced by the endpoint's cold start and token delay, and faults that break the body.
+ * Runpod's OpenAI-compatible route, `/{endpointId}/openai/v1/*` (chat/completions, completions,
+ * embeddings, models), answered as vLLM would: JSON bodies, real SSE paced by the endpoint's cold start
+ * and token delay, vLLM's refusals, and faults that break the body.
  */
 
 import type { Context, Hono } from 'hono'
-import { readJsonBody, sleep } from './context.ts'
+import { readJsonBody, recordBody, sleep } from './context.ts'
 import type { EmulatorContext, EmulatorEnv } from './context.ts'
 import { httpFaultResponse, requestFault } from './faults.ts'
 import { endpointOp } from './middleware.ts'
 import { complete, completionEvents, completionId, completionJson, DEFAULT_MODEL_NAME, modelList, sseEvent, vllmError } from './openai-format.ts'
 import type { TimedEvent } from './openai-format.ts'
-import { parseOpenAIBody } from './requests.ts'
+import { embeddingsResponse } from './embeddings.ts'
+import { embeddingTexts, parseOpenAIBody, servedRefusal } from './requests.ts'
+import { parseDirectives } from './directives.ts'
 import type { Fault } from './types.ts'
 
 /** How long a stalled request hangs before it is given up, like Runpod's default executionTimeout. */
@@ -20,6 +23,7 @@ const MAX_BODY_BYTES = 20 * 1024 * 1024
 export function registerOpenAIRoutes(api: Hono<EmulatorEnv>, context: EmulatorContext): void {
   api.post('/:endpointId/openai/v1/chat/completions', endpointOp(context, 'openai'), (c) => completions(c, context, 'chat'))
   api.post('/:endpointId/openai/v1/completions', endpointOp(context, 'openai'), (c) => completions(c, context, 'completion'))
+  api.post('/:endpointId/openai/v1/embeddings', endpointOp(context, 'openai'), (c) => embeddings(c, context))
   api.get('/:endpointId/openai/v1/models', endpointOp(context, 'openai'), (c) => {
     const model = context.endpoints.behaviour(c.req.param('endpointId')).servedModelName ?? DEFAULT_MODEL_NAME
     return c.json(modelList(model, Math.floor(context.now() / 1000)))
@@ -29,6 +33,7 @@ export function registerOpenAIRoutes(api: Hono<EmulatorEnv>, context: EmulatorCo
 async function completions(c: Context<EmulatorEnv>, context: EmulatorContext, kind: 'chat' | 'completion'): Promise<Response> {
   const endpointId = c.req.param('endpointId') ?? ''
   const body = await readJsonBody(c.req.raw, MAX_BODY_BYTES)
+  recordBody(context, { endpointId, op: 'openai', url: c.req.url, body })
   if (!body.ok) return c.json(vllmError(body.message, 'BadRequestError', body.status), body.status)
   const parsed = parseOpenAIBody(kind, body.value)
   if (!parsed.ok) return c.json(vllmError(parsed.message, 'BadRequestError', 400), 400)
@@ -41,6 +46,8 @@ async function completions(c: Context<EmulatorEnv>, context: EmulatorContext, ki
   }
   const fault = requestFault(request.directives, behaviour)
   if (fault?.kind === 'http') return httpFaultResponse(fault)
+  const refusal = servedRefusal(request, behaviour)
+  if (refusal) return c.json(vllmError(refusal.message, refusal.type, refusal.status), refusal.status as 400)
 
   const now = context.now()
   const queueMs = context.endpoints.admit(endpointId, now, request.directives.coldStartMs) - now
@@ -50,6 +57,7 @@ async function completions(c: Context<EmulatorEnv>, context: EmulatorContext, ki
     id: completionId(kind, crypto.randomUUID().replaceAll('-', '')),
     created: Math.floor(now / 1000),
     model: served ?? request.model ?? DEFAULT_MODEL_NAME,
+    reasoningFields: behaviour.reasoningFields,
   }
   context.endpoints.keepWarm(endpointId, now + queueMs + completion.steps * delayMs)
   const signal = c.req.raw.signal
@@ -73,6 +81,32 @@ async function completions(c: Context<EmulatorEnv>, context: EmulatorContext, ki
     return c.json(vllmError(`Emulated worker failure after ${cutoff ?? 0} tokens (fault=mid_stream).`, 'InternalServerError', 500), 500)
   }
   return c.json(completionJson(completion, meta))
+}
+
+async function embeddings(c: Context<EmulatorEnv>, context: EmulatorContext): Promise<Response> {
+  const endpointId = c.req.param('endpointId') ?? ''
+  const body = await readJsonBody(c.req.raw, MAX_BODY_BYTES)
+  recordBody(context, { endpointId, op: 'openai', url: c.req.url, body })
+  if (!body.ok) return c.json(vllmError(body.message, 'BadRequestError', body.status), body.status)
+  const behaviour = context.endpoints.behaviour(endpointId)
+  const model = typeof (body.value as { model?: unknown }).model === 'string' ? (body.value as { model: string }).model : undefined
+  const served = behaviour.servedModelName
+  if (served !== undefined && model !== undefined && model !== served) {
+    return c.json(vllmError(`The model \`${model}\` does not exist.`, 'NotFoundError', 404), 404)
+  }
+  const directives = parseDirectives(embeddingTexts(body.value))
+  const fault = requestFault(directives, behaviour)
+  if (fault?.kind === 'http') return httpFaultResponse(fault)
+  const now = context.now()
+  await sleep(context.endpoints.admit(endpointId, now, directives.coldStartMs) - now, c.req.raw.signal)
+  const result = embeddingsResponse(body.value, {
+    model: served ?? model ?? DEFAULT_MODEL_NAME,
+    defaultDimensions: behaviour.embeddingDimensions,
+    id: `embd-${crypto.randomUUID().replaceAll('-', '')}`,
+    created: Math.floor(now / 1000),
+  })
+  if (!result.ok) return c.json(vllmError(result.refusal.message, result.refusal.type, result.refusal.status), result.refusal.status as 400)
+  return c.json(result.body)
 }
 
 /**

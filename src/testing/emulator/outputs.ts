@@ -8,11 +8,12 @@
  */
 
 import { createPrng, hashString } from './generate.ts'
-import { complete, completionEvents, completionId, completionJson, DEFAULT_MODEL_NAME, modelList, sseEvent } from './openai-format.ts'
+import { embeddingsResponse } from './embeddings.ts'
+import { complete, completionEvents, completionId, completionJson, DEFAULT_MODEL_NAME, modelList, sseEvent, vllmError } from './openai-format.ts'
 import type { Completion, CompletionMeta, TimedEvent } from './openai-format.ts'
-import type { BatchSizing, JobRequest } from './requests.ts'
-import { DEFAULT_BATCHING } from './requests.ts'
-import type { Fault, JsonObject, JsonValue, WorkerGeneration } from './types.ts'
+import type { BatchSizing, JobRequest, Refusal } from './requests.ts'
+import { DEFAULT_BATCHING, servedRefusal } from './requests.ts'
+import type { EndpointBehaviour, Fault, JsonObject, JsonValue, WorkerGeneration } from './types.ts'
 
 /** A stream item and the step after which it exists (step 0: as soon as the job starts). */
 export interface TimedItem {
@@ -42,6 +43,8 @@ export interface JobScriptOptions {
   servedModelName?: string
   /** Unix seconds for the `created` field of OpenAI bodies. */
   created: number
+  /** How the endpoint's vLLM was started. */
+  served: Pick<EndpointBehaviour, 'enableAutoToolChoice' | 'maxLogprobs' | 'reasoningFields' | 'embeddingDimensions'>
 }
 
 const MAX_CUT_BYTES = 200
@@ -54,7 +57,15 @@ export function buildJobScript(options: JobScriptOptions): JobScript {
     ending: { kind: 'failed', step, error: message },
   })
 
+  // vLLM's refusals: the current worker wraps vLLM's HTTP error body into its own error item (its
+  // status is lost); the classic worker runs vLLM in-process and yields the error body itself.
+  const refuse = (refusal: Refusal): JobScript => {
+    const body = vllmError(refusal.message, refusal.type, refusal.status)
+    if (generation === 'classic') return { items: [{ output: body, step: 0 }], ending: { kind: 'failed', step: 0, error: refusal.message } }
+    return fail(`vLLM returned HTTP ${refusal.status}: ${JSON.stringify(body)}`)
+  }
   if (request.shape === 'invalid') return fail(request.message)
+  if (request.shape === 'refused') return refuse(request.refusal)
   if (fault?.kind === 'job_failed') {
     // A handler that raises before yielding: runpod-python reports the exception as a JSON string.
     return { items: [], ending: { kind: 'failed', step: 0, error: handlerException(options.jobId) } }
@@ -64,17 +75,29 @@ export function buildJobScript(options: JobScriptOptions): JobScript {
     return { items: [{ output: modelList(model, options.created), step: 0 }], ending: { kind: 'completed', step: 0 } }
   }
 
-  const req = request.request
-  if (!req) return fail('Invalid request.')
   const { servedModelName } = options
-  if (servedModelName !== undefined && request.shape === 'openai' && req.model !== undefined && req.model !== servedModelName) {
-    return fail(`The model \`${req.model}\` does not exist.`)
+  if (request.shape === 'embeddings') {
+    const model = servedModelName ?? DEFAULT_MODEL_NAME
+    const result = embeddingsResponse(request.body, {
+      model,
+      defaultDimensions: options.served.embeddingDimensions,
+      id: `embd-${options.jobId}`,
+      created: options.created,
+    })
+    return result.ok ? { items: [{ output: result.body, step: 0 }], ending: { kind: 'completed', step: 0 } } : refuse(result.refusal)
   }
+  const req = request.request
+  if (servedModelName !== undefined && request.shape === 'openai' && req.model !== undefined && req.model !== servedModelName) {
+    return refuse({ status: 404, type: 'NotFoundError', message: `The model \`${req.model}\` does not exist.` })
+  }
+  const refusal = request.shape === 'openai' ? servedRefusal(req, options.served) : undefined
+  if (refusal) return refuse(refusal)
   const completion = complete(req)
   const meta: CompletionMeta = {
     id: completionId(req.kind, options.jobId),
     created: options.created,
     model: servedModelName ?? req.model ?? DEFAULT_MODEL_NAME,
+    reasoningFields: options.served.reasoningFields,
   }
   const cutoff =
     fault?.kind === 'stall' || fault?.kind === 'mid_stream' ? Math.min(fault.afterTokens, completion.steps) : undefined

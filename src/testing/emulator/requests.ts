@@ -9,12 +9,31 @@ import { parseDirectives } from './directives.ts'
 import type { Directives } from './directives.ts'
 import type { ChatMessageText } from './generate.ts'
 
-export type OpenAIRoute = '/v1/chat/completions' | '/v1/completions' | '/v1/models'
+export type OpenAIRoute = '/v1/chat/completions' | '/v1/completions' | '/v1/models' | '/v1/embeddings'
+
+/** A function tool the request offers. */
+export interface ToolSpec {
+  name: string
+  /** Its JSON Schema (`function.parameters`); absent means any object. */
+  parameters?: unknown
+}
+
+/** `tool_choice`, with vLLM's default: "auto" when tools are sent without one. */
+export type ToolChoice = 'none' | 'auto' | 'required' | { name: string }
+
+/** What guided decoding constrains the output to. */
+export type StructuredOutput =
+  | { kind: 'json'; schema?: unknown }
+  | { kind: 'choice'; choices: string[] }
+  | { kind: 'regex'; pattern: string }
 
 export interface GenerationRequest {
   kind: 'chat' | 'completion'
   messages?: ChatMessageText[]
+  /** The (first) completion prompt, as text; token-id prompts are rendered as words. */
   prompt?: string
+  /** Every completion prompt (a prompt list answers n choices per prompt), with its token count. */
+  prompts?: Array<{ text: string; tokens: number }>
   /** The `model` the caller named, if any. */
   model?: string
   n: number
@@ -24,6 +43,18 @@ export interface GenerationRequest {
   stream: boolean
   /** `stream_options.include_usage` (OpenAI bodies); native shorthand streams always carry usage. */
   includeUsage: boolean
+  /** `stream_options.continuous_usage_stats` (with include_usage, as in vLLM): usage on every chunk. */
+  continuousUsage: boolean
+  tools: ToolSpec[]
+  toolChoice: ToolChoice
+  structured?: StructuredOutput
+  /** Sampled-token logprobs with this many alternatives (chat `top_logprobs`, completions `logprobs`). */
+  logprobs?: { top: number }
+  promptLogprobs?: number
+  /** `chat_template_kwargs.enable_thinking`: reasoning deltas before the answer. */
+  thinking: boolean
+  /** Completions `echo`: the prompt is prepended to the text. */
+  echo: boolean
   directives: Directives
 }
 
@@ -34,16 +65,28 @@ export interface BatchSizing {
   growth: number
 }
 
+/** An OpenAI request vLLM refuses: the status and the message of its error body. */
+export interface Refusal {
+  status: number
+  message: string
+  type: string
+}
+
 export type JobRequest =
   | { shape: 'native'; request: GenerationRequest; batching: BatchSizing }
-  | { shape: 'openai'; route: OpenAIRoute; request?: GenerationRequest }
+  | { shape: 'openai'; route: '/v1/models'; request?: undefined }
+  | { shape: 'openai'; route: '/v1/chat/completions' | '/v1/completions'; request: GenerationRequest }
+  | { shape: 'embeddings'; body: unknown }
+  | { shape: 'refused'; refusal: Refusal; directives: Directives }
   | { shape: 'invalid'; message: string }
 
-export type ParseResult = { ok: true; request: GenerationRequest } | { ok: false; message: string }
+export type ParseResult = { ok: true; request: GenerationRequest } | { ok: false; message: string; directives?: Directives }
 
 export const DEFAULT_BATCHING: BatchSizing = { max: 50, min: 1, growth: 3 }
 /** The classic handler's max_tokens default; the OpenAI route has no cap beyond the model's context. */
 const NATIVE_DEFAULT_MAX_TOKENS = 100
+/** Routes worker-vllm <= v2.23 serves through `openai_route`; anything else is 400 "Invalid route". */
+const CLASSIC_ROUTES: readonly string[] = ['/v1/models', '/v1/chat/completions', '/v1/completions']
 
 const contentPart = z.looseObject({ type: z.string(), text: z.string().optional() })
 const message = z.looseObject({
@@ -57,22 +100,61 @@ const samplingFields = {
   stop,
   seed: z.number().int().nullish(),
 }
+const jsonSchemaValue = z.union([z.record(z.string(), z.unknown()), z.string()])
 const openAIFields = {
   ...samplingFields,
   model: z.string().nullish(),
   stream: z.boolean().nullish(),
-  stream_options: z.looseObject({ include_usage: z.boolean().nullish() }).nullish(),
+  stream_options: z
+    .looseObject({ include_usage: z.boolean().nullish(), continuous_usage_stats: z.boolean().nullish() })
+    .nullish(),
+  response_format: z
+    .looseObject({
+      type: z.enum(['text', 'json_object', 'json_schema', 'structural_tag']),
+      json_schema: z.looseObject({ name: z.string().optional(), schema: z.unknown().optional() }).nullish(),
+    })
+    .nullish(),
+  structured_outputs: z
+    .looseObject({
+      json: jsonSchemaValue.nullish(),
+      regex: z.string().nullish(),
+      choice: z.array(z.string()).nullish(),
+      json_object: z.boolean().nullish(),
+    })
+    .nullish(),
+  guided_json: jsonSchemaValue.nullish(),
+  guided_regex: z.string().nullish(),
+  guided_choice: z.array(z.string()).nullish(),
+  prompt_logprobs: z.number().int().nullish(),
 }
+const tool = z.looseObject({
+  type: z.literal('function'),
+  function: z.looseObject({ name: z.string(), parameters: z.unknown().optional() }),
+})
+const toolChoice = z.union([
+  z.enum(['none', 'auto', 'required']),
+  z.looseObject({ type: z.literal('function'), function: z.looseObject({ name: z.string() }) }),
+])
 
 export const chatBodySchema = z.looseObject({
   ...openAIFields,
   messages: z.array(message).min(1),
   max_completion_tokens: z.number().int().min(1).nullish(),
+  tools: z.array(tool).nullish(),
+  tool_choice: toolChoice.nullish(),
+  logprobs: z.boolean().nullish(),
+  top_logprobs: z.number().int().nullish(),
+  chat_template_kwargs: z.record(z.string(), z.unknown()).nullish(),
+  include_reasoning: z.boolean().nullish(),
 })
+const tokenIds = z.array(z.number().int().min(0)).min(1)
 export const completionBodySchema = z.looseObject({
   ...openAIFields,
-  // vLLM also takes token ids and prompt lists; the emulator answers one text prompt.
-  prompt: z.union([z.string(), z.array(z.string()).length(1)]),
+  prompt: z.union([z.string(), z.array(z.string()).min(1), tokenIds, z.array(tokenIds).min(1)]).nullish(),
+  /** Base64 tensors, one prompt each; vLLM takes them instead of (or besides) `prompt`. */
+  prompt_embeds: z.union([z.string(), z.array(z.string()).min(1)]).nullish(),
+  logprobs: z.number().int().nullish(),
+  echo: z.boolean().nullish(),
 })
 export const nativeInputSchema = z.looseObject({
   messages: z.array(message).min(1).optional(),
@@ -84,53 +166,127 @@ export const nativeInputSchema = z.looseObject({
   batch_size_growth_factor: z.number().min(0).optional(),
 })
 export const passthroughInputSchema = z.looseObject({
-  openai_route: z.enum(['/v1/chat/completions', '/v1/completions', '/v1/models']),
+  openai_route: z.string(),
   openai_input: z.unknown().optional(),
 })
 
-/** Parses an OpenAI chat or completions body. Failures carry a message for vLLM's 400 error JSON. */
+/** Parses an OpenAI chat or completions body. Failures carry vLLM's 400 message. */
 export function parseOpenAIBody(kind: 'chat' | 'completion', body: unknown): ParseResult {
   if (kind === 'chat') {
     const parsed = chatBodySchema.safeParse(body)
     if (!parsed.success) return { ok: false, message: describeIssue(parsed.error) }
     const b = parsed.data
     const messages = b.messages.map(toMessageText)
+    const directives = parseDirectives(messages.map((m) => m.content))
+    const tools = (b.tools ?? []).map((t): ToolSpec => ({ name: t.function.name, parameters: t.function.parameters }))
+    const choice: ToolChoice = b.tool_choice == null
+      ? (tools.length > 0 ? 'auto' : 'none')
+      : typeof b.tool_choice === 'string' ? b.tool_choice : { name: b.tool_choice.function.name }
+    const refuse = (message: string): ParseResult => ({ ok: false, message, directives })
+    // vLLM's request validators (protocol.py), in their wording.
+    if (choice !== 'none' && tools.length === 0) return refuse('When using `tool_choice`, `tools` must be set.')
+    if (typeof choice === 'object' && !tools.some((t) => t.name === choice.name)) {
+      return refuse(`Tool '${choice.name}' has not been passed in \`tools\`.`)
+    }
+    if (b.top_logprobs != null && b.top_logprobs < 0) return refuse('`top_logprobs` must be a positive value.')
+    if (b.top_logprobs != null && b.top_logprobs > 0 && !b.logprobs) {
+      return refuse('when using `top_logprobs`, `logprobs` must be set to true.')
+    }
+    const common = openAICommon(b)
+    if (!common.ok) return refuse(common.message)
     return {
       ok: true,
       request: {
-        ...openAICommon(b),
+        ...common.value,
         kind,
         messages,
         maxTokens: b.max_completion_tokens ?? b.max_tokens ?? undefined,
-        directives: parseDirectives(messages.map((m) => m.content)),
+        tools,
+        toolChoice: choice,
+        ...(b.logprobs ? { logprobs: { top: b.top_logprobs ?? 0 } } : {}),
+        thinking: b.chat_template_kwargs?.enable_thinking === true && b.include_reasoning !== false,
+        echo: false,
+        directives,
       },
     }
   }
   const parsed = completionBodySchema.safeParse(body)
   if (!parsed.success) return { ok: false, message: describeIssue(parsed.error) }
   const b = parsed.data
-  const prompt = typeof b.prompt === 'string' ? b.prompt : (b.prompt[0] ?? '')
+  const embeds = b.prompt_embeds == null ? [] : typeof b.prompt_embeds === 'string' ? [b.prompt_embeds] : b.prompt_embeds
+  // A tensor's length in tokens depends on the model's hidden size; the emulator counts one per tensor.
+  const prompts = [...(b.prompt == null ? [] : promptList(b.prompt)), ...embeds.map(() => ({ text: '', tokens: 1 }))]
+  if (prompts.length === 0) return { ok: false, message: 'Either prompt or prompt_embeds must be provided and non-empty.' }
+  const directives = parseDirectives(prompts.map((p) => p.text))
+  if (b.logprobs != null && b.logprobs < 0) return { ok: false, message: '`logprobs` must be a positive value.', directives }
+  const common = openAICommon(b)
+  if (!common.ok) return { ok: false, message: common.message, directives }
   return {
     ok: true,
     request: {
-      ...openAICommon(b),
+      ...common.value,
       kind,
-      prompt,
+      prompt: prompts[0]?.text ?? '',
+      prompts,
       maxTokens: b.max_tokens ?? undefined,
-      directives: parseDirectives([prompt]),
+      tools: [],
+      toolChoice: 'none',
+      ...(b.logprobs != null ? { logprobs: { top: b.logprobs } } : {}),
+      thinking: false,
+      echo: b.echo ?? false,
+      directives,
     },
   }
 }
 
-/** Classifies a job's `input`: native shorthand, OpenAI passthrough, or input the handler rejects. */
-export function parseJobInput(input: unknown): JobRequest {
+/**
+ * The refusals that depend on how the endpoint's vLLM was started: "auto" tool choice without
+ * `--enable-auto-tool-choice`, and more logprobs than `--max-logprobs`.
+ */
+export function servedRefusal(
+  request: GenerationRequest,
+  served: { enableAutoToolChoice: boolean; maxLogprobs: number },
+): Refusal | undefined {
+  const autoTools = request.directives.autoToolChoice ?? served.enableAutoToolChoice
+  if (request.kind === 'chat' && request.toolChoice === 'auto' && !autoTools) {
+    return {
+      status: 400,
+      type: 'BadRequestError',
+      message: '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set',
+    }
+  }
+  const top = request.logprobs?.top ?? 0
+  if (top > served.maxLogprobs) {
+    return { status: 400, type: 'BadRequestError', message: `Requested sample logprobs of ${top}, which is greater than max allowed: ${served.maxLogprobs}` }
+  }
+  const prompt = request.promptLogprobs ?? 0
+  if (prompt > served.maxLogprobs) {
+    return { status: 400, type: 'BadRequestError', message: `Requested prompt logprobs of ${prompt}, which is greater than max allowed: ${served.maxLogprobs}` }
+  }
+  return undefined
+}
+
+/**
+ * Classifies a job's `input`: native shorthand, OpenAI passthrough (`openai_route`), or input the
+ * handler rejects. `generation` decides which passthrough routes exist.
+ */
+export function parseJobInput(input: unknown, generation: 'classic' | 'current' = 'current'): JobRequest {
   const passthrough = passthroughInputSchema.safeParse(input)
   if (passthrough.success) {
     const route = passthrough.data.openai_route
+    const body = passthrough.data.openai_input
+    if (generation === 'classic' && !CLASSIC_ROUTES.includes(route)) {
+      return { shape: 'refused', refusal: { status: 400, type: 'BadRequestError', message: 'Invalid route' }, directives: {} }
+    }
     if (route === '/v1/models') return { shape: 'openai', route }
-    const kind = route === '/v1/chat/completions' ? 'chat' : 'completion'
-    const parsed = parseOpenAIBody(kind, passthrough.data.openai_input)
-    return parsed.ok ? { shape: 'openai', route, request: parsed.request } : { shape: 'invalid', message: parsed.message }
+    if (route === '/v1/embeddings') return { shape: 'embeddings', body }
+    if (route !== '/v1/chat/completions' && route !== '/v1/completions') {
+      return { shape: 'refused', refusal: { status: 404, type: 'NotFoundError', message: 'Not Found' }, directives: {} }
+    }
+    const parsed = parseOpenAIBody(route === '/v1/chat/completions' ? 'chat' : 'completion', body)
+    return parsed.ok
+      ? { shape: 'openai', route, request: parsed.request }
+      : { shape: 'refused', refusal: { status: 400, type: 'BadRequestError', message: parsed.message }, directives: parsed.directives ?? {} }
   }
 
   const parsed = nativeInputSchema.safeParse(input)
@@ -144,6 +300,11 @@ export function parseJobInput(input: unknown): JobRequest {
     seed: sampling.seed ?? undefined,
     stream: b.stream ?? false,
     includeUsage: true,
+    continuousUsage: false,
+    tools: [],
+    toolChoice: 'none' as const,
+    thinking: false,
+    echo: false,
   }
   let request: GenerationRequest
   if (b.messages) {
@@ -168,7 +329,24 @@ export function parseJobInput(input: unknown): JobRequest {
 
 /** Directives of a raw job input, for faults that must act before the input is even parsed. */
 export function jobDirectives(request: JobRequest): Directives {
-  return request.shape === 'invalid' ? {} : (request.request?.directives ?? {})
+  switch (request.shape) {
+    case 'native':
+    case 'openai':
+      return request.request?.directives ?? {}
+    case 'refused':
+      return request.directives
+    case 'embeddings':
+      return parseDirectives(embeddingTexts(request.body))
+    default:
+      return {}
+  }
+}
+
+/** The strings of an embeddings `input`, for directives. */
+export function embeddingTexts(body: unknown): string[] {
+  const input = typeof body === 'object' && body !== null ? (body as { input?: unknown }).input : undefined
+  if (typeof input === 'string') return [input]
+  return Array.isArray(input) ? input.filter((x): x is string => typeof x === 'string') : []
 }
 
 function toMessageText(m: z.infer<typeof message>): ChatMessageText {
@@ -184,14 +362,66 @@ function toStops(value: string | string[] | null | undefined): string[] {
 }
 
 function openAICommon(b: z.infer<typeof chatBodySchema> | z.infer<typeof completionBodySchema>) {
-  return {
-    model: b.model ?? undefined,
-    n: b.n ?? 1,
-    stop: toStops(b.stop),
-    seed: b.seed ?? undefined,
-    stream: b.stream ?? false,
-    includeUsage: b.stream_options?.include_usage ?? false,
+  const stream = b.stream ?? false
+  if (stream && b.prompt_logprobs != null && b.prompt_logprobs > 0) {
+    return { ok: false as const, message: '`prompt_logprobs` are not available when `stream=True`.' }
   }
+  const includeUsage = b.stream_options?.include_usage ?? false
+  const structured = structuredOutput(b)
+  return {
+    ok: true as const,
+    value: {
+      model: b.model ?? undefined,
+      n: b.n ?? 1,
+      stop: toStops(b.stop),
+      seed: b.seed ?? undefined,
+      stream,
+      includeUsage,
+      continuousUsage: includeUsage && (b.stream_options?.continuous_usage_stats ?? false),
+      ...(structured ? { structured } : {}),
+      ...(b.prompt_logprobs != null ? { promptLogprobs: b.prompt_logprobs } : {}),
+    },
+  }
+}
+
+/** structured_outputs, then response_format, then the legacy guided_* fields (older vLLM still reads them). */
+function structuredOutput(b: z.infer<typeof chatBodySchema> | z.infer<typeof completionBodySchema>): StructuredOutput | undefined {
+  const so = b.structured_outputs
+  if (so?.json != null) return { kind: 'json', schema: schemaValue(so.json) }
+  if (so?.choice != null && so.choice.length > 0) return { kind: 'choice', choices: so.choice }
+  if (so?.regex != null) return { kind: 'regex', pattern: so.regex }
+  if (so?.json_object) return { kind: 'json' }
+  const rf = b.response_format
+  if (rf?.type === 'json_object') return { kind: 'json' }
+  if (rf?.type === 'json_schema') return { kind: 'json', schema: rf.json_schema?.schema }
+  if (b.guided_json != null) return { kind: 'json', schema: schemaValue(b.guided_json) }
+  if (b.guided_choice != null && b.guided_choice.length > 0) return { kind: 'choice', choices: b.guided_choice }
+  if (b.guided_regex != null) return { kind: 'regex', pattern: b.guided_regex }
+  return undefined
+}
+
+function schemaValue(value: Record<string, unknown> | string): unknown {
+  if (typeof value !== 'string') return value
+  try {
+    return JSON.parse(value) as unknown
+  } catch {
+    return undefined
+  }
+}
+
+/** Completion prompts as text with their token counts; token ids render as their numbers. */
+function promptList(prompt: NonNullable<z.infer<typeof completionBodySchema>['prompt']>): Array<{ text: string; tokens: number }> {
+  const fromText = (text: string) => ({ text, tokens: Math.max(1, countWords(text)) })
+  const fromIds = (ids: number[]) => ({ text: ids.join(' '), tokens: ids.length })
+  if (typeof prompt === 'string') return [fromText(prompt)]
+  if (prompt.every((p) => typeof p === 'string')) return prompt.map(fromText)
+  if (prompt.every((p) => typeof p === 'number')) return [fromIds(prompt)]
+  return prompt.filter((p) => Array.isArray(p)).map(fromIds)
+}
+
+function countWords(text: string): number {
+  const trimmed = text.trim()
+  return trimmed === '' ? 0 : trimmed.split(/\s+/).length
 }
 
 function describeIssue(error: z.ZodError): string {

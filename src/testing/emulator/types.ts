@@ -59,6 +59,21 @@ export interface EndpointBehaviour {
    * character into U+FFFD as the real worker does. Default false: cuts move to character boundaries.
    */
   mangleUtf8: boolean
+  /**
+   * Whether the endpoint's vLLM was started with `--enable-auto-tool-choice --tool-call-parser`
+   * (worker-vllm: ENABLE_AUTO_TOOL_CHOICE, TOOL_CALL_PARSER). When false, tools with an "auto" (or
+   * absent) `tool_choice` get vLLM's 400. Default true.
+   */
+  enableAutoToolChoice: boolean
+  /** vLLM's `--max-logprobs`: more `top_logprobs` / `logprobs` / `prompt_logprobs` is a 400. Default 20. */
+  maxLogprobs: number
+  /**
+   * The delta / message keys reasoning text goes under: `reasoning` (current vLLM), `reasoning_content`
+   * (up to ~v0.11), or both (the versions in between). Default both.
+   */
+  reasoningFields: ReadonlyArray<'reasoning' | 'reasoning_content'>
+  /** Length of embedding vectors when the request names no `dimensions`. Default 384. */
+  embeddingDimensions: number
 }
 
 export const DEFAULT_BEHAVIOUR: Omit<EndpointBehaviour, 'generation'> = {
@@ -69,6 +84,10 @@ export const DEFAULT_BEHAVIOUR: Omit<EndpointBehaviour, 'generation'> = {
   retentionMs: 30 * 60_000,
   runsyncRetentionMs: 60_000,
   mangleUtf8: false,
+  enableAutoToolChoice: true,
+  maxLogprobs: 20,
+  reasoningFields: ['reasoning', 'reasoning_content'],
+  embeddingDimensions: 384,
 }
 
 export interface EmulatorOptions {
@@ -96,6 +115,16 @@ export interface EmulatorCall {
   jobId?: string
   status: number
   authorized: boolean
+  at: number
+}
+
+/** One request body an endpoint received, see {@link RunpodEmulator.lastRequest}. */
+export interface EmulatorRequestRecord {
+  op: EmulatorOp
+  /** Path without the query string. */
+  path: string
+  /** The parsed JSON body; undefined when it was not JSON. */
+  body: unknown
   at: number
 }
 
@@ -130,6 +159,11 @@ export interface RunpodEmulator {
   /** Jobs not in a terminal state. */
   activeJobs(): EmulatorJobView[]
   job(id: string): EmulatorJobView | undefined
+  /**
+   * The last request body an endpoint received: an OpenAI-route body as sent, or a `/run` / `/runsync`
+   * body (`{ input, ... }`). Lets tests assert exactly what reached the upstream.
+   */
+  lastRequest(endpointId: string): EmulatorRequestRecord | undefined
   /** Change an endpoint's behaviour from now on (merged over its current behaviour). */
   configure(endpointId: string, behaviour: Partial<EndpointBehaviour>): void
 }

@@ -1,0 +1,89 @@
+/**
+ * vLLM's `/v1/embeddings`: deterministic unit vectors (a hash of each input seeds them), `dimensions`
+ * (truncate, then renormalize, as matryoshka models do), and `encoding_format` float or base64
+ * (little-endian float32 bytes, as OpenAI and vLLM send them).
+ */
+
+import * as z from 'zod'
+import { createPrng, hashString } from './generate.ts'
+import type { Refusal } from './requests.ts'
+import type { JsonObject } from './types.ts'
+
+const tokenIds = z.array(z.number().int().min(0)).min(1)
+export const embeddingBodySchema = z.looseObject({
+  model: z.string().nullish(),
+  input: z.union([z.string(), z.array(z.string()).min(1), tokenIds, z.array(tokenIds).min(1)]),
+  encoding_format: z.enum(['float', 'base64']).nullish(),
+  dimensions: z.number().int().nullish(),
+})
+
+export type EmbeddingResult = { ok: true; body: JsonObject } | { ok: false; refusal: Refusal }
+
+/**
+ * The embeddings response for a request body, or vLLM's refusal.
+ *
+ * @example
+ * embeddingsResponse({ input: 'hello', dimensions: 8 }, { model: 'm', defaultDimensions: 384 })
+ */
+export function embeddingsResponse(body: unknown, options: { model: string; defaultDimensions: number; id: string; created: number }): EmbeddingResult {
+  const parsed = embeddingBodySchema.safeParse(body)
+  if (!parsed.success) {
+    const issue = parsed.error.issues[0]
+    const message = issue ? `${issue.path.join('.') || 'body'}: ${issue.message}` : 'Invalid request.'
+    return { ok: false, refusal: { status: 400, type: 'BadRequestError', message } }
+  }
+  const b = parsed.data
+  const dimensions = b.dimensions ?? options.defaultDimensions
+  if (dimensions < 1 || dimensions > options.defaultDimensions) {
+    return {
+      ok: false,
+      refusal: { status: 400, type: 'BadRequestError', message: `dimensions must be between 1 and ${options.defaultDimensions} for this model.` },
+    }
+  }
+  const inputs = inputList(b.input)
+  const data = inputs.map((input, index): JsonObject => {
+    const vector = embed(input.key, options.defaultDimensions, dimensions)
+    return { index, object: 'embedding', embedding: b.encoding_format === 'base64' ? toBase64(vector) : [...vector] }
+  })
+  const promptTokens = inputs.reduce((sum, input) => sum + input.tokens, 0)
+  return {
+    ok: true,
+    body: {
+      id: options.id,
+      object: 'list',
+      created: options.created,
+      model: options.model,
+      data,
+      usage: { prompt_tokens: promptTokens, total_tokens: promptTokens, completion_tokens: 0, prompt_tokens_details: null },
+    },
+  }
+}
+
+/**
+ * The deterministic unit vector of an input: `full` pseudo-random components seeded by its hash,
+ * truncated to `dimensions` and normalized.
+ */
+export function embed(key: string, full: number, dimensions: number): Float32Array {
+  const next = createPrng(hashString(`embedding:${key}`))
+  const values = Array.from({ length: full }, () => next() * 2 - 1).slice(0, dimensions)
+  const norm = Math.hypot(...values) || 1
+  return Float32Array.from(values, (v) => v / norm)
+}
+
+function inputList(input: z.infer<typeof embeddingBodySchema>['input']): Array<{ key: string; tokens: number }> {
+  const fromText = (text: string) => ({ key: `t:${text}`, tokens: Math.max(1, text.trim() === '' ? 0 : text.trim().split(/\s+/).length) })
+  const fromIds = (ids: number[]) => ({ key: `i:${ids.join(',')}`, tokens: ids.length })
+  if (typeof input === 'string') return [fromText(input)]
+  if (input.every((x) => typeof x === 'string')) return input.map(fromText)
+  if (input.every((x) => typeof x === 'number')) return [fromIds(input)]
+  return input.filter((x) => Array.isArray(x)).map(fromIds)
+}
+
+function toBase64(vector: Float32Array): string {
+  const bytes = new Uint8Array(vector.length * 4)
+  const view = new DataView(bytes.buffer)
+  vector.forEach((value, i) => view.setFloat32(i * 4, value, true))
+  let binary = ''
+  for (const byte of bytes) binary += String.fromCharCode(byte)
+  return btoa(binary)
+}

@@ -1,0 +1,459 @@
+/**
+ * The emulator speaks vLLM (shared/runpod-api.md §5) with no GPU: tool calls whose arguments validate
+ * against the tool's schema, guided output, reasoning, logprobs, usage chunks, completions prompt
+ * lists, embeddings, `openai_route` jobs on both worker generations, and the "no auto tool choice"
+ * 400. Driven directly with the official `openai` client, the AI SDK and raw /runsync + /stream.
+ */
+import { createOpenAICompatible } from '@ai-sdk/openai-compatible'
+import { generateText, Output, stepCountIs, streamText, tool } from 'ai'
+import { createParser } from 'eventsource-parser'
+import OpenAI from 'openai'
+import { zodResponseFormat } from 'openai/helpers/zod'
+import { describe, expect, it } from 'vitest'
+import * as z from 'zod'
+import { createRunpodEmulator, regexInstance, schemaInstance } from '../src/testing/index.ts'
+import type { EmulatorOptions } from '../src/testing/index.ts'
+
+type Json = Record<string, any>
+
+const BASE = 'http://emulator.test'
+
+const Address = z.object({ street: z.string(), zip: z.string().regex(/^\d{5}$/) })
+/** Covers the generator's keywords: nesting, arrays, enums, nullable, integers with bounds, $ref reuse. */
+const WeatherArgs = z.object({
+  city: z.string().min(3),
+  unit: z.enum(['celsius', 'fahrenheit']),
+  days: z.number().int().min(1).max(7),
+  ratio: z.number().gt(0).lt(1),
+  detailed: z.boolean(),
+  note: z.string().nullable(),
+  tags: z.array(z.string()).min(1).max(3),
+  kind: z.literal('forecast'),
+  home: Address,
+  work: Address.optional(),
+  when: z.union([z.string().datetime(), z.number()]),
+})
+const weatherTool = {
+  type: 'function' as const,
+  function: { name: 'get_weather', description: 'Weather', parameters: z.toJSONSchema(WeatherArgs, { reused: 'ref' }) as Json },
+}
+const timeTool = { type: 'function' as const, function: { name: 'get_time', parameters: { type: 'object', properties: { zone: { type: 'string' } }, required: ['zone'] } } }
+
+function setup(options: EmulatorOptions = {}) {
+  const emulator = createRunpodEmulator(options)
+  const fetchEmulator = ((input: RequestInfo | URL, init?: RequestInit) => emulator.fetch(new Request(input, init))) as typeof fetch
+  const client = (endpoint = 'vllmopenai') =>
+    new OpenAI({ apiKey: 'rp', baseURL: `${BASE}/v2/${endpoint}/openai/v1`, fetch: fetchEmulator, maxRetries: 0 })
+  const post = (path: string, body: unknown) =>
+    emulator.fetch(new Request(`${BASE}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) }))
+  /** Runs a job to its end with /runsync. */
+  const runsync = async (endpoint: string, input: Json) => (await (await post(`/v2/${endpoint}/runsync`, { input })).json()) as Json
+  /** Runs a job with /run and collects every /stream item. */
+  const streamJob = async (endpoint: string, input: Json) => {
+    const { id } = (await (await post(`/v2/${endpoint}/run`, { input })).json()) as { id: string }
+    const items: unknown[] = []
+    for (let i = 0; i < 100; i++) {
+      const page = (await (await emulator.fetch(new Request(`${BASE}/v2/${endpoint}/stream/${id}`))).json()) as Json
+      items.push(...page.stream.map((s: Json) => s.output))
+      if (['COMPLETED', 'FAILED'].includes(page.status)) return { items, status: page.status as string }
+    }
+    throw new Error('job did not end')
+  }
+  return { emulator, client, post, runsync, streamJob, fetchEmulator }
+}
+
+/** The JSON payloads of an SSE text (without [DONE]). */
+function ssePayloads(text: string): Json[] {
+  const out: Json[] = []
+  const parser = createParser({ onEvent: (e) => e.data !== '[DONE]' && out.push(JSON.parse(e.data)) })
+  parser.feed(text)
+  return out
+}
+
+const user = (content: string) => [{ role: 'user' as const, content }]
+
+describe('tool calls', () => {
+  it('non-stream: calls the first tool with arguments that validate against its schema ($ref, enum, nullable, nested)', async () => {
+    const { client } = setup()
+    const res = await client().chat.completions.create({ model: 'm', messages: user('Weather in Paris?'), tools: [weatherTool, timeTool] })
+    const choice = res.choices[0]!
+    expect(choice.finish_reason).toBe('tool_calls')
+    expect(choice.message.content).toBeNull()
+    const call = choice.message.tool_calls![0]! as Json
+    expect(call.id).toMatch(/^chatcmpl-tool-[0-9a-f]{32}$/)
+    expect(call.type).toBe('function')
+    expect(call.function.name).toBe('get_weather')
+    const args = WeatherArgs.parse(JSON.parse(call.function.arguments))
+    expect(args.kind).toBe('forecast')
+    expect(res.usage!.prompt_tokens).toBeGreaterThan(10) // tool definitions are part of the prompt
+  })
+
+  it('stream: a name delta (id, type, no arguments), then argument fragments; "tool_calls" for auto and required', async () => {
+    const { client } = setup()
+    for (const tool_choice of [undefined, 'auto', 'required'] as const) {
+      const stream = await client().chat.completions.create({
+        model: 'm', messages: user('Weather?'), tools: [weatherTool], stream: true, ...(tool_choice ? { tool_choice } : {}),
+      })
+      const deltas: Json[] = []
+      let finish: string | null = null
+      for await (const chunk of stream) {
+        const c = chunk.choices[0]!
+        if (c.delta.tool_calls) deltas.push(c.delta as Json)
+        finish = c.finish_reason ?? finish
+      }
+      expect(finish).toBe('tool_calls')
+      const [first, ...rest] = deltas
+      expect(first).toEqual({ content: null, tool_calls: [{ id: expect.stringMatching(/^chatcmpl-tool-/), type: 'function', index: 0, function: { name: 'get_weather' } }] })
+      expect(rest.length).toBeGreaterThan(1)
+      for (const d of rest) expect(d).toEqual({ tool_calls: [{ index: 0, function: { arguments: expect.any(String) } }] })
+      WeatherArgs.parse(JSON.parse(rest.map((d) => d.tool_calls[0].function.arguments).join('')))
+    }
+  })
+
+  it('a named tool_choice calls that tool and finishes with "stop"; "none" answers text', async () => {
+    const { client } = setup()
+    const named = await client().chat.completions.create({
+      model: 'm', messages: user('Time?'), tools: [weatherTool, timeTool], tool_choice: { type: 'function', function: { name: 'get_time' } },
+    })
+    expect(named.choices[0]!.finish_reason).toBe('stop')
+    const call = named.choices[0]!.message.tool_calls![0]! as Json
+    expect(call.function.name).toBe('get_time')
+    expect(typeof JSON.parse(call.function.arguments).zone).toBe('string')
+
+    const none = await client().chat.completions.create({ model: 'm', messages: user('Hi'), tools: [weatherTool], tool_choice: 'none' })
+    expect(none.choices[0]!.message.tool_calls).toEqual([])
+    expect(none.choices[0]!.message.content!.length).toBeGreaterThan(0)
+    const unknown = await client().chat.completions.create({ model: 'm', messages: user('Hi'), tools: [weatherTool], tool_choice: { type: 'function', function: { name: 'nope' } } }).catch((e: unknown) => e)
+    expect(unknown).toBeInstanceOf(OpenAI.BadRequestError)
+  })
+
+  it('answers a tool result with text that mentions it', async () => {
+    const { client } = setup()
+    const res = await client().chat.completions.create({
+      model: 'm',
+      tools: [weatherTool],
+      messages: [
+        { role: 'user', content: 'Weather in Paris?' },
+        { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{}' } }] },
+        { role: 'tool', tool_call_id: 'call_1', content: 'sunny, 21 degrees' },
+      ],
+    })
+    expect(res.choices[0]!.finish_reason).toBe('stop')
+    expect(res.choices[0]!.message.content).toContain('sunny, 21 degrees')
+  })
+
+  it('the AI SDK runs a 2-step tool loop and a streamed tool call against the emulator', async () => {
+    const { fetchEmulator } = setup()
+    const provider = createOpenAICompatible({ name: 'emu', baseURL: `${BASE}/v2/vllmopenai/openai/v1`, fetch: fetchEmulator, includeUsage: true })
+    const weather = tool({
+      description: 'Weather',
+      inputSchema: z.object({ city: z.string() }),
+      execute: async ({ city }) => `rainy in ${city}`,
+    })
+    const result = await generateText({ model: provider('m'), prompt: 'Weather?', tools: { weather }, stopWhen: stepCountIs(2), maxRetries: 0 })
+    expect(result.steps).toHaveLength(2)
+    expect(result.steps[0]!.toolCalls[0]!.toolName).toBe('weather')
+    expect(result.text).toContain('rainy in')
+
+    const streamed = streamText({ model: provider('m'), prompt: 'Weather?', tools: { weather }, maxRetries: 0 })
+    const calls = await streamed.toolCalls
+    expect(calls[0]!.toolName).toBe('weather')
+    expect(typeof (calls[0]!.input as { city: string }).city).toBe('string')
+    expect(await streamed.finishReason).toBe('tool-calls')
+  })
+
+  it('served without tool support: "auto" (or absent) tool_choice is vLLM\'s 400; a named choice still works', async () => {
+    const { client, emulator, runsync, post } = setup({ endpoints: { vllmopenai: { enableAutoToolChoice: false } } })
+    const res = await post('/v2/vllmopenai/openai/v1/chat/completions', { messages: user('Hi'), tools: [weatherTool] })
+    expect(res.status).toBe(400)
+    expect(await res.json()).toEqual({
+      error: { message: '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set', type: 'BadRequestError', param: null, code: 400 },
+    })
+    const named = await client().chat.completions.create({ model: 'm', messages: user('Hi'), tools: [weatherTool], tool_choice: { type: 'function', function: { name: 'get_weather' } } })
+    expect(named.choices[0]!.message.tool_calls).toHaveLength(1)
+
+    // Per request, through a gateway: the directive; on the current worker the refusal is a FAILED job.
+    const job = await runsync('vllmcurrent', { openai_route: '/v1/chat/completions', openai_input: { messages: user('Hi [[emulator:auto_tool_choice=0]]'), tools: [weatherTool] } })
+    expect(job.status).toBe('FAILED')
+    const item = job.output?.[0] ?? null
+    expect(item).toBeNull() // FAILED jobs report `error`, their items go to /stream
+    expect(job.error).toMatch(/^vLLM returned HTTP 400: \{"error":\{"message":"\\"auto\\" tool choice requires/)
+    const { emulator: e2, streamJob } = setup()
+    const streamed = await streamJob('vllmcurrent', { openai_route: '/v1/chat/completions', openai_input: { messages: user('Hi [[emulator:auto_tool_choice=0]]'), tools: [weatherTool], stream: true } })
+    expect(streamed.status).toBe('FAILED')
+    const error = (streamed.items[0] as Json).error
+    expect(error.type).toBe('worker_error')
+    expect(error.code).toBeNull()
+    expect(JSON.parse(error.message.replace('vLLM returned HTTP 400: ', ''))).toEqual({
+      error: { message: '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set', type: 'BadRequestError', param: null, code: 400 },
+    })
+    expect(emulator.activeJobs()).toEqual([])
+    expect(e2.activeJobs()).toEqual([])
+  })
+})
+
+describe('schema instances', () => {
+  it('validate against assorted zod schemas (tuples, records, bounds, unions, defaults, $ref reuse)', () => {
+    const Point = z.object({ x: z.number(), y: z.number() })
+    const schemas: z.ZodType[] = [
+      z.object({ a: z.tuple([z.string(), z.number().int(), z.boolean()]) }),
+      z.object({ r: z.record(z.string(), z.number()) }),
+      z.object({ n: z.number().min(0).lt(0.1), i: z.number().int().gt(3).lte(4), m: z.number().int().multipleOf(5).min(1) }),
+      z.object({ s: z.string().min(30).max(40), short: z.string().max(2), code: z.string().regex(/^[A-Z]{3}-\d{2}$/) }),
+      z.discriminatedUnion('kind', [z.object({ kind: z.literal('a'), v: z.string() }), z.object({ kind: z.literal('b') })]),
+      z.object({ from: Point, to: Point, path: z.array(Point).min(3) }),
+      z.object({ opt: z.string().optional(), def: z.number().default(3), n: z.null(), u: z.uuid(), d: z.iso.date() }),
+      z.array(z.enum(['x', 'y'])).max(1),
+    ]
+    for (const schema of schemas) {
+      for (const reused of ['inline', 'ref'] as const) {
+        const instance = schemaInstance(z.toJSONSchema(schema, { reused, io: 'input' }), { words: ['alpha', 'beta'] })
+        expect(() => schema.parse(instance), JSON.stringify(instance)).not.toThrow()
+      }
+    }
+    expect(regexInstance('^[a-f0-9]{8}(x|y)?\\.json$')).toMatch(/^[a-f0-9]{8}(x|y)?\.json$/)
+  })
+})
+
+describe('structured output', () => {
+  const Person = z.object({ name: z.string(), age: z.number().int().min(0), emails: z.array(z.string().email()), nickname: z.string().nullable() })
+
+  it('openai parse() with a zod json_schema response format', async () => {
+    const { client } = setup()
+    const res = await client().chat.completions.parse({ model: 'm', messages: user('Who?'), response_format: zodResponseFormat(Person, 'person') })
+    expect(Person.parse(res.choices[0]!.message.parsed)).toEqual(res.choices[0]!.message.parsed)
+  })
+
+  it('json_object, structured_outputs {json, choice, regex} and legacy guided_* on chat and completions, streamed or not', async () => {
+    const { post } = setup()
+    const schema = z.toJSONSchema(Person)
+    const cases: Array<[Json, (text: string) => void]> = [
+      [{ response_format: { type: 'json_object' } }, (t) => expect(typeof JSON.parse(t)).toBe('object')],
+      [{ structured_outputs: { json: schema } }, (t) => Person.parse(JSON.parse(t))],
+      [{ structured_outputs: { json: JSON.stringify(schema) } }, (t) => Person.parse(JSON.parse(t))],
+      [{ structured_outputs: { choice: ['yes', 'no'] } }, (t) => expect(t).toBe('yes')],
+      [{ structured_outputs: { regex: '^(ab|cd)-\\d{3}[a-z]+$' } }, (t) => expect(t).toMatch(/^(ab|cd)-\d{3}[a-z]+$/)],
+      [{ guided_json: schema }, (t) => Person.parse(JSON.parse(t))],
+      [{ guided_choice: ['left', 'right'] }, (t) => expect(t).toBe('left')],
+    ]
+    for (const [fields, check] of cases) {
+      for (const stream of [false, true]) {
+        const chat = await post('/v2/vllmopenai/openai/v1/chat/completions', { messages: user('Go'), stream, ...fields })
+        const completion = await post('/v2/vllmopenai/openai/v1/completions', { prompt: 'Go', stream, ...fields })
+        if (stream) {
+          check(ssePayloads(await chat.text()).map((p) => p.choices[0]?.delta?.content ?? '').join(''))
+          check(ssePayloads(await completion.text()).map((p) => p.choices[0]?.text ?? '').join(''))
+        } else {
+          check(((await chat.json()) as Json).choices[0].message.content)
+          check(((await completion.json()) as Json).choices[0].text)
+        }
+      }
+    }
+  })
+
+  it('the AI SDK Output.object works', async () => {
+    const { fetchEmulator } = setup()
+    const provider = createOpenAICompatible({ name: 'emu', baseURL: `${BASE}/v2/vllmopenai/openai/v1`, fetch: fetchEmulator, supportsStructuredOutputs: true })
+    const result = await generateText({ model: provider('m'), prompt: 'Who?', output: Output.object({ schema: Person }), maxRetries: 0 })
+    expect(Person.parse(result.output)).toEqual(result.output)
+  })
+})
+
+describe('reasoning', () => {
+  it('enable_thinking streams reasoning deltas under both keys before the content; non-stream has both fields', async () => {
+    const { post } = setup()
+    const body = { messages: user('Think'), chat_template_kwargs: { enable_thinking: true } }
+    const payloads = ssePayloads(await (await post('/v2/vllmopenai/openai/v1/chat/completions', { ...body, stream: true })).text())
+    const deltas = payloads.map((p) => p.choices[0].delta)
+    const reasoning = deltas.filter((d) => 'reasoning' in d)
+    expect(reasoning.length).toBeGreaterThan(0)
+    for (const d of reasoning) expect(d.reasoning_content).toBe(d.reasoning)
+    const firstContent = deltas.findIndex((d) => typeof d.content === 'string' && d.content !== '')
+    expect(firstContent).toBeGreaterThan(deltas.lastIndexOf(reasoning.at(-1)))
+
+    const json = (await (await post('/v2/vllmopenai/openai/v1/chat/completions', body)).json()) as Json
+    const message = json.choices[0].message
+    expect(message.reasoning).toBe(reasoning.map((d) => d.reasoning).join(''))
+    expect(message.reasoning_content).toBe(message.reasoning)
+    expect(message.content).toBe(deltas.map((d) => d.content ?? '').join(''))
+    const plain = (await (await post('/v2/vllmopenai/openai/v1/chat/completions', { messages: user('Think') })).json()) as Json
+    expect(plain.choices[0].message.reasoning).toBeNull()
+    const hidden = (await (await post('/v2/vllmopenai/openai/v1/chat/completions', { ...body, include_reasoning: false })).json()) as Json
+    expect(hidden.choices[0].message.reasoning).toBeNull()
+  })
+
+  it('reasoningFields picks the key per endpoint', async () => {
+    const { post } = setup({ endpoints: { newvllm: { reasoningFields: ['reasoning'] } } })
+    const payloads = ssePayloads(await (await post('/v2/newvllm/openai/v1/chat/completions', { messages: user('Think'), stream: true, chat_template_kwargs: { enable_thinking: true } })).text())
+    const deltas = payloads.map((p) => p.choices[0].delta)
+    expect(deltas.some((d) => 'reasoning' in d)).toBe(true)
+    expect(deltas.some((d) => 'reasoning_content' in d)).toBe(false)
+  })
+})
+
+describe('logprobs', () => {
+  it('chat: per chunk content entries with top_logprobs; the same in the JSON body', async () => {
+    const { post } = setup()
+    const body = { messages: user('Hi'), logprobs: true, top_logprobs: 3 }
+    const payloads = ssePayloads(await (await post('/v2/vllmopenai/openai/v1/chat/completions', { ...body, stream: true })).text())
+    const entries = payloads.filter((p) => p.choices[0].logprobs).map((p) => p.choices[0].logprobs.content)
+    expect(entries.length).toBeGreaterThan(0)
+    for (const [entry] of entries) {
+      expect(entry).toMatchObject({ token: expect.any(String), logprob: expect.any(Number), bytes: expect.any(Array) })
+      expect(entry.top_logprobs).toHaveLength(3)
+      expect(entry.top_logprobs[0].token).toBe(entry.token)
+      expect(new TextDecoder().decode(new Uint8Array(entry.bytes))).toBe(entry.token)
+    }
+    const json = (await (await post('/v2/vllmopenai/openai/v1/chat/completions', body)).json()) as Json
+    expect(json.choices[0].logprobs.content).toEqual(entries.map(([e]) => e))
+  })
+
+  it('completions: logprobs int gives tokens, token_logprobs, top_logprobs, text_offset; prompt_logprobs when asked', async () => {
+    const { client } = setup()
+    const res = (await client().completions.create({ model: 'm', prompt: 'one two three', logprobs: 2, prompt_logprobs: 1 } as any)) as Json
+    const choice = res.choices[0]
+    const lp = choice.logprobs
+    expect(lp.tokens.join('')).toBe(choice.text)
+    expect(lp.token_logprobs).toHaveLength(lp.tokens.length)
+    expect(Object.keys(lp.top_logprobs[0])).toHaveLength(2)
+    expect(lp.text_offset[0]).toBe(0)
+    expect(lp.text_offset[1]).toBe(lp.tokens[0].length)
+    expect(choice.prompt_logprobs).toHaveLength(res.usage.prompt_tokens)
+    expect(choice.prompt_logprobs[0]).toBeNull()
+    // Keyed by token id; the prompt's own token has rank 1, plus `prompt_logprobs` alternatives.
+    const ranked = Object.values(choice.prompt_logprobs[1] as Record<string, Json>)
+    expect(ranked).toHaveLength(2)
+    expect(ranked.find((r) => r.rank === 1)).toMatchObject({ logprob: expect.any(Number), decoded_token: 'two' })
+  })
+
+  it('refuses more than MAX_LOGPROBS (20) and prompt_logprobs in a stream, like vLLM', async () => {
+    const { post } = setup()
+    const tooMany = await post('/v2/vllmopenai/openai/v1/chat/completions', { messages: user('Hi'), logprobs: true, top_logprobs: 21 })
+    expect(tooMany.status).toBe(400)
+    expect(((await tooMany.json()) as Json).error.message).toBe('Requested sample logprobs of 21, which is greater than max allowed: 20')
+    const streamed = await post('/v2/vllmopenai/openai/v1/chat/completions', { messages: user('Hi'), stream: true, prompt_logprobs: 1 })
+    expect(streamed.status).toBe(400)
+  })
+})
+
+describe('usage and completions', () => {
+  it('include_usage adds a usage chunk; continuous_usage_stats puts usage on every chunk', async () => {
+    const { post } = setup()
+    const final = ssePayloads(await (await post('/v2/vllmopenai/openai/v1/chat/completions', { messages: user('Hi'), stream: true, stream_options: { include_usage: true } })).text())
+    expect(final.filter((p) => p.usage)).toHaveLength(1)
+    expect(final.at(-1)).toMatchObject({ choices: [], usage: { prompt_tokens: expect.any(Number) } })
+    const every = ssePayloads(await (await post('/v2/vllmopenai/openai/v1/chat/completions', { messages: user('Hi'), stream: true, stream_options: { include_usage: true, continuous_usage_stats: true } })).text())
+    expect(every.every((p) => p.usage)).toBe(true)
+    const counts = every.slice(0, -1).map((p) => p.usage.completion_tokens)
+    expect(counts).toEqual([...counts].sort((a, b) => a - b))
+    expect(every.at(-2)!.usage).toEqual(every.at(-1)!.usage)
+  })
+
+  it('prompt string[] / int[] / int[][] with n > 1: choices keep their index, streamed or not; echo prepends the prompt', async () => {
+    const { client, post } = setup()
+    const list = await client().completions.create({ model: 'm', prompt: ['a b', 'c d'], n: 2 })
+    expect(list.choices.map((c) => c.index)).toEqual([0, 1, 2, 3])
+    const ids = await client().completions.create({ model: 'm', prompt: [1, 2, 3] })
+    expect(ids.usage!.prompt_tokens).toBe(3)
+    const idLists = await client().completions.create({ model: 'm', prompt: [[1, 2], [3, 4, 5]] })
+    expect(idLists.choices).toHaveLength(2)
+    expect(idLists.usage!.prompt_tokens).toBe(5)
+
+    const payloads = ssePayloads(await (await post('/v2/vllmopenai/openai/v1/completions', { prompt: ['a b', 'c d'], n: 2, stream: true })).text())
+    for (const index of [0, 1, 2, 3]) {
+      expect(payloads.filter((p) => p.choices[0].index === index).map((p) => p.choices[0].text).join('')).toBe(list.choices[index]!.text)
+    }
+    const embeds = (await (await post('/v2/vllmopenai/openai/v1/completions', { prompt_embeds: ['AAAA', 'BBBB'] })).json()) as Json
+    expect(embeds.choices.map((c: Json) => c.index)).toEqual([0, 1])
+    const echoed = await client().completions.create({ model: 'm', prompt: 'say this', echo: true })
+    expect(echoed.choices[0]!.text.startsWith('say this')).toBe(true)
+  })
+})
+
+describe('embeddings', () => {
+  const decode = (b64: string) => {
+    const bytes = Uint8Array.from(atob(b64), (ch) => ch.charCodeAt(0))
+    return Array.from({ length: bytes.length / 4 }, (_, i) => new DataView(bytes.buffer).getFloat32(i * 4, true))
+  }
+
+  it('float and base64 (little-endian float32) give the same deterministic unit vectors; dimensions; token inputs', async () => {
+    const { post, client } = setup()
+    const float = (await (await post('/v2/vllmopenai/openai/v1/embeddings', { input: ['hello', 'world'], encoding_format: 'float' })).json()) as Json
+    expect(float.object).toBe('list')
+    expect(float.data.map((d: Json) => d.index)).toEqual([0, 1])
+    expect(float.data[0].embedding).toHaveLength(384)
+    expect(Math.hypot(...float.data[0].embedding)).toBeCloseTo(1, 5)
+    expect(float.usage).toEqual({ prompt_tokens: 2, total_tokens: 2, completion_tokens: 0, prompt_tokens_details: null })
+    const b64 = (await (await post('/v2/vllmopenai/openai/v1/embeddings', { input: ['hello', 'world'], encoding_format: 'base64' })).json()) as Json
+    expect(decode(b64.data[0].embedding)).toEqual(float.data[0].embedding)
+    expect(decode(b64.data[1].embedding)).toEqual(float.data[1].embedding)
+
+    // The openai client asks for base64 and decodes it itself.
+    const viaClient = await client().embeddings.create({ model: 'm', input: 'hello' })
+    expect(viaClient.data[0]!.embedding).toEqual(float.data[0].embedding)
+    const small = await client().embeddings.create({ model: 'm', input: 'hello', dimensions: 8, encoding_format: 'float' })
+    expect(small.data[0]!.embedding).toHaveLength(8)
+    expect(Math.hypot(...small.data[0]!.embedding)).toBeCloseTo(1, 5)
+    const tokens = await client().embeddings.create({ model: 'm', input: [[1, 2, 3], [4]], encoding_format: 'float' })
+    expect(tokens.data).toHaveLength(2)
+    expect(tokens.usage.prompt_tokens).toBe(4)
+  })
+
+  it('openai_route /v1/embeddings: the JSON once on the current worker, 400 "Invalid route" on the classic one', async () => {
+    const { runsync, post } = setup()
+    const current = await runsync('vllmcurrent', { openai_route: '/v1/embeddings', openai_input: { input: 'hello', encoding_format: 'float' } })
+    expect(current.status).toBe('COMPLETED')
+    const direct = (await (await post('/v2/vllmopenai/openai/v1/embeddings', { input: 'hello' })).json()) as Json
+    expect(current.output).toHaveLength(1)
+    expect(current.output[0].data[0].embedding).toEqual(direct.data[0].embedding)
+
+    const { streamJob } = setup()
+    const classic = await streamJob('vllmclassic', { openai_route: '/v1/embeddings', openai_input: { input: 'hello' } })
+    expect(classic.status).toBe('FAILED')
+    expect(classic.items).toEqual([{ error: { message: 'Invalid route', type: 'BadRequestError', param: null, code: 400 } }])
+  })
+})
+
+describe('openai_route jobs and request recording', () => {
+  const input = { openai_route: '/v1/chat/completions', openai_input: { messages: user('Weather?'), tools: [weatherTool], stream: true, logprobs: true } }
+
+  it('current worker: verbatim vLLM SSE cut at byte boundaries across items; classic: whole-SSE string items', async () => {
+    const { streamJob, post } = setup()
+    const direct = await (await post('/v2/vllmopenai/openai/v1/chat/completions', input.openai_input)).text()
+    const current = await streamJob('vllmcurrent', input)
+    expect(current.status).toBe('COMPLETED')
+    expect(current.items.every((i) => typeof i === 'string')).toBe(true)
+    const text = (current.items as string[]).join('')
+    const strip = (payloads: Json[]) => payloads.map(({ id: _id, created: _c, ...rest }) => JSON.stringify(rest).replace(/chatcmpl-tool-[0-9a-f]+/g, 'ID'))
+    expect(strip(ssePayloads(text))).toEqual(strip(ssePayloads(direct)))
+    expect(text.endsWith('data: [DONE]\n\n')).toBe(true)
+
+    const classic = await streamJob('vllmclassic', input)
+    expect(classic.status).toBe('COMPLETED')
+    for (const item of classic.items as string[]) expect(item).toMatch(/^(data: [^\n]+\n\n)+$/)
+    expect(strip(ssePayloads((classic.items as string[]).join('')))).toEqual(strip(ssePayloads(direct)))
+  })
+
+  it('non-streamed openai_route answers the OpenAI JSON once; classic refuses routes it does not serve', async () => {
+    const { runsync } = setup()
+    const job = await runsync('vllmcurrent', { openai_route: '/v1/chat/completions', openai_input: { messages: user('Hi'), response_format: { type: 'json_object' } } })
+    expect(job.output).toHaveLength(1)
+    expect(job.output[0].object).toBe('chat.completion')
+    expect(typeof JSON.parse(job.output[0].choices[0].message.content)).toBe('object')
+    const classic = await runsync('vllmclassic', { openai_route: '/v1/responses', openai_input: {} })
+    expect(classic.status).toBe('FAILED')
+  })
+
+  it('unknown fields are accepted; the last request body of each endpoint is recorded exactly', async () => {
+    const { client, emulator, post } = setup()
+    const body = { model: 'm', messages: user('Hi'), some_future_field: { nested: [1, 'x'] }, top_k: 5, vllm_xargs: { a: 1 } }
+    const res = await post('/v2/vllmopenai/openai/v1/chat/completions', body)
+    expect(res.status).toBe(200)
+    expect(emulator.lastRequest('vllmopenai')).toMatchObject({ op: 'openai', path: '/v2/vllmopenai/openai/v1/chat/completions', body })
+    await client('vllmcurrent').models.list()
+    await post('/v2/vllmcurrent/run', { input: { openai_route: '/v1/completions', openai_input: { prompt: 'x', unknown: true } } })
+    expect(emulator.lastRequest('vllmcurrent')?.body).toEqual({ input: { openai_route: '/v1/completions', openai_input: { prompt: 'x', unknown: true } } })
+    const viaControl = (await (await emulator.fetch(new Request(`${BASE}/__emulator/last-request/vllmopenai`))).json()) as Json
+    expect(viaControl.body).toEqual(body)
+  })
+})
