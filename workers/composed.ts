@@ -15,9 +15,9 @@ import { env } from 'cloudflare:workers'
 import { Hono } from 'hono'
 import type { Context } from 'hono'
 import { deleteCookie, getSignedCookie, setSignedCookie } from 'hono/cookie'
-import { bearerCredential, createGateway, KeyStore } from '../src/index.ts'
-import { optionsFromEnv } from './env.ts'
-import type { PodgateWorkerEnv } from './env.ts'
+import { bearerCredential, createGateway, KeyStore, openApiHandler } from '../src/index.ts'
+import { optionsFromEnv } from '../src/worker.ts'
+import type { PodgateWorkerEnv } from '../src/worker.ts'
 
 export interface ComposedEnv extends PodgateWorkerEnv {
   /** Signs the session cookie (32+ characters). `wrangler secret put APP_SESSION_SECRET`. */
@@ -89,6 +89,8 @@ app.route('/ai', createGateway({
     if (!user) return bearerCredential(c)
     return (await c.env.PODGATE_KV.get(USER_KEY_PREFIX + user)) ?? undefined
   },
+  // Serve GET /ai/openapi.json (left out unless passed in, to keep bundles small).
+  extras: { openapi: openApiHandler },
 }))
 
 export default app

@@ -24,7 +24,7 @@ function run(command: string, args: string[], options: SpawnSyncOptions = {}): s
 
 // A small app a user would write: podgate mounted in Hono, with an in-memory KV (Node has none).
 const APP = `import { Hono } from 'hono'
-import { createGateway, GatewayError } from 'podgate'
+import { createGateway, GatewayError, openApiHandler } from 'podgate'
 import type { GatewayOptions } from 'podgate'
 import { createRunpodEmulator } from 'podgate/testing'
 
@@ -63,6 +63,7 @@ const options: GatewayOptions = {
   adminToken: 'admin_demo_token_0123456789',
   kv: () => kv,
   fetch: (input, init) => emulator.fetch(new Request(input, init)),
+  extras: { openapi: openApiHandler },
 }
 const app = new Hono()
 app.get('/', (c) => c.text('host app'))

@@ -1,0 +1,38 @@
+/**
+ * `npm run deploy`: deploys wrangler.toml's top-level (production) Worker, after refusing a config that
+ * was never edited: the placeholder endpoint id or KV namespace id. Extra arguments go to wrangler
+ * (`npm run deploy -- --dry-run --outdir /tmp/x`).
+ */
+import { spawnSync } from 'node:child_process'
+import { readFileSync } from 'node:fs'
+
+const PLACEHOLDERS: [text: string, fix: string][] = [
+  ['your0endpoint0id', 'put your Runpod endpoint id in PODGATE_MODELS under [vars]'],
+  ['00000000000000000000000000000000', 'create the namespace with `npx wrangler kv namespace create PODGATE_KV` and put its id under [[kv_namespaces]]'],
+]
+
+/** The top-level part of a wrangler.toml (before the first `[env.*]` table), without comments. */
+export function topLevel(toml: string): string {
+  const end = toml.search(/^\[+env\./m)
+  return (end === -1 ? toml : toml.slice(0, end)).split('\n').filter((line) => !/^\s*#/.test(line)).join('\n')
+}
+
+/** What still needs editing before a deploy, as messages (empty: ready). */
+export function placeholderProblems(toml: string): string[] {
+  const top = topLevel(toml)
+  return PLACEHOLDERS.filter(([text]) => top.includes(text)).map(([text, fix]) => `wrangler.toml still holds the placeholder "${text}": ${fix}.`)
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  const args = process.argv.slice(2)
+  const configAt = args.indexOf('--config')
+  const config = configAt >= 0 ? args[configAt + 1]! : 'wrangler.toml'
+  const problems = placeholderProblems(readFileSync(config, 'utf8'))
+  if (problems.length > 0) {
+    console.error(`[podgate] not deploying:\n  ${problems.join('\n  ')}\n  (docs/deploying.md)`)
+    process.exit(1)
+  }
+  // `--env=""` names the top-level environment: without it wrangler warns that [env.dev] exists.
+  const result = spawnSync('wrangler', ['deploy', '--env=', ...args], { stdio: 'inherit', env: { ...process.env, WRANGLER_SEND_METRICS: 'false' } })
+  process.exit(result.status ?? 1)
+}
