@@ -1,7 +1,7 @@
 /**
  * `npm run deploy`: deploys wrangler.toml's top-level (production) Worker, after refusing a config that
- * was never edited: the placeholder endpoint id or KV namespace id. Extra arguments go to wrangler
- * (`npm run deploy -- --dry-run --outdir /tmp/x`).
+ * was never edited: the placeholder endpoint id or KV namespace id (a `--dry-run` only warns). Extra
+ * arguments go to wrangler (`npm run deploy -- --dry-run --outdir /tmp/x`).
  */
 import { spawnSync } from 'node:child_process'
 import { readFileSync } from 'node:fs'
@@ -28,10 +28,12 @@ if (import.meta.url === `file://${process.argv[1]}`) {
   const configAt = args.indexOf('--config')
   const config = configAt >= 0 ? args[configAt + 1]! : 'wrangler.toml'
   const problems = placeholderProblems(readFileSync(config, 'utf8'))
-  if (problems.length > 0) {
+  if (problems.length > 0 && !args.includes('--dry-run')) {
     console.error(`[podgate] not deploying:\n  ${problems.join('\n  ')}\n  (docs/deploying.md)`)
     process.exit(1)
   }
+  // A dry run uploads nothing: it only bundles, so the shipped placeholders may stay for it.
+  for (const problem of problems) console.warn(`[podgate] --dry-run: ${problem}`)
   // `--env=""` names the top-level environment: without it wrangler warns that [env.dev] exists.
   const result = spawnSync('wrangler', ['deploy', '--env=', ...args], { stdio: 'inherit', env: { ...process.env, WRANGLER_SEND_METRICS: 'false' } })
   process.exit(result.status ?? 1)

@@ -39,7 +39,12 @@ export function createPodgateWorker(options: PodgateWorkerOptions = {}): Exporte
   let gateway: Hono<GatewayEnv> | undefined
   return {
     fetch(request, env, ctx) {
-      gateway ??= createGateway({ ...optionsFromEnv(env), ...(options.extras ? { extras: options.extras } : {}) })
+      gateway ??= createGateway({
+        ...optionsFromEnv(env),
+        ...(options.extras ? { extras: options.extras } : {}),
+        // Without `extras.playground` (the production entry) this refuses to start: a dev tool stays in dev.
+        ...(env.PODGATE_PLAYGROUND === 'true' ? { playground: true } : {}),
+      })
       return gateway.fetch(request, env, ctx)
     },
   }

@@ -28,7 +28,7 @@ export const PLACEHOLDER_ENDPOINT_ID = 'your0endpoint0id'
  * | `RUNPOD_BASE_URL` | var, optional | `runpod.baseUrl` |
  * | `PODGATE_TOKEN_MAX_TTL` | var, optional | `tokens.maxTtlSeconds` |
  * | `PODGATE_QUOTA_CONFIG` | JSON var, optional | `quota` |
- * | `PODGATE_PLAYGROUND` | var, optional | `"true"`: `playground` (needs the dev entry's extras) |
+ * | `PODGATE_PLAYGROUND` | var, optional | `"true"`: the dev Worker serves `/playground` (read by `createPodgateWorker`, not here: an app that mounts podgate decides itself) |
  */
 export interface PodgateWorkerEnv {
   PODGATE_KV: KVNamespace
@@ -86,7 +86,6 @@ export function optionsFromEnv(env: PodgateWorkerEnv): GatewayOptions {
     ...(tokens !== undefined ? { tokens } : {}),
     ...(env.PODGATE_ADMIN_TOKEN ? { adminToken: env.PODGATE_ADMIN_TOKEN } : {}),
     ...(env.PODGATE_SIGNING_SECRET ? { signingSecret: env.PODGATE_SIGNING_SECRET } : {}),
-    ...(env.PODGATE_PLAYGROUND === 'true' ? { playground: true } : {}),
   } as GatewayOptions
 }
 
