@@ -29,7 +29,7 @@ if (import.meta.url === `file://${process.argv[1]}`) {
   const config = configAt >= 0 ? args[configAt + 1]! : 'wrangler.toml'
   const problems = placeholderProblems(readFileSync(config, 'utf8'))
   if (problems.length > 0 && !args.includes('--dry-run')) {
-    console.error(`[podgate] not deploying:\n  ${problems.join('\n  ')}\n  (docs/deploying.md)`)
+    console.error(`[podgate] not deploying:\n  ${problems.join('\n  ')}\n  (README "Deploy in five steps")`)
     process.exit(1)
   }
   // A dry run uploads nothing: it only bundles, so the shipped placeholders may stay for it.

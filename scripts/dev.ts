@@ -25,6 +25,8 @@ const devVars = readDevVars('.')
 const adminToken = devVars.PODGATE_ADMIN_TOKEN ?? ''
 const realKey = process.env.RUNPOD_API_KEY ?? devVars.RUNPOD_API_KEY
 const args = ['dev', '--env', 'dev', '--ip', host, '--port', String(port), '--show-interactive-dev-session=false', '--env-file', '.dev.vars']
+// Two dev servers at once (e.g. the docs test next to yours) would both want the default inspector port.
+if (process.env.INSPECTOR_PORT) args.push('--inspector-port', process.env.INSPECTOR_PORT)
 let closeEmulator: (() => Promise<void>) | undefined
 
 if (realKey) {
@@ -62,7 +64,8 @@ void (async () => {
   then chat:     curl -sN ${base}/v1/chat/completions -H "authorization: Bearer <key>" -H "content-type: application/json" \\
                    -d '{"model":"chat-current","messages":[{"role":"user","content":"Hello"}],"stream":true}'
   models: chat-openai (OpenAI route), chat-classic (native, classic worker-vllm), chat-current (native, current worker-vllm)
-  playground: ${base}/playground   OpenAPI: ${base}/openapi.json
+  playground:    ${base}/playground  with a key for its origin: npm run keys -- create --name playground --origins ${base}
+  OpenAPI:       ${base}/openapi.json
 `)
 })()
 

@@ -5,8 +5,9 @@
  * so the browser never holds a podgate key at all. Callers without a session may still send a key as
  * `Authorization: Bearer`.
  *
- * Deploy: `wrangler deploy --config workers/composed.wrangler.toml` (README "Mounting podgate in your
- * Hono app"). Tested by test/composition.test.ts.
+ * Deploy: `wrangler deploy --config workers/composed.wrangler.toml` (docs/composition.md).
+ * Tested by test/composition.test.ts; docs/composition.md shows this file whole, and
+ * test/e2e/docs.test.ts typechecks it there against the packed package.
  *
  * The login here is a stand-in (any well-formed user name signs in): put your real identity provider
  * in `POST /login`; the rest stays as it is.
