@@ -4,7 +4,7 @@
  * arguments go to wrangler (`npm run deploy -- --dry-run --outdir /tmp/x`).
  */
 import { spawnSync } from 'node:child_process'
-import { readFileSync } from 'node:fs'
+import { readFileSync, realpathSync } from 'node:fs'
 
 const PLACEHOLDERS: [text: string, fix: string][] = [
   ['your0endpoint0id', 'put your Runpod endpoint id in PODGATE_MODELS under [vars]'],
@@ -23,7 +23,8 @@ export function placeholderProblems(toml: string): string[] {
   return PLACEHOLDERS.filter(([text]) => top.includes(text)).map(([text, fix]) => `wrangler.toml still holds the placeholder "${text}": ${fix}.`)
 }
 
-if (import.meta.url === `file://${process.argv[1]}`) {
+// Run as a script (also through a symlinked checkout, where argv[1] is not the real path).
+if (process.argv[1] !== undefined && import.meta.filename === realpathSync(process.argv[1])) {
   const args = process.argv.slice(2)
   const configAt = args.indexOf('--config')
   const config = configAt >= 0 ? args[configAt + 1]! : 'wrangler.toml'

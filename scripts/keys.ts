@@ -15,6 +15,7 @@
  * else, for a loopback URL, the one `npm run dev` wrote to .dev.vars). Output is JSON on stdout; a secret
  * appears only for create and rotate.
  */
+import { realpathSync } from 'node:fs'
 import { parseArgs } from 'node:util'
 import { readDevUrl, readDevVars } from './lib/dev-state.ts'
 
@@ -91,10 +92,11 @@ export async function runKeysCli(argv: string[], io: KeysCliIO): Promise<number>
     parsed = parse(argv)
     const [command, id] = parsed.positionals
     const devUrl = io.devDir === undefined ? undefined : readDevUrl(io.devDir)
-    const url = (typeof parsed.values.url === 'string' ? parsed.values.url : io.env.PODGATE_URL ?? devUrl ?? `http://127.0.0.1:${io.env.PORT ?? 8787}`).replace(/\/+$/, '')
+    // An empty variable counts as unset (`PORT= npm run keys`).
+    const url = (typeof parsed.values.url === 'string' ? parsed.values.url : io.env.PODGATE_URL || devUrl || `http://127.0.0.1:${io.env.PORT || 8787}`).replace(/\/+$/, '')
     // The dev token goes only to a local server: never send it to a deployed Worker's URL.
     const devToken = io.devDir !== undefined && LOOPBACK.test(url) ? readDevVars(io.devDir).PODGATE_ADMIN_TOKEN : undefined
-    const token = typeof parsed.values['admin-token'] === 'string' ? parsed.values['admin-token'] : io.env.PODGATE_ADMIN_TOKEN ?? devToken
+    const token = typeof parsed.values['admin-token'] === 'string' ? parsed.values['admin-token'] : io.env.PODGATE_ADMIN_TOKEN || devToken
     if (!token) throw new UsageError('no admin token: pass --admin-token, set PODGATE_ADMIN_TOKEN, or run `npm run dev` once (it writes .dev.vars)')
     const needsId = (): string => {
       if (!id) throw new UsageError(`${command} needs a key id (key_...)`)
@@ -198,7 +200,8 @@ async function listAll(url: string, token: string, io: KeysCliIO): Promise<numbe
   return 0
 }
 
-if (import.meta.url === `file://${process.argv[1]}`) {
+// Run as a script (also through a symlinked checkout, where argv[1] is not the real path).
+if (process.argv[1] !== undefined && import.meta.filename === realpathSync(process.argv[1])) {
   const code = await runKeysCli(process.argv.slice(2), {
     env: process.env,
     out: (text) => process.stdout.write(`${text}\n`),

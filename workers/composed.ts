@@ -7,7 +7,7 @@
  *
  * Deploy: `wrangler deploy --config workers/composed.wrangler.toml` (docs/composition.md).
  * Tested by test/composition.test.ts; docs/composition.md shows this file whole, and
- * test/e2e/docs.test.ts typechecks it there against the packed package.
+ * test/e2e/pack.test.ts typechecks it there against the packed package.
  *
  * The login here is a stand-in (any well-formed user name signs in): put your real identity provider
  * in `POST /login`; the rest stays as it is.
