@@ -75,12 +75,13 @@ export function optionsFromEnv(env: PodgateWorkerEnv): GatewayOptions {
   const models = parseJsonObject('PODGATE_MODELS', env.PODGATE_MODELS) ?? base.models
   if (models === undefined) throw new ConfigError('podgate: no models. Set PODGATE_MODELS (or "models" in PODGATE_CONFIG) under [vars] in wrangler.toml.')
   refusePlaceholder(models)
+  const withKeys = endpointKeysFromEnv(models, env)
   const quota = parseJsonObject('PODGATE_QUOTA_CONFIG', env.PODGATE_QUOTA_CONFIG) ?? base.quota
   const tokens = env.PODGATE_TOKEN_MAX_TTL ? { ...(base.tokens as Record<string, unknown> | undefined), maxTtlSeconds: Number(env.PODGATE_TOKEN_MAX_TTL) } : base.tokens
   // Validated by createGateway's schema: JSON gives `unknown`, the schema gives the field-named errors.
   return {
     ...base,
-    models,
+    models: withKeys,
     runpod,
     ...(quota !== undefined ? { quota } : {}),
     ...(tokens !== undefined ? { tokens } : {}),
@@ -103,6 +104,28 @@ function parseJsonObject(name: string, value: string | Record<string, unknown> |
     throw new ConfigError(`podgate: ${name} must be a JSON object.`)
   }
   return parsed as Record<string, unknown>
+}
+
+/**
+ * Replaces each endpoint's `apiKeyEnv: "NAME"` with `apiKey` read from the secret NAME, so no key sits
+ * in wrangler.toml (a `url:` endpoint's own bearer; ported here from workers/env.ts, issue 15).
+ */
+function endpointKeysFromEnv(models: unknown, env: PodgateWorkerEnv): unknown {
+  if (typeof models !== 'object' || models === null) return models
+  const secrets = env as unknown as Record<string, unknown>
+  return Object.fromEntries(Object.entries(models).map(([alias, model]) => {
+    if (typeof model !== 'object' || model === null || !Array.isArray((model as { endpoints?: unknown }).endpoints)) return [alias, model]
+    const endpoints = ((model as { endpoints: unknown[] }).endpoints).map((endpoint) => {
+      if (typeof endpoint !== 'object' || endpoint === null || !('apiKeyEnv' in endpoint)) return endpoint
+      const { apiKeyEnv, ...rest } = endpoint as { apiKeyEnv: unknown }
+      const value = typeof apiKeyEnv === 'string' ? secrets[apiKeyEnv] : undefined
+      if (typeof value !== 'string' || value === '') {
+        throw new ConfigError(`podgate: models.${alias}: an endpoint names apiKeyEnv ${JSON.stringify(apiKeyEnv)}, but no such secret is set. Run \`npx wrangler secret put ${String(apiKeyEnv)}\`.`)
+      }
+      return { ...rest, apiKey: value }
+    })
+    return [alias, { ...model, endpoints }]
+  }))
 }
 
 function refusePlaceholder(models: unknown): void {
