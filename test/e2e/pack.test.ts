@@ -149,7 +149,7 @@ describe('the packed package', () => {
     expect(String(result.text).length).toBeGreaterThan(0)
   })
 
-  it('the composed example Worker bundles for deployment (README: wrangler deploy --config workers/composed.wrangler.toml)', { timeout: 60_000 }, () => {
+  it('the composed example Worker bundles for deployment (docs/composition.md: wrangler deploy --config workers/composed.wrangler.toml)', { timeout: 60_000 }, () => {
     const outdir = join(scratch, 'composed-bundle')
     const output = run('npx', ['wrangler', 'deploy', '--dry-run', '--config', 'workers/composed.wrangler.toml', '--outdir', outdir], { cwd: ROOT, env: { ...process.env, WRANGLER_SEND_METRICS: 'false' } })
     expect(output).toContain('--dry-run: exiting now.')
