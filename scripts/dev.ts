@@ -1,38 +1,32 @@
 /**
- * `npm run dev`: podgate on http://127.0.0.1:8787 through `wrangler dev`, with local KV.
+ * `npm run dev`: podgate on http://127.0.0.1:8787 (or $PORT) through `wrangler dev`, with local KV.
  *
  * Without a RUNPOD_API_KEY (in the environment or .dev.vars) it also starts the built-in Runpod
- * emulator on 127.0.0.1:8788 and points the Worker at it. On first run it writes .dev.vars with a
- * random admin token (git-ignored) and prints how to create an API key.
+ * emulator on 127.0.0.1:8788 ($EMULATOR_PORT) and points the Worker at it. On first run it writes
+ * .dev.vars with a random admin token (git-ignored); while it runs, .wrangler/podgate-dev.json holds its
+ * URL, so `npm run keys` works without flags. It prints how to create an API key.
  */
 import { spawn } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
-import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs'
+import { chmodSync, existsSync, mkdirSync, writeFileSync } from 'node:fs'
 import { createRunpodEmulator } from '../src/testing/index.ts'
+import { clearDevUrl, readDevVars, writeDevUrl } from './lib/dev-state.ts'
 import { serveNode } from './lib/serve-node.ts'
 
 const port = Number(process.env.PORT ?? 8787)
 const emulatorPort = Number(process.env.EMULATOR_PORT ?? 8788)
 const host = '127.0.0.1'
 
-function readDevVars(): Record<string, string> {
-  if (!existsSync('.dev.vars')) return {}
-  const vars: Record<string, string> = {}
-  for (const line of readFileSync('.dev.vars', 'utf8').split('\n')) {
-    const match = /^\s*([A-Z0-9_]+)\s*=\s*"?([^"]*)"?\s*$/.exec(line)
-    if (match) vars[match[1]!] = match[2]!
-  }
-  return vars
-}
-
 if (!existsSync('.dev.vars')) {
   writeFileSync('.dev.vars', `# Local secrets for \`npm run dev\` (git-ignored).\nPODGATE_ADMIN_TOKEN="${randomBytes(24).toString('hex')}"\n`, { mode: 0o600 })
   console.log('[podgate] wrote .dev.vars with a random PODGATE_ADMIN_TOKEN')
 }
-const devVars = readDevVars()
+const devVars = readDevVars('.')
 const adminToken = devVars.PODGATE_ADMIN_TOKEN ?? ''
 const realKey = process.env.RUNPOD_API_KEY ?? devVars.RUNPOD_API_KEY
 const args = ['dev', '--env', 'dev', '--ip', host, '--port', String(port), '--show-interactive-dev-session=false', '--env-file', '.dev.vars']
+// Two dev servers at once (e.g. the docs test next to yours) would both want the default inspector port.
+if (process.env.INSPECTOR_PORT) args.push('--inspector-port', process.env.INSPECTOR_PORT)
 let closeEmulator: (() => Promise<void>) | undefined
 
 if (realKey) {
@@ -63,17 +57,21 @@ void (async () => {
     }
     await new Promise((r) => setTimeout(r, 200))
   }
+  writeDevUrl('.', base)
   console.log(`
 [podgate] ready on ${base}
-  create a key:  curl -s -X POST ${base}/admin/keys -H "authorization: Bearer ${adminToken}" -H "content-type: application/json" -d '{"name":"me"}'
-  then chat:     curl -s ${base}/v1/chat/completions -H "authorization: Bearer <key>" -H "content-type: application/json" \\
-                   -d '{"model":"chat-openai","messages":[{"role":"user","content":"Hello"}]}'
+  create a key:  npm run keys -- create --name me      (reads .dev.vars and this URL)
+  then chat:     curl -sN ${base}/v1/chat/completions -H "authorization: Bearer <key>" -H "content-type: application/json" \\
+                   -d '{"model":"chat-current","messages":[{"role":"user","content":"Hello"}],"stream":true}'
   models: chat-openai (OpenAI route), chat-classic (native, classic worker-vllm), chat-current (native, current worker-vllm),
           embed-openai (embeddings, OpenAI route)
+  playground:    ${base}/playground  with a key for its origin: npm run keys -- create --name playground --origins ${base}
+  OpenAPI:       ${base}/openapi.json
 `)
 })()
 
 const stop = async (code: number) => {
+  clearDevUrl('.')
   wrangler.kill('SIGTERM')
   await closeEmulator?.()
   process.exit(code)

@@ -10,14 +10,18 @@
  *   rotate <id>     a new secret, same id; the old secret stops working
  *   revoke <id>
  *
- * Every command takes --url (default $PODGATE_URL, else http://127.0.0.1:8787) and --admin-token
- * (default $PODGATE_ADMIN_TOKEN). Output is JSON on stdout; a secret appears only for create and rotate.
+ * Every command takes --url (default $PODGATE_URL, else the `npm run dev` running from this directory,
+ * else http://127.0.0.1:$PORT, PORT defaulting to 8787) and --admin-token (default $PODGATE_ADMIN_TOKEN,
+ * else, for a loopback URL, the one `npm run dev` wrote to .dev.vars). Output is JSON on stdout; a secret
+ * appears only for create and rotate.
  */
+import { realpathSync } from 'node:fs'
 import { parseArgs } from 'node:util'
+import { readDevUrl, readDevVars } from './lib/dev-state.ts'
 
 const USAGE = `usage: npm run keys -- <create|list|get|update|rotate|revoke> [id] [options]
-  --url <podgate URL>        default $PODGATE_URL or http://127.0.0.1:8787
-  --admin-token <token>      default $PODGATE_ADMIN_TOKEN
+  --url <podgate URL>        default $PODGATE_URL, else the running \`npm run dev\`, else http://127.0.0.1:$PORT (8787)
+  --admin-token <token>      default $PODGATE_ADMIN_TOKEN, else .dev.vars (for a local URL)
   --name <label>  --kind secret|publishable  --models a,b|all  --origins https://a,https://b
   --expires 30d|12h|90m|<ISO date>|never  --metadata key=value (repeatable)  --quota <JSON>|null`
 
@@ -75,7 +79,11 @@ export interface KeysCliIO {
   out: (text: string) => void
   err: (text: string) => void
   fetch: typeof fetch
+  /** Where `npm run dev` ran (its .dev.vars and URL file), for the defaults. Default: none are read. */
+  devDir?: string
 }
+
+const LOOPBACK = /^http:\/\/(127\.0\.0\.1|localhost|\[::1\])(:\d+)?$/
 
 /** Runs one CLI invocation; returns the process exit code. */
 export async function runKeysCli(argv: string[], io: KeysCliIO): Promise<number> {
@@ -83,9 +91,13 @@ export async function runKeysCli(argv: string[], io: KeysCliIO): Promise<number>
   try {
     parsed = parse(argv)
     const [command, id] = parsed.positionals
-    const url = (typeof parsed.values.url === 'string' ? parsed.values.url : io.env.PODGATE_URL ?? 'http://127.0.0.1:8787').replace(/\/+$/, '')
-    const token = typeof parsed.values['admin-token'] === 'string' ? parsed.values['admin-token'] : io.env.PODGATE_ADMIN_TOKEN
-    if (!token) throw new UsageError('no admin token: pass --admin-token or set PODGATE_ADMIN_TOKEN')
+    const devUrl = io.devDir === undefined ? undefined : readDevUrl(io.devDir)
+    // An empty variable counts as unset (`PORT= npm run keys`).
+    const url = (typeof parsed.values.url === 'string' ? parsed.values.url : io.env.PODGATE_URL || devUrl || `http://127.0.0.1:${io.env.PORT || 8787}`).replace(/\/+$/, '')
+    // The dev token goes only to a local server: never send it to a deployed Worker's URL.
+    const devToken = io.devDir !== undefined && LOOPBACK.test(url) ? readDevVars(io.devDir).PODGATE_ADMIN_TOKEN : undefined
+    const token = typeof parsed.values['admin-token'] === 'string' ? parsed.values['admin-token'] : io.env.PODGATE_ADMIN_TOKEN || devToken
+    if (!token) throw new UsageError('no admin token: pass --admin-token, set PODGATE_ADMIN_TOKEN, or run `npm run dev` once (it writes .dev.vars)')
     const needsId = (): string => {
       if (!id) throw new UsageError(`${command} needs a key id (key_...)`)
       return encodeURIComponent(id)
@@ -188,12 +200,14 @@ async function listAll(url: string, token: string, io: KeysCliIO): Promise<numbe
   return 0
 }
 
-if (import.meta.url === `file://${process.argv[1]}`) {
+// Run as a script (also through a symlinked checkout, where argv[1] is not the real path).
+if (process.argv[1] !== undefined && import.meta.filename === realpathSync(process.argv[1])) {
   const code = await runKeysCli(process.argv.slice(2), {
     env: process.env,
     out: (text) => process.stdout.write(`${text}\n`),
     err: (text) => process.stderr.write(`${text}\n`),
     fetch,
+    devDir: process.cwd(),
   })
   process.exitCode = code
 }

@@ -237,7 +237,7 @@ if ((await new Promise<number | null>((resolve) => build.on('exit', resolve))) !
   process.exit(2)
 }
 const wrangler = spawn('wrangler', [
-  'dev', '.wrangler/load-build/podgate.js', '--no-bundle', '--env', 'dev', '--ip', HOST, '--port', String(port), '--inspector-port', String(inspectorPort), '--show-interactive-dev-session=false',
+  'dev', '.wrangler/load-build/dev.js', '--no-bundle', '--env', 'dev', '--ip', HOST, '--port', String(port), '--inspector-port', String(inspectorPort), '--show-interactive-dev-session=false',
   '--env-file', '.wrangler/load.env', '--persist-to', '.wrangler/load-state',
   '--var', 'RUNPOD_API_KEY:emulator-no-secret', '--var', `RUNPOD_BASE_URL:${upstream.url}/v2`,
   '--var', `PODGATE_MODELS:${JSON.stringify(MODEL_CONFIG)}`,

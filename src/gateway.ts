@@ -29,8 +29,8 @@ import { quotaRoutes } from './quota/routes.ts'
 import { createQuotaService } from './quota/service.ts'
 import type { QuotaServiceOptions } from './quota/service.ts'
 import { quotaStage } from './quota/stage.ts'
-import { openApiHandler } from './openapi/document.ts'
-import { playgroundHandler } from './playground/page.ts'
+import type { openApiHandler } from './openapi/document.ts'
+import type { playgroundHandler } from './playground/page.ts'
 import { resolveModels } from './routing/models.ts'
 import { RunpodClient } from './upstream/runpod/client.ts'
 import { createDispatcher } from './upstream/dispatch.ts'
@@ -53,6 +53,23 @@ export interface GatewayOptions extends GatewayOptionsInput {
   quota?: GatewayQuotaOptions
   /** Answer caching (see `cacheConfigSchema`), plus the Cache API instance and the cache's clock. */
   cache?: GatewayCacheOptions
+  /**
+   * Dev tools, passed in so a Worker that does not use them does not ship them: `openapi` serves
+   * `GET /openapi.json`, `playground` serves `GET /playground` when the `playground` option is on.
+   * Default: neither.
+   *
+   * @example
+   * import { createGateway, openApiHandler, playgroundHandler } from 'podgate'
+   * createGateway({ ...options, extras: { openapi: openApiHandler, playground: playgroundHandler } })
+   */
+  extras?: GatewayExtras
+}
+
+export interface GatewayExtras {
+  /** `openApiHandler` from `podgate`: mounts `GET /openapi.json`. */
+  openapi?: typeof openApiHandler
+  /** `playgroundHandler` from `podgate`: mounts `GET /playground` when `playground: true`. */
+  playground?: typeof playgroundHandler
 }
 
 export type GatewayQuotaOptions = NonNullable<GatewayOptionsInput['quota']> & Pick<QuotaServiceOptions, 'objects' | 'now'>
@@ -66,7 +83,7 @@ export type GatewayQuotaOptions = NonNullable<GatewayOptionsInput['quota']> & Pi
  * }))
  */
 export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
-  const { kv: kvOption, credential, fetch: fetchOption, logSink, quota: quotaOption, cache: cacheOption, ...input } = options
+  const { kv: kvOption, credential, fetch: fetchOption, logSink, quota: quotaOption, cache: cacheOption, extras = {}, ...input } = options
   const { objects: quotaObjects, now: quotaNow, ...quotaConfig } = quotaOption ?? {}
   const { edgeCache, now: cacheNow, ...cacheConfig } = cacheOption ?? {}
   const config = resolveConfig({ ...(quotaOption ? { ...input, quota: quotaConfig } : input), cache: cacheConfig })
@@ -89,8 +106,11 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
   })
 
   app.get('/healthz', (c) => c.json({ ok: true }))
-  app.get('/openapi.json', openApiHandler({ routes: () => app.routes }))
-  if (config.playground) app.get('/playground', playgroundHandler())
+  if (extras.openapi) app.get('/openapi.json', extras.openapi({ routes: () => app.routes }))
+  if (config.playground) {
+    if (!extras.playground) throw new ConfigError("podgate: `playground: true` needs the page: pass `extras: { playground: playgroundHandler }` (import { playgroundHandler } from 'podgate'), or use the dev entry workers/dev.ts.")
+    app.get('/playground', extras.playground())
+  }
 
   // CORS runs before auth: preflights carry no credential, and refusals must stay readable by the page.
   const cors = podgateCors({ maxAgeSeconds: config.cors.maxAgeSeconds })

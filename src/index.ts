@@ -3,7 +3,7 @@
  * Importing this module has no side effects.
  */
 export { createGateway } from './gateway.ts'
-export type { GatewayOptions, GatewayQuotaOptions } from './gateway.ts'
+export type { GatewayOptions, GatewayQuotaOptions, GatewayExtras } from './gateway.ts'
 export { ConfigError, resolveConfig } from './config/resolve.ts'
 export type { GatewayOptionsInput, ModelInput, EndpointInput, ResolvedOptions, ModelConfig, EndpointConfig, UpstreamMode } from './config/schema.ts'
 export { GatewayError, ERROR_CODES, openAIErrorBody } from './errors/index.ts'
@@ -32,7 +32,7 @@ export type { QuotaUsage, Counts, LimitName, LimitState } from './quota/limits.t
 export { KvQuotaStore } from './quota/kv-store.ts'
 export type { KvQuotaStoreOptions } from './quota/kv-store.ts'
 export { StrictQuotaStore } from './quota/strict-store.ts'
-export type { QuotaObject } from './quota/durable-object.ts'
+// The QuotaObject class is exported by `podgate/durable-objects` only: it imports `cloudflare:workers`.
 export { createQuotaService } from './quota/service.ts'
 export type { QuotaService, QuotaServiceOptions } from './quota/service.ts'
 export { quotaStage, estimateTokens } from './quota/stage.ts'

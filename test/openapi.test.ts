@@ -1,13 +1,16 @@
 /**
  * `GET /openapi.json`: a valid-looking OpenAPI 3.1 document that lists every route the gateway mounts,
  * with request bodies generated from the zod schemas that validate them. Also: the playground route is
- * mounted only when the `playground` option is on.
+ * mounted only when the `playground` option is on, and neither is mounted unless passed in as `extras`
+ * (the production Worker leaves both out of its bundle).
  */
 import { Hono } from 'hono'
 import { describe, expect, it } from 'vitest'
 import * as z from 'zod'
 import { chatCompletionRequestSchema, completionRequestSchema } from '../src/normalize/schemas.ts'
-import { documentedRoutes } from '../src/openapi/document.ts'
+import { documentedRoutes, openApiHandler } from '../src/openapi/document.ts'
+import { playgroundHandler } from '../src/playground/page.ts'
+import type { GatewayOptions } from '../src/index.ts'
 import { OPERATIONS } from '../src/openapi/operations.ts'
 import { authed, chatBody, harness } from './helpers.ts'
 
@@ -19,7 +22,11 @@ type Doc = {
   components: { schemas: Record<string, Record<string, unknown>>; securitySchemes: Record<string, unknown> }
 }
 
-async function fetchDoc(h = harness()): Promise<Doc> {
+const extras = { openapi: openApiHandler, playground: playgroundHandler }
+/** The gateway as the dev Worker builds it: with the OpenAPI and playground extras. */
+const devHarness = (overrides: Partial<GatewayOptions> = {}) => harness({ extras, ...overrides })
+
+async function fetchDoc(h = devHarness()): Promise<Doc> {
   const res = await h.fetch('/openapi.json')
   expect(res.status).toBe(200)
   expect(res.headers.get('content-type')).toContain('application/json')
@@ -60,7 +67,7 @@ describe('GET /openapi.json', () => {
   })
 
   it('lists every route the gateway mounts, each described', async () => {
-    const h = harness({ playground: true })
+    const h = devHarness({ playground: true })
     const doc = await fetchDoc(h)
     const mounted = documentedRoutes(h.app.routes)
     expect(mounted.length).toBeGreaterThanOrEqual(9)
@@ -74,7 +81,7 @@ describe('GET /openapi.json', () => {
   })
 
   it('has no stale descriptions: every entry in operations.ts is a route some configuration mounts', () => {
-    const h = harness({ playground: true })
+    const h = devHarness({ playground: true })
     const mounted = new Set(documentedRoutes(h.app.routes).map((r) => `${r.method} ${r.path}`))
     expect(Object.keys(OPERATIONS).filter((id) => !mounted.has(id))).toEqual([])
   })
@@ -100,7 +107,7 @@ describe('GET /openapi.json', () => {
   })
 
   it('the documented request schema accepts what the gateway accepts and rejects what it rejects', async () => {
-    const h = harness()
+    const h = devHarness()
     const { key } = await h.createKey()
     const ok = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai', 'hi', { temperature: 2 })))
     expect(ok.status).toBe(200)
@@ -110,7 +117,7 @@ describe('GET /openapi.json', () => {
   })
 
   it('names the mount point in servers when podgate is mounted under a prefix', async () => {
-    const h = harness()
+    const h = devHarness()
     const host = new Hono().route('/ai', h.app)
     const res = await host.request('/ai/openapi.json')
     expect(res.status).toBe(200)
@@ -122,12 +129,17 @@ describe('GET /openapi.json', () => {
 
 describe('GET /playground', () => {
   it('is not mounted unless the playground option is on', async () => {
-    const res = await harness().fetch('/playground')
+    const res = await devHarness().fetch('/playground')
     expect(res.status).toBe(404)
   })
 
+  it('neither dev tool is mounted without extras (the production Worker), and playground: true without the page fails at startup', async () => {
+    expect((await harness().fetch('/openapi.json')).status).toBe(404)
+    expect(() => harness({ playground: true })).toThrow(/extras: \{ playground: playgroundHandler \}/)
+  })
+
   it('serves one self-contained HTML page whose CSP allows only its own script', async () => {
-    const res = await harness({ playground: true }).fetch('/playground')
+    const res = await devHarness({ playground: true }).fetch('/playground')
     expect(res.status).toBe(200)
     expect(res.headers.get('content-type')).toBe('text/html; charset=utf-8')
     const csp = res.headers.get('content-security-policy') ?? ''

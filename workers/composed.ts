@@ -5,8 +5,9 @@
  * so the browser never holds a podgate key at all. Callers without a session may still send a key as
  * `Authorization: Bearer`.
  *
- * Deploy: `wrangler deploy --config workers/composed.wrangler.toml` (README "Mounting podgate in your
- * Hono app"). Tested by test/composition.test.ts.
+ * Deploy: `wrangler deploy --config workers/composed.wrangler.toml` (docs/composition.md).
+ * Tested by test/composition.test.ts; docs/composition.md shows this file whole, and
+ * test/e2e/pack.test.ts typechecks it there against the packed package.
  *
  * The login here is a stand-in (any well-formed user name signs in): put your real identity provider
  * in `POST /login`; the rest stays as it is.
@@ -15,9 +16,9 @@ import { env } from 'cloudflare:workers'
 import { Hono } from 'hono'
 import type { Context } from 'hono'
 import { deleteCookie, getSignedCookie, setSignedCookie } from 'hono/cookie'
-import { bearerCredential, createGateway, KeyStore } from '../src/index.ts'
-import { optionsFromEnv } from './env.ts'
-import type { PodgateWorkerEnv } from './env.ts'
+import { bearerCredential, createGateway, KeyStore, openApiHandler } from '../src/index.ts'
+import { optionsFromEnv } from '../src/worker.ts'
+import type { PodgateWorkerEnv } from '../src/worker.ts'
 
 export interface ComposedEnv extends PodgateWorkerEnv {
   /** Signs the session cookie (32+ characters). `wrangler secret put APP_SESSION_SECRET`. */
@@ -89,6 +90,8 @@ app.route('/ai', createGateway({
     if (!user) return bearerCredential(c)
     return (await c.env.PODGATE_KV.get(USER_KEY_PREFIX + user)) ?? undefined
   },
+  // Serve GET /ai/openapi.json (left out unless passed in, to keep bundles small).
+  extras: { openapi: openApiHandler },
 }))
 
 export default app

@@ -65,7 +65,7 @@ export const endpointSchema = z.union([
 ])
 export type EndpointInput = z.input<typeof endpointSchema>
 
-/** How a model's requests survive upstream failures (README "Failure behaviour"). */
+/** How a model's requests survive upstream failures (docs/failure-behaviour.md). */
 export const resilienceSchema = z
   .object({
     /** Attempts before the first byte, across the model's endpoints. */
@@ -135,7 +135,7 @@ export const modelSchema = z
     resilience: resilienceSchema.default(() => resilienceSchema.parse({})),
     /** Default quota limits when this model is called (above `quota.defaults`, below a key's own). Default: none. */
     quota: quotaPolicySchema.optional(),
-    /** This model's cache settings (README "Caching"). Default: the gateway's `cache`. */
+    /** This model's cache settings (docs/caching.md). Default: the gateway's `cache`. */
     cache: modelCacheSchema.optional(),
   })
   .strict()
@@ -182,7 +182,7 @@ export const gatewayOptionsSchema = z
     maxBodyBytes: z.number().int().positive().max(20 * 1024 * 1024).default(1024 * 1024),
     /** How long a key lookup is cached in the isolate, in ms. Bounds revocation delay on top of KV's. Default 10000. */
     keyCacheTtlMs: z.number().int().min(0).max(60_000).default(10_000),
-    /** Short-lived browser tokens minted with `POST /v1/tokens` (README "Calling podgate from a browser"). */
+    /** Short-lived browser tokens minted with `POST /v1/tokens` (docs/keys-and-browsers.md). */
     tokens: z
       .object({
         /** Longest lifetime a token may be minted with, in seconds. Default 3600. */
@@ -192,7 +192,7 @@ export const gatewayOptionsSchema = z
       })
       .strict()
       .default({ maxTtlSeconds: 3600, defaultTtlSeconds: 600 }),
-    /** CORS on `/v1/*` and `/v2/*` (README "Calling podgate from a browser"). */
+    /** CORS on `/v1/*` and `/v2/*` (docs/keys-and-browsers.md). */
     cors: z
       .object({
         /** How long browsers may cache a preflight answer, in seconds. Default 600. */
@@ -202,9 +202,9 @@ export const gatewayOptionsSchema = z
       .default({ maxAgeSeconds: 600 }),
     /** Serve the browser playground at `GET /playground` (a dev tool: leave it off in production). Default false. */
     playground: z.boolean().default(false),
-    /** Quotas (README "Quotas"). Default: no limits unless a key or model sets some. */
+    /** Quotas (docs/quotas.md). Default: no limits unless a key or model sets some. */
     quota: quotaConfigSchema.optional(),
-    /** Caching of answers (README "Caching"). Default: on for deterministic requests, per key. */
+    /** Caching of answers (docs/caching.md). Default: on for deterministic requests, per key. */
     cache: cacheConfigSchema.prefault({}),
   })
   .strict()

@@ -4,37 +4,17 @@
  * A stage is middleware over a `CompletionContext` (quota reserve/settle, cache lookup/store, ...);
  * the last handler dispatches upstream. `ctx.outcome` resolves once, after the last byte of a stream
  * or with the JSON answer, so a stage can settle quotas or store a cache entry from real results
- * without buffering the response itself.
- *
- * Contract: a stage that answers without calling `next` (a cache hit, a refusal) must `settle` the
- * context itself; the dispatcher settles every answer it produces.
+ * without buffering the response itself. The contract itself is in `stage.ts`.
  */
 import type { Context } from 'hono'
 import { toGatewayError } from '../errors/index.ts'
-import type { GatewayError } from '../errors/index.ts'
 import type { NormalizedRequest } from '../normalize/types.ts'
 import type { ResolvedModel } from '../routing/models.ts'
-import type { TokenUsage } from '../upstream/types.ts'
 import type { GatewayEnv } from '../types.ts'
+import type { CompletionContext, CompletionHandler, CompletionOutcome, CompletionStage } from './stage.ts'
 
-export type CompletionOutcome =
-  /** `cached`: answered from podgate's cache, no upstream work (quota counts the request, not its tokens). */
-  | { ok: true; usage: TokenUsage | undefined; cached?: boolean }
-  /** `producedOutput`: some of the answer reached the caller before the failure. */
-  | { ok: false; error: GatewayError; producedOutput: boolean; usage?: TokenUsage }
-
-export interface CompletionContext {
-  c: Context<GatewayEnv>
-  request: NormalizedRequest
-  model: ResolvedModel
-  /** Resolves exactly once with how the answer ended. */
-  readonly outcome: Promise<CompletionOutcome>
-  /** Resolves `outcome`; later calls are ignored. Called by the upstream dispatcher. */
-  settle(outcome: CompletionOutcome): void
-}
-
-export type CompletionHandler = (ctx: CompletionContext) => Promise<Response>
-export type CompletionStage = (ctx: CompletionContext, next: CompletionHandler) => Promise<Response>
+// The contract lives in stage.ts; re-exported so existing imports of pipeline/index.ts keep working.
+export type { CompletionContext, CompletionHandler, CompletionOutcome, CompletionStage, TokenUsage } from './stage.ts'
 
 export function createCompletionContext(c: Context<GatewayEnv>, request: NormalizedRequest, model: ResolvedModel): CompletionContext {
   let resolve!: (outcome: CompletionOutcome) => void

@@ -178,7 +178,7 @@ const BODY = `
     <button id="mint" type="button">Mint short-lived token</button>
     <button id="load" type="button">Load models</button>
   </div>
-  <p class="hint">Use a dev key that allows this page's origin, <code id="origin"></code> (<code>"origins"</code> in <code>POST /admin/keys</code>), or a publishable key for it. Minting trades it for a short-lived token, which the page then uses instead.</p>
+  <p class="hint">Use a dev key that allows this page's origin (browsers send <code>Origin</code> on every POST, same-origin ones too): <code>npm run keys -- create --name playground --origins <span id="origin"></span></code>, or a publishable key for it. Minting trades it for a short-lived token, which the page then uses instead.</p>
   <div id="token-status" role="status"></div>
 </fieldset>
 <fieldset><legend>Chat</legend>

@@ -5,14 +5,11 @@ import type { ResolvedOptions } from '../config/schema.ts'
 import type { NormalizedRequest } from '../normalize/types.ts'
 import type { ResolvedModel } from '../routing/models.ts'
 import type { RunpodClient } from './runpod/client.ts'
-import type { CompletionOutcome } from '../pipeline/index.ts'
+import type { CompletionOutcome } from '../pipeline/stage.ts'
 import type { RetryPlan } from './retry.ts'
 
-export interface TokenUsage {
-  prompt_tokens: number
-  completion_tokens: number
-  total_tokens: number
-}
+// Defined with the stage contract (quotas settle from it); re-exported for the upstream code.
+export type { TokenUsage } from '../pipeline/stage.ts'
 
 export interface CompletionCall {
   client: RunpodClient

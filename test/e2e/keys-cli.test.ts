@@ -2,6 +2,9 @@
  * `npm run keys`: the CLI drives the admin API of a real podgate (wrangler dev) by URL.
  */
 import { execFile } from 'node:child_process'
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { promisify } from 'node:util'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { startPodgate } from '../../scripts/lib/podgate-server.ts'
@@ -89,5 +92,27 @@ describe('npm run keys', () => {
     const record = JSON.parse(stdout) as { key: string }
     expect(record.key).toMatch(/^pg_sk_/)
     expect((await models(record.key)).status).toBe(200)
+  })
+
+  it('with no flags and no environment, finds what `npm run dev` left: .dev.vars and the URL it serves on', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'podgate-keys-dev-'))
+    try {
+      writeFileSync(join(dir, '.dev.vars'), `# written by npm run dev\nPODGATE_ADMIN_TOKEN="${server.adminToken}"\n`)
+      mkdirSync(join(dir, '.wrangler'))
+      // The pid of a live process: this one (the dev server's own pid in real use).
+      writeFileSync(join(dir, '.wrangler', 'podgate-dev.json'), JSON.stringify({ url: server.url, pid: process.pid }))
+      let out = ''
+      const code = await runKeysCli(['create', '--name', 'from-dev-files'], { env: {}, out: (t) => (out += t), err: () => {}, fetch, devDir: dir })
+      expect(code).toBe(0)
+      expect((await models((JSON.parse(out) as { key: string }).key)).status).toBe(200)
+
+      // The dev token is never sent to a non-local URL, even when .dev.vars has one.
+      let err = ''
+      const remote = await runKeysCli(['list', '--url', 'https://podgate.example.workers.dev'], { env: {}, out: () => {}, err: (t) => (err += t), fetch, devDir: dir })
+      expect(remote).toBe(2)
+      expect(err).toMatch(/no admin token/)
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
   })
 })

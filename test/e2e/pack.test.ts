@@ -2,14 +2,17 @@
  * The published package is consumable: `npm run build`, `npm pack`, install the tarball into a scratch
  * Hono app under the OS temp dir (with the hono, zod, typescript and workers-types versions this repo
  * uses), typecheck an app that imports `podgate` and `podgate/testing` through the package's
- * exports, then run it on Node against the emulator.
+ * exports, then run it on Node against the emulator. Every `ts` block of README.md and docs/*.md that
+ * imports `podgate` is typechecked there as its own module, as a library user would write it, and the
+ * library Worker of docs/composition.md runs under `wrangler dev` with that page's wrangler.toml.
  */
 import { spawnSync } from 'node:child_process'
 import type { SpawnSyncOptions } from 'node:child_process'
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
-import { afterAll, describe, expect, it } from 'vitest'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { startPodgate } from '../../scripts/lib/podgate-server.ts'
 
 const ROOT = resolve(import.meta.dirname, '../..')
 const scratch = mkdtempSync(join(tmpdir(), 'podgate-pack-'))
@@ -24,7 +27,7 @@ function run(command: string, args: string[], options: SpawnSyncOptions = {}): s
 
 // A small app a user would write: podgate mounted in Hono, with an in-memory KV (Node has none).
 const APP = `import { Hono } from 'hono'
-import { createGateway, GatewayError } from 'podgate'
+import { createGateway, GatewayError, openApiHandler } from 'podgate'
 import type { GatewayOptions } from 'podgate'
 import { createRunpodEmulator } from 'podgate/testing'
 
@@ -63,6 +66,7 @@ const options: GatewayOptions = {
   adminToken: 'admin_demo_token_0123456789',
   kv: () => kv,
   fetch: (input, init) => emulator.fetch(new Request(input, init)),
+  extras: { openapi: openApiHandler },
 }
 const app = new Hono()
 app.get('/', (c) => c.text('host app'))
@@ -88,41 +92,48 @@ console.log(JSON.stringify({
 }))
 `
 
+let files: string[] = []
+
+// Build, pack and install once; every test below uses the installed tarball.
+beforeAll(() => {
+  run('npm', ['run', 'build'], { cwd: ROOT })
+  const packed = JSON.parse(run('npm', ['pack', '--json', '--pack-destination', scratch], { cwd: ROOT })) as { filename: string; files: { path: string }[] }[]
+  files = packed[0]!.files.map((f) => f.path)
+
+  // The versions this repo is tested with (npm's cache already holds them, so the install stays quick).
+  const local = (name: string) => (JSON.parse(readFileSync(join(ROOT, 'node_modules', name, 'package.json'), 'utf8')) as { version: string }).version
+  writeFileSync(join(scratch, 'package.json'), JSON.stringify({
+    name: 'scratch-app',
+    private: true,
+    type: 'module',
+    dependencies: {
+      podgate: `file:${join(scratch, packed[0]!.filename)}`,
+      hono: local('hono'),
+      zod: local('zod'),
+      typescript: local('typescript'),
+      '@cloudflare/workers-types': local('@cloudflare/workers-types'),
+    },
+  }))
+  writeFileSync(join(scratch, 'tsconfig.json'), JSON.stringify({
+    compilerOptions: { target: 'ES2022', module: 'NodeNext', moduleResolution: 'NodeNext', strict: true, types: ['@cloudflare/workers-types'], outDir: 'out', skipLibCheck: false, lib: ['ES2023'] },
+    include: ['app.ts'],
+  }))
+  writeFileSync(join(scratch, 'app.ts'), APP)
+  run('npm', ['install', '--no-audit', '--no-fund', '--prefer-offline', '--ignore-scripts', '--loglevel', 'error'], { cwd: scratch })
+}, 180_000)
+
 describe('the packed package', () => {
   it('installs into a scratch Hono app, typechecks and runs on Node', { timeout: 120_000 }, () => {
-    run('npm', ['run', 'build'], { cwd: ROOT })
-    const packed = JSON.parse(run('npm', ['pack', '--json', '--pack-destination', scratch], { cwd: ROOT })) as { filename: string; files: { path: string }[] }[]
-    const files = packed[0]!.files.map((f) => f.path)
     expect(files).toContain('dist/index.js')
     expect(files).toContain('dist/testing/index.d.ts')
+    expect(files).toContain('dist/worker.d.ts')
     expect(files.filter((f) => f.endsWith('.ts') && !f.endsWith('.d.ts'))).toEqual([])
-
-    // The versions this repo is tested with (npm's cache already holds them, so the install stays quick).
-    const local = (name: string) => (JSON.parse(readFileSync(join(ROOT, 'node_modules', name, 'package.json'), 'utf8')) as { version: string }).version
-    writeFileSync(join(scratch, 'package.json'), JSON.stringify({
-      name: 'scratch-app',
-      private: true,
-      type: 'module',
-      dependencies: {
-        podgate: `file:${join(scratch, packed[0]!.filename)}`,
-        hono: local('hono'),
-        zod: local('zod'),
-        typescript: local('typescript'),
-        '@cloudflare/workers-types': local('@cloudflare/workers-types'),
-      },
-    }))
-    writeFileSync(join(scratch, 'tsconfig.json'), JSON.stringify({
-      compilerOptions: { target: 'ES2022', module: 'NodeNext', moduleResolution: 'NodeNext', strict: true, types: ['@cloudflare/workers-types'], outDir: 'out', skipLibCheck: false, lib: ['ES2023'] },
-      include: ['app.ts'],
-    }))
-    writeFileSync(join(scratch, 'app.ts'), APP)
-    run('npm', ['install', '--no-audit', '--no-fund', '--prefer-offline', '--ignore-scripts', '--loglevel', 'error'], { cwd: scratch })
     expect(readdirSync(join(scratch, 'node_modules', 'podgate'))).toContain('dist')
 
     run(process.execPath, [join(scratch, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.json'], { cwd: scratch })
     // Workers-only modules (`cloudflare:*`) make a module unimportable elsewhere: only the Durable
     // Object subpath (`podgate/durable-objects`, imported by Worker entry points alone) may use them.
-    const workersOnly = files.filter((f) => f.endsWith('.js') && /from ['"]cloudflare:/.test(readFileSync(join(scratch, 'node_modules', 'podgate', f), 'utf8')))
+    const workersOnly = files.filter((f) => f.endsWith('.js') && /^(import|export)\b.*from ['"]cloudflare:/m.test(readFileSync(join(scratch, 'node_modules', 'podgate', f), 'utf8')))
     expect(workersOnly, 'files of the package that import cloudflare:* (podgate must import on Node too)').toEqual(['dist/quota/durable-object.js'])
     const output = run(process.execPath, ['out/app.js'], { cwd: scratch })
     const result = JSON.parse(output.trim().split('\n').at(-1)!) as Record<string, unknown>
@@ -138,7 +149,7 @@ describe('the packed package', () => {
     expect(String(result.text).length).toBeGreaterThan(0)
   })
 
-  it('the composed example Worker bundles for deployment (README: wrangler deploy --config workers/composed.wrangler.toml)', { timeout: 60_000 }, () => {
+  it('the composed example Worker bundles for deployment (docs/composition.md: wrangler deploy --config workers/composed.wrangler.toml)', { timeout: 60_000 }, () => {
     const outdir = join(scratch, 'composed-bundle')
     const output = run('npx', ['wrangler', 'deploy', '--dry-run', '--config', 'workers/composed.wrangler.toml', '--outdir', outdir], { cwd: ROOT, env: { ...process.env, WRANGLER_SEND_METRICS: 'false' } })
     expect(output).toContain('--dry-run: exiting now.')
@@ -149,11 +160,61 @@ describe('the packed package', () => {
     expect(gzip).toBeLessThan(400)
   })
 
-  it('the README\'s composition snippet is the code of workers/composed.ts', () => {
-    const readme = readFileSync(join(ROOT, 'README.md'), 'utf8')
-    const section = readme.slice(readme.indexOf('## Mounting podgate in your Hono app'))
-    const mount = /app\.route\('\/ai', createGateway\(\{[\s\S]*?\n\}\)\)/.exec(section)?.[0]
-    expect(mount, 'the app.route(\'/ai\', ...) block in the README').toBeDefined()
-    expect(readFileSync(join(ROOT, 'workers/composed.ts'), 'utf8')).toContain(mount)
+  it('every ts block of README.md and docs/*.md that imports podgate typechecks against the package, each as its own module', { timeout: 120_000 }, () => {
+    const dir = join(scratch, 'snippets')
+    mkdirSync(dir, { recursive: true })
+    const names: string[] = []
+    for (const doc of ['README.md', ...readdirSync(join(ROOT, 'docs')).filter((f) => f.endsWith('.md')).map((f) => `docs/${f}`)]) {
+      const text = readFileSync(join(ROOT, doc), 'utf8')
+      let n = 0
+      for (const [, code] of text.matchAll(/^```ts\n([\s\S]*?)^```$/gm)) {
+        if (!/from 'podgate(\/[a-z-]+)?'/.test(code!)) continue
+        const name = `${doc.replace(/[/.]/g, '_')}_${++n}.ts`
+        // `export {}` keeps a block without exports a module, so blocks never share names.
+        writeFileSync(join(dir, name), `${code}\nexport {}\n`)
+        names.push(name)
+      }
+    }
+    // The README's library snippet, configuration's example, composition's Worker and app at least.
+    expect(names).toEqual(expect.arrayContaining(['README_md_1.ts', 'docs_configuration_md_1.ts', 'docs_composition_md_1.ts', 'docs_composition_md_2.ts']))
+    // As a Worker project compiles them: bundler resolution, workers-types, strict.
+    writeFileSync(join(scratch, 'tsconfig.snippets.json'), JSON.stringify({
+      compilerOptions: { target: 'ES2022', module: 'ESNext', moduleResolution: 'Bundler', strict: true, noUncheckedIndexedAccess: true, verbatimModuleSyntax: true, types: ['@cloudflare/workers-types'], lib: ['ES2023'], noEmit: true, skipLibCheck: true },
+      include: ['snippets/*.ts'],
+    }))
+    run(process.execPath, [join(scratch, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.snippets.json'], { cwd: scratch })
+  })
+
+  it('docs/composition.md shows workers/composed.ts whole, as a library user imports it', () => {
+    const composed = readFileSync(join(ROOT, 'workers/composed.ts'), 'utf8')
+      .replaceAll("from '../src/index.ts'", "from 'podgate'")
+      .replaceAll("from '../src/worker.ts'", "from 'podgate/worker'")
+    expect(readFileSync(join(ROOT, 'docs/composition.md'), 'utf8')).toContain(`\`\`\`ts\n${composed.trimEnd()}\n\`\`\``)
+  })
+
+  it('the library Worker and wrangler.toml of docs/composition.md run under wrangler dev and stream an answer', { timeout: 120_000 }, async () => {
+    const doc = readFileSync(join(ROOT, 'docs/composition.md'), 'utf8')
+    const worker = /^```ts\n(\/\/ src\/index\.ts of your Worker[\s\S]*?)^```$/m.exec(doc)?.[1]
+    const toml = /^```toml\n([\s\S]*?)^```$/m.exec(doc)?.[1]
+    expect(worker).toBeDefined()
+    expect(toml).toBeDefined()
+    mkdirSync(join(scratch, 'src'), { recursive: true })
+    writeFileSync(join(scratch, 'src/index.ts'), worker!)
+    writeFileSync(join(scratch, 'wrangler.toml'), toml!.replace('<your namespace id>', '0123456789abcdef0123456789abcdef'))
+    const models = JSON.stringify({ 'chat-current': { endpoints: [{ endpointId: 'vllmcurrent' }], mode: 'native' } })
+    const server = await startPodgate({ config: join(scratch, 'wrangler.toml'), env: '', vars: { PODGATE_MODELS: models } })
+    try {
+      const { key } = await server.createKey()
+      const res = await fetch(`${server.url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'chat-current', messages: [{ role: 'user', content: 'hi' }], max_tokens: 16, stream: true }),
+      })
+      expect(res.status).toBe(200)
+      expect((await res.text()).trimEnd().endsWith('data: [DONE]')).toBe(true)
+      expect((await fetch(`${server.url}/openapi.json`)).status).toBe(200)
+    } finally {
+      await server.close()
+    }
   })
 })

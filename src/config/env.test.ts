@@ -1,0 +1,57 @@
+/**
+ * `optionsFromEnv` (`podgate/worker`): every option settable from the Worker's environment through
+ * PODGATE_CONFIG, validated by the gateway's own schema; the older variables still win; secrets and
+ * the shipped placeholder are refused with a message naming the fix.
+ */
+import { describe, expect, it } from 'vitest'
+import { createGateway } from '../gateway.ts'
+import { resolveConfig } from './resolve.ts'
+import { optionsFromEnv } from './env.ts'
+import type { PodgateWorkerEnv } from './env.ts'
+
+const MODELS = { chat: { endpoints: [{ endpointId: 'abc123' }] } }
+const base = { PODGATE_KV: {} as KVNamespace, RUNPOD_API_KEY: 'rp_key' } satisfies PodgateWorkerEnv
+
+describe('optionsFromEnv', () => {
+  it('sets any JSON option from PODGATE_CONFIG, and the single-purpose variables win over it', () => {
+    const options = optionsFromEnv({
+      ...base,
+      PODGATE_CONFIG: JSON.stringify({
+        models: { other: { endpoints: [{ endpointId: 'zzz999' }] } },
+        runpod: { maxPollsPerStream: 45, baseUrl: 'https://from-config.example/v2' },
+        cache: { ttlSeconds: 600, scope: 'gateway' },
+        cors: { maxAgeSeconds: 60 },
+        maxBodyBytes: 65536,
+        keyCacheTtlMs: 2000,
+        tokens: { defaultTtlSeconds: 120 },
+      }),
+      PODGATE_MODELS: JSON.stringify(MODELS),
+      RUNPOD_BASE_URL: 'https://from-var.example/v2',
+      PODGATE_TOKEN_MAX_TTL: '900',
+    })
+    const resolved = resolveConfig(options)
+    expect(Object.keys(resolved.models)).toEqual(['chat'])
+    expect(resolved.runpod).toMatchObject({ apiKey: 'rp_key', baseUrl: 'https://from-var.example/v2', maxPollsPerStream: 45 })
+    expect(resolved.cache).toMatchObject({ ttlSeconds: 600, scope: 'gateway' })
+    expect(resolved.tokens).toEqual({ maxTtlSeconds: 900, defaultTtlSeconds: 120 })
+    expect(resolved).toMatchObject({ maxBodyBytes: 65536, keyCacheTtlMs: 2000, cors: { maxAgeSeconds: 60 } })
+  })
+
+  it('takes models from PODGATE_CONFIG alone, and a wrong value fails at startup naming the field', () => {
+    const options = optionsFromEnv({ ...base, PODGATE_CONFIG: { models: MODELS, runpod: { maxPollsPerStream: 0 } } })
+    expect(() => createGateway(options)).toThrow(/runpod\.maxPollsPerStream: /)
+    expect(() => createGateway(optionsFromEnv({ ...base, PODGATE_CONFIG: { models: MODELS, cache: { scope: 'everyone' } } }))).toThrow(/cache\.scope: /)
+    expect(() => createGateway(optionsFromEnv({ ...base, PODGATE_CONFIG: { models: MODELS, unknownOption: 1 } }))).toThrow(/unknownOption/)
+  })
+
+  it('refuses secrets in PODGATE_CONFIG, bad JSON, no models, and the placeholder endpoint id', () => {
+    expect(() => optionsFromEnv({ ...base, PODGATE_CONFIG: { models: MODELS, adminToken: 'x'.repeat(20) } })).toThrow(/PODGATE_CONFIG\.adminToken .*wrangler secret put PODGATE_ADMIN_TOKEN/)
+    expect(() => optionsFromEnv({ ...base, PODGATE_CONFIG: { models: MODELS, runpod: { apiKey: 'k' } } })).toThrow(/wrangler secret put RUNPOD_API_KEY/)
+    expect(() => optionsFromEnv({ ...base, PODGATE_CONFIG: '{"models":' })).toThrow(/PODGATE_CONFIG is not valid JSON/)
+    expect(() => optionsFromEnv({ ...base, PODGATE_CONFIG: '[]' })).toThrow(/PODGATE_CONFIG must be a JSON object/)
+    expect(() => optionsFromEnv(base)).toThrow(/no models\. Set PODGATE_MODELS/)
+    expect(() => optionsFromEnv({ ...base, RUNPOD_API_KEY: undefined, PODGATE_MODELS: MODELS })).toThrow(/RUNPOD_API_KEY is not set/)
+    const placeholder = { 'llama-3.1-8b': { endpoints: [{ endpointId: 'your0endpoint0id' }] } }
+    expect(() => optionsFromEnv({ ...base, PODGATE_MODELS: JSON.stringify(placeholder) })).toThrow(/placeholder endpoint id "your0endpoint0id"/)
+  })
+})

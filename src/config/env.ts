@@ -1,0 +1,134 @@
+/**
+ * Gateway options from a Worker's environment (`wrangler.toml` vars and secrets): what the shipped
+ * Worker uses, exported as `podgate/worker` so a composed app reads the same variables.
+ *
+ * Every option that JSON can express is settable through `PODGATE_CONFIG`; the older single-purpose
+ * variables still work and win over the same field in it. The merged options are validated by the
+ * same zod schema as `createGateway()` options, so an error names the field (`runpod.maxPollsPerStream`).
+ */
+import type { GatewayOptions } from '../gateway.ts'
+import type { QuotaObject } from '../quota/durable-object.ts'
+import { ConfigError } from './resolve.ts'
+
+/** The endpoint id in the shipped `wrangler.toml`: a config that still holds it was never edited. */
+export const PLACEHOLDER_ENDPOINT_ID = 'your0endpoint0id'
+
+/**
+ * The bindings and variables the podgate Worker reads. Extend it with your own app's bindings.
+ *
+ * | variable | kind | meaning |
+ * |---|---|---|
+ * | `PODGATE_KV` | KV binding | keys, quota counters, cache entries |
+ * | `PODGATE_QUOTA` | Durable Object binding, optional | `QuotaObject`: the strict quota store |
+ * | `RUNPOD_API_KEY` | secret | the Runpod API key (`runpod.apiKey`) |
+ * | `PODGATE_ADMIN_TOKEN` | secret, optional | enables `/admin/*` (`adminToken`) |
+ * | `PODGATE_SIGNING_SECRET` | secret, optional | signs browser tokens and job ids (`signingSecret`) |
+ * | `PODGATE_CONFIG` | JSON var, optional | any gateway option JSON can express (not secrets) |
+ * | `PODGATE_MODELS` | JSON var | `models` (required here or in `PODGATE_CONFIG`) |
+ * | `RUNPOD_BASE_URL` | var, optional | `runpod.baseUrl` |
+ * | `PODGATE_TOKEN_MAX_TTL` | var, optional | `tokens.maxTtlSeconds` |
+ * | `PODGATE_QUOTA_CONFIG` | JSON var, optional | `quota` |
+ * | `PODGATE_PLAYGROUND` | var, optional | `"true"`: the dev Worker serves `/playground` (read by `createPodgateWorker`, not here: an app that mounts podgate decides itself) |
+ */
+export interface PodgateWorkerEnv {
+  PODGATE_KV: KVNamespace
+  PODGATE_QUOTA?: DurableObjectNamespace<QuotaObject>
+  RUNPOD_API_KEY?: string
+  PODGATE_ADMIN_TOKEN?: string
+  PODGATE_SIGNING_SECRET?: string
+  PODGATE_CONFIG?: string | Record<string, unknown>
+  PODGATE_MODELS?: string | Record<string, unknown>
+  RUNPOD_BASE_URL?: string
+  PODGATE_TOKEN_MAX_TTL?: string
+  PODGATE_QUOTA_CONFIG?: string | Record<string, unknown>
+  PODGATE_PLAYGROUND?: string
+}
+
+/** Fields that hold secrets: they come from `wrangler secret put`, never from a plain-text var. */
+const SECRET_FIELDS = [
+  ['runpod.apiKey', 'RUNPOD_API_KEY'],
+  ['adminToken', 'PODGATE_ADMIN_TOKEN'],
+  ['signingSecret', 'PODGATE_SIGNING_SECRET'],
+] as const
+
+/**
+ * @example
+ * import { env } from 'cloudflare:workers'
+ * import { createGateway } from 'podgate'
+ * import { optionsFromEnv, type PodgateWorkerEnv } from 'podgate/worker'
+ *
+ * const gateway = createGateway(optionsFromEnv(env as unknown as PodgateWorkerEnv))
+ */
+export function optionsFromEnv(env: PodgateWorkerEnv): GatewayOptions {
+  if (!env.RUNPOD_API_KEY) {
+    throw new ConfigError('podgate: RUNPOD_API_KEY is not set. Run `npx wrangler secret put RUNPOD_API_KEY` (or use `npm run dev`, which uses the emulator).')
+  }
+  const base = parseJsonObject('PODGATE_CONFIG', env.PODGATE_CONFIG) ?? {}
+  for (const [field, variable] of SECRET_FIELDS) {
+    const [head, tail] = field.split('.') as [string, string | undefined]
+    const value = tail ? (base[head] as Record<string, unknown> | undefined)?.[tail] : base[head]
+    if (value !== undefined) {
+      throw new ConfigError(`podgate: PODGATE_CONFIG.${field} holds a secret in a plain-text variable. Remove it and run \`npx wrangler secret put ${variable}\`.`)
+    }
+  }
+  const runpod = { ...(base.runpod as Record<string, unknown> | undefined), apiKey: env.RUNPOD_API_KEY, ...(env.RUNPOD_BASE_URL ? { baseUrl: env.RUNPOD_BASE_URL } : {}) }
+  const models = parseJsonObject('PODGATE_MODELS', env.PODGATE_MODELS) ?? base.models
+  if (models === undefined) throw new ConfigError('podgate: no models. Set PODGATE_MODELS (or "models" in PODGATE_CONFIG) under [vars] in wrangler.toml.')
+  refusePlaceholder(models)
+  const withKeys = endpointKeysFromEnv(models, env)
+  const quota = parseJsonObject('PODGATE_QUOTA_CONFIG', env.PODGATE_QUOTA_CONFIG) ?? base.quota
+  const tokens = env.PODGATE_TOKEN_MAX_TTL ? { ...(base.tokens as Record<string, unknown> | undefined), maxTtlSeconds: Number(env.PODGATE_TOKEN_MAX_TTL) } : base.tokens
+  // Validated by createGateway's schema: JSON gives `unknown`, the schema gives the field-named errors.
+  return {
+    ...base,
+    models: withKeys,
+    runpod,
+    ...(quota !== undefined ? { quota } : {}),
+    ...(tokens !== undefined ? { tokens } : {}),
+    ...(env.PODGATE_ADMIN_TOKEN ? { adminToken: env.PODGATE_ADMIN_TOKEN } : {}),
+    ...(env.PODGATE_SIGNING_SECRET ? { signingSecret: env.PODGATE_SIGNING_SECRET } : {}),
+  } as GatewayOptions
+}
+
+function parseJsonObject(name: string, value: string | Record<string, unknown> | undefined): Record<string, unknown> | undefined {
+  if (value === undefined || value === '') return undefined
+  let parsed: unknown = value
+  if (typeof value === 'string') {
+    try {
+      parsed = JSON.parse(value)
+    } catch {
+      throw new ConfigError(`podgate: ${name} is not valid JSON. Check the [vars] block in wrangler.toml.`)
+    }
+  }
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
+    throw new ConfigError(`podgate: ${name} must be a JSON object.`)
+  }
+  return parsed as Record<string, unknown>
+}
+
+/**
+ * Replaces each endpoint's `apiKeyEnv: "NAME"` with `apiKey` read from the secret NAME, so no key sits
+ * in wrangler.toml (a `url:` endpoint's own bearer; ported here from workers/env.ts, issue 15).
+ */
+function endpointKeysFromEnv(models: unknown, env: PodgateWorkerEnv): unknown {
+  if (typeof models !== 'object' || models === null) return models
+  const secrets = env as unknown as Record<string, unknown>
+  return Object.fromEntries(Object.entries(models).map(([alias, model]) => {
+    if (typeof model !== 'object' || model === null || !Array.isArray((model as { endpoints?: unknown }).endpoints)) return [alias, model]
+    const endpoints = ((model as { endpoints: unknown[] }).endpoints).map((endpoint) => {
+      if (typeof endpoint !== 'object' || endpoint === null || !('apiKeyEnv' in endpoint)) return endpoint
+      const { apiKeyEnv, ...rest } = endpoint as { apiKeyEnv: unknown }
+      const value = typeof apiKeyEnv === 'string' ? secrets[apiKeyEnv] : undefined
+      if (typeof value !== 'string' || value === '') {
+        throw new ConfigError(`podgate: models.${alias}: an endpoint names apiKeyEnv ${JSON.stringify(apiKeyEnv)}, but no such secret is set. Run \`npx wrangler secret put ${String(apiKeyEnv)}\`.`)
+      }
+      return { ...rest, apiKey: value }
+    })
+    return [alias, { ...model, endpoints }]
+  }))
+}
+
+function refusePlaceholder(models: unknown): void {
+  if (!JSON.stringify(models).includes(`"${PLACEHOLDER_ENDPOINT_ID}"`)) return
+  throw new ConfigError(`podgate: PODGATE_MODELS still holds the placeholder endpoint id "${PLACEHOLDER_ENDPOINT_ID}". Put your Runpod endpoint id in wrangler.toml [vars] (runpod.io console -> Serverless -> your endpoint).`)
+}

@@ -1,0 +1,39 @@
+/**
+ * The stage contract: what every completion stage (quota, cache, ...) and the upstream dispatcher
+ * implement or receive. Kept apart from the runner (`pipeline/index.ts`) so stages and upstream code
+ * import the contract without importing the code that runs them.
+ *
+ * Contract: a stage that answers without calling `next` (a cache hit, a refusal) must `settle` the
+ * context itself; the dispatcher settles every answer it produces.
+ */
+import type { Context } from 'hono'
+import type { GatewayError } from '../errors/index.ts'
+import type { NormalizedRequest } from '../normalize/types.ts'
+import type { ResolvedModel } from '../routing/models.ts'
+import type { GatewayEnv } from '../types.ts'
+
+/** OpenAI's `usage` object, as upstreams report it and quotas settle from it. */
+export interface TokenUsage {
+  prompt_tokens: number
+  completion_tokens: number
+  total_tokens: number
+}
+
+export type CompletionOutcome =
+  /** `cached`: answered from podgate's cache, no upstream work (quota counts the request, not its tokens). */
+  | { ok: true; usage: TokenUsage | undefined; cached?: boolean }
+  /** `producedOutput`: some of the answer reached the caller before the failure. */
+  | { ok: false; error: GatewayError; producedOutput: boolean; usage?: TokenUsage }
+
+export interface CompletionContext {
+  c: Context<GatewayEnv>
+  request: NormalizedRequest
+  model: ResolvedModel
+  /** Resolves exactly once with how the answer ended. */
+  readonly outcome: Promise<CompletionOutcome>
+  /** Resolves `outcome`; later calls are ignored. Called by the upstream dispatcher. */
+  settle(outcome: CompletionOutcome): void
+}
+
+export type CompletionHandler = (ctx: CompletionContext) => Promise<Response>
+export type CompletionStage = (ctx: CompletionContext, next: CompletionHandler) => Promise<Response>
