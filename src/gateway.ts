@@ -76,6 +76,8 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
   const kv = kvOption ?? defaultKv
   const store = (c: Context<GatewayEnv>) => new KeyStore(kv(c), { cacheTtlMs: config.keyCacheTtlMs })
   const tokens = new TokenSigner({ secret: config.signingSecret ?? config.runpod.apiKey })
+  // Open streams re-check their key as often as the key cache refreshes (at least every second).
+  const streamCheckMs = Math.max(1_000, config.keyCacheTtlMs)
 
   const app = new Hono<GatewayEnv>()
   app.onError(createErrorHandler(log))
@@ -96,7 +98,7 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
   const cors = podgateCors({ maxAgeSeconds: config.cors.maxAgeSeconds })
   app.use('/v1/*', cors)
   app.use('/v2/*', cors)
-  app.use('/v1/*', apiKeyAuth({ store, credential, tokens }))
+  app.use('/v1/*', apiKeyAuth({ store, credential, tokens, streamCheckMs }))
   app.route('/v1/tokens', tokenRoutes({ signer: tokens, models: new Set(models.keys()), maxBodyBytes: config.maxBodyBytes, ...config.tokens }))
   const dispatch = createDispatcher({ client, runpod: config.runpod })
   const stages: CompletionStage[] = []
@@ -119,8 +121,8 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
 
   // The Runpod-native surface: the same stages but the cache (a job id is no answer to reuse). `?access_token=`
   // (a minted token: EventSource sends no headers) only on its event streams.
-  const nativeAuth = apiKeyAuth({ store, credential, tokens })
-  const nativeStreamAuth = apiKeyAuth({ store, credential, tokens, queryToken: true })
+  const nativeAuth = apiKeyAuth({ store, credential, tokens, streamCheckMs })
+  const nativeStreamAuth = apiKeyAuth({ store, credential, tokens, queryToken: true, streamCheckMs })
   app.use('/v2/*', function nativeSurfaceAuth(c, next) {
     return /\/v2\/[^/]+\/stream\/[^/]+$/.test(c.req.path) ? nativeStreamAuth(c, next) : nativeAuth(c, next)
   })

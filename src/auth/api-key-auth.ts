@@ -21,6 +21,8 @@ import { GatewayError } from '../errors/index.ts'
 import type { GatewayEnv } from '../types.ts'
 import { isLive, keyGeneration, toPrincipal } from './keys.ts'
 import type { KeyRecord, KeyStore, Principal } from './keys.ts'
+import { formatForPath } from '../http/respond.ts'
+import { revocableStream } from './stream-revocation.ts'
 import { TOKEN_PREFIX } from './tokens.ts'
 import type { TokenSigner } from './tokens.ts'
 
@@ -44,6 +46,11 @@ export interface ApiKeyAuthOptions {
    * app.use('/v2/:model/stream/:id', apiKeyAuth({ store, tokens, queryToken: true }))
    */
   queryToken?: boolean
+  /**
+   * An event stream answered to this credential re-checks it at most this often (through the key
+   * cache) and ends with an error event once the key is revoked, rotated or expired. Default 10000.
+   */
+  streamCheckMs?: number
 }
 
 const CHALLENGE = 'Bearer realm="podgate"'
@@ -78,6 +85,7 @@ function queryCredential(c: Context, allowed: boolean): string | undefined {
 export function apiKeyAuth(options: ApiKeyAuthOptions): MiddlewareHandler<GatewayEnv> {
   const resolve = options.credential ?? bearerCredential
   const queryToken = options.queryToken ?? false
+  const streamCheckMs = options.streamCheckMs ?? 10_000
   return async function apiKeyAuth(c, next) {
     const resolved = await resolve(c)
     const credential = resolved ?? queryCredential(c, queryToken)
@@ -92,7 +100,24 @@ export function apiKeyAuth(options: ApiKeyAuthOptions): MiddlewareHandler<Gatewa
     const principal = credential.startsWith(TOKEN_PREFIX) ? await tokenPrincipal(credential, origin, store, options.tokens) : await keyPrincipal(credential, origin, store)
     c.set('principal', principal)
     await next()
+    const body = c.res.body
+    if (body && (c.res.headers.get('content-type') ?? '').startsWith('text/event-stream')) {
+      const stillValid = async () => {
+        const record = await store.lookupById(principal.keyId)
+        return record !== null && isLive(record) && keyGeneration(record) === principal.keyGeneration
+      }
+      const stream = revocableStream(body, { stillValid, intervalMs: streamCheckMs, errorEvent: revokedEvent(c.req.path) })
+      c.res = new Response(stream, c.res)
+    }
   }
+}
+
+const REVOKED_MESSAGE = 'This stream ended: its API key was revoked, rotated or expired while it was open.'
+
+/** The surface's in-stream error event: OpenAI's `data: {"error":...}`, or the job stream's `event: error`. */
+function revokedEvent(path: string): string {
+  if (formatForPath(path) === 'runpod') return `event: error\ndata: ${JSON.stringify({ error: REVOKED_MESSAGE, code: 'invalid_api_key' })}\n\n`
+  return `data: ${JSON.stringify({ error: { message: REVOKED_MESSAGE, type: 'authentication_error', param: null, code: 'invalid_api_key' } })}\n\n`
 }
 
 /** The request's Origin to check a credential against, or `host`: supplied by the host app, not checked. */
