@@ -13,13 +13,13 @@ function countingSignal(): { signal: AbortSignal; live: () => number } {
   const listeners = new Set<unknown>()
   const add = signal.addEventListener.bind(signal)
   const remove = signal.removeEventListener.bind(signal)
-  signal.addEventListener = ((type: string, listener: EventListener, options?: AddEventListenerOptions) => {
-    listeners.add(listener)
-    add(type, listener, options)
+  signal.addEventListener = ((...args: Parameters<typeof add>) => {
+    listeners.add(args[1])
+    add(...args)
   }) as typeof signal.addEventListener
-  signal.removeEventListener = ((type: string, listener: EventListener, options?: EventListenerOptions) => {
-    listeners.delete(listener)
-    remove(type, listener, options)
+  signal.removeEventListener = ((...args: Parameters<typeof remove>) => {
+    listeners.delete(args[1])
+    remove(...args)
   }) as typeof signal.removeEventListener
   return { signal, live: () => listeners.size }
 }
