@@ -29,6 +29,7 @@ import { quotaRoutes } from './quota/routes.ts'
 import { createQuotaService } from './quota/service.ts'
 import type { QuotaServiceOptions } from './quota/service.ts'
 import { quotaStage } from './quota/stage.ts'
+import { controlQuota } from './quota/control.ts'
 import { openApiHandler } from './openapi/document.ts'
 import { playgroundHandler } from './playground/page.ts'
 import { resolveModels } from './routing/models.ts'
@@ -98,10 +99,6 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
   const cors = podgateCors({ maxAgeSeconds: config.cors.maxAgeSeconds })
   app.use('/v1/*', cors)
   app.use('/v2/*', cors)
-  app.use('/v1/*', apiKeyAuth({ store, credential, tokens, streamCheckMs }))
-  app.route('/v1/tokens', tokenRoutes({ signer: tokens, models: new Set(models.keys()), maxBodyBytes: config.maxBodyBytes, ...config.tokens }))
-  const dispatch = createDispatcher({ client, runpod: config.runpod })
-  const stages: CompletionStage[] = []
   const quota = createQuotaService({
     defaults: config.quota?.defaults,
     models: new Map(Object.entries(config.models).flatMap(([alias, m]) => (m.quota ? [[alias, m.quota] as const] : []))),
@@ -111,6 +108,13 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
     objects: quotaObjects,
     now: quotaNow,
   })
+  // Control calls (job status and polls, cancel, health, token minting) count against controlPerMinute.
+  const control = controlQuota(quota)
+  app.use('/v1/*', apiKeyAuth({ store, credential, tokens, streamCheckMs }))
+  app.on('POST', '/v1/tokens', control)
+  app.route('/v1/tokens', tokenRoutes({ signer: tokens, models: new Set(models.keys()), maxBodyBytes: config.maxBodyBytes, ...config.tokens }))
+  const dispatch = createDispatcher({ client, runpod: config.runpod })
+  const stages: CompletionStage[] = []
   // A token minted with a quota of its own is held to it (counted under its token id) before the key's.
   stages.push(tokenQuotaStage(quotaStage(quota)))
   stages.push(quotaStage(quota))
@@ -125,6 +129,11 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
   const nativeStreamAuth = apiKeyAuth({ store, credential, tokens, queryToken: true, streamCheckMs })
   app.use('/v2/*', function nativeSurfaceAuth(c, next) {
     return /\/v2\/[^/]+\/stream\/[^/]+$/.test(c.req.path) ? nativeStreamAuth(c, next) : nativeAuth(c, next)
+  })
+  for (const op of ['status/:id', 'status-sync/:id', 'cancel/:id', 'health', 'purge-queue']) app.use(`/v2/:model/${op}`, control)
+  // A JSON stream page is a poll; an event stream is admitted once and polls upstream itself.
+  app.use('/v2/:model/stream/:id', function streamPollQuota(c, next) {
+    return (c.req.header('accept') ?? '').includes('text/event-stream') ? next() : control(c, next)
   })
   app.route('/v2', nativeRoutes({ models, client, runpod: config.runpod, secret: config.signingSecret ?? config.runpod.apiKey, maxBodyBytes: config.maxBodyBytes, stages: stages.filter((stage) => stage !== cache.stage) }))
 
