@@ -46,6 +46,11 @@ export interface GatewayOptions extends GatewayOptionsInput {
   kv?: (c: Context<GatewayEnv>) => KVNamespace
   /** Supplies the caller's podgate key. Default: `Authorization: Bearer <key>`. */
   credential?: CredentialResolver
+  /**
+   * Origins, besides the request's own, whose pages may make state-changing calls with a credential the
+   * `credential` hook supplies (a cookie session). Default: none: such calls must be same-origin (CSRF).
+   */
+  credentialOrigins?: readonly string[]
   /** fetch used for upstream calls. Default: the global `fetch`. */
   fetch?: typeof fetch
   /** Where log lines go (already scrubbed of secrets). Default: `console.log`. */
@@ -67,7 +72,7 @@ export type GatewayQuotaOptions = NonNullable<GatewayOptionsInput['quota']> & Pi
  * }))
  */
 export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
-  const { kv: kvOption, credential, fetch: fetchOption, logSink, quota: quotaOption, cache: cacheOption, ...input } = options
+  const { kv: kvOption, credential, credentialOrigins, fetch: fetchOption, logSink, quota: quotaOption, cache: cacheOption, ...input } = options
   const { objects: quotaObjects, now: quotaNow, ...quotaConfig } = quotaOption ?? {}
   const { edgeCache, now: cacheNow, ...cacheConfig } = cacheOption ?? {}
   const config = resolveConfig({ ...(quotaOption ? { ...input, quota: quotaConfig } : input), cache: cacheConfig })
@@ -110,7 +115,7 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
   })
   // Control calls (job status and polls, cancel, health, token minting) count against controlPerMinute.
   const control = controlQuota(quota)
-  app.use('/v1/*', apiKeyAuth({ store, credential, tokens, streamCheckMs }))
+  app.use('/v1/*', apiKeyAuth({ store, credential, credentialOrigins, tokens, streamCheckMs }))
   app.on('POST', '/v1/tokens', control)
   app.route('/v1/tokens', tokenRoutes({ signer: tokens, models: new Set(models.keys()), maxBodyBytes: config.maxBodyBytes, ...config.tokens }))
   const dispatch = createDispatcher({ client, runpod: config.runpod })
@@ -125,8 +130,8 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
 
   // The Runpod-native surface: the same stages but the cache (a job id is no answer to reuse). `?access_token=`
   // (a minted token: EventSource sends no headers) only on its event streams.
-  const nativeAuth = apiKeyAuth({ store, credential, tokens, streamCheckMs })
-  const nativeStreamAuth = apiKeyAuth({ store, credential, tokens, queryToken: true, streamCheckMs })
+  const nativeAuth = apiKeyAuth({ store, credential, credentialOrigins, tokens, streamCheckMs })
+  const nativeStreamAuth = apiKeyAuth({ store, credential, credentialOrigins, tokens, queryToken: true, streamCheckMs })
   app.use('/v2/*', function nativeSurfaceAuth(c, next) {
     return /\/v2\/[^/]+\/stream\/[^/]+$/.test(c.req.path) ? nativeStreamAuth(c, next) : nativeAuth(c, next)
   })
