@@ -35,7 +35,8 @@ const chat = (headers: Record<string, string>) => ({
 describe('L7 cookie sessions refuse cross-site state changes', () => {
   it('auth-csrf: a signed-in cross-site POST is refused by Origin or Sec-Fetch-Site; a same-origin one works', async () => {
     const cookie = await login('csrf-victim')
-    for (const headers of <Record<string, string>[]>[{ origin: 'https://evil.example' }, { 'sec-fetch-site': 'cross-site', 'sec-fetch-mode': 'no-cors' }, { 'sec-fetch-site': 'same-site', 'sec-fetch-mode': 'cors' }]) {
+    const crossSite: Record<string, string>[] = [{ origin: 'https://evil.example' }, { 'sec-fetch-site': 'cross-site', 'sec-fetch-mode': 'no-cors' }, { 'sec-fetch-site': 'same-site', 'sec-fetch-mode': 'cors' }]
+    for (const headers of crossSite) {
       const res = await call('/ai/v1/chat/completions', chat(headers), cookie)
       expect(res.status, JSON.stringify(headers)).toBe(403)
       expect(((await res.json()) as { error: { code: string } }).error.code).toBe('permission_denied')
@@ -43,7 +44,8 @@ describe('L7 cookie sessions refuse cross-site state changes', () => {
     const job = await call('/ai/v2/chat-current/run', { ...chat({ origin: 'https://evil.example' }), body: JSON.stringify({ input: { prompt: 'x' } }) }, cookie)
     expect(job.status).toBe(403)
 
-    for (const headers of <Record<string, string>[]>[{ origin: 'https://app.example' }, { 'sec-fetch-site': 'same-origin', 'sec-fetch-mode': 'cors' }, {}]) {
+    const sameOrigin: Record<string, string>[] = [{ origin: 'https://app.example' }, { 'sec-fetch-site': 'same-origin', 'sec-fetch-mode': 'cors' }, {}]
+    for (const headers of sameOrigin) {
       const res = await call('/ai/v1/chat/completions', chat(headers), cookie)
       expect(res.status, JSON.stringify(headers)).toBe(200)
       await res.text()
