@@ -192,6 +192,7 @@ async function tokenPrincipal(credential: string, where: OriginCheck, store: Key
     models: intersect(claims.models, parent.models),
     tokenId: claims.jti,
     tokenQuota: claims.quota,
+    subject: claims.sub ?? null,
   }
 }
 

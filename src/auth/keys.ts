@@ -77,6 +77,11 @@ export interface Principal {
   tokenQuota: QuotaPolicy | null
   /** A prefix of the key secret's hash: names the secret's generation in minted tokens, reveals nothing. */
   keyGeneration: string
+  /**
+   * For a token minted with a `sub`: the end user it stands for, as the minting backend named them.
+   * Cached answers are kept per subject (docs/security.md). Null otherwise.
+   */
+  subject: string | null
 }
 
 function randomBase62(length: number): string {
@@ -132,7 +137,7 @@ export async function timingSafeEqualText(a: string, b: string): Promise<boolean
 }
 
 export function toPrincipal(record: KeyRecord): Principal {
-  return { keyId: record.id, name: record.name, kind: record.kind, credential: record.kind, models: record.models, quota: record.quota ?? null, tokenId: null, tokenQuota: null, keyGeneration: keyGeneration(record) }
+  return { keyId: record.id, name: record.name, kind: record.kind, credential: record.kind, models: record.models, quota: record.quota ?? null, tokenId: null, tokenQuota: null, keyGeneration: keyGeneration(record), subject: null }
 }
 
 export function keyGeneration(record: KeyRecord): string {
