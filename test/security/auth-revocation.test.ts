@@ -69,4 +69,32 @@ describe('L8 revocation ends open streams', () => {
     expect(events.at(-1)).toMatchObject({ error: { code: 'invalid_api_key' } })
     expect(events).not.toContain('[DONE]')
   })
+
+  it('auth-revocation: an open /v2 job event stream of a revoked key ends with event: error', async () => {
+    const h = harness({ keyCacheTtlMs: 0 })
+    const { id, key } = await h.createKey({ name: 'job streaming' })
+    const input = { input: { messages: [{ role: 'user', content: 'hold [[emulator:fault=stall,after=2]]' }], sampling_params: { max_tokens: 20 }, stream: true } }
+    const run = await h.fetch('/v2/chat-current/run', { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: JSON.stringify(input) })
+    const job = (await run.json()) as { id: string }
+    const res = await h.fetch(`/v2/chat-current/stream/${job.id}`, { headers: { authorization: `Bearer ${key}`, accept: 'text/event-stream' } })
+    expect(res.status).toBe(200)
+    const reader = res.body!.getReader()
+    const decoder = new TextDecoder()
+    let text = ''
+    while (!text.includes('event: output')) {
+      const next = await reader.read()
+      if (next.done) break
+      text += decoder.decode(next.value, { stream: true })
+    }
+    expect((await h.fetch(`/admin/keys/${id}`, admin('DELETE'))).status).toBe(200)
+    for (;;) {
+      const next = await reader.read()
+      if (next.done) break
+      text += decoder.decode(next.value, { stream: true })
+    }
+    expect(text.trimEnd().split('\n\n').at(-1)).toMatch(/^event: error\ndata: .*"code":"invalid_api_key"/)
+    await h.settle()
+    // The job is cancelled upstream, as on a caller's disconnect.
+    expect(h.emulator.calls.some((c) => c.op === 'cancel')).toBe(true)
+  })
 })
