@@ -16,8 +16,9 @@
  * cookie to any request, a forged cross-site one included), so a state-changing request (anything but
  * GET, HEAD, OPTIONS) that uses it must come from the request's own origin or one of
  * `credentialOrigins`, by `Origin` or `Sec-Fetch-Site`; otherwise 403 (CSRF).
- * A browser is recognised by `Origin` or Fetch Metadata (`Sec-Fetch-Site` / `Sec-Fetch-Mode`), so a
- * same-origin GET that carries no `Origin` is still held to the key's origins.
+ * A browser is recognised by `Origin` or Fetch Metadata (`Sec-Fetch-Site`; not `Sec-Fetch-Mode`, which
+ * server-side fetch sends too), so a same-origin GET that carries no `Origin` is still held to the
+ * key's origins.
  * With `queryToken: true` a token may also come as `?access_token=` on GET requests that ask for
  * `text/event-stream`, because EventSource cannot send headers; keys are never accepted in a URL.
  */
@@ -153,7 +154,7 @@ async function keyPrincipal(credential: string, where: OriginCheck, store: KeySt
   if (record.kind === 'secret') {
     if (where.browser && (origin === undefined || !record.origins.includes(origin))) {
       throw refused(
-        `A secret key was sent from ${origin === undefined ? 'a browser (Sec-Fetch-* headers)' : `the browser origin '${printable(origin)}'`}. Secret keys belong on servers: mint a short-lived token with POST /v1/tokens from your backend, or use a publishable key (pg_pk_) that allows this origin.`,
+        `A secret key was sent from ${origin === undefined ? 'a browser (Sec-Fetch-Site)' : `the browser origin '${printable(origin)}'`}. Secret keys belong on servers: mint a short-lived token with POST /v1/tokens from your backend, or use a publishable key (pg_pk_) that allows this origin.`,
       )
     }
   } else if (origin === undefined || !record.origins.includes(origin)) {

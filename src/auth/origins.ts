@@ -35,7 +35,10 @@ export const originSchema = z
 
 /** How a request presents itself: from a browser page (and which origin), or from a server. */
 export interface RequestOrigin {
-  /** True when a browser sent it: it carries `Origin` or a Fetch Metadata header (`Sec-Fetch-Site` / `Sec-Fetch-Mode`). */
+  /**
+   * True when a browser sent it: it carries `Origin` or `Sec-Fetch-Site`. Not `Sec-Fetch-Mode` alone:
+   * Node's `fetch` sends `Sec-Fetch-Mode: cors` from servers too; only browsers send `Sec-Fetch-Site`.
+   */
   browser: boolean
   /**
    * The page's origin: the `Origin` header, else the request's own origin when `Sec-Fetch-Site:
@@ -46,7 +49,7 @@ export interface RequestOrigin {
 
 /**
  * Reads where a request comes from. `Origin` alone misses browser requests that omit it (same-origin
- * GETs, navigations); every current browser sends Fetch Metadata (`Sec-Fetch-*`) on every request.
+ * GETs, navigations); every current browser sends `Sec-Fetch-Site` on every request to a secure origin.
  *
  * @example
  * requestOrigin(c.req.raw) // { browser: true, origin: 'https://app.example.com' }
@@ -55,8 +58,7 @@ export function requestOrigin(request: Request): RequestOrigin {
   const origin = request.headers.get('origin') ?? undefined
   if (origin !== undefined) return { browser: true, origin }
   const site = request.headers.get('sec-fetch-site')
-  const mode = request.headers.get('sec-fetch-mode')
-  if (site === null && mode === null) return { browser: false, origin: undefined }
+  if (site === null) return { browser: false, origin: undefined }
   return { browser: true, origin: site === 'same-origin' ? new URL(request.url).origin : undefined }
 }
 
