@@ -8,6 +8,9 @@ import { describe, expect, it } from 'vitest'
 import { authed, harness } from '../helpers.ts'
 import type { Harness } from '../helpers.ts'
 
+/** A fixed clock (10 s into a UTC minute): counts must not roll over with a real minute mid-test. */
+const START = Date.UTC(2026, 0, 5, 12, 30, 10)
+
 function call(key: string, method: 'GET' | 'POST', accept?: string): RequestInit {
   return {
     method,
@@ -25,7 +28,7 @@ async function startJob(h: Harness, key: string): Promise<string> {
 
 describe('M4 control calls count against controlPerMinute', () => {
   it('quota-control: status, status-sync, JSON stream, cancel, health, purge-queue and token minting each count; the next is a 429 with no upstream call', async () => {
-    const h = harness()
+    const h = harness({ quota: { now: () => START } })
     const { key } = await h.createKey({ name: 'poller', quota: { controlPerMinute: 7 } })
     const id = await startJob(h, key)
     const calls: [string, RequestInit][] = [
@@ -59,7 +62,7 @@ describe('M4 control calls count against controlPerMinute', () => {
   })
 
   it('quota-control: a key with no limits of its own is held to the gateway default; completions do not use it up', async () => {
-    const h = harness({ quota: { defaults: { controlPerMinute: 2 } } })
+    const h = harness({ quota: { defaults: { controlPerMinute: 2 }, now: () => START } })
     const { key } = await h.createKey({ name: 'default' })
     const id = await startJob(h, key)
     await startJob(h, key)
@@ -74,7 +77,7 @@ describe('M4 control calls count against controlPerMinute', () => {
   })
 
   it('quota-control: a per-model controlPerMinute applies to that model', async () => {
-    const h = harness({ models: { 'chat-current': { endpoints: [{ endpointId: 'vllmcurrent' }], mode: 'native', quota: { controlPerMinute: 1 } } } })
+    const h = harness({ models: { 'chat-current': { endpoints: [{ endpointId: 'vllmcurrent' }], mode: 'native', quota: { controlPerMinute: 1 } } }, quota: { now: () => START } })
     const { key } = await h.createKey({ name: 'model' })
     expect((await h.fetch('/v2/chat-current/health', authed(key))).status).toBe(200)
     expect((await h.fetch('/v2/chat-current/health', authed(key))).status).toBe(429)

@@ -9,6 +9,8 @@ function post(key: string, body: unknown = {}): RequestInit {
   return { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: JSON.stringify(body) }
 }
 
+const START = Date.UTC(2026, 0, 5, 12, 30, 10)
+
 const failingJob = { input: { messages: [{ role: 'user', content: 'fail [[emulator:fault=job_failed]]' }], sampling_params: { max_tokens: 40 } } }
 
 interface Usage {
@@ -17,7 +19,8 @@ interface Usage {
 
 describe('H1 retry is charged like a run', () => {
   it('quota-retry: a retry counts a request and reserves tokens, and is refused past requestsPerMinute', async () => {
-    const h = harness()
+    // A fixed clock: the counts must not roll over with a real minute mid-test.
+    const h = harness({ quota: { now: () => START } })
     const { key } = await h.createKey({ name: 'retry', quota: { requestsPerMinute: 3 } })
     const run = await h.fetch('/v2/chat-current/run', post(key, failingJob))
     expect(run.status).toBe(200)
