@@ -29,6 +29,7 @@ import { quotaRoutes } from './quota/routes.ts'
 import { createQuotaService } from './quota/service.ts'
 import type { QuotaServiceOptions } from './quota/service.ts'
 import { quotaStage } from './quota/stage.ts'
+import { controlQuota } from './quota/control.ts'
 import type { openApiHandler } from './openapi/document.ts'
 import type { playgroundHandler } from './playground/page.ts'
 import { resolveModels } from './routing/models.ts'
@@ -45,6 +46,11 @@ export interface GatewayOptions extends GatewayOptionsInput {
   kv?: (c: Context<GatewayEnv>) => KVNamespace
   /** Supplies the caller's podgate key. Default: `Authorization: Bearer <key>`. */
   credential?: CredentialResolver
+  /**
+   * Origins, besides the request's own, whose pages may make state-changing calls with a credential the
+   * `credential` hook supplies (a cookie session). Default: none: such calls must be same-origin (CSRF).
+   */
+  credentialOrigins?: readonly string[]
   /** fetch used for upstream calls. Default: the global `fetch`. */
   fetch?: typeof fetch
   /** Where log lines go (already scrubbed of secrets). Default: `console.log`. */
@@ -83,7 +89,7 @@ export type GatewayQuotaOptions = NonNullable<GatewayOptionsInput['quota']> & Pi
  * }))
  */
 export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
-  const { kv: kvOption, credential, fetch: fetchOption, logSink, quota: quotaOption, cache: cacheOption, extras = {}, ...input } = options
+  const { kv: kvOption, credential, credentialOrigins, fetch: fetchOption, logSink, quota: quotaOption, cache: cacheOption, extras = {}, ...input } = options
   const { objects: quotaObjects, now: quotaNow, ...quotaConfig } = quotaOption ?? {}
   const { edgeCache, now: cacheNow, ...cacheConfig } = cacheOption ?? {}
   const config = resolveConfig({ ...(quotaOption ? { ...input, quota: quotaConfig } : input), cache: cacheConfig })
@@ -93,6 +99,8 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
   const kv = kvOption ?? defaultKv
   const store = (c: Context<GatewayEnv>) => new KeyStore(kv(c), { cacheTtlMs: config.keyCacheTtlMs })
   const tokens = new TokenSigner({ secret: config.signingSecret ?? config.runpod.apiKey })
+  // Open streams re-check their key as often as the key cache refreshes (at least every second).
+  const streamCheckMs = Math.max(1_000, config.keyCacheTtlMs)
 
   const app = new Hono<GatewayEnv>()
   app.onError(createErrorHandler(log))
@@ -116,10 +124,6 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
   const cors = podgateCors({ maxAgeSeconds: config.cors.maxAgeSeconds })
   app.use('/v1/*', cors)
   app.use('/v2/*', cors)
-  app.use('/v1/*', apiKeyAuth({ store, credential, tokens }))
-  app.route('/v1/tokens', tokenRoutes({ signer: tokens, models: new Set(models.keys()), maxBodyBytes: config.maxBodyBytes, ...config.tokens }))
-  const dispatch = createDispatcher({ client, runpod: config.runpod })
-  const stages: CompletionStage[] = []
   const quota = createQuotaService({
     defaults: config.quota?.defaults,
     models: new Map(Object.entries(config.models).flatMap(([alias, m]) => (m.quota ? [[alias, m.quota] as const] : []))),
@@ -129,6 +133,13 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
     objects: quotaObjects,
     now: quotaNow,
   })
+  // Control calls (job status and polls, cancel, health, token minting) count against controlPerMinute.
+  const control = controlQuota(quota)
+  app.use('/v1/*', apiKeyAuth({ store, credential, credentialOrigins, tokens, streamCheckMs }))
+  app.on('POST', '/v1/tokens', control)
+  app.route('/v1/tokens', tokenRoutes({ signer: tokens, models: new Set(models.keys()), maxBodyBytes: config.maxBodyBytes, ...config.tokens }))
+  const dispatch = createDispatcher({ client, runpod: config.runpod })
+  const stages: CompletionStage[] = []
   // A token minted with a quota of its own is held to it (counted under its token id) before the key's.
   stages.push(tokenQuotaStage(quotaStage(quota)))
   stages.push(quotaStage(quota))
@@ -139,10 +150,15 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
 
   // The Runpod-native surface: the same stages but the cache (a job id is no answer to reuse). `?access_token=`
   // (a minted token: EventSource sends no headers) only on its event streams.
-  const nativeAuth = apiKeyAuth({ store, credential, tokens })
-  const nativeStreamAuth = apiKeyAuth({ store, credential, tokens, queryToken: true })
+  const nativeAuth = apiKeyAuth({ store, credential, credentialOrigins, tokens, streamCheckMs })
+  const nativeStreamAuth = apiKeyAuth({ store, credential, credentialOrigins, tokens, queryToken: true, streamCheckMs })
   app.use('/v2/*', function nativeSurfaceAuth(c, next) {
     return /\/v2\/[^/]+\/stream\/[^/]+$/.test(c.req.path) ? nativeStreamAuth(c, next) : nativeAuth(c, next)
+  })
+  for (const op of ['status/:id', 'status-sync/:id', 'cancel/:id', 'health', 'purge-queue']) app.use(`/v2/:model/${op}`, control)
+  // A JSON stream page is a poll; an event stream is admitted once and polls upstream itself.
+  app.use('/v2/:model/stream/:id', function streamPollQuota(c, next) {
+    return (c.req.header('accept') ?? '').includes('text/event-stream') ? next() : control(c, next)
   })
   app.route('/v2', nativeRoutes({ models, client, runpod: config.runpod, secret: config.signingSecret ?? config.runpod.apiKey, maxBodyBytes: config.maxBodyBytes, stages: stages.filter((stage) => stage !== cache.stage) }))
 

@@ -65,6 +65,8 @@ describe('secret keys', () => {
         const session = /session=(\w+)/.exec(c.req.header('cookie') ?? '')?.[1]
         return session ? sessions.get(session) : bearerCredential(c)
       },
+      // The page is served from APP; podgate answers at http://podgate in this harness.
+      credentialOrigins: [APP],
     })
     // A same-origin page POSTs with its Origin and cookie: the key never left the server.
     const viaSession = await h.fetch('/v1/chat/completions', { method: 'POST', headers: { cookie: 'session=s42', origin: APP, 'content-type': 'application/json' }, body: chatBody('chat-openai') })

@@ -14,7 +14,10 @@ const encoder = new TextEncoder()
 
 async function kvSnapshot(): Promise<string> {
   const listed = await env.PODGATE_KV.list()
-  const values = await Promise.all(listed.keys.map(async (k) => `${k.name}=${await env.PODGATE_KV.get(k.name)}`))
+  // A refused control call (a forged job id) is still counted against controlPerMinute, so probing costs
+  // quota (docs/security.md): those counters are the one change a refusal makes.
+  const kept = listed.keys.filter((k) => !k.name.startsWith('quota:ctl:'))
+  const values = await Promise.all(kept.map(async (k) => `${k.name}=${await env.PODGATE_KV.get(k.name)}`))
   return values.sort().join('\n')
 }
 

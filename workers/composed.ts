@@ -84,7 +84,10 @@ app.get('/me', async (c) => {
 
 app.route('/ai', createGateway({
   ...optionsFromEnv(env as ComposedEnv),
-  // The hook podgate calls for every /ai/v1/* request: the session's key, else a bearer key.
+  // The hook podgate calls for every /ai/v1/* request: the session's key, else a bearer key. The cookie
+  // is ambient, so podgate refuses a state-changing call that uses it unless it comes from this app's own
+  // origin (Origin / Sec-Fetch-Site: CSRF). A front end on another origin of yours: list it here.
+  credentialOrigins: [],
   credential: async (c) => {
     const user = await sessionUser(c as Context<AppEnv>)
     if (!user) return bearerCredential(c)

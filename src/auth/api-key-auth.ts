@@ -12,7 +12,13 @@
  * The credential comes from `Authorization: Bearer <credential>` unless a `credential` hook supplies it.
  * Origin rules guard credentials a request carries itself: one the hook supplies from server-side state
  * (a host app that signs its users in and keeps their podgate keys) is the host's own and is not
- * checked against the request's Origin.
+ * checked against the key's origins. Such a credential is ambient (a browser attaches the session
+ * cookie to any request, a forged cross-site one included), so a state-changing request (anything but
+ * GET, HEAD, OPTIONS) that uses it must come from the request's own origin or one of
+ * `credentialOrigins`, by `Origin` or `Sec-Fetch-Site`; otherwise 403 (CSRF).
+ * A browser is recognised by `Origin` or Fetch Metadata (`Sec-Fetch-Site`; not `Sec-Fetch-Mode`, which
+ * server-side fetch sends too), so a same-origin GET that carries no `Origin` is still held to the
+ * key's origins.
  * With `queryToken: true` a token may also come as `?access_token=` on GET requests that ask for
  * `text/event-stream`, because EventSource cannot send headers; keys are never accepted in a URL.
  */
@@ -21,6 +27,10 @@ import { GatewayError } from '../errors/index.ts'
 import type { GatewayEnv } from '../types.ts'
 import { isLive, keyGeneration, toPrincipal } from './keys.ts'
 import type { KeyRecord, KeyStore, Principal } from './keys.ts'
+import { formatForPath } from '../http/respond.ts'
+import { revocableStream } from './stream-revocation.ts'
+import { isSameOriginRequest, requestOrigin } from './origins.ts'
+import type { RequestOrigin } from './origins.ts'
 import { TOKEN_PREFIX } from './tokens.ts'
 import type { TokenSigner } from './tokens.ts'
 
@@ -44,6 +54,16 @@ export interface ApiKeyAuthOptions {
    * app.use('/v2/:model/stream/:id', apiKeyAuth({ store, tokens, queryToken: true }))
    */
   queryToken?: boolean
+  /**
+   * An event stream answered to this credential re-checks it at most this often (through the key
+   * cache) and ends with an error event once the key is revoked, rotated or expired. Default 10000.
+   */
+  streamCheckMs?: number
+  /**
+   * Origins, besides the request's own, whose pages may make state-changing calls with a credential
+   * the `credential` hook supplies (e.g. from a cookie session). Default: none, same origin only.
+   */
+  credentialOrigins?: readonly string[]
 }
 
 const CHALLENGE = 'Bearer realm="podgate"'
@@ -78,6 +98,8 @@ function queryCredential(c: Context, allowed: boolean): string | undefined {
 export function apiKeyAuth(options: ApiKeyAuthOptions): MiddlewareHandler<GatewayEnv> {
   const resolve = options.credential ?? bearerCredential
   const queryToken = options.queryToken ?? false
+  const streamCheckMs = options.streamCheckMs ?? 10_000
+  const credentialOrigins = options.credentialOrigins ?? []
   return async function apiKeyAuth(c, next) {
     const resolved = await resolve(c)
     const credential = resolved ?? queryCredential(c, queryToken)
@@ -87,16 +109,41 @@ export function apiKeyAuth(options: ApiKeyAuthOptions): MiddlewareHandler<Gatewa
       })
     }
     const fromRequest = options.credential === undefined || resolved === undefined || credential === bearerCredential(c)
-    const origin: OriginCheck = fromRequest ? { origin: c.req.header('origin') } : 'host'
+    if (!fromRequest && !SAFE_METHODS.has(c.req.method) && !isSameOriginRequest(c.req.raw, credentialOrigins)) {
+      throw new GatewayError(
+        'permission_denied',
+        'Cross-site request refused: this request is signed in by a session (its credential comes from the app, not the request), so it must come from a page of the same origin. List other origins of your own in `credentialOrigins`.',
+      )
+    }
+    const origin: OriginCheck = fromRequest ? requestOrigin(c.req.raw) : 'host'
     const store = options.store(c)
     const principal = credential.startsWith(TOKEN_PREFIX) ? await tokenPrincipal(credential, origin, store, options.tokens) : await keyPrincipal(credential, origin, store)
     c.set('principal', principal)
     await next()
+    const body = c.res.body
+    if (body && (c.res.headers.get('content-type') ?? '').startsWith('text/event-stream')) {
+      const stillValid = async () => {
+        const record = await store.lookupById(principal.keyId)
+        return record !== null && isLive(record) && keyGeneration(record) === principal.keyGeneration
+      }
+      const stream = revocableStream(body, { stillValid, intervalMs: streamCheckMs, errorEvent: revokedEvent(c.req.path) })
+      c.res = new Response(stream, c.res)
+    }
   }
 }
 
-/** The request's Origin to check a credential against, or `host`: supplied by the host app, not checked. */
-type OriginCheck = { origin: string | undefined } | 'host'
+const REVOKED_MESSAGE = 'This stream ended: its API key was revoked, rotated or expired while it was open.'
+
+/** The surface's in-stream error event: OpenAI's `data: {"error":...}`, or the job stream's `event: error`. */
+function revokedEvent(path: string): string {
+  if (formatForPath(path) === 'runpod') return `event: error\ndata: ${JSON.stringify({ error: REVOKED_MESSAGE, code: 'invalid_api_key' })}\n\n`
+  return `data: ${JSON.stringify({ error: { message: REVOKED_MESSAGE, type: 'authentication_error', param: null, code: 'invalid_api_key' } })}\n\n`
+}
+
+/** Where the request comes from, to check a credential against, or `host`: supplied by the host app, not checked. */
+type OriginCheck = RequestOrigin | 'host'
+
+const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS'])
 
 async function keyPrincipal(credential: string, where: OriginCheck, store: KeyStore): Promise<Principal> {
   const record = await store.lookup(credential)
@@ -105,9 +152,9 @@ async function keyPrincipal(credential: string, where: OriginCheck, store: KeySt
   if (where === 'host') return toPrincipal(record)
   const origin = where.origin
   if (record.kind === 'secret') {
-    if (origin !== undefined && !record.origins.includes(origin)) {
+    if (where.browser && (origin === undefined || !record.origins.includes(origin))) {
       throw refused(
-        `A secret key was sent from the browser origin '${printable(origin)}'. Secret keys belong on servers: mint a short-lived token with POST /v1/tokens from your backend, or use a publishable key (pg_pk_) that allows this origin.`,
+        `A secret key was sent from ${origin === undefined ? 'a browser (Sec-Fetch-Site)' : `the browser origin '${printable(origin)}'`}. Secret keys belong on servers: mint a short-lived token with POST /v1/tokens from your backend, or use a publishable key (pg_pk_) that allows this origin.`,
       )
     }
   } else if (origin === undefined || !record.origins.includes(origin)) {
@@ -146,6 +193,7 @@ async function tokenPrincipal(credential: string, where: OriginCheck, store: Key
     models: intersect(claims.models, parent.models),
     tokenId: claims.jti,
     tokenQuota: claims.quota,
+    subject: claims.sub ?? null,
   }
 }
 

@@ -5,9 +5,13 @@
  * (docs/storage.md):
  *   `key:<id>`        -> KeyRecord (JSON), the operator's view, looked up by id (and by tokens' parent check)
  *   `keyhash:<sha256>` -> KeyRecord (JSON), the hot-path view, looked up by the presented key's hash
- * Both are written together; the hot path does one KV read, and an in-isolate cache (bounded, with a
- * TTL) makes steady-state traffic do none. Revocation, rotation and scope changes therefore take effect
- * within KV's propagation delay (up to ~60 s) plus `keyCacheTtlMs` (at once in the isolate that made them).
+ *   `revoked:<id>`    -> { revokedAt } : the revocation tombstone. Written first by a revoke, never
+ *                        removed or overwritten by anything else.
+ * KV has no compare-and-swap and the last write wins, so a PATCH or rotate racing a revoke can write the
+ * record back with `revokedAt: null`. Every read therefore also checks the tombstone: revocation wins
+ * every race. A lookup that misses the in-isolate cache (bounded, with a TTL) does two KV reads;
+ * steady-state traffic does none. Revocation, rotation and scope changes take effect within KV's
+ * propagation delay (up to ~60 s) plus `keyCacheTtlMs` (at once in the isolate that made them).
  */
 
 import type { QuotaPolicy } from '../quota/policy.ts'
@@ -73,6 +77,11 @@ export interface Principal {
   tokenQuota: QuotaPolicy | null
   /** A prefix of the key secret's hash: names the secret's generation in minted tokens, reveals nothing. */
   keyGeneration: string
+  /**
+   * For a token minted with a `sub`: the end user it stands for, as the minting backend named them.
+   * Cached answers are kept per subject (docs/security.md). Null otherwise.
+   */
+  subject: string | null
 }
 
 function randomBase62(length: number): string {
@@ -128,7 +137,7 @@ export async function timingSafeEqualText(a: string, b: string): Promise<boolean
 }
 
 export function toPrincipal(record: KeyRecord): Principal {
-  return { keyId: record.id, name: record.name, kind: record.kind, credential: record.kind, models: record.models, quota: record.quota ?? null, tokenId: null, tokenQuota: null, keyGeneration: keyGeneration(record) }
+  return { keyId: record.id, name: record.name, kind: record.kind, credential: record.kind, models: record.models, quota: record.quota ?? null, tokenId: null, tokenQuota: null, keyGeneration: keyGeneration(record), subject: null }
 }
 
 export function keyGeneration(record: KeyRecord): string {
@@ -214,8 +223,8 @@ export class KeyStore {
     const now = Date.now()
     const cached = this.#cache.get(kvKey)
     if (cached && cached.expires > now) return cached.record
-    const stored = await this.#kv.get<KeyRecord>(kvKey, 'json')
-    const record = stored && stored.revokedAt === null ? upgrade(stored) : null
+    const stored = await this.#withTombstone(await this.#kv.get<KeyRecord>(kvKey, 'json'))
+    const record = stored && stored.revokedAt === null ? stored : null
     if (this.#ttl > 0) {
       if (this.#cache.size >= this.#size) {
         const oldest = this.#cache.keys().next()
@@ -252,14 +261,22 @@ export class KeyStore {
   }
 
   async get(id: string): Promise<KeyRecord | null> {
-    const record = await this.#kv.get<KeyRecord>(`key:${id}`, 'json')
-    return record && upgrade(record)
+    return this.#withTombstone(await this.#kv.get<KeyRecord>(`key:${id}`, 'json'))
+  }
+
+  /** The record as it stands: upgraded, and revoked when its tombstone says so, whatever a racing write left. */
+  async #withTombstone(stored: KeyRecord | null): Promise<KeyRecord | null> {
+    if (!stored) return null
+    const record = upgrade(stored)
+    if (record.revokedAt !== null) return record
+    const tombstone = await this.#kv.get<{ revokedAt: number }>(`revoked:${record.id}`, 'json')
+    return tombstone ? { ...record, revokedAt: tombstone.revokedAt } : record
   }
 
   async list(options: { cursor?: string; limit?: number } = {}): Promise<{ keys: KeyRecord[]; cursor: string | null }> {
     const page = await this.#kv.list({ prefix: 'key:', cursor: options.cursor, limit: options.limit ?? 100 })
-    const records = await Promise.all(page.keys.map((k) => this.#kv.get<KeyRecord>(k.name, 'json')))
-    return { keys: records.filter((r): r is KeyRecord => r !== null).map(upgrade), cursor: page.list_complete ? null : page.cursor }
+    const records = await Promise.all(page.keys.map(async (k) => this.#withTombstone(await this.#kv.get<KeyRecord>(k.name, 'json'))))
+    return { keys: records.filter((r): r is KeyRecord => r !== null), cursor: page.list_complete ? null : page.cursor }
   }
 
   /** Changes a key's scopes; the caller has checked it is live. */
@@ -284,12 +301,16 @@ export class KeyStore {
     return { record: rotated, key }
   }
 
-  /** Marks a key revoked. Returns the updated record, or null when the id is unknown. */
+  /**
+   * Marks a key revoked: its tombstone first (what every read obeys), then its records. Returns the
+   * updated record, or null when the id is unknown.
+   */
   async revoke(id: string): Promise<KeyRecord | null> {
     const record = await this.get(id)
     if (!record) return null
     if (record.revokedAt !== null) return record
     const revoked = { ...record, revokedAt: Date.now() }
+    await this.#kv.put(`revoked:${id}`, JSON.stringify({ revokedAt: revoked.revokedAt }))
     await this.#write(revoked)
     this.#forget(record)
     return revoked

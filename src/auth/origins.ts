@@ -32,3 +32,43 @@ export const originSchema = z
     }
     return origin
   })
+
+/** How a request presents itself: from a browser page (and which origin), or from a server. */
+export interface RequestOrigin {
+  /**
+   * True when a browser sent it: it carries `Origin` or `Sec-Fetch-Site`. Not `Sec-Fetch-Mode` alone:
+   * Node's `fetch` sends `Sec-Fetch-Mode: cors` from servers too; only browsers send `Sec-Fetch-Site`.
+   */
+  browser: boolean
+  /**
+   * The page's origin: the `Origin` header, else the request's own origin when `Sec-Fetch-Site:
+   * same-origin` says the page shares it (browsers omit `Origin` on same-origin GETs). Undefined when unknown.
+   */
+  origin: string | undefined
+}
+
+/**
+ * Reads where a request comes from. `Origin` alone misses browser requests that omit it (same-origin
+ * GETs, navigations); every current browser sends `Sec-Fetch-Site` on every request to a secure origin.
+ *
+ * @example
+ * requestOrigin(c.req.raw) // { browser: true, origin: 'https://app.example.com' }
+ */
+export function requestOrigin(request: Request): RequestOrigin {
+  const origin = request.headers.get('origin') ?? undefined
+  if (origin !== undefined) return { browser: true, origin }
+  const site = request.headers.get('sec-fetch-site')
+  if (site === null) return { browser: false, origin: undefined }
+  return { browser: true, origin: site === 'same-origin' ? new URL(request.url).origin : undefined }
+}
+
+/**
+ * Whether a browser request comes from the request's own origin or one of `allowed`. A request with
+ * neither `Origin` nor Fetch Metadata is no browser's and cannot be a cross-site forgery.
+ */
+export function isSameOriginRequest(request: Request, allowed: readonly string[] = []): boolean {
+  const from = requestOrigin(request)
+  if (!from.browser) return true
+  if (from.origin === undefined) return false
+  return from.origin === new URL(request.url).origin || allowed.includes(from.origin)
+}

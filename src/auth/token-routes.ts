@@ -21,6 +21,11 @@ export const mintTokenSchema = z
     origin: originSchema.optional().describe('The one browser origin the token works from; omit for any.'),
     ttlSeconds: z.number().int().positive().optional().describe('Lifetime in seconds, at most `tokens.maxTtlSeconds`; default `tokens.defaultTtlSeconds`.'),
     quota: quotaPolicySchema.optional().describe("Limits of the token's own, on top of the key's."),
+    sub: z
+      .string()
+      .regex(/^[\x21-\x7e]{1,128}$/, { message: 'must be 1-128 printable ASCII characters without spaces, e.g. your user id' })
+      .optional()
+      .describe('The end user the token is for (your user id). Cached answers are kept per sub, so two users of one key never read each other\'s; without it the token shares the key\'s cache.'),
   })
   .strict()
 
@@ -65,9 +70,10 @@ export function tokenRoutes(options: TokenRoutesOptions): Hono<GatewayEnv> {
       models: input.models ? [...new Set(input.models)] : null,
       origin: input.origin ?? null,
       quota: input.quota ?? null,
+      ...(input.sub === undefined ? {} : { subject: input.sub }),
     })
     return c.json(
-      { object: 'token', id: claims.jti, token, keyId: claims.kid, models: claims.models, origin: claims.origin, quota: claims.quota, expiresAt: claims.exp * 1000 },
+      { object: 'token', id: claims.jti, token, keyId: claims.kid, models: claims.models, origin: claims.origin, quota: claims.quota, sub: claims.sub ?? null, expiresAt: claims.exp * 1000 },
       201,
       { 'cache-control': 'no-store' },
     )

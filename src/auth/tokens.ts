@@ -32,6 +32,8 @@ const claimsSchema = z.object({
   models: z.array(z.string()).nullable(),
   origin: z.string().nullable(),
   quota: quotaPolicySchema.nullable(),
+  /** The end user the token stands for, named by the minting backend; absent on tokens minted without one. */
+  sub: z.string().optional(),
 })
 
 export type TokenClaims = z.infer<typeof claimsSchema>
@@ -53,6 +55,8 @@ export interface MintInput {
   models: string[] | null
   origin: string | null
   quota: QuotaPolicy | null
+  /** The end user the token stands for (its cache scope); omitted when the backend names none. */
+  subject?: string
 }
 
 const encoder = new TextEncoder()
@@ -77,6 +81,7 @@ export class TokenSigner {
       models: input.models,
       origin: input.origin,
       quota: input.quota,
+      ...(input.subject === undefined ? {} : { sub: input.subject }),
     }
     const body = TOKEN_PREFIX + base64url(encoder.encode(JSON.stringify(claims)))
     return { token: `${body}.${await sign(await this.#key, body)}`, claims }

@@ -67,7 +67,8 @@ export function cacheStage(options: CacheStageOptions): CompletionStage {
   return async function cache(ctx, next) {
     const { c, request } = ctx
     const decision = decideCaching({ request, headers: c.req.raw.headers, settings: options.settings(ctx.model) })
-    const keyId = options.scope === 'key' ? c.get('principal')?.keyId : undefined
+    const principal = c.get('principal')
+    const keyId = options.scope === 'key' ? principal?.keyId : undefined
     if (!decision.cacheable || (options.scope === 'key' && keyId === undefined)) return withCacheHeaders(await next(ctx), 'BYPASS')
 
     let generation: string
@@ -78,7 +79,9 @@ export function cacheStage(options: CacheStageOptions): CompletionStage {
       log({ level: 'warn', message: 'cache generation read failed', cause: String(error) })
       return withCacheHeaders(await next(ctx), 'BYPASS')
     }
-    const key = await cacheKey({ request, scope: keyId === undefined ? 'shared' : `key:${keyId}`, generation })
+    // A token minted with a `sub` reads and writes its end user's entries only; a purge of the key covers them.
+    const scope = keyId === undefined ? 'shared' : principal?.subject ? `key:${keyId}:sub:${principal.subject}` : `key:${keyId}`
+    const key = await cacheKey({ request, scope, generation })
     const plan: Plan = { key, ttlSeconds: decision.ttlSeconds }
 
     if (decision.lookup) {

@@ -22,6 +22,8 @@ import { createNativeStreamDecoder } from '../streaming/native-decoder.ts'
 import type { NativeStreamDecoder } from '../streaming/native-decoder.ts'
 import type { Usage } from '../streaming/openai-chunks.ts'
 import { jobFailure } from '../upstream/native.ts'
+// The shared wait removes its abort listener when the timer fires (a stream polls hundreds of times on one signal).
+import { sleep } from '../upstream/retry.ts'
 import { isTerminal } from '../upstream/runpod/client.ts'
 import type { JobStatus, RunpodClient } from '../upstream/runpod/client.ts'
 import { SSE_HEADERS } from '../upstream/types.ts'
@@ -261,15 +263,4 @@ function createItemText(kind: JobRef['kind']): ItemText {
       }
     },
   }
-}
-
-function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal?.aborted) return resolve()
-    const timer = setTimeout(resolve, ms)
-    signal?.addEventListener('abort', () => {
-      clearTimeout(timer)
-      resolve()
-    }, { once: true })
-  })
 }

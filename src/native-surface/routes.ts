@@ -17,6 +17,7 @@ import type { ModelTable, ResolvedModel } from '../routing/models.ts'
 import type { RunpodClient } from '../upstream/runpod/client.ts'
 import { composeStages, createCompletionContext } from '../pipeline/index.ts'
 import type { CompletionContext, CompletionStage } from '../pipeline/index.ts'
+import { FALLBACK_MAX_TOKENS } from '../normalize/index.ts'
 import type { NormalizedRequest } from '../normalize/index.ts'
 import type { GatewayEnv } from '../types.ts'
 import { normalizeJobBody } from './input.ts'
@@ -122,9 +123,17 @@ export function nativeRoutes(options: NativeRoutesOptions): Hono<GatewayEnv> {
     return answer(c, await client.cancel(job.endpoint, job.upstreamId, { signal: c.req.raw.signal }), job, binding)
   })
 
+  // A retry runs the job again on the GPU: it passes the same stages as a run (a quota counts the request
+  // and reserves tokens). podgate keeps no job inputs, so the reservation is what a run with the model's
+  // default max_tokens reserves.
   app.post('/:model/retry/:id', async (c) => {
     const { binding, job } = await jobOf(c)
-    return answer(c, await client.retry(job.endpoint, job.upstreamId, { signal: c.req.raw.signal }), job, binding)
+    const queue = composeStages(options.stages ?? [], async (ctx: CompletionContext) => {
+      const result = await client.retry(job.endpoint, job.upstreamId, { signal: c.req.raw.signal })
+      ctx.settle({ ok: true, usage: undefined })
+      return answer(c, result, job, binding)
+    })
+    return queue(createCompletionContext(c, retryRequest(binding.model), binding.model))
   })
 
   app.post('/:model/purge-queue', (c) => {
@@ -141,6 +150,14 @@ export function nativeRoutes(options: NativeRoutesOptions): Hono<GatewayEnv> {
 /** What stages see of a passthrough job: a request with no tokens to estimate. */
 function passthroughRequest(alias: string): NormalizedRequest {
   return { kind: 'completion', model: alias, stream: false, includeUsage: false, prompt: '', sampling: { max_tokens: 0 } }
+}
+
+/** What stages see of a retry: no prompt, and the model's default max_tokens (none for passthrough input). */
+function retryRequest(model: ResolvedModel): NormalizedRequest {
+  const request = passthroughRequest(model.alias)
+  if (model.config.passthrough) return request
+  const config = model.config
+  return { ...request, sampling: { max_tokens: Math.min(config.defaultMaxTokens ?? config.defaults.max_tokens ?? FALLBACK_MAX_TOKENS, config.maxTokensCap) } }
 }
 
 /** `?wait=` in ms, within Runpod's bounds; absent means podgate's configured wait. */

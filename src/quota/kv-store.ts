@@ -14,8 +14,15 @@
  * Accuracy: a shard sees the others' counts at most `2 * flushIntervalMs + KV propagation` late, so a
  * window can overshoot its limit by what the other shards admitted in that time (README "Quotas").
  * Concurrent streams are counted per isolate only; use the strict store for an exact stream limit.
+ *
+ * Memory: at most `maxKeys` keys' counters stay in the isolate. Only a key whose counts are all
+ * published (nothing dirty, no write in flight, no open stream) is evicted, so eviction never loses a
+ * count; past the bound, new keys wait for the next flush to make room (memory exceeds `maxKeys` by at
+ * most the new keys of one flush interval). A key that comes back after an eviction reads its own
+ * published counts with `get` (this shard is their only writer), not from `list`, which can lag by
+ * KV's propagation delay and would start the key again from zero.
  */
-import { addCounts, applyDelta, DAY_MS, emptyUsage, exceededLimit, MINUTE_MS } from './limits.ts'
+import { addCounts, applyDelta, DAY_MS, emptyUsage, exceededLimit, MINUTE_MS, windowsAt } from './limits.ts'
 import type { Counts, QuotaUsage } from './limits.ts'
 import type { QuotaStore, ReserveInput, ReserveResult, SettleInput } from './store.ts'
 
@@ -47,6 +54,10 @@ interface KeyState {
   listedAt: number
   listing: Promise<void> | null
   streams: number
+  /** Writes of this key's counters not yet answered: the key is not evictable until they land. */
+  writing: number
+  /** Set when this shard evicted counters before: the first refresh reads its own published counts back. */
+  restore: boolean
 }
 
 export const QUOTA_KEY_PREFIX = 'quota:'
@@ -69,6 +80,8 @@ export class KvQuotaStore implements QuotaStore {
   readonly #keys = new Map<string, KeyState>()
   #lastFlush = Number.NEGATIVE_INFINITY
   #flushScheduled = false
+  /** Whether any key's counters were evicted: new keys may then have published counts of this shard. */
+  #evicted = false
 
   constructor(kv: KVNamespace, options: KvQuotaStoreOptions = {}) {
     this.#kv = kv
@@ -99,6 +112,8 @@ export class KvQuotaStore implements QuotaStore {
   async settle(input: SettleInput): Promise<void> {
     const { reservation } = input
     const state = this.#state(reservation.keyId)
+    // Counters evicted meanwhile come back first, so this correction is not published over them.
+    if (state.restore) await this.#refresh(reservation.keyId, state)
     if (reservation.stream) state.streams = Math.max(0, state.streams - 1)
     const tokens = input.tokens - reservation.tokens
     if (tokens === 0) return
@@ -123,9 +138,10 @@ export class KvQuotaStore implements QuotaStore {
         const counts = state.own.get(id)
         if (!counts) continue
         const metadata: ShardMetadata = { r: counts.requests, t: counts.tokens }
-        const write = this.#kv.put(`${QUOTA_KEY_PREFIX}${keyId}:${id}:${this.shard}`, '', { metadata, expirationTtl: ttlSeconds(id, now) })
+        const write = this.#kv.put(shardKey(keyId, id, this.shard), '', { metadata, expirationTtl: ttlSeconds(id, now) })
+        state.writing++
         // A failed write (e.g. KV's own rate limit) is retried with the next flush.
-        writes.push(write.catch(() => void state.dirty.add(id)))
+        writes.push(write.catch(() => void state.dirty.add(id)).finally(() => void state.writing--))
       }
       state.dirty.clear()
     }
@@ -149,6 +165,10 @@ export class KvQuotaStore implements QuotaStore {
   }
 
   async #list(keyId: string, state: KeyState): Promise<void> {
+    if (state.restore) {
+      state.restore = false
+      await this.#restoreOwn(keyId, state)
+    }
     const prefix = `${QUOTA_KEY_PREFIX}${keyId}:`
     const others = new Map<string, Counts>()
     let cursor: string | undefined
@@ -174,6 +194,21 @@ export class KvQuotaStore implements QuotaStore {
     } while (cursor)
     state.others = others
     state.listedAt = this.#now()
+  }
+
+  /** Reads back what this shard published for the key's current windows before it evicted the key. */
+  async #restoreOwn(keyId: string, state: KeyState): Promise<void> {
+    const { minute, day } = windowsAt(this.#now())
+    await Promise.all(
+      [`m:${minute}`, `d:${day}`].map(async (id) => {
+        const { metadata } = await this.#kv.getWithMetadata<ShardMetadata>(shardKey(keyId, id, this.shard))
+        if (!metadata) return
+        const counts = state.own.get(id)
+        // Requests admitted meanwhile in this isolate are added on top of what was published.
+        if (counts) addCounts(counts, { requests: metadata.r, tokens: metadata.t })
+        else state.own.set(id, { requests: metadata.r, tokens: metadata.t })
+      }),
+    )
   }
 
   #usageOf(state: KeyState, now: number): QuotaUsage {
@@ -211,19 +246,25 @@ export class KvQuotaStore implements QuotaStore {
     let state = this.#keys.get(keyId)
     if (state) return state
     if (this.#keys.size >= this.#maxKeys) this.#evictIdle()
-    state = { own: new Map(), dirty: new Set(), others: new Map(), listedAt: Number.NEGATIVE_INFINITY, listing: null, streams: 0 }
+    state = { own: new Map(), dirty: new Set(), others: new Map(), listedAt: Number.NEGATIVE_INFINITY, listing: null, streams: 0, writing: 0, restore: this.#evicted }
     this.#keys.set(keyId, state)
     return state
   }
 
+  /** Drops the oldest key whose counts are all published; none such: keeps them all (the next flush makes room). */
   #evictIdle(): void {
     for (const [keyId, state] of this.#keys) {
-      if (state.dirty.size === 0 && state.streams === 0 && !state.listing) {
+      if (state.dirty.size === 0 && state.writing === 0 && state.streams === 0 && !state.listing && !state.restore) {
         this.#keys.delete(keyId)
+        this.#evicted = true
         return
       }
     }
   }
+}
+
+function shardKey(keyId: string, windowId: string, shard: string): string {
+  return `${QUOTA_KEY_PREFIX}${keyId}:${windowId}:${shard}`
 }
 
 function ttlSeconds(windowId: string, now: number): number {

@@ -14,6 +14,12 @@ export const quotaPolicySchema = z
     tokensPerMinute: z.number().int().positive().optional().describe('Prompt + completion tokens per UTC clock minute.'),
     tokensPerDay: z.number().int().positive().optional().describe('Prompt + completion tokens per UTC day.'),
     maxConcurrentStreams: z.number().int().positive().optional().describe('Streams open at once.'),
+    controlPerMinute: z
+      .number()
+      .int()
+      .positive()
+      .optional()
+      .describe('Control calls (job status, status-sync, JSON stream polls, cancel, health, purge-queue, token minting) per UTC clock minute. Default 600.'),
     strict: z.boolean().optional().describe('Exact enforcement on a Durable Object instead of the KV store.'),
   })
   .strict()
@@ -39,6 +45,10 @@ export function effectivePolicy(...layers: (QuotaPolicy | null | undefined)[]): 
   return hasLimits(merged) ? merged : null
 }
 
+/** Control calls a key may make per minute when no layer sets `controlPerMinute`. */
+export const DEFAULT_CONTROL_PER_MINUTE = 600
+
+/** Whether a completion has limits to count (`controlPerMinute` counts control calls only, never completions). */
 export function hasLimits(policy: QuotaPolicy): boolean {
   return (
     policy.requestsPerMinute !== undefined ||

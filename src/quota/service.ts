@@ -6,7 +6,7 @@ import type { Context } from 'hono'
 import { ConfigError } from '../config/resolve.ts'
 import type { GatewayEnv } from '../types.ts'
 import { KvQuotaStore } from './kv-store.ts'
-import { effectivePolicy } from './policy.ts'
+import { DEFAULT_CONTROL_PER_MINUTE, effectivePolicy } from './policy.ts'
 import type { QuotaPolicy, QuotaStoreKind } from './policy.ts'
 import type { QuotaStore } from './store.ts'
 import { StrictQuotaStore } from './strict-store.ts'
@@ -29,10 +29,18 @@ export interface QuotaServiceOptions {
   now?: () => number
 }
 
+/** A control-call limit: a policy that always names `controlPerMinute`. */
+export type ControlPolicy = QuotaPolicy & { controlPerMinute: number }
+
 export interface QuotaService {
   now: () => number
   /** The limits for a key calling `model` (or the key's own view when no model), or null when none apply. */
   policyFor(keyPolicy: QuotaPolicy | null, model?: string): QuotaPolicy | null
+  /**
+   * The limit on a key's control calls (to `model`, when the call names one): `controlPerMinute` from
+   * the same layers, default 600, always set. Its store is the key's (strict when the key's policy is).
+   */
+  controlPolicy(keyPolicy: QuotaPolicy | null, model?: string): ControlPolicy
   storeFor(c: Context<GatewayEnv>, policy: QuotaPolicy): QuotaStore
 }
 
@@ -51,6 +59,16 @@ export function createQuotaService(options: QuotaServiceOptions): QuotaService {
       // The common unlimited case: no merge, no allocation.
       if (!keyPolicy && !hasDefaults) return null
       return effectivePolicy(options.defaults, model === undefined ? undefined : options.models?.get(model), keyPolicy)
+    },
+    controlPolicy(keyPolicy, model) {
+      const layers = [options.defaults, model === undefined ? undefined : options.models?.get(model), keyPolicy]
+      let limit = DEFAULT_CONTROL_PER_MINUTE
+      let strict: boolean | undefined
+      for (const layer of layers) {
+        if (layer?.controlPerMinute !== undefined) limit = layer.controlPerMinute
+        if (layer?.strict !== undefined) strict = layer.strict
+      }
+      return strict === undefined ? { controlPerMinute: limit } : { controlPerMinute: limit, strict }
     },
     storeFor(c, policy) {
       if (policy.strict ?? gatewayStrict) {

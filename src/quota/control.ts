@@ -1,0 +1,59 @@
+/**
+ * `controlQuota`: counts a key's control calls (the native surface's `status`, `status-sync`, JSON
+ * `stream`, `cancel`, `health`, `purge-queue`, and `POST /v1/tokens`) against its `controlPerMinute`
+ * (default 600). Each of them costs an upstream call or a signature, so none is free; over the limit
+ * the call gets a 429 with `Retry-After` and the `RateLimit` fields, before anything goes upstream.
+ *
+ * Control calls are counted apart from completions (under `ctl:<keyId>` in the key's store), so polling
+ * a job never uses up the key's `requestsPerMinute`. A job event stream's own polls are not control
+ * calls: the stream was admitted once, and its polls are bounded by `runpod.maxPollsPerStream`.
+ */
+import type { MiddlewareHandler } from 'hono'
+import { GatewayError } from '../errors/index.ts'
+import { waitUntilOf } from '../http/context.ts'
+import type { GatewayEnv } from '../types.ts'
+import { limitStates } from './limits.ts'
+import type { QuotaUsage } from './limits.ts'
+import type { QuotaService } from './service.ts'
+
+/** Where control counts live: apart from the key's completion counts. */
+export function controlCounterId(keyId: string): string {
+  return `ctl:${keyId}`
+}
+
+/**
+ * @example
+ * app.use('/v2/:model/status/:id', controlQuota(quota)) // after the key auth middleware
+ */
+export function controlQuota(service: QuotaService): MiddlewareHandler<GatewayEnv> {
+  return async function controlQuota(c, next) {
+    const principal = c.get('principal')
+    const model = c.req.param('model')
+    const control = service.controlPolicy(principal.quota, model)
+    const policy = { requestsPerMinute: control.controlPerMinute, ...(control.strict === undefined ? {} : { strict: control.strict }) }
+    const store = service.storeFor(c, policy)
+    const now = service.now()
+    const result = await store.reserve({ keyId: controlCounterId(principal.keyId), policy, cost: { tokens: 0, stream: false }, now, background: waitUntilOf(c) })
+    const headers = controlHeaders(control.controlPerMinute, result.usage, now)
+    if (!result.ok) {
+      const retryAfter = Math.max(1, Math.ceil(((result.usage.minute + 1) * 60_000 - now) / 1000))
+      throw new GatewayError(
+        'rate_limited',
+        `Control call limit reached: this key may make ${control.controlPerMinute} control calls (job status, stream polls, cancel, health, token minting) per minute. Retry after ${retryAfter}s, or follow a job with one event stream (Accept: text/event-stream) instead of polling.`,
+        { headers: { ...headers, 'retry-after': String(retryAfter) } },
+      )
+    }
+    await next()
+    for (const [name, value] of Object.entries(headers)) c.res.headers.set(name, value)
+  }
+}
+
+/** The IETF `RateLimit-Policy` / `RateLimit` fields for the `control` limit. */
+function controlHeaders(limit: number, usage: QuotaUsage, now: number): Record<string, string> {
+  const state = limitStates({ requestsPerMinute: limit }, usage, now)[0]
+  if (!state) return {}
+  return {
+    'ratelimit-policy': `"control";q=${limit};w=60`,
+    ratelimit: `"control";r=${state.remaining};t=${state.resetSeconds}`,
+  }
+}
