@@ -15,6 +15,7 @@ import { createNativeStreamDecoder } from '../streaming/native-decoder.ts'
 import type { NativeStreamDecoder } from '../streaming/native-decoder.ts'
 import { DONE, encodeSSEData, sseErrorEvent } from '../streaming/openai-chunks.ts'
 import { jobFailure } from './native.ts'
+import { isRefusal } from '../streaming/vllm.ts'
 import { retryableFailure, sleep } from './retry.ts'
 import { isTerminal } from './runpod/client.ts'
 import type { Endpoint, JobStream } from './runpod/client.ts'
@@ -54,7 +55,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
   const id = completionId(request.kind)
   const created = Math.floor(started / 1000)
   const object = request.kind === 'chat' ? 'chat.completion.chunk' : 'text_completion'
-  const input = { input: toNativeInput(request) }
+  const input = { input: toNativeInput(request, model.servedModelName) }
 
   const callerGone = new AbortController()
   const signal = call.signal ? AbortSignal.any([call.signal, callerGone.signal]) : callerGone.signal
@@ -216,7 +217,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
           throw error
         }
         // Nothing of this attempt reached the caller: another endpoint may run the request afresh.
-        const failure = result.ok ? retryableFailure(toGatewayError(error)) : error
+        const failure = result.ok && !isRefusal(error) ? retryableFailure(toGatewayError(error)) : error
         drop(attempt)
         if (live.size > 0) {
           plan.recordFailure(failure, attempt.endpoint)
