@@ -19,7 +19,9 @@ const MODELS: GatewayOptions['models'] = {
   openai: { endpoints: [{ endpointId: 'epopenai' }], mode: 'openai', servedModelName: SERVED },
   native: { endpoints: [{ endpointId: 'epnative' }], mode: 'native', servedModelName: SERVED },
   twice: { endpoints: [{ endpointId: 'epone' }, { endpointId: 'eptwo' }], mode: 'openai', servedModelName: SERVED },
-  mixed: { endpoints: [{ endpointId: 'epmixa', mode: 'native' }, { endpointId: 'epmixb', mode: 'openai' }], servedModelName: SERVED },
+  // The weights make the first pick (nearly) certain: the failing endpoint is tried first.
+  nativefirst: { endpoints: [{ endpointId: 'epmixa', mode: 'native', weight: 1e6 }, { endpointId: 'epmixb', mode: 'openai', weight: 1e-6 }], servedModelName: SERVED },
+  openaifirst: { endpoints: [{ endpointId: 'epmixc', mode: 'openai', weight: 1e6 }, { endpointId: 'epmixd', mode: 'native', weight: 1e-6 }], servedModelName: SERVED },
 }
 
 interface Call {
@@ -292,5 +294,32 @@ describe('upstream refusals', () => {
     // Five refusals in a row: a breaker counting them (3 failures) would now skip the only endpoint.
     expect((await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ ...CHAT_BODY, model: 'openai' })))).status).toBe(200)
     expect(calls).toHaveLength(6)
+  })
+})
+
+describe('failover across modes', () => {
+  const answer = { id: 'x', object: 'chat.completion', created: 1, model: SERVED, choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }], usage }
+  const resilience = { retries: { attempts: 1, baseDelayMs: 0, maxDelayMs: 0, budgetMs: 10_000 } }
+
+  it.each([
+    ['nativefirst', 'a native endpoint that fails', 'an openai one'],
+    ['openaifirst', 'an openai endpoint that fails', 'a native one'],
+  ])('%s: %s hands the request to %s, JSON and stream, settled once', async (model) => {
+    const models = Object.fromEntries(Object.entries(MODELS).map(([alias, m]) => [alias, { ...m, resilience }]))
+    const { h, calls } = setup({
+      openai: (call) => (call.endpoint === 'epmixc' ? new Response('down', { status: 503 }) : call.body?.stream ? sse(TOOL_SSE) : Response.json(answer)),
+      job: (call) => (call.endpoint === 'epmixa' ? { status: 'FAILED', error: 'CUDA out of memory' } : { status: 'COMPLETED', output: call.body && (call.body.input as { stream?: boolean }).stream ? [TOOL_SSE] : [answer] }),
+    }, { models })
+    const { key } = await h.createKey({ name: 'q', quota: { tokensPerMinute: 100_000, strict: true } })
+    for (const stream of [false, true]) {
+      calls.length = 0
+      const res = await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ model, messages: [{ role: 'user', content: 'hi' }], stream })))
+      expect(res.status).toBe(200)
+      await res.text()
+      expect(new Set(calls.filter((c) => c.op !== 'cancel' && !c.op.startsWith('stream/')).map((c) => c.endpoint)).size).toBe(2)
+    }
+    await h.settle()
+    const report = (await (await h.fetch('/v1/usage', authed(key))).json()) as { windows: { minute: { tokens: number } } }
+    expect(report.windows.minute.tokens).toBe(2 * usage.total_tokens)
   })
 })
