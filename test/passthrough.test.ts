@@ -12,6 +12,9 @@ import type { GatewayOptions } from '../src/index.ts'
 import { createRunpodEmulator } from '../src/testing/index.ts'
 import { cutRandom } from '../src/streaming/__fixtures__/vllm.ts'
 import { authed, harness, readSSE, RUNPOD_KEY } from './helpers.ts'
+import { normalizeChatRequest, normalizeCompletionRequest } from '../src/normalize/index.ts'
+import { estimateTokens } from '../src/quota/stage.ts'
+import { modelSchema } from '../src/config/schema.ts'
 
 const SERVED = 'org/Served-Model-8B'
 
@@ -321,5 +324,72 @@ describe('failover across modes', () => {
     await h.settle()
     const report = (await (await h.fetch('/v1/usage', authed(key))).json()) as { windows: { minute: { tokens: number } } }
     expect(report.windows.minute.tokens).toBe(2 * usage.total_tokens)
+  })
+})
+
+describe('cache', () => {
+  /** What an OpenAI client reassembles from a stream: per choice, the message (strings joined, tool calls by index) and finish_reason. */
+  function reassemble(events: unknown[]) {
+    const message: Record<string, unknown> = {}
+    let finish: unknown = null
+    for (const event of events) {
+      if (typeof event !== 'object' || event === null) continue
+      for (const choice of (event as { choices: { delta: Record<string, unknown>; finish_reason: unknown }[] }).choices) {
+        for (const [k, v] of Object.entries(choice.delta)) {
+          if (k === 'tool_calls') {
+            const calls = (message.tool_calls ??= []) as { id?: string; function: { name: string; arguments: string } }[]
+            for (const c of v as { index: number; id?: string; function: { name?: string; arguments?: string } }[]) {
+              const at = (calls[c.index] ??= { function: { name: '', arguments: '' } })
+              at.id ??= c.id
+              at.function.name += c.function.name ?? ''
+              at.function.arguments += c.function.arguments ?? ''
+            }
+          } else if (typeof v === 'string') message[k] = ((message[k] as string | undefined) ?? '') + v
+        }
+        if (choice.finish_reason) finish = choice.finish_reason
+      }
+    }
+    return { message, finish }
+  }
+
+  it('a streamed tool-call answer is cached and replays as the same SSE answer and as the matching JSON', async () => {
+    const { h, calls } = setup({ openai: () => sse(TOOL_SSE) })
+    const { key } = await h.createKey()
+    const body = { ...CHAT_BODY, temperature: 0, stream: true }
+    const live = await readSSE(await h.fetch('/v1/chat/completions', authed(key, JSON.stringify(body))))
+    await h.settle()
+    const hit = await h.fetch('/v1/chat/completions', authed(key, JSON.stringify(body)))
+    expect(hit.headers.get('x-podgate-cache')).toBe('HIT')
+    const replayed = await readSSE(hit)
+    expect(reassemble(replayed)).toEqual(reassemble(live))
+    expect(relayed(replayed, ['id', 'created'])).toEqual(relayed(live, ['id', 'created']))
+    const json = await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ ...body, stream: false })))
+    expect(json.headers.get('x-podgate-cache')).toBe('HIT')
+    const choice = ((await json.json()) as { choices: { message: Record<string, unknown>; finish_reason: string; logprobs: unknown }[] }).choices[0]!
+    expect(choice.finish_reason).toBe('tool_calls')
+    expect(choice.message).toMatchObject({ reasoning: 'Need weather.', reasoning_content: 'Need weather.', tool_calls: [{ id: 'chatcmpl-tool-abc', type: 'function', function: { name: 'get_weather', arguments: '{"city": "Paris ✓"}' } }] })
+    expect(choice.logprobs).toEqual({ content: [TOOL_STREAM[4]!.choices[0]!.logprobs!.content[0]] })
+    // A different tool list is another question.
+    await (await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ ...body, tools: [] })))).text()
+    expect(calls).toHaveLength(2)
+  })
+})
+
+describe('quota reservation', () => {
+  const model = modelSchema.parse({ endpoints: [{ endpointId: 'abc' }], maxChoices: 8 })
+  const base = { model: 'm', messages: [{ role: 'user', content: 'x'.repeat(400) }], max_tokens: 100 }
+
+  it('counts tool definitions, response schemas, images, n and best_of', () => {
+    const plain = estimateTokens(normalizeChatRequest(base, model, 'm'))
+    expect(plain).toBe(100 + 100)
+    const tools = [{ type: 'function', function: { name: 'f', description: 'd'.repeat(800), parameters: { type: 'object' } } }]
+    expect(estimateTokens(normalizeChatRequest({ ...base, tools }, model, 'm'))).toBe(plain + Math.ceil(JSON.stringify(tools).length / 4))
+    const response_format = { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object', description: 'e'.repeat(400) } } }
+    expect(estimateTokens(normalizeChatRequest({ ...base, response_format }, model, 'm'))).toBe(plain + Math.ceil(JSON.stringify(response_format).length / 4))
+    const image = { role: 'user', content: [{ type: 'image_url', image_url: { url: `data:image/png;base64,${'A'.repeat(200_000)}` } }, { type: 'image_url', image_url: { url: 'https://x/y.png' } }] }
+    expect(estimateTokens(normalizeChatRequest({ ...base, messages: [...base.messages, image] }, model, 'm'))).toBe(plain + 2 * 1024)
+    expect(estimateTokens(normalizeChatRequest({ ...base, n: 2 }, model, 'm'))).toBe(100 + 200)
+    expect(estimateTokens(normalizeChatRequest({ ...base, n: 2, best_of: 5 }, model, 'm'))).toBe(100 + 500)
+    expect(estimateTokens(normalizeCompletionRequest({ model: 'm', prompt: ['abcd', 'efgh', 'ijkl'], max_tokens: 10, best_of: 2 }, model, 'm'))).toBe(3 + 3 * 2 * 10)
   })
 })

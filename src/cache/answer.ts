@@ -18,6 +18,8 @@ type Json = Record<string, unknown>
 export interface CachedChoice {
   /** Captured from a stream: the choice's object in each chunk, `index` left out, in stream order. */
   chunks?: Json[]
+  /** Top-level fields of those chunks besides id, object, created, model and choices (`prompt_token_ids`, a continuous `usage`), by chunk position. */
+  tops?: Record<number, Json>
   /** Captured from JSON: the whole choice object, `index` left out. */
   whole?: Json
 }
@@ -40,6 +42,7 @@ export interface RenderMeta {
 /** Most choices one answer may hold (prompts × n). */
 const MAX_CHOICES = 1_024
 const BODY_FIELDS = new Set(['id', 'object', 'created', 'model', 'choices', 'usage'])
+const CHUNK_FIELDS = new Set(['id', 'object', 'created', 'model', 'choices'])
 /** Fields a stream repeats rather than continues: the latest value stands. */
 const REPLACED = new Set(['role', 'type', 'id', 'name', 'index', 'finish_reason', 'stop_reason'])
 
@@ -73,13 +76,18 @@ export function createAnswerCapture(kind: RequestKind): AnswerCapture {
     if (meta === undefined && typeof event.id === 'string' && typeof event.created === 'number') meta = { id: event.id, created: event.created }
     if (event.choices.length === 0 && event.usage != null) return 'usage'
     if (broken) return 'chunk'
+    let top: Json | undefined
+    for (const [name, value] of Object.entries(event)) if (!CHUNK_FIELDS.has(name)) (top ??= {})[name] = value
     for (const choice of event.choices) {
       if (!isRecord(choice) || typeof choice.index !== 'number' || !Number.isInteger(choice.index) || choice.index < 0 || choice.index >= MAX_CHOICES) {
         broken = true
         break
       }
       const { index, ...rest } = choice
-      ;((choices[index] ??= { chunks: [] }).chunks ??= []).push(rest)
+      const record = (choices[index] ??= { chunks: [] })
+      const chunks = (record.chunks ??= [])
+      if (top) (record.tops ??= {})[chunks.length] = top
+      chunks.push(rest)
     }
     return 'chunk'
   }
@@ -135,7 +143,11 @@ export function renderStream(answer: CachedAnswer, meta: RenderMeta, includeUsag
   let out = ''
   answer.choices.forEach((choice, index) => {
     const chunks = choice.chunks ?? split(answer.kind, choice.whole ?? {})
-    for (const chunk of chunks) out += `data: ${head}${JSON.stringify({ index, ...chunk })}]}\n\n`
+    chunks.forEach((chunk, at) => {
+      const top = choice.tops?.[at]
+      const tail = top ? `,${JSON.stringify(top).slice(1, -1)}` : ''
+      out += `data: ${head}${JSON.stringify({ index, ...chunk })}]${tail}}\n\n`
+    })
   })
   if (includeUsage && answer.usage) out += `data: ${head}],"usage":${JSON.stringify(answer.usage)}}\n\n`
   return out + DONE_TEXT
