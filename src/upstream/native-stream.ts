@@ -36,6 +36,8 @@ interface Attempt {
   /** SSE text decoded but not yet sent: a page's events go out as one write, not one per token. */
   pending: string
   usage: TokenUsage | undefined
+  /** vLLM's own usage chunk, relayed as is when the caller asked for usage. */
+  usageChunk: Record<string, unknown> | undefined
   /** A terminal status was seen: nothing to cancel upstream. */
   ended: boolean
   /** COMPLETED was seen and the decoder finished cleanly. */
@@ -100,6 +102,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
       status,
       pending: '',
       usage: undefined,
+      usageChunk: undefined,
       ended: false,
       completed: false,
       abort: new AbortController(),
@@ -113,6 +116,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
         maxTokens: request.sampling.max_tokens,
         onChunk: (chunk) => (attempt.pending += `data: ${JSON.stringify(chunk)}\n\n`),
         onUsage: (u) => (attempt.usage = { prompt_tokens: u.prompt_tokens, completion_tokens: u.completion_tokens, total_tokens: u.total_tokens }),
+        onUsageChunk: (chunk) => (attempt.usageChunk = chunk),
       }),
     }
     return attempt
@@ -281,7 +285,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
       if (winner.pending.length === 0) emit(HEARTBEAT)
     }
     call.settle({ ok: true, usage })
-    if (usage && request.includeUsage) emit(encodeSSEData(JSON.stringify({ id, object, created, model: model.alias, choices: [], usage })))
+    if (usage && request.includeUsage) emit(encodeSSEData(JSON.stringify(winner.usageChunk ?? { id, object, created, model: model.alias, choices: [], usage })))
     emit(DONE)
     closed = true
     controller.close()
