@@ -23,7 +23,7 @@ import { GatewayError } from './errors/index.ts'
 import { createLogger } from './http/log.ts'
 import type { LogSink } from './http/log.ts'
 import { createErrorHandler, errorResponse, formatForPath } from './http/respond.ts'
-import { openaiRoutes } from './openai/routes.ts'
+import { openaiRoutes, runpodOpenAIRoutes } from './openai/routes.ts'
 import { nativeRoutes } from './native-surface/routes.ts'
 import { quotaRoutes } from './quota/routes.ts'
 import { createQuotaService } from './quota/service.ts'
@@ -146,7 +146,8 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
   // After quota: a cached answer still counts as a request (not as tokens).
   const cache = createCache({ config: config.cache, models: config.models, kv, maxBodyBytes: config.maxBodyBytes, runtime: { edgeCache, now: cacheNow }, log })
   if (config.cache.enabled) stages.push(cache.stage)
-  app.route('/v1', openaiRoutes({ models, maxBodyBytes: config.maxBodyBytes, stages, dispatch }))
+  const openai = { models, maxBodyBytes: config.maxBodyBytes, stages, dispatch }
+  app.route('/v1', openaiRoutes(openai))
 
   // The Runpod-native surface: the same stages but the cache (a job id is no answer to reuse). `?access_token=`
   // (a minted token: EventSource sends no headers) only on its event streams.
@@ -160,6 +161,8 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
   app.use('/v2/:model/stream/:id', function streamPollQuota(c, next) {
     return (c.req.header('accept') ?? '').includes('text/event-stream') ? next() : control(c, next)
   })
+  // Runpod's URL shape for the OpenAI surface (`/v2/<model>/openai/v1/*`): the same stages, cache included.
+  app.route('/v2', runpodOpenAIRoutes(openai))
   app.route('/v2', nativeRoutes({ models, client, runpod: config.runpod, secret: config.signingSecret ?? config.runpod.apiKey, maxBodyBytes: config.maxBodyBytes, stages: stages.filter((stage) => stage !== cache.stage) }))
 
   app.use('/admin/*', adminAuth({ token: config.adminToken }))

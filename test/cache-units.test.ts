@@ -13,8 +13,11 @@ const request = (sampling: Partial<NormalizedRequest['sampling']> = {}, extra: P
   model: 'm',
   stream: false,
   includeUsage: false,
+  body: { model: 'm', messages: [{ role: 'user', content: 'hi' }], max_tokens: 16, ...sampling },
+  shorthand: true,
   messages: [{ role: 'user', content: 'hi' }],
   sampling: { max_tokens: 16, ...sampling },
+  estimate: { promptTokens: 1, sequences: 1 },
   ...extra,
 })
 const settings = { enabled: true, nonDeterministic: false, ttlSeconds: 300 }
@@ -45,47 +48,122 @@ describe('the canonical key', () => {
   it('ignores key order, stream, stream_options and user; not scope, generation or sampling', async () => {
     expect(stableJson({ b: 1, a: { d: [1, { f: 2, e: undefined }], c: null } })).toBe('{"a":{"c":null,"d":[1,{"f":2}]},"b":1}')
     const base = await cacheKey({ request: request({ temperature: 0, top_p: 0.5 }), scope: 'key:a', generation: '0.0.0' })
-    const same = await cacheKey({ request: request({ top_p: 0.5, temperature: 0 }, { stream: true, includeUsage: true, user: 'u' }), scope: 'key:a', generation: '0.0.0' })
+    const framed = request({ top_p: 0.5, temperature: 0 })
+    framed.body = { ...framed.body, stream: true, stream_options: { include_usage: true }, user: 'u' }
+    const same = await cacheKey({ request: framed, scope: 'key:a', generation: '0.0.0' })
     expect(same.hash).toBe(base.hash)
     expect(base.kvKey).toBe(`cache:key:a:m:${base.hash}`)
     for (const other of [
       { request: request({ temperature: 0, top_p: 0.5 }), scope: 'key:b', generation: '0.0.0' },
       { request: request({ temperature: 0, top_p: 0.5 }), scope: 'key:a', generation: '1.0.0' },
       { request: request({ temperature: 0, top_p: 0.6 }), scope: 'key:a', generation: '0.0.0' },
-      { request: request({ temperature: 0, top_p: 0.5 }, { kind: 'completion', messages: undefined, prompt: 'hi' }), scope: 'key:a', generation: '0.0.0' },
+      { request: request({ temperature: 0, top_p: 0.5 }, { kind: 'completion' }), scope: 'key:a', generation: '0.0.0' },
     ]) {
       expect((await cacheKey(other)).hash).not.toBe(base.hash)
     }
+  })
+
+  it('every forwarded field is in the key: tools, formats, logprobs, template kwargs, parts, unknown fields', async () => {
+    const base = request({ temperature: 0 })
+    const key = (body: Record<string, unknown>) => cacheKey({ request: { ...base, body: { ...base.body, ...body } }, scope: 'key:a', generation: '0' }).then((k) => k.hash)
+    const plain = await key({})
+    const variants = [
+      { tools: [{ type: 'function', function: { name: 'f' } }] }, { tool_choice: 'required' }, { response_format: { type: 'json_object' } },
+      { logprobs: true }, { top_logprobs: 1 }, { chat_template_kwargs: { enable_thinking: true } }, { some_future_field: 1 },
+      { messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'a' } }] }] }, { guided_json: {} }, { n: 2 },
+    ]
+    const hashes = await Promise.all(variants.map(key))
+    expect(new Set([plain, ...hashes]).size).toBe(variants.length + 1)
+    expect(await key({ stream: false, user: 'x' })).toBe(plain)
   })
 })
 
 describe('answer capture', () => {
   const chunk = (choice: Record<string, unknown>) => ({ id: 'c1', object: 'chat.completion.chunk', created: 1, model: 'm', choices: [{ index: 0, logprobs: null, finish_reason: null, ...choice }] })
 
-  it('keeps deltas, finish and plain extras, and renders both forms', () => {
+  const usage = { prompt_tokens: 1, completion_tokens: 2, total_tokens: 3 }
+  const meta = { id: 'x', created: 2, model: 'm' }
+
+  /** What a client (openai SDK style) reassembles from SSE text: the JSON answer's choices. */
+  function reassemble(sse: string): Record<string, unknown>[] {
+    const choices: Record<string, unknown>[] = []
+    for (const line of sse.split('\n\n')) {
+      if (!line.startsWith('data: ') || line === 'data: [DONE]') continue
+      const event = JSON.parse(line.slice(6)) as { choices: Record<string, unknown>[] }
+      for (const { index, delta, ...rest } of event.choices as { index: number; delta: Record<string, unknown> }[]) {
+        const choice = (choices[index] ??= { message: { role: 'assistant', content: '' } }) as Record<string, unknown>
+        const message = choice.message as Record<string, unknown>
+        for (const [k, v] of Object.entries(delta)) {
+          if (k === 'tool_calls') {
+            const calls = ((message.tool_calls ??= []) as Record<string, unknown>[])
+            for (const call of v as { index: number; id?: string; type?: string; function: { name?: string; arguments?: string } }[]) {
+              const at = (calls[call.index] ??= { id: call.id, type: call.type, function: { name: '', arguments: '' } }) as { function: { name: string; arguments: string } }
+              at.function.name += call.function.name ?? ''
+              at.function.arguments += call.function.arguments ?? ''
+            }
+          } else if (typeof v === 'string' && k !== 'role') message[k] = ((message[k] as string | undefined) ?? '') + v
+        }
+        for (const [k, v] of Object.entries(rest)) {
+          if (k === 'logprobs' && v) choice.logprobs = [...((choice.logprobs as unknown[] | undefined) ?? []), ...(v as { content: unknown[] }).content]
+          else if (v !== null && v !== undefined) choice[k] = v
+        }
+      }
+    }
+    return choices
+  }
+
+  it('keeps whole chunks: tool calls, reasoning, logprobs and unknown fields replay as the live stream did', () => {
+    const live = [
+      chunk({ delta: { role: 'assistant', content: '' } }),
+      chunk({ delta: { reasoning: 'think', reasoning_content: 'think' } }),
+      chunk({ delta: { content: null, tool_calls: [{ id: 'chatcmpl-tool-1', type: 'function', index: 0, function: { name: 'get_weather' } }] } }),
+      chunk({ delta: { tool_calls: [{ index: 0, function: { arguments: '{"city": "Pa' } }] }, logprobs: { content: [{ token: 'a', logprob: -1, bytes: [97], top_logprobs: [] }] } }),
+      chunk({ delta: { tool_calls: [{ index: 0, function: { arguments: 'ris"}' } }] }, future_field: { x: 1 } }),
+      chunk({ delta: {}, finish_reason: 'tool_calls', stop_reason: null }),
+    ]
     const capture = createAnswerCapture('chat')
-    capture.accept(chunk({ delta: { role: 'assistant', content: '' } }))
-    capture.accept(chunk({ delta: { content: 'Hel' } }))
-    capture.accept(chunk({ delta: { content: 'lo ✓' }, finish_reason: 'stop', stop_reason: null }))
-    expect(capture.accept({ id: 'c1', object: 'chat.completion.chunk', created: 1, model: 'm', choices: [], usage: { prompt_tokens: 1, completion_tokens: 2, total_tokens: 3 } })).toBe('usage')
-    const answer = capture.result({ prompt_tokens: 1, completion_tokens: 2, total_tokens: 3 })!
-    expect(answer.choices).toEqual([{ deltas: ['Hel', 'lo ✓'], finishReason: 'stop', finishAlone: false, endExtra: { stop_reason: null } }])
-    const meta = { id: 'x', created: 2, model: 'm' }
-    expect(renderJson(answer, meta)).toMatchObject({ object: 'chat.completion', choices: [{ message: { role: 'assistant', content: 'Hello ✓' }, finish_reason: 'stop', stop_reason: null }] })
-    const sse = renderStream(answer, meta, false)
-    expect(sse.split('\n\n').filter(Boolean)).toHaveLength(4)
-    expect(sse).not.toContain('usage')
-    expect(sse.endsWith('data: [DONE]\n\n')).toBe(true)
+    for (const event of live) expect(capture.accept(event)).toBe('chunk')
+    const answer = capture.result(usage)!
+    const liveText = live.map((e) => `data: ${JSON.stringify({ ...e, id: 'x', created: 2 })}\n\n`).join('')
+    const replay = renderStream(answer, meta, false)
+    expect(reassemble(replay)).toEqual(reassemble(liveText))
+    const json = renderJson(answer, meta) as { choices: { message: Record<string, unknown>; finish_reason: string; logprobs: unknown }[] }
+    expect(json.choices[0]!.message).toEqual({
+      role: 'assistant', content: '', reasoning: 'think', reasoning_content: 'think',
+      tool_calls: [{ id: 'chatcmpl-tool-1', type: 'function', function: { name: 'get_weather', arguments: '{"city": "Paris"}' } }],
+    })
+    expect(json.choices[0]!.finish_reason).toBe('tool_calls')
+    expect(json.choices[0]!.logprobs).toEqual({ content: [{ token: 'a', logprob: -1, bytes: [97], top_logprobs: [] }] })
   })
 
-  it('refuses tool calls, logprobs and error events', () => {
-    for (const bad of [chunk({ delta: { tool_calls: [{ id: 't' }] } }), chunk({ delta: { content: 'a' }, logprobs: { content: [] } }), { error: { message: 'x' } }]) {
-      const capture = createAnswerCapture('chat')
-      capture.accept(chunk({ delta: { content: 'ok' }, finish_reason: 'stop' }))
-      capture.accept(bad)
-      expect(capture.result(undefined)).toBeUndefined()
-    }
-    expect(captureJsonAnswer('chat', { choices: [{ index: 0, message: { role: 'assistant', content: null, tool_calls: [{ id: 't' }] }, finish_reason: 'tool_calls' }] })).toBeUndefined()
-    expect(captureJsonAnswer('chat', { choices: [{ index: 0, message: { role: 'assistant', content: 'a', tool_calls: [] }, finish_reason: 'stop' }] })).toMatchObject({ choices: [{ deltas: ['a'], messageExtra: { tool_calls: [] } }] })
+  it('a JSON answer with tool calls and reasoning replays as JSON unchanged and as SSE that reassembles to it', () => {
+    const message = { role: 'assistant', content: null, reasoning: 'hmm', tool_calls: [{ id: 't1', type: 'function', function: { name: 'f', arguments: '{"a":1}' } }] }
+    const body = { id: 'c', object: 'chat.completion', created: 1, model: 'm', choices: [{ index: 0, message, logprobs: null, finish_reason: 'tool_calls', stop_reason: null }], usage, prompt_logprobs: null }
+    const answer = captureJsonAnswer('chat', body)!
+    expect(renderJson(answer, meta)).toEqual({ ...body, ...meta })
+    const [choice] = reassemble(renderStream(answer, meta, true))
+    expect(choice).toEqual({ message: { role: 'assistant', content: '', reasoning: 'hmm', tool_calls: [{ id: 't1', type: 'function', function: { name: 'f', arguments: '{"a":1}' } }] }, finish_reason: 'tool_calls' })
+    expect(renderStream(answer, meta, true)).toContain('"usage":')
+  })
+
+  it('completions keep each choice\'s index and logprobs; embeddings are kept whole', () => {
+    const capture = createAnswerCapture('completion')
+    const text = (index: number, t: string, finish: string | null) => ({ id: 'c1', object: 'text_completion', created: 1, model: 'm', choices: [{ index, text: t, logprobs: { tokens: [t], token_logprobs: [-1] }, finish_reason: finish }] })
+    for (const event of [text(1, 'b', null), text(0, 'a', null), text(0, 'A', 'stop'), text(1, 'B', 'length')]) capture.accept(event)
+    const json = renderJson(capture.result(usage)!, meta) as { choices: Record<string, unknown>[] }
+    expect(json.choices).toEqual([
+      { index: 0, text: 'aA', logprobs: { tokens: ['a', 'A'], token_logprobs: [-1, -1] }, finish_reason: 'stop' },
+      { index: 1, text: 'bB', logprobs: { tokens: ['b', 'B'], token_logprobs: [-1, -1] }, finish_reason: 'length' },
+    ])
+    const list = { object: 'list', data: [{ index: 0, object: 'embedding', embedding: 'AAAA' }], model: 'served', usage: { prompt_tokens: 1, total_tokens: 1 } }
+    expect(renderJson(captureJsonAnswer('embedding', list)!, meta)).toEqual({ ...list, model: 'm' })
+  })
+
+  it('refuses error events and error bodies', () => {
+    const capture = createAnswerCapture('chat')
+    capture.accept(chunk({ delta: { content: 'ok' }, finish_reason: 'stop' }))
+    expect(capture.accept({ error: { message: 'x' } })).toBe('error')
+    expect(capture.result(undefined)).toBeUndefined()
+    expect(captureJsonAnswer('chat', { error: { message: 'x' } })).toBeUndefined()
   })
 })

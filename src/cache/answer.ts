@@ -1,40 +1,35 @@
 /**
- * The normalized answer podgate stores, and its two renderings.
+ * The answer podgate stores, and its two renderings.
  *
- * One entry serves both forms of a request: per choice the text deltas in stream order (so a replayed
- * stream keeps the live chunk boundaries), the finish_reason, and the few plain fields vLLM adds
- * (`stop_reason`, `tool_calls: []`), plus the usage. An answer with anything else (tool calls,
- * reasoning, logprobs) is not captured: podgate would not replay it faithfully.
+ * One entry serves both forms of a request, whatever the answer holds (text, tool calls, reasoning,
+ * logprobs, refusals, fields vLLM adds later): a streamed answer is kept as each choice's chunk objects
+ * in order (a replayed stream is the live one, chunk for chunk); a JSON answer as its whole choice
+ * objects. Rendering the other form converts: chunks are merged the way clients reassemble them
+ * (strings and lists appended, tool calls joined by `index`), a JSON choice becomes a role chunk and one
+ * delta chunk. Embeddings (JSON only) are kept whole.
  */
 import type { RequestKind } from '../normalize/types.ts'
 import { DONE_TEXT } from '../streaming/openai-chunks.ts'
 import type { Usage } from '../streaming/openai-chunks.ts'
 import { isRecord } from '../streaming/vllm.ts'
 
-/** JSON values podgate copies through unchanged: scalars, `null` and the empty list. */
-type Plain = string | number | boolean | null | []
-type Extras = Record<string, Plain>
+type Json = Record<string, unknown>
 
 export interface CachedChoice {
-  /** Text deltas in stream order (chat `delta.content`, completion `text`); one when captured from JSON. */
-  deltas: string[]
-  finishReason: string | null
-  /** The finish_reason came in a chunk of its own with an empty delta (classic worker-vllm). */
-  finishAlone: boolean
-  /** Plain fields on every chunk of the choice but the last (vLLM's completions stream: `stop_reason`). */
-  midExtra?: Extras
-  /** Plain fields on the choice's last chunk, or on the JSON choice (`stop_reason`). */
-  endExtra?: Extras
-  /** Plain fields of a JSON message besides role and content (`tool_calls: []`). */
-  messageExtra?: Extras
+  /** Captured from a stream: the choice's object in each chunk, `index` left out, in stream order. */
+  chunks?: Json[]
+  /** Top-level fields of those chunks besides id, object, created, model and choices (`prompt_token_ids`, a continuous `usage`), by chunk position. */
+  tops?: Record<number, Json>
+  /** Captured from JSON: the whole choice object, `index` left out. */
+  whole?: Json
 }
 
 export interface CachedAnswer {
   kind: RequestKind
   choices: CachedChoice[]
   usage?: Usage
-  /** Plain top-level fields of a JSON answer (`prompt_logprobs: null`). */
-  extra?: Extras
+  /** Top-level fields of a JSON answer besides id, object, created, model, choices and usage (`prompt_logprobs`; an embeddings list's `data`). */
+  extra?: Json
 }
 
 /** The identity a rendering writes into each body. */
@@ -44,29 +39,12 @@ export interface RenderMeta {
   model: string
 }
 
-const CHUNK_CHOICE_FIELDS = new Set(['index', 'delta', 'text', 'logprobs', 'finish_reason'])
-const JSON_CHOICE_FIELDS = new Set(['index', 'message', 'text', 'logprobs', 'finish_reason'])
-const MESSAGE_FIELDS = new Set(['role', 'content'])
+/** Most choices one answer may hold (prompts × n). */
+const MAX_CHOICES = 1_024
 const BODY_FIELDS = new Set(['id', 'object', 'created', 'model', 'choices', 'usage'])
-
-/** Thrown inside capture when an answer holds something podgate would not replay faithfully. */
-class Uncacheable extends Error {}
-
-/** The plain fields of `record` outside `known`; throws `Uncacheable` on any other value. */
-function extrasOf(record: Record<string, unknown>, known: ReadonlySet<string>): Extras | undefined {
-  let extras: Extras | undefined
-  for (const [name, value] of Object.entries(record)) {
-    if (known.has(name)) continue
-    if (value === undefined) continue
-    if (!isPlain(value)) throw new Uncacheable(name)
-    ;(extras ??= {})[name] = value
-  }
-  return extras
-}
-
-function isPlain(value: unknown): value is Plain {
-  return value === null || typeof value === 'string' || typeof value === 'number' || typeof value === 'boolean' || (Array.isArray(value) && value.length === 0)
-}
+const CHUNK_FIELDS = new Set(['id', 'object', 'created', 'model', 'choices'])
+/** Fields a stream repeats rather than continues: the latest value stands. */
+const REPLACED = new Set(['role', 'type', 'id', 'name', 'index', 'finish_reason', 'stop_reason'])
 
 /** What one stream event was, for the capture's caller. */
 export type CapturedEvent = 'chunk' | 'usage' | 'error'
@@ -76,7 +54,7 @@ export interface AnswerCapture {
   accept(event: unknown): CapturedEvent
   /** `id` and `created` of the first chunk: what a coalesced caller's usage chunk must carry. */
   readonly meta: { id: string; created: number } | undefined
-  /** The answer so far; `undefined` once something uncacheable or an error went by. */
+  /** The answer so far; `undefined` once an error went by. */
   result(usage: Usage | undefined): CachedAnswer | undefined
 }
 
@@ -98,44 +76,20 @@ export function createAnswerCapture(kind: RequestKind): AnswerCapture {
     if (meta === undefined && typeof event.id === 'string' && typeof event.created === 'number') meta = { id: event.id, created: event.created }
     if (event.choices.length === 0 && event.usage != null) return 'usage'
     if (broken) return 'chunk'
-    try {
-      for (const choice of event.choices) acceptChoice(choice)
-    } catch (error) {
-      if (!(error instanceof Uncacheable)) throw error
-      broken = true
+    let top: Json | undefined
+    for (const [name, value] of Object.entries(event)) if (!CHUNK_FIELDS.has(name)) (top ??= {})[name] = value
+    for (const choice of event.choices) {
+      if (!isRecord(choice) || typeof choice.index !== 'number' || !Number.isInteger(choice.index) || choice.index < 0 || choice.index >= MAX_CHOICES) {
+        broken = true
+        break
+      }
+      const { index, ...rest } = choice
+      const record = (choices[index] ??= { chunks: [] })
+      const chunks = (record.chunks ??= [])
+      if (top) (record.tops ??= {})[chunks.length] = top
+      chunks.push(rest)
     }
     return 'chunk'
-  }
-
-  function acceptChoice(choice: unknown): void {
-    if (!isRecord(choice) || typeof choice.index !== 'number' || choice.index < 0 || choice.index > 64) throw new Uncacheable('choice')
-    if (choice.logprobs != null) throw new Uncacheable('logprobs')
-    const record = (choices[choice.index] ??= { deltas: [], finishReason: null, finishAlone: false })
-    const extras = extrasOf(choice, CHUNK_CHOICE_FIELDS)
-    const finish = choice.finish_reason ?? null
-    if (finish !== null && typeof finish !== 'string') throw new Uncacheable('finish_reason')
-    let text: string | undefined
-    if (kind === 'chat') {
-      if (!isRecord(choice.delta)) throw new Uncacheable('delta')
-      const { role, content, ...rest } = choice.delta
-      // Tool calls and reasoning arrive as other delta fields: podgate replays plain text only.
-      if (Object.values(rest).some((v) => v != null && !(Array.isArray(v) && v.length === 0))) throw new Uncacheable('delta')
-      if (content != null && typeof content !== 'string') throw new Uncacheable('content')
-      // The role chunk opens each choice; replays write their own.
-      if (role !== undefined && !content && finish === null) return
-      text = content ?? undefined
-    } else {
-      if (typeof choice.text !== 'string') throw new Uncacheable('text')
-      text = choice.text
-    }
-    if (text !== undefined) record.deltas.push(text)
-    if (finish !== null) {
-      record.finishReason = finish
-      record.finishAlone = text === undefined
-      if (extras) record.endExtra = extras
-    } else if (extras && record.midExtra === undefined) {
-      record.midExtra = extras
-    }
   }
 
   return {
@@ -150,75 +104,50 @@ export function createAnswerCapture(kind: RequestKind): AnswerCapture {
   }
 }
 
-/** The answer in a JSON completion body, or `undefined` when it holds what podgate would not replay. */
+/** The answer in a JSON body (completion or embeddings list), or `undefined` when it is not one. */
 export function captureJsonAnswer(kind: RequestKind, body: unknown): CachedAnswer | undefined {
-  if (!isRecord(body) || !Array.isArray(body.choices) || body.choices.length === 0) return undefined
-  try {
-    const choices: CachedChoice[] = []
-    for (const choice of body.choices) {
-      if (!isRecord(choice) || choice.index !== choices.length || choice.logprobs != null) return undefined
-      let text: unknown
-      let messageExtra: Extras | undefined
-      if (kind === 'chat') {
-        if (!isRecord(choice.message)) return undefined
-        text = choice.message.content
-        messageExtra = extrasOf(choice.message, MESSAGE_FIELDS)
-      } else {
-        text = choice.text
-      }
-      const finish = choice.finish_reason ?? null
-      if (typeof text !== 'string' || (finish !== null && typeof finish !== 'string')) return undefined
-      const endExtra = extrasOf(choice, JSON_CHOICE_FIELDS)
-      choices.push({ deltas: [text], finishReason: finish, finishAlone: false, ...(endExtra ? { endExtra } : {}), ...(messageExtra ? { messageExtra } : {}) })
-    }
-    const extra = extrasOf(body, BODY_FIELDS)
-    const usage = isRecord(body.usage) ? (body.usage as unknown as Usage) : undefined
-    return { kind, choices, ...(usage ? { usage } : {}), ...(extra ? { extra } : {}) }
-  } catch (error) {
-    if (error instanceof Uncacheable) return undefined
-    throw error
+  if (!isRecord(body) || body.error !== undefined) return undefined
+  const extra: Json = {}
+  const usage = isRecord(body.usage) ? (body.usage as unknown as Usage) : undefined
+  if (kind === 'embedding') {
+    if (!Array.isArray(body.data)) return undefined
+    for (const [name, value] of Object.entries(body)) if (name !== 'model' && name !== 'usage') extra[name] = value
+    return { kind, choices: [], extra, ...(usage ? { usage } : {}) }
   }
+  for (const [name, value] of Object.entries(body)) if (!BODY_FIELDS.has(name)) extra[name] = value
+  if (!Array.isArray(body.choices) || body.choices.length === 0 || body.choices.length > MAX_CHOICES) return undefined
+  const choices: CachedChoice[] = []
+  for (const choice of body.choices) {
+    if (!isRecord(choice) || choice.index !== choices.length) return undefined
+    const { index: _index, ...whole } = choice
+    choices.push({ whole })
+  }
+  return { kind, choices, ...(usage ? { usage } : {}), ...(Object.keys(extra).length > 0 ? { extra } : {}) }
 }
 
-/** The answer as OpenAI's `chat.completion` or `text_completion` body. */
-export function renderJson(answer: CachedAnswer, meta: RenderMeta): Record<string, unknown> {
-  const choices = answer.choices.map((choice, index) => {
-    const text = choice.deltas.join('')
-    const body =
-      answer.kind === 'chat'
-        ? { index, message: { role: 'assistant', content: text, ...choice.messageExtra }, logprobs: null, finish_reason: choice.finishReason }
-        : { index, text, logprobs: null, finish_reason: choice.finishReason }
-    return { ...body, ...choice.endExtra }
-  })
+/** The answer as OpenAI's `chat.completion`, `text_completion` or embeddings `list` body. */
+export function renderJson(answer: CachedAnswer, meta: RenderMeta): Json {
+  if (answer.kind === 'embedding') return { ...answer.extra, model: meta.model, usage: answer.usage ?? null }
+  const choices = answer.choices.map((choice, index) => ({ index, ...(choice.whole ?? assembled(answer.kind, choice.chunks ?? [])) }))
   const object = answer.kind === 'chat' ? 'chat.completion' : 'text_completion'
   return { id: meta.id, object, created: meta.created, model: meta.model, choices, usage: answer.usage ?? null, ...answer.extra }
 }
 
 /**
- * The answer as the SSE text of a live stream: role chunks first (chat), each delta as its own chunk,
- * the finish_reason where the live stream had it, the usage chunk when asked for, then `[DONE]`.
+ * The answer as the SSE text of a live stream: each choice's chunks as they came (a JSON answer: a role
+ * chunk and one chunk holding the whole message), the usage chunk when asked for, then `[DONE]`.
  */
 export function renderStream(answer: CachedAnswer, meta: RenderMeta, includeUsage: boolean): string {
   const object = answer.kind === 'chat' ? 'chat.completion.chunk' : 'text_completion'
   const head = `{"id":${JSON.stringify(meta.id)},"object":"${object}","created":${meta.created},"model":${JSON.stringify(meta.model)},"choices":[`
   let out = ''
-  const emit = (choice: Record<string, unknown>) => {
-    out += `data: ${head}${JSON.stringify(choice)}]}\n\n`
-  }
-  if (answer.kind === 'chat') {
-    answer.choices.forEach((_, index) => emit({ index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }))
-  }
   answer.choices.forEach((choice, index) => {
-    const alone = choice.finishAlone || choice.deltas.length === 0
-    choice.deltas.forEach((text, i) => {
-      const last = !alone && i === choice.deltas.length - 1
-      const body = answer.kind === 'chat' ? { index, delta: { content: text } } : { index, text }
-      emit({ ...body, logprobs: null, finish_reason: last ? choice.finishReason : null, ...(last ? choice.endExtra : choice.midExtra) })
+    const chunks = choice.chunks ?? split(answer.kind, choice.whole ?? {})
+    chunks.forEach((chunk, at) => {
+      const top = choice.tops?.[at]
+      const tail = top ? `,${JSON.stringify(top).slice(1, -1)}` : ''
+      out += `data: ${head}${JSON.stringify({ index, ...chunk })}]${tail}}\n\n`
     })
-    if (alone) {
-      const body = answer.kind === 'chat' ? { index, delta: {} } : { index, text: '' }
-      emit({ ...body, logprobs: null, finish_reason: choice.finishReason, ...choice.endExtra })
-    }
   })
   if (includeUsage && answer.usage) out += `data: ${head}],"usage":${JSON.stringify(answer.usage)}}\n\n`
   return out + DONE_TEXT
@@ -228,4 +157,60 @@ export function renderStream(answer: CachedAnswer, meta: RenderMeta, includeUsag
 export function usageChunkText(kind: RequestKind, meta: RenderMeta, usage: Usage): string {
   const object = kind === 'chat' ? 'chat.completion.chunk' : 'text_completion'
   return `data: ${JSON.stringify({ id: meta.id, object, created: meta.created, model: meta.model, choices: [], usage })}\n\n`
+}
+
+/** A streamed choice as one JSON choice, reassembled as clients do. */
+function assembled(kind: RequestKind, chunks: readonly Json[]): Json {
+  const out: Json = kind === 'chat' ? { message: { role: 'assistant', content: null } } : { text: '' }
+  for (const chunk of chunks) {
+    const { delta, ...rest } = chunk
+    if (kind === 'chat' && isRecord(delta)) merge(out.message as Json, delta)
+    merge(out, rest)
+  }
+  const message = out.message
+  // JSON tool calls carry no `index`: it only orders the stream's fragments.
+  if (isRecord(message) && Array.isArray(message.tool_calls)) message.tool_calls = message.tool_calls.map((call) => (isRecord(call) ? withoutIndex(call) : call))
+  out.logprobs ??= null
+  out.finish_reason ??= null
+  return out
+}
+
+/** A JSON choice as the chunks of a stream: the role chunk, then one delta with the whole message. */
+function split(kind: RequestKind, whole: Json): Json[] {
+  if (kind !== 'chat') return [whole]
+  const { message, ...rest } = whole
+  const { role: _role, ...delta } = isRecord(message) ? message : {}
+  if (Array.isArray(delta.tool_calls)) delta.tool_calls = delta.tool_calls.map((call, index) => (isRecord(call) ? { index, ...call } : call))
+  return [{ delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }, { delta, ...rest }]
+}
+
+/** Appends `source` into `target`: strings and lists continue, objects merge, tool calls join by index. */
+function merge(target: Json, source: Json): void {
+  for (const [name, value] of Object.entries(source)) {
+    const current = target[name]
+    if (value === null || value === undefined) {
+      if (!(name in target)) target[name] = null
+    } else if (name === 'tool_calls' && Array.isArray(value)) {
+      const calls = Array.isArray(current) ? (current as Json[]) : (target[name] = [] as Json[])
+      for (const call of value) {
+        if (!isRecord(call)) continue
+        const at = typeof call.index === 'number' ? calls.find((c) => c.index === call.index) : undefined
+        if (at) merge(at, call)
+        else calls.push(structuredClone(call))
+      }
+    } else if (typeof value === 'string' && typeof current === 'string' && !REPLACED.has(name)) {
+      target[name] = current + value
+    } else if (Array.isArray(value) && Array.isArray(current)) {
+      target[name] = [...current, ...value]
+    } else if (isRecord(value) && isRecord(current)) {
+      merge(current, value)
+    } else {
+      target[name] = isRecord(value) || Array.isArray(value) ? structuredClone(value) : value
+    }
+  }
+}
+
+function withoutIndex(call: Json): Json {
+  const { index: _index, ...rest } = call
+  return rest
 }

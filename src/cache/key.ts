@@ -1,9 +1,11 @@
 /**
- * The canonical cache key: model alias + the normalized request (messages or prompt, and sampling),
- * as stable JSON, hashed with SHA-256. How the answer is delivered (`stream`, `stream_options`) and who
- * asked (`user`) are left out, so one entry serves every form of the same question. The scope and the
- * purge generation are folded in, so entries never cross scopes and a purge changes every key at once.
+ * The canonical cache key: model alias + kind + every field podgate forwards (tools, tool_choice,
+ * response_format, logprobs, template kwargs, content parts, unknown fields: the whole body), as stable
+ * JSON, hashed with SHA-256. How the answer is delivered (`stream`, `stream_options`) and who asked
+ * (`user`) are left out, so one entry serves every form of the same question. The scope and the purge
+ * generation are folded in, so entries never cross scopes and a purge changes every key at once.
  */
+import { FRAMING_FIELDS } from '../normalize/reads.ts'
 import type { NormalizedRequest } from '../normalize/types.ts'
 
 export interface CacheKeyInput {
@@ -32,20 +34,27 @@ const encoder = new TextEncoder()
 export async function cacheKey(input: CacheKeyInput): Promise<CacheKey> {
   const { request, scope, generation } = input
   const canonical = stableJson({
-    v: 1,
+    v: 2,
     scope,
     generation,
     model: request.model,
     kind: request.kind,
-    messages: request.messages,
-    prompt: request.prompt,
-    sampling: request.sampling,
+    body: keyedFields(request.body),
   })
   const digest = await crypto.subtle.digest('SHA-256', encoder.encode(canonical))
   const hash = toHex(new Uint8Array(digest))
   const model = encodeURIComponent(request.model)
   return { hash, kvKey: `${kvPrefix(scope, request.model)}${hash}`, url: `https://podgate-cache.invalid/${encodeURIComponent(scope)}/${model}/${hash}` }
 }
+
+/** The forwarded body without its framing fields; `model` is the alias (the served name is config). */
+function keyedFields(body: Record<string, unknown>): Record<string, unknown> {
+  const out: Record<string, unknown> = {}
+  for (const [name, value] of Object.entries(body)) if (!FRAMING.has(name) && name !== 'model') out[name] = value
+  return out
+}
+
+const FRAMING: ReadonlySet<string> = new Set(FRAMING_FIELDS)
 
 /** The KV prefix of one scope's entries, or of one model's entries within a scope. */
 export function kvPrefix(scope: string, model?: string): string {

@@ -50,9 +50,9 @@ export function decideCaching(input: CacheDecisionInput): CacheDecision {
   return { cacheable: true, lookup: !directives.noCache, maxAgeSeconds: directives.maxAge, ttlSeconds: settings.ttlSeconds }
 }
 
-/** Greedy decoding or a fixed seed: the same request gives the same answer, so a stored one is as good. */
+/** Embeddings, greedy decoding or a fixed seed: the same request gives the same answer, so a stored one is as good. */
 export function isDeterministic(request: NormalizedRequest): boolean {
-  return request.sampling.temperature === 0 || request.sampling.seed !== undefined
+  return request.kind === 'embedding' || request.sampling.temperature === 0 || request.sampling.seed !== undefined
 }
 
 interface CacheControl {

@@ -127,8 +127,8 @@ export const modelSchema = z
     defaultMaxTokens: z.number().int().positive().optional(),
     /** Largest `n` a caller may ask for. Default 4. */
     maxChoices: z.number().int().positive().max(16).default(4),
-    /** `chat` models accept `messages`, `completion` models accept `prompt`; both by default. */
-    kinds: z.array(z.enum(['chat', 'completion'])).min(1).default(['chat', 'completion']),
+    /** `chat` models accept `messages` (`/chat/completions`), `completion` models `prompt` (`/completions`), `embedding` models `input` (`/embeddings`); all three by default (vLLM refuses what the served model cannot do). */
+    kinds: z.array(z.enum(['chat', 'completion', 'embedding'])).min(1).default(['chat', 'completion', 'embedding']),
     /** Native surface (`/v2/{model}/run`): send the job `input` unchanged, for handlers other than worker-vllm. Default false: the input must be worker-vllm's and is normalized and capped. */
     passthrough: z.boolean().default(false),
     /** Retries, failover, cold-start hedging, timeouts and breaker. Default: see `resilienceSchema`. */

@@ -20,9 +20,9 @@ export function errorResponse(error: GatewayError, format: ErrorFormat, requestI
   return new Response(JSON.stringify(body), { status: error.status, headers })
 }
 
-/** The surface a path belongs to decides the error format. */
+/** The surface a path belongs to decides the error format; Runpod's `/v2/<model>/openai/v1/*` is the OpenAI surface. */
 export function formatForPath(path: string): ErrorFormat {
-  return /\/v2\//.test(path) ? 'runpod' : 'openai'
+  return /\/v2\//.test(path) && !/\/v2\/[^/]+\/openai\/v1(\/|$)/.test(path) ? 'runpod' : 'openai'
 }
 
 /** Hono `onError`: logs unexpected errors (without secrets) and answers in the caller's format. */

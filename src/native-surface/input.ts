@@ -88,6 +88,12 @@ export function normalizeJobBody(raw: unknown, model: ResolvedModel): JobRequest
     'input.',
     (param) => (param === 'messages' || param === 'prompt' || /^(messages|prompt)\[/.test(param) ? param : `sampling_params.${param}`),
   )
+  if (!request.shorthand) {
+    // The OpenAI surface serves tools, media parts and other fields (as an `openai_route` job on native endpoints).
+    located(() => {
+      throw new GatewayError('invalid_request', `worker-vllm's native input carries text messages in the system, user and assistant roles only: send tools, media parts and other OpenAI fields to /v2/${model.alias}/openai/v1/chat/completions`, { param: 'messages' })
+    }, 'input.')
+  }
   const upstream = toNativeInput(request)
   for (const key of BATCH_KEYS) if (input[key] !== undefined) upstream[key] = input[key]
   return { kind, body: { input: upstream, ...policy }, normalized: request }

@@ -149,7 +149,7 @@ export function nativeRoutes(options: NativeRoutesOptions): Hono<GatewayEnv> {
 
 /** What stages see of a passthrough job: a request with no tokens to estimate. */
 function passthroughRequest(alias: string): NormalizedRequest {
-  return { kind: 'completion', model: alias, stream: false, includeUsage: false, prompt: '', sampling: { max_tokens: 0 } }
+  return { kind: 'completion', model: alias, stream: false, includeUsage: false, body: {}, shorthand: true, prompt: '', sampling: { max_tokens: 0 }, estimate: { promptTokens: 0, sequences: 0 } }
 }
 
 /** What stages see of a retry: no prompt, and the model's default max_tokens (none for passthrough input). */

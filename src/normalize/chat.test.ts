@@ -37,9 +37,31 @@ describe('normalizeChatRequest: mapping', () => {
       model: 'llama',
       stream: false,
       includeUsage: false,
+      body: { ...base, max_tokens: 512 },
+      shorthand: true,
       messages: [{ role: 'user', content: 'Hi' }],
       sampling: { max_tokens: 512 },
+      estimate: { promptTokens: 1, sequences: 1 },
     })
+  })
+
+  it('forwards every field it does not read unchanged, and leaves the caller body alone', () => {
+    const messages = [
+      { role: 'user', content: [{ type: 'text', text: 'What is here?' }, { type: 'image_url', image_url: { url: 'data:image/png;base64,AAAA', detail: 'low' } }] },
+      { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'look', arguments: '{}' } }] },
+      { role: 'tool', tool_call_id: 'call_1', content: 'a cat' },
+    ]
+    const body = {
+      ...base, messages, tools: [{ type: 'function', function: { name: 'look', parameters: { type: 'object' } } }], tool_choice: 'auto',
+      response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object' } } }, logprobs: true, top_logprobs: 2,
+      chat_template_kwargs: { enable_thinking: true }, vllm_future_field: { a: [1, 2] }, max_tokens: 20,
+    }
+    const copy = structuredClone(body)
+    const req = normalizeChatRequest(body, MODEL, 'llama')
+    expect(req.body).toEqual(body)
+    expect(body).toEqual(copy)
+    expect(req.shorthand).toBe(false)
+    expect(req.messages).toBeUndefined()
   })
 
   it('uses the alias, not the body model', () => {
@@ -86,14 +108,21 @@ describe('normalizeChatRequest: mapping', () => {
     expect(req.messages).toEqual([{ role: 'user', content: 'a\nb' }])
   })
 
-  it('copies user and tolerates ignored fields and off values', () => {
-    const req = chat({
-      user: 'u-1', metadata: { a: 'b' }, store: false, service_tier: 'auto', logprobs: false, tools: [],
-      tool_choice: 'none', response_format: { type: 'text' }, modalities: ['text'],
-      messages: [{ role: 'assistant', content: 'x', refusal: null, tool_calls: [], annotations: [] }],
-    })
+  it('copies user; fields without a native form make the request an openai_route one', () => {
+    const req = chat({ user: 'u-1', metadata: { a: 'b' }, logprobs: false })
     expect(req.user).toBe('u-1')
-    expect(req.sampling).toEqual({ max_tokens: 512 })
+    expect(req.shorthand).toBe(false)
+    expect(req.body).toMatchObject({ user: 'u-1', metadata: { a: 'b' }, logprobs: false })
+    expect(chat({ user: 'u-1', logprobs: null }).shorthand).toBe(true)
+  })
+
+  it('estimates tools, schemas and media parts in the prompt, and n or best_of in the sequences', () => {
+    const plain = chat({}).estimate.promptTokens
+    const tools = [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: { city: { type: 'string' } } } } }]
+    expect(chat({ tools }).estimate.promptTokens).toBe(plain + Math.ceil(JSON.stringify(tools).length / 4))
+    const image = { role: 'user', content: [{ type: 'text', text: 'Hi' }, { type: 'image_url', image_url: { url: 'data:' + 'A'.repeat(100_000) } }] }
+    expect(chat({ messages: [image] }).estimate.promptTokens).toBe(1 + 1024)
+    expect(chat({ n: 2, best_of: 3 }).estimate.sequences).toBe(3)
   })
 })
 
@@ -105,6 +134,7 @@ describe('normalizeChatRequest: defaults and caps', () => {
   })
 
   it('applies defaults only where the caller sent nothing', () => {
+    expect(chat({}, withDefaults).body).toMatchObject({ temperature: 0.2, stop: '</s>', max_tokens: 300, seed: 7 })
     expect(chat({}, withDefaults).sampling).toEqual({
       max_tokens: 300, temperature: 0.2, top_p: 0.8, top_k: 20, min_p: 0.1, presence_penalty: 0.3,
       frequency_penalty: 0.4, repetition_penalty: 1.05, stop: ['</s>'], min_tokens: 3, seed: 7,
@@ -143,8 +173,7 @@ describe('normalizeChatRequest: defaults and caps', () => {
     expect(chat({ n: 4 }, MODEL).sampling.n).toBe(4)
   })
 
-  it('refuses a caller min_tokens above max_tokens but clamps a default one', () => {
-    expect(refused({ ...base, max_tokens: 10, min_tokens: 11 })[0]).toBe('min_tokens')
+  it('clamps a default min_tokens to max_tokens (a caller min_tokens is vLLM\'s to check)', () => {
     expect(chat({ max_tokens: 2 }, withDefaults).sampling.min_tokens).toBe(2)
   })
 
@@ -169,38 +198,18 @@ describe('normalizeChatRequest: streaming', () => {
     }
   })
 
-  it('refuses unknown stream_options fields', () => {
-    expect(refused({ ...base, stream: true, stream_options: { foo: 1 } })).toEqual([
-      'stream_options.foo',
-      "Unrecognized argument supplied in 'stream_options': foo",
-    ])
+  it('forwards other stream_options members (continuous_usage_stats)', () => {
+    const req = chat({ stream: true, stream_options: { include_usage: false, continuous_usage_stats: true } })
+    expect(req.body.stream_options).toEqual({ include_usage: false, continuous_usage_stats: true })
+    expect(req.shorthand).toBe(false)
   })
 })
 
 describe('normalizeChatRequest: rejections', () => {
-  it.each([
-    ['tools', [{ type: 'function' }]],
-    ['tool_choice', 'auto'],
-    ['functions', [{ name: 'f' }]],
-    ['function_call', 'auto'],
-    ['parallel_tool_calls', true],
-    ['logprobs', true],
-    ['top_logprobs', 2],
-    ['response_format', { type: 'json_object' }],
-    ['audio', { voice: 'x' }],
-    ['modalities', ['text', 'audio']],
-    ['prediction', { type: 'content', content: 'x' }],
-    ['logit_bias', { '50256': -100 }],
-    ['store', true],
-  ])('refuses %s as not supported yet', (field, value) => {
-    const [param, message] = refused({ ...base, [field]: value })
-    expect(param).toBe(field)
-    expect(message).toContain(`podgate does not support '${field}' yet`)
-  })
-
-  it('refuses unknown fields with OpenAI wording', () => {
-    expect(refused({ ...base, foo: 1 })).toEqual(['foo', 'Unrecognized request argument supplied: foo'])
-    expect(refused({ ...base, prompt: 'x' })[0]).toBe('prompt')
+  it('accepts tools, logprobs, response formats and unknown fields: they pass through', () => {
+    for (const [field, value] of [['tools', [{ type: 'function' }]], ['tool_choice', 'auto'], ['logprobs', true], ['response_format', { type: 'json_object' }], ['logit_bias', { '50256': -100 }], ['foo', 1]] as const) {
+      expect(chat({ [field]: value }).body[field]).toEqual(value)
+    }
   })
 
   it('refuses bodies that are not JSON objects', () => {
@@ -212,36 +221,27 @@ describe('normalizeChatRequest: rejections', () => {
   it('refuses bad messages with OpenAI-style params', () => {
     expect(refused({ model: 'llama' })).toEqual(['messages', "Missing required parameter: 'messages'"])
     expect(refused({ ...base, messages: [] })).toEqual(['messages', "'messages' must have at least 1 item, got 0 items"])
-    expect(refused({ ...base, messages: [{ role: 'tool', content: 'x' }] })).toEqual([
-      'messages[0].role', "podgate does not support 'tool' messages yet",
+    expect(refused({ ...base, messages: [{ role: 5, content: 'x' }] })).toEqual([
+      'messages[0].role', "Invalid type for 'messages[0].role': expected a string, got a number",
     ])
-    expect(refused({ ...base, messages: [{ role: 'function', content: 'x' }] })[0]).toBe('messages[0].role')
-    expect(refused({ ...base, messages: [{ role: 'bot', content: 'x' }] })).toEqual([
-      'messages[0].role',
-      "Invalid value for 'messages[0].role': expected 'system', 'developer', 'user', 'assistant', got 'bot'",
+    expect(refused({ ...base, messages: [{ content: 'x' }] })).toEqual(['messages[0].role', "Missing required parameter: 'messages[0].role'"])
+    expect(refused({ ...base, messages: [{ role: 'user', content: 5 }] })).toEqual([
+      'messages[0].content',
+      "Invalid type for 'messages[0].content': expected a string, an array of content parts or null, got a number",
     ])
-    expect(refused({ ...base, messages: [{ role: 'user' }] })).toEqual([
-      'messages[0].content', "Missing required parameter: 'messages[0].content'",
-    ])
-    expect(refused({ ...base, messages: [{ role: 'user', content: 'a' }, { role: 'assistant', content: null }] })).toEqual([
-      'messages[1].content',
-      "Invalid type for 'messages[1].content': expected a string or an array of text parts, got null",
-    ])
-    expect(refused({ ...base, messages: [{ role: 'user', content: 'a', extra: 1 }] })).toEqual([
-      'messages[0].extra', "Unrecognized argument supplied in 'messages[0]': extra",
-    ])
-    expect(refused({ ...base, messages: [{ role: 'assistant', content: 'a', tool_calls: [{ id: 'c' }] }] })[0])
-      .toBe('messages[0].tool_calls')
+    expect(refused({ ...base, messages: ['hi'] })[0]).toBe('messages[0]')
   })
 
-  it('refuses non-text content parts by type', () => {
-    const messages = [{ role: 'user', content: [{ type: 'text', text: 'a' }, { type: 'image_url', image_url: { url: 'x' } }] }]
-    expect(refused({ ...base, messages })).toEqual([
-      'messages[0].content[1].type',
-      "podgate does not support 'image_url' content parts yet: only 'text' parts are accepted",
-    ])
-    expect(refused({ ...base, messages: [{ role: 'user', content: [{ type: 'text' }] }] })[0]).toBe('messages[0].content[0].text')
-    expect(refused({ ...base, messages: [{ role: 'user', content: [] }] })[0]).toBe('messages[0].content')
+  it('accepts any role, null content and extra message fields', () => {
+    const messages = [{ role: 'bot', content: 'x', extra: 1 }, { role: 'assistant', content: null, tool_calls: [{ id: 'c' }] }, { role: 'user' }]
+    expect(chat({ messages }).body.messages).toEqual(messages)
+  })
+
+  it('accepts any part type; refuses a part without a type or with non-string text', () => {
+    const messages = [{ role: 'user', content: [{ type: 'text', text: 'a' }, { type: 'input_audio', input_audio: { data: 'x', format: 'wav' } }, { type: 'video_url', video_url: { url: 'x' } }] }]
+    expect(chat({ messages }).body.messages).toEqual(messages)
+    expect(refused({ ...base, messages: [{ role: 'user', content: [{ text: 'a' }] }] })[0]).toBe('messages[0].content[0].type')
+    expect(refused({ ...base, messages: [{ role: 'user', content: [{ type: 'text', text: 5 }] }] })[0]).toBe('messages[0].content[0].text')
   })
 
   it('refuses too many messages and too much text', () => {
@@ -257,27 +257,20 @@ describe('normalizeChatRequest: rejections', () => {
     ])
   })
 
-  it('refuses out-of-range sampling params with the exact param', () => {
+  it('refuses out-of-range values of the fields podgate reads with the exact param', () => {
     expect(refused({ ...base, temperature: 3 })).toEqual(['temperature', "'temperature' must be at most 2, got 3"])
     expect(refused({ ...base, temperature: '1' })).toEqual(['temperature', "Invalid type for 'temperature': expected a number, got a string"])
-    expect(refused({ ...base, top_p: 0 })).toEqual(['top_p', "'top_p' must be greater than 0, got 0"])
     expect(refused({ ...base, n: 1.5 })).toEqual(['n', "Invalid type for 'n': expected an integer, got 1.5"])
-    expect(refused({ ...base, presence_penalty: -3 })[0]).toBe('presence_penalty')
-    expect(refused({ ...base, frequency_penalty: 2.5 })[0]).toBe('frequency_penalty')
     expect(refused({ ...base, seed: 0.5 })[0]).toBe('seed')
-    expect(refused({ ...base, stop: Array.from({ length: 17 }, (_, i) => `s${i}`) })).toEqual([
-      'stop', "'stop' must have at most 16 items, got 17 items",
-    ])
-    expect(refused({ ...base, stop: 5 })).toEqual(['stop', "Invalid type for 'stop': expected a string or an array of strings, got a number"])
-    expect(refused({ ...base, stop: ['a', 3] })[0]).toBe('stop[1]')
     expect(refused({ ...base, user: 'u'.repeat(257) })[0]).toBe('user')
-    expect(refused({ ...base, top_k: -2 })[0]).toBe('top_k')
+    // Fields podgate does not read are vLLM's to validate: they pass, and the request leaves the native shorthand.
+    expect(chat({ top_p: 0, stop: 5 }).shorthand).toBe(false)
     expect(refused({ ...base, stream: 'yes' })[0]).toBe('stream')
     expect(refused({ ...base, model: 5 })).toEqual(['model', "Invalid type for 'model': expected a string, got a number"])
     expect(refused({ ...base, seed: 2 ** 60 })[0]).toBe('seed')
   })
 
   it('reports the first issue in schema order', () => {
-    expect(refused({ ...base, temperature: 3, top_p: 2, zzz: 1 })[0]).toBe('temperature')
+    expect(refused({ ...base, temperature: 3, n: 0, zzz: 1 })[0]).toBe('n')
   })
 })

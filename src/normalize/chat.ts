@@ -1,14 +1,14 @@
 /**
- * `POST /v1/chat/completions` body -> NormalizedRequest: validate, flatten content parts, map roles,
- * apply the model's defaults and caps.
+ * `POST /v1/chat/completions` body -> NormalizedRequest: validate what podgate reads, apply the model's
+ * caps and defaults, and keep everything else for the endpoint.
  */
-import { GatewayError } from '../errors/index.ts'
 import type { ModelConfig } from '../config/schema.ts'
-import { chatCompletionRequestSchema, MAX_TEXT_CHARS } from './schemas.ts'
-import type { ChatMessageInput } from './schemas.ts'
-import { assertKind, resolveSampling, resolveStream } from './sampling.ts'
+import { chatPromptTokens } from './estimate.ts'
+import { chatCompletionRequestSchema } from './schemas.ts'
+import { assertKind, resolveLimits, resolveStream, withDefaults } from './sampling.ts'
+import { shorthandMessages, shorthandSampling } from './shorthand.ts'
 import { assertJsonObject, parseRequest } from './zod-errors.ts'
-import type { NormalizedMessage, NormalizedRequest } from './types.ts'
+import type { NormalizedRequest } from './types.ts'
 
 /**
  * Validates an OpenAI chat completion body for `model` and returns podgate's normalized request.
@@ -16,46 +16,39 @@ import type { NormalizedMessage, NormalizedRequest } from './types.ts'
  *
  * @example
  * const request = normalizeChatRequest(await c.req.json(), config.models['llama'], 'llama')
- * // request.messages: [{ role: 'system', content: '...' }, ...]; request.sampling.max_tokens: 512
+ * // request.body: the caller's body (tools, response_format, ... included) + max_tokens: 512
  */
 export function normalizeChatRequest(body: unknown, model: ModelConfig, alias: string): NormalizedRequest {
   assertJsonObject(body)
   assertKind('chat', model, alias)
   const req = parseRequest(chatCompletionRequestSchema, body)
   const { stream, includeUsage } = resolveStream(req)
+  const limits = resolveLimits(req, model, alias)
+  const forwarded = withDefaults(body, model, limits.maxTokens)
+  const promptTokens = chatPromptTokens(forwarded, req.messages)
+  const sampling = shorthandSampling(forwarded, limits.maxTokens)
+  const messages = sampling ? shorthandMessages(req.messages) : undefined
   const normalized: NormalizedRequest = {
     kind: 'chat',
     model: alias,
     stream,
     includeUsage,
-    messages: normalizeMessages(req.messages),
-    sampling: resolveSampling(req, model, alias),
+    body: forwarded,
+    shorthand: messages !== undefined,
+    sampling: sampling ?? readSampling(forwarded, limits.maxTokens),
+    estimate: { promptTokens, sequences: Math.max(limits.n ?? 1, limits.bestOf ?? 1) },
   }
+  if (messages) normalized.messages = messages
   if (req.user != null) normalized.user = req.user
   return normalized
 }
 
-function normalizeMessages(messages: readonly ChatMessageInput[]): NormalizedMessage[] {
-  let totalChars = 0
-  const out: NormalizedMessage[] = []
-  for (const message of messages) {
-    const content = typeof message.content === 'string'
-      ? message.content
-      : message.content.map((part) => part.text).join('\n')
-    totalChars += content.length
-    // Each string is bounded by the schema; this bounds their sum, which is what the GPU actually sees.
-    if (totalChars > MAX_TEXT_CHARS) {
-      throw new GatewayError(
-        'invalid_request',
-        `The messages are too long: more than ${MAX_TEXT_CHARS} characters in total`,
-        { param: 'messages' },
-      )
-    }
-    // vLLM's chat templates know `system`; `developer` is OpenAI's newer name for the same role.
-    const role = message.role === 'developer' ? 'system' : message.role
-    const normalized: NormalizedMessage = { role, content }
-    if (message.name != null) normalized.name = message.name
-    out.push(normalized)
-  }
-  return out
+/** The sampling params podgate itself reads, for a request that does not fit the native shorthand. */
+export function readSampling(body: Record<string, unknown>, maxTokens: number): NormalizedRequest['sampling'] {
+  const sampling: NormalizedRequest['sampling'] = { max_tokens: maxTokens }
+  if (typeof body.n === 'number') sampling.n = body.n
+  if (typeof body.best_of === 'number') sampling.best_of = body.best_of
+  if (typeof body.temperature === 'number') sampling.temperature = body.temperature
+  if (typeof body.seed === 'number') sampling.seed = body.seed
+  return sampling
 }

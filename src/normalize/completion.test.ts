@@ -30,21 +30,24 @@ describe('normalizeCompletionRequest', () => {
       model: 'gpt2',
       stream: false,
       includeUsage: false,
+      body: { ...base, max_tokens: 512 },
+      shorthand: true,
       prompt: 'Once upon',
       sampling: { max_tokens: 512 },
+      estimate: { promptTokens: 3, sequences: 1 },
     })
   })
 
-  it('unwraps an array of one string', () => {
+  it('unwraps an array of one string for the native shorthand', () => {
     expect(completion({ prompt: ['Hello'] }).prompt).toBe('Hello')
   })
 
-  it('maps sampling params, stream flags, user and off values', () => {
+  it('maps sampling params, stream flags and user', () => {
     const req = completion({
       max_tokens: 20, temperature: 0.1, stop: '\n', best_of: 2, n: 1, seed: 3, stream: true,
-      stream_options: { include_usage: true }, user: 'u', echo: false, suffix: null, logprobs: null,
+      stream_options: { include_usage: true }, user: 'u',
     })
-    expect(req).toMatchObject({ stream: true, includeUsage: true, user: 'u' })
+    expect(req).toMatchObject({ stream: true, includeUsage: true, user: 'u', shorthand: true })
     expect(req.sampling).toEqual({ max_tokens: 20, n: 1, best_of: 2, temperature: 0.1, stop: ['\n'], seed: 3 })
   })
 
@@ -53,37 +56,32 @@ describe('normalizeCompletionRequest', () => {
     expect(completion({}, model).sampling).toEqual({ max_tokens: 99, temperature: 0.3, stop: ['x'] })
   })
 
-  it('refuses token-id prompts', () => {
-    const message = 'podgate does not support token-id prompts yet: send the prompt as a string'
-    expect(refused({ ...base, prompt: [1, 2, 3] })).toEqual(['prompt', message])
-    expect(refused({ ...base, prompt: [[1, 2]] })).toEqual(['prompt', message])
+  it('accepts string, string[], int[] and int[][] prompts, counting each prompt\'s sequences', () => {
+    for (const [prompt, tokens, sequences] of [
+      [['a', 'b', 'c'], 1, 3],
+      [[1, 2, 3], 3, 1],
+      [[[1, 2], [3]], 3, 2],
+    ] as const) {
+      const req = completion({ prompt, n: 2 })
+      expect(req.body.prompt).toEqual(prompt)
+      expect(req.shorthand).toBe(false)
+      expect(req.estimate).toEqual({ promptTokens: tokens, sequences: sequences * 2 })
+    }
   })
 
-  it('refuses several prompts or none', () => {
-    const message = 'podgate accepts exactly one prompt per request: send a string'
-    expect(refused({ ...base, prompt: ['a', 'b'] })).toEqual(['prompt', message])
-    expect(refused({ ...base, prompt: [] })).toEqual(['prompt', message])
+  it('forwards echo, logprobs, prompt_embeds, suffix and unknown fields unchanged', () => {
+    const extra = { echo: true, logprobs: 2, prompt_embeds: 'AAAA', suffix: 'tail', logit_bias: { '1': 2 }, vllm_x: [1] }
+    const req = completion(extra)
+    expect(req.body).toEqual({ ...base, ...extra, max_tokens: 512 })
+    expect(req.shorthand).toBe(false)
   })
 
-  it('refuses a missing or mistyped prompt', () => {
+  it('refuses a missing, empty or mistyped prompt', () => {
     expect(refused({ model: 'gpt2' })).toEqual(['prompt', "Missing required parameter: 'prompt'"])
-    expect(refused({ ...base, prompt: 5 })).toEqual(['prompt', "Invalid type for 'prompt': expected a string, got a number"])
-  })
-
-  it.each([
-    ['echo', true],
-    ['suffix', 'tail'],
-    ['logprobs', 2],
-    ['logit_bias', { '1': 2 }],
-  ])('refuses %s as not supported yet', (field, value) => {
-    const [param, message] = refused({ ...base, [field]: value })
-    expect(param).toBe(field)
-    expect(message).toContain(`podgate does not support '${field}' yet`)
-  })
-
-  it('refuses chat-only fields as unrecognized', () => {
-    expect(refused({ ...base, messages: [] })).toEqual(['messages', 'Unrecognized request argument supplied: messages'])
-    expect(refused({ ...base, tools: [] })).toEqual(['tools', 'Unrecognized request argument supplied: tools'])
+    expect(refused({ ...base, prompt: 5 })[0]).toBe('prompt')
+    expect(refused({ ...base, prompt: [] })[0]).toBe('prompt')
+    expect(refused({ ...base, prompt: [1, 'a'] })[0]).toMatch(/^prompt/)
+    expect(refused({ ...base, prompt: [[1, -2]] })[0]).toMatch(/^prompt\[0\]/)
   })
 
   it('refuses a chat-only model, stream_options without stream, and caps', () => {

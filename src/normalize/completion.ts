@@ -1,11 +1,14 @@
 /**
- * `POST /v1/completions` body -> NormalizedRequest: validate, unwrap the one-string prompt array, apply
- * the model's defaults and caps.
+ * `POST /v1/completions` body -> NormalizedRequest: validate what podgate reads (the prompt may be a
+ * string, strings, token ids or arrays of token ids), apply the model's caps and defaults, and keep
+ * everything else (`echo`, `logprobs`, `prompt_embeds`, ...) for the endpoint.
  */
-import { GatewayError } from '../errors/index.ts'
 import type { ModelConfig } from '../config/schema.ts'
+import { readSampling } from './chat.ts'
+import { textOrTokensCost, jsonFieldChars, CHARS_PER_TOKEN } from './estimate.ts'
 import { completionRequestSchema } from './schemas.ts'
-import { assertKind, resolveSampling, resolveStream } from './sampling.ts'
+import { assertKind, resolveLimits, resolveStream, withDefaults } from './sampling.ts'
+import { shorthandSampling } from './shorthand.ts'
 import { assertJsonObject, parseRequest } from './zod-errors.ts'
 import type { NormalizedRequest } from './types.ts'
 
@@ -14,40 +17,34 @@ import type { NormalizedRequest } from './types.ts'
  * Throws `GatewayError('invalid_request')` (400) with OpenAI's `param` on the first problem.
  *
  * @example
- * const request = normalizeCompletionRequest({ model: 'llama', prompt: 'Once' }, config.models['llama'], 'llama')
- * // request.prompt === 'Once'
+ * const request = normalizeCompletionRequest({ model: 'llama', prompt: ['Once', 'Twice'] }, config.models['llama'], 'llama')
+ * // request.estimate.sequences === 2
  */
 export function normalizeCompletionRequest(body: unknown, model: ModelConfig, alias: string): NormalizedRequest {
   assertJsonObject(body)
   assertKind('completion', model, alias)
-  rejectTokenIdPrompt(body.prompt)
   const req = parseRequest(completionRequestSchema, body)
   const { stream, includeUsage } = resolveStream(req)
+  const limits = resolveLimits(req, model, alias)
+  const forwarded = withDefaults(body, model, limits.maxTokens)
+  const cost = textOrTokensCost(req.prompt, 'prompt')
+  // Only one string prompt has a native form; several prompts or token ids go as an `openai_route` job.
+  const prompt = typeof req.prompt === 'string' ? req.prompt : req.prompt.length === 1 && typeof req.prompt[0] === 'string' ? req.prompt[0] : undefined
+  const sampling = prompt === undefined ? undefined : shorthandSampling(forwarded, limits.maxTokens)
   const normalized: NormalizedRequest = {
     kind: 'completion',
     model: alias,
     stream,
     includeUsage,
-    prompt: typeof req.prompt === 'string' ? req.prompt : req.prompt[0] ?? '',
-    sampling: resolveSampling(req, model, alias),
+    body: forwarded,
+    shorthand: sampling !== undefined,
+    sampling: sampling ?? readSampling(forwarded, limits.maxTokens),
+    estimate: {
+      promptTokens: cost.tokens + Math.ceil(jsonFieldChars(forwarded) / CHARS_PER_TOKEN),
+      sequences: cost.count * Math.max(limits.n ?? 1, limits.bestOf ?? 1),
+    },
   }
+  if (sampling && prompt !== undefined) normalized.prompt = prompt
   if (req.user != null) normalized.user = req.user
   return normalized
-}
-
-/**
- * OpenAI also accepts token ids (`[1, 2]` or `[[1, 2]]`). They only make sense for the served model's
- * tokenizer, which podgate does not know. Checked before the schema because a union's type error could
- * only say "expected a string" at `prompt[0]`, hiding the reason.
- */
-function rejectTokenIdPrompt(prompt: unknown): void {
-  if (!Array.isArray(prompt)) return
-  const first: unknown = prompt[0]
-  if (typeof first === 'number' || Array.isArray(first)) {
-    throw new GatewayError(
-      'invalid_request',
-      'podgate does not support token-id prompts yet: send the prompt as a string',
-      { param: 'prompt' },
-    )
-  }
 }

@@ -1,18 +1,23 @@
 /**
  * Request normalization: OpenAI request bodies -> `NormalizedRequest` -> the upstream bodies of both
  * Runpod modes. Validation errors are `GatewayError('invalid_request')` with OpenAI's `param`.
+ * podgate reads only the fields in `PODGATE_READS`; the rest passes through.
  */
 export { normalizeChatRequest } from './chat.ts'
 export { normalizeCompletionRequest } from './completion.ts'
-export { toNativeInput, toOpenAIBody, SAMPLING_KEYS } from './upstream-bodies.ts'
+export { normalizeEmbeddingRequest } from './embedding.ts'
+export { toNativeInput, toOpenAIBody, SAMPLING_KEYS, OPENAI_ROUTE } from './upstream-bodies.ts'
 export {
   chatCompletionRequestSchema,
   completionRequestSchema,
+  embeddingRequestSchema,
   MAX_MESSAGES,
   MAX_STOP_SEQUENCES,
   MAX_TEXT_CHARS,
 } from './schemas.ts'
-export type { ChatCompletionRequest, ChatMessageInput, CompletionRequest } from './schemas.ts'
+export type { ChatCompletionRequest, ChatMessageInput, CompletionRequest, EmbeddingRequest } from './schemas.ts'
 export { FALLBACK_MAX_TOKENS } from './sampling.ts'
+export { CHARS_PER_TOKEN, MEDIA_PART_TOKENS } from './estimate.ts'
+export { PODGATE_READS, FRAMING_FIELDS } from './reads.ts'
 export { assertJsonObject, invalidRequestFromIssues, parseRequest } from './zod-errors.ts'
-export type { NormalizedMessage, NormalizedRequest, RequestKind, SamplingParams } from './types.ts'
+export type { NormalizedMessage, NormalizedRequest, RequestEstimate, RequestKind, SamplingParams } from './types.ts'

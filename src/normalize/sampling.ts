@@ -1,27 +1,23 @@
 /**
- * What both request kinds share after validation: the model's kind check, streaming flags, and the
- * sampling params with per-model defaults and caps applied. Everything here depends on the model, so it
- * runs after the (model-independent) schema parse.
+ * What every request kind shares after validation: the model's kind check, streaming flags, the limits
+ * podgate enforces (max_tokens cap, n and best_of), and the forwarded body with the model's defaults
+ * filling only what the caller left out (null counts as left out).
  */
 import { GatewayError } from '../errors/index.ts'
 import type { ModelConfig } from '../config/schema.ts'
-import type { ChatCompletionRequest, CompletionRequest } from './schemas.ts'
-import type { RequestKind, SamplingParams } from './types.ts'
+import type { RequestKind } from './types.ts'
 
 /** `max_tokens` when neither the caller nor the model config names one. */
 export const FALLBACK_MAX_TOKENS = 512
 
-const ROUTE_OF: Record<RequestKind, string> = { chat: '/v1/chat/completions', completion: '/v1/completions' }
+const ROUTE_OF: Record<RequestKind, string> = { chat: '/v1/chat/completions', completion: '/v1/completions', embedding: '/v1/embeddings' }
 
-/** Refuses a request kind the model is not configured for, pointing at the route it does serve. */
+/** Refuses a request kind the model is not configured for, pointing at the routes it does serve. */
 export function assertKind(kind: RequestKind, model: ModelConfig, alias: string): void {
-  if (model.kinds.includes(kind)) return
-  const other: RequestKind = kind === 'chat' ? 'completion' : 'chat'
-  throw new GatewayError(
-    'invalid_request',
-    `model '${alias}' only accepts ${other} requests: use ${ROUTE_OF[other]}`,
-    { param: 'model' },
-  )
+  if ((model.kinds as readonly string[]).includes(kind)) return
+  const routes = model.kinds.map((k) => ROUTE_OF[k as RequestKind]).join(' or ')
+  const what = model.kinds.length === 1 ? `${model.kinds[0]} requests` : `${model.kinds.join(' and ')} requests`
+  throw new GatewayError('invalid_request', `model '${alias}' only accepts ${what}: use ${routes}`, { param: 'model' })
 }
 
 export interface StreamFlags {
@@ -29,8 +25,13 @@ export interface StreamFlags {
   includeUsage: boolean
 }
 
+interface StreamFields {
+  stream?: boolean | null
+  stream_options?: { include_usage?: boolean | null } | null
+}
+
 /** `stream_options` without `stream: true` is a 400, as on OpenAI. */
-export function resolveStream(req: ChatCompletionRequest | CompletionRequest): StreamFlags {
+export function resolveStream(req: StreamFields): StreamFlags {
   const stream = req.stream === true
   if (req.stream_options != null && !stream) {
     throw new GatewayError(
@@ -42,16 +43,21 @@ export function resolveStream(req: ChatCompletionRequest | CompletionRequest): S
   return { stream, includeUsage: req.stream_options?.include_usage === true }
 }
 
-/**
- * The caller's sampling params in worker-vllm's names, with the model's `defaults` filling only what the
- * caller left out (null counts as left out). Keys are set in `SAMPLING_KEYS` order.
- */
-export function resolveSampling(
-  req: ChatCompletionRequest | CompletionRequest,
-  model: ModelConfig,
-  alias: string,
-): SamplingParams {
-  const d = model.defaults
+interface LimitFields {
+  max_tokens?: number | null
+  max_completion_tokens?: number | null
+  n?: number | null
+  best_of?: number | null
+}
+
+export interface Limits {
+  maxTokens: number
+  n: number | undefined
+  bestOf: number | undefined
+}
+
+/** The caller's max_tokens, n and best_of checked against the model's caps. */
+export function resolveLimits(req: LimitFields, model: ModelConfig, alias: string): Limits {
   const maxTokens = resolveMaxTokens(req, model, alias)
   const n = req.n ?? undefined
   const bestOf = req.best_of ?? undefined
@@ -65,48 +71,30 @@ export function resolveSampling(
       })
     }
   }
+  return { maxTokens, n, bestOf }
+}
 
-  let minTokens = req.min_tokens ?? undefined
-  if (minTokens !== undefined && minTokens > maxTokens) {
-    throw new GatewayError(
-      'invalid_request',
-      `'min_tokens' must be at most max_tokens (${maxTokens}), got ${minTokens}`,
-      { param: 'min_tokens' },
-    )
+/**
+ * The body podgate forwards: the caller's, with the model's `defaults` where the caller sent none and
+ * `max_tokens` set when the caller named no limit (so the model's cap bounds every generation). The
+ * caller's object is not changed.
+ */
+export function withDefaults(body: Record<string, unknown>, model: ModelConfig, maxTokens: number): Record<string, unknown> {
+  const out: Record<string, unknown> = { ...body }
+  if (out.max_tokens == null && out.max_completion_tokens == null) out.max_tokens = maxTokens
+  for (const [name, value] of Object.entries(model.defaults)) {
+    if (name === 'max_tokens' || value === undefined || out[name] != null) continue
+    // A configured default must never turn a valid request into an error: it yields to the caller's max.
+    out[name] = name === 'min_tokens' ? Math.min(value as number, maxTokens) : value
   }
-  // A configured default must never turn a valid request into an error: it yields to the caller's max.
-  if (minTokens === undefined && d.min_tokens !== undefined) minTokens = Math.min(d.min_tokens, maxTokens)
-
-  const stop = req.stop ?? d.stop
-  // Only set params become keys (no `key: undefined`), always in this order: consumers that enumerate
-  // keys (upstream bodies, cache keys, logs) then see one shape whatever the caller's key order was.
-  const params: SamplingParams = { max_tokens: maxTokens }
-  put(params, 'n', n)
-  put(params, 'best_of', bestOf)
-  put(params, 'temperature', req.temperature ?? d.temperature)
-  put(params, 'top_p', req.top_p ?? d.top_p)
-  put(params, 'top_k', req.top_k ?? d.top_k)
-  put(params, 'min_p', req.min_p ?? d.min_p)
-  put(params, 'presence_penalty', req.presence_penalty ?? d.presence_penalty)
-  put(params, 'frequency_penalty', req.frequency_penalty ?? d.frequency_penalty)
-  put(params, 'repetition_penalty', req.repetition_penalty ?? d.repetition_penalty)
-  put(params, 'length_penalty', req.length_penalty)
-  put(params, 'stop', stop == null ? undefined : typeof stop === 'string' ? [stop] : [...stop])
-  put(params, 'stop_token_ids', req.stop_token_ids)
-  put(params, 'ignore_eos', req.ignore_eos)
-  put(params, 'min_tokens', minTokens)
-  put(params, 'skip_special_tokens', req.skip_special_tokens)
-  put(params, 'spaces_between_special_tokens', req.spaces_between_special_tokens)
-  put(params, 'include_stop_str_in_output', req.include_stop_str_in_output)
-  put(params, 'seed', req.seed ?? d.seed)
-  return params
+  return out
 }
 
 /**
  * The caller's `max_tokens` (or its alias `max_completion_tokens`), refused above the model's cap;
  * else the model's default, clamped to the cap.
  */
-function resolveMaxTokens(req: ChatCompletionRequest | CompletionRequest, model: ModelConfig, alias: string): number {
+function resolveMaxTokens(req: LimitFields, model: ModelConfig, alias: string): number {
   const maxTokens = req.max_tokens ?? undefined
   const maxCompletionTokens = req.max_completion_tokens ?? undefined
   if (maxTokens !== undefined && maxCompletionTokens !== undefined && maxTokens !== maxCompletionTokens) {
@@ -130,14 +118,6 @@ function resolveMaxTokens(req: ChatCompletionRequest | CompletionRequest, model:
     )
   }
   return asked
-}
-
-function put<K extends keyof SamplingParams>(
-  target: SamplingParams,
-  key: K,
-  value: SamplingParams[K] | null | undefined,
-): void {
-  if (value != null) target[key] = value
 }
 
 function tooMany(param: 'n' | 'best_of', value: number, max: number, alias: string): GatewayError {

@@ -1,13 +1,15 @@
 /**
  * The normalized request: what every surface's input becomes before routing.
  *
- * Both upstream modes are built from it: `openaiBody` for Runpod's `/openai/v1/*` route and
- * `nativeInput` for worker-vllm's `/run` / `/runsync` job input.
+ * `body` is the caller's request as podgate forwards it (pass-through: every field but `model` unchanged,
+ * plus the model's defaults where the caller sent none). Both upstream modes are built from it:
+ * `toOpenAIBody` for Runpod's `/openai/v1/*` route and `toNativeInput` for worker-vllm's job input, which
+ * is the native shorthand when `shorthand` is set and an `openai_route` job otherwise.
  */
 
-export type RequestKind = 'chat' | 'completion'
+export type RequestKind = 'chat' | 'completion' | 'embedding'
 
-/** A chat message after normalization: content parts flattened to one string. */
+/** A chat message in the native shorthand: content parts flattened to one string. */
 export interface NormalizedMessage {
   role: 'system' | 'user' | 'assistant'
   content: string
@@ -37,6 +39,14 @@ export interface SamplingParams {
   seed?: number
 }
 
+/** What the quota reservation is sized from (see docs/passthrough.md "Quota"). */
+export interface RequestEstimate {
+  /** Estimated prompt tokens: text at ~4 characters a token, token ids one each, a fixed cost per media part, tool and schema JSON. */
+  promptTokens: number
+  /** Sequences generated: prompts × max(n, best_of); 0 for embeddings. */
+  sequences: number
+}
+
 export interface NormalizedRequest {
   kind: RequestKind
   /** The podgate model alias the caller named. */
@@ -44,11 +54,17 @@ export interface NormalizedRequest {
   stream: boolean
   /** The caller asked for `stream_options.include_usage`. podgate always asks upstream for usage. */
   includeUsage: boolean
-  /** Present when kind is `chat`. */
+  /** The body podgate forwards, `model` still the alias (`toOpenAIBody` writes the served name). */
+  body: Record<string, unknown>
+  /** The request fits worker-vllm's native shorthand (`messages` / `prompt` + `sampling_params`). */
+  shorthand: boolean
+  /** Present when kind is `chat` and `shorthand` is set. */
   messages?: NormalizedMessage[]
-  /** Present when kind is `completion`. */
+  /** Present when kind is `completion` and `shorthand` is set. */
   prompt?: string
+  /** Every sampling param when `shorthand` is set; else only the ones podgate reads. `max_tokens` is 0 for embeddings. */
   sampling: SamplingParams
+  estimate: RequestEstimate
   /** The caller's `user`, if any (never part of a cache key). */
   user?: string
 }

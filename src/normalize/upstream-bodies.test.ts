@@ -1,107 +1,69 @@
 import { describe, it, expect } from 'vitest'
-import { GatewayError } from '../errors/index.ts'
+import fc from 'fast-check'
 import { modelSchema } from '../config/schema.ts'
 import { normalizeChatRequest } from './chat.ts'
 import { normalizeCompletionRequest } from './completion.ts'
+import { normalizeEmbeddingRequest } from './embedding.ts'
 import { SAMPLING_KEYS, toNativeInput, toOpenAIBody } from './upstream-bodies.ts'
-import type { NormalizedRequest } from './types.ts'
 
 const MODEL = modelSchema.parse({ endpoints: [{ endpointId: 'abc123' }] })
 
-const chatRequest: NormalizedRequest = {
-  kind: 'chat',
-  model: 'llama',
-  stream: false,
-  includeUsage: false,
-  messages: [{ role: 'system', content: 'S' }, { role: 'user', content: 'Q', name: 'ann' }],
-  sampling: { max_tokens: 100, temperature: 0.5, stop: ['END'] },
-  user: 'u-1',
-}
-
-const completionRequest: NormalizedRequest = {
-  kind: 'completion',
-  model: 'gpt2',
-  stream: true,
-  includeUsage: false,
-  prompt: 'Once',
-  sampling: { max_tokens: 16 },
-}
-
 describe('toOpenAIBody', () => {
-  it('builds a chat body with the served model name and no user', () => {
-    expect(toOpenAIBody(chatRequest, 'meta/llama-3')).toEqual({
-      model: 'meta/llama-3',
-      messages: [{ role: 'system', content: 'S' }, { role: 'user', content: 'Q', name: 'ann' }],
-      max_tokens: 100,
-      temperature: 0.5,
-      stop: ['END'],
-      stream: false,
+  it('is the caller body with the served model name', () => {
+    const body = { model: 'llama', messages: [{ role: 'system', content: 'S' }, { role: 'user', content: 'Q', name: 'ann' }], max_tokens: 100, temperature: 0.5, stop: ['END'], user: 'u-1' }
+    expect(toOpenAIBody(normalizeChatRequest(body, MODEL, 'llama'), 'meta/llama-3')).toEqual({ ...body, model: 'meta/llama-3' })
+  })
+
+  it('always asks for usage when streaming, keeping the other stream options', () => {
+    const req = normalizeCompletionRequest({ model: 'gpt2', prompt: 'Once', max_tokens: 16, stream: true, stream_options: { continuous_usage_stats: true } }, MODEL, 'gpt2')
+    expect(toOpenAIBody(req, 'gpt2')).toEqual({
+      model: 'gpt2', prompt: 'Once', max_tokens: 16, stream: true, stream_options: { continuous_usage_stats: true, include_usage: true },
     })
   })
 
-  it('always asks for usage when streaming, whatever the caller asked', () => {
-    expect(toOpenAIBody(completionRequest, 'gpt2')).toEqual({
-      model: 'gpt2',
-      prompt: 'Once',
-      max_tokens: 16,
-      stream: true,
-      stream_options: { include_usage: true },
-    })
-  })
-
-  it('refuses a request without its text (a podgate bug)', () => {
-    const broken: NormalizedRequest = { ...chatRequest, messages: undefined }
-    expect(() => toOpenAIBody(broken, 'm')).toThrow(GatewayError)
-    expect(() => toNativeInput({ ...completionRequest, prompt: undefined })).toThrow(GatewayError)
+  it('property: any extra fields reach the upstream body unchanged, only model rewritten', () => {
+    const reserved = new Set(['model', 'messages', 'prompt', 'input', 'stream', 'stream_options', 'max_tokens', 'max_completion_tokens', 'n', 'best_of', 'temperature', 'seed', 'user', '__proto__'])
+    const extras = fc.dictionary(fc.string({ minLength: 1, maxLength: 12 }).filter((k) => !reserved.has(k)), fc.jsonValue({ maxDepth: 3 }), { maxKeys: 6 })
+    fc.assert(
+      fc.property(extras, fc.constantFrom('chat', 'completion', 'embedding'), (extra, kind) => {
+        const body: Record<string, unknown> = kind === 'chat'
+          ? { model: 'm', messages: [{ role: 'user', content: 'x' }], max_tokens: 5, ...extra }
+          : kind === 'completion' ? { model: 'm', prompt: ['a', 'b'], max_tokens: 5, ...extra } : { model: 'm', input: 'x', ...extra }
+        const sent = JSON.parse(JSON.stringify(body)) as Record<string, unknown>
+        const req = kind === 'chat' ? normalizeChatRequest(sent, MODEL, 'm') : kind === 'completion' ? normalizeCompletionRequest(sent, MODEL, 'm') : normalizeEmbeddingRequest(sent, MODEL, 'm')
+        expect(JSON.parse(JSON.stringify(toOpenAIBody(req, 'served/m')))).toEqual(JSON.parse(JSON.stringify({ ...body, model: 'served/m' })))
+      }),
+      { numRuns: 200, seed: 13 },
+    )
   })
 })
 
 describe('toNativeInput', () => {
-  it('builds worker-vllm input with every set sampling param', () => {
-    expect(toNativeInput(chatRequest)).toEqual({
+  it('builds the shorthand with every set sampling param, in SAMPLING_KEYS order', () => {
+    const req = normalizeChatRequest({ model: 'llama', messages: [{ role: 'developer', content: 'S' }, { name: 'ann', content: [{ type: 'text', text: 'Q' }], role: 'user' }], seed: 1, temperature: 0.5, stop: 'END', max_tokens: 100 }, MODEL, 'llama')
+    const input = toNativeInput(req)
+    expect(input).toEqual({
       messages: [{ role: 'system', content: 'S' }, { role: 'user', content: 'Q', name: 'ann' }],
-      sampling_params: { max_tokens: 100, temperature: 0.5, stop: ['END'] },
+      sampling_params: { max_tokens: 100, temperature: 0.5, stop: ['END'], seed: 1 },
       stream: false,
     })
-    expect(toNativeInput(completionRequest)).toEqual({ prompt: 'Once', sampling_params: { max_tokens: 16 }, stream: true })
-  })
-})
-
-describe('key order', () => {
-  const allSampling = {
-    seed: 1, include_stop_str_in_output: true, spaces_between_special_tokens: true, skip_special_tokens: true,
-    min_tokens: 1, ignore_eos: false, stop_token_ids: [1], stop: ['x'], length_penalty: 1, repetition_penalty: 1,
-    frequency_penalty: 0, presence_penalty: 0, min_p: 0, top_k: 5, top_p: 1, temperature: 1, best_of: 2, n: 1,
-    max_tokens: 9,
-  }
-
-  it('lists sampling params in SAMPLING_KEYS order whatever the input order', () => {
-    const reversed: NormalizedRequest = { ...chatRequest, sampling: allSampling }
-    expect(Object.keys(toOpenAIBody(reversed, 'm'))).toEqual(['model', 'messages', ...SAMPLING_KEYS, 'stream'])
-    const native = toNativeInput(reversed)
-    expect(Object.keys(native)).toEqual(['messages', 'sampling_params', 'stream'])
-    expect(Object.keys(native.sampling_params as object)).toEqual([...SAMPLING_KEYS])
+    expect(Object.keys(input.sampling_params as object)).toEqual(SAMPLING_KEYS.filter((k) => k in (input.sampling_params as object)))
+    expect((input.messages as object[]).map((m) => Object.keys(m))).toEqual([['role', 'content'], ['role', 'content', 'name']])
+    const completion = normalizeCompletionRequest({ model: 'gpt2', prompt: ['Once'], stream: true }, MODEL, 'gpt2')
+    expect(toNativeInput(completion)).toEqual({ prompt: 'Once', sampling_params: { max_tokens: 512 }, stream: true })
   })
 
-  it('orders message keys role, content, name', () => {
-    const shuffled: NormalizedRequest = { ...chatRequest, messages: [{ name: 'n', content: 'c', role: 'user' }] }
-    const body = toOpenAIBody(shuffled, 'm') as { messages: object[] }
-    expect(body.messages.map((m) => Object.keys(m))).toEqual([['role', 'content', 'name']])
-  })
-
-  it('gives equal requests byte-identical bodies regardless of the caller key order', () => {
-    const a = normalizeChatRequest(
-      { model: 'llama', messages: [{ role: 'user', content: 'Hi' }], temperature: 0.2, stop: 'x', seed: 4, stream: true },
-      MODEL, 'llama',
-    )
-    const b = normalizeChatRequest(
-      { stream: true, seed: 4, stop: ['x'], temperature: 0.2, messages: [{ content: 'Hi', role: 'user' }], model: 'llama' },
-      MODEL, 'llama',
-    )
-    expect(JSON.stringify(toOpenAIBody(a, 'm'))).toBe(JSON.stringify(toOpenAIBody(b, 'm')))
-    expect(JSON.stringify(toNativeInput(a))).toBe(JSON.stringify(toNativeInput(b)))
-    const c = normalizeCompletionRequest({ temperature: 1, prompt: ['p'], model: 'g' }, MODEL, 'g')
-    const d = normalizeCompletionRequest({ model: 'g', prompt: 'p', temperature: 1 }, MODEL, 'g')
-    expect(JSON.stringify(toOpenAIBody(c, 'm'))).toBe(JSON.stringify(toOpenAIBody(d, 'm')))
+  it('sends what the shorthand cannot carry as an openai_route job with the whole OpenAI body', () => {
+    const cases = [
+      normalizeChatRequest({ model: 'm', messages: [{ role: 'user', content: 'x' }], tools: [{ type: 'function', function: { name: 'f' } }], stream: true }, MODEL, 'm'),
+      normalizeChatRequest({ model: 'm', messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'u' } }] }] }, MODEL, 'm'),
+      normalizeChatRequest({ model: 'm', messages: [{ role: 'user', content: 'x' }], chat_template_kwargs: { enable_thinking: true } }, MODEL, 'm'),
+      normalizeCompletionRequest({ model: 'm', prompt: [[1, 2]], echo: true }, MODEL, 'm'),
+      normalizeEmbeddingRequest({ model: 'm', input: ['a'], encoding_format: 'base64' }, MODEL, 'm'),
+    ]
+    const routes = ['/v1/chat/completions', '/v1/chat/completions', '/v1/chat/completions', '/v1/completions', '/v1/embeddings']
+    cases.forEach((req, i) => {
+      expect(toNativeInput(req, 'served')).toEqual({ openai_route: routes[i], openai_input: toOpenAIBody(req, 'served') })
+    })
   })
 })

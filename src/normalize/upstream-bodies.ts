@@ -1,68 +1,48 @@
 /**
- * The two upstream bodies built from a NormalizedRequest: the OpenAI body for Runpod's `/openai/v1/*`
- * route and worker-vllm's native job `input` (runpod-api.md §2).
- *
- * Key order is fixed here, whatever order the request object was built in: these bodies are also hashed
- * for cache keys, and equal requests must hash equal. `user` is never sent upstream (it would split the
- * cache per user, and vLLM ignores it anyway).
+ * The upstream bodies built from a NormalizedRequest: the OpenAI body for Runpod's `/openai/v1/*` route
+ * and worker-vllm's native job `input` (runpod-api.md §2): the shorthand when the request fits it, else
+ * an `openai_route` job carrying the same OpenAI body, which both worker-vllm generations serve.
  */
 import { GatewayError } from '../errors/index.ts'
-import type { NormalizedMessage, NormalizedRequest, SamplingParams } from './types.ts'
+import { SAMPLING_KEYS } from './shorthand.ts'
+import type { NormalizedMessage, NormalizedRequest, RequestKind, SamplingParams } from './types.ts'
 
-/** Every sampling param, in the order upstream bodies list them. */
-export const SAMPLING_KEYS = [
-  'max_tokens',
-  'n',
-  'best_of',
-  'temperature',
-  'top_p',
-  'top_k',
-  'min_p',
-  'presence_penalty',
-  'frequency_penalty',
-  'repetition_penalty',
-  'length_penalty',
-  'stop',
-  'stop_token_ids',
-  'ignore_eos',
-  'min_tokens',
-  'skip_special_tokens',
-  'spaces_between_special_tokens',
-  'include_stop_str_in_output',
-  'seed',
-] as const satisfies readonly (keyof SamplingParams)[]
+export { SAMPLING_KEYS } from './shorthand.ts'
 
-// Compile-time guard: adding a field to SamplingParams without listing it above fails the typecheck.
-type UnlistedSamplingKey = Exclude<keyof SamplingParams, (typeof SAMPLING_KEYS)[number]>
-const allSamplingKeysListed: [UnlistedSamplingKey] extends [never] ? true : UnlistedSamplingKey = true
-void allSamplingKeysListed
+/** The vLLM route of each request kind, as worker-vllm's `openai_route` names it. */
+export const OPENAI_ROUTE: Readonly<Record<RequestKind, '/v1/chat/completions' | '/v1/completions' | '/v1/embeddings'>> = {
+  chat: '/v1/chat/completions',
+  completion: '/v1/completions',
+  embedding: '/v1/embeddings',
+}
 
 /**
- * The body for `POST /openai/v1/chat/completions` (kind `chat`) or `/completions` (kind `completion`).
- * Streaming requests always ask for usage: podgate settles quotas from it, whatever the caller asked.
+ * The body for `POST /openai/v1/chat/completions`, `/completions` or `/embeddings`: the caller's body,
+ * `model` rewritten to the served name. Streams always ask for usage (`stream_options.include_usage`):
+ * podgate settles quotas from it and strips the usage chunk when the caller did not ask for it.
  *
  * @example
  * toOpenAIBody(request, 'meta-llama/Llama-3.1-8B-Instruct')
- * // { model, messages, max_tokens: 512, temperature: 0.7, stream: true, stream_options: { include_usage: true } }
+ * // { ...callerBody, model: 'meta-llama/Llama-3.1-8B-Instruct', stream_options: { include_usage: true } }
  */
 export function toOpenAIBody(req: NormalizedRequest, servedModelName: string): Record<string, unknown> {
-  const body: Record<string, unknown> = { model: servedModelName }
-  if (req.kind === 'chat') body.messages = messagesOf(req)
-  else body.prompt = promptOf(req)
-  copySampling(req.sampling, body)
-  body.stream = req.stream
-  if (req.stream) body.stream_options = { include_usage: true }
+  const body: Record<string, unknown> = { ...req.body, model: servedModelName }
+  if (req.stream) {
+    const options = typeof body.stream_options === 'object' && body.stream_options !== null ? body.stream_options : {}
+    body.stream_options = { ...options, include_usage: true }
+  }
   return body
 }
 
 /**
- * worker-vllm's job `input` for `/run` and `/runsync`: `{messages}` or `{prompt}`, then
- * `sampling_params` (every set param, `max_tokens` included), then `stream`.
+ * worker-vllm's job `input` for `/run` and `/runsync`. The shorthand `{messages|prompt, sampling_params,
+ * stream}` when the request fits it; otherwise `{openai_route, openai_input}` with the OpenAI body.
  *
  * @example
- * await client.run(endpoint, { input: toNativeInput(request) })
+ * await client.run(endpoint, { input: toNativeInput(request, model.servedModelName) })
  */
-export function toNativeInput(req: NormalizedRequest): Record<string, unknown> {
+export function toNativeInput(req: NormalizedRequest, servedModelName: string = req.model): Record<string, unknown> {
+  if (!req.shorthand) return { openai_route: OPENAI_ROUTE[req.kind], openai_input: toOpenAIBody(req, servedModelName) }
   const input: Record<string, unknown> = {}
   if (req.kind === 'chat') input.messages = messagesOf(req)
   else input.prompt = promptOf(req)

@@ -37,6 +37,10 @@ export function assertJsonObject(body: unknown): asserts body is Record<string, 
   if (typeof body !== 'object' || body === null || Array.isArray(body)) {
     throw new GatewayError('invalid_request', 'The request body must be a JSON object')
   }
+  // Bodies are copied and forwarded member by member: a member that would become a prototype is refused.
+  if (Object.hasOwn(body, '__proto__')) {
+    throw new GatewayError('invalid_request', 'Unrecognized request argument supplied: __proto__', { param: '__proto__' })
+  }
 }
 
 /** The `invalid_request` error for the first of `issues` (zod lists them in schema field order). */

@@ -1,15 +1,20 @@
 /**
- * The OpenAI-compatible surface: `POST /chat/completions`, `POST /completions`, `GET /models`.
- * Each call flows one way: body -> model + scope -> normalize -> pipeline stages -> upstream.
+ * The OpenAI-compatible surface: `POST /chat/completions`, `POST /completions`, `POST /embeddings`,
+ * `GET /models`, served at `/v1` (model from the body) and at Runpod's own URL shape
+ * `/v2/<model>/openai/v1` (model from the path). Each call flows one way:
+ * body -> model + scope -> normalize -> pipeline stages -> upstream.
  */
 import { Hono } from 'hono'
 import type { Context } from 'hono'
+import { GatewayError } from '../errors/index.ts'
 import { readJsonBody } from '../http/body.ts'
-import { assertJsonObject, normalizeChatRequest, normalizeCompletionRequest } from '../normalize/index.ts'
+import { assertJsonObject, normalizeChatRequest, normalizeCompletionRequest, normalizeEmbeddingRequest } from '../normalize/index.ts'
+import type { NormalizedRequest, RequestKind } from '../normalize/index.ts'
 import { composeStages, createCompletionContext } from '../pipeline/index.ts'
 import type { CompletionHandler, CompletionStage } from '../pipeline/index.ts'
 import { modelFor } from '../routing/models.ts'
-import type { ModelTable } from '../routing/models.ts'
+import type { ModelTable, ResolvedModel } from '../routing/models.ts'
+import type { ModelConfig } from '../config/schema.ts'
 import type { GatewayEnv } from '../types.ts'
 
 export interface OpenAIRoutesOptions {
@@ -21,25 +26,58 @@ export interface OpenAIRoutesOptions {
   dispatch: CompletionHandler
 }
 
+const NORMALIZE: Record<RequestKind, (body: unknown, model: ModelConfig, alias: string) => NormalizedRequest> = {
+  chat: normalizeChatRequest,
+  completion: normalizeCompletionRequest,
+  embedding: normalizeEmbeddingRequest,
+}
+
+/** `/v1/*`: the model is the body's `model`, a podgate alias. */
 export function openaiRoutes(options: OpenAIRoutesOptions): Hono<GatewayEnv> {
+  return surface(options, (c, body) => modelFor(options.models, body.model, c.get('principal')), '')
+}
+
+/**
+ * `/v2/<model>/openai/v1/*` (mount at `/v2`): Runpod's URL shape, which `@runpod/ai-sdk-provider` and
+ * clients pointed at `api.runpod.ai` use. The path names the model; the body's `model` may be that
+ * alias or its served model name.
+ */
+export function runpodOpenAIRoutes(options: OpenAIRoutesOptions): Hono<GatewayEnv> {
+  return surface(options, (c, body) => {
+    const model = modelFor(options.models, c.req.param('model'), c.get('principal'))
+    if (body.model !== undefined && body.model !== model.alias && body.model !== model.servedModelName) {
+      const named = typeof body.model === 'string' ? `'${body.model.slice(0, 128)}'` : `a ${body.model === null ? 'null' : typeof body.model}`
+      throw new GatewayError('invalid_request', `The body's model ${named} is not the model this URL serves: send '${model.alias}' or '${model.servedModelName}'.`, { param: 'model' })
+    }
+    // The normalizer reads the alias; the upstream body gets the served name as on `/v1`.
+    body.model = model.alias
+    return model
+  }, '/:model/openai/v1')
+}
+
+type ModelResolver = (c: Context<GatewayEnv>, body: Record<string, unknown>) => ResolvedModel
+
+function surface(options: OpenAIRoutesOptions, resolve: ModelResolver, prefix: string): Hono<GatewayEnv> {
   const app = new Hono<GatewayEnv>()
   const run = composeStages(options.stages, options.dispatch)
 
-  async function complete(c: Context<GatewayEnv>, kind: 'chat' | 'completion'): Promise<Response> {
+  async function complete(c: Context<GatewayEnv>, kind: RequestKind): Promise<Response> {
     const body = await readJsonBody(c.req.raw, options.maxBodyBytes)
     assertJsonObject(body)
-    const model = modelFor(options.models, body.model, c.get('principal'))
-    const request = kind === 'chat' ? normalizeChatRequest(body, model.config, model.alias) : normalizeCompletionRequest(body, model.config, model.alias)
+    const model = resolve(c, body)
+    const request = NORMALIZE[kind](body, model.config, model.alias)
     return run(createCompletionContext(c, request, model))
   }
 
-  app.post('/chat/completions', (c) => complete(c, 'chat'))
-  app.post('/completions', (c) => complete(c, 'completion'))
+  app.post(`${prefix}/chat/completions`, (c) => complete(c, 'chat'))
+  app.post(`${prefix}/completions`, (c) => complete(c, 'completion'))
+  app.post(`${prefix}/embeddings`, (c) => complete(c, 'embedding'))
 
-  app.get('/models', (c) => {
+  app.get(`${prefix}/models`, (c) => {
     const allowed = c.get('principal').models
+    const only = c.req.param('model')
     const data = [...options.models.keys()]
-      .filter((alias) => allowed === null || allowed.includes(alias))
+      .filter((alias) => (allowed === null || allowed.includes(alias)) && (only === undefined || alias === only))
       .map((id) => ({ id, object: 'model', created: 0, owned_by: 'podgate' }))
     return c.json({ object: 'list', data })
   })

@@ -10,7 +10,7 @@ import * as z from 'zod'
 import { createKeySchema, updateKeySchema } from '../admin/keys-routes.ts'
 import { mintTokenSchema } from '../auth/token-routes.ts'
 import { purgeSchema } from '../cache/routes.ts'
-import { chatCompletionRequestSchema, completionRequestSchema } from '../normalize/schemas.ts'
+import { chatCompletionRequestSchema, completionRequestSchema, embeddingRequestSchema } from '../normalize/schemas.ts'
 
 export type Security = 'key' | 'admin' | 'none'
 
@@ -52,7 +52,26 @@ export const OPERATIONS: Record<string, OperationSpec> = {
     response: 'Completion',
     streams: true,
   },
+  'POST /v1/embeddings': {
+    summary: 'Create embeddings',
+    description: 'OpenAI-compatible; `encoding_format`, `dimensions` and any other field pass through to the endpoint.',
+    tag: 'OpenAI',
+    security: 'key',
+    requestBody: 'EmbeddingRequest',
+  },
   'GET /v1/models': { summary: 'List the models this key may use', tag: 'OpenAI', security: 'key', response: 'ModelList' },
+  'POST /v2/:model/openai/v1/chat/completions': {
+    summary: 'Create a chat completion (Runpod\'s URL shape)',
+    description: 'Serves what `POST /v1/chat/completions` serves, for the model in the path. The body\'s `model` may be the alias or the served model name.',
+    tag: 'OpenAI',
+    security: 'key',
+    requestBody: 'ChatCompletionRequest',
+    response: 'ChatCompletion',
+    streams: true,
+  },
+  'POST /v2/:model/openai/v1/completions': { summary: 'Create a completion (Runpod\'s URL shape)', tag: 'OpenAI', security: 'key', requestBody: 'CompletionRequest', response: 'Completion', streams: true },
+  'POST /v2/:model/openai/v1/embeddings': { summary: 'Create embeddings (Runpod\'s URL shape)', tag: 'OpenAI', security: 'key', requestBody: 'EmbeddingRequest' },
+  'GET /v2/:model/openai/v1/models': { summary: 'The model of the path, if this key may use it (Runpod\'s URL shape)', tag: 'OpenAI', security: 'key', response: 'ModelList' },
   'POST /v1/tokens': {
     summary: 'Mint a short-lived token from a secret key',
     description: 'For an app\'s backend: the token (pg_tk_) may be handed to a browser. Its scope can only narrow the key\'s.',
@@ -101,6 +120,7 @@ export function requestSchemas(): Record<string, unknown> {
   return {
     ChatCompletionRequest: toSchema(chatCompletionRequestSchema),
     CompletionRequest: toSchema(completionRequestSchema),
+    EmbeddingRequest: toSchema(embeddingRequestSchema),
     CreateKeyRequest: toSchema(createKeySchema),
     UpdateKeyRequest: toSchema(updateKeySchema),
     MintTokenRequest: toSchema(mintTokenSchema),

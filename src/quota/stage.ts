@@ -48,13 +48,13 @@ export function quotaStage(service: QuotaService): CompletionStage {
 }
 
 /**
- * What a request reserves: its prompt at ~4 characters a token (cheap, and settling corrects it) plus
- * every token it may generate.
+ * What a request reserves: its prompt estimate (text at ~4 characters a token, token ids one each, a
+ * fixed cost per image / audio / video part, tool definitions and response schemas as text; see
+ * `RequestEstimate`) plus every token it may generate: max_tokens for each prompt × max(n, best_of).
+ * Settling from the upstream's usage corrects it.
  */
 export function estimateTokens(request: NormalizedRequest): number {
-  let chars = request.prompt?.length ?? 0
-  for (const message of request.messages ?? []) chars += message.content.length
-  return Math.ceil(chars / 4) + request.sampling.max_tokens * (request.sampling.n ?? 1)
+  return request.estimate.promptTokens + request.sampling.max_tokens * request.estimate.sequences
 }
 
 export function tokensToCharge(outcome: CompletionOutcome, reserved: number): number {

@@ -38,6 +38,11 @@ export interface NativeDecoderOptions {
    * `finish()` (classic `usage` items, or a count flagged `estimated`).
    */
   onUsage?(usage: Usage, meta: UsageMeta): void
+  /**
+   * Called with vLLM's own usage chunk (SSE output only; `id`, `model` and `created` rewritten), so a
+   * caller who asked for usage gets it whole (`prompt_tokens_details` and all).
+   */
+  onUsageChunk?(chunk: Record<string, unknown>): void
   /** Most characters one SSE event may buffer before the stream is refused. Default 4 Mi. */
   maxEventChars?: number
 }
@@ -199,7 +204,15 @@ export function createNativeStreamDecoder(options: NativeDecoderOptions): Native
     if (choices.length === 0) {
       // vLLM's usage chunk. A chunk with neither choices nor usage carries nothing to relay.
       const usage = readUsage(value.usage)
-      if (usage) reportUsage(usage, false)
+      if (usage) {
+        if (!usageReported && options.onUsageChunk) {
+          value.id = id
+          value.model = model
+          value.created = created
+          options.onUsageChunk(value)
+        }
+        reportUsage(usage, false)
+      }
       return
     }
     if (value.object !== chunkObject) {

@@ -30,8 +30,13 @@ export function upstreamErrorMessage(value: unknown): string | undefined {
   return undefined
 }
 
-/** The error podgate raises for a worker or model failure, with the upstream text cut to a safe length. */
+/**
+ * The error podgate raises for a worker or model failure, with the upstream text cut to a safe length.
+ * A refusal that current worker-vllm wrapped (`vLLM returned HTTP 400: <body>`) becomes that 4xx again.
+ */
 export function workerFailure(message: string): GatewayError {
+  const refusal = upstreamRefusal(message)
+  if (refusal) return refusal
   const detail = message.length > MAX_UPSTREAM_MESSAGE ? `${message.slice(0, MAX_UPSTREAM_MESSAGE)}…` : message
   return new GatewayError('upstream_error', `The model worker failed: ${detail}`)
 }
@@ -51,4 +56,42 @@ export function readUsage(value: unknown): Usage | undefined {
 
 export function isCount(value: unknown): value is number {
   return typeof value === 'number' && Number.isInteger(value) && value >= 0
+}
+
+/** worker-vllm >= v2.24 wraps vLLM's error answers: `vLLM returned HTTP 400: {"error":{...}}`. */
+const WRAPPED_REFUSAL = /^vLLM returned HTTP (4\d\d):\s*([\s\S]*)$/
+/** 4xx answers that are the operator's to fix (credentials, served model name), not the caller's. */
+const OPERATOR_STATUSES = new Set([401, 403, 404, 407, 429])
+
+/**
+ * vLLM's refusal of the caller's request (e.g. `"auto" tool choice requires --enable-auto-tool-choice`)
+ * as `invalid_request` with vLLM's status and message, or undefined when `message` is no wrapped 4xx.
+ * A refusal is the caller's to fix: never retried, never counted against the endpoint.
+ */
+export function upstreamRefusal(message: string): GatewayError | undefined {
+  const match = WRAPPED_REFUSAL.exec(message)
+  if (!match) return undefined
+  const status = Number(match[1])
+  if (OPERATOR_STATUSES.has(status)) return undefined
+  return refusalError(status, match[2] ?? '')
+}
+
+/** The `invalid_request` error for a vLLM 4xx whose body is `body` (vLLM's JSON error, or text). */
+export function refusalError(status: number, body: string): GatewayError {
+  let message: string | undefined
+  try {
+    message = upstreamErrorMessage(JSON.parse(body))
+  } catch {
+    message = body.trim() || undefined
+  }
+  if (message === undefined || message === 'unknown error') message = 'The model rejected the request.'
+  const detail = message.length > MAX_REFUSAL_MESSAGE ? `${message.slice(0, MAX_REFUSAL_MESSAGE)}…` : message
+  return new GatewayError('invalid_request', detail, { status })
+}
+
+const MAX_REFUSAL_MESSAGE = 1_000
+
+/** An upstream refusal of the caller's request: relayed as is, never retried on another endpoint. */
+export function isRefusal(error: unknown): boolean {
+  return error instanceof GatewayError && error.code === 'invalid_request'
 }

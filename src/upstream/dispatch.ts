@@ -1,6 +1,10 @@
 /**
  * The pipeline's last step: orders the model's endpoints (weighted, breaker-aware) and serves the
  * request in the mode of the endpoint each attempt lands on, failing over before the first byte.
+ *
+ * A model may mix `openai` and `native` endpoints: the endpoints of the first pick's mode are tried
+ * first (each mode's handler owns its retries, hedging and timeouts), and when all of them failed in a
+ * way worth retrying, before any output, the other mode's endpoints are tried the same way.
  */
 import type { ResolvedOptions } from '../config/schema.ts'
 import { waitUntilOf } from '../http/context.ts'
@@ -10,8 +14,9 @@ import { EndpointBreaker } from './breaker.ts'
 import { nativeJson } from './native.ts'
 import { nativeStream } from './native-stream.ts'
 import { openaiRouteCompletion } from './openai-route.ts'
-import { RetryPlan } from './retry.ts'
-import type { RunpodClient } from './runpod/client.ts'
+import { isRetryable, RetryPlan } from './retry.ts'
+import type { Endpoint, RunpodClient } from './runpod/client.ts'
+import type { CompletionCall } from './types.ts'
 
 export interface DispatchOptions {
   client: RunpodClient
@@ -22,23 +27,42 @@ export interface DispatchOptions {
 
 export function createDispatcher(options: DispatchOptions): CompletionHandler {
   const breaker = options.breaker ?? new EndpointBreaker()
-  return function dispatch(ctx: CompletionContext): Promise<Response> {
+  return async function dispatch(ctx: CompletionContext): Promise<Response> {
     const signal = ctx.c.req.raw.signal
     const ordered = orderEndpoints(ctx.model, (e) => breaker.isOpen(e))
-    // Mixed-mode models fail over only among endpoints of the mode the first pick chose.
-    const mode = ordered[0]?.mode ?? ctx.model.config.mode
-    const endpoints = ordered.filter((e) => e.mode === mode)
-    const call = {
-      client: options.client,
-      runpod: options.runpod,
-      model: ctx.model,
-      plan: new RetryPlan({ endpoints, resilience: ctx.model.config.resilience, breaker, signal }),
-      request: ctx.request,
-      signal,
-      waitUntil: waitUntilOf(ctx.c),
-      settle: ctx.settle,
+    const groups = byMode(ordered, ctx.model.config.mode)
+    for (let i = 0; ; i++) {
+      const { mode, endpoints } = groups[i]!
+      const last = i === groups.length - 1
+      const call: CompletionCall = {
+        client: options.client,
+        runpod: options.runpod,
+        model: ctx.model,
+        plan: new RetryPlan({ endpoints, resilience: ctx.model.config.resilience, breaker, signal }),
+        request: ctx.request,
+        signal,
+        waitUntil: waitUntilOf(ctx.c),
+        // A group that failed before any output may be followed by the other mode's: its failure is not
+        // the outcome yet (and if it is, the pipeline settles the error this throws).
+        settle: last ? ctx.settle : (outcome) => (outcome.ok || outcome.producedOutput ? ctx.settle(outcome) : undefined),
+      }
+      try {
+        if (mode === 'openai') return await openaiRouteCompletion(call)
+        return await (ctx.request.stream ? nativeStream(call) : nativeJson(call))
+      } catch (error) {
+        if (last || !isRetryable(error) || signal?.aborted) throw error
+      }
     }
-    if (mode === 'openai') return openaiRouteCompletion(call)
-    return ctx.request.stream ? nativeStream(call) : nativeJson(call)
   }
+}
+
+/** The endpoints grouped by mode, the first pick's mode first, each group in the given order. */
+function byMode(ordered: readonly Endpoint[], fallback: Endpoint['mode']): { mode: Endpoint['mode']; endpoints: Endpoint[] }[] {
+  const groups: { mode: Endpoint['mode']; endpoints: Endpoint[] }[] = []
+  for (const endpoint of ordered) {
+    const group = groups.find((g) => g.mode === endpoint.mode)
+    if (group) group.endpoints.push(endpoint)
+    else groups.push({ mode: endpoint.mode, endpoints: [endpoint] })
+  }
+  return groups.length > 0 ? groups : [{ mode: fallback, endpoints: [] }]
 }

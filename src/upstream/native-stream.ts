@@ -15,6 +15,7 @@ import { createNativeStreamDecoder } from '../streaming/native-decoder.ts'
 import type { NativeStreamDecoder } from '../streaming/native-decoder.ts'
 import { DONE, encodeSSEData, sseErrorEvent } from '../streaming/openai-chunks.ts'
 import { jobFailure } from './native.ts'
+import { isRefusal } from '../streaming/vllm.ts'
 import { retryableFailure, sleep } from './retry.ts'
 import { isTerminal } from './runpod/client.ts'
 import type { Endpoint, JobStream } from './runpod/client.ts'
@@ -35,6 +36,8 @@ interface Attempt {
   /** SSE text decoded but not yet sent: a page's events go out as one write, not one per token. */
   pending: string
   usage: TokenUsage | undefined
+  /** vLLM's own usage chunk, relayed as is when the caller asked for usage. */
+  usageChunk: Record<string, unknown> | undefined
   /** A terminal status was seen: nothing to cancel upstream. */
   ended: boolean
   /** COMPLETED was seen and the decoder finished cleanly. */
@@ -54,7 +57,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
   const id = completionId(request.kind)
   const created = Math.floor(started / 1000)
   const object = request.kind === 'chat' ? 'chat.completion.chunk' : 'text_completion'
-  const input = { input: toNativeInput(request) }
+  const input = { input: toNativeInput(request, model.servedModelName) }
 
   const callerGone = new AbortController()
   const signal = call.signal ? AbortSignal.any([call.signal, callerGone.signal]) : callerGone.signal
@@ -99,6 +102,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
       status,
       pending: '',
       usage: undefined,
+      usageChunk: undefined,
       ended: false,
       completed: false,
       abort: new AbortController(),
@@ -112,6 +116,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
         maxTokens: request.sampling.max_tokens,
         onChunk: (chunk) => (attempt.pending += `data: ${JSON.stringify(chunk)}\n\n`),
         onUsage: (u) => (attempt.usage = { prompt_tokens: u.prompt_tokens, completion_tokens: u.completion_tokens, total_tokens: u.total_tokens }),
+        onUsageChunk: (chunk) => (attempt.usageChunk = chunk),
       }),
     }
     return attempt
@@ -216,7 +221,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
           throw error
         }
         // Nothing of this attempt reached the caller: another endpoint may run the request afresh.
-        const failure = result.ok ? retryableFailure(toGatewayError(error)) : error
+        const failure = result.ok && !isRefusal(error) ? retryableFailure(toGatewayError(error)) : error
         drop(attempt)
         if (live.size > 0) {
           plan.recordFailure(failure, attempt.endpoint)
@@ -280,7 +285,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
       if (winner.pending.length === 0) emit(HEARTBEAT)
     }
     call.settle({ ok: true, usage })
-    if (usage && request.includeUsage) emit(encodeSSEData(JSON.stringify({ id, object, created, model: model.alias, choices: [], usage })))
+    if (usage && request.includeUsage) emit(encodeSSEData(JSON.stringify(winner.usageChunk ?? { id, object, created, model: model.alias, choices: [], usage })))
     emit(DONE)
     closed = true
     controller.close()

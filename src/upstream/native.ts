@@ -9,20 +9,20 @@
  */
 import { GatewayError } from '../errors/index.ts'
 import { toNativeInput } from '../normalize/index.ts'
-import { workerFailure } from '../streaming/vllm.ts'
+import { isRecord, isRefusal, readUsage, upstreamErrorMessage, workerFailure } from '../streaming/vllm.ts'
 import { retryableFailure, sleep } from './retry.ts'
 import { nativeOutputToOpenAI } from './runpod/output.ts'
 import { isTerminal } from './runpod/client.ts'
 import type { JobStatus } from './runpod/client.ts'
 import { completionId } from './types.ts'
-import type { CompletionCall } from './types.ts'
+import type { CompletionCall, TokenUsage } from './types.ts'
 
 export async function nativeJson(call: CompletionCall): Promise<Response> {
   const { client, runpod, request, model, plan } = call
   const timeoutMs = Math.min(runpod.timeoutMs, model.config.resilience.timeouts.totalMs)
   const deadline = Date.now() + timeoutMs
   const job = await plan.run(async (endpoint) => {
-    let job = await client.runsync(endpoint, { input: toNativeInput(request) }, { waitMs: Math.max(1_000, Math.min(runpod.runsyncWaitMs, deadline - Date.now())), signal: call.signal })
+    let job = await client.runsync(endpoint, { input: toNativeInput(request, model.servedModelName) }, { waitMs: Math.max(1_000, Math.min(runpod.runsyncWaitMs, deadline - Date.now())), signal: call.signal })
     try {
       let delay = 250
       while (!isTerminal(job.status)) {
@@ -37,9 +37,17 @@ export async function nativeJson(call: CompletionCall): Promise<Response> {
       throw error
     }
     // The job has ended without output, so another endpoint may run it without running it twice.
-    if (job.status !== 'COMPLETED') throw retryableFailure(jobFailure(job))
+    if (job.status !== 'COMPLETED') throw failedJob(job)
+    // current worker-vllm reports vLLM's refusal as the job's output: the caller's to fix, not retried.
+    const refusal = refusalIn(job.output)
+    if (refusal) throw refusal
     return job
   })
+  if (request.kind === 'embedding') {
+    const { body, usage } = embeddingOutput(job.output, model.alias)
+    call.settle({ ok: true, usage })
+    return Response.json(body)
+  }
   const { body, usage } = nativeOutputToOpenAI(job.output, {
     kind: request.kind,
     model: model.alias,
@@ -50,6 +58,39 @@ export async function nativeJson(call: CompletionCall): Promise<Response> {
   })
   call.settle({ ok: true, usage })
   return Response.json(body)
+}
+
+/** A job that ended without output: retried on the next endpoint, unless vLLM refused the request. */
+export function failedJob(job: Pick<JobStatus, 'status' | 'error'>): GatewayError {
+  const failure = jobFailure(job)
+  return isRefusal(failure) ? failure : retryableFailure(failure)
+}
+
+function refusalIn(output: unknown): GatewayError | undefined {
+  const items: unknown[] = Array.isArray(output) ? output : [output]
+  for (const item of items) {
+    const message = upstreamErrorMessage(item)
+    if (message === undefined) continue
+    const failure = workerFailure(message)
+    if (isRefusal(failure)) return failure
+  }
+  return undefined
+}
+
+/** The embeddings list an `openai_route` job returned, `model` written as the alias. */
+function embeddingOutput(output: unknown, alias: string): { body: Record<string, unknown>; usage: TokenUsage | undefined } {
+  const items: unknown[] = Array.isArray(output) ? output : [output]
+  for (const item of items) {
+    const message = upstreamErrorMessage(item)
+    if (message !== undefined) throw workerFailure(message)
+  }
+  const body = items[0]
+  if (items.length !== 1 || !isRecord(body) || !Array.isArray(body.data)) {
+    throw new GatewayError('upstream_error', 'The model worker returned something other than an embeddings list.')
+  }
+  body.model = alias
+  const usage = readUsage(body.usage)
+  return { body, usage: usage ?? undefined }
 }
 
 export function jobFailure(job: Pick<JobStatus, 'status' | 'error'>): GatewayError {

@@ -11,14 +11,17 @@ import { toOpenAIBody } from '../normalize/index.ts'
 import { createOpenAIRelay } from '../streaming/openai-relay.ts'
 import { GatewayError } from '../errors/index.ts'
 import { retryableFailure } from './retry.ts'
+import { upstreamErrorMessage, workerFailure } from '../streaming/vllm.ts'
 import { SSE_HEADERS } from './types.ts'
 import type { CompletionCall, TokenUsage } from './types.ts'
+
+const ROUTE_PATH = { chat: '/chat/completions', completion: '/completions', embedding: '/embeddings' } as const
 
 export async function openaiRouteCompletion(call: CompletionCall): Promise<Response> {
   const { request, model, client, plan } = call
   const { timeouts } = model.config.resilience
   const started = Date.now()
-  const path = request.kind === 'chat' ? '/chat/completions' : '/completions'
+  const path = ROUTE_PATH[request.kind]
   const body = toOpenAIBody(request, model.servedModelName)
 
   if (request.stream) {
@@ -58,7 +61,9 @@ export async function openaiRouteCompletion(call: CompletionCall): Promise<Respo
     } catch (cause) {
       throw new GatewayError('upstream_error', 'The upstream answered with a body that is not JSON, or it broke off.', { cause })
     }
-    if (typeof json !== 'object' || json === null || !Array.isArray(json.choices)) {
+    const message = upstreamErrorMessage(json)
+    if (message !== undefined) throw workerFailure(message)
+    if (typeof json !== 'object' || json === null || !Array.isArray(request.kind === 'embedding' ? json.data : json.choices)) {
       throw new GatewayError('upstream_error', 'The upstream answered with an unexpected completion shape.')
     }
     json.model = model.alias

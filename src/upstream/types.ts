@@ -2,7 +2,7 @@
  * What a completion call needs from the request path, whichever upstream mode serves it.
  */
 import type { ResolvedOptions } from '../config/schema.ts'
-import type { NormalizedRequest } from '../normalize/types.ts'
+import type { NormalizedRequest, RequestKind } from '../normalize/types.ts'
 import type { ResolvedModel } from '../routing/models.ts'
 import type { RunpodClient } from './runpod/client.ts'
 import type { CompletionOutcome } from '../pipeline/stage.ts'
@@ -33,6 +33,8 @@ export const SSE_HEADERS: Readonly<Record<string, string>> = {
   'x-accel-buffering': 'no',
 }
 
-export function completionId(kind: 'chat' | 'completion'): string {
-  return `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${crypto.randomUUID().replaceAll('-', '')}`
+const ID_PREFIX: Record<RequestKind, string> = { chat: 'chatcmpl', completion: 'cmpl', embedding: 'embd' }
+
+export function completionId(kind: RequestKind): string {
+  return `${ID_PREFIX[kind]}-${crypto.randomUUID().replaceAll('-', '')}`
 }

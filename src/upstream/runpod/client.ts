@@ -7,6 +7,7 @@
  */
 import { GatewayError } from '../../errors/index.ts'
 import type { EndpointConfig } from '../../config/schema.ts'
+import { refusalError, upstreamRefusal } from '../../streaming/vllm.ts'
 
 export type JobState = 'IN_QUEUE' | 'IN_PROGRESS' | 'RUNNING' | 'COMPLETED' | 'FAILED' | 'CANCELLED' | 'TIMED_OUT'
 
@@ -150,7 +151,7 @@ export class RunpodClient {
    * A call to Runpod's OpenAI-compatible route (`/openai/v1/...`). Returns the raw Response on 2xx so a
    * stream can be relayed as it arrives; throws a GatewayError otherwise.
    */
-  async openai(endpoint: Endpoint, path: '/chat/completions' | '/completions' | '/models', body: unknown, options: CallOptions = {}): Promise<Response> {
+  async openai(endpoint: Endpoint, path: '/chat/completions' | '/completions' | '/embeddings' | '/models', body: unknown, options: CallOptions = {}): Promise<Response> {
     const { response, clear } = await this.#send(endpoint, `openai/v1${path}`, body === undefined ? { method: 'GET' } : { method: 'POST', body }, options)
     if (!response.ok) {
       clear()
@@ -218,10 +219,11 @@ export async function upstreamHttpError(response: Response): Promise<GatewayErro
     const headers: Record<string, string> = retryAfterSeconds === undefined ? {} : { 'retry-after': String(retryAfterSeconds) }
     return new GatewayError('upstream_rate_limited', 'The model endpoint is rate limited. Retry shortly.', { headers, cause })
   }
-  if (status === 400 || status === 422) {
-    const message = upstreamMessage(text)
-    return new GatewayError('invalid_request', message ? `The model rejected the request: ${message}` : 'The model rejected the request.')
-  }
+  // vLLM's 4xx (and a 4xx that worker-vllm wrapped, whatever status carried it) is the caller's to fix:
+  // relayed with vLLM's status and message.
+  const wrapped = upstreamRefusal(upstreamMessage(text) ?? '')
+  if (wrapped) return wrapped
+  if (status === 400 || status === 413 || status === 422) return refusalError(status, text)
   if (status === 401 || status === 403) {
     return new GatewayError('upstream_error', 'The upstream refused podgate\'s credentials. The operator must check RUNPOD_API_KEY.')
   }
@@ -254,7 +256,7 @@ function upstreamMessage(text: string): string | undefined {
       : typeof body.error === 'object' && body.error !== null && typeof (body.error as { message?: unknown }).message === 'string'
         ? (body.error as { message: string }).message
         : undefined
-    return message?.slice(0, 500)
+    return message
   } catch {
     return undefined
   }

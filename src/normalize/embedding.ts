@@ -1,0 +1,35 @@
+/**
+ * `POST /v1/embeddings` body -> NormalizedRequest: validate `input` (a string, strings, token ids or
+ * arrays of token ids) and forward everything else (`encoding_format`, `dimensions`, ...) unchanged.
+ * Embeddings have no native shorthand: native endpoints get an `openai_route` job.
+ */
+import type { ModelConfig } from '../config/schema.ts'
+import { textOrTokensCost } from './estimate.ts'
+import { embeddingRequestSchema } from './schemas.ts'
+import { assertKind } from './sampling.ts'
+import { assertJsonObject, parseRequest } from './zod-errors.ts'
+import type { NormalizedRequest } from './types.ts'
+
+/**
+ * @example
+ * const request = normalizeEmbeddingRequest({ model: 'embed', input: ['a', 'b'] }, config.models['embed'], 'embed')
+ * // request.estimate: { promptTokens: 2, sequences: 0 }
+ */
+export function normalizeEmbeddingRequest(body: unknown, model: ModelConfig, alias: string): NormalizedRequest {
+  assertJsonObject(body)
+  assertKind('embedding', model, alias)
+  const req = parseRequest(embeddingRequestSchema, body)
+  const cost = textOrTokensCost(req.input, 'input')
+  const normalized: NormalizedRequest = {
+    kind: 'embedding',
+    model: alias,
+    stream: false,
+    includeUsage: false,
+    body: { ...body },
+    shorthand: false,
+    sampling: { max_tokens: 0 },
+    estimate: { promptTokens: cost.tokens, sequences: 0 },
+  }
+  if (req.user != null) normalized.user = req.user
+  return normalized
+}

@@ -1,0 +1,128 @@
+/**
+ * Whether a forwarded body fits worker-vllm's native job input (`{messages|prompt, sampling_params,
+ * stream}`, runpod-api.md §2), and that input's parts when it does.
+ *
+ * A body fits only when every field it carries has a native equivalent: text-only messages in the roles
+ * every chat template knows, one string prompt, and sampling params of the types worker-vllm takes. Any
+ * other field (tools, response_format, logprobs, media parts, template kwargs, unknown fields) means the
+ * request goes as an `openai_route` job instead, so nothing is dropped on the way.
+ */
+import * as z from 'zod'
+import { MAX_STOP_SEQUENCES } from './schemas.ts'
+import type { NormalizedMessage, SamplingParams } from './types.ts'
+
+const stopString = z.string().min(1).max(1_000)
+
+/** worker-vllm's sampling params in the types its native input takes; names are OpenAI's or vLLM's. */
+const nativeSamplingSchema = z.strictObject({
+  max_tokens: z.number().int().min(1).optional(),
+  n: z.number().int().min(1).optional(),
+  best_of: z.number().int().min(1).optional(),
+  temperature: z.number().min(0).max(2).optional(),
+  top_p: z.number().gt(0).max(1).optional(),
+  top_k: z.number().int().min(-1).optional(),
+  min_p: z.number().min(0).max(1).optional(),
+  presence_penalty: z.number().min(-2).max(2).optional(),
+  frequency_penalty: z.number().min(-2).max(2).optional(),
+  repetition_penalty: z.number().gt(0).max(2).optional(),
+  length_penalty: z.number().optional(),
+  stop: z.union([stopString, z.array(stopString).max(MAX_STOP_SEQUENCES)]).optional(),
+  stop_token_ids: z.array(z.number().int().min(0)).max(64).optional(),
+  ignore_eos: z.boolean().optional(),
+  min_tokens: z.number().int().min(0).optional(),
+  skip_special_tokens: z.boolean().optional(),
+  spaces_between_special_tokens: z.boolean().optional(),
+  include_stop_str_in_output: z.boolean().optional(),
+  seed: z.number().int().optional(),
+})
+
+/** Every sampling param, in the order native inputs list them. */
+export const SAMPLING_KEYS = [
+  'max_tokens',
+  'n',
+  'best_of',
+  'temperature',
+  'top_p',
+  'top_k',
+  'min_p',
+  'presence_penalty',
+  'frequency_penalty',
+  'repetition_penalty',
+  'length_penalty',
+  'stop',
+  'stop_token_ids',
+  'ignore_eos',
+  'min_tokens',
+  'skip_special_tokens',
+  'spaces_between_special_tokens',
+  'include_stop_str_in_output',
+  'seed',
+] as const satisfies readonly (keyof SamplingParams)[]
+
+// Compile-time guard: adding a field to SamplingParams without listing it above fails the typecheck.
+type UnlistedSamplingKey = Exclude<keyof SamplingParams, (typeof SAMPLING_KEYS)[number]>
+const allSamplingKeysListed: [UnlistedSamplingKey] extends [never] ? true : UnlistedSamplingKey = true
+void allSamplingKeysListed
+
+/** Fields with no sampling meaning that the shorthand may leave out: `user` affects no output. */
+const FRAMING = new Set(['model', 'messages', 'prompt', 'stream', 'stream_options', 'user', 'max_completion_tokens'])
+const SAMPLING = new Set<string>(SAMPLING_KEYS)
+const NATIVE_ROLES = new Set(['system', 'developer', 'user', 'assistant'])
+
+/**
+ * The native sampling params of `body` (max_tokens resolved), or undefined when a field has no native
+ * equivalent. Null members count as not sent.
+ */
+export function shorthandSampling(body: Record<string, unknown>, maxTokens: number): SamplingParams | undefined {
+  const picked: Record<string, unknown> = {}
+  for (const [name, value] of Object.entries(body)) {
+    if (value === null || value === undefined) continue
+    if (name === 'stream_options') {
+      if (typeof value !== 'object' || Object.keys(value).some((k) => k !== 'include_usage')) return undefined
+      continue
+    }
+    if (FRAMING.has(name)) continue
+    if (!SAMPLING.has(name)) return undefined
+    picked[name] = value
+  }
+  const parsed = nativeSamplingSchema.safeParse(picked)
+  if (!parsed.success) return undefined
+  const values = parsed.data
+  const sampling: SamplingParams = { max_tokens: maxTokens }
+  for (const key of SAMPLING_KEYS) {
+    if (key === 'max_tokens') continue
+    const value = values[key]
+    if (value === undefined) continue
+    ;(sampling as unknown as Record<string, unknown>)[key] = key === 'stop' && typeof value === 'string' ? [value] : value
+  }
+  return sampling
+}
+
+/** Text-only messages in the shorthand's form, or undefined when one carries anything else. */
+export function shorthandMessages(messages: readonly unknown[]): NormalizedMessage[] | undefined {
+  const out: NormalizedMessage[] = []
+  for (const message of messages) {
+    if (typeof message !== 'object' || message === null) return undefined
+    const { role, content, name, ...rest } = message as Record<string, unknown>
+    if (Object.values(rest).some((v) => v !== null && v !== undefined)) return undefined
+    if (typeof role !== 'string' || !NATIVE_ROLES.has(role)) return undefined
+    if (name !== undefined && name !== null && typeof name !== 'string') return undefined
+    let text: string
+    if (typeof content === 'string') text = content
+    else if (Array.isArray(content) && content.length > 0) {
+      const parts: string[] = []
+      for (const part of content as unknown[]) {
+        if (typeof part !== 'object' || part === null) return undefined
+        const { type, text: partText, ...partRest } = part as Record<string, unknown>
+        if (type !== 'text' || typeof partText !== 'string' || Object.keys(partRest).length > 0) return undefined
+        parts.push(partText)
+      }
+      text = parts.join('\n')
+    } else return undefined
+    // vLLM's chat templates know `system`; `developer` is OpenAI's newer name for the same role.
+    const normalized: NormalizedMessage = { role: role === 'developer' ? 'system' : (role as NormalizedMessage['role']), content: text }
+    if (typeof name === 'string') normalized.name = name
+    out.push(normalized)
+  }
+  return out
+}

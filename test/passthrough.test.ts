@@ -1,0 +1,395 @@
+/**
+ * Pass-through through the whole gateway (issue 13): what callers send reaches the endpoint unchanged,
+ * what the endpoint answers (tool calls, reasoning, logprobs, usage, unknown fields) reaches the caller
+ * unchanged, on the OpenAI route and through native jobs of both worker-vllm generations.
+ *
+ * The upstream is a small scripted fake (the harness takes a `fetch`): it records each body and answers
+ * what the test wrote, so the test states exactly the bytes vLLM / worker-vllm would send.
+ */
+import fc from 'fast-check'
+import { describe, expect, it } from 'vitest'
+import type { GatewayOptions } from '../src/index.ts'
+import { createRunpodEmulator } from '../src/testing/index.ts'
+import { cutRandom } from '../src/streaming/__fixtures__/vllm.ts'
+import { authed, harness, readSSE, RUNPOD_KEY } from './helpers.ts'
+import { normalizeChatRequest, normalizeCompletionRequest } from '../src/normalize/index.ts'
+import { estimateTokens } from '../src/quota/stage.ts'
+import { modelSchema } from '../src/config/schema.ts'
+
+const SERVED = 'org/Served-Model-8B'
+
+const MODELS: GatewayOptions['models'] = {
+  openai: { endpoints: [{ endpointId: 'epopenai' }], mode: 'openai', servedModelName: SERVED },
+  native: { endpoints: [{ endpointId: 'epnative' }], mode: 'native', servedModelName: SERVED },
+  twice: { endpoints: [{ endpointId: 'epone' }, { endpointId: 'eptwo' }], mode: 'openai', servedModelName: SERVED },
+  // The weights make the first pick (nearly) certain: the failing endpoint is tried first.
+  nativefirst: { endpoints: [{ endpointId: 'epmixa', mode: 'native', weight: 1e6 }, { endpointId: 'epmixb', mode: 'openai', weight: 1e-6 }], servedModelName: SERVED },
+  openaifirst: { endpoints: [{ endpointId: 'epmixc', mode: 'openai', weight: 1e6 }, { endpointId: 'epmixd', mode: 'native', weight: 1e-6 }], servedModelName: SERVED },
+}
+
+interface Call {
+  endpoint: string
+  op: string
+  body: Record<string, unknown> | undefined
+}
+
+/** What the fake answers: per OpenAI-route call a Response, per native job its status and items. */
+interface Script {
+  openai?: (call: Call) => Response
+  job?: (call: Call) => { status: string; output?: unknown[]; error?: unknown }
+}
+
+function fakeUpstream(script: Script) {
+  const calls: Call[] = []
+  const jobs = new Map<string, ReturnType<NonNullable<Script['job']>>>()
+  async function fetchFake(input: RequestInfo | URL, init?: RequestInit): Promise<Response> {
+    const request = new Request(input, init)
+    const url = new URL(request.url)
+    const [, , endpoint = '', ...rest] = url.pathname.split('/')
+    const op = rest.join('/')
+    const text = request.method === 'POST' ? await request.text() : ''
+    const call: Call = { endpoint, op, body: text ? (JSON.parse(text) as Record<string, unknown>) : undefined }
+    calls.push(call)
+    if (op.startsWith('openai/v1/')) return script.openai!(call)
+    if (op === 'run' || op === 'runsync') {
+      const result = script.job!(call)
+      const id = `job${calls.length}`
+      jobs.set(id, result)
+      if (op === 'run') return Response.json({ id, status: 'IN_QUEUE' })
+      return Response.json({ id, status: result.status, output: result.output, error: result.error })
+    }
+    const [verb, id = ''] = op.split('/')
+    const job = jobs.get(id)
+    if (verb === 'stream' && job) return Response.json({ id, status: job.status, stream: (job.output ?? []).map((output) => ({ output })), error: job.error })
+    if (verb === 'status' && job) return Response.json({ id, status: job.status, output: job.output, error: job.error })
+    if (verb === 'cancel') return Response.json({ id, status: 'CANCELLED' })
+    return new Response('not found', { status: 404 })
+  }
+  return { calls, fetch: fetchFake as typeof fetch }
+}
+
+function setup(script: Script, overrides: Partial<GatewayOptions> = {}) {
+  const upstream = fakeUpstream(script)
+  const h = harness({ models: MODELS, fetch: upstream.fetch, ...overrides }, createRunpodEmulator({ apiKey: RUNPOD_KEY }))
+  return { h, calls: upstream.calls }
+}
+
+const head = { id: 'chatcmpl-up', object: 'chat.completion.chunk', created: 1_700_000_000, model: SERVED }
+const usage = { prompt_tokens: 12, completion_tokens: 9, total_tokens: 21, prompt_tokens_details: null }
+
+/** A vLLM stream with reasoning (both names), a tool call in fragments, logprobs, stop_reason and a field no release has yet. */
+const TOOL_STREAM = [
+  { ...head, choices: [{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }], prompt_token_ids: null },
+  { ...head, choices: [{ index: 0, delta: { reasoning: 'Need ', reasoning_content: 'Need ' }, logprobs: null, finish_reason: null }] },
+  { ...head, choices: [{ index: 0, delta: { reasoning: 'weather.', reasoning_content: 'weather.' }, logprobs: null, finish_reason: null }] },
+  { ...head, choices: [{ index: 0, delta: { content: null, tool_calls: [{ id: 'chatcmpl-tool-abc', type: 'function', index: 0, function: { name: 'get_weather' } }] }, logprobs: null, finish_reason: null }] },
+  { ...head, choices: [{ index: 0, delta: { tool_calls: [{ index: 0, function: { arguments: '{"city": "Pa' } }] }, logprobs: { content: [{ token: '{"', logprob: -0.01, bytes: [123, 34], top_logprobs: [{ token: '{"', logprob: -0.01, bytes: [123, 34] }] }] }, finish_reason: null }] },
+  { ...head, choices: [{ index: 0, delta: { tool_calls: [{ index: 0, function: { arguments: 'ris ✓"}' } }] }, logprobs: null, finish_reason: null, future_choice_field: 1 }], future_top_field: { a: [1] } },
+  { ...head, choices: [{ index: 0, delta: { content: '' }, logprobs: null, finish_reason: 'tool_calls', stop_reason: null }] },
+  { ...head, choices: [], usage },
+]
+const TOOL_SSE = `${TOOL_STREAM.map((e) => `data: ${JSON.stringify(e)}\n\n`).join('')}data: [DONE]\n\n`
+const CHAT_BODY = {
+  model: 'openai',
+  messages: [
+    { role: 'system', content: 'Use tools.' },
+    { role: 'user', content: [{ type: 'text', text: 'Weather?' }, { type: 'image_url', image_url: { url: 'data:image/png;base64,iVBORw0KGgo=', detail: 'low' } }] },
+    { role: 'assistant', content: null, tool_calls: [{ id: 'call_0', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Oslo"}' } }] },
+    { role: 'tool', tool_call_id: 'call_0', content: '{"temp": 3}' },
+  ],
+  tools: [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } }],
+  tool_choice: 'auto',
+  parallel_tool_calls: false,
+  response_format: { type: 'json_schema', json_schema: { name: 'w', schema: { type: 'object' } } },
+  logprobs: true,
+  top_logprobs: 1,
+  chat_template_kwargs: { enable_thinking: true },
+  guided_json: { type: 'object' },
+  max_tokens: 64,
+}
+
+const sse = (text: string) => new Response(text, { headers: { 'content-type': 'text/event-stream' } })
+/** The chunks a caller got, without the fields podgate writes itself (model always; id and created for native jobs). */
+const relayed = (events: unknown[], drop: string[]) =>
+  events.map((e) => (typeof e === 'object' && e !== null ? Object.fromEntries(Object.entries(e).filter(([k]) => !drop.includes(k))) : e))
+
+describe('requests pass through', () => {
+  it('property: the OpenAI route receives exactly the body sent, model rewritten, in JSON and streams', async () => {
+    const { h, calls } = setup({ openai: (call) => (call.body?.stream ? sse(TOOL_SSE) : Response.json({ id: 'x', object: 'chat.completion', created: 1, model: SERVED, choices: [{ index: 0, message: { role: 'assistant', content: 'hi' }, finish_reason: 'stop' }], usage })) })
+    const { key } = await h.createKey()
+    const reserved = new Set(['model', 'messages', 'stream', 'stream_options', 'max_tokens', 'max_completion_tokens', 'n', 'best_of', 'temperature', 'seed', 'user', '__proto__'])
+    const extras = fc.dictionary(fc.string({ minLength: 1, maxLength: 10 }).filter((k) => !reserved.has(k)), fc.jsonValue({ maxDepth: 3 }), { maxKeys: 5 })
+    await fc.assert(
+      fc.asyncProperty(extras, fc.boolean(), async (extra, stream) => {
+        calls.length = 0
+        const body = { ...CHAT_BODY, ...extra, ...(stream ? { stream: true } : {}) }
+        const res = await h.fetch('/v1/chat/completions', authed(key, JSON.stringify(body)))
+        await res.text()
+        expect(res.status).toBe(200)
+        expect(calls).toHaveLength(1)
+        const expected = { ...JSON.parse(JSON.stringify(body)), model: SERVED, ...(stream ? { stream_options: { include_usage: true } } : {}) }
+        expect(calls[0]!.body).toEqual(expected)
+      }),
+      { numRuns: 40, seed: 21 },
+    )
+  })
+
+  it('a native endpoint gets an openai_route job carrying the same body; plain requests keep the shorthand', async () => {
+    const { h, calls } = setup({ job: () => ({ status: 'COMPLETED', output: [{ id: 'x', object: 'chat.completion', created: 1, model: SERVED, choices: [{ index: 0, message: { role: 'assistant', content: 'hi' }, finish_reason: 'stop' }], usage }] }) })
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ ...CHAT_BODY, model: 'native' })))
+    expect(res.status).toBe(200)
+    expect(calls[0]).toMatchObject({ op: 'runsync', body: { input: { openai_route: '/v1/chat/completions', openai_input: { ...CHAT_BODY, model: SERVED } } } })
+    await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ model: 'native', messages: [{ role: 'user', content: 'hi' }], temperature: 0.5 })))
+    expect(calls[1]!.body).toEqual({ input: { messages: [{ role: 'user', content: 'hi' }], sampling_params: { max_tokens: 512, temperature: 0.5 }, stream: false } })
+  })
+})
+
+describe('answers come back whole', () => {
+  it('OpenAI route: tool-call, reasoning, logprobs and unknown fields are relayed byte for byte, model renamed', async () => {
+    const { h } = setup({ openai: () => sse(TOOL_SSE) })
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ ...CHAT_BODY, stream: true, stream_options: { include_usage: true } })))
+    const text = await res.text()
+    expect(text).toBe(TOOL_SSE.replaceAll(`"model":"${SERVED}"`, '"model":"openai"'))
+    // Without include_usage the usage chunk podgate asked for is stripped, and nothing else.
+    const bare = await readSSE(await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ ...CHAT_BODY, stream: true }))))
+    expect(relayed(bare, ['model'])).toEqual([...relayed(TOOL_STREAM.slice(0, -1), ['model']), '[DONE]'])
+  })
+
+  it.each([
+    ['current worker-vllm (raw SSE cut anywhere)', cutRandom(TOOL_SSE, 5)],
+    ['classic worker-vllm (whole-SSE string items)', [TOOL_SSE.split('\n\n').slice(0, 3).join('\n\n') + '\n\n', TOOL_SSE.split('\n\n').slice(3).join('\n\n')]],
+  ])('native job stream, %s: every chunk field reaches the caller', async (_name, items) => {
+    const { h, calls } = setup({ job: () => ({ status: 'COMPLETED', output: items }) })
+    const { key } = await h.createKey()
+    const events = await readSSE(await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ ...CHAT_BODY, model: 'native', stream: true, stream_options: { include_usage: true } }))))
+    expect(calls[0]).toMatchObject({ op: 'run', body: { input: { openai_route: '/v1/chat/completions', openai_input: { stream: true, stream_options: { include_usage: true } } } } })
+    const chunks = TOOL_STREAM.slice(0, -1)
+    expect(relayed(events.slice(0, chunks.length), ['model', 'id', 'created'])).toEqual(relayed(chunks, ['model', 'id', 'created']))
+    expect(relayed([events.at(-2)], ['model', 'id', 'created'])).toEqual(relayed([TOOL_STREAM.at(-1)], ['model', 'id', 'created']))
+    expect(events.at(-1)).toBe('[DONE]')
+  })
+
+  it.each(['openai', 'native'])('%s: completions with several prompts and n > 1 keep every index', async (model) => {
+    const chunk = (index: number, text: string, finish: string | null) => ({ id: 'cmpl-1', object: 'text_completion', created: 1, model: SERVED, choices: [{ index, text, logprobs: { tokens: [text], token_logprobs: [-0.5] }, finish_reason: finish, stop_reason: null }] })
+    const stream = [chunk(2, 'c', null), chunk(0, 'a', null), chunk(3, 'd', null), chunk(1, 'b', null), ...[0, 1, 2, 3].map((i) => chunk(i, '', 'length'))]
+    const text = `${stream.map((e) => `data: ${JSON.stringify(e)}\n\n`).join('')}data: ${JSON.stringify({ id: 'cmpl-1', object: 'text_completion', created: 1, model: SERVED, choices: [], usage })}\n\ndata: [DONE]\n\n`
+    const { h, calls } = setup({ openai: () => sse(text), job: () => ({ status: 'COMPLETED', output: [text] }) })
+    const { key } = await h.createKey()
+    const body = { model, prompt: [[1, 2, 3], [4, 5]], n: 2, echo: true, logprobs: 1, stream: true }
+    const events = await readSSE(await h.fetch('/v1/completions', authed(key, JSON.stringify(body))))
+    const sent = model === 'openai' ? calls[0]!.body : (calls[0]!.body as { input: { openai_input: unknown } }).input.openai_input
+    expect(sent).toEqual({ ...body, model: SERVED, max_tokens: 512, stream_options: { include_usage: true } })
+    expect(relayed(events, ['model', 'id', 'created'])).toEqual([...relayed(stream, ['model', 'id', 'created']), '[DONE]'])
+  })
+})
+
+describe('embeddings', () => {
+  const list = (encoding: string) => ({ object: 'list', model: SERVED, data: [{ index: 0, object: 'embedding', embedding: encoding === 'base64' ? 'AACAPw==' : [0.5, -0.25] }, { index: 1, object: 'embedding', embedding: encoding === 'base64' ? 'AAAAQA==' : [1, 0] }], usage: { prompt_tokens: 4, total_tokens: 4, completion_tokens: 0 } })
+
+  it.each(['openai', 'native'])('%s: input forms, encoding_format and dimensions pass through; the list comes back whole', async (model) => {
+    const { h, calls } = setup({
+      openai: (call) => Response.json(list(call.body!.encoding_format as string)),
+      job: (call) => ({ status: 'COMPLETED', output: [list(((call.body!.input as { openai_input: { encoding_format: string } }).openai_input).encoding_format)] }),
+    })
+    const { key } = await h.createKey()
+    for (const [input, encoding_format] of [['one', 'float'], [['a', 'b'], 'base64'], [[1, 2], 'float'], [[[1], [2, 3]], 'base64']] as const) {
+      calls.length = 0
+      const body = { model, input, encoding_format, dimensions: 2, truncate_prompt_tokens: 8 }
+      const res = await h.fetch('/v1/embeddings', authed(key, JSON.stringify(body)))
+      expect(res.status).toBe(200)
+      expect(await res.json()).toEqual({ ...list(encoding_format), model })
+      if (model === 'openai') expect(calls[0]).toMatchObject({ op: 'openai/v1/embeddings', body: { ...body, model: SERVED } })
+      else expect(calls[0]).toMatchObject({ op: 'runsync', body: { input: { openai_route: '/v1/embeddings', openai_input: { ...body, model: SERVED } } } })
+    }
+    expect((await h.fetch('/v1/embeddings', authed(key, JSON.stringify({ model, input: 5 })))).status).toBe(400)
+  })
+
+  it('are cached by default (deterministic): the second call is a HIT with the same list', async () => {
+    const { h, calls } = setup({ openai: () => Response.json(list('float')) })
+    const { key } = await h.createKey()
+    const body = JSON.stringify({ model: 'openai', input: 'same' })
+    const first = await h.fetch('/v1/embeddings', authed(key, body))
+    const firstJson = await first.json()
+    await h.settle()
+    const second = await h.fetch('/v1/embeddings', authed(key, body))
+    expect(second.headers.get('x-podgate-cache')).toBe('HIT')
+    expect(await second.json()).toEqual(firstJson)
+    expect(calls).toHaveLength(1)
+  })
+})
+
+describe("Runpod's URL shape /v2/<model>/openai/v1", () => {
+  it('serves chat, completions, embeddings and models routed by the path; the body model may be the alias or the served name', async () => {
+    const { h, calls } = setup({ openai: (call) => (call.op.endsWith('embeddings') ? Response.json(list0()) : Response.json({ id: 'x', object: 'chat.completion', created: 1, model: SERVED, choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }], usage })) })
+    const { key } = await h.createKey()
+    for (const model of ['openai', SERVED, undefined]) {
+      const res = await h.fetch('/v2/openai/openai/v1/chat/completions', authed(key, JSON.stringify({ model, messages: [{ role: 'user', content: 'hi' }], max_tokens: 5 })))
+      expect(res.status).toBe(200)
+      expect(((await res.json()) as { model: string }).model).toBe('openai')
+      expect(calls.at(-1)).toMatchObject({ endpoint: 'epopenai', op: 'openai/v1/chat/completions', body: { model: SERVED } })
+    }
+    const wrong = await h.fetch('/v2/openai/openai/v1/chat/completions', authed(key, JSON.stringify({ model: 'native', messages: [{ role: 'user', content: 'hi' }] })))
+    expect(wrong.status).toBe(400)
+    const error = ((await wrong.json()) as { error: { message: string; param: string } }).error
+    expect(error.param).toBe('model')
+    expect(error.message).toContain("'openai'")
+    expect(error.message).toContain(`'${SERVED}'`)
+    expect((await h.fetch('/v2/openai/openai/v1/embeddings', authed(key, JSON.stringify({ model: SERVED, input: 'x' })))).status).toBe(200)
+    expect(await (await h.fetch('/v2/openai/openai/v1/models', authed(key))).json()).toMatchObject({ data: [{ id: 'openai' }] })
+    expect((await h.fetch('/v2/nope/openai/v1/chat/completions', authed(key, JSON.stringify({ messages: [{ role: 'user', content: 'hi' }] })))).status).toBe(404)
+    expect((await h.fetch('/v2/openai/openai/v1/chat/completions', { method: 'POST', body: '{}' })).status).toBe(401)
+  })
+
+  function list0() {
+    return { object: 'list', model: SERVED, data: [{ index: 0, object: 'embedding', embedding: [1] }], usage: { prompt_tokens: 1, total_tokens: 1 } }
+  }
+})
+
+describe('upstream refusals', () => {
+  const vllm400 = { error: { message: '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set', type: 'BadRequestError', param: null, code: 400 } }
+  const wrapped = { error: { message: `vLLM returned HTTP 400: ${JSON.stringify(vllm400)}`, type: 'worker_error', code: null } }
+
+  async function expectRelayed(res: Response) {
+    expect(res.status).toBe(400)
+    const body = (await res.json()) as { error: { message: string; type: string } }
+    expect(body.error.message).toBe(vllm400.error.message)
+    expect(body.error.type).toBe('invalid_request_error')
+  }
+
+  it('an OpenAI-route 4xx is relayed with its status and message, not retried on the other endpoint', async () => {
+    const { h, calls } = setup({ openai: () => Response.json(vllm400, { status: 400 }) })
+    const { key } = await h.createKey()
+    for (const stream of [false, true]) {
+      calls.length = 0
+      await expectRelayed(await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ ...CHAT_BODY, model: 'twice', stream }))))
+      expect(calls).toHaveLength(1)
+    }
+    const { h: h422 } = setup({ openai: () => Response.json({ object: 'error', message: 'bad field', type: 'BadRequestError', code: 422 }, { status: 422 }) })
+    const res = await h422.fetch('/v1/chat/completions', authed((await h422.createKey()).key, JSON.stringify({ ...CHAT_BODY, model: 'openai' })))
+    expect(res.status).toBe(422)
+    expect(((await res.json()) as { error: { message: string } }).error.message).toBe('bad field')
+  })
+
+  it.each([
+    ['a wrapped error item of a COMPLETED job', () => ({ status: 'COMPLETED', output: [wrapped] })],
+    ['a FAILED job whose error is the wrapped refusal', () => ({ status: 'FAILED', error: JSON.stringify(wrapped.error) })],
+  ])("current worker-vllm's wrapped refusal (%s) becomes vLLM's 400, JSON and stream", async (_name, job) => {
+    const { h, calls } = setup({ job })
+    const { key } = await h.createKey()
+    for (const stream of [false, true]) {
+      calls.length = 0
+      await expectRelayed(await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ ...CHAT_BODY, model: 'native', stream }))))
+      expect(calls.filter((c) => c.op === 'run' || c.op === 'runsync')).toHaveLength(1)
+    }
+  })
+
+  it('a refusal refunds the reservation and does not trip the breaker', async () => {
+    let refuse = true
+    const { h, calls } = setup({ openai: () => (refuse ? Response.json(vllm400, { status: 400 }) : Response.json({ id: 'x', object: 'chat.completion', created: 1, model: SERVED, choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }], usage })) })
+    const { key } = await h.createKey({ name: 'q', quota: { tokensPerMinute: 100_000, strict: true } })
+    for (let i = 0; i < 5; i++) await (await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ ...CHAT_BODY, model: 'openai' })))).text()
+    await h.settle()
+    const report = (await (await h.fetch('/v1/usage', authed(key))).json()) as { windows: { minute: { tokens: number; requests: number } } }
+    expect(report.windows.minute).toMatchObject({ requests: 5, tokens: 0 })
+    refuse = false
+    // Five refusals in a row: a breaker counting them (3 failures) would now skip the only endpoint.
+    expect((await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ ...CHAT_BODY, model: 'openai' })))).status).toBe(200)
+    expect(calls).toHaveLength(6)
+  })
+})
+
+describe('failover across modes', () => {
+  const answer = { id: 'x', object: 'chat.completion', created: 1, model: SERVED, choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }], usage }
+  const resilience = { retries: { attempts: 1, baseDelayMs: 0, maxDelayMs: 0, budgetMs: 10_000 } }
+
+  it.each([
+    ['nativefirst', 'a native endpoint that fails', 'an openai one'],
+    ['openaifirst', 'an openai endpoint that fails', 'a native one'],
+  ])('%s: %s hands the request to %s, JSON and stream, settled once', async (model) => {
+    const models = Object.fromEntries(Object.entries(MODELS).map(([alias, m]) => [alias, { ...m, resilience }]))
+    const { h, calls } = setup({
+      openai: (call) => (call.endpoint === 'epmixc' ? new Response('down', { status: 503 }) : call.body?.stream ? sse(TOOL_SSE) : Response.json(answer)),
+      job: (call) => (call.endpoint === 'epmixa' ? { status: 'FAILED', error: 'CUDA out of memory' } : { status: 'COMPLETED', output: call.body && (call.body.input as { stream?: boolean }).stream ? [TOOL_SSE] : [answer] }),
+    }, { models })
+    const { key } = await h.createKey({ name: 'q', quota: { tokensPerMinute: 100_000, strict: true } })
+    for (const stream of [false, true]) {
+      calls.length = 0
+      const res = await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ model, messages: [{ role: 'user', content: 'hi' }], stream })))
+      expect(res.status).toBe(200)
+      await res.text()
+      expect(new Set(calls.filter((c) => c.op !== 'cancel' && !c.op.startsWith('stream/')).map((c) => c.endpoint)).size).toBe(2)
+    }
+    await h.settle()
+    const report = (await (await h.fetch('/v1/usage', authed(key))).json()) as { windows: { minute: { tokens: number } } }
+    expect(report.windows.minute.tokens).toBe(2 * usage.total_tokens)
+  })
+})
+
+describe('cache', () => {
+  /** What an OpenAI client reassembles from a stream: per choice, the message (strings joined, tool calls by index) and finish_reason. */
+  function reassemble(events: unknown[]) {
+    const message: Record<string, unknown> = {}
+    let finish: unknown = null
+    for (const event of events) {
+      if (typeof event !== 'object' || event === null) continue
+      for (const choice of (event as { choices: { delta: Record<string, unknown>; finish_reason: unknown }[] }).choices) {
+        for (const [k, v] of Object.entries(choice.delta)) {
+          if (k === 'tool_calls') {
+            const calls = (message.tool_calls ??= []) as { id?: string; function: { name: string; arguments: string } }[]
+            for (const c of v as { index: number; id?: string; function: { name?: string; arguments?: string } }[]) {
+              const at = (calls[c.index] ??= { function: { name: '', arguments: '' } })
+              at.id ??= c.id
+              at.function.name += c.function.name ?? ''
+              at.function.arguments += c.function.arguments ?? ''
+            }
+          } else if (typeof v === 'string') message[k] = ((message[k] as string | undefined) ?? '') + v
+        }
+        if (choice.finish_reason) finish = choice.finish_reason
+      }
+    }
+    return { message, finish }
+  }
+
+  it('a streamed tool-call answer is cached and replays as the same SSE answer and as the matching JSON', async () => {
+    const { h, calls } = setup({ openai: () => sse(TOOL_SSE) })
+    const { key } = await h.createKey()
+    const body = { ...CHAT_BODY, temperature: 0, stream: true }
+    const live = await readSSE(await h.fetch('/v1/chat/completions', authed(key, JSON.stringify(body))))
+    await h.settle()
+    const hit = await h.fetch('/v1/chat/completions', authed(key, JSON.stringify(body)))
+    expect(hit.headers.get('x-podgate-cache')).toBe('HIT')
+    const replayed = await readSSE(hit)
+    expect(reassemble(replayed)).toEqual(reassemble(live))
+    expect(relayed(replayed, ['id', 'created'])).toEqual(relayed(live, ['id', 'created']))
+    const json = await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ ...body, stream: false })))
+    expect(json.headers.get('x-podgate-cache')).toBe('HIT')
+    const choice = ((await json.json()) as { choices: { message: Record<string, unknown>; finish_reason: string; logprobs: unknown }[] }).choices[0]!
+    expect(choice.finish_reason).toBe('tool_calls')
+    expect(choice.message).toMatchObject({ reasoning: 'Need weather.', reasoning_content: 'Need weather.', tool_calls: [{ id: 'chatcmpl-tool-abc', type: 'function', function: { name: 'get_weather', arguments: '{"city": "Paris ✓"}' } }] })
+    expect(choice.logprobs).toEqual({ content: [TOOL_STREAM[4]!.choices[0]!.logprobs!.content[0]] })
+    // A different tool list is another question.
+    await (await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ ...body, tools: [] })))).text()
+    expect(calls).toHaveLength(2)
+  })
+})
+
+describe('quota reservation', () => {
+  const model = modelSchema.parse({ endpoints: [{ endpointId: 'abc' }], maxChoices: 8 })
+  const base = { model: 'm', messages: [{ role: 'user', content: 'x'.repeat(400) }], max_tokens: 100 }
+
+  it('counts tool definitions, response schemas, images, n and best_of', () => {
+    const plain = estimateTokens(normalizeChatRequest(base, model, 'm'))
+    expect(plain).toBe(100 + 100)
+    const tools = [{ type: 'function', function: { name: 'f', description: 'd'.repeat(800), parameters: { type: 'object' } } }]
+    expect(estimateTokens(normalizeChatRequest({ ...base, tools }, model, 'm'))).toBe(plain + Math.ceil(JSON.stringify(tools).length / 4))
+    const response_format = { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'object', description: 'e'.repeat(400) } } }
+    expect(estimateTokens(normalizeChatRequest({ ...base, response_format }, model, 'm'))).toBe(plain + Math.ceil(JSON.stringify(response_format).length / 4))
+    const image = { role: 'user', content: [{ type: 'image_url', image_url: { url: `data:image/png;base64,${'A'.repeat(200_000)}` } }, { type: 'image_url', image_url: { url: 'https://x/y.png' } }] }
+    expect(estimateTokens(normalizeChatRequest({ ...base, messages: [...base.messages, image] }, model, 'm'))).toBe(plain + 2 * 1024)
+    expect(estimateTokens(normalizeChatRequest({ ...base, n: 2 }, model, 'm'))).toBe(100 + 200)
+    expect(estimateTokens(normalizeChatRequest({ ...base, n: 2, best_of: 5 }, model, 'm'))).toBe(100 + 500)
+    expect(estimateTokens(normalizeCompletionRequest({ model: 'm', prompt: ['abcd', 'efgh', 'ijkl'], max_tokens: 10, best_of: 2 }, model, 'm'))).toBe(3 + 3 * 2 * 10)
+  })
+})
