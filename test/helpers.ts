@@ -17,8 +17,13 @@ export const MODELS: GatewayOptions['models'] = {
   'chat-openai': { endpoints: [{ endpointId: 'vllmopenai' }], mode: 'openai' },
   'chat-classic': { endpoints: [{ endpointId: 'vllmclassic' }], mode: 'native' },
   'chat-current': { endpoints: [{ endpointId: 'vllmcurrent' }], mode: 'native' },
+  // Embeddings from Runpod's OpenAI route, and from a current worker-vllm through an openai_route job.
+  'embed-openai': { endpoints: [{ endpointId: 'vllmopenai' }], mode: 'openai', kinds: ['embedding'] },
+  'embed-current': { endpoints: [{ endpointId: 'vllmcurrent' }], mode: 'native', kinds: ['embedding'] },
 }
-export const MODEL_NAMES = Object.keys(MODELS)
+/** The chat models, one per upstream shape. */
+export const MODEL_NAMES = ['chat-openai', 'chat-classic', 'chat-current']
+export const EMBEDDING_MODELS = ['embed-openai', 'embed-current']
 
 export interface Harness {
   app: Hono<GatewayEnv>

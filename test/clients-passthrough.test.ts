@@ -1,0 +1,308 @@
+/**
+ * Issue 13 through real clients: what people do with a vLLM endpoint every day (tools, structured output,
+ * reasoning, logprobs, prompt arrays, embeddings) works through podgate exactly as against the endpoint,
+ * on every upstream shape, with the official `openai` client, the Vercel AI SDK and Runpod's own AI SDK
+ * provider at Runpod's URL shape (`/v2/<model>/openai/v1`).
+ */
+import { createOpenAICompatible } from '@ai-sdk/openai-compatible'
+import { createRunpod } from '@runpod/ai-sdk-provider'
+import { embedMany, generateText, jsonSchema, Output, stepCountIs, streamText, tool } from 'ai'
+import OpenAI from 'openai'
+import { zodResponseFormat } from 'openai/helpers/zod'
+import { describe, expect, it } from 'vitest'
+import * as z from 'zod'
+import { EMBEDDING_MODELS, harness, MODEL_NAMES } from './helpers.ts'
+
+const CHAT_MODELS = MODEL_NAMES
+
+async function setup() {
+  const h = harness()
+  const { key } = await h.createKey()
+  const openai = new OpenAI({ apiKey: key, baseURL: 'http://podgate/v1', fetch: h.clientFetch, maxRetries: 0 })
+  const settings = { name: 'podgate', baseURL: 'http://podgate/v1', apiKey: key, includeUsage: true, fetch: h.clientFetch }
+  const podgate = createOpenAICompatible(settings)
+  return { h, key, openai, podgate, settings }
+}
+
+const weatherTool = {
+  type: 'function' as const,
+  function: {
+    name: 'get_weather',
+    description: 'Current weather in a city',
+    parameters: {
+      type: 'object',
+      properties: { city: { type: 'string' }, unit: { type: 'string', enum: ['c', 'f'] } },
+      required: ['city', 'unit'],
+      additionalProperties: false,
+    },
+  },
+}
+
+function expectWeatherArguments(json: string): void {
+  const args = JSON.parse(json) as { city: unknown; unit: unknown }
+  expect(typeof args.city).toBe('string')
+  expect(['c', 'f']).toContain(args.unit)
+}
+
+describe('openai client: tools', () => {
+  it.each(CHAT_MODELS)('%s: a JSON answer carries the tool call, with content null and finish_reason tool_calls', async (model) => {
+    const { openai } = await setup()
+    const res = await openai.chat.completions.create({ model, messages: [{ role: 'user', content: 'Weather in Paris?' }], tools: [weatherTool], max_tokens: 64 })
+    const choice = res.choices[0]!
+    expect(choice.finish_reason).toBe('tool_calls')
+    expect(choice.message.content).toBeNull()
+    const call = choice.message.tool_calls?.[0]
+    expect(call?.type).toBe('function')
+    if (call?.type !== 'function') throw new Error('no function call')
+    expect(call.function.name).toBe('get_weather')
+    expect(call.id).toMatch(/\S/)
+    expectWeatherArguments(call.function.arguments)
+  })
+
+  it.each(CHAT_MODELS)('%s: streamed tool-call deltas reassemble into the same call, ending with tool_calls', async (model) => {
+    const { openai } = await setup()
+    const stream = await openai.chat.completions.create({ model, messages: [{ role: 'user', content: 'Weather in Paris?' }], tools: [weatherTool], max_tokens: 64, stream: true, stream_options: { include_usage: true } })
+    let name = ''
+    let args = ''
+    let id = ''
+    let fragments = 0
+    let finish: string | null = null
+    let usage: OpenAI.CompletionUsage | null | undefined
+    for await (const chunk of stream) {
+      usage ??= chunk.usage
+      for (const choice of chunk.choices) {
+        finish = choice.finish_reason ?? finish
+        for (const delta of choice.delta.tool_calls ?? []) {
+          expect(delta.index).toBe(0)
+          if (delta.id) id = delta.id
+          if (delta.function?.name) name += delta.function.name
+          if (delta.function?.arguments) {
+            args += delta.function.arguments
+            fragments++
+          }
+        }
+      }
+    }
+    expect(finish).toBe('tool_calls')
+    expect(name).toBe('get_weather')
+    expect(id).toMatch(/\S/)
+    expect(fragments).toBeGreaterThan(1)
+    expectWeatherArguments(args)
+    expect(usage?.completion_tokens).toBeGreaterThan(0)
+  })
+
+  it('a named tool_choice calls that tool, and a tool message is answered with text', async () => {
+    const { openai } = await setup()
+    const other = { type: 'function' as const, function: { name: 'get_time', parameters: { type: 'object', properties: { zone: { type: 'string' } }, required: ['zone'] } } }
+    const first = await openai.chat.completions.create({
+      model: 'chat-openai',
+      messages: [{ role: 'user', content: 'What time is it in Tokyo?' }],
+      tools: [weatherTool, other],
+      tool_choice: { type: 'function', function: { name: 'get_time' } },
+    })
+    const call = first.choices[0]!.message.tool_calls![0]!
+    if (call.type !== 'function') throw new Error('no function call')
+    expect(call.function.name).toBe('get_time')
+    const second = await openai.chat.completions.create({
+      model: 'chat-current',
+      messages: [
+        { role: 'user', content: 'What time is it in Tokyo?' },
+        { role: 'assistant', content: null, tool_calls: [call] },
+        { role: 'tool', tool_call_id: call.id, content: '{"time":"10:42"}' },
+      ],
+      tools: [weatherTool, other],
+    })
+    expect(second.choices[0]!.finish_reason).toMatch(/stop|length/)
+    expect(second.choices[0]!.message.content).toMatch(/\S/)
+  })
+})
+
+describe('openai client: structured output, reasoning, logprobs, prompt arrays', () => {
+  const Event = z.object({ name: z.string(), date: z.string(), attendees: z.array(z.string()) })
+
+  it.each(CHAT_MODELS)('%s: parse() with a zod response format gives a parsed object', async (model) => {
+    const { openai } = await setup()
+    const res = await openai.chat.completions.parse({ model, messages: [{ role: 'user', content: 'Alice and Bob meet on Friday.' }], response_format: zodResponseFormat(Event, 'event') })
+    const parsed = res.choices[0]!.message.parsed
+    expect(Event.safeParse(parsed).success).toBe(true)
+  })
+
+  it.each(CHAT_MODELS)('%s: json_object output is JSON', async (model) => {
+    const { openai } = await setup()
+    const res = await openai.chat.completions.create({ model, messages: [{ role: 'user', content: 'Answer in JSON' }], response_format: { type: 'json_object' } })
+    expect(() => JSON.parse(res.choices[0]!.message.content ?? '')).not.toThrow()
+  })
+
+  it.each(CHAT_MODELS)('%s: chat_template_kwargs.enable_thinking streams reasoning before the answer', async (model) => {
+    const { openai } = await setup()
+    const body = { model, messages: [{ role: 'user' as const, content: 'Think first' }], max_tokens: 48, stream: true as const, chat_template_kwargs: { enable_thinking: true } }
+    const stream = await openai.chat.completions.create(body)
+    let reasoning = ''
+    let content = ''
+    for await (const chunk of stream) {
+      const delta = chunk.choices[0]?.delta as { content?: string | null; reasoning?: string; reasoning_content?: string } | undefined
+      reasoning += delta?.reasoning ?? delta?.reasoning_content ?? ''
+      content += delta?.content ?? ''
+    }
+    expect(reasoning).toMatch(/\S/)
+    expect(content).toMatch(/\S/)
+  })
+
+  it.each(CHAT_MODELS)('%s: logprobs with top_logprobs come back per token, in JSON and in the stream', async (model) => {
+    const { openai } = await setup()
+    const json = await openai.chat.completions.create({ model, messages: [{ role: 'user', content: 'Hi' }], logprobs: true, top_logprobs: 2, max_tokens: 8 })
+    const content = json.choices[0]!.logprobs?.content ?? []
+    expect(content.length).toBeGreaterThan(0)
+    for (const entry of content) {
+      expect(typeof entry.token).toBe('string')
+      expect(entry.logprob).toBeLessThanOrEqual(0)
+      expect(entry.top_logprobs).toHaveLength(2)
+    }
+    const stream = await openai.chat.completions.create({ model, messages: [{ role: 'user', content: 'Hi' }], logprobs: true, top_logprobs: 2, max_tokens: 8, stream: true })
+    let streamedTokens = 0
+    for await (const chunk of stream) streamedTokens += chunk.choices[0]?.logprobs?.content?.length ?? 0
+    expect(streamedTokens).toBeGreaterThan(0)
+  })
+
+  it('completions: a prompt array with n=2 answers every (prompt, choice) with its own index, in JSON and in the stream', async () => {
+    const { openai } = await setup()
+    const json = await openai.completions.create({ model: 'chat-openai', prompt: ['Once upon', 'In a galaxy'], n: 2, max_tokens: 8 })
+    expect(json.choices.map((choice) => choice.index).sort()).toEqual([0, 1, 2, 3])
+    const stream = await openai.completions.create({ model: 'chat-openai', prompt: ['Once upon', 'In a galaxy'], n: 2, max_tokens: 8, stream: true })
+    const texts = new Map<number, string>()
+    for await (const chunk of stream) for (const choice of chunk.choices) texts.set(choice.index, (texts.get(choice.index) ?? '') + choice.text)
+    expect([...texts.keys()].sort()).toEqual([0, 1, 2, 3])
+    for (const text of texts.values()) expect(text).toMatch(/\S/)
+  })
+
+  it('completions: token-id prompts are accepted', async () => {
+    const { openai } = await setup()
+    const res = await openai.completions.create({ model: 'chat-openai', prompt: [[1, 2, 3], [4, 5]], max_tokens: 4 })
+    expect(res.choices).toHaveLength(2)
+  })
+})
+
+describe('openai client: embeddings', () => {
+  it.each(EMBEDDING_MODELS)('%s: base64 (the client default) and float give the same vectors, deterministically', async (model) => {
+    const { openai } = await setup()
+    const input = ['podgate', 'runpod edge']
+    const base64 = await openai.embeddings.create({ model, input })
+    const float = await openai.embeddings.create({ model, input, encoding_format: 'float' })
+    expect(base64.data).toHaveLength(2)
+    expect(base64.data.map((d) => d.index)).toEqual([0, 1])
+    for (const [i, item] of float.data.entries()) {
+      expect(item.embedding.length).toBeGreaterThan(0)
+      const decoded = base64.data[i]!.embedding
+      expect(decoded).toHaveLength(item.embedding.length)
+      decoded.forEach((value, j) => expect(value).toBeCloseTo(item.embedding[j]!, 5))
+    }
+    expect(float.usage.prompt_tokens).toBeGreaterThan(0)
+    const again = await openai.embeddings.create({ model, input: 'podgate', encoding_format: 'float' })
+    expect(again.data[0]!.embedding).toEqual(float.data[0]!.embedding)
+  })
+
+  it.each(EMBEDDING_MODELS)('%s: dimensions shortens the vector', async (model) => {
+    const { openai } = await setup()
+    const res = await openai.embeddings.create({ model, input: 'short', dimensions: 8, encoding_format: 'float' })
+    expect(res.data[0]!.embedding).toHaveLength(8)
+  })
+})
+
+describe('Vercel AI SDK', () => {
+  it.each(CHAT_MODELS)('%s: a 2-step generateText tool loop calls the tool and answers from its result', async (model) => {
+    const { podgate } = await setup()
+    const calls: unknown[] = []
+    const result = await generateText({
+      model: podgate(model),
+      prompt: 'What is the weather in Paris?',
+      tools: {
+        get_weather: tool({
+          description: 'Current weather in a city',
+          inputSchema: z.object({ city: z.string() }),
+          execute: async (input) => {
+            calls.push(input)
+            return { city: input.city, temperature: 21 }
+          },
+        }),
+      },
+      stopWhen: stepCountIs(2),
+      maxRetries: 0,
+    })
+    expect(calls).toHaveLength(1)
+    expect(result.steps).toHaveLength(2)
+    expect(result.steps[0]!.finishReason).toBe('tool-calls')
+    expect(result.text).toMatch(/\S/)
+  })
+
+  it.each(CHAT_MODELS)('%s: streamText with tools streams the tool call', async (model) => {
+    const { podgate } = await setup()
+    const result = streamText({
+      model: podgate(model),
+      prompt: 'What is the weather in Paris?',
+      tools: { get_weather: tool({ inputSchema: jsonSchema<{ city: string }>(weatherTool.function.parameters as never) }) },
+      maxRetries: 0,
+    })
+    const toolCalls = await result.toolCalls
+    expect(toolCalls).toHaveLength(1)
+    expect(toolCalls[0]!.toolName).toBe('get_weather')
+    expect(typeof (toolCalls[0]!.input as { city: unknown }).city).toBe('string')
+    expect(await result.finishReason).toBe('tool-calls')
+  })
+
+  it.each(CHAT_MODELS)('%s: Output.object gives an object that matches the schema', async (model) => {
+    const { settings } = await setup()
+    const schema = z.object({ title: z.string(), tags: z.array(z.string()), year: z.number().int() })
+    // With structured outputs on, the AI SDK sends response_format json_schema (vLLM supports it).
+    const podgateStructured = createOpenAICompatible({ ...settings, supportsStructuredOutputs: true })
+    const result = await generateText({ model: podgateStructured(model), prompt: 'A film', output: Output.object({ schema }), maxRetries: 0 })
+    expect(schema.safeParse(result.output).success).toBe(true)
+  })
+
+  it.each(EMBEDDING_MODELS)('%s: embedMany through the AI SDK', async (model) => {
+    const { podgate } = await setup()
+    const result = await embedMany({ model: podgate.embeddingModel(model), values: ['a', 'b', 'c'], maxRetries: 0 })
+    expect(result.embeddings).toHaveLength(3)
+    expect(result.embeddings[0]!.length).toBeGreaterThan(0)
+  })
+})
+
+describe("Runpod's URL shape: /v2/<model>/openai/v1", () => {
+  it.each(CHAT_MODELS)("%s: @runpod/ai-sdk-provider generates and streams", async (model) => {
+    const { h, key } = await setup()
+    const runpod = createRunpod({ apiKey: key, baseURL: `http://podgate/v2/${model}/openai/v1`, fetch: h.clientFetch })
+    const full = await generateText({ model: runpod(model), prompt: 'Hello', temperature: 0, maxOutputTokens: 24, maxRetries: 0 })
+    expect(full.text).toMatch(/\S/)
+    const streamed = streamText({ model: runpod(model), prompt: 'Hello', temperature: 0, maxOutputTokens: 24, maxRetries: 0 })
+    let text = ''
+    for await (const delta of streamed.textStream) text += delta
+    expect(text).toBe(full.text)
+    expect((await streamed.usage).outputTokens).toBe(full.usage.outputTokens)
+  })
+
+  it('the openai client at /v2/<model>/openai/v1: models, chat, completions and embeddings', async () => {
+    const { h, key } = await setup()
+    const at = (model: string) => new OpenAI({ apiKey: key, baseURL: `http://podgate/v2/${model}/openai/v1`, fetch: h.clientFetch, maxRetries: 0 })
+    const models = await at('chat-openai').models.list()
+    expect(models.data.map((m) => m.id)).toContain('chat-openai')
+    const chat = await at('chat-classic').chat.completions.create({ model: 'chat-classic', messages: [{ role: 'user', content: 'Hi' }], tools: [weatherTool] })
+    expect(chat.choices[0]!.finish_reason).toBe('tool_calls')
+    const completion = await at('chat-current').completions.create({ model: 'chat-current', prompt: 'Once', max_tokens: 4 })
+    expect(completion.choices[0]!.text).toMatch(/\S/)
+    const embedding = await at(EMBEDDING_MODELS[0]!).embeddings.create({ model: EMBEDDING_MODELS[0]!, input: 'x' })
+    expect(embedding.data[0]!.embedding.length).toBeGreaterThan(0)
+  })
+
+  it('a body model that is neither the alias nor its served name is a 400 naming both', async () => {
+    const { h, key } = await setup()
+    const res = await h.fetch('/v2/chat-openai/openai/v1/chat/completions', {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'chat-classic', messages: [{ role: 'user', content: 'Hi' }] }),
+    })
+    expect(res.status).toBe(400)
+    const { error } = (await res.json()) as { error: { message: string; param: string } }
+    expect(error.param).toBe('model')
+    expect(error.message).toContain('chat-classic')
+    expect(error.message).toContain('chat-openai')
+  })
+})
