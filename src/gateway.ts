@@ -70,7 +70,8 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
   const { objects: quotaObjects, now: quotaNow, ...quotaConfig } = quotaOption ?? {}
   const { edgeCache, now: cacheNow, ...cacheConfig } = cacheOption ?? {}
   const config = resolveConfig({ ...(quotaOption ? { ...input, quota: quotaConfig } : input), cache: cacheConfig })
-  const log = createLogger({ secrets: [config.runpod.apiKey, config.adminToken ?? '', config.signingSecret ?? ''], sink: logSink })
+  const endpointKeys = Object.values(config.models).flatMap((m) => m.endpoints.flatMap((e) => ('apiKey' in e && e.apiKey ? [e.apiKey] : [])))
+  const log = createLogger({ secrets: [config.runpod.apiKey, config.adminToken ?? '', config.signingSecret ?? '', ...endpointKeys], sink: logSink })
   const client = new RunpodClient({ apiKey: config.runpod.apiKey, timeoutMs: config.runpod.timeoutMs, fetch: fetchOption })
   const models = resolveModels(config)
   const kv = kvOption ?? defaultKv

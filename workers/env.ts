@@ -10,6 +10,9 @@
  *   PODGATE_QUOTA        Durable Object binding (QuotaObject): the strict quota store
  *   PODGATE_QUOTA_CONFIG optional JSON: gateway quota config, e.g. {"defaults":{"requestsPerMinute":60},"store":"kv"} (README "Quotas")
  *   PODGATE_PLAYGROUND   optional: "true" serves the browser playground at /playground (dev only)
+ *
+ * A `url:` endpoint in PODGATE_MODELS may name a secret with `"apiKeyEnv": "MY_WORKER_KEY"`: its value
+ * (`npx wrangler secret put MY_WORKER_KEY`) becomes the endpoint's `apiKey`, so no key sits in wrangler.toml.
  */
 import { ConfigError } from '../src/index.ts'
 import type { GatewayOptions, QuotaObject } from '../src/index.ts'
@@ -32,7 +35,7 @@ export function optionsFromEnv(env: PodgateWorkerEnv): GatewayOptions {
     throw new ConfigError('podgate: RUNPOD_API_KEY is not set. Run `npx wrangler secret put RUNPOD_API_KEY` (or use `npm run dev`, which uses the emulator).')
   }
   return {
-    models: parseModels(env.PODGATE_MODELS) as GatewayOptions['models'],
+    models: endpointKeysFromEnv(parseModels(env.PODGATE_MODELS), env) as GatewayOptions['models'],
     runpod: { apiKey: env.RUNPOD_API_KEY, ...(env.RUNPOD_BASE_URL ? { baseUrl: env.RUNPOD_BASE_URL } : {}) },
     ...(env.PODGATE_ADMIN_TOKEN ? { adminToken: env.PODGATE_ADMIN_TOKEN } : {}),
     ...(env.PODGATE_SIGNING_SECRET ? { signingSecret: env.PODGATE_SIGNING_SECRET } : {}),
@@ -50,6 +53,25 @@ function parseModels(value: PodgateWorkerEnv['PODGATE_MODELS']): unknown {
   } catch {
     throw new ConfigError('podgate: PODGATE_MODELS is not valid JSON. Check the [vars] block in wrangler.toml.')
   }
+}
+
+/** Replaces each endpoint's `apiKeyEnv: "NAME"` with `apiKey` read from the secret NAME. */
+function endpointKeysFromEnv(models: unknown, env: PodgateWorkerEnv): unknown {
+  if (typeof models !== 'object' || models === null) return models
+  const secrets = env as unknown as Record<string, unknown>
+  return Object.fromEntries(Object.entries(models).map(([alias, model]) => {
+    if (typeof model !== 'object' || model === null || !Array.isArray((model as { endpoints?: unknown }).endpoints)) return [alias, model]
+    const endpoints = ((model as { endpoints: unknown[] }).endpoints).map((endpoint) => {
+      if (typeof endpoint !== 'object' || endpoint === null || !('apiKeyEnv' in endpoint)) return endpoint
+      const { apiKeyEnv, ...rest } = endpoint as { apiKeyEnv: unknown }
+      const value = typeof apiKeyEnv === 'string' ? secrets[apiKeyEnv] : undefined
+      if (typeof value !== 'string' || value === '') {
+        throw new ConfigError(`podgate: models.${alias}: an endpoint names apiKeyEnv ${JSON.stringify(apiKeyEnv)}, but no such secret is set. Run \`npx wrangler secret put ${String(apiKeyEnv)}\`.`)
+      }
+      return { ...rest, apiKey: value }
+    })
+    return [alias, { ...model, endpoints }]
+  }))
 }
 
 function parseQuotaConfig(value: string | Record<string, unknown>): unknown {

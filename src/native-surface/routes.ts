@@ -23,6 +23,7 @@ import { normalizeJobBody } from './input.ts'
 import { createJobSealer } from './job-id.ts'
 import type { JobBinding, JobRef } from './job-id.ts'
 import { jobEventStream } from './job-events.ts'
+import { withPublicError } from './job-error.ts'
 
 export interface NativeRoutesOptions {
   models: ModelTable
@@ -63,8 +64,8 @@ export function nativeRoutes(options: NativeRoutesOptions): Hono<GatewayEnv> {
     return { binding, job: await jobs.open(c.req.param('id') ?? '', binding) }
   }
   /** Runpod's answer with podgate's id for the job in place of Runpod's. */
-  const answer = async <T extends { id?: string }>(c: Context<GatewayEnv>, body: T, job: JobRef, binding: JobBinding) =>
-    c.json({ ...body, id: await jobs.seal(job, binding) }, 200)
+  const answer = async <T extends { id?: string; error?: unknown }>(c: Context<GatewayEnv>, body: T, job: JobRef, binding: JobBinding) =>
+    c.json({ ...withPublicError(body), id: await jobs.seal(job, binding) }, 200)
 
   async function submit(c: Context<GatewayEnv>, via: 'run' | 'runsync'): Promise<Response> {
     const binding = bindingOf(c)
