@@ -3,6 +3,7 @@
  * request in the mode of the endpoint each attempt lands on, failing over before the first byte.
  */
 import type { ResolvedOptions } from '../config/schema.ts'
+import { toGatewayError } from '../errors/index.ts'
 import { waitUntilOf } from '../http/context.ts'
 import type { CompletionContext, CompletionHandler } from '../pipeline/index.ts'
 import { orderEndpoints } from '../routing/models.ts'
@@ -38,7 +39,11 @@ export function createDispatcher(options: DispatchOptions): CompletionHandler {
       waitUntil: waitUntilOf(ctx.c),
       settle: ctx.settle,
     }
-    if (mode === 'openai') return openaiRouteCompletion(call)
-    return ctx.request.stream ? nativeStream(call) : nativeJson(call)
+    const serve = mode === 'openai' ? openaiRouteCompletion : ctx.request.stream ? nativeStream : nativeJson
+    return serve(call).catch((error: unknown) => {
+      // A caller who hung up after a request went upstream is charged its prompt (quota stage).
+      if (signal.aborted && call.plan.attempted > 0) ctx.settle({ ok: false, error: toGatewayError(error), producedOutput: false, reachedUpstream: true })
+      throw error
+    })
   }
 }

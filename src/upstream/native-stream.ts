@@ -64,6 +64,8 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
   let producedOutput = false
   let usage: TokenUsage | undefined
   let polls = 0
+  /** A job was queued upstream: the prompt reached a worker. */
+  let launched = false
   const live = new Set<Attempt>()
   let open!: () => void
   let refuse!: (error: GatewayError) => void
@@ -128,6 +130,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
 
   async function launch(endpoint: Endpoint): Promise<Attempt> {
     const job = await client.run(endpoint, input, { signal })
+    launched = true
     const attempt = newAttempt(endpoint, job.id, job.status)
     live.add(attempt)
     return attempt
@@ -292,9 +295,11 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
       openResponse()
       await streamRest(winner)
     } catch (error) {
-      const failure = callerGone.signal.aborted ? new GatewayError('upstream_error', 'The caller went away.') : toGatewayError(error)
+      const gone = callerGone.signal.aborted || call.signal?.aborted === true
+      const failure = gone ? new GatewayError('upstream_error', 'The caller went away.') : toGatewayError(error)
       for (const attempt of [...live]) drop(attempt)
-      call.settle({ ok: false, error: failure, producedOutput, usage })
+      // A caller who hangs up once a job ran has had its prompt processed: quota charges it.
+      call.settle({ ok: false, error: failure, producedOutput, usage, ...(gone && launched ? { reachedUpstream: true } : {}) })
       if (!opened) return refuse(failure)
       emit(sseErrorEvent({ message: failure.message, type: failure.type, code: failure.code }))
       if (!closed) {

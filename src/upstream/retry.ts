@@ -59,6 +59,11 @@ export class RetryPlan {
     this.#options = options
   }
 
+  /** Attempts handed out so far (each may have reached its upstream). */
+  get attempted(): number {
+    return this.#tried
+  }
+
   /** The endpoint of the next attempt, or undefined when every attempt is used. */
   next(): Endpoint | undefined {
     const { endpoints, resilience } = this.#options
