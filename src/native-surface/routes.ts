@@ -102,16 +102,20 @@ export function nativeRoutes(options: NativeRoutesOptions): Hono<GatewayEnv> {
   app.on(['GET', 'POST'], '/:model/stream/:id', async (c) => {
     const { binding, job } = await jobOf(c)
     if ((c.req.header('accept') ?? '').includes('text/event-stream')) {
-      return jobEventStream({
+      const resumeAfter = lastEventId(c)
+      // An open event stream holds one of the key's concurrent streams (quota), freed when it ends.
+      const admitted = composeStages(options.stages ?? [], async (ctx: CompletionContext) => jobEventStream({
         client,
         job,
         waitMs: runpod.streamWaitMs,
         maxPolls: runpod.maxPollsPerStream,
-        resumeAfter: lastEventId(c),
+        resumeAfter,
         detach: c.req.query('detach') === 'true',
         signal: c.req.raw.signal,
         waitUntil: waitUntilOf(c),
-      })
+        onEnd: () => ctx.settle({ ok: true, usage: undefined }),
+      }))
+      return admitted(createCompletionContext(c, { ...passthroughRequest(binding.model.alias), stream: true }, binding.model))
     }
     const page = await client.stream(job.endpoint, job.upstreamId, { signal: c.req.raw.signal, waitMs: runpod.streamWaitMs })
     // `stream` is always an array: runpod-sdk iterates it unguarded.
