@@ -74,18 +74,40 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
     refuse = reject
   })
 
-  const body = new ReadableStream<Uint8Array>({
-    start(c) {
-      controller = c
+  // Pull-based: once output flows, the next `/stream` poll waits until the caller has read what podgate
+  // holds, so a slow reader slows the polling instead of filling the isolate's memory.
+  let pulled = false
+  let wake: (() => void) | undefined
+  const body = new ReadableStream<Uint8Array>(
+    {
+      start(c) {
+        controller = c
+      },
+      pull() {
+        pulled = true
+        wake?.()
+      },
+      cancel() {
+        closed = true
+        callerGone.abort()
+        wake?.()
+      },
     },
-    cancel() {
-      closed = true
-      callerGone.abort()
-    },
-  })
+    { highWaterMark: 0 },
+  )
 
   function emit(bytes: Uint8Array): void {
-    if (!closed) controller.enqueue(bytes)
+    if (closed) return
+    pulled = false
+    controller.enqueue(bytes)
+  }
+
+  /** Resolves once the caller asks for more (or left); true when it had to wait. */
+  async function demand(): Promise<boolean> {
+    if (pulled || closed) return false
+    await new Promise<void>((resolve) => (wake = resolve))
+    wake = undefined
+    return true
   }
 
   function openResponse(): void {
@@ -270,7 +292,10 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
       const now = Date.now()
       if (now >= totalDeadline) throw new GatewayError('upstream_timeout', 'The answer took longer than podgate allows.')
       if (now - lastOutput >= timeouts.idleMs) throw new GatewayError('upstream_timeout', 'The model stopped sending for too long.')
-      const result = await raceLive(Math.min(totalDeadline, lastOutput + timeouts.idleMs) - now)
+      // Time spent waiting on a slow reader is not the model's silence.
+      if (await demand()) lastOutput = Date.now()
+      if (signal.aborted) throw new GatewayError('upstream_error', 'The caller went away.')
+      const result = await raceLive(Math.min(totalDeadline, lastOutput + timeouts.idleMs) - Date.now())
       if (!result) continue
       if (!result.ok) throw result.error
       try {
