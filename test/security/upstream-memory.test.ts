@@ -80,3 +80,51 @@ describe('M3: native streams read upstream only as fast as the caller reads', ()
     expect(peakUnread).toBeLessThanOrEqual(2)
   })
 })
+
+/** An OpenAI-route endpoint streaming `megabytes` of content in 100 kB chunks, made as they are read. */
+function bigOpenAIUpstream(megabytes: number) {
+  const encoder = new TextEncoder()
+  const piece = 'y'.repeat(100_000)
+  const chunk = (choice: Record<string, unknown>) => `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', created: 1, model: 'm', choices: [choice] })}\n\n`
+  return async () => {
+    let sent = 0
+    const body = new ReadableStream<Uint8Array>({
+      pull(controller) {
+        if (sent < megabytes * 10) {
+          sent++
+          controller.enqueue(encoder.encode(chunk({ index: 0, delta: { content: piece }, finish_reason: null })))
+          return
+        }
+        controller.enqueue(encoder.encode(`${chunk({ index: 0, delta: {}, finish_reason: 'stop' })}data: {"id":"c1","object":"chat.completion.chunk","created":1,"model":"m","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":9,"total_tokens":10}}\n\ndata: [DONE]\n\n`))
+        controller.close()
+      },
+    }, { highWaterMark: 0 })
+    return new Response(body, { headers: { 'content-type': 'text/event-stream' } })
+  }
+}
+
+describe('M3: a cacheable stream\'s capture stops at the cache\'s size limit', () => {
+  async function run(megabytes: number): Promise<{ received: number; peak: number; second: string | null }> {
+    const h = harness({ models: { big: { endpoints: [{ endpointId: 'bigopenai' }], mode: 'openai' } }, fetch: bigOpenAIUpstream(megabytes) })
+    const { key } = await h.createKey()
+    const body = chatBody('big', 'same question', { stream: true, temperature: 0 })
+    const res = await h.fetch('/v1/chat/completions', authed(key, body))
+    expect(res.headers.get('x-podgate-cache')).toBe('MISS')
+    const received = await drain(res.body!, () => undefined)
+    await h.settle()
+    const line = h.logs.map((l) => JSON.parse(l) as { message?: string; peak_buffered_chars?: number }).find((l) => l.message?.includes('over maxEntryBytes'))
+    const again = await h.fetch('/v1/chat/completions', authed(key, body))
+    await again.body?.cancel()
+    return { received, peak: line?.peak_buffered_chars ?? Number.POSITIVE_INFINITY, second: again.headers.get('x-podgate-cache') }
+  }
+
+  it('upstream-M3-cache-capture: 5 MB and 50 MB answers hold the same bounded buffer, reach the caller whole and are not stored', async () => {
+    const small = await run(5)
+    const large = await run(50)
+    expect(small.received).toBeGreaterThan(5_000_000)
+    expect(large.received).toBeGreaterThan(50_000_000)
+    // The default maxEntryBytes is 1 MiB; the buffer may pass it by one upstream event (100 kB) at most.
+    for (const { peak } of [small, large]) expect(peak).toBeLessThanOrEqual(1024 * 1024 + 100_200)
+    expect([small.second, large.second]).toEqual(['MISS', 'MISS'])
+  })
+})
