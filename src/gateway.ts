@@ -34,6 +34,7 @@ import { playgroundHandler } from './playground/page.ts'
 import { resolveModels } from './routing/models.ts'
 import { RunpodClient } from './upstream/runpod/client.ts'
 import { createDispatcher } from './upstream/dispatch.ts'
+import type { Breaker } from './upstream/breaker.ts'
 import type { CompletionStage } from './pipeline/index.ts'
 import type { GatewayEnv } from './types.ts'
 
@@ -53,6 +54,8 @@ export interface GatewayOptions extends GatewayOptionsInput {
   quota?: GatewayQuotaOptions
   /** Answer caching (see `cacheConfigSchema`), plus the Cache API instance and the cache's clock. */
   cache?: GatewayCacheOptions
+  /** Endpoint health for failover. Default: a breaker of this gateway's own, per isolate (see `EndpointBreaker`). */
+  breaker?: Breaker
 }
 
 export type GatewayQuotaOptions = NonNullable<GatewayOptionsInput['quota']> & Pick<QuotaServiceOptions, 'objects' | 'now'>
@@ -66,7 +69,7 @@ export type GatewayQuotaOptions = NonNullable<GatewayOptionsInput['quota']> & Pi
  * }))
  */
 export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
-  const { kv: kvOption, credential, fetch: fetchOption, logSink, quota: quotaOption, cache: cacheOption, ...input } = options
+  const { kv: kvOption, credential, fetch: fetchOption, logSink, quota: quotaOption, cache: cacheOption, breaker, ...input } = options
   const { objects: quotaObjects, now: quotaNow, ...quotaConfig } = quotaOption ?? {}
   const { edgeCache, now: cacheNow, ...cacheConfig } = cacheOption ?? {}
   const config = resolveConfig({ ...(quotaOption ? { ...input, quota: quotaConfig } : input), cache: cacheConfig })
@@ -99,7 +102,7 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
   app.use('/v2/*', cors)
   app.use('/v1/*', apiKeyAuth({ store, credential, tokens }))
   app.route('/v1/tokens', tokenRoutes({ signer: tokens, models: new Set(models.keys()), maxBodyBytes: config.maxBodyBytes, ...config.tokens }))
-  const dispatch = createDispatcher({ client, runpod: config.runpod })
+  const dispatch = createDispatcher({ client, runpod: config.runpod, breaker })
   const stages: CompletionStage[] = []
   const quota = createQuotaService({
     defaults: config.quota?.defaults,

@@ -8,6 +8,7 @@ import { waitUntilOf } from '../http/context.ts'
 import type { CompletionContext, CompletionHandler } from '../pipeline/index.ts'
 import { orderEndpoints } from '../routing/models.ts'
 import { EndpointBreaker } from './breaker.ts'
+import type { Breaker } from './breaker.ts'
 import { nativeJson } from './native.ts'
 import { nativeStream } from './native-stream.ts'
 import { openaiRouteCompletion } from './openai-route.ts'
@@ -18,7 +19,7 @@ export interface DispatchOptions {
   client: RunpodClient
   runpod: ResolvedOptions['runpod']
   /** Endpoint health shared by this gateway's requests. Default: a new breaker (per isolate). */
-  breaker?: EndpointBreaker
+  breaker?: Breaker
 }
 
 export function createDispatcher(options: DispatchOptions): CompletionHandler {

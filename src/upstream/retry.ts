@@ -8,7 +8,7 @@
  */
 import { GatewayError } from '../errors/index.ts'
 import type { ResilienceConfig } from '../config/schema.ts'
-import type { EndpointBreaker } from './breaker.ts'
+import type { Breaker } from './breaker.ts'
 import { UpstreamStatus } from './runpod/client.ts'
 import type { Endpoint } from './runpod/client.ts'
 
@@ -37,7 +37,7 @@ export interface RetryPlanOptions {
   /** The model's endpoints in the order to try them (see `orderEndpoints`). */
   endpoints: readonly Endpoint[]
   resilience: ResilienceConfig
-  breaker: EndpointBreaker
+  breaker: Breaker
   signal?: AbortSignal
   /** Default `Math.random`. */
   random?: () => number
