@@ -102,10 +102,12 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
     controller.enqueue(bytes)
   }
 
-  /** Resolves once the caller asks for more (or left); true when it had to wait. */
-  async function demand(): Promise<boolean> {
+  /** Resolves once the caller asks for more (or left, or `untilMs` passed); true when it had to wait. */
+  async function demand(untilMs: number): Promise<boolean> {
     if (pulled || closed) return false
-    await new Promise<void>((resolve) => (wake = resolve))
+    const stop = new AbortController()
+    await Promise.race([new Promise<void>((resolve) => (wake = resolve)), sleep(untilMs - Date.now(), stop.signal)])
+    stop.abort()
     wake = undefined
     return true
   }
@@ -293,7 +295,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
       if (now >= totalDeadline) throw new GatewayError('upstream_timeout', 'The answer took longer than podgate allows.')
       if (now - lastOutput >= timeouts.idleMs) throw new GatewayError('upstream_timeout', 'The model stopped sending for too long.')
       // Time spent waiting on a slow reader is not the model's silence.
-      if (await demand()) lastOutput = Date.now()
+      if (await demand(totalDeadline)) lastOutput = Date.now()
       if (signal.aborted) throw new GatewayError('upstream_error', 'The caller went away.')
       const result = await raceLive(Math.min(totalDeadline, lastOutput + timeouts.idleMs) - Date.now())
       if (!result) continue
