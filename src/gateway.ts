@@ -35,6 +35,7 @@ import type { playgroundHandler } from './playground/page.ts'
 import { resolveModels } from './routing/models.ts'
 import { RunpodClient } from './upstream/runpod/client.ts'
 import { createDispatcher } from './upstream/dispatch.ts'
+import type { Breaker } from './upstream/breaker.ts'
 import type { CompletionStage } from './pipeline/index.ts'
 import type { GatewayEnv } from './types.ts'
 
@@ -59,6 +60,8 @@ export interface GatewayOptions extends GatewayOptionsInput {
   quota?: GatewayQuotaOptions
   /** Answer caching (see `cacheConfigSchema`), plus the Cache API instance and the cache's clock. */
   cache?: GatewayCacheOptions
+  /** Endpoint health for failover. Default: a breaker of this gateway's own, per isolate (see `EndpointBreaker`). */
+  breaker?: Breaker
   /**
    * Dev tools, passed in so a Worker that does not use them does not ship them: `openapi` serves
    * `GET /openapi.json`, `playground` serves `GET /playground` when the `playground` option is on.
@@ -89,11 +92,12 @@ export type GatewayQuotaOptions = NonNullable<GatewayOptionsInput['quota']> & Pi
  * }))
  */
 export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
-  const { kv: kvOption, credential, credentialOrigins, fetch: fetchOption, logSink, quota: quotaOption, cache: cacheOption, extras = {}, ...input } = options
+  const { kv: kvOption, credential, credentialOrigins, fetch: fetchOption, logSink, quota: quotaOption, cache: cacheOption, extras = {}, breaker, ...input } = options
   const { objects: quotaObjects, now: quotaNow, ...quotaConfig } = quotaOption ?? {}
   const { edgeCache, now: cacheNow, ...cacheConfig } = cacheOption ?? {}
   const config = resolveConfig({ ...(quotaOption ? { ...input, quota: quotaConfig } : input), cache: cacheConfig })
-  const log = createLogger({ secrets: [config.runpod.apiKey, config.adminToken ?? '', config.signingSecret ?? ''], sink: logSink })
+  const endpointKeys = Object.values(config.models).flatMap((m) => m.endpoints.flatMap((e) => ('apiKey' in e && e.apiKey ? [e.apiKey] : [])))
+  const log = createLogger({ secrets: [config.runpod.apiKey, config.adminToken ?? '', config.signingSecret ?? '', ...endpointKeys], sink: logSink })
   const client = new RunpodClient({ apiKey: config.runpod.apiKey, timeoutMs: config.runpod.timeoutMs, fetch: fetchOption })
   const models = resolveModels(config)
   const kv = kvOption ?? defaultKv
@@ -138,7 +142,7 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
   app.use('/v1/*', apiKeyAuth({ store, credential, credentialOrigins, tokens, streamCheckMs }))
   app.on('POST', '/v1/tokens', control)
   app.route('/v1/tokens', tokenRoutes({ signer: tokens, models: new Set(models.keys()), maxBodyBytes: config.maxBodyBytes, ...config.tokens }))
-  const dispatch = createDispatcher({ client, runpod: config.runpod })
+  const dispatch = createDispatcher({ client, runpod: config.runpod, breaker })
   const stages: CompletionStage[] = []
   // A token minted with a quota of its own is held to it (counted under its token id) before the key's.
   stages.push(tokenQuotaStage(quotaStage(quota)))

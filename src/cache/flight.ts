@@ -20,10 +20,23 @@ export type FlightState = 'open' | 'ok' | 'failed'
 /** Longest a waiting caller sleeps before it looks at the flight again. */
 const POLL_MS = 50
 
+/** Where one reader of a flight's events is: the index of the next event it will read. */
+export interface FlightReader {
+  cursor: number
+}
+
 export class Flight {
   /** The leader asked for a stream: joiners that stream too can follow its events. */
   readonly streams: boolean
-  readonly events: FlightEvent[] = []
+  /** Events from index `offset` on; earlier ones were read by everyone and dropped (see `seal`). */
+  readonly #events: FlightEvent[] = []
+  #offset = 0
+  /** Characters of `data` held in the buffer now, and the most it ever held. */
+  bufferedChars = 0
+  peakBufferedChars = 0
+  /** No caller may join any more: events every reader has passed can be dropped. */
+  sealed = false
+  readonly #readers = new Set<FlightReader>()
   state: FlightState = 'open'
   error: GatewayError | undefined
   /** The leader's caller went away (or its answer cannot serve joiners): joiners serve themselves. */
@@ -45,8 +58,53 @@ export class Flight {
     this.streams = streams
   }
 
+  /** Index one past the last event pushed. */
+  get end(): number {
+    return this.#offset + this.#events.length
+  }
+
+  /** The event at `index`, which a registered reader has not passed yet. */
+  at(index: number): FlightEvent {
+    return this.#events[index - this.#offset]!
+  }
+
+  /** A reader from the first event; `unread` drops it (it left, or read to the end). */
+  reader(): FlightReader {
+    if (this.#offset > 0) throw new Error('Flight.reader: a sealed flight takes no new readers')
+    const reader = { cursor: 0 }
+    this.#readers.add(reader)
+    return reader
+  }
+
+  unread(reader: FlightReader): void {
+    this.#readers.delete(reader)
+    this.compact()
+  }
+
   push(event: FlightEvent): void {
-    this.events.push(event)
+    this.#events.push(event)
+    if ('data' in event) {
+      this.bufferedChars += event.data.length
+      this.peakBufferedChars = Math.max(this.peakBufferedChars, this.bufferedChars)
+    }
+    this.#notify()
+  }
+
+  /** No one may join from now on: drop what every reader has read, now and as they read on. */
+  seal(): void {
+    this.sealed = true
+    this.compact()
+  }
+
+  /** Drops the events every reader has passed, once sealed; wakes a producer waiting for room. */
+  compact(): void {
+    if (!this.sealed) return
+    let min = this.end
+    for (const reader of this.#readers) min = Math.min(min, reader.cursor)
+    const drop = min - this.#offset
+    if (drop <= 0) return
+    for (const event of this.#events.splice(0, drop)) if ('data' in event) this.bufferedChars -= event.data.length
+    this.#offset = min
     this.#notify()
   }
 

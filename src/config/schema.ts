@@ -54,16 +54,27 @@ export const endpointSchema = z.union([
     .strict(),
   z
     .object({
-      /** A full base URL for a job API, e.g. `http://127.0.0.1:8000` (runpod-python's local server). */
+      /** A full base URL for a job API, e.g. `http://127.0.0.1:8000` (runpod-python's local server). Plain `http://` only to loopback. */
       url: z
         .string()
         .url({ message: 'must be an absolute http(s) URL' })
-        .refine((u) => /^https?:\/\//.test(u), { message: 'must use http or https' }),
+        .refine((u) => /^https?:\/\//.test(u), { message: 'must use http or https' })
+        .refine((u) => u.startsWith('https://') || isLoopbackUrl(u), {
+          message: 'uses plain http:// to a host that is not loopback: use https://, or http://127.0.0.1 / http://localhost for a local server',
+        }),
+      /** The bearer sent to this URL (a secret: pass it from your environment). Default: none. The Runpod key is never sent to a `url:` endpoint unless given here. */
+      apiKey: z.string().min(1, { message: 'is empty: set the secret it is read from' }).optional(),
       ...endpointBase,
     })
     .strict(),
 ])
 export type EndpointInput = z.input<typeof endpointSchema>
+
+/** `localhost`, 127.0.0.0/8 or `[::1]`: plain http there never leaves the machine. */
+function isLoopbackUrl(url: string): boolean {
+  const host = new URL(url).hostname
+  return host === 'localhost' || host.endsWith('.localhost') || host === '[::1]' || /^127(\.\d{1,3}){3}$/.test(host)
+}
 
 /** How a model's requests survive upstream failures (docs/failure-behaviour.md). */
 export const resilienceSchema = z

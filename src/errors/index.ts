@@ -17,6 +17,8 @@ export type GatewayErrorCode =
   | 'permission_denied'
   | 'model_not_found'
   | 'not_found'
+  | 'job_not_found'
+  | 'route_not_found'
   | 'method_not_allowed'
   | 'rate_limited'
   | 'upstream_rate_limited'
@@ -45,6 +47,10 @@ const CODE_TABLE: Record<GatewayErrorCode, { status: number; type: OpenAIErrorTy
   permission_denied: { status: 403, type: 'permission_error' },
   model_not_found: { status: 404, type: 'invalid_request_error' },
   not_found: { status: 404, type: 'not_found_error' },
+  /** The upstream no longer knows the job (expired, or purged): the caller's job is gone. */
+  job_not_found: { status: 404, type: 'not_found_error' },
+  /** The upstream has no such route or endpoint: podgate's config is wrong, not the caller's request. */
+  route_not_found: { status: 502, type: 'api_error' },
   method_not_allowed: { status: 405, type: 'invalid_request_error' },
   rate_limited: { status: 429, type: 'rate_limit_error' },
   upstream_rate_limited: { status: 429, type: 'rate_limit_error' },

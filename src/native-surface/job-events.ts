@@ -45,6 +45,8 @@ export interface JobEventsOptions {
   waitUntil: (promise: Promise<unknown>) => void
   /** Milliseconds a poll that found items waits before the next, so items arrive batched. Default 200. */
   minPollIntervalMs?: number
+  /** Called once when the response ends, however it ends (its quota stream slot is freed then). */
+  onEnd?: () => void
 }
 
 const encoder = new TextEncoder()
@@ -73,10 +75,17 @@ export function jobEventStream(options: JobEventsOptions): Response {
   const send = (bytes: Uint8Array) => {
     if (!closed) out?.enqueue(bytes)
   }
+  let finished = false
+  const end = () => {
+    if (finished) return
+    finished = true
+    options.onEnd?.()
+  }
   const close = () => {
     if (closed) return
     closed = true
     out?.close()
+    end()
   }
   const text = createItemText(job.kind)
 
@@ -118,6 +127,7 @@ export function jobEventStream(options: JobEventsOptions): Response {
       cancel() {
         closed = true
         cancelUpstream()
+        end()
       },
     },
     { highWaterMark: 0 },

@@ -24,6 +24,7 @@ import { normalizeJobBody } from './input.ts'
 import { createJobSealer } from './job-id.ts'
 import type { JobBinding, JobRef } from './job-id.ts'
 import { jobEventStream } from './job-events.ts'
+import { withPublicError } from './job-error.ts'
 
 export interface NativeRoutesOptions {
   models: ModelTable
@@ -64,8 +65,8 @@ export function nativeRoutes(options: NativeRoutesOptions): Hono<GatewayEnv> {
     return { binding, job: await jobs.open(c.req.param('id') ?? '', binding) }
   }
   /** Runpod's answer with podgate's id for the job in place of Runpod's. */
-  const answer = async <T extends { id?: string }>(c: Context<GatewayEnv>, body: T, job: JobRef, binding: JobBinding) =>
-    c.json({ ...body, id: await jobs.seal(job, binding) }, 200)
+  const answer = async <T extends { id?: string; error?: unknown }>(c: Context<GatewayEnv>, body: T, job: JobRef, binding: JobBinding) =>
+    c.json({ ...withPublicError(body), id: await jobs.seal(job, binding) }, 200)
 
   async function submit(c: Context<GatewayEnv>, via: 'run' | 'runsync'): Promise<Response> {
     const binding = bindingOf(c)
@@ -102,16 +103,20 @@ export function nativeRoutes(options: NativeRoutesOptions): Hono<GatewayEnv> {
   app.on(['GET', 'POST'], '/:model/stream/:id', async (c) => {
     const { binding, job } = await jobOf(c)
     if ((c.req.header('accept') ?? '').includes('text/event-stream')) {
-      return jobEventStream({
+      const resumeAfter = lastEventId(c)
+      // An open event stream holds one of the key's concurrent streams (quota), freed when it ends.
+      const admitted = composeStages(options.stages ?? [], async (ctx: CompletionContext) => jobEventStream({
         client,
         job,
         waitMs: runpod.streamWaitMs,
         maxPolls: runpod.maxPollsPerStream,
-        resumeAfter: lastEventId(c),
+        resumeAfter,
         detach: c.req.query('detach') === 'true',
         signal: c.req.raw.signal,
         waitUntil: waitUntilOf(c),
-      })
+        onEnd: () => ctx.settle({ ok: true, usage: undefined }),
+      }))
+      return admitted(createCompletionContext(c, { ...passthroughRequest(binding.model.alias), stream: true }, binding.model))
     }
     const page = await client.stream(job.endpoint, job.upstreamId, { signal: c.req.raw.signal, waitMs: runpod.streamWaitMs })
     // `stream` is always an array: runpod-sdk iterates it unguarded.

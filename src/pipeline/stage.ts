@@ -22,8 +22,11 @@ export interface TokenUsage {
 export type CompletionOutcome =
   /** `cached`: answered from podgate's cache, no upstream work (quota counts the request, not its tokens). */
   | { ok: true; usage: TokenUsage | undefined; cached?: boolean }
-  /** `producedOutput`: some of the answer reached the caller before the failure. */
-  | { ok: false; error: GatewayError; producedOutput: boolean; usage?: TokenUsage }
+  /**
+   * `producedOutput`: some of the answer reached the caller before the failure. `reachedUpstream`: the
+   * caller went away after the request reached the upstream, so the prompt was processed and is paid for.
+   */
+  | { ok: false; error: GatewayError; producedOutput: boolean; usage?: TokenUsage; reachedUpstream?: boolean }
 
 export interface CompletionContext {
   c: Context<GatewayEnv>

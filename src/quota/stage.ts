@@ -3,8 +3,9 @@
  * from the real result once `ctx.outcome` resolves (after the last byte of a stream).
  *
  * Settling: a success counts its real `usage` (a cached answer counts the request, no tokens); a
- * failure before any output refunds the tokens; a failure after some output counts what the upstream
- * reported, else keeps the reservation. Requests are never refunded: they reached the upstream.
+ * failure before any output refunds the tokens, unless the caller hung up after the prompt reached the
+ * upstream (then the prompt and any reported output count); a failure after some output counts what
+ * the upstream reported, else keeps the reservation. Requests are never refunded: they reached the upstream.
  * A key with no limits costs one policy merge and no store access.
  */
 import { GatewayError } from '../errors/index.ts'
@@ -38,7 +39,8 @@ export function quotaStage(service: QuotaService): CompletionStage {
 
     const { reservation } = result
     // A lost settle only forfeits a refund or a correction; it must never fail the answer.
-    background(ctx.outcome.then((outcome) => store.settle({ reservation, tokens: tokensToCharge(outcome, reservation.tokens), background })).catch(() => undefined))
+    const prompt = estimatePromptTokens(ctx.request)
+    background(ctx.outcome.then((outcome) => store.settle({ reservation, tokens: tokensToCharge(outcome, reservation.tokens, prompt), background })).catch(() => undefined))
 
     const response = await next(ctx)
     const headed = new Response(response.body, response)
@@ -57,10 +59,25 @@ export function estimateTokens(request: NormalizedRequest): number {
   return request.estimate.promptTokens + request.sampling.max_tokens * request.estimate.sequences
 }
 
-export function tokensToCharge(outcome: CompletionOutcome, reserved: number): number {
-  if (outcome.ok) return outcome.cached ? 0 : (outcome.usage?.total_tokens ?? reserved)
-  if (!outcome.producedOutput) return 0
-  return outcome.usage?.total_tokens ?? reserved
+/** The prompt alone (see `RequestEstimate`): what a processed prompt costs when the upstream counts none. */
+export function estimatePromptTokens(request: NormalizedRequest): number {
+  return request.estimate.promptTokens
+}
+
+/**
+ * What an answer costs. Nothing reached the caller: free, unless the caller hung up after the prompt
+ * reached the upstream (it was processed on a GPU), which costs the prompt plus what the upstream
+ * reports generated. An upstream that counted no prompt tokens is charged the prompt estimate.
+ */
+export function tokensToCharge(outcome: CompletionOutcome, reserved: number, promptEstimate = 0): number {
+  if (outcome.ok && outcome.cached) return 0
+  if (outcome.ok || outcome.producedOutput) return outcome.usage ? charged(outcome.usage, promptEstimate) : reserved
+  if (outcome.reachedUpstream) return outcome.usage ? charged(outcome.usage, promptEstimate) : promptEstimate
+  return 0
+}
+
+function charged(usage: { prompt_tokens: number; total_tokens: number }, promptEstimate: number): number {
+  return usage.prompt_tokens > 0 ? usage.total_tokens : usage.total_tokens + promptEstimate
 }
 
 const LIMIT_TEXT: Record<LimitName, string> = {

@@ -7,10 +7,12 @@
  * way worth retrying, before any output, the other mode's endpoints are tried the same way.
  */
 import type { ResolvedOptions } from '../config/schema.ts'
+import { toGatewayError } from '../errors/index.ts'
 import { waitUntilOf } from '../http/context.ts'
 import type { CompletionContext, CompletionHandler } from '../pipeline/index.ts'
 import { orderEndpoints } from '../routing/models.ts'
 import { EndpointBreaker } from './breaker.ts'
+import type { Breaker } from './breaker.ts'
 import { nativeJson } from './native.ts'
 import { nativeStream } from './native-stream.ts'
 import { openaiRouteCompletion } from './openai-route.ts'
@@ -22,7 +24,7 @@ export interface DispatchOptions {
   client: RunpodClient
   runpod: ResolvedOptions['runpod']
   /** Endpoint health shared by this gateway's requests. Default: a new breaker (per isolate). */
-  breaker?: EndpointBreaker
+  breaker?: Breaker
 }
 
 export function createDispatcher(options: DispatchOptions): CompletionHandler {
@@ -50,7 +52,9 @@ export function createDispatcher(options: DispatchOptions): CompletionHandler {
         if (mode === 'openai') return await openaiRouteCompletion(call)
         return await (ctx.request.stream ? nativeStream(call) : nativeJson(call))
       } catch (error) {
-        if (last || !isRetryable(error) || signal?.aborted) throw error
+        // A caller who hung up after a request went upstream is charged its prompt (quota stage).
+        if (signal.aborted && call.plan.attempted > 0) ctx.settle({ ok: false, error: toGatewayError(error), producedOutput: false, reachedUpstream: true })
+        if (last || !isRetryable(error) || signal.aborted) throw error
       }
     }
   }

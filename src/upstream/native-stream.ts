@@ -67,6 +67,8 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
   let producedOutput = false
   let usage: TokenUsage | undefined
   let polls = 0
+  /** A job was queued upstream: the prompt reached a worker. */
+  let launched = false
   const live = new Set<Attempt>()
   let open!: () => void
   let refuse!: (error: GatewayError) => void
@@ -75,18 +77,42 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
     refuse = reject
   })
 
-  const body = new ReadableStream<Uint8Array>({
-    start(c) {
-      controller = c
+  // Pull-based: once output flows, the next `/stream` poll waits until the caller has read what podgate
+  // holds, so a slow reader slows the polling instead of filling the isolate's memory.
+  let pulled = false
+  let wake: (() => void) | undefined
+  const body = new ReadableStream<Uint8Array>(
+    {
+      start(c) {
+        controller = c
+      },
+      pull() {
+        pulled = true
+        wake?.()
+      },
+      cancel() {
+        closed = true
+        callerGone.abort()
+        wake?.()
+      },
     },
-    cancel() {
-      closed = true
-      callerGone.abort()
-    },
-  })
+    { highWaterMark: 0 },
+  )
 
   function emit(bytes: Uint8Array): void {
-    if (!closed) controller.enqueue(bytes)
+    if (closed) return
+    pulled = false
+    controller.enqueue(bytes)
+  }
+
+  /** Resolves once the caller asks for more (or left, or `untilMs` passed); true when it had to wait. */
+  async function demand(untilMs: number): Promise<boolean> {
+    if (pulled || closed) return false
+    const stop = new AbortController()
+    await Promise.race([new Promise<void>((resolve) => (wake = resolve)), sleep(untilMs - Date.now(), stop.signal)])
+    stop.abort()
+    wake = undefined
+    return true
   }
 
   function openResponse(): void {
@@ -133,6 +159,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
 
   async function launch(endpoint: Endpoint): Promise<Attempt> {
     const job = await client.run(endpoint, input, { signal })
+    launched = true
     const attempt = newAttempt(endpoint, job.id, job.status)
     live.add(attempt)
     return attempt
@@ -272,7 +299,10 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
       const now = Date.now()
       if (now >= totalDeadline) throw new GatewayError('upstream_timeout', 'The answer took longer than podgate allows.')
       if (now - lastOutput >= timeouts.idleMs) throw new GatewayError('upstream_timeout', 'The model stopped sending for too long.')
-      const result = await raceLive(Math.min(totalDeadline, lastOutput + timeouts.idleMs) - now)
+      // Time spent waiting on a slow reader is not the model's silence.
+      if (await demand(totalDeadline)) lastOutput = Date.now()
+      if (signal.aborted) throw new GatewayError('upstream_error', 'The caller went away.')
+      const result = await raceLive(Math.min(totalDeadline, lastOutput + timeouts.idleMs) - Date.now())
       if (!result) continue
       if (!result.ok) throw result.error
       try {
@@ -297,9 +327,11 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
       openResponse()
       await streamRest(winner)
     } catch (error) {
-      const failure = callerGone.signal.aborted ? new GatewayError('upstream_error', 'The caller went away.') : toGatewayError(error)
+      const gone = callerGone.signal.aborted || call.signal?.aborted === true
+      const failure = gone ? new GatewayError('upstream_error', 'The caller went away.') : toGatewayError(error)
       for (const attempt of [...live]) drop(attempt)
-      call.settle({ ok: false, error: failure, producedOutput, usage })
+      // A caller who hangs up once a job ran has had its prompt processed: quota charges it.
+      call.settle({ ok: false, error: failure, producedOutput, usage, ...(gone && launched ? { reachedUpstream: true } : {}) })
       if (!opened) return refuse(failure)
       emit(sseErrorEvent({ message: failure.message, type: failure.type, code: failure.code }))
       if (!closed) {

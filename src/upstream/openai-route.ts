@@ -47,7 +47,8 @@ export async function openaiRouteCompletion(call: CompletionCall): Promise<Respo
       idleMs: timeouts.idleMs,
       totalDeadline: started + timeouts.totalMs,
       onUsage: (u) => (usage = u),
-      onEnd: (end) => call.settle(end.ok ? { ok: true, usage } : { ok: false, error: end.error, producedOutput: end.started, usage }),
+      // The relay exists once the upstream answered: whatever ends it, the prompt was processed.
+      onEnd: (end) => call.settle(end.ok ? { ok: true, usage } : { ok: false, error: end.error, producedOutput: end.started, usage, reachedUpstream: true }),
     })
     return new Response(relay, { status: 200, headers: SSE_HEADERS })
   }

@@ -8,7 +8,7 @@
  */
 import { GatewayError } from '../errors/index.ts'
 import type { ResilienceConfig } from '../config/schema.ts'
-import type { EndpointBreaker } from './breaker.ts'
+import type { Breaker } from './breaker.ts'
 import { UpstreamStatus } from './runpod/client.ts'
 import type { Endpoint } from './runpod/client.ts'
 
@@ -37,7 +37,7 @@ export interface RetryPlanOptions {
   /** The model's endpoints in the order to try them (see `orderEndpoints`). */
   endpoints: readonly Endpoint[]
   resilience: ResilienceConfig
-  breaker: EndpointBreaker
+  breaker: Breaker
   signal?: AbortSignal
   /** Default `Math.random`. */
   random?: () => number
@@ -57,6 +57,11 @@ export class RetryPlan {
 
   constructor(options: RetryPlanOptions) {
     this.#options = options
+  }
+
+  /** Attempts handed out so far (each may have reached its upstream). */
+  get attempted(): number {
+    return this.#tried
   }
 
   /** The endpoint of the next attempt, or undefined when every attempt is used. */

@@ -35,7 +35,7 @@ describe('L9 sleep releases its abort listener', () => {
     } as unknown as RunpodClient
     const res = jobEventStream({
       client,
-      job: { kind: 'raw', endpoint: { base: 'http://upstream.test/v2/x', label: 'x', mode: 'native', weight: 1 }, upstreamId: 'job1' },
+      job: { kind: 'raw', endpoint: { base: 'http://upstream.test/v2/x', label: 'x', mode: 'native', weight: 1, credential: { kind: 'runpod' } }, upstreamId: 'job1' },
       waitMs: 0,
       maxPolls: 100,
       signal,

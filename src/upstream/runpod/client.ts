@@ -48,7 +48,14 @@ export interface Endpoint {
   label: string
   mode: 'openai' | 'native'
   weight: number
+  /**
+   * The bearer podgate sends: `runpod` (the client's Runpod key; endpoint ids), the endpoint's own
+   * `apiKey` (a `url:` endpoint whose config names one), or none (any other `url:` endpoint).
+   */
+  credential: EndpointCredential
 }
+
+export type EndpointCredential = { kind: 'runpod' } | { kind: 'own'; apiKey: string } | { kind: 'none' }
 
 export interface RunpodClientOptions {
   /** The Runpod API key. */
@@ -71,14 +78,19 @@ export interface CallOptions {
 export function resolveEndpoint(config: EndpointConfig, runpodBaseUrl: string, defaultMode: 'openai' | 'native'): Endpoint {
   const mode = config.mode ?? defaultMode
   if ('endpointId' in config) {
-    return { base: `${runpodBaseUrl.replace(/\/+$/, '')}/${config.endpointId}`, label: config.endpointId, mode, weight: config.weight }
+    return { base: `${runpodBaseUrl.replace(/\/+$/, '')}/${config.endpointId}`, label: config.endpointId, mode, weight: config.weight, credential: { kind: 'runpod' } }
   }
   const url = new URL(config.url)
-  return { base: config.url.replace(/\/+$/, ''), label: url.host, mode, weight: config.weight }
+  // A URL is any server: it gets the Runpod key only if its config hands it that key by name.
+  const credential: EndpointCredential = config.apiKey === undefined ? { kind: 'none' } : { kind: 'own', apiKey: config.apiKey }
+  return { base: config.url.replace(/\/+$/, ''), label: url.host, mode, weight: config.weight, credential }
 }
 
 /** Job ids reach upstream URLs, so they are checked here even though podgate mints the ids callers see. */
 const JOB_ID_PATTERN = /^[A-Za-z0-9_-]{1,128}$/
+
+/** Operations on one job: a 404 there may mean the job is gone rather than a wrong route. */
+const JOB_OPS = /^(status|status-sync|stream|cancel|retry)\//
 
 function assertJobId(id: string): string {
   if (!JOB_ID_PATTERN.test(id)) throw new GatewayError('upstream_error', 'The upstream returned an invalid job id.')
@@ -155,7 +167,7 @@ export class RunpodClient {
     const { response, clear } = await this.#send(endpoint, `openai/v1${path}`, body === undefined ? { method: 'GET' } : { method: 'POST', body }, options)
     if (!response.ok) {
       clear()
-      throw await upstreamHttpError(response)
+      throw await upstreamHttpError(response, { url: `${endpoint.base}/openai/v1${path}`, jobOp: false })
     }
     if (options.headersTimeoutOnly || !response.body) {
       clear()
@@ -169,7 +181,7 @@ export class RunpodClient {
   async #json(endpoint: Endpoint, path: string, init: { method: string; body?: unknown }, options: CallOptions): Promise<unknown> {
     const { response, clear } = await this.#send(endpoint, path, init, options)
     try {
-      if (!response.ok) throw await upstreamHttpError(response)
+      if (!response.ok) throw await upstreamHttpError(response, { url: `${endpoint.base}/${path}`, jobOp: JOB_OPS.test(path) })
       return await response.json()
     } catch (cause) {
       if (cause instanceof GatewayError) throw cause
@@ -185,7 +197,9 @@ export class RunpodClient {
     const timeout = new AbortController()
     const timer = setTimeout(() => timeout.abort(), options.timeoutMs ?? this.#timeoutMs)
     const signal = options.signal ? AbortSignal.any([options.signal, timeout.signal]) : timeout.signal
-    const headers: Record<string, string> = { authorization: `Bearer ${this.#apiKey}`, accept: 'application/json, text/event-stream' }
+    const headers: Record<string, string> = { accept: 'application/json, text/event-stream' }
+    const bearer = endpoint.credential.kind === 'runpod' ? this.#apiKey : endpoint.credential.kind === 'own' ? endpoint.credential.apiKey : undefined
+    if (bearer !== undefined) headers.authorization = `Bearer ${bearer}`
     if (init.body !== undefined) headers['content-type'] = 'application/json'
     try {
       const response = await this.#fetch(`${endpoint.base}/${path}`, {
@@ -209,12 +223,12 @@ export class RunpodClient {
  * are the caller's to fix, so their message passes through; auth and routing failures are the operator's,
  * so the caller only learns that the upstream refused podgate.
  */
-export async function upstreamHttpError(response: Response): Promise<GatewayError> {
+export async function upstreamHttpError(response: Response, options: { url: string; jobOp: boolean }): Promise<GatewayError> {
   const text = await response.text().catch(() => '')
   const status = response.status
   const retryAfter = response.headers.get('retry-after')
   const retryAfterSeconds = retryAfter && /^\d{1,6}$/.test(retryAfter) ? Number(retryAfter) : undefined
-  const cause = new UpstreamStatus(status, retryAfterSeconds)
+  const cause = new UpstreamStatus(status, retryAfterSeconds, upstreamPath(options.url))
   if (status === 429) {
     const headers: Record<string, string> = retryAfterSeconds === undefined ? {} : { 'retry-after': String(retryAfterSeconds) }
     return new GatewayError('upstream_rate_limited', 'The model endpoint is rate limited. Retry shortly.', { headers, cause })
@@ -227,7 +241,11 @@ export async function upstreamHttpError(response: Response): Promise<GatewayErro
   if (status === 401 || status === 403) {
     return new GatewayError('upstream_error', 'The upstream refused podgate\'s credentials. The operator must check RUNPOD_API_KEY.')
   }
-  if (status === 404) return new GatewayError('upstream_error', 'The upstream endpoint or job was not found.', { status: 502 })
+  if (status === 404) {
+    // A web framework's route miss (FastAPI: `{"detail":"Not Found"}`) is a wrong URL even on a job op.
+    if (options.jobOp && !isRouteMiss(text)) return new GatewayError('job_not_found', 'The upstream no longer knows this job: it expired or was removed.', { cause })
+    return new GatewayError('route_not_found', 'The upstream has no such route or endpoint. The operator must check the endpoint\'s configuration.', { cause })
+  }
   return new GatewayError('upstream_error', `The upstream failed with HTTP ${status}.`, { cause })
 }
 
@@ -240,10 +258,29 @@ export class UpstreamStatus extends Error {
   readonly status: number
   readonly retryAfterSeconds: number | undefined
 
-  constructor(status: number, retryAfterSeconds: number | undefined) {
-    super(`upstream HTTP ${status}`)
+  /** `path` is the upstream URL's path (no host, no query) for the operator's log. */
+  constructor(status: number, retryAfterSeconds: number | undefined, path = '') {
+    super(`upstream HTTP ${status}${path ? ` at ${path}` : ''}`)
     this.status = status
     this.retryAfterSeconds = retryAfterSeconds
+  }
+}
+
+/** The path of an upstream URL: keys travel in headers only, and the query is left out anyway. */
+function upstreamPath(url: string): string {
+  try {
+    return new URL(url).pathname.slice(0, 300)
+  } catch {
+    return ''
+  }
+}
+
+function isRouteMiss(text: string): boolean {
+  try {
+    const body = JSON.parse(text) as { detail?: unknown }
+    return body.detail === 'Not Found'
+  } catch {
+    return false
   }
 }
 

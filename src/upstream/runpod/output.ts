@@ -48,8 +48,9 @@ export interface NativeOutput {
  */
 export function nativeOutputToOpenAI(output: unknown, options: NativeOutputOptions): NativeOutput {
   if (output === undefined || output === null) throw new GatewayError('upstream_error', 'The model worker returned no output.')
-  // A list because Runpod aggregates a handler's yields; a bare value is tolerated.
-  const items: unknown[] = Array.isArray(output) ? output : [output]
+  // A list because Runpod aggregates a handler's yields; runpod-python's local server hands back what
+  // the handler returned, so a bare value, or a generator's yielded lists, are read the same way.
+  const items: unknown[] = Array.isArray(output) ? output.flatMap((item: unknown) => (Array.isArray(item) ? item : [item])) : [output]
   if (items.length === 0) throw new GatewayError('upstream_error', 'The model worker returned no output.')
   for (const item of items) {
     const message = upstreamErrorMessage(item)
@@ -122,8 +123,14 @@ function fromStreamItems(items: unknown[], options: NativeOutputOptions): Native
       estimated = meta.estimated
     },
   })
-  for (const item of items) decoder.push(item)
-  decoder.finish()
+  try {
+    for (const item of items) decoder.push(item)
+    decoder.finish()
+  } catch (error) {
+    // The decoder speaks of streamed items; this output came whole, from `/runsync` or `/status`.
+    if (error instanceof GatewayError && error.message.includes('streamed')) throw new GatewayError(error.code, error.message.replace('streamed', 'returned'), { cause: error })
+    throw error
+  }
   if (!usage) throw new GatewayError('internal_error', 'The stream decoder finished without usage.')
 
   const chatChoices: ChatCompletionChoice[] = []

@@ -1,0 +1,197 @@
+/**
+ * The leader of a flight: makes the upstream call for a cacheable request, shares what it produces with
+ * joiners, and records the answer for the cache from podgate's own output.
+ *
+ * Memory is bounded whatever the answer's size. The capture keeps at most `maxEntryBytes` of events:
+ * past that the answer is not stored, no one else may join, and the shared buffer keeps only what some
+ * reader has not read yet, at most `maxEntryBytes` before the upstream reads wait for the slowest reader.
+ * The caller's own bytes never wait on the capture.
+ */
+import { createParser } from 'eventsource-parser'
+import { GatewayError, toGatewayError } from '../errors/index.ts'
+import { waitUntilOf } from '../http/context.ts'
+import type { CompletionContext, CompletionHandler } from '../pipeline/index.ts'
+import { isRecord } from '../streaming/vllm.ts'
+import { captureJsonAnswer, createAnswerCapture } from './answer.ts'
+import type { AnswerCapture, CachedAnswer, CapturedEvent } from './answer.ts'
+import { follow } from './coalesce.ts'
+import { Flight } from './flight.ts'
+import { metaOf, parseJson, withCacheHeaders } from './replay.ts'
+import { writeEntry } from './store.ts'
+import type { CacheRun, Plan } from './stage.ts'
+
+/** What one leader needs besides the flight: its context, the flight's release and the store write. */
+interface Leader {
+  run: CacheRun
+  ctx: CompletionContext
+  flight: Flight
+  /** Takes the flight out of the coalescing map: no one joins it from then on. */
+  release: () => void
+  store: (answer: CachedAnswer) => void
+  callerGone: () => boolean
+}
+
+export async function lead(run: CacheRun, ctx: CompletionContext, next: CompletionHandler, plan: Plan): Promise<Response> {
+  const { options, flights, log } = run
+  const flight = new Flight(ctx.request.stream)
+  const hash = plan.key.hash
+  if (options.coalesce) flights.set(hash, flight)
+  const leader: Leader = {
+    run,
+    ctx,
+    flight,
+    release: () => {
+      if (flights.get(hash) === flight) flights.delete(hash)
+    },
+    store: (answer) => {
+      const write = writeEntry(options.tiers(ctx.c), plan.key, { v: 1, storedAt: options.now(), answer }, { ttlSeconds: plan.ttlSeconds, maxEntryBytes: options.maxEntryBytes })
+      waitUntilOf(ctx.c)(write.catch((error: unknown) => log({ level: 'warn', message: 'cache write failed', cause: String(error) })))
+    },
+    callerGone: () => ctx.c.req.raw.signal?.aborted === true,
+  }
+
+  let response: Response
+  try {
+    response = await next(ctx)
+  } catch (error) {
+    flight.fail(toGatewayError(error), leader.callerGone())
+    leader.release()
+    throw error
+  }
+  if (response.status !== 200 || !response.body) {
+    flight.fail(new GatewayError('upstream_error', 'The shared upstream call did not answer.'), true)
+    leader.release()
+    return withCacheHeaders(response, 'MISS', 0)
+  }
+  return ctx.request.stream ? captureStream(leader, response) : captureJson(leader, response)
+}
+
+/** A JSON answer: read up to the size bound, shared and stored whole; a larger one passes through. */
+async function captureJson(leader: Leader, response: Response): Promise<Response> {
+  const { ctx, flight, release } = leader
+  const source = response.body!.getReader()
+  const chunks: Uint8Array[] = []
+  let bytes = 0
+  let done = false
+  try {
+    while (!done && bytes <= leader.run.options.maxEntryBytes) {
+      const chunk = await source.read()
+      if (chunk.done) done = true
+      else (chunks.push(chunk.value), (bytes += chunk.value.byteLength))
+    }
+  } catch (error) {
+    flight.fail(toGatewayError(error), leader.callerGone())
+    release()
+    throw error
+  }
+  if (!done) {
+    // Too large to share or store: joiners ask alone, and this caller gets the rest as it comes.
+    release()
+    flight.succeed({ answer: undefined, usage: undefined, meta: undefined })
+    return withCacheHeaders(new Response(concat(chunks, source), response), 'MISS', 0)
+  }
+  const text = new TextDecoder().decode(join(chunks, bytes))
+  const json = parseJson(text)
+  const answer = captureJsonAnswer(ctx.request.kind, json)
+  const outcome = await ctx.outcome
+  release()
+  if (outcome.ok) {
+    flight.succeed({ answer, usage: outcome.usage, meta: metaOf(json), json: text })
+    if (answer) leader.store(answer)
+  } else {
+    flight.fail(outcome.error, leader.callerGone())
+  }
+  return withCacheHeaders(new Response(text, response), 'MISS', 0)
+}
+
+/** A stream: read here, not by the leader's response, so joiners never wait on how fast it reads. */
+function captureStream(leader: Leader, response: Response): Response {
+  const { run, ctx, flight, release } = leader
+  const { maxEntryBytes } = run.options
+  let capture: AnswerCapture | undefined = createAnswerCapture(ctx.request.kind)
+  let meta: Flight['meta']
+  let capturedChars = 0
+  let sawDone = false
+  const parser = createParser({
+    onEvent(event) {
+      if (event.data === '[DONE]') {
+        sawDone = true
+        return
+      }
+      capturedChars += event.data.length
+      if (capture && capturedChars > maxEntryBytes) {
+        // Too large to store: the readers so far follow on, new callers start their own call.
+        meta = capture.meta
+        capture = undefined
+        release()
+        flight.seal()
+      }
+      const value = parseJson(event.data)
+      const kind = capture ? capture.accept(value) : classify(value)
+      flight.push({ data: event.data, usage: kind === 'usage', error: kind === 'error' })
+    },
+    onComment() {
+      flight.push({ comment: true })
+    },
+  })
+  const decoder = new TextDecoder()
+  const source = response.body!.getReader()
+  const own = flight.reader()
+  const pump = (async () => {
+    try {
+      for (;;) {
+        // Past the bound, the upstream is read no faster than the slowest reader drains the buffer.
+        while (flight.sealed && flight.bufferedChars > maxEntryBytes && flight.followers > 0) await flight.changed()
+        const chunk = await source.read()
+        if (chunk.done) break
+        parser.feed(decoder.decode(chunk.value, { stream: true }))
+      }
+      parser.feed(decoder.decode())
+      const outcome = await ctx.outcome
+      release()
+      if (flight.sealed) run.log({ level: 'info', message: 'cache: answer over maxEntryBytes, not stored', max_entry_bytes: maxEntryBytes, peak_buffered_chars: flight.peakBufferedChars })
+      if (outcome.ok && sawDone) {
+        const answer = capture?.result(outcome.usage)
+        flight.succeed({ answer, usage: outcome.usage, meta: capture?.meta ?? meta })
+        if (answer) leader.store(answer)
+      } else {
+        flight.fail(outcome.ok ? new GatewayError('upstream_error', 'The stream ended before the model finished.') : outcome.error, leader.callerGone() || flight.followers === 0)
+      }
+    } catch (error) {
+      release()
+      flight.fail(toGatewayError(error), leader.callerGone())
+    }
+  })()
+  waitUntilOf(ctx.c)(pump)
+  // Everyone left before the end: stop the upstream call, as a caller that hangs up would.
+  flight.onIdle = () => void source.cancel().catch(() => undefined)
+  return withCacheHeaders(new Response(follow(flight, own, ctx.request), response), 'MISS', 0)
+}
+
+/** What an event is, once the capture has stopped recording (the same test `AnswerCapture.accept` makes). */
+function classify(value: unknown): CapturedEvent {
+  if (!isRecord(value) || value.error !== undefined || !Array.isArray(value.choices)) return 'error'
+  return value.choices.length === 0 && value.usage != null ? 'usage' : 'chunk'
+}
+
+function join(chunks: Uint8Array[], bytes: number): Uint8Array {
+  const out = new Uint8Array(bytes)
+  let at = 0
+  for (const chunk of chunks) (out.set(chunk, at), (at += chunk.byteLength))
+  return out
+}
+
+/** The chunks already read, then the rest of `source`, pulled as the caller reads. */
+function concat(head: Uint8Array[], source: ReadableStreamDefaultReader<Uint8Array>): ReadableStream<Uint8Array> {
+  return new ReadableStream<Uint8Array>(
+    {
+      async pull(controller) {
+        const chunk = head.shift() ?? (await source.read()).value
+        if (chunk === undefined) controller.close()
+        else controller.enqueue(chunk)
+      },
+      cancel: (reason) => source.cancel(reason),
+    },
+    { highWaterMark: 0 },
+  )
+}

@@ -1,0 +1,44 @@
+/**
+ * What a caller may see of a failed job's `error`: runpod-python reports a handler exception as a JSON
+ * string with `error_type`, `error_message` and `error_traceback` (plus host and worker ids). JSON
+ * answers keep Runpod's shape, a string of that JSON, with only the type and the message in it: the
+ * traceback (file paths, code, internals) stays upstream, as on the job SSE and OpenAI surfaces.
+ */
+
+const PUBLIC_FIELDS = ['error_type', 'error_message'] as const
+const TRACEBACK_START = /\n?\s*Traceback \(most recent call last\):[\s\S]*$/
+
+/**
+ * @example
+ * publicJobError('{"error_message":"boom","error_traceback":"Traceback ..."}') // '{"error_message":"boom"}'
+ */
+export function publicJobError(error: unknown): unknown {
+  if (typeof error === 'string') {
+    const parsed = parseObject(error)
+    return parsed ? JSON.stringify(publicFields(parsed)) : error.replace(TRACEBACK_START, '')
+  }
+  if (typeof error === 'object' && error !== null && !Array.isArray(error)) return publicFields(error as Record<string, unknown>)
+  return error
+}
+
+/** A job-shaped answer with its `error`, if any, made public. */
+export function withPublicError<T extends { error?: unknown }>(job: T): T {
+  return job.error === undefined || job.error === null ? job : { ...job, error: publicJobError(job.error) }
+}
+
+function publicFields(record: Record<string, unknown>): Record<string, unknown> {
+  if (!('error_traceback' in record) && !('error_message' in record)) return record
+  const out: Record<string, unknown> = {}
+  for (const name of PUBLIC_FIELDS) if (record[name] !== undefined) out[name] = record[name]
+  return out
+}
+
+function parseObject(text: string): Record<string, unknown> | undefined {
+  if (!text.startsWith('{')) return undefined
+  try {
+    const value: unknown = JSON.parse(text)
+    return typeof value === 'object' && value !== null && !Array.isArray(value) ? (value as Record<string, unknown>) : undefined
+  } catch {
+    return undefined
+  }
+}
