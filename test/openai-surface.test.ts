@@ -4,7 +4,7 @@
  */
 import OpenAI from 'openai'
 import { describe, expect, it } from 'vitest'
-import { authed, chatBody, harness, MODEL_NAMES, readSSE, streamedText } from './helpers.ts'
+import { authed, chatBody, EMBEDDING_MODELS, harness, MODEL_NAMES, readSSE, streamedText } from './helpers.ts'
 
 async function client() {
   const h = harness()
@@ -108,7 +108,7 @@ describe('models list', () => {
     const one = await h.createKey({ name: 'scoped', models: ['chat-classic'] })
     const openaiAll = new OpenAI({ apiKey: all.key, baseURL: 'http://podgate/v1', fetch: h.clientFetch })
     const openaiOne = new OpenAI({ apiKey: one.key, baseURL: 'http://podgate/v1', fetch: h.clientFetch })
-    expect((await openaiAll.models.list()).data.map((m) => m.id).sort()).toEqual([...MODEL_NAMES].sort())
+    expect((await openaiAll.models.list()).data.map((m) => m.id).sort()).toEqual([...MODEL_NAMES, ...EMBEDDING_MODELS].sort())
     expect((await openaiOne.models.list()).data.map((m) => m.id)).toEqual(['chat-classic'])
     const denied = await h.fetch('/v1/chat/completions', authed(one.key, chatBody('chat-openai')))
     expect(denied.status).toBe(403)

@@ -57,5 +57,8 @@ export function revocableStream(body: ReadableStream<Uint8Array>, options: Revoc
       if (timer !== null) clearTimeout(timer)
       return reader.cancel(reason)
     },
-  })
+  },
+  // Pull only when the caller reads, as the relay below does: an eager pull would take the first event
+  // before the caller asked, and a caller who left at once would be charged as if it had been answered.
+  { highWaterMark: 0 })
 }

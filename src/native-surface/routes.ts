@@ -162,7 +162,7 @@ function retryRequest(model: ResolvedModel): NormalizedRequest {
   const request = passthroughRequest(model.alias)
   if (model.config.passthrough) return request
   const config = model.config
-  return { ...request, sampling: { max_tokens: Math.min(config.defaultMaxTokens ?? config.defaults.max_tokens ?? FALLBACK_MAX_TOKENS, config.maxTokensCap) } }
+  return { ...request, sampling: { max_tokens: Math.min(config.defaultMaxTokens ?? config.defaults.max_tokens ?? FALLBACK_MAX_TOKENS, config.maxTokensCap) }, estimate: { promptTokens: 0, sequences: 1 } }
 }
 
 /** `?wait=` in ms, within Runpod's bounds; absent means podgate's configured wait. */
