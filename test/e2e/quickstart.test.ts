@@ -18,12 +18,17 @@ let dev: ChildProcess | undefined
 let url = ''
 let devOutput = ''
 
-/** The README's fenced blocks of one language inside the "A first request" section. */
-function firstRequestBlocks(lang: 'sh' | 'ts'): string[] {
+/** The README's fenced blocks of one language between two headings. */
+function readmeBlocks(lang: 'sh' | 'ts', from: string, to: string): string[] {
   const readme = readFileSync(join(ROOT, 'README.md'), 'utf8')
-  const section = readme.slice(readme.indexOf('### A first request'), readme.indexOf('### Tools, structured output'))
+  const section = readme.slice(readme.indexOf(from), readme.indexOf(to))
   return [...section.matchAll(new RegExp(`^\`\`\`${lang}\\n([\\s\\S]*?)^\`\`\`$`, 'gm'))].map((m) => m[1]!.replaceAll('http://127.0.0.1:8787', url))
 }
+
+/** The "A first request" blocks. */
+const firstRequestBlocks = (lang: 'sh' | 'ts') => readmeBlocks(lang, '### A first request', '### Tools, structured output')
+/** The tools, structured output and embeddings blocks. */
+const passthroughBlocks = () => readmeBlocks('ts', '### Tools, structured output', '## Deploy in five steps')
 
 beforeAll(async () => {
   // The repository as a fresh clone has it, without the files a previous `npm run dev` left behind.
@@ -76,13 +81,30 @@ describe('the README quick start', () => {
     expect(key).toMatch(/^pg_sk_/)
   })
 
-  it.each([['openai client', 0], ['AI SDK', 1]] as const)('the %s block streams an answer with node', { timeout: 60_000 }, (_name, index) => {
-    const code = firstRequestBlocks('ts')[index]!
-    const file = join(dir, `readme-${index}.ts`)
+  /** Runs a README block as `npx node <file>.ts` would: the Node 22 of node_modules/.bin, which strips the types. */
+  function runBlock(code: string, name: string) {
+    const file = join(dir, `${name}.ts`)
     writeFileSync(file, code)
-    // `npx node chat.ts` in the README: the Node 22 of node_modules/.bin, which strips the types.
     const result = spawnSync(process.execPath, [file], { cwd: dir, encoding: 'utf8', timeout: 60_000, env: { ...process.env, PODGATE_KEY: key } })
     expect(result.status, `${result.stdout}\n${result.stderr}`).toBe(0)
-    expect(result.stdout.trim().length).toBeGreaterThan(0)
+    return result.stdout
+  }
+
+  it.each([['openai client', 0], ['AI SDK', 1]] as const)('the %s block streams an answer with node', { timeout: 60_000 }, (_name, index) => {
+    expect(runBlock(firstRequestBlocks('ts')[index]!, `readme-${index}`).trim().length).toBeGreaterThan(0)
+  })
+
+  it('the tools block runs a tool loop: the tool is called with a city, then the model answers', { timeout: 60_000 }, () => {
+    const blocks = passthroughBlocks()
+    expect(blocks).toHaveLength(3)
+    expect(runBlock(blocks[0]!, 'readme-tools')).toMatch(/city: '[^']*'[\s\S]*\S/)
+  })
+
+  it('the structured output block prints an object with a title and a whole-number year', { timeout: 60_000 }, () => {
+    expect(runBlock(passthroughBlocks()[1]!, 'readme-structured')).toMatch(/title: '[^']*',\s*year: -?\d+/)
+  })
+
+  it('the embeddings block prints one vector length per value, and the usage', { timeout: 60_000 }, () => {
+    expect(runBlock(passthroughBlocks()[2]!, 'readme-embeddings')).toMatch(/\[ (\d+), \1 \][\s\S]*tokens/)
   })
 })
