@@ -3,30 +3,18 @@
  * podgate's key resolution through the `credential` hook. Runs the app in workerd with the test's
  * bindings (miniflare KV, the HTTP emulator from global-setup.ts as RUNPOD_BASE_URL).
  */
-import { createExecutionContext, env, waitOnExecutionContext } from 'cloudflare:test'
+import { env } from 'cloudflare:test'
 import OpenAI from 'openai'
 import { describe, expect, it } from 'vitest'
-import app from '../workers/composed.ts'
-
-const appEnv = { ...env, APP_SESSION_SECRET: 'test_session_secret_0123456789abcdef' }
-
-async function call(path: string, init: RequestInit = {}, cookie?: string): Promise<Response> {
-  const headers = new Headers(init.headers)
-  if (cookie) headers.set('cookie', cookie)
-  const ctx = createExecutionContext()
-  const res = await app.fetch(new Request(`https://app.example${path}`, { ...init, headers }), appEnv, ctx)
-  await waitOnExecutionContext(ctx)
-  return res
-}
+import { callComposed as call, loginComposed } from './composed-app.ts'
 
 async function login(user: string): Promise<string> {
-  const res = await call('/login', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ user }) })
-  expect(res.status).toBe(200)
-  const setCookie = res.headers.get('set-cookie') ?? ''
+  const { status, setCookie, cookie } = await loginComposed(user)
+  expect(status).toBe(200)
   expect(setCookie).toMatch(/HttpOnly/)
   expect(setCookie).toMatch(/Secure/)
   expect(setCookie).not.toContain('pg_sk_')
-  return setCookie.split(';')[0]!
+  return cookie
 }
 
 const chat = (content: string, extra: Record<string, unknown> = {}) => ({

@@ -4,26 +4,14 @@
  * must come from the same origin, by `Origin` or `Sec-Fetch-Site`. And a browser is recognised by Fetch
  * Metadata as well as by `Origin`, so a secret key cannot slip through on a request that omits `Origin`.
  */
-import { createExecutionContext, env, waitOnExecutionContext } from 'cloudflare:test'
 import { describe, expect, it } from 'vitest'
-import app from '../../workers/composed.ts'
+import { callComposed as call, loginComposed } from '../composed-app.ts'
 import { authed, chatBody, harness } from '../helpers.ts'
 
-const appEnv = { ...env, APP_SESSION_SECRET: 'test_session_secret_0123456789abcdef' }
-
-async function call(path: string, init: RequestInit = {}, cookie?: string): Promise<Response> {
-  const headers = new Headers(init.headers)
-  if (cookie) headers.set('cookie', cookie)
-  const ctx = createExecutionContext()
-  const res = await app.fetch(new Request(`https://app.example${path}`, { ...init, headers }), appEnv, ctx)
-  await waitOnExecutionContext(ctx)
-  return res
-}
-
 async function login(user: string): Promise<string> {
-  const res = await call('/login', { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ user }) })
-  expect(res.status).toBe(200)
-  return (res.headers.get('set-cookie') ?? '').split(';')[0]!
+  const { status, cookie } = await loginComposed(user)
+  expect(status).toBe(200)
+  return cookie
 }
 
 const chat = (headers: Record<string, string>) => ({
