@@ -14,11 +14,11 @@ import type { CompletionContext, CompletionHandler } from '../pipeline/index.ts'
 import { isRecord } from '../streaming/vllm.ts'
 import { captureJsonAnswer, createAnswerCapture } from './answer.ts'
 import type { AnswerCapture, CachedAnswer, CapturedEvent } from './answer.ts'
-import { follow } from './coalesce.ts'
+import { follow } from './follow.ts'
 import { Flight } from './flight.ts'
 import { metaOf, parseJson, withCacheHeaders } from './replay.ts'
 import { writeEntry } from './store.ts'
-import type { CacheRun, Plan } from './stage.ts'
+import type { CacheRun, Plan } from './run.ts'
 
 /** What one leader needs besides the flight: its context, the flight's release and the store write. */
 interface Leader {

@@ -9,51 +9,14 @@
  */
 import { waitUntilOf } from '../http/context.ts'
 import type { CompletionContext, CompletionStage } from '../pipeline/index.ts'
-import type { ResolvedModel } from '../routing/models.ts'
+import type { CacheRun, CacheStageOptions, Plan } from './run.ts'
 import { coalesceOrLead } from './coalesce.ts'
-import type { Flight } from './flight.ts'
 import { cacheKey } from './key.ts'
-import type { CacheKey } from './key.ts'
 import { decideCaching } from './policy.ts'
-import type { ModelCacheSettings } from './policy.ts'
 import { replay, withCacheHeaders } from './replay.ts'
 import { readEntry } from './store.ts'
-import type { CacheTiers, GenerationCache } from './store.ts'
-import type { Context } from 'hono'
-import type { GatewayEnv } from '../types.ts'
 
-export interface CacheStageOptions {
-  /** The cache settings of a model. */
-  settings: (model: ResolvedModel) => ModelCacheSettings
-  /** `key`: entries per credential (`principal.keyId`); `gateway`: shared by every caller. */
-  scope: 'key' | 'gateway'
-  /** The tiers a request may use (either may be missing). */
-  tiers: (c: Context<GatewayEnv>) => CacheTiers
-  /** KV holding purge generations. */
-  kv: (c: Context<GatewayEnv>) => KVNamespace
-  generations: GenerationCache
-  /** Largest entry stored, in bytes of JSON. */
-  maxEntryBytes: number
-  /** Identical requests in flight share one upstream call. */
-  coalesce: boolean
-  /** The cache's clock, in ms. */
-  now: () => number
-  /** Where storage failures are reported (they never fail a request). */
-  log?: (line: Record<string, unknown>) => void
-}
-
-/** Where a cacheable request's answer goes: its key and how long it is kept. */
-export interface Plan {
-  key: CacheKey
-  ttlSeconds: number
-}
-
-/** What the stage's parts share: its options, the flights in the air in this isolate, its log. */
-export interface CacheRun {
-  options: CacheStageOptions
-  flights: Map<string, Flight>
-  log: (line: Record<string, unknown>) => void
-}
+export type { CacheRun, CacheStageOptions, Plan } from './run.ts'
 
 /**
  * @example

@@ -1,0 +1,74 @@
+/**
+ * One caller's stream of a flight (the leader's or a coalesced twin's): the events so far, then live,
+ * with the caller's own usage preference, ending as the flight ends.
+ */
+import { GatewayError } from '../errors/index.ts'
+import type { NormalizedRequest } from '../normalize/types.ts'
+import type { CompletionContext } from '../pipeline/index.ts'
+import { DONE_TEXT, sseErrorEvent } from '../streaming/openai-chunks.ts'
+import { usageChunkText } from './answer.ts'
+import type { Flight, FlightReader } from './flight.ts'
+
+const encoder = new TextEncoder()
+const HEARTBEAT_TEXT = ': keep-alive\n\n'
+
+/**
+ * A caller's stream: the flight's events so far, then live, with the caller's own usage preference.
+ * The leader passes no `settle`: its dispatcher settles its outcome.
+ */
+export function follow(flight: Flight, reader: FlightReader, request: NormalizedRequest, settle?: CompletionContext['settle']): ReadableStream<Uint8Array> {
+  if (!settle) flight.followers++
+  let left = false
+  const leave = () => {
+    if (left) return
+    left = true
+    flight.unread(reader)
+    flight.leave()
+  }
+  let usageSent = false
+  let errorSent = false
+  return new ReadableStream<Uint8Array>(
+    {
+      async pull(controller) {
+        for (;;) {
+          let out = ''
+          while (reader.cursor < flight.end) {
+            const event = flight.at(reader.cursor++)
+            if ('comment' in event) out += HEARTBEAT_TEXT
+            else if (event.usage && !request.includeUsage) continue
+            else {
+              usageSent ||= event.usage
+              errorSent ||= event.error
+              out += `data: ${event.data}\n\n`
+            }
+          }
+          // What everyone has read can go: the capture's memory follows the slowest reader.
+          flight.compact()
+          if (out !== '') return controller.enqueue(encoder.encode(out))
+          if (flight.state === 'ok') {
+            if (request.includeUsage && !usageSent && flight.usage && flight.meta) out += usageChunkText(request.kind, { ...flight.meta, model: request.model }, flight.usage)
+            controller.enqueue(encoder.encode(out + DONE_TEXT))
+            controller.close()
+            leave()
+            settle?.({ ok: true, usage: flight.usage, cached: true })
+            return
+          }
+          if (flight.state === 'failed') {
+            const error = flight.error ?? new GatewayError('upstream_error', 'The shared upstream call failed.')
+            if (!errorSent) controller.enqueue(sseErrorEvent({ message: error.message, type: error.type, code: error.code }))
+            controller.close()
+            leave()
+            settle?.({ ok: false, error, producedOutput: true })
+            return
+          }
+          await flight.changed()
+        }
+      },
+      cancel() {
+        leave()
+        settle?.({ ok: false, error: new GatewayError('upstream_error', 'The caller went away.'), producedOutput: true })
+      },
+    },
+    { highWaterMark: 0 },
+  )
+}
