@@ -68,9 +68,12 @@ function fakeUpstream(script: Script) {
   return { calls, fetch: fetchFake as typeof fetch }
 }
 
+/** A fixed quota clock: a test that reads its minute's counters never straddles a minute boundary. */
+const QUOTA_CLOCK = { now: () => Date.UTC(2026, 0, 1, 12, 0, 30) }
+
 function setup(script: Script, overrides: Partial<GatewayOptions> = {}) {
   const upstream = fakeUpstream(script)
-  const h = harness({ models: MODELS, fetch: upstream.fetch, ...overrides }, createRunpodEmulator({ apiKey: RUNPOD_KEY }))
+  const h = harness({ models: MODELS, fetch: upstream.fetch, quota: QUOTA_CLOCK, ...overrides }, createRunpodEmulator({ apiKey: RUNPOD_KEY }))
   return { h, calls: upstream.calls }
 }
 

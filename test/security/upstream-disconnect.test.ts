@@ -7,6 +7,9 @@ import { describe, expect, it } from 'vitest'
 import { authed, chatBody, harness, MODELS } from '../helpers.ts'
 import type { Harness } from '../helpers.ts'
 
+/** A fixed quota clock: these tests span a 3 s cold start, and a minute boundary inside one would move the charge. */
+const QUOTA_CLOCK = { now: () => Date.UTC(2026, 0, 1, 12, 0, 30) }
+
 /** The prompt is 400 characters: podgate's estimate is 100 tokens. */
 const PROMPT = 'p'.repeat(400 - ' [[emulator:tokens=5,cold=3000]]'.length)
 
@@ -18,7 +21,7 @@ async function minuteTokens(h: Harness, key: string): Promise<number | undefined
 
 describe('M5: a disconnect before the first output byte', () => {
   it('upstream-M5-native: a native stream dropped while its job is queued charges the prompt estimate and cancels the job', async () => {
-    const h = harness({ models: { 'chat-classic': { ...MODELS['chat-classic']!, resilience: { ttftBudgetMs: 0 } } } })
+    const h = harness({ models: { 'chat-classic': { ...MODELS['chat-classic']!, resilience: { ttftBudgetMs: 0 } } }, quota: QUOTA_CLOCK })
     const { key } = await h.createKey({ name: 'q', quota: { tokensPerMinute: 100_000, strict: true } })
     const content = `${PROMPT} [[emulator:tokens=5,cold=3000]]`
     const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-classic', content, { stream: true, max_tokens: 50 })))
@@ -32,7 +35,7 @@ describe('M5: a disconnect before the first output byte', () => {
   })
 
   it('upstream-M5-openai-route: an OpenAI-route stream dropped before any event is read charges the prompt estimate', async () => {
-    const h = harness()
+    const h = harness({ quota: QUOTA_CLOCK })
     const { key } = await h.createKey({ name: 'q', quota: { tokensPerMinute: 100_000, strict: true } })
     const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai', `${PROMPT} [[emulator:tokens=5,cold=3000]]`, { stream: true, max_tokens: 50 })))
     expect(res.status).toBe(200)
@@ -50,6 +53,7 @@ describe('L2: no usage from the upstream', () => {
       models: { local: { endpoints: [{ url: 'http://127.0.0.1:8000' }], mode: 'native' } },
       // A handler that reports no usage: 3 generation steps, nothing else.
       fetch: async () => Response.json({ id: 'l-1', status: 'COMPLETED', output: [{ choices: [{ tokens: ['a', 'b', 'c'] }] }] }),
+      quota: QUOTA_CLOCK,
     })
     const { key } = await h.createKey({ name: 'q', quota: { tokensPerMinute: 100_000, strict: true } })
     const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('local', 'q'.repeat(400), { max_tokens: 50 })))
