@@ -210,7 +210,10 @@ export function renderMarkdown(r: Results, notes: string): string {
       identity: 'one empty TransformStream',
       timer: 'a pull-based ReadableStream racing each read against a setTimeout (the idle-timeout shape of src/upstream/openai-route.ts)',
       relay: 'the SSE relay (src/streaming/openai-relay.ts)',
-      'timer-relay': 'both, as podgate\'s OpenAI-route streaming does',
+      'timer-relay': 'both (the OpenAI route before the revocation wrapper stopped being a stage)',
+      'native-pipe': 'native pipeTo into an IdentityTransformStream, JavaScript writes only after the end',
+      'tee-watch': 'a tee: one branch returned natively, JavaScript reads the other per chunk',
+      'js-writer': 'JavaScript reads each chunk and writes it into an IdentityTransformStream',
     }
     lines.push(
       'The same streams over real HTTP: a 2000-event stream from the bench upstream relayed by the CPU bench Worker through one shape at a time, ' +

@@ -397,7 +397,7 @@ async function runCacheBenchIfPresent(): Promise<string | undefined> {
 
 /** workerd CPU per relayed event over real HTTP for each stream shape (see `hop` in the CPU Worker), round-robin. */
 async function measureHops(url: string, pid: number, upstreamUrl: string, reps: number): Promise<Results['hops']> {
-  const modes = ['floor', 'identity', 'timer', 'relay', 'timer-relay'] as const
+  const modes = ['floor', 'identity', 'timer', 'relay', 'timer-relay', 'native-pipe', 'tee-watch', 'js-writer'] as const
   const totals = new Map<string, { ns: number; events: number; seconds: number }>()
   for (let rep = 0; rep <= reps; rep++) {
     for (const mode of modes) {

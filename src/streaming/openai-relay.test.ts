@@ -16,6 +16,9 @@ import {
   vllmEvents,
   vllmStream,
 } from './__fixtures__/vllm.ts'
+import { streamControl } from './stream-control.ts'
+import { GatewayError } from '../errors/index.ts'
+import type { RelayOutcome } from './openai-relay.ts'
 
 const ALIAS = 'llama-8b'
 const USAGE: Usage = { prompt_tokens: PROMPT_TOKENS, completion_tokens: PIECES.length, total_tokens: PROMPT_TOKENS + PIECES.length }
@@ -297,5 +300,43 @@ describe('rewriteChunkText', () => {
     ['not an object', '[{"model":"up","choices":[{}]}]'],
   ])('leaves %s to the parser', (_, data) => {
     expect(rewriteChunkText(data, model, undefined)).toBeUndefined()
+  })
+
+  it('can be ended from outside through its StreamControl, kept as Response.body, with the event last and no [DONE]', async () => {
+    let cancelled = false
+    const source = new ReadableStream<Uint8Array>({
+      start(c) {
+        c.enqueue(bytesOf(vllmEvents().slice(0, 2).join('')))
+      },
+      cancel() {
+        cancelled = true
+      },
+    })
+    const outcomes: RelayOutcome[] = []
+    let closes = 0
+    const stream = createOpenAIRelay({ source: source.getReader(), model: ALIAS, includeUsage: false, onEnd: (end) => outcomes.push(end) })
+    // The revocation check finds the relay's control through the Response it was returned in.
+    const body = new Response(stream).body!
+    const control = streamControl(body)
+    expect(control).toBeDefined()
+    control!.onClose(() => closes++)
+    const reader = body.getReader()
+    const first = await reader.read()
+    expect(first.done).toBe(false)
+    control!.end('data: {"error":{"message":"revoked","code":"invalid_api_key"}}\n\n')
+    let rest = ''
+    const decoder = new TextDecoder()
+    for (;;) {
+      const next = await reader.read()
+      if (next.done) break
+      rest += decoder.decode(next.value, { stream: true })
+    }
+    expect(sseData(rest).at(-1)).toBe('{"error":{"message":"revoked","code":"invalid_api_key"}}')
+    expect(rest).not.toContain('[DONE]')
+    expect(cancelled).toBe(true)
+    expect(closes).toBe(1)
+    expect(outcomes).toHaveLength(1)
+    expect(outcomes[0]).toMatchObject({ ok: false, started: true })
+    expect((outcomes[0] as { error: GatewayError }).error.code).toBe('invalid_api_key')
   })
 })

@@ -18,6 +18,7 @@ import { GatewayError, toGatewayError } from '../errors/index.ts'
 import { DONE_TEXT, sseErrorText } from './openai-chunks.ts'
 import type { Usage } from './openai-chunks.ts'
 import { DEFAULT_MAX_EVENT_CHARS, isRecord, readUsage, upstreamErrorMessage, workerFailure } from './vllm.ts'
+import { registerStreamControl } from './stream-control.ts'
 
 export interface OpenAIRelayOptions {
   /** The upstream body's reader. The relay reads it to the end, and cancels it when it stops early. */
@@ -90,6 +91,14 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
    * re-arms itself for what is left of the window of the read pending now.
    */
   let timer: ReturnType<typeof setTimeout> | undefined
+  /** Called once when the relay is over (`StreamControl.onClose`): e.g. the revocation check's timer. */
+  let closeListeners: Array<() => void> | undefined
+
+  function closed(): void {
+    const listeners = closeListeners
+    closeListeners = undefined
+    if (listeners) for (const listener of listeners) listener()
+  }
 
   function relayEvent(event: EventSourceMessage): void {
     if (ended) return
@@ -171,6 +180,7 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
     if (readableClosed) return
     readableClosed = true
     controller.close()
+    closed()
   }
 
   function arm(ms: number): void {
@@ -247,7 +257,7 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
     }
   }
 
-  return new ReadableStream<Uint8Array>(
+  const stream = new ReadableStream<Uint8Array>(
     {
       start(c) {
         controller = c
@@ -260,12 +270,29 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
         readableClosed = true
         if (timer !== undefined) clearTimeout(timer)
         timer = undefined
+        closed()
         return source.cancel(reason).catch(ignore)
       },
     },
     // Reads upstream only when the caller wants more: one chunk in flight, never the answer buffered.
     { highWaterMark: 0 },
   )
+  // Lets a check outside the relay (the key's revocation) end it without wrapping it in another stage.
+  registerStreamControl(stream, {
+    end(event) {
+      if (ended) return
+      out += event
+      ended = true
+      report({ ok: false, error: new GatewayError('invalid_api_key', 'The stream\'s API key stopped being valid.'), started })
+      finish()
+      source.cancel().catch(ignore)
+    },
+    onClose(listener) {
+      if (readableClosed) listener()
+      else (closeListeners ??= []).push(listener)
+    },
+  })
+  return stream
 }
 
 const QUOTE = 0x22

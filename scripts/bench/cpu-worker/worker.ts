@@ -93,7 +93,11 @@ async function setup(env: Env, ctx: ExecutionContext): Promise<{ app: Hono<Gatew
  * is; `identity` pipes it through an empty TransformStream; `timer` wraps it in a pull-based
  * ReadableStream that races each read against a `setTimeout` (the shape of the upstream idle timeout in
  * src/upstream/openai-route.ts before the relay enforced it, modelled here); `relay` has the SSE relay
- * read it, as podgate's OpenAI-route streaming does; `timer-relay` does both (the former shape).
+ * read it, as podgate's OpenAI-route streaming does; `timer-relay` does both (the former shape, with the
+ * per-chunk revocation wrapper). Candidate native shapes: `native-pipe` pipes the body into an
+ * `IdentityTransformStream` natively and lets JavaScript write only after the end (where a tail event
+ * would go); `tee-watch` returns one branch of a `tee` and has JavaScript read the other per chunk;
+ * `js-writer` has JavaScript read each chunk and write it into an `IdentityTransformStream`.
  */
 async function hop(url: URL): Promise<Response> {
   const mode = url.searchParams.get('mode') ?? 'floor'
@@ -103,6 +107,43 @@ async function hop(url: URL): Promise<Response> {
   if (mode === 'identity') stream = stream.pipeThrough(new TransformStream<Uint8Array, Uint8Array>())
   if (mode === 'timer' || mode === 'timer-relay') stream = timerWrapped(stream)
   if (mode === 'relay' || mode === 'timer-relay') stream = createOpenAIRelay({ source: stream.getReader(), model: 'bench', includeUsage: true })
+  if (mode === 'native-pipe') {
+    const { readable, writable } = new IdentityTransformStream()
+    void stream.pipeTo(writable, { preventClose: true }).then(async () => {
+      const writer = writable.getWriter()
+      await writer.write(new TextEncoder().encode(': end\n\n'))
+      await writer.close()
+    })
+    stream = readable
+  }
+  if (mode === 'tee-watch') {
+    const [out, watched] = stream.tee()
+    const reader = watched.getReader()
+    void (async () => {
+      let bytes = 0
+      for (;;) {
+        const next = await reader.read()
+        if (next.done) break
+        bytes += next.value.byteLength
+      }
+      return bytes
+    })()
+    stream = out
+  }
+  if (mode === 'js-writer') {
+    const { readable, writable } = new IdentityTransformStream()
+    const reader = stream.getReader()
+    const writer = writable.getWriter()
+    void (async () => {
+      for (;;) {
+        const next = await reader.read()
+        if (next.done) break
+        await writer.write(next.value)
+      }
+      await writer.close()
+    })()
+    stream = readable
+  }
   return new Response(stream, { headers: { 'content-type': 'text/event-stream' } })
 }
 
