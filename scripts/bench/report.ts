@@ -254,7 +254,7 @@ export function renderMarkdown(r: Results, notes: string): string {
 
   lines.push('## Bundle', '')
   lines.push(
-    `\`wrangler deploy --dry-run --minify\`: ${kib(r.bundle.raw)} minified, **${kib(r.bundle.gzip)} gzipped** (gzip -9). ` +
+    `\`wrangler deploy --dry-run --env=""\` (wrangler.toml sets \`minify = true\`): ${kib(r.bundle.raw)} minified, **${kib(r.bundle.gzip)} gzipped** (gzip -9). ` +
       `Portkey's Node build (build/start-server.js, gzip -9): ${kib(r.bundle.portkeyGzip)}.`,
     '',
   )
@@ -272,7 +272,7 @@ export function renderMarkdown(r: Results, notes: string): string {
     '```',
     '',
     'Everything runs on 127.0.0.1: a fixed-latency OpenAI-compatible upstream on node:http (scripts/bench/upstream.ts, also on Runpod\'s ' +
-      '`/v2/<endpointId>/openai/v1/*` path); podgate\'s Worker exactly as `wrangler deploy --dry-run --minify` bundles it, served by Miniflare ' +
+      '`/v2/<endpointId>/openai/v1/*` path); podgate\'s Worker exactly as `wrangler deploy --dry-run` bundles it, served by Miniflare ' +
       '(one workerd process; `wrangler dev` would add a proxy hop in front of the Worker and reload whenever src/ changes) with ' +
       '`RUNPOD_BASE_URL` pointed at the upstream, local KV and the quota Durable Object; a pass-through Worker in the same workerd version (the floor); ' +
       'the CPU bench Worker (scripts/bench/cpu-worker); and Portkey\'s open-source gateway installed into `.bench/portkey` ' +

@@ -73,7 +73,7 @@ async function main(): Promise<void> {
   const started = Date.now()
   const loadBefore = loadavg()[0]!
 
-  log('bundling the Worker (wrangler deploy --dry-run --minify)')
+  log('bundling the Worker as `wrangler deploy` ships it (wrangler.toml sets minify)')
   const bundle = measureBundle()
 
   const upstream = await startUpstream()
@@ -267,7 +267,7 @@ function compatibilityDate(): string {
 
 function bundleWorker(outdir: string, extra: string[] = []): string {
   try {
-    execFileSync(WRANGLER, ['deploy', '--dry-run', '--outdir', outdir, '--minify', ...extra], { stdio: 'pipe', env: { ...process.env, WRANGLER_SEND_METRICS: 'false' } })
+    execFileSync(WRANGLER, ['deploy', '--dry-run', '--outdir', outdir, ...extra], { stdio: 'pipe', env: { ...process.env, WRANGLER_SEND_METRICS: 'false' } })
   } catch (error) {
     const stderr = String((error as { stderr?: Buffer }).stderr ?? '').replace(/\x1b\[[0-9;]*m/g, '')
     throw new Error(`bundling with wrangler failed (does the tree build?):\n${stderr.slice(-3000)}`)
@@ -421,7 +421,7 @@ async function measureHops(url: string, pid: number, upstreamUrl: string, reps: 
 
 function measureBundle(): Results['bundle'] & { script: string } {
   const outdir = '.bench/bundle'
-  const script = bundleWorker(outdir, ['--metafile', join(outdir, 'bundle-meta.json')])
+  const script = bundleWorker(outdir, ['--env=', '--metafile', join(outdir, 'bundle-meta.json')])
   let raw = 0
   let gzip = 0
   for (const file of readdirSync(outdir)) {
