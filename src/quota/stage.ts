@@ -39,7 +39,7 @@ export function quotaStage(service: QuotaService): CompletionStage {
 
     const { reservation } = result
     // A lost settle only forfeits a refund or a correction; it must never fail the answer.
-    const prompt = estimatePromptTokens(ctx.request)
+    const prompt = ctx.request.estimate.promptTokens
     background(ctx.outcome.then((outcome) => store.settle({ reservation, tokens: tokensToCharge(outcome, reservation.tokens, prompt), background })).catch(() => undefined))
 
     const response = await next(ctx)
@@ -57,11 +57,6 @@ export function quotaStage(service: QuotaService): CompletionStage {
  */
 export function estimateTokens(request: NormalizedRequest): number {
   return request.estimate.promptTokens + request.sampling.max_tokens * request.estimate.sequences
-}
-
-/** The prompt alone (see `RequestEstimate`): what a processed prompt costs when the upstream counts none. */
-export function estimatePromptTokens(request: NormalizedRequest): number {
-  return request.estimate.promptTokens
 }
 
 /**
