@@ -6,7 +6,7 @@
  * A route mounted in `createGateway` without an entry here is still listed (the document is built from
  * the app's own route table) but `test/openapi.test.ts` fails until it is described.
  */
-import * as z from 'zod'
+import * as z from 'zod/mini'
 import { createKeySchema, updateKeySchema } from '../admin/keys-routes.ts'
 import { mintTokenSchema } from '../auth/token-routes.ts'
 import { purgeSchema } from '../cache/routes.ts'
@@ -113,7 +113,7 @@ export const OPERATIONS: Record<string, OperationSpec> = {
 
 /** JSON Schemas of request bodies, from the validating zod schemas (their input side: what callers send). */
 export function requestSchemas(): Record<string, unknown> {
-  const toSchema = (schema: z.ZodType) => {
+  const toSchema = (schema: z.core.$ZodType) => {
     const { $schema: _, ...json } = z.toJSONSchema(schema, { io: 'input', unrepresentable: 'any' }) as Record<string, unknown>
     return json
   }
