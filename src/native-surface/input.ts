@@ -6,7 +6,7 @@
  * no field reaches the GPU that podgate did not check (`openai_route` included). Models configured
  * `passthrough: true` serve other handlers: their `input` is any JSON object and is sent as is.
  */
-import * as z from 'zod'
+import * as z from 'zod/mini'
 import { GatewayError } from '../errors/index.ts'
 import { normalizeChatRequest, normalizeCompletionRequest, parseRequest, SAMPLING_KEYS, toNativeInput } from '../normalize/index.ts'
 import type { NormalizedRequest } from '../normalize/index.ts'
@@ -22,20 +22,22 @@ export interface JobRequest {
 }
 
 const refused = (what: string) =>
-  z.unknown().refine((v) => v === undefined || v === null, { error: `podgate does not forward '${what}': follow the job with /status/{id} or /stream/{id}` }).optional()
+  z.optional(z.unknown().check(z.refine((v) => v === undefined || v === null, {
+    error: `podgate does not forward '${what}': follow the job with /status/{id} or /stream/{id}`,
+  })))
 
 const DAY_MS = 24 * 60 * 60_000
 
 const policySchema = z.strictObject({
-  executionTimeout: z.number().int().min(5_000).max(7 * DAY_MS).optional(),
-  ttl: z.number().int().min(10_000).max(7 * DAY_MS).optional(),
-  lowPriority: z.boolean().optional(),
+  executionTimeout: z.optional(z.number().check(z.int(), z.minimum(5_000), z.maximum(7 * DAY_MS))),
+  ttl: z.optional(z.number().check(z.int(), z.minimum(10_000), z.maximum(7 * DAY_MS))),
+  lowPriority: z.optional(z.boolean()),
 })
 type JobPolicy = z.infer<typeof policySchema>
 
 const runBodySchema = z.strictObject({
   input: z.record(z.string(), z.unknown()),
-  policy: policySchema.optional(),
+  policy: z.optional(policySchema),
   // Runpod would call these with its own job id and results, past podgate's keys and normalization.
   webhook: refused('webhook'),
   webhookV2: refused('webhookV2'),
@@ -44,14 +46,14 @@ const runBodySchema = z.strictObject({
 
 /** worker-vllm's input (runpod-api.md §2). `messages`, `prompt` and the sampling values are checked by the normalizer. */
 const vllmInputSchema = z.strictObject({
-  messages: z.unknown().optional(),
-  prompt: z.unknown().optional(),
-  sampling_params: z.partialRecord(z.enum(SAMPLING_KEYS, { error: 'is not a sampling parameter podgate accepts' }), z.unknown()).optional(),
-  stream: z.boolean().optional(),
-  apply_chat_template: z.boolean().optional(),
-  max_batch_size: z.number().int().min(1).max(1_000).optional(),
-  min_batch_size: z.number().int().min(0).max(1_000).optional(),
-  batch_size_growth_factor: z.number().min(0).max(100).optional(),
+  messages: z.optional(z.unknown()),
+  prompt: z.optional(z.unknown()),
+  sampling_params: z.optional(z.partialRecord(z.enum(SAMPLING_KEYS, { error: 'is not a sampling parameter podgate accepts' }), z.unknown())),
+  stream: z.optional(z.boolean()),
+  apply_chat_template: z.optional(z.boolean()),
+  max_batch_size: z.optional(z.number().check(z.int(), z.minimum(1), z.maximum(1_000))),
+  min_batch_size: z.optional(z.number().check(z.int(), z.minimum(0), z.maximum(1_000))),
+  batch_size_growth_factor: z.optional(z.number().check(z.minimum(0), z.maximum(100))),
 })
 
 const BATCH_KEYS = ['apply_chat_template', 'max_batch_size', 'min_batch_size', 'batch_size_growth_factor'] as const

@@ -7,33 +7,35 @@
  * other field (tools, response_format, logprobs, media parts, template kwargs, unknown fields) means the
  * request goes as an `openai_route` job instead, so nothing is dropped on the way.
  */
-import * as z from 'zod'
+import * as z from 'zod/mini'
 import { MAX_STOP_SEQUENCES } from './schemas.ts'
 import type { NormalizedMessage, SamplingParams } from './types.ts'
 
-const stopString = z.string().min(1).max(1_000)
+const stopString = z.string().check(z.minLength(1), z.maxLength(1_000))
+const optionalInt = (...checks: z.core.$ZodCheck<number>[]) => z.optional(z.number().check(z.int(), ...checks))
+const optionalNumber = (...checks: z.core.$ZodCheck<number>[]) => z.optional(z.number().check(...checks))
 
 /** worker-vllm's sampling params in the types its native input takes; names are OpenAI's or vLLM's. */
 const nativeSamplingSchema = z.strictObject({
-  max_tokens: z.number().int().min(1).optional(),
-  n: z.number().int().min(1).optional(),
-  best_of: z.number().int().min(1).optional(),
-  temperature: z.number().min(0).max(2).optional(),
-  top_p: z.number().gt(0).max(1).optional(),
-  top_k: z.number().int().min(-1).optional(),
-  min_p: z.number().min(0).max(1).optional(),
-  presence_penalty: z.number().min(-2).max(2).optional(),
-  frequency_penalty: z.number().min(-2).max(2).optional(),
-  repetition_penalty: z.number().gt(0).max(2).optional(),
-  length_penalty: z.number().optional(),
-  stop: z.union([stopString, z.array(stopString).max(MAX_STOP_SEQUENCES)]).optional(),
-  stop_token_ids: z.array(z.number().int().min(0)).max(64).optional(),
-  ignore_eos: z.boolean().optional(),
-  min_tokens: z.number().int().min(0).optional(),
-  skip_special_tokens: z.boolean().optional(),
-  spaces_between_special_tokens: z.boolean().optional(),
-  include_stop_str_in_output: z.boolean().optional(),
-  seed: z.number().int().optional(),
+  max_tokens: optionalInt(z.minimum(1)),
+  n: optionalInt(z.minimum(1)),
+  best_of: optionalInt(z.minimum(1)),
+  temperature: optionalNumber(z.minimum(0), z.maximum(2)),
+  top_p: optionalNumber(z.gt(0), z.maximum(1)),
+  top_k: optionalInt(z.minimum(-1)),
+  min_p: optionalNumber(z.minimum(0), z.maximum(1)),
+  presence_penalty: optionalNumber(z.minimum(-2), z.maximum(2)),
+  frequency_penalty: optionalNumber(z.minimum(-2), z.maximum(2)),
+  repetition_penalty: optionalNumber(z.gt(0), z.maximum(2)),
+  length_penalty: optionalNumber(),
+  stop: z.optional(z.union([stopString, z.array(stopString).check(z.maxLength(MAX_STOP_SEQUENCES))])),
+  stop_token_ids: z.optional(z.array(z.number().check(z.int(), z.minimum(0))).check(z.maxLength(64))),
+  ignore_eos: z.optional(z.boolean()),
+  min_tokens: optionalInt(z.minimum(0)),
+  skip_special_tokens: z.optional(z.boolean()),
+  spaces_between_special_tokens: z.optional(z.boolean()),
+  include_stop_str_in_output: z.optional(z.boolean()),
+  seed: optionalInt(),
 })
 
 /** Every sampling param, in the order native inputs list them. */

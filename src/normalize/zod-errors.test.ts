@@ -1,9 +1,9 @@
 import { describe, it, expect } from 'vitest'
-import * as z from 'zod'
+import * as z from 'zod/mini'
 import { GatewayError } from '../errors/index.ts'
 import { invalidRequestFromIssues, parseRequest } from './zod-errors.ts'
 
-function messageOf(schema: z.ZodType, body: unknown): [string | null, string] {
+function messageOf(schema: z.ZodMiniType, body: unknown): [string | null, string] {
   try {
     parseRequest(schema, body)
   } catch (error) {
@@ -17,10 +17,10 @@ function messageOf(schema: z.ZodType, body: unknown): [string | null, string] {
 
 describe('parseRequest', () => {
   const schema = z.strictObject({
-    name: z.string().min(2).max(5).optional(),
-    count: z.number().int().gt(0).lt(10).optional(),
-    list: z.array(z.object({ kind: z.enum(['a', 'b']) })).max(2).optional(),
-    custom: z.string().refine((v) => v === 'ok', { error: 'custom must be ok' }).optional(),
+    name: z.optional(z.string().check(z.minLength(2), z.maxLength(5))),
+    count: z.optional(z.number().check(z.int(), z.gt(0), z.lt(10))),
+    list: z.optional(z.array(z.object({ kind: z.enum(['a', 'b']) })).check(z.maxLength(2))),
+    custom: z.optional(z.string().check(z.refine((v) => v === 'ok', { error: 'custom must be ok' }))),
   })
 
   it('returns the parsed value', () => {

@@ -2,11 +2,11 @@
  * Turns a zod validation failure into one OpenAI-style `invalid_request` error: the FIRST issue only,
  * `param` in OpenAI's path style (`messages[0].content`), and a message a person can act on.
  *
- * zod's built-in English messages are replaced by a sentinel at parse time (a per-parse error map ranks
+ * zod's default messages are replaced by a sentinel at parse time (a per-parse error map ranks
  * below a schema's own `error`), so the mapper can tell "zod's default, format it here" from "the schema
  * wrote this message itself, use it as is".
  */
-import type { z } from 'zod'
+import type * as z from 'zod/mini'
 import { GatewayError } from '../errors/index.ts'
 
 type Issue = z.core.$ZodIssue
@@ -25,7 +25,7 @@ const PARSE_CONTEXT = { error: () => DEFAULT_MESSAGE, reportInput: true } as con
  * @example
  * const request = parseRequest(chatCompletionRequestSchema, body)
  */
-export function parseRequest<S extends z.ZodType>(schema: S, body: unknown): z.output<S> {
+export function parseRequest<S extends z.ZodMiniType>(schema: S, body: unknown): z.output<S> {
   assertJsonObject(body)
   const result = schema.safeParse(body, PARSE_CONTEXT)
   if (result.success) return result.data
