@@ -4,38 +4,44 @@
  */
 import { Hono } from 'hono'
 import type { Context } from 'hono'
-import * as z from 'zod'
+import * as z from 'zod/mini'
 import { publicKeyView } from '../auth/keys.ts'
 import type { KeyRecord, KeyStore } from '../auth/keys.ts'
 import { originSchema } from '../auth/origins.ts'
 import { GatewayError } from '../errors/index.ts'
 import { readJsonBody } from '../http/body.ts'
-import { zodToGatewayError } from '../http/zod-error.ts'
+import { parseBody } from '../http/zod-error.ts'
 import { quotaPolicySchema } from '../quota/policy.ts'
 import type { GatewayEnv } from '../types.ts'
+import { described } from '../zod/describe.ts'
+import { positiveInt } from '../zod/numbers.ts'
 
 const scopeFields = {
-  name: z.string().trim().min(1).max(100).describe('A label for people: who or what uses the key.'),
-  models: z.array(z.string().min(1).max(128)).max(256).nullable().describe('Model aliases the key may use; null for all.'),
-  origins: z.array(originSchema).max(100).describe('Browser origins the key may be used from, e.g. https://app.example.com.'),
-  metadata: z.record(z.string().max(64), z.string().max(512)).describe('Free-form string pairs for the operator.'),
-  quota: quotaPolicySchema.nullable().describe('Limits for this key; null for the gateway defaults.'),
-  expiresAt: z.number().int().positive().nullable().describe('When the key stops working, in ms since the epoch; null for never.'),
+  name: described(z.string().check(z.trim(), z.minLength(1), z.maxLength(100)), 'A label for people: who or what uses the key.'),
+  models: described(
+    z.nullable(z.array(z.string().check(z.minLength(1), z.maxLength(128))).check(z.maxLength(256))),
+    'Model aliases the key may use; null for all.',
+  ),
+  origins: described(z.array(originSchema).check(z.maxLength(100)), 'Browser origins the key may be used from, e.g. https://app.example.com.'),
+  metadata: described(z.record(z.string().check(z.maxLength(64)), z.string().check(z.maxLength(512))), 'Free-form string pairs for the operator.'),
+  quota: described(z.nullable(quotaPolicySchema), 'Limits for this key; null for the gateway defaults.'),
+  expiresAt: described(z.nullable(positiveInt()), 'When the key stops working, in ms since the epoch; null for never.'),
 }
 
-export const createKeySchema = z
-  .object({
-    ...scopeFields,
-    kind: z.enum(['secret', 'publishable']).default('secret').describe('`secret` (pg_sk_) for servers, `publishable` (pg_pk_) for web pages.'),
-    models: scopeFields.models.optional(),
-    origins: scopeFields.origins.optional(),
-    metadata: scopeFields.metadata.optional(),
-    quota: scopeFields.quota.optional(),
-    expiresAt: scopeFields.expiresAt.optional(),
-  })
-  .strict()
+export const createKeySchema = z.strictObject({
+  ...scopeFields,
+  kind: described(
+    z._default(z.enum(['secret', 'publishable']), 'secret'),
+    '`secret` (pg_sk_) for servers, `publishable` (pg_pk_) for web pages.',
+  ),
+  models: z.optional(scopeFields.models),
+  origins: z.optional(scopeFields.origins),
+  metadata: z.optional(scopeFields.metadata),
+  quota: z.optional(scopeFields.quota),
+  expiresAt: z.optional(scopeFields.expiresAt),
+})
 
-export const updateKeySchema = z.object(scopeFields).partial().strict()
+export const updateKeySchema = z.partial(z.strictObject(scopeFields))
 
 export interface KeysRoutesOptions {
   store: (c: Context<GatewayEnv>) => KeyStore
@@ -49,13 +55,12 @@ export function keysRoutes(options: KeysRoutesOptions): Hono<GatewayEnv> {
   const app = new Hono<GatewayEnv>()
 
   app.post('/', async (c) => {
-    const parsed = createKeySchema.safeParse(await readJsonBody(c.req.raw, options.maxBodyBytes))
-    if (!parsed.success) throw zodToGatewayError(parsed.error)
-    checkScopes(parsed.data, options)
-    if (parsed.data.kind === 'publishable' && !parsed.data.origins?.length) {
+    const input = parseBody(createKeySchema, await readJsonBody(c.req.raw, options.maxBodyBytes))
+    checkScopes(input, options)
+    if (input.kind === 'publishable' && !input.origins?.length) {
       throw new GatewayError('invalid_request', 'A publishable key needs at least one origin: it works only from the origins it lists.', { param: 'origins' })
     }
-    const { record, key } = await options.store(c).create(parsed.data)
+    const { record, key } = await options.store(c).create(input)
     return c.json({ ...publicKeyView(record), key }, 201, { 'cache-control': 'no-store' })
   })
 
@@ -71,14 +76,13 @@ export function keysRoutes(options: KeysRoutesOptions): Hono<GatewayEnv> {
   })
 
   app.patch('/:id', async (c) => {
-    const parsed = updateKeySchema.safeParse(await readJsonBody(c.req.raw, options.maxBodyBytes))
-    if (!parsed.success) throw zodToGatewayError(parsed.error)
+    const input = parseBody(updateKeySchema, await readJsonBody(c.req.raw, options.maxBodyBytes))
     const record = await findLiveKey(c, options)
-    checkScopes(parsed.data, options)
-    if (record.kind === 'publishable' && parsed.data.origins?.length === 0) {
+    checkScopes(input, options)
+    if (record.kind === 'publishable' && input.origins?.length === 0) {
       throw new GatewayError('invalid_request', 'A publishable key needs at least one origin.', { param: 'origins' })
     }
-    return c.json(publicKeyView(await options.store(c).update(record, parsed.data)))
+    return c.json(publicKeyView(await options.store(c).update(record, input)))
   })
 
   app.post('/:id/rotate', async (c) => {

@@ -2,7 +2,7 @@
  * Browser origins on key records and tokens: one canonical spelling, so the check on the hot path is a
  * plain string comparison with the `Origin` header (which browsers send already serialized this way).
  */
-import * as z from 'zod'
+import * as z from 'zod/mini'
 
 /**
  * `https://App.Example.com:443/` -> `https://app.example.com`; null for anything that is not a bare
@@ -21,17 +21,17 @@ export function canonicalOrigin(text: string): string | null {
   return url.origin
 }
 
-export const originSchema = z
-  .string()
-  .max(256)
-  .transform((text, ctx) => {
+export const originSchema = z.pipe(
+  z.string().check(z.maxLength(256)),
+  z.transform((text: string, ctx) => {
     const origin = canonicalOrigin(text)
     if (origin === null) {
-      ctx.addIssue({ code: 'custom', message: 'must be a browser origin such as https://app.example.com (scheme, host and optional port; no path or wildcard)' })
+      ctx.issues.push({ code: 'custom', message: 'must be a browser origin such as https://app.example.com (scheme, host and optional port; no path or wildcard)', input: text })
       return z.NEVER
     }
     return origin
-  })
+  }),
+)
 
 /** How a request presents itself: from a browser page (and which origin), or from a server. */
 export interface RequestOrigin {

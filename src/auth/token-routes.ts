@@ -5,29 +5,34 @@
  * quota of its own, for at most `tokens.maxTtlSeconds`.
  */
 import { Hono } from 'hono'
-import * as z from 'zod'
+import * as z from 'zod/mini'
 import { GatewayError } from '../errors/index.ts'
 import { readJsonBody } from '../http/body.ts'
-import { zodToGatewayError } from '../http/zod-error.ts'
+import { parseBody } from '../http/zod-error.ts'
 import { quotaPolicySchema } from '../quota/policy.ts'
 import type { GatewayEnv } from '../types.ts'
+import { described } from '../zod/describe.ts'
+import { positiveInt } from '../zod/numbers.ts'
 import { generateTokenId } from './keys.ts'
 import { originSchema } from './origins.ts'
 import type { TokenSigner } from './tokens.ts'
 
-export const mintTokenSchema = z
-  .object({
-    models: z.array(z.string().min(1).max(128)).min(1).max(256).optional().describe("Model aliases the token may use, within the key's; omit for all of the key's."),
-    origin: originSchema.optional().describe('The one browser origin the token works from; omit for any.'),
-    ttlSeconds: z.number().int().positive().optional().describe('Lifetime in seconds, at most `tokens.maxTtlSeconds`; default `tokens.defaultTtlSeconds`.'),
-    quota: quotaPolicySchema.optional().describe("Limits of the token's own, on top of the key's."),
-    sub: z
-      .string()
-      .regex(/^[\x21-\x7e]{1,128}$/, { message: 'must be 1-128 printable ASCII characters without spaces, e.g. your user id' })
-      .optional()
-      .describe('The end user the token is for (your user id). Cached answers are kept per sub, so two users of one key never read each other\'s; without it the token shares the key\'s cache.'),
-  })
-  .strict()
+export const mintTokenSchema = z.strictObject({
+  models: described(
+    z.optional(z.array(z.string().check(z.minLength(1), z.maxLength(128))).check(z.minLength(1), z.maxLength(256))),
+    "Model aliases the token may use, within the key's; omit for all of the key's.",
+  ),
+  origin: described(z.optional(originSchema), 'The one browser origin the token works from; omit for any.'),
+  ttlSeconds: described(
+    z.optional(positiveInt()),
+    'Lifetime in seconds, at most `tokens.maxTtlSeconds`; default `tokens.defaultTtlSeconds`.',
+  ),
+  quota: described(z.optional(quotaPolicySchema), "Limits of the token's own, on top of the key's."),
+  sub: described(
+    z.optional(z.string().check(z.regex(/^[\x21-\x7e]{1,128}$/, { message: 'must be 1-128 printable ASCII characters without spaces, e.g. your user id' }))),
+    'The end user the token is for (your user id). Cached answers are kept per sub, so two users of one key never read each other\'s; without it the token shares the key\'s cache.',
+  ),
+})
 
 export interface TokenRoutesOptions {
   signer: TokenSigner
@@ -49,9 +54,7 @@ export function tokenRoutes(options: TokenRoutesOptions): Hono<GatewayEnv> {
     if (principal.credential !== 'secret') {
       throw new GatewayError('permission_denied', 'Only a secret key can mint tokens: call POST /v1/tokens from your backend, not from a browser.')
     }
-    const parsed = mintTokenSchema.safeParse(await readJsonBody(c.req.raw, options.maxBodyBytes))
-    if (!parsed.success) throw zodToGatewayError(parsed.error)
-    const input = parsed.data
+    const input = parseBody(mintTokenSchema, await readJsonBody(c.req.raw, options.maxBodyBytes))
     const ttlSeconds = input.ttlSeconds ?? defaultTtl
     if (ttlSeconds > options.maxTtlSeconds) {
       throw new GatewayError('invalid_request', `ttlSeconds may be at most ${options.maxTtlSeconds} (the gateway's tokens.maxTtlSeconds).`, { param: 'ttlSeconds' })

@@ -8,7 +8,7 @@
  * secret's hash), so revoking or rotating the parent ends its tokens: the auth step reads the parent
  * through the key cache, as it reads keys.
  */
-import * as z from 'zod'
+import * as z from 'zod/mini'
 import { base64url, fromBase64url, sign, signingKey, verify } from '../crypto/signing.ts'
 import { quotaPolicySchema } from '../quota/policy.ts'
 import type { QuotaPolicy } from '../quota/policy.ts'
@@ -27,13 +27,13 @@ const claimsSchema = z.object({
   /** First 16 hex chars of the parent secret's SHA-256: a rotation ends the token. */
   gen: z.string(),
   /** Issued at / expires at, in seconds since the epoch. */
-  iat: z.number().int(),
-  exp: z.number().int(),
-  models: z.array(z.string()).nullable(),
-  origin: z.string().nullable(),
-  quota: quotaPolicySchema.nullable(),
+  iat: z.number().check(z.int()),
+  exp: z.number().check(z.int()),
+  models: z.nullable(z.array(z.string())),
+  origin: z.nullable(z.string()),
+  quota: z.nullable(quotaPolicySchema),
   /** The end user the token stands for, named by the minting backend; absent on tokens minted without one. */
-  sub: z.string().optional(),
+  sub: z.optional(z.string()),
 })
 
 export type TokenClaims = z.infer<typeof claimsSchema>

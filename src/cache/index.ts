@@ -4,7 +4,7 @@
  * the gateway adds its stage to the pipeline (after quota) and mounts its admin routes.
  */
 import type { Context, Hono } from 'hono'
-import type { z } from 'zod'
+import type * as z from 'zod/mini'
 import type { ModelConfig } from '../config/schema.ts'
 import type { CompletionStage } from '../pipeline/index.ts'
 import type { GatewayEnv } from '../types.ts'

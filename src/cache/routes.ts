@@ -8,22 +8,25 @@
  */
 import { Hono } from 'hono'
 import type { Context } from 'hono'
-import * as z from 'zod'
+import * as z from 'zod/mini'
 import { GatewayError } from '../errors/index.ts'
 import { readJsonBody } from '../http/body.ts'
 import { waitUntilOf } from '../http/context.ts'
-import { zodToGatewayError } from '../http/zod-error.ts'
+import { parseBody } from '../http/zod-error.ts'
 import type { GatewayEnv } from '../types.ts'
+import { described } from '../zod/describe.ts'
 import { kvPrefix } from './key.ts'
 import type { GenerationCache } from './store.ts'
 
 export const purgeSchema = z
-  .object({
-    model: z.string().min(1).max(128).optional().describe('A model alias: purge its answers (in every scope, or in keyId\'s).'),
-    keyId: z.string().min(1).max(64).optional().describe('A key id: purge the answers cached in its scope.'),
+  .strictObject({
+    model: described(
+      z.optional(z.string().check(z.minLength(1), z.maxLength(128))),
+      'A model alias: purge its answers (in every scope, or in keyId\'s).',
+    ),
+    keyId: described(z.optional(z.string().check(z.minLength(1), z.maxLength(64))), 'A key id: purge the answers cached in its scope.'),
   })
-  .strict()
-  .refine((body) => body.model !== undefined || body.keyId !== undefined, { message: 'give `model`, `keyId` or both' })
+  .check(z.refine((body) => body.model !== undefined || body.keyId !== undefined, { message: 'give `model`, `keyId` or both' }))
 
 export interface CacheRoutesOptions {
   kv: (c: Context<GatewayEnv>) => KVNamespace
@@ -44,9 +47,7 @@ export function cacheRoutes(options: CacheRoutesOptions): Hono<GatewayEnv> {
   const app = new Hono<GatewayEnv>()
 
   app.post('/purge', async (c) => {
-    const parsed = purgeSchema.safeParse(await readJsonBody(c.req.raw, options.maxBodyBytes))
-    if (!parsed.success) throw zodToGatewayError(parsed.error)
-    const { model, keyId } = parsed.data
+    const { model, keyId } = parseBody(purgeSchema, await readJsonBody(c.req.raw, options.maxBodyBytes))
     if (keyId !== undefined && options.scope === 'gateway') {
       throw new GatewayError('invalid_request', 'Cached answers are shared by every key (cache.scope is "gateway"): purge by model.', { param: 'keyId' })
     }

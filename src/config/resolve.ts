@@ -2,7 +2,8 @@
  * Validates gateway options once, at startup. A mistake throws `ConfigError` whose message names the
  * offending field and what to do, so an operator fixes it from the first deploy log line.
  */
-import type { z } from 'zod'
+import type * as z from 'zod/mini'
+import { ENGLISH } from '../zod/english.ts'
 import { gatewayOptionsSchema, MODEL_ALIAS_PATTERN } from './schema.ts'
 import type { GatewayOptionsInput, ResolvedOptions } from './schema.ts'
 
@@ -16,7 +17,7 @@ function describeIssue(issue: z.core.$ZodIssue): string {
 }
 
 export function resolveConfig(input: GatewayOptionsInput): ResolvedOptions {
-  const parsed = gatewayOptionsSchema.safeParse(input)
+  const parsed = gatewayOptionsSchema.safeParse(input, ENGLISH)
   if (!parsed.success) {
     const lines = parsed.error.issues.slice(0, 5).map(describeIssue)
     throw new ConfigError(`podgate: invalid options. Fix these fields:\n  - ${lines.join('\n  - ')}`)

@@ -3,7 +3,8 @@
  *
  * Parsed once at startup by `resolveConfig`; a mistake throws `ConfigError` naming the field and the fix.
  */
-import * as z from 'zod'
+import * as z from 'zod/mini'
+import { intIn, positiveInt } from '../zod/numbers.ts'
 import { quotaPolicySchema, quotaStoreKindSchema } from '../quota/policy.ts'
 import { cacheConfigSchema, modelCacheSchema } from '../cache/config.ts'
 
@@ -17,56 +18,51 @@ export const upstreamModeSchema = z.enum(['openai', 'native'])
 export type UpstreamMode = z.infer<typeof upstreamModeSchema>
 
 /** Sampling parameters in worker-vllm's names (runpod-api.md §2); used for per-model defaults. */
-export const samplingDefaultsSchema = z
-  .object({
-    temperature: z.number().min(0).max(2),
-    top_p: z.number().gt(0).max(1),
-    top_k: z.number().int().min(-1),
-    min_p: z.number().min(0).max(1),
-    max_tokens: z.number().int().positive(),
-    min_tokens: z.number().int().min(0),
-    presence_penalty: z.number().min(-2).max(2),
-    frequency_penalty: z.number().min(-2).max(2),
-    repetition_penalty: z.number().gt(0).max(2),
-    seed: z.number().int(),
-    stop: z.union([z.string(), z.array(z.string()).max(16)]),
-  })
-  .partial()
-  .strict()
+export const samplingDefaultsSchema = z.partial(
+  z.strictObject({
+    temperature: z.number().check(z.minimum(0), z.maximum(2)),
+    top_p: z.number().check(z.gt(0), z.maximum(1)),
+    top_k: z.number().check(z.int(), z.minimum(-1)),
+    min_p: z.number().check(z.minimum(0), z.maximum(1)),
+    max_tokens: positiveInt(),
+    min_tokens: z.number().check(z.int(), z.minimum(0)),
+    presence_penalty: z.number().check(z.minimum(-2), z.maximum(2)),
+    frequency_penalty: z.number().check(z.minimum(-2), z.maximum(2)),
+    repetition_penalty: z.number().check(z.gt(0), z.maximum(2)),
+    seed: z.number().check(z.int()),
+    stop: z.union([z.string(), z.array(z.string()).check(z.maxLength(16))]),
+  }),
+)
 export type SamplingDefaults = z.infer<typeof samplingDefaultsSchema>
 
 const endpointBase = {
   /** `openai` uses Runpod's `/openai/v1/*` route; `native` uses `/run` + `/stream/{id}` and `/runsync`. Default: the model's `mode`, else `openai`. */
-  mode: upstreamModeSchema.optional(),
+  mode: z.optional(upstreamModeSchema),
   /** Relative share of traffic among a model's endpoints. Default 1. */
-  weight: z.number().positive().default(1),
+  weight: z._default(z.number().check(z.positive()), 1),
 }
 
 export const endpointSchema = z.union([
-  z
-    .object({
-      /** A Runpod Serverless endpoint id, e.g. `abc123xyz`. */
-      endpointId: z.string().regex(ENDPOINT_ID_PATTERN, {
-        message: 'must be a Runpod endpoint id: lowercase letters and digits only',
+  z.strictObject({
+    /** A Runpod Serverless endpoint id, e.g. `abc123xyz`. */
+    endpointId: z.string().check(z.regex(ENDPOINT_ID_PATTERN, {
+      message: 'must be a Runpod endpoint id: lowercase letters and digits only',
+    })),
+    ...endpointBase,
+  }),
+  z.strictObject({
+    /** A full base URL for a job API, e.g. `http://127.0.0.1:8000` (runpod-python's local server). Plain `http://` only to loopback. */
+    url: z.string().check(
+      z.url({ message: 'must be an absolute http(s) URL' }),
+      z.refine((u) => /^https?:\/\//.test(u), { message: 'must use http or https' }),
+      z.refine((u) => u.startsWith('https://') || isLoopbackUrl(u), {
+        message: 'uses plain http:// to a host that is not loopback: use https://, or http://127.0.0.1 / http://localhost for a local server',
       }),
-      ...endpointBase,
-    })
-    .strict(),
-  z
-    .object({
-      /** A full base URL for a job API, e.g. `http://127.0.0.1:8000` (runpod-python's local server). Plain `http://` only to loopback. */
-      url: z
-        .string()
-        .url({ message: 'must be an absolute http(s) URL' })
-        .refine((u) => /^https?:\/\//.test(u), { message: 'must use http or https' })
-        .refine((u) => u.startsWith('https://') || isLoopbackUrl(u), {
-          message: 'uses plain http:// to a host that is not loopback: use https://, or http://127.0.0.1 / http://localhost for a local server',
-        }),
-      /** The bearer sent to this URL (a secret: pass it from your environment). Default: none. The Runpod key is never sent to a `url:` endpoint unless given here. */
-      apiKey: z.string().min(1, { message: 'is empty: set the secret it is read from' }).optional(),
-      ...endpointBase,
-    })
-    .strict(),
+    ),
+    /** The bearer sent to this URL (a secret: pass it from your environment). Default: none. The Runpod key is never sent to a `url:` endpoint unless given here. */
+    apiKey: z.optional(z.string().check(z.minLength(1, { message: 'is empty: set the secret it is read from' }))),
+    ...endpointBase,
+  }),
 ])
 export type EndpointInput = z.input<typeof endpointSchema>
 
@@ -77,148 +73,136 @@ function isLoopbackUrl(url: string): boolean {
 }
 
 /** How a model's requests survive upstream failures (docs/failure-behaviour.md). */
-export const resilienceSchema = z
-  .object({
-    /** Attempts before the first byte, across the model's endpoints. */
-    retries: z
-      .object({
-        /** Tries in all, the first included. Default 3. */
-        attempts: z.number().int().min(1).max(10).default(3),
-        /** First backoff ceiling; each retry doubles it (full jitter). Default 200. */
-        baseDelayMs: z.number().int().min(0).max(60_000).default(200),
-        /** Largest backoff. Default 2000. */
-        maxDelayMs: z.number().int().min(0).max(300_000).default(2_000),
-        /** No retry starts later than this after the request began; a longer `Retry-After` is not waited for. Default 10000. */
-        budgetMs: z.number().int().min(0).max(600_000).default(10_000),
-      })
-      .strict()
-      .default({ attempts: 3, baseDelayMs: 200, maxDelayMs: 2_000, budgetMs: 10_000 }),
-    /** Native streams: how long podgate holds the response for a first token before a hedge (or an early 200 with keep-alives). Default 10000. */
-    ttftBudgetMs: z.number().int().min(0).max(600_000).default(10_000),
-    /** Native streams: past `ttftBudgetMs` with the job still queued, start the request on another endpoint too; the first to answer wins, the other is cancelled. Default false. */
-    hedge: z.boolean().default(false),
-    timeouts: z
-      .object({
-        /** No first token by then: cancel upstream, 504 (or an SSE error once the stream is open). Default 120000. */
-        firstTokenMs: z.number().int().positive().max(3_600_000).default(120_000),
-        /** Longest silence between chunks once output began. Default 60000. */
-        idleMs: z.number().int().positive().max(3_600_000).default(60_000),
-        /** Longest answer in all. Default 600000. */
-        totalMs: z.number().int().positive().max(3_600_000).default(600_000),
-      })
-      .strict()
-      .default({ firstTokenMs: 120_000, idleMs: 60_000, totalMs: 600_000 }),
-    /** Per-isolate circuit breaker per endpoint. */
-    breaker: z
-      .object({
-        /** Consecutive failures that open the breaker. Default 3. */
-        failures: z.number().int().min(1).max(100).default(3),
-        /** How long an open endpoint is skipped. Default 30000. */
-        cooldownMs: z.number().int().min(0).max(3_600_000).default(30_000),
-      })
-      .strict()
-      .default({ failures: 3, cooldownMs: 30_000 }),
-  })
-  .strict()
+export const resilienceSchema = z.strictObject({
+  /** Attempts before the first byte, across the model's endpoints. */
+  retries: z._default(
+    z.strictObject({
+      /** Tries in all, the first included. Default 3. */
+      attempts: z._default(intIn(1, 10), 3),
+      /** First backoff ceiling; each retry doubles it (full jitter). Default 200. */
+      baseDelayMs: z._default(intIn(0, 60_000), 200),
+      /** Largest backoff. Default 2000. */
+      maxDelayMs: z._default(intIn(0, 300_000), 2_000),
+      /** No retry starts later than this after the request began; a longer `Retry-After` is not waited for. Default 10000. */
+      budgetMs: z._default(intIn(0, 600_000), 10_000),
+    }),
+    { attempts: 3, baseDelayMs: 200, maxDelayMs: 2_000, budgetMs: 10_000 },
+  ),
+  /** Native streams: how long podgate holds the response for a first token before a hedge (or an early 200 with keep-alives). Default 10000. */
+  ttftBudgetMs: z._default(intIn(0, 600_000), 10_000),
+  /** Native streams: past `ttftBudgetMs` with the job still queued, start the request on another endpoint too; the first to answer wins, the other is cancelled. Default false. */
+  hedge: z._default(z.boolean(), false),
+  timeouts: z._default(
+    z.strictObject({
+      /** No first token by then: cancel upstream, 504 (or an SSE error once the stream is open). Default 120000. */
+      firstTokenMs: z._default(positiveInt(3_600_000), 120_000),
+      /** Longest silence between chunks once output began. Default 60000. */
+      idleMs: z._default(positiveInt(3_600_000), 60_000),
+      /** Longest answer in all. Default 600000. */
+      totalMs: z._default(positiveInt(3_600_000), 600_000),
+    }),
+    { firstTokenMs: 120_000, idleMs: 60_000, totalMs: 600_000 },
+  ),
+  /** Per-isolate circuit breaker per endpoint. */
+  breaker: z._default(
+    z.strictObject({
+      /** Consecutive failures that open the breaker. Default 3. */
+      failures: z._default(intIn(1, 100), 3),
+      /** How long an open endpoint is skipped. Default 30000. */
+      cooldownMs: z._default(intIn(0, 3_600_000), 30_000),
+    }),
+    { failures: 3, cooldownMs: 30_000 },
+  ),
+})
 export type ResilienceConfig = z.output<typeof resilienceSchema>
 
-export const modelSchema = z
-  .object({
-    /** One or more endpoints that serve this model. */
-    endpoints: z.array(endpointSchema).min(1, { message: 'needs at least one endpoint' }).max(16),
-    /** Default upstream mode for endpoints that do not set one. Default `openai`. */
-    mode: upstreamModeSchema.default('openai'),
-    /** The model name vLLM serves (sent upstream as `model` on the OpenAI route). Default: the alias. */
-    servedModelName: z.string().min(1).max(256).optional(),
-    /** Default sampling parameters, applied where the caller sends none. */
-    defaults: samplingDefaultsSchema.default({}),
-    /** Largest `max_tokens` a caller may ask for; larger asks get a 400. Default 4096. */
-    maxTokensCap: z.number().int().positive().default(4096),
-    /** `max_tokens` used when the caller sends none. Default: `defaults.max_tokens`, else 512 (never above the cap). */
-    defaultMaxTokens: z.number().int().positive().optional(),
-    /** Largest `n` a caller may ask for. Default 4. */
-    maxChoices: z.number().int().positive().max(16).default(4),
-    /** `chat` models accept `messages` (`/chat/completions`), `completion` models `prompt` (`/completions`), `embedding` models `input` (`/embeddings`); all three by default (vLLM refuses what the served model cannot do). */
-    kinds: z.array(z.enum(['chat', 'completion', 'embedding'])).min(1).default(['chat', 'completion', 'embedding']),
-    /** Native surface (`/v2/{model}/run`): send the job `input` unchanged, for handlers other than worker-vllm. Default false: the input must be worker-vllm's and is normalized and capped. */
-    passthrough: z.boolean().default(false),
-    /** Retries, failover, cold-start hedging, timeouts and breaker. Default: see `resilienceSchema`. */
-    resilience: resilienceSchema.default(() => resilienceSchema.parse({})),
-    /** Default quota limits when this model is called (above `quota.defaults`, below a key's own). Default: none. */
-    quota: quotaPolicySchema.optional(),
-    /** This model's cache settings (docs/caching.md). Default: the gateway's `cache`. */
-    cache: modelCacheSchema.optional(),
-  })
-  .strict()
+export const modelSchema = z.strictObject({
+  /** One or more endpoints that serve this model. */
+  endpoints: z.array(endpointSchema).check(z.minLength(1, { message: 'needs at least one endpoint' }), z.maxLength(16)),
+  /** Default upstream mode for endpoints that do not set one. Default `openai`. */
+  mode: z._default(upstreamModeSchema, 'openai'),
+  /** The model name vLLM serves (sent upstream as `model` on the OpenAI route). Default: the alias. */
+  servedModelName: z.optional(z.string().check(z.minLength(1), z.maxLength(256))),
+  /** Default sampling parameters, applied where the caller sends none. */
+  defaults: z._default(samplingDefaultsSchema, {}),
+  /** Largest `max_tokens` a caller may ask for; larger asks get a 400. Default 4096. */
+  maxTokensCap: z._default(positiveInt(), 4096),
+  /** `max_tokens` used when the caller sends none. Default: `defaults.max_tokens`, else 512 (never above the cap). */
+  defaultMaxTokens: z.optional(positiveInt()),
+  /** Largest `n` a caller may ask for. Default 4. */
+  maxChoices: z._default(positiveInt(16), 4),
+  /** `chat` models accept `messages` (`/chat/completions`), `completion` models `prompt` (`/completions`), `embedding` models `input` (`/embeddings`); all three by default (vLLM refuses what the served model cannot do). */
+  kinds: z._default(z.array(z.enum(['chat', 'completion', 'embedding'])).check(z.minLength(1)), ['chat', 'completion', 'embedding']),
+  /** Native surface (`/v2/{model}/run`): send the job `input` unchanged, for handlers other than worker-vllm. Default false: the input must be worker-vllm's and is normalized and capped. */
+  passthrough: z._default(z.boolean(), false),
+  /** Retries, failover, cold-start hedging, timeouts and breaker. Default: see `resilienceSchema`. */
+  resilience: z._default(resilienceSchema, () => resilienceSchema.parse({})),
+  /** Default quota limits when this model is called (above `quota.defaults`, below a key's own). Default: none. */
+  quota: z.optional(quotaPolicySchema),
+  /** This model's cache settings (docs/caching.md). Default: the gateway's `cache`. */
+  cache: z.optional(modelCacheSchema),
+})
 export type ModelInput = z.input<typeof modelSchema>
 
-export const quotaConfigSchema = z
-  .object({
-    /** Limits for every key that sets none of its own (the lowest layer). Default: none. */
-    defaults: quotaPolicySchema.optional(),
-    /** Store for policies that do not set `strict`: `kv` (approximate) or `strict` (a Durable Object per key). Default `kv`. */
-    store: quotaStoreKindSchema.default('kv'),
-    /** KV store: least time between writes of one isolate's counters, and how long a listed total is reused, in ms. Default 1000. */
-    flushIntervalMs: z.number().int().min(1000).max(60_000).default(1000),
-  })
-  .strict()
+export const quotaConfigSchema = z.strictObject({
+  /** Limits for every key that sets none of its own (the lowest layer). Default: none. */
+  defaults: z.optional(quotaPolicySchema),
+  /** Store for policies that do not set `strict`: `kv` (approximate) or `strict` (a Durable Object per key). Default `kv`. */
+  store: z._default(quotaStoreKindSchema, 'kv'),
+  /** KV store: least time between writes of one isolate's counters, and how long a listed total is reused, in ms. Default 1000. */
+  flushIntervalMs: z._default(intIn(1000, 60_000), 1000),
+})
 
-export const gatewayOptionsSchema = z
-  .object({
-    /** Model alias -> model config. At least one. */
-    models: z
-      .record(z.string(), modelSchema)
-      .refine((m) => Object.keys(m).length > 0, { message: 'needs at least one model' }),
-    runpod: z
-      .object({
-        /** The Runpod API key. Sent only in the `Authorization` header upstream, never logged or returned. */
-        apiKey: z.string().min(1, { message: 'is empty: set the RUNPOD_API_KEY secret' }),
-        /** Base URL of Runpod's endpoint API. Default `https://api.runpod.ai/v2`. */
-        baseUrl: z.string().url().default('https://api.runpod.ai/v2'),
-        /** Upstream request timeout for non-streaming calls, in ms. Default 120000. */
-        timeoutMs: z.number().int().positive().default(120_000),
-        /** `?wait=` for native `/runsync`, in ms (1000..300000). Default 90000. */
-        runsyncWaitMs: z.number().int().min(1000).max(300_000).default(90_000),
-        /** Long-poll `?wait=` sent on native `/stream/{id}`, in ms. Default 10000. */
-        streamWaitMs: z.number().int().min(0).max(300_000).default(10_000),
-        /** Most upstream polls one job event stream (`/v2/{model}/stream/{id}` as SSE) makes before it pauses; Workers cap subrequests per request (50 Free, 10,000 Paid). Default 900. */
-        maxPollsPerStream: z.number().int().min(1).max(9_000).default(900),
-      })
-      .strict(),
-    /** Secret for signed browser tokens and job ids (32+ chars). Default: derived from the Runpod key. */
-    signingSecret: z.string().min(32, { message: 'must be at least 32 characters: e.g. `openssl rand -hex 32`' }).optional(),
-    /** Bearer token for `/admin/*`. Admin routes answer 404 when unset. */
-    adminToken: z.string().min(16, { message: 'must be at least 16 characters' }).optional(),
-    /** Largest accepted request body, in bytes. Default 1 MiB. */
-    maxBodyBytes: z.number().int().positive().max(20 * 1024 * 1024).default(1024 * 1024),
-    /** How long a key lookup is cached in the isolate, in ms. Bounds revocation delay on top of KV's. Default 10000. */
-    keyCacheTtlMs: z.number().int().min(0).max(60_000).default(10_000),
-    /** Short-lived browser tokens minted with `POST /v1/tokens` (docs/keys-and-browsers.md). */
-    tokens: z
-      .object({
-        /** Longest lifetime a token may be minted with, in seconds. Default 3600. */
-        maxTtlSeconds: z.number().int().min(60).max(86_400).default(3600),
-        /** Lifetime when the mint request names none, in seconds (never above the max). Default 600. */
-        defaultTtlSeconds: z.number().int().min(1).max(86_400).default(600),
-      })
-      .strict()
-      .default({ maxTtlSeconds: 3600, defaultTtlSeconds: 600 }),
-    /** CORS on `/v1/*` and `/v2/*` (docs/keys-and-browsers.md). */
-    cors: z
-      .object({
-        /** How long browsers may cache a preflight answer, in seconds. Default 600. */
-        maxAgeSeconds: z.number().int().min(0).max(86_400).default(600),
-      })
-      .strict()
-      .default({ maxAgeSeconds: 600 }),
-    /** Serve the browser playground at `GET /playground` (a dev tool: leave it off in production). Default false. */
-    playground: z.boolean().default(false),
-    /** Quotas (docs/quotas.md). Default: no limits unless a key or model sets some. */
-    quota: quotaConfigSchema.optional(),
-    /** Caching of answers (docs/caching.md). Default: on for deterministic requests, per key. */
-    cache: cacheConfigSchema.prefault({}),
-  })
-  .strict()
+export const gatewayOptionsSchema = z.strictObject({
+  /** Model alias -> model config. At least one. */
+  models: z.record(z.string(), modelSchema).check(z.refine((m) => Object.keys(m).length > 0, { message: 'needs at least one model' })),
+  runpod: z.strictObject({
+    /** The Runpod API key. Sent only in the `Authorization` header upstream, never logged or returned. */
+    apiKey: z.string().check(z.minLength(1, { message: 'is empty: set the RUNPOD_API_KEY secret' })),
+    /** Base URL of Runpod's endpoint API. Default `https://api.runpod.ai/v2`. */
+    baseUrl: z._default(z.string().check(z.url()), 'https://api.runpod.ai/v2'),
+    /** Upstream request timeout for non-streaming calls, in ms. Default 120000. */
+    timeoutMs: z._default(positiveInt(), 120_000),
+    /** `?wait=` for native `/runsync`, in ms (1000..300000). Default 90000. */
+    runsyncWaitMs: z._default(intIn(1000, 300_000), 90_000),
+    /** Long-poll `?wait=` sent on native `/stream/{id}`, in ms. Default 10000. */
+    streamWaitMs: z._default(intIn(0, 300_000), 10_000),
+    /** Most upstream polls one job event stream (`/v2/{model}/stream/{id}` as SSE) makes before it pauses; Workers cap subrequests per request (50 Free, 10,000 Paid). Default 900. */
+    maxPollsPerStream: z._default(intIn(1, 9_000), 900),
+  }),
+  /** Secret for signed browser tokens and job ids (32+ chars). Default: derived from the Runpod key. */
+  signingSecret: z.optional(z.string().check(z.minLength(32, { message: 'must be at least 32 characters: e.g. `openssl rand -hex 32`' }))),
+  /** Bearer token for `/admin/*`. Admin routes answer 404 when unset. */
+  adminToken: z.optional(z.string().check(z.minLength(16, { message: 'must be at least 16 characters' }))),
+  /** Largest accepted request body, in bytes. Default 1 MiB. */
+  maxBodyBytes: z._default(positiveInt(20 * 1024 * 1024), 1024 * 1024),
+  /** How long a key lookup is cached in the isolate, in ms. Bounds revocation delay on top of KV's. Default 10000. */
+  keyCacheTtlMs: z._default(intIn(0, 60_000), 10_000),
+  /** Short-lived browser tokens minted with `POST /v1/tokens` (docs/keys-and-browsers.md). */
+  tokens: z._default(
+    z.strictObject({
+      /** Longest lifetime a token may be minted with, in seconds. Default 3600. */
+      maxTtlSeconds: z._default(intIn(60, 86_400), 3600),
+      /** Lifetime when the mint request names none, in seconds (never above the max). Default 600. */
+      defaultTtlSeconds: z._default(intIn(1, 86_400), 600),
+    }),
+    { maxTtlSeconds: 3600, defaultTtlSeconds: 600 },
+  ),
+  /** CORS on `/v1/*` and `/v2/*` (docs/keys-and-browsers.md). */
+  cors: z._default(
+    z.strictObject({
+      /** How long browsers may cache a preflight answer, in seconds. Default 600. */
+      maxAgeSeconds: z._default(intIn(0, 86_400), 600),
+    }),
+    { maxAgeSeconds: 600 },
+  ),
+  /** Serve the browser playground at `GET /playground` (a dev tool: leave it off in production). Default false. */
+  playground: z._default(z.boolean(), false),
+  /** Quotas (docs/quotas.md). Default: no limits unless a key or model sets some. */
+  quota: z.optional(quotaConfigSchema),
+  /** Caching of answers (docs/caching.md). Default: on for deterministic requests, per key. */
+  cache: z.prefault(cacheConfigSchema, {}),
+})
 export type GatewayOptionsInput = z.input<typeof gatewayOptionsSchema>
 export type ResolvedOptions = z.output<typeof gatewayOptionsSchema>
 export type ModelConfig = z.output<typeof modelSchema>

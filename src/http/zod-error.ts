@@ -1,8 +1,11 @@
 /**
- * The first zod issue as a GatewayError with OpenAI's `param` path style (`messages[0].content`).
+ * The first zod issue as a GatewayError with OpenAI's `param` path style (`messages[0].content`), in
+ * zod's own English words: for the admin, token and cache-purge bodies. (The completion surfaces word
+ * their errors themselves: src/normalize/zod-errors.ts.)
  */
-import type { z } from 'zod'
+import type * as z from 'zod/mini'
 import { GatewayError } from '../errors/index.ts'
+import { ENGLISH } from '../zod/english.ts'
 
 export function paramPath(path: readonly PropertyKey[]): string | undefined {
   let out = ''
@@ -10,7 +13,19 @@ export function paramPath(path: readonly PropertyKey[]): string | undefined {
   return out === '' ? undefined : out
 }
 
-export function zodToGatewayError(error: z.ZodError): GatewayError {
+/**
+ * Parses `body` with `schema`, or throws the `invalid_request` GatewayError of its first issue.
+ *
+ * @example
+ * const input = parseBody(purgeSchema, await readJsonBody(c.req.raw, maxBodyBytes))
+ */
+export function parseBody<S extends z.ZodMiniType>(schema: S, body: unknown): z.output<S> {
+  const parsed = schema.safeParse(body, ENGLISH)
+  if (parsed.success) return parsed.data
+  throw zodToGatewayError(parsed.error)
+}
+
+function zodToGatewayError(error: z.core.$ZodError): GatewayError {
   const issue = error.issues[0]
   if (!issue) return new GatewayError('invalid_request', 'The request body is invalid.')
   const param = paramPath(issue.path)

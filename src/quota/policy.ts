@@ -5,24 +5,22 @@
  * one UTC day. Counters belong to the key; a model default only sets the limit used when that model
  * is called.
  */
-import * as z from 'zod'
+import * as z from 'zod/mini'
+import { described } from '../zod/describe.ts'
+import { positiveInt } from '../zod/numbers.ts'
 
-export const quotaPolicySchema = z
-  .object({
-    requestsPerMinute: z.number().int().positive().optional().describe('Requests per UTC clock minute.'),
-    requestsPerDay: z.number().int().positive().optional().describe('Requests per UTC day.'),
-    tokensPerMinute: z.number().int().positive().optional().describe('Prompt + completion tokens per UTC clock minute.'),
-    tokensPerDay: z.number().int().positive().optional().describe('Prompt + completion tokens per UTC day.'),
-    maxConcurrentStreams: z.number().int().positive().optional().describe('Streams open at once.'),
-    controlPerMinute: z
-      .number()
-      .int()
-      .positive()
-      .optional()
-      .describe('Control calls (job status, status-sync, JSON stream polls, cancel, health, purge-queue, token minting) per UTC clock minute. Default 600.'),
-    strict: z.boolean().optional().describe('Exact enforcement on a Durable Object instead of the KV store.'),
-  })
-  .strict()
+/** A limit: a positive integer, described for the OpenAPI document. */
+const limit = (description: string) => described(z.optional(positiveInt()), description)
+
+export const quotaPolicySchema = z.strictObject({
+  requestsPerMinute: limit('Requests per UTC clock minute.'),
+  requestsPerDay: limit('Requests per UTC day.'),
+  tokensPerMinute: limit('Prompt + completion tokens per UTC clock minute.'),
+  tokensPerDay: limit('Prompt + completion tokens per UTC day.'),
+  maxConcurrentStreams: limit('Streams open at once.'),
+  controlPerMinute: limit('Control calls (job status, status-sync, JSON stream polls, cancel, health, purge-queue, token minting) per UTC clock minute. Default 600.'),
+  strict: described(z.optional(z.boolean()), 'Exact enforcement on a Durable Object instead of the KV store.'),
+})
 
 export type QuotaPolicy = z.infer<typeof quotaPolicySchema>
 
