@@ -4,7 +4,8 @@
  */
 
 import { Hono } from 'hono'
-import * as z from 'zod'
+import * as z from 'zod/mini'
+import { ENGLISH } from '../../zod/english.ts'
 import type { EmulatorContext, EmulatorEnv } from './context.ts'
 import { viewJob } from './jobs.ts'
 import { recordCalls } from './middleware.ts'
@@ -21,38 +22,39 @@ export interface ControlHooks {
 const opSchema = z.enum([
   'run', 'runsync', 'status', 'status-sync', 'stream', 'cancel', 'retry', 'purge-queue', 'health', 'openai', 'control', 'unknown',
 ])
-const afterTokens = z.number().int().min(0)
+const afterTokens = z.number().check(z.int(), z.minimum(0))
 const faultSchema = z.discriminatedUnion('kind', [
   z.object({
     kind: z.literal('http'),
-    status: z.number().int().min(200).max(599),
-    times: z.number().int().min(0).optional(),
-    ops: z.array(opSchema).optional(),
-    retryAfter: z.number().min(0).optional(),
+    status: z.number().check(z.int(), z.minimum(200), z.maximum(599)),
+    times: z.optional(z.number().check(z.int(), z.minimum(0))),
+    ops: z.optional(z.array(opSchema)),
+    retryAfter: z.optional(z.number().check(z.minimum(0))),
   }),
   z.object({ kind: z.literal('stall'), afterTokens }),
   z.object({ kind: z.literal('job_failed') }),
   z.object({ kind: z.literal('mid_stream'), afterTokens }),
 ])
-const ms = z.number().min(0).optional()
-/** `null` clears an optional field (`fault`, `servedModelName`). */
+const ms = z.optional(z.number().check(z.minimum(0)))
+/** `null` clears an optional field (`fault`, `servedModelName`): it arrives as undefined. */
+const cleared = <T extends z.core.$ZodType>(schema: T) => z.pipe(z.nullish(schema), z.transform((v: z.output<T> | null | undefined) => v ?? undefined))
 export const configureBodySchema = z.object({
-  endpointId: z.string().min(1),
+  endpointId: z.string().check(z.minLength(1)),
   behaviour: z.strictObject({
-    generation: z.enum(['classic', 'current']).optional(),
-    servedModelName: z.string().nullish().transform((v) => v ?? undefined),
+    generation: z.optional(z.enum(['classic', 'current'])),
+    servedModelName: cleared(z.string()),
     coldStartMs: ms,
     warmForMs: ms,
     queueDelayMs: ms,
     tokenDelayMs: ms,
     retentionMs: ms,
     runsyncRetentionMs: ms,
-    fault: faultSchema.nullish().transform((v) => v ?? undefined),
-    mangleUtf8: z.boolean().optional(),
-    enableAutoToolChoice: z.boolean().optional(),
-    maxLogprobs: z.number().int().min(0).optional(),
-    reasoningFields: z.array(z.enum(['reasoning', 'reasoning_content'])).optional(),
-    embeddingDimensions: z.number().int().min(1).max(8192).optional(),
+    fault: cleared(faultSchema),
+    mangleUtf8: z.optional(z.boolean()),
+    enableAutoToolChoice: z.optional(z.boolean()),
+    maxLogprobs: z.optional(z.number().check(z.int(), z.minimum(0))),
+    reasoningFields: z.optional(z.array(z.enum(['reasoning', 'reasoning_content']))),
+    embeddingDimensions: z.optional(z.number().check(z.int(), z.minimum(1), z.maximum(8192))),
   }),
 })
 
@@ -81,7 +83,7 @@ export function createEmulatorApp(context: EmulatorContext, hooks: ControlHooks)
     return job ? c.json(viewJob(job, context.now())) : c.json({ error: 'no such job' }, 404)
   })
   control.post('/configure', async (c) => {
-    const parsed = configureBodySchema.safeParse(await c.req.json().catch(() => undefined))
+    const parsed = configureBodySchema.safeParse(await c.req.json().catch(() => undefined), ENGLISH)
     if (!parsed.success) return c.json({ error: z.prettifyError(parsed.error) }, 400)
     // Absent keys stay absent (unchanged); a key sent as null arrives as undefined and clears the field.
     hooks.configure(parsed.data.endpointId, parsed.data.behaviour)

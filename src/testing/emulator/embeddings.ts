@@ -4,17 +4,18 @@
  * (little-endian float32 bytes, as OpenAI and vLLM send them).
  */
 
-import * as z from 'zod'
+import * as z from 'zod/mini'
+import { ENGLISH } from '../../zod/english.ts'
 import { createPrng, hashString } from './generate.ts'
 import type { Refusal } from './requests.ts'
 import type { JsonObject } from './types.ts'
 
-const tokenIds = z.array(z.number().int().min(0)).min(1)
+const tokenIds = z.array(z.number().check(z.int(), z.minimum(0))).check(z.minLength(1))
 export const embeddingBodySchema = z.looseObject({
-  model: z.string().nullish(),
-  input: z.union([z.string(), z.array(z.string()).min(1), tokenIds, z.array(tokenIds).min(1)]),
-  encoding_format: z.enum(['float', 'base64']).nullish(),
-  dimensions: z.number().int().nullish(),
+  model: z.nullish(z.string()),
+  input: z.union([z.string(), z.array(z.string()).check(z.minLength(1)), tokenIds, z.array(tokenIds).check(z.minLength(1))]),
+  encoding_format: z.nullish(z.enum(['float', 'base64'])),
+  dimensions: z.nullish(z.number().check(z.int())),
 })
 
 export type EmbeddingResult = { ok: true; body: JsonObject } | { ok: false; refusal: Refusal }
@@ -26,7 +27,7 @@ export type EmbeddingResult = { ok: true; body: JsonObject } | { ok: false; refu
  * embeddingsResponse({ input: 'hello', dimensions: 8 }, { model: 'm', defaultDimensions: 384 })
  */
 export function embeddingsResponse(body: unknown, options: { model: string; defaultDimensions: number; id: string; created: number }): EmbeddingResult {
-  const parsed = embeddingBodySchema.safeParse(body)
+  const parsed = embeddingBodySchema.safeParse(body, ENGLISH)
   if (!parsed.success) {
     const issue = parsed.error.issues[0]
     const message = issue ? `${issue.path.join('.') || 'body'}: ${issue.message}` : 'Invalid request.'

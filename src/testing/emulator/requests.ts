@@ -4,7 +4,8 @@
  * is built from the same generation.
  */
 
-import * as z from 'zod'
+import * as z from 'zod/mini'
+import { ENGLISH } from '../../zod/english.ts'
 import { parseDirectives } from './directives.ts'
 import type { Directives } from './directives.ts'
 import type { ChatMessageText } from './generate.ts'
@@ -88,48 +89,43 @@ const NATIVE_DEFAULT_MAX_TOKENS = 100
 /** Routes worker-vllm <= v2.23 serves through `openai_route`; anything else is 400 "Invalid route". */
 const CLASSIC_ROUTES: readonly string[] = ['/v1/models', '/v1/chat/completions', '/v1/completions']
 
-const contentPart = z.looseObject({ type: z.string(), text: z.string().optional() })
+const contentPart = z.looseObject({ type: z.string(), text: z.optional(z.string()) })
 const message = z.looseObject({
   role: z.string(),
-  content: z.union([z.string(), z.array(contentPart), z.null()]).optional(),
+  content: z.optional(z.union([z.string(), z.array(contentPart), z.null()])),
 })
-const stop = z.union([z.string(), z.array(z.string())]).nullish()
+const stop = z.nullish(z.union([z.string(), z.array(z.string())]))
+const int = () => z.number().check(z.int())
 const samplingFields = {
-  n: z.number().int().min(1).max(64).nullish(),
-  max_tokens: z.number().int().min(1).nullish(),
+  n: z.nullish(int().check(z.minimum(1), z.maximum(64))),
+  max_tokens: z.nullish(int().check(z.minimum(1))),
   stop,
-  seed: z.number().int().nullish(),
+  seed: z.nullish(int()),
 }
 const jsonSchemaValue = z.union([z.record(z.string(), z.unknown()), z.string()])
 const openAIFields = {
   ...samplingFields,
-  model: z.string().nullish(),
-  stream: z.boolean().nullish(),
-  stream_options: z
-    .looseObject({ include_usage: z.boolean().nullish(), continuous_usage_stats: z.boolean().nullish() })
-    .nullish(),
-  response_format: z
-    .looseObject({
-      type: z.enum(['text', 'json_object', 'json_schema', 'structural_tag']),
-      json_schema: z.looseObject({ name: z.string().optional(), schema: z.unknown().optional() }).nullish(),
-    })
-    .nullish(),
-  structured_outputs: z
-    .looseObject({
-      json: jsonSchemaValue.nullish(),
-      regex: z.string().nullish(),
-      choice: z.array(z.string()).nullish(),
-      json_object: z.boolean().nullish(),
-    })
-    .nullish(),
-  guided_json: jsonSchemaValue.nullish(),
-  guided_regex: z.string().nullish(),
-  guided_choice: z.array(z.string()).nullish(),
-  prompt_logprobs: z.number().int().nullish(),
+  model: z.nullish(z.string()),
+  stream: z.nullish(z.boolean()),
+  stream_options: z.nullish(z.looseObject({ include_usage: z.nullish(z.boolean()), continuous_usage_stats: z.nullish(z.boolean()) })),
+  response_format: z.nullish(z.looseObject({
+    type: z.enum(['text', 'json_object', 'json_schema', 'structural_tag']),
+    json_schema: z.nullish(z.looseObject({ name: z.optional(z.string()), schema: z.optional(z.unknown()) })),
+  })),
+  structured_outputs: z.nullish(z.looseObject({
+    json: z.nullish(jsonSchemaValue),
+    regex: z.nullish(z.string()),
+    choice: z.nullish(z.array(z.string())),
+    json_object: z.nullish(z.boolean()),
+  })),
+  guided_json: z.nullish(jsonSchemaValue),
+  guided_regex: z.nullish(z.string()),
+  guided_choice: z.nullish(z.array(z.string())),
+  prompt_logprobs: z.nullish(int()),
 }
 const tool = z.looseObject({
   type: z.literal('function'),
-  function: z.looseObject({ name: z.string(), parameters: z.unknown().optional() }),
+  function: z.looseObject({ name: z.string(), parameters: z.optional(z.unknown()) }),
 })
 const toolChoice = z.union([
   z.enum(['none', 'auto', 'required']),
@@ -138,42 +134,42 @@ const toolChoice = z.union([
 
 export const chatBodySchema = z.looseObject({
   ...openAIFields,
-  messages: z.array(message).min(1),
-  max_completion_tokens: z.number().int().min(1).nullish(),
-  tools: z.array(tool).nullish(),
-  tool_choice: toolChoice.nullish(),
-  logprobs: z.boolean().nullish(),
-  top_logprobs: z.number().int().nullish(),
-  chat_template_kwargs: z.record(z.string(), z.unknown()).nullish(),
-  include_reasoning: z.boolean().nullish(),
+  messages: z.array(message).check(z.minLength(1)),
+  max_completion_tokens: z.nullish(int().check(z.minimum(1))),
+  tools: z.nullish(z.array(tool)),
+  tool_choice: z.nullish(toolChoice),
+  logprobs: z.nullish(z.boolean()),
+  top_logprobs: z.nullish(int()),
+  chat_template_kwargs: z.nullish(z.record(z.string(), z.unknown())),
+  include_reasoning: z.nullish(z.boolean()),
 })
-const tokenIds = z.array(z.number().int().min(0)).min(1)
+const tokenIds = z.array(int().check(z.minimum(0))).check(z.minLength(1))
 export const completionBodySchema = z.looseObject({
   ...openAIFields,
-  prompt: z.union([z.string(), z.array(z.string()).min(1), tokenIds, z.array(tokenIds).min(1)]).nullish(),
+  prompt: z.nullish(z.union([z.string(), z.array(z.string()).check(z.minLength(1)), tokenIds, z.array(tokenIds).check(z.minLength(1))])),
   /** Base64 tensors, one prompt each; vLLM takes them instead of (or besides) `prompt`. */
-  prompt_embeds: z.union([z.string(), z.array(z.string()).min(1)]).nullish(),
-  logprobs: z.number().int().nullish(),
-  echo: z.boolean().nullish(),
+  prompt_embeds: z.nullish(z.union([z.string(), z.array(z.string()).check(z.minLength(1))])),
+  logprobs: z.nullish(int()),
+  echo: z.nullish(z.boolean()),
 })
 export const nativeInputSchema = z.looseObject({
-  messages: z.array(message).min(1).optional(),
-  prompt: z.string().optional(),
-  sampling_params: z.looseObject(samplingFields).optional(),
-  stream: z.boolean().optional(),
-  max_batch_size: z.number().int().min(1).optional(),
-  min_batch_size: z.number().int().min(0).optional(),
-  batch_size_growth_factor: z.number().min(0).optional(),
+  messages: z.optional(z.array(message).check(z.minLength(1))),
+  prompt: z.optional(z.string()),
+  sampling_params: z.optional(z.looseObject(samplingFields)),
+  stream: z.optional(z.boolean()),
+  max_batch_size: z.optional(int().check(z.minimum(1))),
+  min_batch_size: z.optional(int().check(z.minimum(0))),
+  batch_size_growth_factor: z.optional(z.number().check(z.minimum(0))),
 })
 export const passthroughInputSchema = z.looseObject({
   openai_route: z.string(),
-  openai_input: z.unknown().optional(),
+  openai_input: z.optional(z.unknown()),
 })
 
 /** Parses an OpenAI chat or completions body. Failures carry vLLM's 400 message. */
 export function parseOpenAIBody(kind: 'chat' | 'completion', body: unknown): ParseResult {
   if (kind === 'chat') {
-    const parsed = chatBodySchema.safeParse(body)
+    const parsed = chatBodySchema.safeParse(body, ENGLISH)
     if (!parsed.success) return { ok: false, message: describeIssue(parsed.error) }
     const b = parsed.data
     const messages = b.messages.map(toMessageText)
@@ -210,7 +206,7 @@ export function parseOpenAIBody(kind: 'chat' | 'completion', body: unknown): Par
       },
     }
   }
-  const parsed = completionBodySchema.safeParse(body)
+  const parsed = completionBodySchema.safeParse(body, ENGLISH)
   if (!parsed.success) return { ok: false, message: describeIssue(parsed.error) }
   const b = parsed.data
   const embeds = b.prompt_embeds == null ? [] : typeof b.prompt_embeds === 'string' ? [b.prompt_embeds] : b.prompt_embeds
@@ -289,7 +285,7 @@ export function parseJobInput(input: unknown, generation: 'classic' | 'current' 
       : { shape: 'refused', refusal: { status: 400, type: 'BadRequestError', message: parsed.message }, directives: parsed.directives ?? {} }
   }
 
-  const parsed = nativeInputSchema.safeParse(input)
+  const parsed = nativeInputSchema.safeParse(input, ENGLISH)
   if (!parsed.success) return { shape: 'invalid', message: describeIssue(parsed.error) }
   const b = parsed.data
   const sampling = b.sampling_params ?? {}
@@ -424,7 +420,7 @@ function countWords(text: string): number {
   return trimmed === '' ? 0 : trimmed.split(/\s+/).length
 }
 
-function describeIssue(error: z.ZodError): string {
+function describeIssue(error: z.core.$ZodError): string {
   const issue = error.issues[0]
   if (!issue) return 'Invalid request.'
   const path = issue.path.length > 0 ? issue.path.join('.') : 'body'
@@ -434,13 +430,11 @@ function describeIssue(error: z.ZodError): string {
 /** The body of `/run` and `/runsync`. */
 export const runBodySchema = z.looseObject({
   input: z.record(z.string(), z.unknown()),
-  webhook: z.string().optional(),
-  policy: z
-    .looseObject({
-      executionTimeout: z.number().positive().optional(),
-      ttl: z.number().positive().optional(),
-      lowPriority: z.boolean().optional(),
-    })
-    .optional(),
+  webhook: z.optional(z.string()),
+  policy: z.optional(z.looseObject({
+    executionTimeout: z.optional(z.number().check(z.positive())),
+    ttl: z.optional(z.number().check(z.positive())),
+    lowPriority: z.optional(z.boolean()),
+  })),
 })
 export type RunBody = z.infer<typeof runBodySchema>
