@@ -123,7 +123,7 @@ async function main(): Promise<void> {
       await timeStream(t, typicalChat(model, { events: 5, first: 0, gap: 0 }, true))
     }
   }
-  const stages = await podgateStages(targets[2]!)
+  const stages = await podgateStages(targets.find((t) => t.name === 'podgate')!)
 
   // Every call below is the typical one (`typicalChat`): cacheable and new, so podgate's cache looks it up and stores it.
   const jsonN = quick ? 60 : 400
