@@ -1,8 +1,12 @@
 /**
  * Turns one bench run into BENCHMARKS.md and an SVG chart. Everything is relative to the same run's
- * direct calls; absolute numbers are context. The hand-written notes in `NOTES.md` (the analysis of
- * what a run showed) are appended as they are.
+ * direct calls and floor; absolute numbers are context. The targets are in `targets.ts`; the
+ * hand-written notes in `NOTES.md` (the analysis of what a run showed) are appended as they are.
  */
+import type { ColdStartResult } from './cold-start.ts'
+import type { FeatureResults } from './features.ts'
+import { renderColdStart, renderFeatureRows } from './report-sections.ts'
+import { checks, kib, mib, ms, over } from './targets.ts'
 
 export interface Percentiles {
   p50: number
@@ -23,7 +27,10 @@ export interface Results {
   machine: { cores: number; cpu: string; memoryGiB: number; kernel: string; loadBefore: number }
   versions: { node: string; wrangler: string; workerd: string; podgate: string; portkey: string | undefined }
   portkeyNote: string | undefined
-  features: { auth: boolean; quota: boolean; cache: boolean }
+  /** Stages seen answering: in the CPU bench, and (`http`) on podgate's typical call over HTTP. */
+  features: { auth: boolean; quota: boolean; cache: boolean; http?: { cache: string; quota: string } }
+  coldStart?: ColdStartResult
+  featureRows?: FeatureResults
   json: Record<string, Percentiles>
   /** Process CPU ms per call over HTTP, whole process (runtime, HTTP, outbound fetch included). */
   jsonCpu: Record<string, number>
@@ -53,69 +60,17 @@ export interface Results {
   hops: Array<{ mode: string; eventUs: number; eventsPerSecond: number }>
   /** scripts/bench/cache.ts's own rendering of its run, when the tree has it. */
   cacheBench?: string | undefined
-  bundle: { raw: number; gzip: number; inputs: Array<{ name: string; bytes: number }>; portkeyGzip?: number | undefined }
+  /** `minify`: wrangler.toml's top-level `minify = true`, which the shipped bundle was built with. */
+  bundle: { raw: number; gzip: number; minify: boolean; inputs: Array<{ name: string; bytes: number }>; portkeyGzip?: number | undefined }
 }
 
 const GATEWAYS = ['podgate', 'portkey'] as const
 /** Serving processes with a row in the CPU and memory tables: the pass-through Worker and the gateways. */
 const SERVERS = ['workerd', ...GATEWAYS] as const
-const ms = (value: number | undefined) => (value === undefined || Number.isNaN(value) ? 'n/a' : `${value.toFixed(2)} ms`)
-const kib = (bytes: number | undefined) => (bytes === undefined ? 'n/a' : `${(bytes / 1024).toFixed(1)} KiB`)
-const mib = (bytes: number) => `${(bytes / 2 ** 20).toFixed(1)} MiB`
 const ratio = (value: number | undefined, base: number | undefined) => (value === undefined || !base ? 'n/a' : `${(value / base).toFixed(3)}×`)
 
 function added(table: Record<string, Percentiles>, name: string, p: 'p50' | 'p99'): number | undefined {
-  const target = table[name]
-  const direct = table.direct
-  return target && direct ? target[p] - direct[p] : undefined
-}
-
-/** Memory counts as flat when the 10 MB stream's peak grows at most 4 MiB past the 1 MB stream's. */
-export const FLAT_SLACK = 4 * 2 ** 20
-
-function memoryGrowth(run: { oneMb?: MemoryRun; tenMb?: MemoryRun } | undefined) {
-  if (!run?.oneMb || !run.tenMb) return undefined
-  return { one: run.oneMb.peak - run.oneMb.before, ten: run.tenMb.peak - run.tenMb.before }
-}
-
-interface Check {
-  name: string
-  measured: string
-  limit: string
-  met: boolean | undefined
-}
-
-export function checks(r: Results): Check[] {
-  const jsonAdded = added(r.json, 'podgate', 'p50')
-  const firstAdded = added(r.streamFirst, 'podgate', 'p50')
-  const pkJson = added(r.json, 'portkey', 'p50')
-  const pkFirst = added(r.streamFirst, 'portkey', 'p50')
-  const growth = memoryGrowth(r.memory.podgate)
-  return [
-    { name: 'Added p50 latency, JSON', measured: ms(jsonAdded), limit: '≤ 1 ms', met: jsonAdded === undefined ? undefined : jsonAdded <= 1 },
-    { name: 'Added p50 time to first byte, stream', measured: ms(firstAdded), limit: '≤ 2 ms', met: firstAdded === undefined ? undefined : firstAdded <= 2 },
-    {
-      name: 'Added p50 latency vs Portkey, JSON',
-      measured: pkJson === undefined ? 'Portkey not run' : `${ms(jsonAdded)} vs ${ms(pkJson)}`,
-      limit: '≤ ½ of Portkey',
-      met: pkJson === undefined || jsonAdded === undefined ? undefined : jsonAdded <= Math.max(pkJson, 0) / 2,
-    },
-    {
-      name: 'Added p50 first byte vs Portkey, stream',
-      measured: pkFirst === undefined ? 'Portkey not run' : `${ms(firstAdded)} vs ${ms(pkFirst)}`,
-      limit: '≤ ½ of Portkey',
-      met: pkFirst === undefined || firstAdded === undefined ? undefined : firstAdded <= Math.max(pkFirst, 0) / 2,
-    },
-    { name: 'CPU per typical request (p50)', measured: ms(r.cpu.requestMs.p50), limit: '≤ 1 ms', met: r.cpu.requestMs.p50 <= 1 },
-    { name: 'CPU per relayed event (p50)', measured: `${r.cpu.eventUs.p50.toFixed(1)} µs`, limit: '≤ 20 µs', met: r.cpu.eventUs.p50 <= 20 },
-    { name: 'Worker bundle, minified + gzipped', measured: kib(r.bundle.gzip), limit: '≤ 64 KiB', met: r.bundle.gzip <= 64 * 1024 },
-    {
-      name: 'Memory flat while streaming (10 MB vs 1 MB peak growth)',
-      measured: growth ? `${mib(growth.ten)} vs ${mib(growth.one)}` : 'n/a',
-      limit: `10 MB ≤ 1 MB + ${mib(FLAT_SLACK)}`,
-      met: growth ? growth.ten <= growth.one + FLAT_SLACK : undefined,
-    },
-  ]
+  return over(table, name, 'direct', p)
 }
 
 export function renderMarkdown(r: Results, notes: string): string {
@@ -138,22 +93,26 @@ export function renderMarkdown(r: Results, notes: string): string {
   )
   if (r.portkeyNote) lines.push(`> ${r.portkeyNote}`, '')
   lines.push(
-    `Request-path stages in the CPU bench: API-key auth (KV record behind the in-isolate key cache)` +
-      `; quota: ${r.features.quota ? `on (the bench key's policy, 1,000,000 requests/min and 10⁹ tokens/day, never refuses; \`ratelimit-policy: ${r.cpu.stages.quota}\`)` : 'off (no quota stage answered in this tree)'}` +
-      `; cache: ${r.features.cache ? `on (typical call: \`x-podgate-cache: ${r.cpu.stages.cacheMiss}\`; repeated call: \`${r.cpu.stages.cacheHit}\`)` : 'off (no cache stage answered in this tree)'}. ` +
-      'The latency runs over HTTP send a request the cache skips (temperature 0.7, no seed), because Portkey has no cache to compare.',
+    "What was on in every podgate row (the production entry, workers/podgate.ts, with wrangler.toml's defaults): " +
+      'API keys (a KV record behind the in-isolate key cache); ' +
+      `quota (the KV store unless a row says strict; the bench key's policy, 1,000,000 requests/min and 10⁹ tokens/day, never refuses: \`ratelimit-policy: ${r.features.http?.quota ?? r.cpu.stages.quota}\`); ` +
+      `the answer cache (Cache API and KV tiers): every request over HTTP is the typical call, cacheable (it has a \`seed\`) and new, so podgate looks it up, misses and stores the answer (\`x-podgate-cache: ${r.features.http?.cache ?? 'not checked'}\`), unless a row says otherwise; ` +
+      "logging (the default secret-scrubbing logger to console.log; podgate writes no line for a successful request); retries, the circuit breaker, stream timeouts and the stream revocation check at their defaults. " +
+      'KV, the Cache API and the quota Durable Object are Miniflare\'s local simulations, in the same workerd process: their work counts in podgate\'s process CPU and their round trips in its latency. ' +
+      `In the CPU microbenchmark they are in-memory stand-ins instead (quota: ${r.features.quota ? 'on' : 'off'}; cache: ${r.features.cache ? `on, typical call \`${r.cpu.stages.cacheMiss}\`, repeated call \`${r.cpu.stages.cacheHit}\`` : 'off'}). ` +
+      'Portkey runs with its defaults (no cache configured), the floor forwards and does nothing else.',
     '',
   )
   lines.push('![podgate and Portkey against direct calls](docs/bench.svg)', '')
 
-  lines.push('## Targets', '', '| Target | Measured | Limit | Result |', '|---|---|---|---|')
+  lines.push('## Targets (issue 14)', '', '| Target | Measured | Limit | Result |', '|---|---|---|---|')
   for (const c of checks(r)) lines.push(`| ${c.name} | ${c.measured} | ${c.limit} | ${verdict(c.met)} |`)
   lines.push('')
   if (r.json.workerd) {
-    const over = (table: Record<string, Percentiles>) => (table.podgate && table.workerd ? table.podgate.p50 - table.workerd.p50 : undefined)
     lines.push(
-      `For scale, a Worker that does nothing but forward (the workerd floor) adds ${ms(added(r.json, 'workerd', 'p50'))} p50 to a JSON call and ` +
-        `${ms(added(r.streamFirst, 'workerd', 'p50'))} to a stream's first byte on this machine; podgate adds ${ms(over(r.json))} and ${ms(over(r.streamFirst))} on top of that floor.`,
+      `Added latency compares podgate with the floor (a Worker that only forwards, on the same workerd) as issue 14 defines it, and Portkey, a Node server with no runtime in front of it, with direct calls. ` +
+        `For scale: the floor itself adds ${ms(added(r.json, 'workerd', 'p50'))} p50 to a JSON call and ${ms(added(r.streamFirst, 'workerd', 'p50'))} to a stream's first byte on this machine; ` +
+        `podgate adds ${ms(added(r.json, 'podgate', 'p50'))} and ${ms(added(r.streamFirst, 'podgate', 'p50'))} over direct calls in all.`,
       '',
     )
   }
@@ -179,7 +138,7 @@ export function renderMarkdown(r: Results, notes: string): string {
   lines.push('')
 
   lines.push('## Streaming throughput', '')
-  lines.push('Events per second received by the client, upstream writing as fast as the socket takes it (best of the repetitions). 1 stream of 2000 events; 64 concurrent streams of 500 events.', '')
+  lines.push('Events per second received by the client, upstream writing as fast as the socket takes it (median of the repetitions). 1 stream of 2000 events; 64 concurrent streams of 500 events.', '')
   lines.push('| Target | 1 stream | vs direct | 64 streams | vs direct |', '|---|---|---|---|---|')
   for (const n of names) {
     const t = r.throughput[n] ?? {}
@@ -231,10 +190,17 @@ export function renderMarkdown(r: Results, notes: string): string {
       (frozen ? 'it does not advance during synchronous CPU work here, so in-Worker timing would read zero; hence process CPU time.' : 'it advances locally, but process CPU time is used anyway so the two measurement paths agree.'),
     '',
   )
-  lines.push('Whole-process CPU per call over HTTP during the latency runs (context: includes the runtime, HTTP parsing and the outbound fetch, which Workers does not bill as the Worker\'s CPU):', '')
+  lines.push(
+    'Whole-process CPU per call over HTTP during the latency runs: each serving process\'s CPU over blocks of rounds, so work it does after answering (`waitUntil`: cache and quota writes) counts, per call, median over 5 blocks. ' +
+      "It includes the runtime, HTTP parsing and the outbound fetch, which Workers does not bill as the Worker's CPU, and for podgate Miniflare's local KV and Cache API simulations in the same process (`npm run bench:profile` splits them out):",
+    '',
+  )
   lines.push('| Target | per JSON call | per 100-event stream |', '|---|---|---|')
   for (const n of SERVERS) if (r.jsonCpu[n] !== undefined) lines.push(`| ${label(n)} (${n === 'portkey' ? 'node' : 'workerd'}) | ${ms(r.jsonCpu[n])} | ${ms(r.streamCpu[n])} |`)
   lines.push('')
+
+  if (r.coldStart) renderColdStart(lines, r.coldStart)
+  if (r.featureRows) renderFeatureRows(lines, r.featureRows)
 
   lines.push('## Memory while streaming', '')
   lines.push('Resident memory of the serving process, sampled every 10 ms while one stream of 1 KB events is relayed and read; each size runs twice, alternating, and the smaller growth is kept.', '')
@@ -269,12 +235,14 @@ export function renderMarkdown(r: Results, notes: string): string {
     '```sh',
     'npm run bench                 # a few minutes; writes BENCHMARKS.md, docs/bench.svg, .bench/results.json',
     'BENCH_QUICK=1 npm run bench   # short smoke run',
+    'npm run bench:profile         # CPU profiles of the request path and the stream relay (scripts/bench/profile.ts)',
     '```',
     '',
     'Everything runs on 127.0.0.1: a fixed-latency OpenAI-compatible upstream on node:http (scripts/bench/upstream.ts, also on Runpod\'s ' +
       '`/v2/<endpointId>/openai/v1/*` path); podgate\'s Worker exactly as `wrangler deploy --dry-run` bundles it, served by Miniflare ' +
       '(one workerd process; `wrangler dev` would add a proxy hop in front of the Worker and reload whenever src/ changes) with ' +
       '`RUNPOD_BASE_URL` pointed at the upstream, local KV and the quota Durable Object; a pass-through Worker in the same workerd version (the floor); ' +
+      'for the emulator rows, the Runpod emulator (`podgate/testing`) on node:http with a podgate and a floor of their own; ' +
       'the CPU bench Worker (scripts/bench/cpu-worker); and Portkey\'s open-source gateway installed into `.bench/portkey` ' +
       '(git-ignored; `@hono/node-server` pinned to 1.13.5) with a preload that pins it to loopback. ' +
       'The first run needs the npm registry for Portkey; without it the run completes without the Portkey column and says why. ' +

@@ -1,31 +1,31 @@
 /**
- * `npm run bench`: podgate against direct calls and Portkey's gateway, on loopback, in one run.
+ * `npm run bench`: podgate against direct calls, the workerd floor and Portkey's gateway, on loopback,
+ * in one run.
  *
- * Starts a fixed-latency upstream (`upstream.ts`), podgate's Worker in workerd (`wrangler dev`), the
- * bench-only CPU Worker (`cpu-worker/`), and Portkey (`portkey.ts`, skipped with a note if it cannot be
- * installed); measures round-robin across targets so drift hits all alike; writes BENCHMARKS.md,
- * docs/bench.svg and `.bench/results.json`. Options (env): BENCH_QUICK=1 for a short smoke run.
+ * Starts a fixed-latency upstream (`upstream.ts`), podgate's deploy bundle and the pass-through floor
+ * Worker each in its own workerd (`workers.ts`), the bench-only CPU Worker (`cpu-worker/`), and Portkey
+ * (`portkey.ts`, skipped with a note if it cannot be installed); measures cold starts (`cold-start.ts`),
+ * then round-robin across targets so drift hits all alike, then the feature rows (`features.ts`); writes
+ * BENCHMARKS.md, docs/bench.svg and `.bench/results.json`. Options (env): BENCH_QUICK=1 for a short smoke run.
  */
-import { execFileSync } from 'node:child_process'
-import { randomBytes } from 'node:crypto'
 import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs'
 import { cpus, loadavg, release, totalmem } from 'node:os'
-import { join, resolve } from 'node:path'
+import { join } from 'node:path'
 import { gzipSync } from 'node:zlib'
-import { percentile, sampleRss, timeJson, timeStream } from './measure.ts'
+import { measureColdStart } from './cold-start.ts'
+import { measureBenchFeatures, measureEmulatorFeatures } from './features.ts'
+import { percentile, roundRobin, sampleRss, summarize, timeJson, timeStream } from './measure.ts'
 import type { Target } from './measure.ts'
 import { portkeyHeaders, startPortkey } from './portkey.ts'
 import type { Portkey } from './portkey.ts'
-import { cpuNs, findDescendant, freePort, running, start, waitForHttp } from './processes.ts'
-import type { Spawned } from './processes.ts'
-import { Miniflare, convertV4MiniflareOptions } from 'miniflare'
+import { cpuNs, running } from './processes.ts'
 import { renderChart, renderMarkdown } from './report.ts'
 import type { Results } from './report.ts'
 import { startUpstream } from './upstream.ts'
-import { chatBody } from './wire.ts'
+import { typicalChat } from './wire.ts'
+import { bundleWorker, startFloor, startPodgate, startWorker } from './workers.ts'
 
 const quick = process.env.BENCH_QUICK === '1'
-const WRANGLER = resolve('node_modules/.bin/wrangler')
 const log = (message: string) => console.log(`[bench] ${message}`)
 const readJson = (path: string) => JSON.parse(readFileSync(path, 'utf8')) as Record<string, unknown>
 
@@ -80,13 +80,21 @@ async function main(): Promise<void> {
   stoppers.push(upstream.close)
   log(`upstream on ${upstream.url}`)
 
-  log('starting podgate and the CPU bench Worker (Miniflare), and Portkey')
+  const starts = quick ? 3 : 7
+  log(`cold start: ${starts} fresh workerd processes each for podgate and the floor, to the first answer`)
+  const coldStart = await measureColdStart({ script: bundle.script, upstreamUrl: upstream.url, starts })
+
+  log('starting podgate, the CPU bench Worker and the floor (Miniflare), and Portkey')
   const portkeyStarting = startPortkey()
   portkeyStarting.catch(() => {})
   // One at a time: each Worker's workerd process is told apart by when it appeared.
-  const podgate = await startPodgate(upstream.url, bundle.script)
+  const podgate = await startPodgate({ script: bundle.script, runpodBaseUrl: `${upstream.url}/v2` })
+  stoppers.push(podgate.stop)
+  const podgateKey = await podgate.createKey()
+  log(`podgate on ${podgate.url} (workerd pid ${podgate.workerdPid})`)
   const cpuWorker = await startCpuWorker()
-  const floor = await startWorker({ script: 'scripts/bench/passthrough-worker.js', label: 'passthrough Worker', bindings: { UPSTREAM: upstream.url } })
+  const floor = await startFloor(upstream.url)
+  stoppers.push(floor.stop)
   log(`passthrough Worker (the workerd floor) on ${floor.url} (workerd pid ${floor.workerdPid})`)
   const [portkeyResult] = await Promise.allSettled([portkeyStarting])
   let portkey: Portkey | undefined
@@ -101,7 +109,7 @@ async function main(): Promise<void> {
   const targets: Target[] = [
     { name: 'direct', url: `${upstream.url}/v1/chat/completions`, headers: { authorization: 'Bearer bench' } },
     { name: 'workerd', url: `${floor.url}/v1/chat/completions`, headers: { authorization: 'Bearer bench' }, pid: floor.workerdPid },
-    { name: 'podgate', url: `${podgate.url}/v1/chat/completions`, headers: { authorization: `Bearer ${podgate.key}` }, pid: podgate.workerdPid },
+    { name: 'podgate', url: `${podgate.url}/v1/chat/completions`, headers: { authorization: `Bearer ${podgateKey}` }, pid: podgate.workerdPid },
   ]
   if (portkey) {
     targets.push({ name: 'portkey', url: `${portkey.url}/v1/chat/completions`, headers: portkeyHeaders(upstream.url), pid: portkey.process.child.pid })
@@ -111,40 +119,28 @@ async function main(): Promise<void> {
   // Warm every path (isolate compile, key cache, connection pools) before anything counts.
   for (let i = 0; i < 20; i++) {
     for (const t of targets) {
-      await timeJson(t, chatBody(model))
-      await timeStream(t, chatBody(model, { events: 5, first: 0, gap: 0 }, true))
+      await timeJson(t, typicalChat(model))
+      await timeStream(t, typicalChat(model, { events: 5, first: 0, gap: 0 }, true))
     }
   }
+  const stages = await podgateStages(targets.find((t) => t.name === 'podgate')!)
 
+  // Every call below is the typical one (`typicalChat`): cacheable and new, so podgate's cache looks it up and stores it.
   const jsonN = quick ? 60 : 400
   log(`JSON latency: ${jsonN} calls per target, round-robin`)
-  const json = await roundRobin(targets, jsonN, (t) => timeJson(t, chatBody(model, { first: 10 })))
+  const json = await roundRobin(targets, jsonN, (t) => timeJson(t, typicalChat(model, { first: 10 })))
 
   const streamN = quick ? 15 : 60
   log(`stream latency: ${streamN} streams of 100 events per target, round-robin`)
-  const stream = await roundRobin(targets, streamN, (t) => timeStream(t, chatBody(model, { events: 100, first: 10, gap: 1 }, true)))
+  const stream = await roundRobin(targets, streamN, (t) => timeStream(t, typicalChat(model, { events: 100, first: 10, gap: 1 }, true)))
   for (const t of targets) {
     const wrong = stream.values[t.name]!.find((s) => s.events < 100)
     if (wrong) throw new Error(`${t.name}: a 100-event stream arrived with ${wrong.events} events`)
   }
 
-  log('streaming throughput: 1 and 64 concurrent streams, as fast as the upstream writes')
-  const throughput: Results['throughput'] = {}
-  for (const concurrency of [1, 64]) {
-    const events = concurrency === 1 ? 2000 : 500
-    const reps = quick ? 1 : 3
-    for (let rep = 0; rep < reps; rep++) {
-      for (const t of targets) {
-        const t0 = performance.now()
-        const runs = await Promise.all(Array.from({ length: concurrency }, () => timeStream(t, chatBody(model, { events, first: 0, gap: 0 }, true))))
-        const seconds = (performance.now() - t0) / 1000
-        const received = runs.reduce((sum, r) => sum + r.events, 0)
-        const entry = (throughput[t.name] ??= {})
-        const key = concurrency === 1 ? 'one' : 'many'
-        entry[key] = Math.max(entry[key] ?? 0, received / seconds)
-      }
-    }
-  }
+  const throughputReps = quick ? 1 : 5
+  log(`streaming throughput: 1 and 64 concurrent streams, as fast as the upstream writes, ${throughputReps} repetitions`)
+  const throughput = await measureThroughput(targets, throughputReps)
 
   log('memory: peak resident memory while relaying a 1 MB and a 10 MB stream')
   const memory: Results['memory'] = {}
@@ -153,7 +149,7 @@ async function main(): Promise<void> {
     for (const t of targets) {
       if (t.pid === undefined) continue
       const sampler = sampleRss(t.pid)
-      const run = await timeStream(t, chatBody(model, { events: size * 1000, bytes: 1000, first: 0, gap: 0 }, true))
+      const run = await timeStream(t, typicalChat(model, { events: size * 1000, bytes: 1000, first: 0, gap: 0 }, true))
       const { first, peak } = sampler.stop()
       if (run.bytes < size * 1_000_000) throw new Error(`${t.name}: the ${size} MB stream arrived short (${run.bytes} bytes)`)
       const entry = (memory[t.name] ??= {})
@@ -168,8 +164,13 @@ async function main(): Promise<void> {
   log('CPU inside workerd: stream shapes over HTTP')
   const hops = await measureHops(cpuWorker.url, cpuWorker.workerdPid, `${upstream.url}/v1/chat/completions`, quick ? 2 : 4)
 
-  // Stop this run's servers before the cache bench, which starts its own podgate.
+  log('feature rows: strict quota store, cache hits, against the floor')
+  const benchFeatures = await measureBenchFeatures({ podgate, floor, key: podgateKey, calls: quick ? 40 : 200, streams: quick ? 10 : 40 })
+
+  // Stop this run's servers before the emulator rows and the cache bench, which start their own.
   await stopAll()
+  log('feature rows over the Runpod emulator: tools and logprobs, the native /run + /stream path')
+  const emulatorFeatures = await measureEmulatorFeatures({ script: bundle.script, calls: quick ? 40 : 200, streams: quick ? 10 : 40, reps: quick ? 2 : 5, tokens: 2000 })
   const cacheBench = await runCacheBenchIfPresent()
 
   const results: Results = {
@@ -185,7 +186,14 @@ async function main(): Promise<void> {
       portkey: portkey?.version,
     },
     portkeyNote,
-    features: detectFeatures(cpu.stages),
+    features: { ...detectFeatures(cpu.stages), http: stages },
+    coldStart,
+    featureRows: {
+      ...benchFeatures,
+      json: { ...benchFeatures.json, ...prefixed('emulator: ', emulatorFeatures.json) },
+      first: { ...benchFeatures.first, ...prefixed('emulator: ', emulatorFeatures.first) },
+      native: emulatorFeatures.native,
+    },
     json: summarize(json.values, (v) => v),
     jsonCpu: json.cpuPerCall,
     streamFirst: summarize(stream.values, (v) => v.firstByte),
@@ -196,7 +204,7 @@ async function main(): Promise<void> {
     cpu,
     hops,
     cacheBench,
-    bundle: { raw: bundle.raw, gzip: bundle.gzip, inputs: bundle.inputs, portkeyGzip: portkeyBundleGzip() },
+    bundle: { raw: bundle.raw, gzip: bundle.gzip, minify: bundle.minify, inputs: bundle.inputs, portkeyGzip: portkeyBundleGzip() },
   }
   results.durationS = (Date.now() - started) / 1000
   writeFileSync('.bench/results.json', JSON.stringify(results, null, 2))
@@ -204,107 +212,48 @@ async function main(): Promise<void> {
   log(`done in ${results.durationS.toFixed(0)} s: BENCHMARKS.md, docs/bench.svg, .bench/results.json`)
 }
 
-/** Each iteration calls every target once, in a rotating order; also records process CPU per call. */
-async function roundRobin<T>(targets: Target[], n: number, call: (t: Target) => Promise<T>) {
-  const values: Record<string, T[]> = {}
-  const cpuTotals: Record<string, number> = {}
-  for (let i = 0; i < n; i++) {
-    for (let j = 0; j < targets.length; j++) {
-      const t = targets[(i + j) % targets.length]!
-      const before = t.pid === undefined ? 0 : cpuNs(t.pid)
-      const value = await call(t)
-      if (t.pid !== undefined) cpuTotals[t.name] = (cpuTotals[t.name] ?? 0) + cpuNs(t.pid) - before
-      ;(values[t.name] ??= []).push(value)
+/**
+ * Events per second the client receives, upstream writing as fast as the socket takes it: 1 stream of
+ * 2000 events and 64 concurrent streams of 500, each target in turn, median over the repetitions.
+ */
+async function measureThroughput(targets: Target[], reps: number): Promise<Results['throughput']> {
+  const rates: Record<string, { one: number[]; many: number[] }> = {}
+  for (let rep = 0; rep < reps; rep++) {
+    for (const concurrency of [1, 64]) {
+      const events = concurrency === 1 ? 2000 : 500
+      for (const t of targets) {
+        const t0 = performance.now()
+        const runs = await Promise.all(Array.from({ length: concurrency }, () => timeStream(t, typicalChat('bench', { events, first: 0, gap: 0 }, true))))
+        const seconds = (performance.now() - t0) / 1000
+        const received = runs.reduce((sum, r) => sum + r.events, 0)
+        const entry = (rates[t.name] ??= { one: [], many: [] })
+        entry[concurrency === 1 ? 'one' : 'many'].push(received / seconds)
+      }
     }
   }
-  const cpuPerCall: Record<string, number> = {}
-  for (const [name, total] of Object.entries(cpuTotals)) cpuPerCall[name] = total / n / 1e6
-  return { values, cpuPerCall }
+  const throughput: Results['throughput'] = {}
+  for (const [name, { one, many }] of Object.entries(rates)) throughput[name] = { one: percentile(one, 50), many: percentile(many, 50) }
+  return throughput
 }
 
-function summarize<T>(values: Record<string, T[]>, pick: (value: T) => number): Results['json'] {
-  const out: Results['json'] = {}
-  for (const [name, list] of Object.entries(values)) {
-    const ms = list.map(pick)
-    out[name] = { p50: percentile(ms, 50), p99: percentile(ms, 99), n: ms.length }
-  }
-  return out
+/** The stages podgate's typical call passed through, from its answer's headers: the report says what was on. */
+async function podgateStages(target: Target): Promise<Results['features']['http']> {
+  const res = await fetch(target.url, { method: 'POST', headers: { ...target.headers, 'content-type': 'application/json' }, body: typicalChat('bench', { first: 0 }) })
+  await res.arrayBuffer()
+  const cache = res.headers.get('x-podgate-cache') ?? 'none'
+  const quota = res.headers.get('ratelimit-policy') ?? 'none'
+  if (res.status !== 200 || cache !== 'MISS' || quota === 'none') throw new Error(`podgate's typical call should look up the cache (MISS) and count quota; it answered ${res.status}, cache ${cache}, quota ${quota}`)
+  return { cache, quota }
 }
 
-/**
- * A Worker bundle served by Miniflare: one workerd process, no file watching and no proxy hop in front
- * of the Worker (`wrangler dev` adds both, and rebuilds when anyone edits src/ mid-run). The bundle is
- * exactly what `wrangler deploy` would upload.
- */
-async function startWorker(options: { script: string; bindings: Record<string, string>; label: string; quota?: boolean }) {
-  const before = new Set(workerdChildren())
-  const mf = new Miniflare(convertV4MiniflareOptions({
-    host: '127.0.0.1',
-    port: await freePort(),
-    modules: true,
-    scriptPath: options.script,
-    compatibilityDate: compatibilityDate(),
-    kvNamespaces: ['PODGATE_KV'],
-    ...(options.quota ? { durableObjects: { PODGATE_QUOTA: { className: 'QuotaObject', useSQLite: true } } } : {}),
-    bindings: options.bindings,
-  }))
-  const url = (await mf.ready).href.replace(/\/$/, '')
-  stoppers.push(() => mf.dispose())
-  const workerdPid = workerdChildren().find((pid) => !before.has(pid))
-  if (workerdPid === undefined) throw new Error(`${options.label}: no workerd process started`)
-  return { url, workerdPid }
-}
-
-function workerdChildren(): number[] {
-  const pids: number[] = []
-  for (let pid = findDescendant(process.pid, 'workerd', []); pid !== undefined; pid = findDescendant(process.pid, 'workerd', pids)) pids.push(pid)
-  return pids
-}
-
-function compatibilityDate(): string {
-  return /^compatibility_date\s*=\s*"([^"]+)"/m.exec(readFileSync('wrangler.toml', 'utf8'))?.[1] ?? '2026-08-01'
-}
-
-function bundleWorker(outdir: string, extra: string[] = []): string {
-  try {
-    execFileSync(WRANGLER, ['deploy', '--dry-run', '--outdir', outdir, ...extra], { stdio: 'pipe', env: { ...process.env, WRANGLER_SEND_METRICS: 'false' } })
-  } catch (error) {
-    const stderr = String((error as { stderr?: Buffer }).stderr ?? '').replace(/\x1b\[[0-9;]*m/g, '')
-    throw new Error(`bundling with wrangler failed (does the tree build?):\n${stderr.slice(-3000)}`)
-  }
-  const script = readdirSync(outdir).find((file) => /\.m?js$/.test(file))
-  if (!script) throw new Error(`wrangler wrote no script to ${outdir}`)
-  return join(outdir, script)
-}
-
-async function startPodgate(upstreamUrl: string, script: string) {
-  const adminToken = randomBytes(24).toString('hex')
-  const server = await startWorker({
-    script,
-    label: 'podgate',
-    quota: true,
-    bindings: {
-      RUNPOD_BASE_URL: `${upstreamUrl}/v2`,
-      RUNPOD_API_KEY: 'bench',
-      PODGATE_MODELS: JSON.stringify({ bench: { endpoints: [{ endpointId: 'bench' }], mode: 'openai' } }),
-      PODGATE_ADMIN_TOKEN: adminToken,
-    },
-  })
-  const res = await fetch(`${server.url}/admin/keys`, {
-    method: 'POST',
-    headers: { authorization: `Bearer ${adminToken}`, 'content-type': 'application/json' },
-    // A quota policy high enough never to refuse: the quota stage runs, nothing is limited.
-    body: JSON.stringify({ name: 'bench', quota: { requestsPerMinute: 1_000_000, tokensPerDay: 1_000_000_000 } }),
-  })
-  if (res.status !== 201) throw new Error(`podgate: creating the bench key failed: ${res.status} ${await res.text()}`)
-  const { key } = (await res.json()) as { key: string }
-  log(`podgate on ${server.url} (workerd pid ${server.workerdPid})`)
-  return { ...server, key }
+function prefixed<T>(prefix: string, table: Record<string, T>): Record<string, T> {
+  return Object.fromEntries(Object.entries(table).map(([name, value]) => [`${prefix}${name}`, value]))
 }
 
 async function startCpuWorker() {
   const script = bundleWorker('.bench/cpu-bundle', ['--env', 'dev', 'scripts/bench/cpu-worker/worker.ts'])
   const server = await startWorker({ script, label: 'cpu worker', bindings: {}, quota: true })
+  stoppers.push(server.stop)
   log(`CPU bench Worker on ${server.url} (workerd pid ${server.workerdPid})`)
   return server
 }
@@ -430,7 +379,10 @@ function measureBundle(): Results['bundle'] & { script: string } {
     raw += statSync(path).size
     gzip += gzipSync(readFileSync(path), { level: 9 }).byteLength
   }
-  return { raw, gzip, script, inputs: largestInputs(join(outdir, 'bundle-meta.json')) }
+  // The top-level `minify` (before the first table) is what a production `wrangler deploy` uses.
+  const topLevel = readFileSync('wrangler.toml', 'utf8').split(/^\[/m)[0]!
+  const minify = /^minify\s*=\s*true\s*$/m.test(topLevel)
+  return { raw, gzip, minify, script, inputs: largestInputs(join(outdir, 'bundle-meta.json')) }
 }
 
 /** The bundle's biggest contributors by package, from esbuild's metafile (bytes in the minified output). */

@@ -56,6 +56,18 @@ export function chatBody(model: string, scenario: Partial<Scenario> = {}, stream
   })
 }
 
+let seed = 0
+
+/**
+ * The typical call of the HTTP runs: `chatBody` with a `seed` no earlier call used. A seed makes the
+ * request cacheable and a new one makes it unseen, so podgate's cache looks it up, misses, and stores
+ * the answer, as it does for every cacheable request it has not answered yet. The other targets pass
+ * the seed on unread. (Seed 0 stays free for requests that are meant to hit.)
+ */
+export function typicalChat(model: string, scenario: Partial<Scenario> = {}, stream = false, extra: Record<string, unknown> = {}): string {
+  return chatBody(model, scenario, stream, { seed: ++seed, ...extra })
+}
+
 export function completionJson(model: string): string {
   return JSON.stringify({
     id: 'chatcmpl-bench',
