@@ -211,6 +211,20 @@ export const gatewayOptionsSchema = z
       })
       .strict()
       .default({ maxAgeSeconds: 600 }),
+    /**
+     * How streams from the OpenAI route are relayed (docs/streaming.md). A stream whose bytes need no
+     * change flows natively through workerd, at the runtime's own speed; one that needs a change (the
+     * `model` name, the usage chunk) goes through a JavaScript relay that costs ~6× the CPU per chunk.
+     */
+    streaming: z
+      .object({
+        /** Write the caller's alias as `model` in every streamed chunk when the endpoint serves another name (`servedModelName`). Default true. */
+        rewriteModel: z.boolean().default(true),
+        /** `requested`: the usage chunk (which podgate always asks vLLM for, to settle quotas) reaches only callers that asked with `stream_options.include_usage`, as in OpenAI's API. `always`: every stream ends with it. Default `requested`. */
+        usage: z.enum(['requested', 'always']).default('requested'),
+      })
+      .strict()
+      .default({ rewriteModel: true, usage: 'requested' }),
     /** Serve the browser playground at `GET /playground` (a dev tool: leave it off in production). Default false. */
     playground: z.boolean().default(false),
     /** Quotas (docs/quotas.md). Default: no limits unless a key or model sets some. */
