@@ -142,9 +142,10 @@ describe('native relay: endings', () => {
 
   it('a broken upstream connection ends with an error event, no [DONE]', async () => {
     const { stream } = await setup(scripted(() => [...cutRandom(cut, 3, 30).slice(0, 4), new Error('connection reset')]))
-    const events = await readSSE(await stream(SERVED, WITH_USAGE))
-    expect(events.at(-1)).toMatchObject({ error: { code: 'upstream_error' } })
-    expect(events).not.toContain('[DONE]')
+    const text = await (await stream(SERVED, WITH_USAGE)).text()
+    // The fragment of the event the break cut comes first (a client cannot parse it), then podgate's event.
+    expect(text.split('\n\n').at(-2)).toMatch(/^data: \{"error":\{"message":"The upstream connection broke before the model finished\./)
+    expect(text).not.toContain('[DONE]')
   })
 
   it("vLLM's own error event reaches the caller as vLLM wrote it, and the stream does not count as whole", async () => {
@@ -167,7 +168,10 @@ describe('native relay: endings', () => {
 describe('native relay over a real HTTP upstream (the emulator)', () => {
   const live = () =>
     harness({
-      models: { 'chat-openai': { endpoints: [{ endpointId: 'vllmopenai' }], mode: 'openai', resilience: { timeouts: { idleMs: 300 } } } },
+      models: {
+        'chat-openai': { endpoints: [{ endpointId: 'vllmopenai' }], mode: 'openai' },
+        'chat-short': { endpoints: [{ endpointId: 'vllmopenai' }], mode: 'openai', servedModelName: 'chat-short', resilience: { timeouts: { totalMs: 1_500 } } },
+      },
       runpod: { apiKey: RUNPOD_KEY, baseUrl: env.RUNPOD_BASE_URL },
       fetch: undefined,
       keyCacheTtlMs: 0,
@@ -186,13 +190,30 @@ describe('native relay over a real HTTP upstream (the emulator)', () => {
     expect(piped.at(-1)).toBe('[DONE]')
   })
 
-  it('silence mid-answer: the idle timeout ends the stream with its error event after the bytes relayed', async () => {
+  // The native pipe does not watch each chunk, so a stall mid-answer ends at the total timeout (the idle
+  // timeout is the rewriting relay's).
+  it('a stall mid-answer ends at the total timeout with its error event after the bytes relayed', async () => {
     const h = live()
     const { key } = await h.createKey({ name: 'live' })
-    const events = await readSSE(await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai', 'Hold [[emulator:fault=stall,after=3]]', { stream: true, max_tokens: 64, ...WITH_USAGE }))))
+    const events = await readSSE(await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-short', 'Hold [[emulator:fault=stall,after=3]]', { stream: true, max_tokens: 64, ...WITH_USAGE }))))
     expect(events.length).toBeGreaterThan(3)
-    expect(events.at(-1)).toMatchObject({ error: { code: 'upstream_timeout', message: 'The model stopped sending for too long.' } })
+    expect(events.at(-1)).toMatchObject({ error: { code: 'upstream_timeout', message: 'The answer took longer than podgate allows.' } })
     expect(events).not.toContain('[DONE]')
+  })
+
+  it('tokens reach the caller as the model writes them, not at the end', async () => {
+    const h = live()
+    const { key } = await h.createKey({ name: 'live' })
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai', 'Slowly [[emulator:tokens=5,delay=150]]', { stream: true, max_tokens: 16, ...WITH_USAGE })))
+    const reader = res.body!.getReader()
+    let reads = 0
+    for (;;) {
+      const next = await reader.read()
+      if (next.done) break
+      reads++
+    }
+    // One read per token step (150 ms apart) and the ending; a relay that held the body back would give 1 or 2.
+    expect(reads).toBeGreaterThanOrEqual(5)
   })
 
   it('a caller who leaves mid-answer stops the upstream stream', async () => {
@@ -213,7 +234,7 @@ describe('native relay over a real HTTP upstream (the emulator)', () => {
     const h = live()
     const { key } = await h.createKey({ name: 'live' })
     const events = await readSSE(await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai', 'Go [[emulator:fault=mid_stream,after=5]]', { stream: true, max_tokens: 64, ...WITH_USAGE }))))
-    expect(events.length).toBeGreaterThan(2)
+    expect(events.length).toBeGreaterThanOrEqual(2)
     expect(events.at(-1)).toMatchObject({ error: { code: 'upstream_error' } })
     expect(events).not.toContain('[DONE]')
   })

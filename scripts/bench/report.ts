@@ -213,6 +213,14 @@ export function renderMarkdown(r: Results, notes: string): string {
       'timer-relay': 'both (the OpenAI route before the revocation wrapper stopped being a stage)',
       'native-pipe': 'native pipeTo into an IdentityTransformStream, JavaScript writes only after the end',
       'tee-watch': 'a tee: one branch returned natively, JavaScript reads the other per chunk',
+      'tee-pipe': 'a tee: one branch piped into an IdentityTransformStream (closed by JavaScript after the end), JavaScript reads the other',
+      pipe: 'the native pipe (src/streaming/openai-pipe.ts: a tee, one branch returned, JavaScript keeps the tail of the other), as podgate streams when no byte needs changing',
+      'pipe-tee': 'native pipeTo into an IdentityTransformStream, its readable tee-d: one branch returned, JavaScript reads the other',
+      gateway: 'podgate whole (createGateway: key auth, quota, cache lookup, logging), streaming through the native pipe',
+      'floor-signal': 'upstream response returned as is, fetched with an AbortSignal',
+      'pipe-signal': 'the native pipe, fetched with an AbortSignal',
+      'floor-rewrap': 'upstream response returned as is, re-wrapped three times (new Response(body, response))',
+      'pipe-rewrap': 'the native pipe, re-wrapped three times',
       'js-writer': 'JavaScript reads each chunk and writes it into an IdentityTransformStream',
     }
     lines.push(

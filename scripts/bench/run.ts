@@ -79,6 +79,12 @@ async function main(): Promise<void> {
   const upstream = await startUpstream()
   stoppers.push(upstream.close)
   log(`upstream on ${upstream.url}`)
+  if (process.env.BENCH_HOPS_ONLY) {
+    const worker = await startCpuWorker()
+    for (const hop of await measureHops(worker.url, worker.workerdPid, `${upstream.url}/v1/chat/completions`, 3)) log(`${hop.mode}: ${hop.eventUs.toFixed(1)} µs/event, ${hop.eventsPerSecond.toFixed(0)} events/s`)
+    log(`late waitUntil callbacks that ran: ${await (await fetch(`${worker.url}/hop?mode=late-count`)).text()}`)
+    return
+  }
 
   log('starting podgate and the CPU bench Worker (Miniflare), and Portkey')
   const portkeyStarting = startPortkey()
@@ -397,7 +403,7 @@ async function runCacheBenchIfPresent(): Promise<string | undefined> {
 
 /** workerd CPU per relayed event over real HTTP for each stream shape (see `hop` in the CPU Worker), round-robin. */
 async function measureHops(url: string, pid: number, upstreamUrl: string, reps: number): Promise<Results['hops']> {
-  const modes = ['floor', 'identity', 'timer', 'relay', 'timer-relay', 'native-pipe', 'tee-watch', 'js-writer'] as const
+  const modes = (process.env.BENCH_HOPS_ONLY ? process.env.BENCH_HOPS_ONLY.split(',') : ['floor', 'identity', 'timer', 'relay', 'timer-relay', 'native-pipe', 'tee-watch', 'js-writer', 'tee-pipe', 'pipe', 'pipe-tee', 'gateway']) as string[]
   const totals = new Map<string, { ns: number; events: number; seconds: number }>()
   for (let rep = 0; rep <= reps; rep++) {
     for (const mode of modes) {

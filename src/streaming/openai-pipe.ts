@@ -1,21 +1,24 @@
 /**
- * Relays the SSE body of Runpod's `/openai/v1/*` route byte for byte, without JavaScript on the byte path.
+ * Relays the SSE body of Runpod's `/openai/v1/*` route byte for byte, with no JavaScript on the byte path.
  *
- * workerd pumps a stream it produced itself (a fetch body, an `IdentityTransformStream` fed by `pipeTo`)
- * natively, and any stream JavaScript produces at ~6× the CPU per chunk (scripts/bench/NOTES.md). So when
- * no byte needs changing (the endpoint writes the caller's model name, and the usage chunk may reach the
- * caller), the upstream body is `tee`d: workerd pipes one branch into the caller's body, and JavaScript
- * reads the other only to learn how the stream ends. It keeps the last chunks (the tail) by reference and
- * parses them once, at the end, for `[DONE]`, the usage chunk and a vLLM error event; per chunk it pays a
- * read and an array push.
+ * workerd pumps a body natively (at the runtime's own cost per chunk) only in a few shapes, and at ~6× that
+ * cost as soon as JavaScript produces, transforms or reads along (scripts/bench/NOTES.md measures each).
+ * The one that keeps podgate in charge of the ending: the upstream body is `tee`d; one branch is piped by
+ * workerd into the caller's body (an `IdentityTransformStream`, left open); the other is piped by workerd
+ * through a `CompressionStream`, whose few output chunks JavaScript keeps. JavaScript reading a `tee`
+ * branch chunk by chunk would switch the whole tee to the slow path, and a sink that reads the copy in
+ * large blocks (`Response.arrayBuffer()`) holds the caller's branch back until the block fills: the
+ * compressor reads as the bytes come. When the caller's pipe is done, JavaScript reads the
+ * copy's last part (the tail) for `[DONE]`, the usage chunk and any vLLM error event, writes podgate's
+ * error event if the stream was cut, and closes the caller's body.
  *
- * The ending stays honest: a stream cut before `[DONE]` (upstream broke or closed, idle or total timeout,
- * the key revoked) gets podgate's error event after the piped bytes, and no `[DONE]`. A vLLM error event
- * reaches the caller as vLLM wrote it (OpenAI's `{"error":{...}}`), and the stream settles as failed.
+ * Endings, as the rewriting relay's (openai-relay.ts): a stream cut before `[DONE]` (the upstream broke
+ * or closed, the total timeout, the key revoked, the caller's first-token wait) ends with podgate's error
+ * event and no `[DONE]`. A vLLM error event reaches the caller as vLLM wrote it (OpenAI's `{"error":...}`
+ * and then `[DONE]`); the stream settles as failed. Not enforced here: the idle timeout between chunks
+ * (watching each chunk is what costs); a stalled stream ends at the total timeout.
  *
- * Memory: the caller's branch is read as fast as the caller reads; the watched branch as fast as the
- * upstream sends. A caller slower than the model leaves its branch's unread chunks buffered (at most
- * the answer, which `max_tokens` bounds), where the rewriting relay (openai-relay.ts) would hold one chunk.
+ * Memory: the deflated copy of the answer (SSE JSON compresses ~10×) until the stream ends.
  */
 import { createParser } from 'eventsource-parser'
 import { GatewayError } from '../errors/index.ts'
@@ -26,10 +29,10 @@ import { registerStreamControl } from './stream-control.ts'
 import { isRecord, readUsage, upstreamErrorMessage, workerFailure } from './vllm.ts'
 
 export interface OpenAIPipeOptions {
-  /** The upstream body, unread: the caller receives exactly its bytes. */
+  /** The upstream body, unread, produced by the runtime (a fetch body): the caller receives exactly its bytes. */
   body: ReadableStream<Uint8Array>
-  /** Longest silence, in ms, between two upstream chunks. Default: no limit. */
-  idleMs?: number
+  /** Aborts the upstream request: stops the model when the caller went away. */
+  abortUpstream(reason: GatewayError): void
   /** Time (epoch ms) after which an unfinished stream ends with `upstream_timeout`. Default: no limit. */
   totalDeadline?: number
   /** Called at most once, with the usage chunk's counts, when the stream ended. */
@@ -42,174 +45,101 @@ export interface OpenAIPipe {
   /** The caller's body. */
   readable: ReadableStream<Uint8Array>
   /**
-   * Waits for the upstream's first chunk (without taking it from the caller's branch), within `ms`.
-   * Rejects with `upstream_timeout` after `ms`, or with the read's error; resolves `false` when the
-   * upstream ended first. Either way the upstream is cancelled when it does not resolve `true`.
+   * Waits for the upstream's first chunk within `ms` (it still goes to the caller). Rejects with
+   * `upstream_timeout` after `ms`, or with the read's error; resolves `false` when the upstream ended
+   * first. Either way the upstream is cancelled when it does not resolve `true`.
    */
   firstChunk(ms: number, message: string): Promise<boolean>
   /** Starts the relay; call once, after `firstChunk` resolved `true`. */
   start(): void
-  /** Cancels the upstream without relaying anything (an attempt given up before its first chunk). */
-  cancel(): void
 }
 
-/** The tail kept for the ending: whole chunks, at least this many bytes once the stream is longer. */
+/** The tail read for the ending: at least this much of the answer's end, in bytes. */
 const TAIL_BYTES = 16 * 1024
-const IDLE_MESSAGE = 'The model stopped sending for too long.'
 const TOTAL_MESSAGE = 'The answer took longer than podgate allows.'
 const CUT_MESSAGE = 'The upstream stream ended before the model finished.'
 const BROKEN_MESSAGE = 'The upstream connection broke before the model finished.'
 const CALLER_GONE = 'The caller went away.'
+const COMPRESSION = 'deflate-raw'
 const encoder = new TextEncoder()
 const ignore = () => undefined
 
 /**
  * @example
- * const pipe = pipeOpenAIStream({ body: upstream.body, idleMs: 60_000, onEnd })
+ * const pipe = pipeOpenAIStream({ body: upstream.body, abortUpstream, totalDeadline, onUsage, onEnd })
  * if (!(await pipe.firstChunk(120_000, 'No first token in time.'))) throw ...
  * pipe.start()
  * return new Response(pipe.readable, { headers: SSE_HEADERS })
  */
 export function pipeOpenAIStream(options: OpenAIPipeOptions): OpenAIPipe {
-  const idleMs = options.idleMs ?? Infinity
   const totalDeadline = options.totalDeadline ?? Infinity
-  const [out, watched] = options.body.tee()
-  const reader = watched.getReader()
+  const body = options.body
+  let out!: ReadableStream<Uint8Array>
+  let copy!: ReadableStream<Uint8Array>
   const { readable, writable } = identityStream()
-  const abort = new AbortController()
-
-  const tail: Uint8Array[] = []
-  let tailBytes = 0
-  /** The tail still starts at the stream's first byte (nothing was dropped from its front). */
-  let tailIsWhole = true
-  /** Set when podgate itself ends the stream: a timeout, the control's `end` (revocation), a stuck `[DONE]`. */
-  let forced: Ending | undefined
-  let broken: unknown
-  let lastChunkAt = Date.now()
-  let timer: ReturnType<typeof setTimeout> | undefined
+  const stop = new AbortController()
+  let first: Uint8Array | undefined
+  let forced: { error: GatewayError; event: string } | undefined
   let closeListeners: Array<() => void> | undefined
   let over = false
 
-  function keep(chunk: Uint8Array): void {
-    tail.push(chunk)
-    tailBytes += chunk.byteLength
-    while (tail.length > 1 && tailBytes - tail[0]!.byteLength >= TAIL_BYTES) {
-      tailBytes -= tail.shift()!.byteLength
-      tailIsWhole = false
-    }
-  }
-
-  /**
-   * Ends the relay early: the caller's bytes stop, `event` goes out last, the upstream is cancelled. It
-   * settles at once: the event itself waits for the pipe to let go of the caller's body, which a body the
-   * runtime produced (a fetch response) does at once, and a JavaScript-produced one after its pending read.
-   */
-  function force(ending: Ending): void {
+  /** Ends the stream early: the caller's pipe stops and `event` goes out last. */
+  function force(error: GatewayError, event: string): void {
     if (forced || over) return
-    forced = ending
-    abort.abort(ending.error)
-    reader.cancel(ending.error).catch(ignore)
-    report(ending, true)
-  }
-
-  /** Settles the relay once: the usage, the outcome, then the close listeners. */
-  function report(ending: Ending, delivered: boolean): void {
-    if (over) return
-    over = true
-    if (timer !== undefined) clearTimeout(timer)
-    timer = undefined
-    if (ending.usage) options.onUsage?.(ending.usage)
-    options.onEnd?.(!ending.error ? { ok: true } : { ok: false, error: delivered ? ending.error : new GatewayError('upstream_error', CALLER_GONE), started: true })
-    const listeners = closeListeners
-    closeListeners = undefined
-    if (listeners) for (const listener of listeners) listener()
-  }
-
-  function arm(ms: number): void {
-    timer = setTimeout(onTimer, Math.max(0, ms))
-  }
-
-  function onTimer(): void {
-    timer = undefined
-    if (forced || over) return
-    const now = Date.now()
-    const idleLeft = lastChunkAt + idleMs - now
-    const totalLeft = totalDeadline - now
-    if (idleLeft > 0 && totalLeft > 0) return arm(Math.min(idleLeft, totalLeft))
-    // `[DONE]` came but the upstream kept the connection open: the answer is whole, end it quietly.
-    const end = readTail(tail, tailIsWhole)
-    if (end.done) return force({ event: '', usage: end.usage, error: end.error })
-    const error = new GatewayError('upstream_timeout', totalLeft <= 0 ? TOTAL_MESSAGE : IDLE_MESSAGE)
-    force({ error, event: sseErrorText(error), usage: end.usage })
-  }
-
-  async function watch(): Promise<void> {
-    if (idleMs !== Infinity || totalDeadline !== Infinity) arm(Math.min(idleMs, totalDeadline - Date.now()))
-    try {
-      for (;;) {
-        const next = await reader.read()
-        if (next.done) return
-        lastChunkAt = Date.now()
-        keep(next.value)
-      }
-    } catch (error) {
-      broken = error
-    }
+    forced = { error, event }
+    stop.abort(error)
+    options.abortUpstream(error)
   }
 
   async function relay(): Promise<void> {
-    const piped = out.pipeTo(writable, { preventClose: true, preventAbort: true, signal: abort.signal }).then(
+    const timer = totalDeadline === Infinity ? undefined : setTimeout(() => {
+      const error = new GatewayError('upstream_timeout', TOTAL_MESSAGE)
+      force(error, sseErrorText(error))
+    }, Math.max(0, totalDeadline - Date.now()))
+    // The first chunk, read before the tee, goes to the caller first; then the rest, piped.
+    ;[out, copy] = body.tee()
+    const kept = collect(copy.pipeThrough(new CompressionStream(COMPRESSION)))
+    if (first) {
+      const writer = writable.getWriter()
+      await writer.write(first).catch(ignore)
+      writer.releaseLock()
+    }
+    // preventAbort: the caller's body stays writable for the closing event whatever ended the pipe.
+    const piped = await out.pipeTo(writable, { preventClose: true, preventAbort: true, signal: stop.signal }).then(
       () => true,
-      () => {
-        // The caller left (or podgate aborted the pipe): stop reading the upstream for it.
-        if (!forced) reader.cancel().catch(ignore)
-        return false
-      },
+      () => false,
     )
-    await watch()
-    const pipedAll = await piped
-    const ending = forced ?? endingOf(pipedAll)
-    const delivered = await close(ending.event)
-    report(ending, delivered)
-  }
-
-  /** How the stream ended, once both branches are done. */
-  function endingOf(pipedAll: boolean): Ending {
-    if (broken !== undefined) {
-      const error = broken instanceof GatewayError ? broken : new GatewayError('upstream_error', BROKEN_MESSAGE, { cause: broken })
-      return { error, event: sseErrorText(error) }
-    }
-    const end = readTail(tail, tailIsWhole)
-    // The upstream finished but the caller's branch did not: the caller left before the end.
-    if (!pipedAll && end.done) return { error: new GatewayError('upstream_error', CALLER_GONE), event: '', usage: end.usage }
-    if (end.error) return { error: end.error, event: '', usage: end.usage }
-    if (!end.done) {
-      const error = new GatewayError('upstream_error', CUT_MESSAGE)
-      return { error, event: sseErrorText(error), usage: end.usage }
-    }
-    return { event: '', usage: end.usage }
-  }
-
-  /** Writes the closing error event (if any) and closes the caller's body; `false` when the caller was gone. */
-  async function close(event: string): Promise<boolean> {
+    if (timer !== undefined) clearTimeout(timer)
     const writer = writable.getWriter()
-    try {
-      if (event !== '') await writer.write(encoder.encode(event))
-      await writer.close()
-      return true
-    } catch {
-      return false
+    // The pipe failed: the upstream broke, or the caller left (which only the write of the closing event
+    // below tells). Either way nothing more goes to the caller: stop the model, and the copy ends too.
+    if (!piped && !forced) options.abortUpstream(new GatewayError('upstream_error', BROKEN_MESSAGE))
+    const end = await tailEnd(first, await kept)
+    let error = forced?.error ?? end.error
+    let event = forced?.event ?? ''
+    if (!error && !end.done) {
+      error = new GatewayError('upstream_error', piped ? CUT_MESSAGE : BROKEN_MESSAGE)
+      event = sseErrorText(error)
     }
-  }
-
-  function cancel(): void {
-    reader.cancel().catch(ignore)
-    out.cancel().catch(ignore)
+    if (event !== '') {
+      // The piped bytes may stop mid-event: a blank line first ends that fragment (a blank line after a
+      // whole event is a no-op), so the error event is read as its own.
+      const delivered = await writer.write(encoder.encode(`\n\n${event}`)).then(() => true, () => false)
+      if (!delivered && !forced) error = new GatewayError('upstream_error', CALLER_GONE)
+    }
+    // Settled before the caller's body closes: once it has, the request may end, and with it this code.
+    over = true
+    if (end.usage) options.onUsage?.(end.usage)
+    options.onEnd?.(error ? { ok: false, error, started: true } : { ok: true })
+    const listeners = closeListeners
+    closeListeners = undefined
+    if (listeners) for (const listener of listeners) listener()
+    await writer.close().catch(ignore)
   }
 
   registerStreamControl(readable, {
     end(event) {
-      force({ error: new GatewayError('invalid_api_key', 'The stream\'s API key stopped being valid.'), event, usage: readTail(tail, tailIsWhole).usage })
+      force(new GatewayError('invalid_api_key', 'The stream\'s API key stopped being valid.'), event)
     },
     onClose(listener) {
       if (over) listener()
@@ -220,35 +150,69 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): OpenAIPipe {
   return {
     readable,
     async firstChunk(ms, message) {
+      // Read before the tee: the chunk is written to the caller by hand, then the rest is piped.
+      const reader = body.getReader()
       let expired: ReturnType<typeof setTimeout> | undefined
       const timeout = new Promise<never>((_, reject) => {
         expired = setTimeout(() => reject(new GatewayError('upstream_timeout', message)), Math.max(0, ms))
       })
       try {
-        const first = await Promise.race([reader.read(), timeout])
-        if (first.done) return false
-        lastChunkAt = Date.now()
-        keep(first.value)
+        const next = await Promise.race([reader.read(), timeout])
+        if (next.done) return false
+        first = next.value
         return true
       } catch (error) {
-        cancel()
+        reader.cancel().catch(ignore)
         throw error
       } finally {
         if (expired !== undefined) clearTimeout(expired)
+        reader.releaseLock()
       }
     },
     start() {
       void relay()
     },
-    cancel,
   }
 }
 
-/** How the relay ends: the error it settles with (none: whole), the event written last, the usage seen. */
-interface Ending {
-  error?: GatewayError
-  event: string
-  usage?: Usage
+/** The output chunks of `stream`, however it ends (an upstream that broke leaves what came before). */
+async function collect(stream: ReadableStream<Uint8Array>): Promise<Uint8Array[]> {
+  const chunks: Uint8Array[] = []
+  const reader = stream.getReader()
+  try {
+    for (;;) {
+      const next = await reader.read()
+      if (next.done) break
+      chunks.push(next.value)
+    }
+  } catch {
+    // A broken upstream leaves what came before it.
+  }
+  return chunks
+}
+
+/** The ending read from the answer's last bytes: the first chunk, then the inflated copy of the rest. */
+async function tailEnd(first: Uint8Array | undefined, deflated: Uint8Array[]): Promise<TailEnd> {
+  const inflated = new Blob(deflated).stream().pipeThrough(new DecompressionStream(COMPRESSION))
+  const tail: Uint8Array[] = first ? [first] : []
+  let bytes = first?.byteLength ?? 0
+  let whole = true
+  const reader = inflated.getReader()
+  try {
+    for (;;) {
+      const next = await reader.read()
+      if (next.done) break
+      tail.push(next.value)
+      bytes += next.value.byteLength
+      while (tail.length > 1 && bytes - tail[0]!.byteLength >= TAIL_BYTES) {
+        bytes -= tail.shift()!.byteLength
+        whole = false
+      }
+    }
+  } catch {
+    // A copy cut by a broken upstream inflates up to where it broke.
+  }
+  return readTail(tail, whole)
 }
 
 interface TailEnd {
@@ -300,7 +264,7 @@ export function readTail(chunks: readonly Uint8Array[], whole: boolean): TailEnd
   return end
 }
 
-/** workerd's byte-pumped identity stream; a plain TransformStream where there is none (Node tests). */
+/** workerd's byte-pumped identity stream; a plain TransformStream where there is none (Node). */
 function identityStream(): { readable: ReadableStream<Uint8Array>; writable: WritableStream<Uint8Array> } {
   if (typeof IdentityTransformStream === 'function') return new IdentityTransformStream()
   return new TransformStream<Uint8Array, Uint8Array>()

@@ -73,8 +73,8 @@ async function openaiRouteStream(call: CompletionCall, path: RoutePath, body: Re
   const onUsage = (u: TokenUsage) => (usage = u)
   // The relay exists once the upstream answered: whatever ends it, the prompt was processed.
   const onEnd = (end: RelayOutcome) => call.settle(end.ok ? { ok: true, usage } : { ok: false, error: end.error, producedOutput: end.started, usage, reachedUpstream: true })
-  const open = async (endpoint: Endpoint) => {
-    const upstream = await client.openai(endpoint, path, body, { signal: call.signal, headersTimeoutOnly: true, timeoutMs: firstTimeoutMs })
+  const open = async (endpoint: Endpoint, signal: AbortSignal | undefined) => {
+    const upstream = await client.openai(endpoint, path, body, { signal, headersTimeoutOnly: true, timeoutMs: firstTimeoutMs })
     if (!upstream.body) throw new GatewayError('upstream_error', 'The upstream answered a stream request with no body.')
     return upstream.body
   }
@@ -82,9 +82,18 @@ async function openaiRouteStream(call: CompletionCall, path: RoutePath, body: Re
 
   const native = !needsRewrite(call)
   const opened = await plan.run(async (endpoint) => {
-    const body = await open(endpoint)
-    if (native && isByteStream(body)) {
-      const pipe = pipeOpenAIStream({ body, idleMs: timeouts.idleMs, totalDeadline: started + timeouts.totalMs, onUsage, onEnd })
+    // The native pipe ends a stream by aborting its upstream request: each attempt gets its own abort.
+    const upstream = native ? new AbortController() : undefined
+    const signal = upstream && call.signal ? AbortSignal.any([call.signal, upstream.signal]) : (upstream?.signal ?? call.signal)
+    const body = await open(endpoint, signal)
+    if (upstream && isByteStream(body)) {
+      const pipe = pipeOpenAIStream({
+        body,
+        abortUpstream: (reason) => upstream.abort(reason),
+        totalDeadline: started + timeouts.totalMs,
+        onUsage,
+        onEnd,
+      })
       if (!(await pipe.firstChunk(firstByteMs(), FIRST_TOKEN_MESSAGE).catch(brokeBeforeFirstByte))) throw retryableFailure(new GatewayError('upstream_error', ENDED_MESSAGE))
       return { kind: 'pipe' as const, pipe }
     }

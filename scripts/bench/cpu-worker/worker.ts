@@ -18,6 +18,8 @@ import type { GatewayEnv } from '../../../src/index.ts'
 import type { Hono } from 'hono'
 import { chatBody, closingEvents, completionJson, contentEvent, parseScenario } from '../wire.ts'
 import { createOpenAIRelay } from '../../../src/streaming/openai-relay.ts'
+import { pipeOpenAIStream } from '../../../src/streaming/openai-pipe.ts'
+import { RunpodClient } from '../../../src/upstream/runpod/client.ts'
 import { memoryCache, memoryKv } from './memory-stores.ts'
 
 // The quota store's Durable Object class, bound by wrangler.toml [env.dev]; unused with the default KV store.
@@ -53,6 +55,39 @@ function piped(upstream: Response, target: string): Response {
     ? createOpenAIRelay({ source: upstream.body!.getReader(), model: 'bench', includeUsage: true })
     : upstream.body!.pipeThrough(new TransformStream<Uint8Array, Uint8Array>())
   return new Response(body, { headers: { 'content-type': 'text/event-stream' } })
+}
+
+const httpGateways = new Map<string, Promise<{ app: Hono<GatewayEnv>; key: string }>>()
+
+/** podgate whole (auth, quota, cache lookup, logging to nowhere) over the real HTTP bench upstream. */
+async function gatewayOverHttp(url: URL, body: string, env: Env, ctx: ExecutionContext): Promise<Response> {
+  const mode = url.searchParams.get('mode')!
+  let made = httpGateways.get(mode)
+  if (!made) {
+    made = (async () => {
+      const app = createGateway({
+        models: { bench: { endpoints: [{ endpointId: 'bench' }], mode: 'openai' } },
+        runpod: { apiKey: 'bench-runpod-key', baseUrl: `${new URL(url.searchParams.get('upstream')!).origin}/v2` },
+        adminToken: ADMIN_TOKEN,
+        logSink: () => {},
+        kv: () => kv,
+        cache: mode === 'gateway-nocache' ? { enabled: false } : { edgeCache: () => cache },
+      })
+      const res = await app.fetch(
+        new Request('http://podgate.bench/admin/keys', {
+          method: 'POST',
+          headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
+          body: JSON.stringify(mode === 'gateway-noquota' ? { name: 'bench-http' } : { name: 'bench-http', quota: { requestsPerMinute: 1_000_000, tokensPerDay: 1_000_000_000 } }),
+        }),
+        env,
+        ctx,
+      )
+      return { app, key: ((await res.json()) as { key: string }).key }
+    })()
+    httpGateways.set(mode, made)
+  }
+  const { app, key } = await made
+  return app.fetch(new Request('http://podgate.bench/v1/chat/completions', { method: 'POST', body, headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' } }), env, ctx)
 }
 
 let gateway: Hono<GatewayEnv> | undefined
@@ -99,10 +134,25 @@ async function setup(env: Env, ctx: ExecutionContext): Promise<{ app: Hono<Gatew
  * would go); `tee-watch` returns one branch of a `tee` and has JavaScript read the other per chunk;
  * `js-writer` has JavaScript read each chunk and write it into an `IdentityTransformStream`.
  */
-async function hop(url: URL): Promise<Response> {
+let lateSettled = 0
+let endsSeen = 0
+
+async function hop(url: URL, env: Env, ctx: ExecutionContext): Promise<Response> {
+  if (url.searchParams.get('mode') === 'late-count') return new Response(`${lateSettled} of ${endsSeen} ends`)
   const mode = url.searchParams.get('mode') ?? 'floor'
   const body = chatBody('bench', { events: Number(url.searchParams.get('events') ?? 2000), first: 0, gap: 0 }, true)
-  const upstream = await fetch(url.searchParams.get('upstream')!, { method: 'POST', body, headers: { 'content-type': 'application/json' } })
+  if (mode.startsWith('gateway')) return gatewayOverHttp(url, body, env, ctx)
+  if (mode === 'gw-client') {
+    const client = new RunpodClient({ apiKey: 'k', timeoutMs: 60_000 })
+    const base = `${new URL(url.searchParams.get('upstream')!).origin}/v2/bench`
+    const res = await client.openai({ base, label: 'bench', mode: 'openai', weight: 1, credential: { kind: 'runpod' } } as never, '/chat/completions', JSON.parse(body), { headersTimeoutOnly: true, timeoutMs: 60_000 })
+    const pipe = pipeOpenAIStream({ body: res.body!, abortUpstream: () => undefined, totalDeadline: Date.now() + 600_000 })
+    await pipe.firstChunk(10_000, 'no first chunk')
+    pipe.start()
+    return new Response(pipe.readable, { headers: { 'content-type': 'text/event-stream' } })
+  }
+  const signal = mode.endsWith('-signal') ? AbortSignal.any([new AbortController().signal, new AbortController().signal]) : undefined
+  const upstream = await fetch(url.searchParams.get('upstream')!, { method: 'POST', body, headers: { 'content-type': 'application/json' }, signal })
   let stream = upstream.body!
   if (mode === 'identity') stream = stream.pipeThrough(new TransformStream<Uint8Array, Uint8Array>())
   if (mode === 'timer' || mode === 'timer-relay') stream = timerWrapped(stream)
@@ -115,6 +165,110 @@ async function hop(url: URL): Promise<Response> {
       await writer.close()
     })
     stream = readable
+  }
+  if (mode === 'pipe' || mode === 'pipe-signal' || mode === 'pipe-rewrap' || mode === 'pipe-waituntil' || mode === 'pipe-late' || mode === 'pipe-hold') {
+    let ended!: () => void
+    const end = new Promise<void>((resolve) => (ended = resolve))
+    if (mode === 'pipe-waituntil') ctx.waitUntil(end)
+    const onEnd = () => {
+      endsSeen++
+      ended()
+      if (mode === 'pipe-late' || mode === 'pipe-hold') ctx.waitUntil(new Promise<void>((resolve) => setTimeout(() => (lateSettled++, resolve()), 1)))
+    }
+    // The bench stream never times out or loses its caller: nothing to abort.
+    const pipe = pipeOpenAIStream({ body: stream, abortUpstream: () => undefined, totalDeadline: Date.now() + 600_000, onEnd })
+    await pipe.firstChunk(10_000, 'no first chunk')
+    pipe.start()
+    stream = pipe.readable
+  }
+  if (mode === 'tee-pipe-idle' || mode === 'tee-pipe-wu') {
+    const [out, watched] = stream.tee()
+    const { readable, writable } = new IdentityTransformStream()
+    const piped = out.pipeTo(writable, { preventClose: true }).then(async () => {
+      const writer = writable.getWriter()
+      await writer.write(new TextEncoder().encode(': end\n\n'))
+      await writer.close()
+    })
+    if (mode === 'tee-pipe-wu') ctx.waitUntil(piped)
+    // The watched branch is read only at the end (in the real thing: its tail).
+    void piped.then(async () => {
+      const reader = watched.getReader()
+      for (;;) if ((await reader.read()).done) break
+    })
+    stream = readable
+  }
+  if (mode.startsWith('tee-pipe-drain')) {
+    const every = Number(mode.slice('tee-pipe-drain'.length))
+    const [out, watched] = stream.tee()
+    const { readable, writable } = new IdentityTransformStream()
+    const reader = watched.getReader()
+    let done = false
+    // Drains the watched branch now and then, not per chunk: one JS wake-up reads what queued meanwhile.
+    const drain = async () => {
+      for (;;) {
+        const next = await Promise.race([reader.read(), new Promise<null>((r) => setTimeout(() => r(null), 0))])
+        if (next === null) return
+        if (next.done) return void (done = true)
+      }
+    }
+    const timer = setInterval(() => void drain(), every)
+    const piped = out.pipeTo(writable, { preventClose: true }).then(async () => {
+      clearInterval(timer)
+      while (!done) {
+        const next = await reader.read()
+        if (next.done) done = true
+      }
+      const writer = writable.getWriter()
+      await writer.write(new TextEncoder().encode(': end\n\n'))
+      await writer.close()
+    })
+    ctx.waitUntil(piped)
+    stream = readable
+  }
+  if (mode === 'tee-pipe-gz') {
+    const [out, watched] = stream.tee()
+    const { readable, writable } = new IdentityTransformStream()
+    const compressed = watched.pipeThrough(new CompressionStream('deflate-raw')).getReader()
+    let bytes = 0
+    const reading = (async () => {
+      for (;;) {
+        const next = await compressed.read()
+        if (next.done) return
+        bytes += next.value.byteLength
+      }
+    })()
+    const piped = out.pipeTo(writable, { preventClose: true }).then(async () => {
+      await reading
+      const writer = writable.getWriter()
+      await writer.write(new TextEncoder().encode(`: end ${bytes}\n\n`))
+      await writer.close()
+    })
+    ctx.waitUntil(piped)
+    stream = readable
+  }
+  if (mode === 'tee-pipe') {
+    const [out, watched] = stream.tee()
+    const { readable, writable } = new IdentityTransformStream()
+    void out.pipeTo(writable, { preventClose: true }).then(() => writable.close())
+    const reader = watched.getReader()
+    void (async () => {
+      for (;;) if ((await reader.read()).done) break
+    })()
+    stream = readable
+  }
+  if (mode === 'pipe-tee') {
+    const { readable, writable } = new IdentityTransformStream()
+    void stream.pipeTo(writable, { preventClose: true }).then(async () => {
+      const writer = writable.getWriter()
+      await writer.write(new TextEncoder().encode(': end\n\n'))
+      await writer.close()
+    })
+    const [out, watched] = readable.tee()
+    const reader = watched.getReader()
+    void (async () => {
+      for (;;) if ((await reader.read()).done) break
+    })()
+    stream = out
   }
   if (mode === 'tee-watch') {
     const [out, watched] = stream.tee()
@@ -144,7 +298,15 @@ async function hop(url: URL): Promise<Response> {
     })()
     stream = readable
   }
-  return new Response(stream, { headers: { 'content-type': 'text/event-stream' } })
+  const response = new Response(stream, { headers: { 'content-type': 'text/event-stream' } })
+  if (mode !== 'pipe-rewrap' && mode !== 'floor-rewrap') return response
+  // What podgate's stages do to the response on the way out: each one re-wraps it to set headers.
+  let out = response
+  for (let i = 0; i < 3; i++) {
+    out = new Response(out.body, out)
+    out.headers.set(`x-stage-${i}`, '1')
+  }
+  return out
 }
 
 function timerWrapped(body: ReadableStream<Uint8Array>): ReadableStream<Uint8Array> {
@@ -171,7 +333,7 @@ function timerWrapped(body: ReadableStream<Uint8Array>): ReadableStream<Uint8Arr
 export default {
   async fetch(request, env, ctx) {
     const url = new URL(request.url)
-    if (url.pathname === '/hop') return hop(url)
+    if (url.pathname === '/hop') return hop(url, env, ctx)
     if (url.pathname !== '/loop') return new Response('ok')
     const { app, key } = await setup(env, ctx)
     const n = Number(url.searchParams.get('n') ?? 1)
