@@ -142,7 +142,7 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
   app.use('/v1/*', apiKeyAuth({ store, credential, credentialOrigins, tokens, streamCheckMs }))
   app.on('POST', '/v1/tokens', control)
   app.route('/v1/tokens', tokenRoutes({ signer: tokens, models: new Set(models.keys()), maxBodyBytes: config.maxBodyBytes, ...config.tokens }))
-  const dispatch = createDispatcher({ client, runpod: config.runpod, breaker })
+  const dispatch = createDispatcher({ client, runpod: config.runpod, streaming: config.streaming, breaker })
   const stages: CompletionStage[] = []
   // A token minted with a quota of its own is held to it (counted under its token id) before the key's.
   stages.push(tokenQuotaStage(quotaStage(quota)))

@@ -236,7 +236,7 @@ describe('settle reports how a broken stream ended', () => {
       await next()
     })
     app.onError((error) => Response.json({ error: error.message }, { status: toGatewayError(error).status }))
-    app.route('/v1', openaiRoutes({ models: resolveModels(config), maxBodyBytes: 1 << 20, stages: [record], dispatch: createDispatcher({ client, runpod: config.runpod }) }))
+    app.route('/v1', openaiRoutes({ models: resolveModels(config), maxBodyBytes: 1 << 20, stages: [record], dispatch: createDispatcher({ client, runpod: config.runpod, streaming: config.streaming }) }))
     return { app, outcomes, emulator }
   }
 

@@ -172,6 +172,13 @@ export function renderMarkdown(r: Results, notes: string): string {
       'timer-relay': 'both (the OpenAI route before the revocation wrapper stopped being a stage)',
       'native-pipe': 'native pipeTo into an IdentityTransformStream, JavaScript writes only after the end',
       'tee-watch': 'a tee: one branch returned natively, JavaScript reads the other per chunk',
+      'tee-pipe': 'a tee: one branch piped into an IdentityTransformStream (closed by JavaScript after the end), JavaScript reads the other',
+      'pipe-tee': 'native pipeTo into an IdentityTransformStream, its readable tee-d: one branch returned, JavaScript reads the other',
+      'tee-pipe-drain': 'a tee: one branch piped into an IdentityTransformStream, JavaScript drains the other every 20 ms',
+      'tee-pipe-idle': 'a tee: one branch piped into an IdentityTransformStream, the other read by JavaScript only after the end',
+      pipe: 'the native pipe (src/streaming/openai-pipe.ts: a tee, one branch piped into the caller\'s IdentityTransformStream, the other deflated natively, JavaScript reads the end of the copy)',
+      'pipe-waituntil': 'the native pipe with a waitUntil pending until the end (as the quota stage\'s settle is)',
+      gateway: 'podgate whole (createGateway: key auth, quota, the cache stage, logging; a sampled chat call), streaming through the native pipe',
       'js-writer': 'JavaScript reads each chunk and writes it into an IdentityTransformStream',
     }
     lines.push(

@@ -79,6 +79,11 @@ async function main(): Promise<void> {
   const upstream = await startUpstream()
   stoppers.push(upstream.close)
   log(`upstream on ${upstream.url}`)
+  if (process.env.BENCH_HOPS_ONLY) {
+    const worker = await startCpuWorker()
+    for (const hop of await measureHops(worker.url, worker.workerdPid, `${upstream.url}/v1/chat/completions`, 3)) log(`${hop.mode}: ${hop.eventUs.toFixed(1)} µs/event, ${hop.eventsPerSecond.toFixed(0)} events/s`)
+    return
+  }
 
   const starts = quick ? 3 : 7
   log(`cold start: ${starts} fresh workerd processes each for podgate and the floor, to the first answer`)
@@ -347,7 +352,7 @@ async function runCacheBenchIfPresent(): Promise<string | undefined> {
 
 /** workerd CPU per relayed event over real HTTP for each stream shape (see `hop` in the CPU Worker), round-robin. */
 async function measureHops(url: string, pid: number, upstreamUrl: string, reps: number): Promise<Results['hops']> {
-  const modes = ['floor', 'identity', 'timer', 'relay', 'timer-relay', 'native-pipe', 'tee-watch', 'js-writer'] as const
+  const modes = (process.env.BENCH_HOPS_ONLY ? process.env.BENCH_HOPS_ONLY.split(',') : ['floor', 'identity', 'timer', 'relay', 'timer-relay', 'native-pipe', 'tee-watch', 'js-writer', 'tee-pipe', 'pipe-tee', 'tee-pipe-drain', 'tee-pipe-idle', 'pipe', 'pipe-waituntil', 'gateway']) as string[]
   const totals = new Map<string, { ns: number; events: number; seconds: number }>()
   for (let rep = 0; rep <= reps; rep++) {
     for (const mode of modes) {

@@ -196,6 +196,20 @@ export const gatewayOptionsSchema = z.strictObject({
     }),
     { maxAgeSeconds: 600 },
   ),
+  /**
+   * How streams from the OpenAI route are relayed (docs/passthrough.md "How streams are relayed"). A
+   * stream whose bytes need no change is piped natively through workerd; one that needs a change (the
+   * `model` name, the usage chunk) goes through a JavaScript relay that costs several times the CPU per chunk.
+   */
+  streaming: z._default(
+    z.strictObject({
+      /** Write the caller's alias as `model` in every streamed chunk when the endpoint serves another name (`servedModelName`). Default true. */
+      rewriteModel: z._default(z.boolean(), true),
+      /** `requested`: the usage chunk (which podgate always asks vLLM for, to settle quotas) reaches only callers that asked with `stream_options.include_usage`, as in OpenAI's API. `always`: every stream ends with it. Default `requested`. */
+      usage: z._default(z.enum(['requested', 'always']), 'requested'),
+    }),
+    { rewriteModel: true, usage: 'requested' },
+  ),
   /** Serve the browser playground at `GET /playground` (a dev tool: leave it off in production). Default false. */
   playground: z._default(z.boolean(), false),
   /** Quotas (docs/quotas.md). Default: no limits unless a key or model sets some. */

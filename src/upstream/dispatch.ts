@@ -23,6 +23,7 @@ import type { CompletionCall } from './types.ts'
 export interface DispatchOptions {
   client: RunpodClient
   runpod: ResolvedOptions['runpod']
+  streaming: ResolvedOptions['streaming']
   /** Endpoint health shared by this gateway's requests. Default: a new breaker (per isolate). */
   breaker?: Breaker
 }
@@ -39,6 +40,7 @@ export function createDispatcher(options: DispatchOptions): CompletionHandler {
       const call: CompletionCall = {
         client: options.client,
         runpod: options.runpod,
+        streaming: options.streaming,
         model: ctx.model,
         plan: new RetryPlan({ endpoints, resilience: ctx.model.config.resilience, breaker, signal }),
         request: ctx.request,

@@ -4,18 +4,25 @@
  *
  * A stream is answered only once its first upstream bytes arrived, so an upstream that fails before
  * that (HTTP 5xx, 429, a body that breaks at once) is retried on the next endpoint; after it, the first
- * token, idle and total timeouts end the stream with an error event, never a clean ending. The relay
- * reads the upstream body itself and enforces the idle and total timeouts (one stream stage per chunk).
+ * token, idle and total timeouts end the stream with an error event, never a clean ending.
+ *
+ * A stream whose bytes need no change is piped natively (streaming/openai-pipe.ts); one that does goes
+ * through the JavaScript relay (streaming/openai-relay.ts), which reads the upstream body itself and
+ * enforces the idle and total timeouts in one stream stage.
  */
 import { toOpenAIBody } from '../normalize/index.ts'
 import { createOpenAIRelay } from '../streaming/openai-relay.ts'
+import type { RelayOutcome } from '../streaming/openai-relay.ts'
+import { pipeOpenAIStream } from '../streaming/openai-pipe.ts'
 import { GatewayError } from '../errors/index.ts'
 import { retryableFailure } from './retry.ts'
 import { upstreamErrorMessage, workerFailure } from '../streaming/vllm.ts'
 import { SSE_HEADERS } from './types.ts'
 import type { CompletionCall, TokenUsage } from './types.ts'
+import type { Endpoint } from './runpod/client.ts'
 
 const ROUTE_PATH = { chat: '/chat/completions', completion: '/completions', embedding: '/embeddings' } as const
+type RoutePath = (typeof ROUTE_PATH)[keyof typeof ROUTE_PATH]
 
 export async function openaiRouteCompletion(call: CompletionCall): Promise<Response> {
   const { request, model, client, plan } = call
@@ -24,34 +31,7 @@ export async function openaiRouteCompletion(call: CompletionCall): Promise<Respo
   const path = ROUTE_PATH[request.kind]
   const body = toOpenAIBody(request, model.servedModelName)
 
-  if (request.stream) {
-    const { reader, first } = await plan.run(async (endpoint) => {
-      const timeoutMs = Math.min(call.runpod.timeoutMs, timeouts.firstTokenMs)
-      const upstream = await client.openai(endpoint, path, body, { signal: call.signal, headersTimeoutOnly: true, timeoutMs })
-      if (!upstream.body) throw new GatewayError('upstream_error', 'The upstream answered a stream request with no body.')
-      const reader = upstream.body.getReader()
-      const first = await readWithin(reader, started + timeouts.firstTokenMs - Date.now(), 'The model produced no first token in time.').catch((error: unknown) => {
-        if (error instanceof GatewayError && error.code === 'upstream_timeout') throw error
-        throw retryableFailure(new GatewayError('upstream_error', 'The upstream stream broke before its first byte.', { cause: error }))
-      })
-      if (first.done) throw retryableFailure(new GatewayError('upstream_error', 'The upstream stream ended before its first byte.'))
-      return { reader, first: first.value }
-    })
-
-    let usage: TokenUsage | undefined
-    const relay = createOpenAIRelay({
-      source: reader,
-      first,
-      model: model.alias,
-      includeUsage: request.includeUsage,
-      idleMs: timeouts.idleMs,
-      totalDeadline: started + timeouts.totalMs,
-      onUsage: (u) => (usage = u),
-      // The relay exists once the upstream answered: whatever ends it, the prompt was processed.
-      onEnd: (end) => call.settle(end.ok ? { ok: true, usage } : { ok: false, error: end.error, producedOutput: end.started, usage, reachedUpstream: true }),
-    })
-    return new Response(relay, { status: 200, headers: SSE_HEADERS })
-  }
+  if (request.stream) return openaiRouteStream(call, path, body, started)
 
   return plan.run(async (endpoint) => {
     const timeoutMs = Math.min(call.runpod.timeoutMs, timeouts.totalMs)
@@ -71,6 +51,97 @@ export async function openaiRouteCompletion(call: CompletionCall): Promise<Respo
     call.settle({ ok: true, usage: json.usage as TokenUsage | undefined })
     return Response.json(json)
   })
+}
+
+/**
+ * A stream needs the JavaScript relay only when a byte must change: the `model` name (the endpoint serves
+ * another name than the alias, and `streaming.rewriteModel` is on) or the usage chunk (podgate asked for it
+ * and the caller did not, and `streaming.usage` is `requested`). Otherwise the bytes are piped natively.
+ */
+export function needsRewrite(call: CompletionCall): boolean {
+  const { model, request, streaming } = call
+  const renames = streaming.rewriteModel && model.servedModelName !== model.alias
+  const strips = streaming.usage === 'requested' && !request.includeUsage
+  return renames || strips
+}
+
+async function openaiRouteStream(call: CompletionCall, path: RoutePath, body: Record<string, unknown>, started: number): Promise<Response> {
+  const { model, client, plan, streaming } = call
+  const { timeouts } = model.config.resilience
+  const firstTimeoutMs = Math.min(call.runpod.timeoutMs, timeouts.firstTokenMs)
+  let usage: TokenUsage | undefined
+  const onUsage = (u: TokenUsage) => (usage = u)
+  // The relay exists once the upstream answered: whatever ends it, the prompt was processed.
+  const onEnd = (end: RelayOutcome) => call.settle(end.ok ? { ok: true, usage } : { ok: false, error: end.error, producedOutput: end.started, usage, reachedUpstream: true })
+  const open = async (endpoint: Endpoint, signal: AbortSignal | undefined) => {
+    const upstream = await client.openai(endpoint, path, body, { signal, headersTimeoutOnly: true, timeoutMs: firstTimeoutMs })
+    if (!upstream.body) throw new GatewayError('upstream_error', 'The upstream answered a stream request with no body.')
+    return upstream.body
+  }
+  const firstByteMs = () => started + timeouts.firstTokenMs - Date.now()
+
+  const native = !needsRewrite(call)
+  const opened = await plan.run(async (endpoint) => {
+    // The native pipe ends a stream by aborting its upstream request: each attempt gets its own abort.
+    const upstream = native ? new AbortController() : undefined
+    const signal = upstream && call.signal ? AbortSignal.any([call.signal, upstream.signal]) : (upstream?.signal ?? call.signal)
+    const body = await open(endpoint, signal)
+    if (upstream && isByteStream(body)) {
+      const pipe = pipeOpenAIStream({
+        body,
+        abortUpstream: (reason) => upstream.abort(reason),
+        totalDeadline: started + timeouts.totalMs,
+        onUsage,
+        onEnd,
+      })
+      if (!(await pipe.firstChunk(firstByteMs(), FIRST_TOKEN_MESSAGE).catch(brokeBeforeFirstByte))) throw retryableFailure(new GatewayError('upstream_error', ENDED_MESSAGE))
+      return { kind: 'pipe' as const, pipe }
+    }
+    const reader = body.getReader()
+    const first = await readWithin(reader, firstByteMs(), FIRST_TOKEN_MESSAGE).catch(brokeBeforeFirstByte)
+    if (first.done) throw retryableFailure(new GatewayError('upstream_error', ENDED_MESSAGE))
+    return { kind: 'relay' as const, reader, first: first.value }
+  })
+  if (opened.kind === 'pipe') {
+    opened.pipe.start()
+    return new Response(opened.pipe.readable, { status: 200, headers: SSE_HEADERS })
+  }
+  const { reader, first } = opened
+  const relay = createOpenAIRelay({
+    source: reader,
+    first,
+    model: streaming.rewriteModel ? model.alias : model.servedModelName,
+    includeUsage: call.request.includeUsage || streaming.usage === 'always',
+    idleMs: timeouts.idleMs,
+    totalDeadline: started + timeouts.totalMs,
+    onUsage,
+    onEnd,
+  })
+  return new Response(relay, { status: 200, headers: SSE_HEADERS })
+}
+
+const FIRST_TOKEN_MESSAGE = 'The model produced no first token in time.'
+const ENDED_MESSAGE = 'The upstream stream ended before its first byte.'
+
+/**
+ * A byte stream the runtime produced (a fetch body) accepts a BYOB reader; a JavaScript `ReadableStream`
+ * does not. Only the runtime's own streams are piped natively: workerd cannot abort a pipe from a
+ * JavaScript stream while its read is pending, so a timeout could not end a stalled one (in-process
+ * upstreams such as `podgate/testing`'s emulator take the JavaScript relay instead).
+ */
+function isByteStream(body: ReadableStream<Uint8Array>): boolean {
+  try {
+    body.getReader({ mode: 'byob' }).releaseLock()
+    return true
+  } catch {
+    return false
+  }
+}
+
+/** A first-byte timeout stays one; any other failure before the first byte is worth another endpoint. */
+function brokeBeforeFirstByte(error: unknown): never {
+  if (error instanceof GatewayError && error.code === 'upstream_timeout') throw error
+  throw retryableFailure(new GatewayError('upstream_error', 'The upstream stream broke before its first byte.', { cause: error }))
 }
 
 /** Reads one chunk, or cancels the upstream body and throws `upstream_timeout` after `ms`. */

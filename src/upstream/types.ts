@@ -14,6 +14,7 @@ export type { TokenUsage } from '../pipeline/stage.ts'
 export interface CompletionCall {
   client: RunpodClient
   runpod: ResolvedOptions['runpod']
+  streaming: ResolvedOptions['streaming']
   model: ResolvedModel
   /** The attempts this request may make, over the model's endpoints in order. */
   plan: RetryPlan

@@ -6,7 +6,8 @@
  * touches, keeps the key revoked whatever order the writes land in.
  */
 import { describe, expect, it } from 'vitest'
-import { ADMIN_TOKEN, authed, chatBody, harness, readSSE } from '../helpers.ts'
+import { env } from 'cloudflare:workers'
+import { ADMIN_TOKEN, authed, chatBody, harness, readSSE, RUNPOD_KEY } from '../helpers.ts'
 
 const admin = (method: string, body?: unknown): RequestInit => ({
   method,
@@ -50,10 +51,15 @@ describe('M2 revocation wins every race', () => {
 })
 
 describe('L8 revocation ends open streams', () => {
-  it('auth-revocation: an open stream of a key revoked mid-answer ends with an error event', async () => {
-    const h = harness({ keyCacheTtlMs: 0 })
+  // Without include_usage the rewriting relay serves the stream; with it, over a real HTTP upstream (a body
+  // the runtime produced), the native pipe (openai-pipe.ts).
+  it.each([
+    ['rewriting relay', {}, {}],
+    ['native pipe', { stream_options: { include_usage: true } }, { runpod: { apiKey: RUNPOD_KEY, baseUrl: env.RUNPOD_BASE_URL }, fetch: undefined }],
+  ])('auth-revocation: an open stream (%s) of a key revoked mid-answer ends with an error event', async (_, extra, upstream) => {
+    const h = harness({ keyCacheTtlMs: 0, ...upstream })
     const { id, key } = await h.createKey({ name: 'streaming' })
-    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai', 'hold [[emulator:fault=stall,after=3]]', { stream: true, max_tokens: 50 })))
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai', 'hold [[emulator:fault=stall,after=3]]', { stream: true, max_tokens: 50, ...extra })))
     expect(res.status).toBe(200)
     const reader = res.body!.getReader()
     const first = await reader.read()

@@ -18,6 +18,7 @@ import type { GatewayEnv } from '../../../src/index.ts'
 import type { Hono } from 'hono'
 import { chatBody, closingEvents, completionJson, contentEvent, parseScenario } from '../wire.ts'
 import { createOpenAIRelay } from '../../../src/streaming/openai-relay.ts'
+import { pipeOpenAIStream } from '../../../src/streaming/openai-pipe.ts'
 import { memoryCache, memoryKv } from './memory-stores.ts'
 
 // The quota store's Durable Object class, bound by wrangler.toml [env.dev]; unused with the default KV store.
@@ -53,6 +54,39 @@ function piped(upstream: Response, target: string): Response {
     ? createOpenAIRelay({ source: upstream.body!.getReader(), model: 'bench', includeUsage: true })
     : upstream.body!.pipeThrough(new TransformStream<Uint8Array, Uint8Array>())
   return new Response(body, { headers: { 'content-type': 'text/event-stream' } })
+}
+
+const httpGateways = new Map<string, Promise<{ app: Hono<GatewayEnv>; key: string }>>()
+
+/** podgate whole (auth, quota, cache lookup, logging to nowhere) over the real HTTP bench upstream. */
+async function gatewayOverHttp(url: URL, body: string, env: Env, ctx: ExecutionContext): Promise<Response> {
+  const mode = url.searchParams.get('mode')!
+  let made = httpGateways.get(mode)
+  if (!made) {
+    made = (async () => {
+      const app = createGateway({
+        models: { bench: { endpoints: [{ endpointId: 'bench' }], mode: 'openai' } },
+        runpod: { apiKey: 'bench-runpod-key', baseUrl: `${new URL(url.searchParams.get('upstream')!).origin}/v2` },
+        adminToken: ADMIN_TOKEN,
+        logSink: () => {},
+        kv: () => kv,
+        cache: { edgeCache: () => cache },
+      })
+      const res = await app.fetch(
+        new Request('http://podgate.bench/admin/keys', {
+          method: 'POST',
+          headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
+          body: JSON.stringify({ name: 'bench-http', quota: { requestsPerMinute: 1_000_000, tokensPerDay: 1_000_000_000 } }),
+        }),
+        env,
+        ctx,
+      )
+      return { app, key: ((await res.json()) as { key: string }).key }
+    })()
+    httpGateways.set(mode, made)
+  }
+  const { app, key } = await made
+  return app.fetch(new Request('http://podgate.bench/v1/chat/completions', { method: 'POST', body, headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' } }), env, ctx)
 }
 
 let gateway: Hono<GatewayEnv> | undefined
@@ -97,11 +131,15 @@ async function setup(env: Env, ctx: ExecutionContext): Promise<{ app: Hono<Gatew
  * per-chunk revocation wrapper). Candidate native shapes: `native-pipe` pipes the body into an
  * `IdentityTransformStream` natively and lets JavaScript write only after the end (where a tail event
  * would go); `tee-watch` returns one branch of a `tee` and has JavaScript read the other per chunk;
- * `js-writer` has JavaScript read each chunk and write it into an `IdentityTransformStream`.
+ * `js-writer` has JavaScript read each chunk and write it into an `IdentityTransformStream`. Their
+ * combinations (`tee-pipe`, `pipe-tee`, `tee-pipe-drain`, `tee-pipe-idle`) show which of them stay
+ * native together; `pipe` is podgate's native pipe (src/streaming/openai-pipe.ts), `pipe-waituntil` the
+ * same with a `waitUntil` pending, and `gateway` podgate whole over the same HTTP upstream.
  */
-async function hop(url: URL): Promise<Response> {
+async function hop(url: URL, env: Env, ctx: ExecutionContext): Promise<Response> {
   const mode = url.searchParams.get('mode') ?? 'floor'
   const body = chatBody('bench', { events: Number(url.searchParams.get('events') ?? 2000), first: 0, gap: 0 }, true)
+  if (mode === 'gateway') return gatewayOverHttp(url, body, env, ctx)
   const upstream = await fetch(url.searchParams.get('upstream')!, { method: 'POST', body, headers: { 'content-type': 'application/json' } })
   let stream = upstream.body!
   if (mode === 'identity') stream = stream.pipeThrough(new TransformStream<Uint8Array, Uint8Array>())
@@ -115,6 +153,83 @@ async function hop(url: URL): Promise<Response> {
       await writer.close()
     })
     stream = readable
+  }
+  if (mode === 'pipe' || mode === 'pipe-waituntil') {
+    // `pipe-waituntil`: the same, with a `waitUntil` pending until the end, as the quota stage's settle is.
+    let ended!: () => void
+    if (mode === 'pipe-waituntil') ctx.waitUntil(new Promise<void>((resolve) => (ended = resolve)))
+    // The bench stream never times out or loses its caller: nothing to abort.
+    const pipe = pipeOpenAIStream({ body: stream, abortUpstream: () => undefined, totalDeadline: Date.now() + 600_000, onEnd: () => ended?.() })
+    await pipe.firstChunk(10_000, 'no first chunk')
+    pipe.start()
+    stream = pipe.readable
+  }
+  if (mode === 'tee-pipe-idle') {
+    const [out, watched] = stream.tee()
+    const { readable, writable } = new IdentityTransformStream()
+    const piped = out.pipeTo(writable, { preventClose: true }).then(async () => {
+      const writer = writable.getWriter()
+      await writer.write(new TextEncoder().encode(': end\n\n'))
+      await writer.close()
+    })
+    // The watched branch is read only at the end (in the real thing: its tail).
+    void piped.then(async () => {
+      const reader = watched.getReader()
+      for (;;) if ((await reader.read()).done) break
+    })
+    stream = readable
+  }
+  if (mode === 'tee-pipe-drain') {
+    const every = 20
+    const [out, watched] = stream.tee()
+    const { readable, writable } = new IdentityTransformStream()
+    const reader = watched.getReader()
+    let done = false
+    // Drains the watched branch now and then, not per chunk: one JS wake-up reads what queued meanwhile.
+    const drain = async () => {
+      for (;;) {
+        const next = await Promise.race([reader.read(), new Promise<null>((r) => setTimeout(() => r(null), 0))])
+        if (next === null) return
+        if (next.done) return void (done = true)
+      }
+    }
+    const timer = setInterval(() => void drain(), every)
+    const piped = out.pipeTo(writable, { preventClose: true }).then(async () => {
+      clearInterval(timer)
+      while (!done) {
+        const next = await reader.read()
+        if (next.done) done = true
+      }
+      const writer = writable.getWriter()
+      await writer.write(new TextEncoder().encode(': end\n\n'))
+      await writer.close()
+    })
+    ctx.waitUntil(piped)
+    stream = readable
+  }
+  if (mode === 'tee-pipe') {
+    const [out, watched] = stream.tee()
+    const { readable, writable } = new IdentityTransformStream()
+    void out.pipeTo(writable, { preventClose: true }).then(() => writable.close())
+    const reader = watched.getReader()
+    void (async () => {
+      for (;;) if ((await reader.read()).done) break
+    })()
+    stream = readable
+  }
+  if (mode === 'pipe-tee') {
+    const { readable, writable } = new IdentityTransformStream()
+    void stream.pipeTo(writable, { preventClose: true }).then(async () => {
+      const writer = writable.getWriter()
+      await writer.write(new TextEncoder().encode(': end\n\n'))
+      await writer.close()
+    })
+    const [out, watched] = readable.tee()
+    const reader = watched.getReader()
+    void (async () => {
+      for (;;) if ((await reader.read()).done) break
+    })()
+    stream = out
   }
   if (mode === 'tee-watch') {
     const [out, watched] = stream.tee()
@@ -171,7 +286,7 @@ function timerWrapped(body: ReadableStream<Uint8Array>): ReadableStream<Uint8Arr
 export default {
   async fetch(request, env, ctx) {
     const url = new URL(request.url)
-    if (url.pathname === '/hop') return hop(url)
+    if (url.pathname === '/hop') return hop(url, env, ctx)
     if (url.pathname !== '/loop') return new Response('ok')
     const { app, key } = await setup(env, ctx)
     const n = Number(url.searchParams.get('n') ?? 1)

@@ -26,6 +26,8 @@ export interface CallInfo {
   authorized: boolean
   /** Set by the reset control route, so the call log starts empty after a reset. */
   forget?: boolean
+  /** This request's entry in `calls`, once it was answered. */
+  record?: EmulatorCall
 }
 
 export type EmulatorEnv = { Variables: { call: CallInfo | undefined } }

@@ -7,7 +7,7 @@ import type { Context, MiddlewareHandler } from 'hono'
 import { isAuthorized } from './context.ts'
 import type { EmulatorContext, EmulatorEnv } from './context.ts'
 import { httpFaultResponse } from './faults.ts'
-import type { EmulatorOp } from './types.ts'
+import type { EmulatorCall, EmulatorOp } from './types.ts'
 
 /** Appends every request to `context.calls` once it has been answered. */
 export function recordCalls(context: EmulatorContext): MiddlewareHandler<EmulatorEnv> {
@@ -16,7 +16,7 @@ export function recordCalls(context: EmulatorContext): MiddlewareHandler<Emulato
     await next()
     const call = c.get('call')
     if (call?.forget) return
-    context.calls.push({
+    const record: EmulatorCall = {
       method: c.req.method,
       path: new URL(c.req.url).pathname,
       endpointId: call?.endpointId ?? null,
@@ -25,7 +25,10 @@ export function recordCalls(context: EmulatorContext): MiddlewareHandler<Emulato
       status: c.res.status,
       authorized: call?.authorized ?? true,
       at,
-    })
+    }
+    context.calls.push(record)
+    // A streamed answer outlives the handler: what happens to it later is written on this record.
+    if (call) call.record = record
     // Trim in batches (a tenth over the cap) so a full log does not cost a splice per request.
     if (context.calls.length > context.maxCalls * 1.1) context.calls.splice(0, context.calls.length - context.maxCalls)
   }

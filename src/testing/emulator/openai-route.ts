@@ -69,7 +69,11 @@ async function completions(c: Context<EmulatorEnv>, context: EmulatorContext, ki
   }
   if (request.stream) {
     const events = completionEvents(completion, meta, request.includeUsage)
-    const stream = paceEvents(events, { queueMs, delayMs, fault, cutoff })
+    const onCancel = () => {
+      const record = c.get('call')?.record
+      if (record) record.streamCancelled = true
+    }
+    const stream = paceEvents(events, { queueMs, delayMs, fault, cutoff, onCancel })
     return new Response(stream, { headers: { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' } })
   }
   if (fault?.kind === 'stall') {
@@ -115,7 +119,7 @@ async function embeddings(c: Context<EmulatorEnv>, context: EmulatorContext): Pr
  */
 function paceEvents(
   events: readonly TimedEvent[],
-  options: { queueMs: number; delayMs: number; fault: Fault | undefined; cutoff: number | undefined },
+  options: { queueMs: number; delayMs: number; fault: Fault | undefined; cutoff: number | undefined; onCancel?: () => void },
 ): ReadableStream<Uint8Array> {
   const { cutoff, fault } = options
   const kept = cutoff === undefined ? events : events.filter((e) => e.step <= cutoff && e.kind === 'chunk')
@@ -159,6 +163,7 @@ function paceEvents(
       },
       cancel() {
         cancelled.abort()
+        options.onCancel?.()
       },
     },
     // Nothing is produced before the client reads, so delays happen on the client's clock.

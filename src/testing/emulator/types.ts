@@ -116,6 +116,8 @@ export interface EmulatorCall {
   status: number
   authorized: boolean
   at: number
+  /** An OpenAI-route stream the client stopped reading before its end (it cancelled the body, or hung up). */
+  streamCancelled?: true
 }
 
 /** One request body an endpoint received, see {@link RunpodEmulator.lastRequest}. */

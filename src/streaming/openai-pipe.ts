@@ -1,0 +1,271 @@
+/**
+ * Relays the SSE body of Runpod's `/openai/v1/*` route byte for byte, with no JavaScript on the byte path.
+ *
+ * workerd pumps a body natively (at the runtime's own cost per chunk) only in a few shapes, and at ~6× that
+ * cost as soon as JavaScript produces, transforms or reads along (scripts/bench/NOTES.md measures each).
+ * The one that keeps podgate in charge of the ending: the upstream body is `tee`d; one branch is piped by
+ * workerd into the caller's body (an `IdentityTransformStream`, left open); the other is piped by workerd
+ * through a `CompressionStream`, whose few output chunks JavaScript keeps. JavaScript reading a `tee`
+ * branch chunk by chunk would switch the whole tee to the slow path, and a sink that reads the copy in
+ * large blocks (`Response.arrayBuffer()`) holds the caller's branch back until the block fills: the
+ * compressor reads as the bytes come. When the caller's pipe is done, JavaScript reads the
+ * copy's last part (the tail) for `[DONE]`, the usage chunk and any vLLM error event, writes podgate's
+ * error event if the stream was cut, and closes the caller's body.
+ *
+ * Endings, as the rewriting relay's (openai-relay.ts): a stream cut before `[DONE]` (the upstream broke
+ * or closed, the total timeout, the key revoked, the caller's first-token wait) ends with podgate's error
+ * event and no `[DONE]`. A vLLM error event reaches the caller as vLLM wrote it (OpenAI's `{"error":...}`
+ * and then `[DONE]`); the stream settles as failed. Not enforced here: the idle timeout between chunks
+ * (watching each chunk is what costs); a stalled stream ends at the total timeout.
+ *
+ * Memory: the deflated copy of the answer (SSE JSON compresses ~10×) until the stream ends.
+ */
+import { createParser } from 'eventsource-parser'
+import { GatewayError } from '../errors/index.ts'
+import { sseErrorText } from './openai-chunks.ts'
+import type { Usage } from './openai-chunks.ts'
+import type { RelayOutcome } from './openai-relay.ts'
+import { registerStreamControl } from './stream-control.ts'
+import { isRecord, readUsage, upstreamErrorMessage, workerFailure } from './vllm.ts'
+
+export interface OpenAIPipeOptions {
+  /** The upstream body, unread, produced by the runtime (a fetch body): the caller receives exactly its bytes. */
+  body: ReadableStream<Uint8Array>
+  /** Aborts the upstream request: stops the model when the caller went away. */
+  abortUpstream(reason: GatewayError): void
+  /** Time (epoch ms) after which an unfinished stream ends with `upstream_timeout`. Default: no limit. */
+  totalDeadline?: number
+  /** Called at most once, with the usage chunk's counts, when the stream ended. */
+  onUsage?(usage: Usage): void
+  /** Called once when the relay is over: `[DONE]` relayed (ok), or the stream cut, failed or left. */
+  onEnd?(outcome: RelayOutcome): void
+}
+
+export interface OpenAIPipe {
+  /** The caller's body. */
+  readable: ReadableStream<Uint8Array>
+  /**
+   * Waits for the upstream's first chunk within `ms` (it still goes to the caller). Rejects with
+   * `upstream_timeout` after `ms`, or with the read's error; resolves `false` when the upstream ended
+   * first. Either way the upstream is cancelled when it does not resolve `true`.
+   */
+  firstChunk(ms: number, message: string): Promise<boolean>
+  /** Starts the relay; call once, after `firstChunk` resolved `true`. */
+  start(): void
+}
+
+/** The tail read for the ending: at least this much of the answer's end, in bytes. */
+const TAIL_BYTES = 16 * 1024
+const TOTAL_MESSAGE = 'The answer took longer than podgate allows.'
+const CUT_MESSAGE = 'The upstream stream ended before the model finished.'
+const BROKEN_MESSAGE = 'The upstream connection broke before the model finished.'
+const CALLER_GONE = 'The caller went away.'
+const COMPRESSION = 'deflate-raw'
+const encoder = new TextEncoder()
+const ignore = () => undefined
+
+/**
+ * @example
+ * const pipe = pipeOpenAIStream({ body: upstream.body, abortUpstream, totalDeadline, onUsage, onEnd })
+ * if (!(await pipe.firstChunk(120_000, 'No first token in time.'))) throw ...
+ * pipe.start()
+ * return new Response(pipe.readable, { headers: SSE_HEADERS })
+ */
+export function pipeOpenAIStream(options: OpenAIPipeOptions): OpenAIPipe {
+  const totalDeadline = options.totalDeadline ?? Infinity
+  const body = options.body
+  let out!: ReadableStream<Uint8Array>
+  let copy!: ReadableStream<Uint8Array>
+  const { readable, writable } = identityStream()
+  const stop = new AbortController()
+  let first: Uint8Array | undefined
+  let forced: { error: GatewayError; event: string } | undefined
+  let closeListeners: Array<() => void> | undefined
+  let over = false
+
+  /** Ends the stream early: the caller's pipe stops and `event` goes out last. */
+  function force(error: GatewayError, event: string): void {
+    if (forced || over) return
+    forced = { error, event }
+    stop.abort(error)
+    options.abortUpstream(error)
+  }
+
+  async function relay(): Promise<void> {
+    const timer = totalDeadline === Infinity ? undefined : setTimeout(() => {
+      const error = new GatewayError('upstream_timeout', TOTAL_MESSAGE)
+      force(error, sseErrorText(error))
+    }, Math.max(0, totalDeadline - Date.now()))
+    // The first chunk, read before the tee, goes to the caller first; then the rest, piped.
+    ;[out, copy] = body.tee()
+    const kept = collect(copy.pipeThrough(new CompressionStream(COMPRESSION)))
+    if (first) {
+      const writer = writable.getWriter()
+      await writer.write(first).catch(ignore)
+      writer.releaseLock()
+    }
+    // preventAbort: the caller's body stays writable for the closing event whatever ended the pipe.
+    const piped = await out.pipeTo(writable, { preventClose: true, preventAbort: true, signal: stop.signal }).then(
+      () => true,
+      () => false,
+    )
+    if (timer !== undefined) clearTimeout(timer)
+    const writer = writable.getWriter()
+    // The pipe failed: the upstream broke, or the caller left (which only the write of the closing event
+    // below tells). Either way nothing more goes to the caller: stop the model, and the copy ends too.
+    if (!piped && !forced) options.abortUpstream(new GatewayError('upstream_error', BROKEN_MESSAGE))
+    const end = await tailEnd(first, await kept)
+    let error = forced?.error ?? end.error
+    let event = forced?.event ?? ''
+    if (!error && !end.done) {
+      error = new GatewayError('upstream_error', piped ? CUT_MESSAGE : BROKEN_MESSAGE)
+      event = sseErrorText(error)
+    }
+    if (event !== '') {
+      // The piped bytes may stop mid-event: a blank line first ends that fragment (a blank line after a
+      // whole event is a no-op), so the error event is read as its own.
+      const delivered = await writer.write(encoder.encode(`\n\n${event}`)).then(() => true, () => false)
+      if (!delivered && !forced) error = new GatewayError('upstream_error', CALLER_GONE)
+    }
+    // Settled before the caller's body closes: once it has, the request may end, and with it this code.
+    over = true
+    if (end.usage) options.onUsage?.(end.usage)
+    options.onEnd?.(error ? { ok: false, error, started: true } : { ok: true })
+    const listeners = closeListeners
+    closeListeners = undefined
+    if (listeners) for (const listener of listeners) listener()
+    await writer.close().catch(ignore)
+  }
+
+  registerStreamControl(readable, {
+    end(event) {
+      force(new GatewayError('invalid_api_key', 'The stream\'s API key stopped being valid.'), event)
+    },
+    onClose(listener) {
+      if (over) listener()
+      else (closeListeners ??= []).push(listener)
+    },
+  })
+
+  return {
+    readable,
+    async firstChunk(ms, message) {
+      // Read before the tee: the chunk is written to the caller by hand, then the rest is piped.
+      const reader = body.getReader()
+      let expired: ReturnType<typeof setTimeout> | undefined
+      const timeout = new Promise<never>((_, reject) => {
+        expired = setTimeout(() => reject(new GatewayError('upstream_timeout', message)), Math.max(0, ms))
+      })
+      try {
+        const next = await Promise.race([reader.read(), timeout])
+        if (next.done) return false
+        first = next.value
+        return true
+      } catch (error) {
+        reader.cancel().catch(ignore)
+        throw error
+      } finally {
+        if (expired !== undefined) clearTimeout(expired)
+        reader.releaseLock()
+      }
+    },
+    start() {
+      void relay()
+    },
+  }
+}
+
+/** The output chunks of `stream`, however it ends (an upstream that broke leaves what came before). */
+async function collect(stream: ReadableStream<Uint8Array>): Promise<Uint8Array[]> {
+  const chunks: Uint8Array[] = []
+  const reader = stream.getReader()
+  try {
+    for (;;) {
+      const next = await reader.read()
+      if (next.done) break
+      chunks.push(next.value)
+    }
+  } catch {
+    // A broken upstream leaves what came before it.
+  }
+  return chunks
+}
+
+/** The ending read from the answer's last bytes: the first chunk, then the inflated copy of the rest. */
+async function tailEnd(first: Uint8Array | undefined, deflated: Uint8Array[]): Promise<TailEnd> {
+  const inflated = new Blob(deflated).stream().pipeThrough(new DecompressionStream(COMPRESSION))
+  const tail: Uint8Array[] = first ? [first] : []
+  let bytes = first?.byteLength ?? 0
+  let whole = true
+  const reader = inflated.getReader()
+  try {
+    for (;;) {
+      const next = await reader.read()
+      if (next.done) break
+      tail.push(next.value)
+      bytes += next.value.byteLength
+      while (tail.length > 1 && bytes - tail[0]!.byteLength >= TAIL_BYTES) {
+        bytes -= tail.shift()!.byteLength
+        whole = false
+      }
+    }
+  } catch {
+    // A copy cut by a broken upstream inflates up to where it broke.
+  }
+  return readTail(tail, whole)
+}
+
+interface TailEnd {
+  /** The last event was `[DONE]`. */
+  done: boolean
+  usage?: Usage
+  /** A vLLM error event among the last events. */
+  error?: GatewayError
+}
+
+const decoder = new TextDecoder()
+const EVENT_BREAK = /\r\n\r\n|\n\n|\r\r/
+
+/**
+ * Reads the ending from the tail chunks: parsed once per stream, from the first event boundary in the
+ * tail (its first event may have been cut when older chunks were dropped).
+ */
+export function readTail(chunks: readonly Uint8Array[], whole: boolean): TailEnd {
+  let text = ''
+  for (const chunk of chunks) text += decoder.decode(chunk, { stream: true })
+  text += decoder.decode()
+  if (!whole) {
+    const boundary = EVENT_BREAK.exec(text)
+    text = boundary ? text.slice(boundary.index + boundary[0].length) : ''
+  }
+  const end: TailEnd = { done: false }
+  const parser = createParser({
+    onEvent(event) {
+      if (event.data === '[DONE]') {
+        end.done = true
+        return
+      }
+      end.done = false
+      let value: unknown
+      try {
+        value = JSON.parse(event.data)
+      } catch {
+        return
+      }
+      const message = upstreamErrorMessage(value)
+      if (message !== undefined) end.error ??= workerFailure(message)
+      else if (isRecord(value)) {
+        const usage = readUsage(value.usage)
+        if (usage) end.usage = usage
+      }
+    },
+  })
+  parser.feed(text)
+  return end
+}
+
+/** workerd's byte-pumped identity stream; a plain TransformStream where there is none (Node). */
+function identityStream(): { readable: ReadableStream<Uint8Array>; writable: WritableStream<Uint8Array> } {
+  if (typeof IdentityTransformStream === 'function') return new IdentityTransformStream()
+  return new TransformStream<Uint8Array, Uint8Array>()
+}

@@ -1,0 +1,289 @@
+/**
+ * The native relay (src/streaming/openai-pipe.ts): when no byte of an OpenAI-route stream needs changing,
+ * the caller gets exactly the upstream's bytes, piped by workerd; podgate still learns the usage, ends a
+ * cut stream with its error event, times out, fails over before the first byte, and stops the upstream
+ * when the caller leaves.
+ *
+ * Exact-byte cases use a scripted upstream (the harness's `fetch`); the timing and fault cases use the
+ * real HTTP emulator from test/global-setup.ts.
+ */
+import { env } from 'cloudflare:workers'
+import fc from 'fast-check'
+import { describe, expect, it } from 'vitest'
+import type { GatewayOptions } from '../src/index.ts'
+import { createRunpodEmulator } from '../src/testing/index.ts'
+import { bytesOf, cutRandom } from '../src/streaming/__fixtures__/vllm.ts'
+import { pipeOpenAIStream, readTail } from '../src/streaming/openai-pipe.ts'
+import type { RelayOutcome } from '../src/streaming/openai-relay.ts'
+import type { Usage } from '../src/streaming/openai-chunks.ts'
+import { authed, chatBody, harness, readSSE, RUNPOD_KEY } from './helpers.ts'
+
+/** vLLM's `--served-model-name` (aliases cannot hold a `/`, so a model whose alias is its served name has none). */
+const SERVED = 'Served-Model-8B'
+const MODELS: GatewayOptions['models'] = {
+  // The alias is the served name: nothing to rename.
+  [SERVED]: { endpoints: [{ endpointId: 'epsame' }], mode: 'openai' },
+  renamed: { endpoints: [{ endpointId: 'eprenamed' }], mode: 'openai', servedModelName: SERVED },
+  // The weights make the first pick (nearly) certain: the failing endpoint is tried first.
+  twice: { endpoints: [{ endpointId: 'epone', weight: 1e6 }, { endpointId: 'eptwo', weight: 1e-6 }], mode: 'openai', resilience: { retries: { baseDelayMs: 0 } } },
+}
+
+const head = `"id":"chatcmpl-up","object":"chat.completion.chunk","created":1700000000,"model":"${SERVED}"`
+const usage = { prompt_tokens: 12, completion_tokens: 9, total_tokens: 21 }
+/**
+ * Bytes the JavaScript relay would re-frame (a comment, `data:` without a space, CRLF line ends, an unknown
+ * field): a caller that receives them unchanged got them through the native pipe.
+ */
+const UPSTREAM_SSE = [
+  ': vLLM keep-alive\n\n',
+  `data:{${head},"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}\r\n\r\n`,
+  `data: {${head},"choices":[{"index":0,"delta":{"content":"Hello ✓"},"logprobs":null,"finish_reason":null}],"future_field":[1]}\n\n`,
+  `data: {${head},"choices":[{"index":0,"delta":{"content":""},"logprobs":null,"finish_reason":"stop","stop_reason":null}]}\n\n`,
+  `data: {${head},"choices":[],"usage":${JSON.stringify(usage)}}\n\n`,
+  'data: [DONE]\n\n',
+].join('')
+
+interface Upstream {
+  fetch: typeof fetch
+  /** Endpoint ids of the calls made, in order. */
+  calls: string[]
+}
+
+/**
+ * An upstream whose OpenAI-route stream is `pieces`, one chunk each. Its body is a byte stream, as a
+ * fetch body is, so podgate pipes it natively. It is still JavaScript's: workerd cannot abort a pipe
+ * from it while a read is pending, so podgate's forced endings (timeouts, revocation) and a caller's
+ * leaving are tested against the real HTTP emulator below, whose body is the runtime's.
+ */
+function scripted(pieces: (endpoint: string) => Array<string | Error>): Upstream {
+  const calls: string[] = []
+  const fetchFake = async (input: RequestInfo | URL, init?: RequestInit) => {
+    const request = new Request(input, init)
+    const endpoint = new URL(request.url).pathname.split('/')[2] ?? ''
+    calls.push(endpoint)
+    const queue = pieces(endpoint)
+    const body = new ReadableStream({
+      type: 'bytes',
+      pull(controller) {
+        const next = queue.shift()
+        if (next === undefined) controller.close()
+        else if (next instanceof Error) controller.error(next)
+        else controller.enqueue(bytesOf(next))
+      },
+    })
+    return new Response(body, { headers: { 'content-type': 'text/event-stream' } })
+  }
+  return { fetch: fetchFake as typeof fetch, calls }
+}
+
+const QUOTA_CLOCK = { now: () => Date.UTC(2026, 0, 1, 12, 0, 30) }
+
+async function setup(upstream: Upstream, overrides: Partial<GatewayOptions> = {}) {
+  const h = harness({ models: MODELS, fetch: upstream.fetch, quota: QUOTA_CLOCK, ...overrides }, createRunpodEmulator({ apiKey: RUNPOD_KEY }))
+  const { key } = await h.createKey({ name: 'pipe', quota: { tokensPerMinute: 100_000, strict: true } })
+  const stream = (model: string, extra: Record<string, unknown> = {}) =>
+    h.fetch('/v1/chat/completions', authed(key, chatBody(model, 'Hi', { stream: true, max_tokens: 16, ...extra })))
+  const minute = async () => {
+    await h.settle()
+    const report = (await (await h.fetch('/v1/usage', authed(key))).json()) as { windows: { minute: { tokens: number; requests: number } } }
+    return report.windows.minute
+  }
+  return { h, stream, minute }
+}
+
+const WITH_USAGE = { stream_options: { include_usage: true } }
+
+describe('native relay: the caller gets the upstream bytes', () => {
+  it('alias = served name and the caller asked for usage: byte for byte, usage settles the quota', async () => {
+    await fc.assert(
+      fc.asyncProperty(fc.integer({ min: 1, max: 1_000_000 }), async (seed) => {
+        const upstream = scripted(() => cutRandom(UPSTREAM_SSE, seed, 40))
+        const { stream, minute } = await setup(upstream)
+        const res = await stream(SERVED, WITH_USAGE)
+        expect(res.status).toBe(200)
+        expect(res.headers.get('content-type')).toContain('text/event-stream')
+        expect(await res.text()).toBe(UPSTREAM_SSE)
+        expect(await minute()).toMatchObject({ requests: 1, tokens: usage.total_tokens })
+      }),
+      { numRuns: 8 },
+    )
+  })
+
+  it("streaming.usage 'always': a caller that did not ask gets the usage chunk, and the bytes unchanged", async () => {
+    const { stream } = await setup(scripted(() => [UPSTREAM_SSE]), { streaming: { usage: 'always' } })
+    expect(await (await stream(SERVED)).text()).toBe(UPSTREAM_SSE)
+  })
+
+  it('streaming.rewriteModel false: the served name stays, the bytes are unchanged', async () => {
+    const { stream } = await setup(scripted(() => [UPSTREAM_SSE]), { streaming: { rewriteModel: false } })
+    expect(await (await stream('renamed', WITH_USAGE)).text()).toBe(UPSTREAM_SSE)
+  })
+
+  it('by default a renamed model or a caller without include_usage goes through the rewriting relay', async () => {
+    const { stream } = await setup(scripted(() => [UPSTREAM_SSE]))
+    const renamed = await readSSE(await stream('renamed', WITH_USAGE))
+    expect(renamed.slice(0, -1).map((e) => (e as { model: string }).model)).toEqual(['renamed', 'renamed', 'renamed', 'renamed'])
+    const stripped = await readSSE(await stream(SERVED))
+    expect(stripped.some((e) => typeof e === 'object' && e !== null && 'usage' in e)).toBe(false)
+    expect(stripped.at(-1)).toBe('[DONE]')
+  })
+})
+
+describe('native relay: endings', () => {
+  const cut = UPSTREAM_SSE.slice(0, UPSTREAM_SSE.indexOf('data: [DONE]'))
+
+  it('a stream that closes before [DONE] gets podgate\'s error event after every upstream byte', async () => {
+    const { stream } = await setup(scripted(() => cutRandom(cut, 7, 30)))
+    const text = await (await stream(SERVED, WITH_USAGE)).text()
+    expect(text.startsWith(cut)).toBe(true)
+    const last = await readSSE(new Response(text.slice(cut.length)))
+    expect(last).toEqual([{ error: expect.objectContaining({ code: 'upstream_error', message: 'The upstream stream ended before the model finished.' }) }])
+  })
+
+  it('a broken upstream connection ends with an error event, no [DONE]', async () => {
+    const { stream } = await setup(scripted(() => [...cutRandom(cut, 3, 30).slice(0, 4), new Error('connection reset')]))
+    const text = await (await stream(SERVED, WITH_USAGE)).text()
+    // The fragment of the event the break cut comes first (a client cannot parse it), then podgate's event.
+    expect(text.split('\n\n').at(-2)).toMatch(/^data: \{"error":\{"message":"The upstream connection broke before the model finished\./)
+    expect(text).not.toContain('[DONE]')
+  })
+
+  it("vLLM's own error event reaches the caller as vLLM wrote it, and the stream does not count as whole", async () => {
+    const vllmError = 'data: {"error":{"message":"CUDA out of memory","type":"InternalServerError","param":null,"code":500}}\n\n'
+    const sent = UPSTREAM_SSE.split('\n\n').slice(0, 3).join('\n\n') + '\n\n' + vllmError + 'data: [DONE]\n\n'
+    const { stream } = await setup(scripted(() => [sent]))
+    expect(await (await stream(SERVED, WITH_USAGE)).text()).toBe(sent)
+    const outcome = await pipeOutcome([sent])
+    expect(outcome.end).toMatchObject({ ok: false, started: true, error: { message: 'The model worker failed: CUDA out of memory' } })
+  })
+
+  it('an endpoint whose stream breaks before the first byte is failed over', async () => {
+    const upstream = scripted((endpoint) => (endpoint === 'epone' ? [new Error('reset before any byte')] : [UPSTREAM_SSE]))
+    const { stream } = await setup(upstream)
+    expect(await (await stream('twice', WITH_USAGE)).text()).toBe(UPSTREAM_SSE)
+    expect(upstream.calls).toEqual(['epone', 'eptwo'])
+  })
+})
+
+describe('native relay over a real HTTP upstream (the emulator)', () => {
+  const live = () =>
+    harness({
+      models: {
+        'chat-openai': { endpoints: [{ endpointId: 'vllmopenai' }], mode: 'openai' },
+        'chat-short': { endpoints: [{ endpointId: 'vllmopenai' }], mode: 'openai', servedModelName: 'chat-short', resilience: { timeouts: { totalMs: 1_500 } } },
+      },
+      runpod: { apiKey: RUNPOD_KEY, baseUrl: env.RUNPOD_BASE_URL },
+      fetch: undefined,
+      keyCacheTtlMs: 0,
+    })
+
+  it('the same answer as the rewriting relay, with the usage the caller asked for', async () => {
+    const h = live()
+    const { key } = await h.createKey({ name: 'live' })
+    const prompt = 'Tell me a story [[emulator:tokens=40]]'
+    const piped = await readSSE(await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai', prompt, { stream: true, max_tokens: 64, seed: 1, ...WITH_USAGE }))))
+    const relayed = await readSSE(await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai', prompt, { stream: true, max_tokens: 64, seed: 1 }))))
+    const isUsage = (e: unknown) => typeof e === 'object' && e !== null && (e as { choices?: unknown[] }).choices?.length === 0
+    const strip = (events: unknown[]) => events.filter((e) => !isUsage(e)).map((e) => (typeof e === 'object' && e !== null ? { ...e, id: '', created: 0 } : e))
+    expect(strip(piped)).toEqual(strip(relayed))
+    expect(piped.at(-2)).toMatchObject({ choices: [], usage: { completion_tokens: 40 } })
+    expect(piped.at(-1)).toBe('[DONE]')
+  })
+
+  // The native pipe does not watch each chunk, so a stall mid-answer ends at the total timeout (the idle
+  // timeout is the rewriting relay's).
+  it('a stall mid-answer ends at the total timeout with its error event after the bytes relayed', async () => {
+    const h = live()
+    const { key } = await h.createKey({ name: 'live' })
+    const events = await readSSE(await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-short', 'Hold [[emulator:fault=stall,after=3]]', { stream: true, max_tokens: 64, ...WITH_USAGE }))))
+    expect(events.length).toBeGreaterThan(3)
+    expect(events.at(-1)).toMatchObject({ error: { code: 'upstream_timeout', message: 'The answer took longer than podgate allows.' } })
+    expect(events).not.toContain('[DONE]')
+  })
+
+  it('tokens reach the caller as the model writes them, not at the end', async () => {
+    const h = live()
+    const { key } = await h.createKey({ name: 'live' })
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai', 'Slowly [[emulator:tokens=5,delay=150]]', { stream: true, max_tokens: 16, ...WITH_USAGE })))
+    const reader = res.body!.getReader()
+    let reads = 0
+    for (;;) {
+      const next = await reader.read()
+      if (next.done) break
+      reads++
+    }
+    // One read per token step (150 ms apart) and the ending; a relay that held the body back would give 1 or 2.
+    expect(reads).toBeGreaterThanOrEqual(5)
+  })
+
+  it('a caller who leaves mid-answer stops the upstream stream', async () => {
+    const h = live()
+    const { key } = await h.createKey({ name: 'live' })
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai', 'Long [[emulator:tokens=400,delay=20]]', { stream: true, max_tokens: 500, ...WITH_USAGE })))
+    const reader = res.body!.getReader()
+    expect((await reader.read()).done).toBe(false)
+    await reader.cancel()
+    const cancelled = async () => {
+      const calls = (await (await fetch(`${env.RUNPOD_BASE_URL.replace(/\/v2$/, '')}/__emulator/calls`)).json()) as Array<{ op: string; streamCancelled?: true }>
+      return calls.filter((call) => call.op === 'openai').at(-1)?.streamCancelled
+    }
+    await expect.poll(cancelled, { timeout: 3_000 }).toBe(true)
+  })
+
+  it('a worker failure mid-stream ends with podgate\'s error event, no [DONE]', async () => {
+    const h = live()
+    const { key } = await h.createKey({ name: 'live' })
+    const events = await readSSE(await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai', 'Go [[emulator:fault=mid_stream,after=5]]', { stream: true, max_tokens: 64, ...WITH_USAGE }))))
+    expect(events.length).toBeGreaterThanOrEqual(2)
+    expect(events.at(-1)).toMatchObject({ error: { code: 'upstream_error' } })
+    expect(events).not.toContain('[DONE]')
+  })
+})
+
+/** Runs the pipe alone over `pieces` and reads its body to the end: what it reported, and the bytes. */
+async function pipeOutcome(pieces: string[]) {
+  const queue = [...pieces]
+  const body = new ReadableStream<Uint8Array>({
+    pull(controller) {
+      const next = queue.shift()
+      if (next === undefined) controller.close()
+      else controller.enqueue(bytesOf(next))
+    },
+  })
+  let end: RelayOutcome | undefined
+  let seen: Usage | undefined
+  const pipe = pipeOpenAIStream({ body, onEnd: (outcome) => (end = outcome), onUsage: (u) => (seen = u) })
+  expect(await pipe.firstChunk(1_000, 'no first chunk')).toBe(true)
+  pipe.start()
+  const text = await new Response(pipe.readable).text()
+  await expect.poll(() => end, { timeout: 1_000 }).toBeDefined()
+  return { text, end: end!, usage: seen }
+}
+
+describe('pipeOpenAIStream', () => {
+  it('reports ok with the usage for a whole stream, a failure for a cut one, and the same bytes', async () => {
+    const whole = await pipeOutcome(cutRandom(UPSTREAM_SSE, 11, 50))
+    expect(whole).toEqual({ text: UPSTREAM_SSE, end: { ok: true }, usage })
+    const cut = await pipeOutcome([UPSTREAM_SSE.slice(0, 300)])
+    expect(cut.end).toMatchObject({ ok: false, started: true, error: { message: 'The upstream stream ended before the model finished.' } })
+    expect(cut.usage).toBeUndefined()
+  })
+})
+
+describe('readTail', () => {
+  it('finds [DONE], the usage and an error event however the tail was cut, and only whole events', () => {
+    const text = 'data: {"choices":[{"index":0,"delta":{"content":"x"}}]}\n\n'.repeat(400) + UPSTREAM_SSE
+    for (const seed of [1, 2, 3, 4, 5]) {
+      const chunks = cutRandom(bytesOf(text), seed, 700)
+      // Keep whole trailing chunks worth at least 16 KiB, as the relay does.
+      let bytes = 0
+      let from = chunks.length
+      while (from > 0 && bytes < 16 * 1024) bytes += chunks[--from]!.byteLength
+      expect(readTail(chunks.slice(from), from === 0)).toEqual({ done: true, usage })
+    }
+    expect(readTail([bytesOf(UPSTREAM_SSE.slice(0, -14))], true)).toEqual({ done: false, usage })
+    const failed = readTail([bytesOf('data: {"object":"error","message":"boom"}\n\ndata: [DONE]\n\n')], true)
+    expect(failed.done).toBe(true)
+    expect(failed.error?.message).toBe('The model worker failed: boom')
+  })
+})
