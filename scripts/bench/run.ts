@@ -6,7 +6,8 @@
  * Worker each in its own workerd (`workers.ts`), the bench-only CPU Worker (`cpu-worker/`), and Portkey
  * (`portkey.ts`, skipped with a note if it cannot be installed); measures cold starts (`cold-start.ts`),
  * then round-robin across targets so drift hits all alike, then the feature rows (`features.ts`); writes
- * BENCHMARKS.md, docs/bench.svg and `.bench/results.json`. Options (env): BENCH_QUICK=1 for a short smoke run.
+ * BENCHMARKS.md, docs/bench.svg and `.bench/results.json`. Options (env): BENCH_QUICK=1 for a short smoke run;
+ * BENCH_HOPS_ONLY=floor,pipe,gateway (a list of stream shapes, see scripts/bench/cpu-worker) prices only those and prints them.
  */
 import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs'
 import { cpus, loadavg, release, totalmem } from 'node:os'
