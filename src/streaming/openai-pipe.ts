@@ -178,41 +178,39 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): OpenAIPipe {
 /** The output chunks of `stream`, however it ends (an upstream that broke leaves what came before). */
 async function collect(stream: ReadableStream<Uint8Array>): Promise<Uint8Array[]> {
   const chunks: Uint8Array[] = []
-  const reader = stream.getReader()
-  try {
-    for (;;) {
-      const next = await reader.read()
-      if (next.done) break
-      chunks.push(next.value)
-    }
-  } catch {
-    // A broken upstream leaves what came before it.
-  }
+  await eachChunk(stream, (chunk) => chunks.push(chunk))
   return chunks
 }
 
 /** The ending read from the answer's last bytes: the first chunk, then the inflated copy of the rest. */
 async function tailEnd(first: Uint8Array | undefined, deflated: Uint8Array[]): Promise<TailEnd> {
-  const inflated = new Blob(deflated).stream().pipeThrough(new DecompressionStream(COMPRESSION))
   const tail: Uint8Array[] = first ? [first] : []
   let bytes = first?.byteLength ?? 0
   let whole = true
-  const reader = inflated.getReader()
+  // A copy cut by a broken upstream inflates up to where it broke.
+  await eachChunk(new Blob(deflated).stream().pipeThrough(new DecompressionStream(COMPRESSION)), (chunk) => {
+    tail.push(chunk)
+    bytes += chunk.byteLength
+    while (tail.length > 1 && bytes - tail[0]!.byteLength >= TAIL_BYTES) {
+      bytes -= tail.shift()!.byteLength
+      whole = false
+    }
+  })
+  return readTail(tail, whole)
+}
+
+/** Reads `stream` to its end, or to where it broke. */
+async function eachChunk(stream: ReadableStream<Uint8Array>, onChunk: (chunk: Uint8Array) => void): Promise<void> {
+  const reader = stream.getReader()
   try {
     for (;;) {
       const next = await reader.read()
-      if (next.done) break
-      tail.push(next.value)
-      bytes += next.value.byteLength
-      while (tail.length > 1 && bytes - tail[0]!.byteLength >= TAIL_BYTES) {
-        bytes -= tail.shift()!.byteLength
-        whole = false
-      }
+      if (next.done) return
+      onChunk(next.value)
     }
   } catch {
-    // A copy cut by a broken upstream inflates up to where it broke.
+    // What came before the break is kept.
   }
-  return readTail(tail, whole)
 }
 
 interface TailEnd {

@@ -56,69 +56,47 @@ function piped(upstream: Response, target: string): Response {
   return new Response(body, { headers: { 'content-type': 'text/event-stream' } })
 }
 
-const httpGateways = new Map<string, Promise<{ app: Hono<GatewayEnv>; key: string }>>()
+let httpGateway: Promise<{ app: Hono<GatewayEnv>; key: string }> | undefined
 
-/** podgate whole (auth, quota, cache lookup, logging to nowhere) over the real HTTP bench upstream. */
+/** podgate whole (auth, quota, the cache stage, logging to nowhere) over the real HTTP bench upstream. */
 async function gatewayOverHttp(url: URL, body: string, env: Env, ctx: ExecutionContext): Promise<Response> {
-  const mode = url.searchParams.get('mode')!
-  let made = httpGateways.get(mode)
-  if (!made) {
-    made = (async () => {
-      const app = createGateway({
-        models: { bench: { endpoints: [{ endpointId: 'bench' }], mode: 'openai' } },
-        runpod: { apiKey: 'bench-runpod-key', baseUrl: `${new URL(url.searchParams.get('upstream')!).origin}/v2` },
-        adminToken: ADMIN_TOKEN,
-        logSink: () => {},
-        kv: () => kv,
-        cache: { edgeCache: () => cache },
-      })
-      const res = await app.fetch(
-        new Request('http://podgate.bench/admin/keys', {
-          method: 'POST',
-          headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
-          body: JSON.stringify({ name: 'bench-http', quota: { requestsPerMinute: 1_000_000, tokensPerDay: 1_000_000_000 } }),
-        }),
-        env,
-        ctx,
-      )
-      return { app, key: ((await res.json()) as { key: string }).key }
-    })()
-    httpGateways.set(mode, made)
-  }
-  const { app, key } = await made
+  httpGateway ??= benchGateway({ baseUrl: `${new URL(url.searchParams.get('upstream')!).origin}/v2` }, env, ctx)
+  const { app, key } = await httpGateway
   return app.fetch(new Request('http://podgate.bench/v1/chat/completions', { method: 'POST', body, headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' } }), env, ctx)
 }
 
-let gateway: Hono<GatewayEnv> | undefined
-let apiKey: string | undefined
+/** A gateway over `upstream` with the bench key (a quota policy that never refuses, so the quota stage counts). */
+async function benchGateway(upstream: { baseUrl: string; fetch?: typeof fetch }, env: Env, ctx: ExecutionContext): Promise<{ app: Hono<GatewayEnv>; key: string }> {
+  const app = createGateway({
+    models: { bench: { endpoints: [{ endpointId: 'bench' }], mode: 'openai' } },
+    runpod: { apiKey: 'bench-runpod-key', baseUrl: upstream.baseUrl },
+    adminToken: ADMIN_TOKEN,
+    ...(upstream.fetch ? { fetch: upstream.fetch } : {}),
+    logSink: () => {},
+    kv: () => kv,
+    cache: { edgeCache: () => cache },
+  })
+  const res = await app.fetch(
+    new Request('http://podgate.bench/admin/keys', {
+      method: 'POST',
+      headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ name: 'bench', quota: { requestsPerMinute: 1_000_000, tokensPerDay: 1_000_000_000 } }),
+    }),
+    env,
+    ctx,
+  )
+  if (res.status !== 201) throw new Error(`creating the bench key failed: ${res.status} ${await res.text()}`)
+  return { app, key: ((await res.json()) as { key: string }).key }
+}
+
+let gateway: Promise<{ app: Hono<GatewayEnv>; key: string }> | undefined
 const kv = memoryKv()
 const cache = memoryCache()
 let seed = 0
 
 async function setup(env: Env, ctx: ExecutionContext): Promise<{ app: Hono<GatewayEnv>; key: string }> {
-  gateway ??= createGateway({
-    models: { bench: { endpoints: [{ endpointId: 'bench' }], mode: 'openai' } },
-    runpod: { apiKey: 'bench-runpod-key', baseUrl: 'http://upstream.bench/v2' },
-    adminToken: ADMIN_TOKEN,
-    fetch: fakeUpstream as typeof fetch,
-    logSink: () => {},
-    kv: () => kv,
-    cache: { edgeCache: () => cache },
-  })
-  if (!apiKey) {
-    const res = await gateway.fetch(
-      new Request('http://podgate.bench/admin/keys', {
-        method: 'POST',
-        headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' },
-        body: JSON.stringify({ name: 'bench', quota: { requestsPerMinute: 1_000_000, tokensPerDay: 1_000_000_000 } }),
-      }),
-      env,
-      ctx,
-    )
-    if (res.status !== 201) throw new Error(`creating the bench key failed: ${res.status} ${await res.text()}`)
-    apiKey = ((await res.json()) as { key: string }).key
-  }
-  return { app: gateway, key: apiKey }
+  gateway ??= benchGateway({ baseUrl: 'http://upstream.bench/v2', fetch: fakeUpstream as typeof fetch }, env, ctx)
+  return gateway
 }
 
 /**
