@@ -252,7 +252,8 @@ async function pipeOutcome(pieces: string[]) {
   })
   let end: RelayOutcome | undefined
   let seen: Usage | undefined
-  const pipe = pipeOpenAIStream({ body, onEnd: (outcome) => (end = outcome), onUsage: (u) => (seen = u) })
+  // Nothing to stop: the body ends by itself.
+  const pipe = pipeOpenAIStream({ body, abortUpstream: () => undefined, onEnd: (outcome) => (end = outcome), onUsage: (u) => (seen = u) })
   expect(await pipe.firstChunk(1_000, 'no first chunk')).toBe(true)
   pipe.start()
   const text = await new Response(pipe.readable).text()
