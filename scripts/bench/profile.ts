@@ -13,7 +13,7 @@
  *    Chrome DevTools. It samples wall-clock time, so over HTTP it also counts time the isolate spent
  *    waiting inside a native call; without perf, its summary (`cpu-profile.ts`) stands in, with that caveat.
  *
- * Scenarios (all by default; name some to run those): `http-json`, `http-json-bypass`, `http-stream`
+ * Scenarios (all by default; name some to run those): `http-json`, `http-json-bypass`, `http-stream`, `http-stream-cacheable`
  * (podgate's bundle over HTTP from the bench upstream on loopback, served as `npm run bench` serves it but
  * not minified, so functions keep their names), `floor-json`, `floor-stream` (the pass-through Worker
  * under the same load), `micro-json`, `micro-stream` (the CPU bench Worker's in-process loop, in-memory
@@ -31,6 +31,9 @@ import type { Owner, StackProfile } from './native-profile.ts'
 import { cpuNs, freePort } from './processes.ts'
 import { startUpstream } from './upstream.ts'
 import { chatBody, typicalChat } from './wire.ts'
+
+/** What the bench upstream is asked to send (events, pacing). */
+type Traffic = Parameters<typeof chatBody>[1]
 import { bundleWorker, startFloor, startPodgate, startWorker } from './workers.ts'
 import type { ServedWorker } from './workers.ts'
 
@@ -101,7 +104,10 @@ async function main(): Promise<void> {
 
   const at = (served: Served): Target => ({ name: 'profiled', url: `${served.server.url}/v1/chat/completions`, headers: { authorization: `Bearer ${served.key}` } })
   const json = (body: () => string) => (served: Served) => async () => (await timeJson(at(served), body()), 1)
-  const stream = (served: Served) => async () => (await timeStream(at(served), typicalChat('bench', { events: 2000, first: 0, gap: 0 }, true))).events
+  const stream = (body: (scenario: Traffic, stream: boolean) => string) => (served: Served) => async () =>
+    (await timeStream(at(served), body({ events: 2000, first: 0, gap: 0 }, true))).events
+  const sampled = (scenario: Traffic, isStream: boolean) => chatBody('bench', scenario, isStream)
+  const cacheable = (scenario: Traffic, isStream: boolean) => typicalChat('bench', scenario, isStream)
   const loop = (query: string, units: number) => (served: Served) => async () => {
     const res = await fetch(`${served.server.url}/loop?${query}`)
     if (res.status !== 200) throw new Error(`cpu worker: ${res.status} ${await res.text()}`)
@@ -111,9 +117,10 @@ async function main(): Promise<void> {
   const all: Scenario[] = [
     { name: 'http-json', what: 'podgate over HTTP: the typical JSON call (cacheable and new: cache lookup, miss, store), one at a time, upstream answering at once', server: 'podgate', unit: 'request', work: json(() => typicalChat('bench', { first: 0 })) },
     { name: 'http-json-bypass', what: 'podgate over HTTP: a JSON call the cache skips (temperature 0.7, no seed), one at a time', server: 'podgate', unit: 'request', work: json(() => chatBody('bench', { first: 0 })) },
-    { name: 'http-stream', what: 'podgate over HTTP: the typical streamed call, 2000 events written as fast as the socket takes them, one stream at a time', server: 'podgate', unit: 'event', work: stream },
+    { name: 'http-stream', what: 'podgate over HTTP: the typical streamed call (sampled: the native pipe), 2000 events written as fast as the socket takes them, one stream at a time', server: 'podgate', unit: 'event', work: stream(sampled) },
+    { name: 'http-stream-cacheable', what: 'podgate over HTTP: a cacheable streamed call (new seed: the cache captures it), 2000 events, one stream at a time', server: 'podgate', unit: 'event', work: stream(cacheable) },
     { name: 'floor-json', what: 'the floor (pass-through Worker) under the load of http-json', server: 'floor', unit: 'request', work: json(() => typicalChat('bench', { first: 0 })) },
-    { name: 'floor-stream', what: 'the floor under the load of http-stream', server: 'floor', unit: 'event', work: stream },
+    { name: 'floor-stream', what: 'the floor under the load of http-stream', server: 'floor', unit: 'event', work: stream(sampled) },
     { name: 'micro-json', what: 'CPU bench loop: the typical JSON call through createGateway(...).fetch in process (in-memory KV and cache, an upstream answering at once), 100 per step', server: 'micro', unit: 'request', work: loop('target=gateway&n=100&cache=miss', 100) },
     // 1000 content events, then the stop chunk, the usage chunk and [DONE].
     { name: 'micro-stream', what: 'CPU bench loop: streamed calls of 1000 events through the gateway in process, 5 per step', server: 'micro', unit: 'event', work: loop('target=gateway&n=5&stream=1&events=1000', 5 * 1003) },

@@ -57,7 +57,7 @@ export interface Results {
     stages: { cacheMiss: string; cacheHit: string; quota: string }
   }
   /** workerd CPU per event over real HTTP, per stream shape (`hop` in the CPU Worker). */
-  hops: Array<{ mode: string; eventUs: number; eventsPerSecond: number }>
+  hops: Array<{ mode: string; eventUs: number; eventsPerSecond: number; firstByteMs?: number }>
   /** scripts/bench/cache.ts's own rendering of its run, when the tree has it. */
   cacheBench?: string | undefined
   /** `minify`: wrangler.toml's top-level `minify = true`, which the shipped bundle was built with. */

@@ -82,7 +82,7 @@ async function main(): Promise<void> {
   log(`upstream on ${upstream.url}`)
   if (process.env.BENCH_HOPS_ONLY) {
     const worker = await startCpuWorker()
-    for (const hop of await measureHops(worker.url, worker.workerdPid, `${upstream.url}/v1/chat/completions`, 3)) log(`${hop.mode}: ${hop.eventUs.toFixed(1)} µs/event, ${hop.eventsPerSecond.toFixed(0)} events/s`)
+    for (const hop of await measureHops(worker.url, worker.workerdPid, `${upstream.url}/v1/chat/completions`, 3)) log(`${hop.mode}: ${hop.eventUs.toFixed(1)} µs/event, ${hop.eventsPerSecond.toFixed(0)} events/s, first byte p50 ${hop.firstByteMs?.toFixed(2)} ms`)
     return
   }
 
@@ -354,7 +354,7 @@ async function runCacheBenchIfPresent(): Promise<string | undefined> {
 /** workerd CPU per relayed event over real HTTP for each stream shape (see `hop` in the CPU Worker), round-robin. */
 async function measureHops(url: string, pid: number, upstreamUrl: string, reps: number): Promise<Results['hops']> {
   const modes = (process.env.BENCH_HOPS_ONLY ? process.env.BENCH_HOPS_ONLY.split(',') : ['floor', 'identity', 'timer', 'relay', 'timer-relay', 'native-pipe', 'tee-watch', 'js-writer', 'tee-pipe', 'pipe-tee', 'tee-pipe-drain', 'tee-pipe-idle', 'pipe', 'pipe-waituntil', 'gateway']) as string[]
-  const totals = new Map<string, { ns: number; events: number; seconds: number }>()
+  const totals = new Map<string, { ns: number; events: number; seconds: number; firstBytes: number[] }>()
   for (let rep = 0; rep <= reps; rep++) {
     for (const mode of modes) {
       const before = cpuNs(pid)
@@ -362,7 +362,8 @@ async function measureHops(url: string, pid: number, upstreamUrl: string, reps: 
       const target: Target = { name: 'podgate', url: `${url}/hop?mode=${mode}&events=2000&upstream=${encodeURIComponent(upstreamUrl)}`, headers: {} }
       const run = await timeStream(target, '')
       if (rep === 0) continue // warm-up
-      const total = totals.get(mode) ?? { ns: 0, events: 0, seconds: 0 }
+      const total = totals.get(mode) ?? { ns: 0, events: 0, seconds: 0, firstBytes: [] }
+      total.firstBytes.push(run.firstByte)
       total.ns += cpuNs(pid) - before
       total.events += run.events
       total.seconds += (performance.now() - started) / 1000
@@ -371,7 +372,7 @@ async function measureHops(url: string, pid: number, upstreamUrl: string, reps: 
   }
   return modes.map((mode) => {
     const t = totals.get(mode)!
-    return { mode, eventUs: t.ns / t.events / 1e3, eventsPerSecond: t.events / t.seconds }
+    return { mode, eventUs: t.ns / t.events / 1e3, eventsPerSecond: t.events / t.seconds, firstByteMs: percentile(t.firstBytes, 50) }
   })
 }
 

@@ -5,12 +5,13 @@
  * cost as soon as JavaScript produces, transforms or reads along (scripts/bench/NOTES.md measures each).
  * The one that keeps podgate in charge of the ending: the upstream body is `tee`d; one branch is piped by
  * workerd into the caller's body (an `IdentityTransformStream`, left open); the other is piped by workerd
- * through a `CompressionStream`, whose few output chunks JavaScript keeps. JavaScript reading a `tee`
- * branch chunk by chunk would switch the whole tee to the slow path, and a sink that reads the copy in
- * large blocks (`Response.arrayBuffer()`) holds the caller's branch back until the block fills: the
- * compressor reads as the bytes come. When the caller's pipe is done, JavaScript reads the
- * copy's last part (the tail) for `[DONE]`, the usage chunk and any vLLM error event, writes podgate's
- * error event if the stream was cut, and closes the caller's body.
+ * through a `CompressionStream` and a `DecompressionStream`, which hand it back in a few large blocks, of
+ * which JavaScript keeps the last (the tail). JavaScript reading a `tee` branch chunk by chunk would switch
+ * the whole tee to the slow path, and a sink that reads the copy in large blocks itself
+ * (`Response.arrayBuffer()`) holds the caller's branch back until the block fills: the compressor reads
+ * as the bytes come. When the caller's pipe is done, JavaScript reads the tail for `[DONE]`, the usage
+ * chunk and any vLLM error event, writes podgate's error event if the stream was cut, and closes the
+ * caller's body.
  *
  * Endings, as the rewriting relay's (openai-relay.ts): a stream cut before `[DONE]` (the upstream broke
  * or closed, the total timeout, the key revoked, the caller's first-token wait) ends with podgate's error
@@ -18,7 +19,8 @@
  * and then `[DONE]`); the stream settles as failed. Not enforced here: the idle timeout between chunks
  * (watching each chunk is what costs); a stalled stream ends at the total timeout.
  *
- * Memory: the deflated copy of the answer (SSE JSON compresses ~10×) until the stream ends.
+ * Memory: the compressor's and inflater's windows and the tail (16 KiB or one re-chunked block), whatever
+ * the answer's length.
  */
 import { createParser } from 'eventsource-parser'
 import { GatewayError } from '../errors/index.ts'
@@ -98,7 +100,9 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): OpenAIPipe {
     }, Math.max(0, totalDeadline - Date.now()))
     // The first chunk, read before the tee, goes to the caller first; then the rest, piped.
     ;[out, copy] = body.tee()
-    const kept = collect(copy.pipeThrough(new CompressionStream(COMPRESSION)))
+    // Deflating and inflating again re-chunks the copy natively: JavaScript wakes once per block of
+    // tens of KiB, not per chunk, and keeps only the tail.
+    const ending = tailOf(copy.pipeThrough(new CompressionStream(COMPRESSION)).pipeThrough(new DecompressionStream(COMPRESSION)), first)
     if (first) {
       const writer = writable.getWriter()
       await writer.write(first).catch(ignore)
@@ -114,7 +118,7 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): OpenAIPipe {
     // The pipe failed: the upstream broke, or the caller left (which only the write of the closing event
     // below tells). Either way nothing more goes to the caller: stop the model, and the copy ends too.
     if (!piped && !forced) options.abortUpstream(new GatewayError('upstream_error', BROKEN_MESSAGE))
-    const end = await tailEnd(first, await kept)
+    const end = await ending
     let error = forced?.error ?? end.error
     let event = forced?.event ?? ''
     if (!error && !end.done) {
@@ -175,20 +179,12 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): OpenAIPipe {
   }
 }
 
-/** The output chunks of `stream`, however it ends (an upstream that broke leaves what came before). */
-async function collect(stream: ReadableStream<Uint8Array>): Promise<Uint8Array[]> {
-  const chunks: Uint8Array[] = []
-  await eachChunk(stream, (chunk) => chunks.push(chunk))
-  return chunks
-}
-
-/** The ending read from the answer's last bytes: the first chunk, then the inflated copy of the rest. */
-async function tailEnd(first: Uint8Array | undefined, deflated: Uint8Array[]): Promise<TailEnd> {
+/** The ending read from the answer's last bytes: `first`, then `rest` (read to its end or its break). */
+async function tailOf(rest: ReadableStream<Uint8Array>, first: Uint8Array | undefined): Promise<TailEnd> {
   const tail: Uint8Array[] = first ? [first] : []
   let bytes = first?.byteLength ?? 0
   let whole = true
-  // A copy cut by a broken upstream inflates up to where it broke.
-  await eachChunk(new Blob(deflated).stream().pipeThrough(new DecompressionStream(COMPRESSION)), (chunk) => {
+  await eachChunk(rest, (chunk) => {
     tail.push(chunk)
     bytes += chunk.byteLength
     while (tail.length > 1 && bytes - tail[0]!.byteLength >= TAIL_BYTES) {
