@@ -148,6 +148,21 @@ describe('native relay: endings', () => {
     expect(text).not.toContain('[DONE]')
   })
 
+  it('a connection that breaks after the usage chunk still settles the quota from it, and ends with an error event', async () => {
+    const beforeDone = UPSTREAM_SSE.slice(0, UPSTREAM_SSE.indexOf('data: [DONE]'))
+    const { stream, minute } = await setup(scripted(() => [...cutRandom(beforeDone, 5, 60), new Error('connection reset')]))
+    const text = await (await stream(SERVED, WITH_USAGE)).text()
+    expect(text.startsWith(beforeDone)).toBe(true)
+    expect(text).toMatch(/data: \{"error":\{"message":"The upstream connection broke before the model finished\./)
+    expect(await minute()).toMatchObject({ requests: 1, tokens: usage.total_tokens })
+  })
+
+  it('a connection that breaks after [DONE] is a whole answer: nothing is written after [DONE]', async () => {
+    const { stream, minute } = await setup(scripted(() => [...cutRandom(UPSTREAM_SSE, 9, 60), new Error('connection reset')]))
+    expect(await (await stream(SERVED, WITH_USAGE)).text()).toBe(UPSTREAM_SSE)
+    expect(await minute()).toMatchObject({ requests: 1, tokens: usage.total_tokens })
+  })
+
   it("vLLM's own error event reaches the caller as vLLM wrote it, and the stream does not count as whole", async () => {
     const vllmError = 'data: {"error":{"message":"CUDA out of memory","type":"InternalServerError","param":null,"code":500}}\n\n'
     const sent = UPSTREAM_SSE.split('\n\n').slice(0, 3).join('\n\n') + '\n\n' + vllmError + 'data: [DONE]\n\n'

@@ -20,7 +20,8 @@
  * (watching each chunk is what costs); a stalled stream ends at the total timeout.
  *
  * Memory: the compressor's and inflater's windows and the tail (16 KiB or one re-chunked block), whatever
- * the answer's length.
+ * the answer's length; and what the `tee` buffers for the branch that reads slower (a caller slower than
+ * the model, or the compressor on a stream sent faster than it deflates).
  */
 import { createParser } from 'eventsource-parser'
 import { GatewayError } from '../errors/index.ts'
@@ -84,25 +85,52 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): OpenAIPipe {
   let forced: { error: GatewayError; event: string } | undefined
   let closeListeners: Array<() => void> | undefined
   let over = false
+  /** The upstream is done (its copy ended): the caller reads the rest of a decided stream, nothing cuts it. */
+  let upstreamDone = false
+  let timer: ReturnType<typeof setTimeout> | undefined
 
-  /** Ends the stream early: the caller's pipe stops and `event` goes out last. */
+  /** Settles once: the usage, the outcome, then the close listeners (the revocation check's timer). */
+  function report(outcome: RelayOutcome, usage?: Usage): void {
+    if (over) return
+    over = true
+    if (usage) options.onUsage?.(usage)
+    options.onEnd?.(outcome)
+    const listeners = closeListeners
+    closeListeners = undefined
+    if (listeners) for (const listener of listeners) listener()
+  }
+
+  /**
+   * Ends the stream early: the caller's pipe stops and `event` goes out last. It settles at once: the
+   * event waits for the pipe to let go of the caller's body, which a runtime-produced upstream body does
+   * at once, and a JavaScript-produced one only after its pending read.
+   */
   function force(error: GatewayError, event: string): void {
-    if (forced || over) return
+    if (forced || over || upstreamDone) return
     forced = { error, event }
     stop.abort(error)
     options.abortUpstream(error)
+    report({ ok: false, error, started: true })
   }
 
   async function relay(): Promise<void> {
-    const timer = totalDeadline === Infinity ? undefined : setTimeout(() => {
-      const error = new GatewayError('upstream_timeout', TOTAL_MESSAGE)
-      force(error, sseErrorText(error))
-    }, Math.max(0, totalDeadline - Date.now()))
+    if (totalDeadline !== Infinity) {
+      timer = setTimeout(() => {
+        const error = new GatewayError('upstream_timeout', TOTAL_MESSAGE)
+        force(error, sseErrorText(error))
+      }, Math.max(0, totalDeadline - Date.now()))
+    }
     // The first chunk, read before the tee, goes to the caller first; then the rest, piped.
     ;[out, copy] = body.tee()
     // Deflating and inflating again re-chunks the copy natively: JavaScript wakes once per block of
-    // tens of KiB, not per chunk, and keeps only the tail.
-    const ending = tailOf(copy.pipeThrough(new CompressionStream(COMPRESSION)).pipeThrough(new DecompressionStream(COMPRESSION)), first)
+    // tens of KiB, not per chunk, and keeps only the tail. A copy that breaks closes the compressor
+    // instead of aborting it, so the end it still holds (the usage, `[DONE]`) is flushed, not lost.
+    const compressor = new CompressionStream(COMPRESSION)
+    copy.pipeTo(compressor.writable, { preventAbort: true }).catch(() => compressor.writable.close().catch(ignore))
+    const ending = tailOf(compressor.readable.pipeThrough(new DecompressionStream(COMPRESSION)), first).finally(() => {
+      upstreamDone = true
+      if (timer !== undefined) clearTimeout(timer)
+    })
     if (first) {
       const writer = writable.getWriter()
       await writer.write(first).catch(ignore)
@@ -119,8 +147,11 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): OpenAIPipe {
     // below tells). Either way nothing more goes to the caller: stop the model, and the copy ends too.
     if (!piped && !forced) options.abortUpstream(new GatewayError('upstream_error', BROKEN_MESSAGE))
     const end = await ending
+    // A tail that ends with `[DONE]` and holds no error event is a whole answer, however the connection
+    // ended after it: nothing is written after `[DONE]`.
     let error = forced?.error ?? end.error
-    let event = forced?.event ?? ''
+    // podgate ended it just as the whole answer went out (a revocation racing the end): nothing after `[DONE]`.
+    let event = forced && !(piped && end.done) ? forced.event : ''
     if (!error && !end.done) {
       error = new GatewayError('upstream_error', piped ? CUT_MESSAGE : BROKEN_MESSAGE)
       event = sseErrorText(error)
@@ -132,12 +163,7 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): OpenAIPipe {
       if (!delivered && !forced) error = new GatewayError('upstream_error', CALLER_GONE)
     }
     // Settled before the caller's body closes: once it has, the request may end, and with it this code.
-    over = true
-    if (end.usage) options.onUsage?.(end.usage)
-    options.onEnd?.(error ? { ok: false, error, started: true } : { ok: true })
-    const listeners = closeListeners
-    closeListeners = undefined
-    if (listeners) for (const listener of listeners) listener()
+    report(error ? { ok: false, error, started: true } : { ok: true }, end.usage)
     await writer.close().catch(ignore)
   }
 
