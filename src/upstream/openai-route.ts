@@ -124,10 +124,12 @@ const FIRST_TOKEN_MESSAGE = 'The model produced no first token in time.'
 const ENDED_MESSAGE = 'The upstream stream ended before its first byte.'
 
 /**
- * A byte stream the runtime produced (a fetch body) accepts a BYOB reader; a JavaScript `ReadableStream`
- * does not. Only the runtime's own streams are piped natively: workerd cannot abort a pipe from a
- * JavaScript stream while its read is pending, so a timeout could not end a stalled one (in-process
- * upstreams such as `podgate/testing`'s emulator take the JavaScript relay instead).
+ * A byte stream (a fetch body) accepts a BYOB reader; a default JavaScript `ReadableStream` does not.
+ * Only byte streams are piped natively: workerd cannot abort a pipe from a JavaScript stream while its
+ * read is pending, so a timeout could not end a stalled one (in-process upstreams such as
+ * `podgate/testing`'s emulator take the JavaScript relay instead). A JavaScript stream of `type: 'bytes'`
+ * from a custom `fetch` passes this test: if it stalls, the timeout still settles the request at once,
+ * and the caller's stream ends when its pending read does.
  */
 function isByteStream(body: ReadableStream<Uint8Array>): boolean {
   try {
