@@ -35,13 +35,7 @@ export async function openaiRouteCompletion(call: CompletionCall): Promise<Respo
 
   return plan.run(async (endpoint) => {
     const timeoutMs = Math.min(call.runpod.timeoutMs, timeouts.totalMs)
-    const upstream = await client.openai(endpoint, path, body, { signal: call.signal, timeoutMs })
-    let json: Record<string, unknown>
-    try {
-      json = (await upstream.json()) as Record<string, unknown>
-    } catch (cause) {
-      throw new GatewayError('upstream_error', 'The upstream answered with a body that is not JSON, or it broke off.', { cause })
-    }
+    const json = (await client.openaiJson(endpoint, path, body, { signal: call.signal, timeoutMs })) as Record<string, unknown>
     const message = upstreamErrorMessage(json)
     if (message !== undefined) throw workerFailure(message)
     if (typeof json !== 'object' || json === null || !Array.isArray(request.kind === 'embedding' ? json.data : json.choices)) {
