@@ -15,6 +15,7 @@ import { createOpenAIRelay } from '../streaming/openai-relay.ts'
 import type { RelayOutcome } from '../streaming/openai-relay.ts'
 import { pipeOpenAIStream } from '../streaming/openai-pipe.ts'
 import { GatewayError } from '../errors/index.ts'
+import { jsonAnswerResponse } from '../pipeline/json-answer.ts'
 import { retryableFailure } from './retry.ts'
 import { upstreamErrorMessage, workerFailure } from '../streaming/vllm.ts'
 import { SSE_HEADERS } from './types.ts'
@@ -43,7 +44,7 @@ export async function openaiRouteCompletion(call: CompletionCall): Promise<Respo
     }
     json.model = model.alias
     call.settle({ ok: true, usage: json.usage as TokenUsage | undefined })
-    return Response.json(json)
+    return jsonAnswerResponse(json)
   })
 }
 
