@@ -18,7 +18,7 @@ import type { AnswerCapture, CachedAnswer, CapturedEvent } from './answer.ts'
 import { follow } from './follow.ts'
 import { Flight } from './flight.ts'
 import { metaOf, parseJson, withCacheHeaders } from './replay.ts'
-import { writeEntry } from './store.ts'
+import { fitsInBytes, writeEntry } from './store.ts'
 import type { CacheRun, Plan } from './run.ts'
 
 /** What one leader needs besides the flight: its context, the flight's release and the store write. */
@@ -74,7 +74,7 @@ export async function lead(run: CacheRun, ctx: CompletionContext, next: Completi
 async function captureJson(leader: Leader, response: Response): Promise<Response> {
   const parsed = jsonAnswerOf(response)
   if (parsed) {
-    if (!fitsIn(parsed.text, leader.run.options.maxEntryBytes)) return passOn(leader, response)
+    if (!fitsInBytes(parsed.text, leader.run.options.maxEntryBytes)) return passOn(leader, response)
     return recordJson(leader, parsed.text, parsed.body, response)
   }
   const { flight, release } = leader
@@ -119,14 +119,6 @@ async function recordJson(leader: Leader, text: string, json: unknown, response:
     flight.fail(outcome.error, leader.callerGone())
   }
   return withCacheHeaders(response, 'MISS', 0)
-}
-
-/** Whether `text` is at most `maxBytes` of UTF-8, encoding it only when its length leaves that open. */
-function fitsIn(text: string, maxBytes: number): boolean {
-  // A UTF-16 code unit takes one to three bytes of UTF-8 (a surrogate pair four for its two).
-  if (text.length > maxBytes) return false
-  if (text.length * 3 <= maxBytes) return true
-  return new TextEncoder().encode(text).byteLength <= maxBytes
 }
 
 /** A stream: read here, not by the leader's response, so joiners never wait on how fast it reads. */
