@@ -20,6 +20,7 @@ import { ConfigError, resolveConfig } from './config/resolve.ts'
 import { podgateCors } from './cors/index.ts'
 import type { GatewayOptionsInput } from './config/schema.ts'
 import { GatewayError } from './errors/index.ts'
+import { setAnswerHeader } from './http/headers.ts'
 import { createLogger } from './http/log.ts'
 import type { LogSink } from './http/log.ts'
 import { createErrorHandler, errorResponse, formatForPath } from './http/respond.ts'
@@ -114,7 +115,7 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
     const id = crypto.randomUUID()
     c.set('requestId', id)
     await next()
-    c.header('x-request-id', id)
+    setAnswerHeader(c, 'x-request-id', id)
   })
 
   app.get('/healthz', (c) => c.json({ ok: true }))

@@ -190,6 +190,40 @@ describe('scopes and tiers', () => {
   })
 })
 
+describe('the entry size bound', () => {
+  const answerWith = (content: string) => ({
+    id: 'chatcmpl-bound',
+    object: 'chat.completion',
+    created: 1_700_000_000,
+    model: 'chat-openai',
+    choices: [{ index: 0, message: { role: 'assistant', content }, finish_reason: 'stop' }],
+    usage: { prompt_tokens: 5, completion_tokens: 7, total_tokens: 12 },
+  })
+  /**
+   * Content that makes the answer exactly `bytes` of UTF-8, mostly two-byte characters, so its UTF-16
+   * length alone cannot tell whether it fits.
+   */
+  const contentOf = (bytes: number) => {
+    const room = bytes - new TextEncoder().encode(JSON.stringify(answerWith(''))).byteLength
+    return 'é'.repeat(Math.floor(room / 2)) + 'a'.repeat(room % 2)
+  }
+
+  it.each([
+    ['exactly maxEntryBytes is stored', 0, 'HIT'],
+    ['one byte over passes through whole and is not stored', 1, 'MISS'],
+  ])('a JSON answer of %s', async (_name, over, second) => {
+    const maxEntryBytes = 2048
+    const content = contentOf(maxEntryBytes + over)
+    const upstream = (async () => Response.json(answerWith(content))) as typeof fetch
+    const { chat } = await setup({ fetch: upstream, cache: { maxEntryBytes } })
+    const body = deterministic('chat-openai', `bound ${over}`)
+    const first = await chat(body)
+    expect(first.headers.get('x-podgate-cache')).toBe('MISS')
+    expect(await first.text()).toBe(JSON.stringify(answerWith(content)))
+    expect((await chat(body)).headers.get('x-podgate-cache')).toBe(second)
+  })
+})
+
 describe('stream replay', () => {
   it.each(MODEL_NAMES)('%s chat: a replayed stream has the live text, chunks and usage', async (model) => {
     const { chat, jobs } = await setup()

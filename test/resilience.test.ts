@@ -203,6 +203,28 @@ describe('timeouts cancel the job and say so', () => {
   })
 })
 
+describe('a JSON answer under the timeout', () => {
+  it('chat-openai: a body that stalls mid-way ends at the timeout with an error, not a hang', async () => {
+    const stalling = (async (_input: RequestInfo | URL, init?: RequestInit) => {
+      const signal = init?.signal
+      const body = new ReadableStream<Uint8Array>({
+        start(controller) {
+          controller.enqueue(new TextEncoder().encode('{"id":"chatcmpl-stall","object":"chat.completion","choices":['))
+          // As a fetch body does: aborting the call errors its body.
+          signal?.addEventListener('abort', () => controller.error(signal.reason))
+        },
+      })
+      return new Response(body, { headers: { 'content-type': 'application/json' } })
+    }) as typeof fetch
+    const models = { 'chat-openai': { endpoints: [{ endpointId: 'oaia' }], mode: 'openai' as const, resilience: { timeouts: { totalMs: 300 } } } }
+    const h = harness({ models, fetch: stalling })
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai', 'Hello')))
+    expect(res.status).toBe(502)
+    expect(((await res.json()) as OpenAIError).error).toMatchObject({ code: 'upstream_error', message: 'The upstream answered with a body that is not JSON, or it broke off.' })
+  })
+})
+
 describe('honest stream failures', () => {
   it.each(MODELS)('%s: output then failure: the error event ends it, never [DONE], and no retry runs it twice', async (model) => {
     const h = setup()

@@ -11,13 +11,14 @@ import { createParser } from 'eventsource-parser'
 import { GatewayError, toGatewayError } from '../errors/index.ts'
 import { waitUntilOf } from '../http/context.ts'
 import type { CompletionContext, CompletionHandler } from '../pipeline/index.ts'
+import { jsonAnswerOf } from '../pipeline/json-answer.ts'
 import { isRecord } from '../streaming/vllm.ts'
 import { captureJsonAnswer, createAnswerCapture } from './answer.ts'
 import type { AnswerCapture, CachedAnswer, CapturedEvent } from './answer.ts'
 import { follow } from './follow.ts'
 import { Flight } from './flight.ts'
 import { metaOf, parseJson, withCacheHeaders } from './replay.ts'
-import { writeEntry } from './store.ts'
+import { fitsInBytes, writeEntry } from './store.ts'
 import type { CacheRun, Plan } from './run.ts'
 
 /** What one leader needs besides the flight: its context, the flight's release and the store write. */
@@ -66,9 +67,17 @@ export async function lead(run: CacheRun, ctx: CompletionContext, next: Completi
   return ctx.request.stream ? captureStream(leader, response) : captureJson(leader, response)
 }
 
-/** A JSON answer: read up to the size bound, shared and stored whole; a larger one passes through. */
+/**
+ * A JSON answer: taken as the dispatcher parsed it, or else read up to the size bound; shared and stored
+ * whole. A larger one passes through.
+ */
 async function captureJson(leader: Leader, response: Response): Promise<Response> {
-  const { ctx, flight, release } = leader
+  const parsed = jsonAnswerOf(response)
+  if (parsed) {
+    if (!fitsInBytes(parsed.text, leader.run.options.maxEntryBytes)) return passOn(leader, response)
+    return recordJson(leader, parsed.text, parsed.body, response)
+  }
+  const { flight, release } = leader
   const source = response.body!.getReader()
   const chunks: Uint8Array[] = []
   let bytes = 0
@@ -84,14 +93,22 @@ async function captureJson(leader: Leader, response: Response): Promise<Response
     release()
     throw error
   }
-  if (!done) {
-    // Too large to share or store: joiners ask alone, and this caller gets the rest as it comes.
-    release()
-    flight.succeed({ answer: undefined, usage: undefined, meta: undefined })
-    return withCacheHeaders(new Response(concat(chunks, source), response), 'MISS', 0)
-  }
+  // This caller gets the rest as it comes.
+  if (!done) return passOn(leader, new Response(concat(chunks, source), response))
   const text = new TextDecoder().decode(join(chunks, bytes))
-  const json = parseJson(text)
+  return recordJson(leader, text, parseJson(text), new Response(text, response))
+}
+
+/** Too large to share or store: joiners ask alone. */
+function passOn(leader: Leader, response: Response): Response {
+  leader.release()
+  leader.flight.succeed({ answer: undefined, usage: undefined, meta: undefined })
+  return withCacheHeaders(response, 'MISS', 0)
+}
+
+/** Shares the whole answer with joiners and stores it once the outcome says it ended well. */
+async function recordJson(leader: Leader, text: string, json: unknown, response: Response): Promise<Response> {
+  const { ctx, flight, release } = leader
   const answer = captureJsonAnswer(ctx.request.kind, json)
   const outcome = await ctx.outcome
   release()
@@ -101,7 +118,7 @@ async function captureJson(leader: Leader, response: Response): Promise<Response
   } else {
     flight.fail(outcome.error, leader.callerGone())
   }
-  return withCacheHeaders(new Response(text, response), 'MISS', 0)
+  return withCacheHeaders(response, 'MISS', 0)
 }
 
 /** A stream: read here, not by the leader's response, so joiners never wait on how fast it reads. */

@@ -2,6 +2,7 @@
  * Answers from a stored or shared answer: a cache HIT or a COALESCED caller gets the answer rendered in
  * the form it asked for, with podgate's cache headers.
  */
+import { withHeaders } from '../http/headers.ts'
 import type { NormalizedRequest } from '../normalize/types.ts'
 import { completionId, SSE_HEADERS } from '../upstream/types.ts'
 import { renderJson, renderStream } from './answer.ts'
@@ -24,10 +25,7 @@ export function render(answer: CachedAnswer, request: NormalizedRequest, meta: R
 }
 
 export function withCacheHeaders(response: Response, status: CacheStatus, ageSeconds?: number): Response {
-  const out = new Response(response.body, response)
-  out.headers.set(CACHE_HEADER, status)
-  if (ageSeconds !== undefined) out.headers.set('age', String(ageSeconds))
-  return out
+  return withHeaders(response, ageSeconds === undefined ? { [CACHE_HEADER]: status } : { [CACHE_HEADER]: status, age: String(ageSeconds) })
 }
 
 export function parseJson(text: string): unknown {

@@ -62,13 +62,19 @@ export interface WriteEntryOptions {
 /** Stores an entry in every tier. Returns `false` when it is over the size bound. */
 export async function writeEntry(tiers: CacheTiers, key: CacheKey, entry: CacheEntry, options: WriteEntryOptions): Promise<boolean> {
   const text = JSON.stringify(entry)
-  // A UTF-8 byte is at least one UTF-16 unit and at most three: skip the encode when the bound is clear.
-  if (text.length > options.maxEntryBytes || (text.length * 3 > options.maxEntryBytes && new TextEncoder().encode(text).byteLength > options.maxEntryBytes)) return false
+  if (!fitsInBytes(text, options.maxEntryBytes)) return false
   const writes: Promise<unknown>[] = []
   if (tiers.cache) writes.push(putCacheApi(tiers.cache, key, text, options.ttlSeconds))
   if (tiers.kv) writes.push(tiers.kv.put(key.kvKey, text, { expirationTtl: Math.max(KV_MIN_TTL_SECONDS, options.ttlSeconds) }))
   await Promise.all(writes)
   return true
+}
+
+/** Whether `text` is at most `maxBytes` of UTF-8, encoding it only when its length leaves that open. */
+export function fitsInBytes(text: string, maxBytes: number): boolean {
+  // A UTF-16 code unit takes one to three bytes of UTF-8 (a surrogate pair four for its two).
+  if (text.length > maxBytes) return false
+  return text.length * 3 <= maxBytes || new TextEncoder().encode(text).byteLength <= maxBytes
 }
 
 function putCacheApi(cache: Cache, key: CacheKey, text: string, ttlSeconds: number): Promise<void> {

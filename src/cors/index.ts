@@ -13,6 +13,7 @@
  * caches from serving one origin's headers to another.
  */
 import type { MiddlewareHandler } from 'hono'
+import { setAnswerHeader } from '../http/headers.ts'
 
 export interface PodgateCorsOptions {
   /** How long a browser may cache a preflight, in seconds. Default 600. */
@@ -46,7 +47,7 @@ export function podgateCors(options: PodgateCorsOptions = {}): MiddlewareHandler
     const origin = c.req.header('origin')
     if (origin === undefined) {
       await next()
-      c.header('vary', 'Origin', { append: true })
+      setAnswerHeader(c, 'vary', 'Origin', { append: true })
       return
     }
     const requestedMethod = c.req.header('access-control-request-method')
@@ -61,8 +62,8 @@ export function podgateCors(options: PodgateCorsOptions = {}): MiddlewareHandler
       })
     }
     await next()
-    c.header('access-control-allow-origin', origin)
-    c.header('access-control-expose-headers', EXPOSE)
-    c.header('vary', 'Origin', { append: true })
+    setAnswerHeader(c, 'access-control-allow-origin', origin)
+    setAnswerHeader(c, 'access-control-expose-headers', EXPOSE)
+    setAnswerHeader(c, 'vary', 'Origin', { append: true })
   }
 }

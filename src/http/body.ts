@@ -1,14 +1,41 @@
 /**
- * Reads a JSON request body under a byte limit, without trusting `Content-Length` alone: a chunked
- * body is counted as it arrives and reading stops as soon as it passes the limit.
+ * Reads a JSON request body under a byte limit, without trusting `Content-Length` alone.
+ *
+ * A body that declares its length within the limit is read whole by the runtime, in one call: over
+ * HTTP the runtime frames a body by that length (and drops the header of a chunked one), so it cannot
+ * be longer. A body without one (chunked, or a Request built in code) is counted as it arrives and
+ * reading stops as soon as it passes the limit. Either way the length read is checked again, so a
+ * Request built in code that declares less than it holds is refused too, once read.
  */
 import { GatewayError } from '../errors/index.ts'
+
+// One decoder for every body: `decode` without `stream` keeps no state between calls.
+const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: false })
 
 export async function readJsonBody(request: Request, maxBytes: number): Promise<unknown> {
   const declared = request.headers.get('content-length')
   if (declared !== null && Number(declared) > maxBytes) throw tooLarge(maxBytes)
-  if (!request.body) throw new GatewayError('invalid_json', 'The request body is empty: send a JSON object.')
-  const reader = request.body.getReader()
+  if (!request.body) throw empty()
+  // The runtime's own read costs a fraction of a JavaScript read loop (one call, no reader, no chunk objects).
+  const bytes = declared !== null && /^\d+$/.test(declared) ? new Uint8Array(await request.arrayBuffer()) : await readCounted(request.body, maxBytes)
+  if (bytes.byteLength > maxBytes) throw tooLarge(maxBytes)
+  if (bytes.byteLength === 0) throw empty()
+  let text: string
+  try {
+    text = utf8.decode(bytes)
+  } catch {
+    throw new GatewayError('invalid_json', 'The request body is not valid UTF-8.')
+  }
+  try {
+    return JSON.parse(text)
+  } catch {
+    throw new GatewayError('invalid_json', 'The request body is not valid JSON.')
+  }
+}
+
+/** Reads `body` whole, counting as it comes; past `maxBytes` it stops reading and refuses. */
+async function readCounted(body: ReadableStream<Uint8Array>, maxBytes: number): Promise<Uint8Array> {
+  const reader = body.getReader()
   const parts: Uint8Array[] = []
   let total = 0
   for (;;) {
@@ -21,19 +48,7 @@ export async function readJsonBody(request: Request, maxBytes: number): Promise<
     }
     parts.push(value)
   }
-  if (total === 0) throw new GatewayError('invalid_json', 'The request body is empty: send a JSON object.')
-  const bytes = parts.length === 1 ? parts[0]! : concat(parts, total)
-  let text: string
-  try {
-    text = new TextDecoder('utf-8', { fatal: true, ignoreBOM: false }).decode(bytes)
-  } catch {
-    throw new GatewayError('invalid_json', 'The request body is not valid UTF-8.')
-  }
-  try {
-    return JSON.parse(text)
-  } catch {
-    throw new GatewayError('invalid_json', 'The request body is not valid JSON.')
-  }
+  return parts.length === 1 ? parts[0]! : concat(parts, total)
 }
 
 function concat(parts: Uint8Array[], total: number): Uint8Array {
@@ -44,6 +59,10 @@ function concat(parts: Uint8Array[], total: number): Uint8Array {
     offset += part.byteLength
   }
   return out
+}
+
+function empty(): GatewayError {
+  return new GatewayError('invalid_json', 'The request body is empty: send a JSON object.')
 }
 
 function tooLarge(maxBytes: number): GatewayError {

@@ -10,6 +10,7 @@
  */
 import { GatewayError } from '../errors/index.ts'
 import { waitUntilOf } from '../http/context.ts'
+import { withHeaders } from '../http/headers.ts'
 import type { NormalizedRequest } from '../normalize/types.ts'
 import type { CompletionOutcome, CompletionStage } from '../pipeline/index.ts'
 import { rateLimitHeaders, retryAfterSeconds } from './headers.ts'
@@ -42,10 +43,7 @@ export function quotaStage(service: QuotaService): CompletionStage {
     const prompt = ctx.request.estimate.promptTokens
     background(ctx.outcome.then((outcome) => store.settle({ reservation, tokens: tokensToCharge(outcome, reservation.tokens, prompt), background })).catch(() => undefined))
 
-    const response = await next(ctx)
-    const headed = new Response(response.body, response)
-    for (const [name, value] of Object.entries(rateLimitHeaders(policy, result.usage, now))) headed.headers.set(name, value)
-    return headed
+    return withHeaders(await next(ctx), rateLimitHeaders(policy, result.usage, now))
   }
 }
 

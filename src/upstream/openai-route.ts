@@ -15,6 +15,7 @@ import { createOpenAIRelay } from '../streaming/openai-relay.ts'
 import type { RelayOutcome } from '../streaming/openai-relay.ts'
 import { pipeOpenAIStream } from '../streaming/openai-pipe.ts'
 import { GatewayError } from '../errors/index.ts'
+import { jsonAnswerResponse } from '../pipeline/json-answer.ts'
 import { retryableFailure } from './retry.ts'
 import { upstreamErrorMessage, workerFailure } from '../streaming/vllm.ts'
 import { SSE_HEADERS } from './types.ts'
@@ -35,13 +36,7 @@ export async function openaiRouteCompletion(call: CompletionCall): Promise<Respo
 
   return plan.run(async (endpoint) => {
     const timeoutMs = Math.min(call.runpod.timeoutMs, timeouts.totalMs)
-    const upstream = await client.openai(endpoint, path, body, { signal: call.signal, timeoutMs })
-    let json: Record<string, unknown>
-    try {
-      json = (await upstream.json()) as Record<string, unknown>
-    } catch (cause) {
-      throw new GatewayError('upstream_error', 'The upstream answered with a body that is not JSON, or it broke off.', { cause })
-    }
+    const json = (await client.openaiJson(endpoint, path, body, { signal: call.signal, timeoutMs })) as Record<string, unknown>
     const message = upstreamErrorMessage(json)
     if (message !== undefined) throw workerFailure(message)
     if (typeof json !== 'object' || json === null || !Array.isArray(request.kind === 'embedding' ? json.data : json.choices)) {
@@ -49,7 +44,7 @@ export async function openaiRouteCompletion(call: CompletionCall): Promise<Respo
     }
     json.model = model.alias
     call.settle({ ok: true, usage: json.usage as TokenUsage | undefined })
-    return Response.json(json)
+    return jsonAnswerResponse(json)
   })
 }
 

@@ -161,7 +161,8 @@ export class RunpodClient {
 
   /**
    * A call to Runpod's OpenAI-compatible route (`/openai/v1/...`). Returns the raw Response on 2xx so a
-   * stream can be relayed as it arrives; throws a GatewayError otherwise.
+   * stream can be relayed as it arrives; throws a GatewayError otherwise. A JSON answer is cheaper read
+   * with `openaiJson`, which needs no stream stage to end its timer.
    */
   async openai(endpoint: Endpoint, path: '/chat/completions' | '/completions' | '/embeddings' | '/models', body: unknown, options: CallOptions = {}): Promise<Response> {
     const { response, clear } = await this.#send(endpoint, `openai/v1${path}`, body === undefined ? { method: 'GET' } : { method: 'POST', body }, options)
@@ -176,6 +177,24 @@ export class RunpodClient {
     // The timeout also covers reading the JSON body; its timer ends with the body, not after it.
     const body_ = response.body.pipeThrough(new TransformStream({ flush: clear }))
     return new Response(body_, { status: response.status, statusText: response.statusText, headers: response.headers })
+  }
+
+  /**
+   * A JSON call to Runpod's OpenAI-compatible route, read whole under the call's timeout: the timer
+   * covers the body too, so an upstream that stalls mid-body times out. Throws a GatewayError on a
+   * non-2xx answer or a body that is not JSON.
+   */
+  async openaiJson(endpoint: Endpoint, path: '/chat/completions' | '/completions' | '/embeddings', body: unknown, options: CallOptions = {}): Promise<unknown> {
+    const { response, clear } = await this.#send(endpoint, `openai/v1${path}`, { method: 'POST', body }, options)
+    try {
+      if (!response.ok) throw await upstreamHttpError(response, { url: `${endpoint.base}/openai/v1${path}`, jobOp: false })
+      return await response.json()
+    } catch (cause) {
+      if (cause instanceof GatewayError) throw cause
+      throw new GatewayError('upstream_error', 'The upstream answered with a body that is not JSON, or it broke off.', { cause })
+    } finally {
+      clear()
+    }
   }
 
   async #json(endpoint: Endpoint, path: string, init: { method: string; body?: unknown }, options: CallOptions): Promise<unknown> {
