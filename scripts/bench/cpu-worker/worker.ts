@@ -280,7 +280,9 @@ export default {
     for (let i = 0; i < n; i++) {
       const extra = cacheMode === 'miss' ? { seed: ++seed } : cacheMode === 'hit' ? { seed: 0 } : {}
       const body = chatBody('bench', { events, first: 0, gap: 0 }, stream, extra)
-      const init = { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body }
+      // As an HTTP client sends it: with the body's length (podgate reads a declared length in one call).
+      const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'content-length': String(encoder.encode(body).byteLength) }
+      const init = { method: 'POST', headers, body }
       const res =
         target === 'noop'
           ? new Response(body)
