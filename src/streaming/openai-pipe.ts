@@ -32,8 +32,10 @@ import { registerStreamControl } from './stream-control.ts'
 import { isRecord, readUsage, upstreamErrorMessage, workerFailure } from './vllm.ts'
 
 export interface OpenAIPipeOptions {
-  /** The upstream body, unread, produced by the runtime (a fetch body): the caller receives exactly its bytes. */
+  /** The upstream body, produced by the runtime (a fetch body): the caller receives exactly its bytes. */
   body: ReadableStream<Uint8Array>
+  /** Bytes already read from `body` (the caller waited for the first chunk before answering), sent first. */
+  first?: Uint8Array
   /** Aborts the upstream request: stops the model when the caller went away. */
   abortUpstream(reason: GatewayError): void
   /** Time (epoch ms) after which an unfinished stream ends with `upstream_timeout`. Default: no limit. */
@@ -42,19 +44,6 @@ export interface OpenAIPipeOptions {
   onUsage?(usage: Usage): void
   /** Called once when the relay is over: `[DONE]` relayed (ok), or the stream cut, failed or left. */
   onEnd?(outcome: RelayOutcome): void
-}
-
-export interface OpenAIPipe {
-  /** The caller's body. */
-  readable: ReadableStream<Uint8Array>
-  /**
-   * Waits for the upstream's first chunk within `ms` (it still goes to the caller). Rejects with
-   * `upstream_timeout` after `ms`, or with the read's error; resolves `false` when the upstream ended
-   * first. Either way the upstream is cancelled when it does not resolve `true`.
-   */
-  firstChunk(ms: number, message: string): Promise<boolean>
-  /** Starts the relay; call once, after `firstChunk` resolved `true`. */
-  start(): void
 }
 
 /** The tail read for the ending: at least this much of the answer's end, in bytes. */
@@ -69,19 +58,14 @@ const ignore = () => undefined
 
 /**
  * @example
- * const pipe = pipeOpenAIStream({ body: upstream.body, abortUpstream, totalDeadline, onUsage, onEnd })
- * if (!(await pipe.firstChunk(120_000, 'No first token in time.'))) throw ...
- * pipe.start()
- * return new Response(pipe.readable, { headers: SSE_HEADERS })
+ * const first = await reader.read() // the first chunk, then the reader's lock released
+ * return new Response(pipeOpenAIStream({ body: upstream.body, first: first.value, abortUpstream, onEnd }), { headers: SSE_HEADERS })
  */
-export function pipeOpenAIStream(options: OpenAIPipeOptions): OpenAIPipe {
+export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uint8Array> {
+  const { body, first } = options
   const totalDeadline = options.totalDeadline ?? Infinity
-  const body = options.body
-  let out!: ReadableStream<Uint8Array>
-  let copy!: ReadableStream<Uint8Array>
   const { readable, writable } = identityStream()
   const stop = new AbortController()
-  let first: Uint8Array | undefined
   let forced: { error: GatewayError; event: string } | undefined
   let closeListeners: Array<() => void> | undefined
   let over = false
@@ -121,7 +105,7 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): OpenAIPipe {
       }, Math.max(0, totalDeadline - Date.now()))
     }
     // The first chunk, read before the tee, goes to the caller first; then the rest, piped.
-    ;[out, copy] = body.tee()
+    const [out, copy] = body.tee()
     // Deflating and inflating again re-chunks the copy natively: JavaScript wakes once per block of
     // tens of KiB, not per chunk, and keeps only the tail. A copy that breaks closes the compressor
     // instead of aborting it, so the end it still holds (the usage, `[DONE]`) is flushed, not lost.
@@ -148,9 +132,9 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): OpenAIPipe {
     if (!piped && !forced) options.abortUpstream(new GatewayError('upstream_error', BROKEN_MESSAGE))
     const end = await ending
     // A tail that ends with `[DONE]` and holds no error event is a whole answer, however the connection
-    // ended after it: nothing is written after `[DONE]`.
+    // ended after it; and when podgate ended it just as the whole answer went out (a revocation racing
+    // the end), nothing is written after `[DONE]` either.
     let error = forced?.error ?? end.error
-    // podgate ended it just as the whole answer went out (a revocation racing the end): nothing after `[DONE]`.
     let event = forced && !(piped && end.done) ? forced.event : ''
     if (!error && !end.done) {
       error = new GatewayError('upstream_error', piped ? CUT_MESSAGE : BROKEN_MESSAGE)
@@ -177,32 +161,8 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): OpenAIPipe {
     },
   })
 
-  return {
-    readable,
-    async firstChunk(ms, message) {
-      // Read before the tee: the chunk is written to the caller by hand, then the rest is piped.
-      const reader = body.getReader()
-      let expired: ReturnType<typeof setTimeout> | undefined
-      const timeout = new Promise<never>((_, reject) => {
-        expired = setTimeout(() => reject(new GatewayError('upstream_timeout', message)), Math.max(0, ms))
-      })
-      try {
-        const next = await Promise.race([reader.read(), timeout])
-        if (next.done) return false
-        first = next.value
-        return true
-      } catch (error) {
-        reader.cancel().catch(ignore)
-        throw error
-      } finally {
-        if (expired !== undefined) clearTimeout(expired)
-        reader.releaseLock()
-      }
-    },
-    start() {
-      void relay()
-    },
-  }
+  void relay()
+  return readable
 }
 
 /** The ending read from the answer's last bytes: `first`, then `rest` (read to its end or its break). */

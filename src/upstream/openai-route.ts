@@ -75,33 +75,25 @@ async function openaiRouteStream(call: CompletionCall, path: RoutePath, body: Re
   }
   const firstByteMs = () => started + timeouts.firstTokenMs - Date.now()
 
-  const native = !needsRewrite(call)
+  const pipeable = !needsRewrite(call)
   const opened = await plan.run(async (endpoint) => {
     // The native pipe ends a stream by aborting its upstream request: each attempt gets its own abort.
-    const upstream = native ? new AbortController() : undefined
+    const upstream = pipeable ? new AbortController() : undefined
     const signal = upstream && call.signal ? AbortSignal.any([call.signal, upstream.signal]) : (upstream?.signal ?? call.signal)
-    const body = await open(endpoint, signal)
-    if (upstream && isByteStream(body)) {
-      const pipe = pipeOpenAIStream({
-        body,
-        abortUpstream: (reason) => upstream.abort(reason),
-        totalDeadline: started + timeouts.totalMs,
-        onUsage,
-        onEnd,
-      })
-      if (!(await pipe.firstChunk(firstByteMs(), FIRST_TOKEN_MESSAGE).catch(brokeBeforeFirstByte))) throw retryableFailure(new GatewayError('upstream_error', ENDED_MESSAGE))
-      return { kind: 'pipe' as const, pipe }
-    }
-    const reader = body.getReader()
+    const stream = await open(endpoint, signal)
+    // Decided before the first read: a BYOB reader can only be tried on an unlocked stream.
+    const piped = upstream && isByteStream(stream) ? upstream : undefined
+    const reader = stream.getReader()
     const first = await readWithin(reader, firstByteMs(), FIRST_TOKEN_MESSAGE).catch(brokeBeforeFirstByte)
     if (first.done) throw retryableFailure(new GatewayError('upstream_error', ENDED_MESSAGE))
-    return { kind: 'relay' as const, reader, first: first.value }
+    return { stream, reader, first: first.value, piped }
   })
-  if (opened.kind === 'pipe') {
-    opened.pipe.start()
-    return new Response(opened.pipe.readable, { status: 200, headers: SSE_HEADERS })
+  const { stream, reader, first, piped } = opened
+  if (piped) {
+    reader.releaseLock()
+    const native = pipeOpenAIStream({ body: stream, first, abortUpstream: (reason) => piped.abort(reason), totalDeadline: started + timeouts.totalMs, onUsage, onEnd })
+    return new Response(native, { status: 200, headers: SSE_HEADERS })
   }
-  const { reader, first } = opened
   const relay = createOpenAIRelay({
     source: reader,
     first,

@@ -137,10 +137,10 @@ async function hop(url: URL, env: Env, ctx: ExecutionContext): Promise<Response>
     let ended!: () => void
     if (mode === 'pipe-waituntil') ctx.waitUntil(new Promise<void>((resolve) => (ended = resolve)))
     // The bench stream never times out or loses its caller: nothing to abort.
-    const pipe = pipeOpenAIStream({ body: stream, abortUpstream: () => undefined, totalDeadline: Date.now() + 600_000, onEnd: () => ended?.() })
-    await pipe.firstChunk(10_000, 'no first chunk')
-    pipe.start()
-    stream = pipe.readable
+    const reader = stream.getReader()
+    const first = await reader.read()
+    reader.releaseLock()
+    stream = pipeOpenAIStream({ body: stream, first: first.value, abortUpstream: () => undefined, totalDeadline: Date.now() + 600_000, onEnd: () => ended?.() })
   }
   if (mode === 'tee-pipe-idle') {
     const [out, watched] = stream.tee()
