@@ -287,6 +287,20 @@ describe('pipeOpenAIStream', () => {
     expect(cut.end).toMatchObject({ ok: false, started: true, error: { message: 'The upstream stream ended before the model finished.' } })
     expect(cut.usage).toBeUndefined()
   })
+
+  it('a long answer, read back in many blocks into reused buffers, keeps its exact ending', async () => {
+    const tokens = Array.from({ length: 6000 }, (_, i) => `data: {"choices":[{"index":0,"delta":{"content":"t${(i * 7919) % 10007}"}}]}\n\n`).join('')
+    const long = tokens + UPSTREAM_SSE
+    const whole = await pipeOutcome(cutRandom(long, 3, 3000))
+    expect(whole.text === long).toBe(true)
+    expect(whole.end).toEqual({ ok: true })
+    expect(whole.usage).toEqual(usage)
+    // Cut after the usage chunk, before [DONE]: the usage still settles, and the stream counts as cut.
+    const cut = await pipeOutcome(cutRandom(long.slice(0, long.lastIndexOf('data: [DONE]')), 4, 3000))
+    expect(cut.end).toMatchObject({ ok: false, error: { message: 'The upstream stream ended before the model finished.' } })
+    expect(cut.usage).toEqual(usage)
+    expect(cut.text.endsWith('"code":"upstream_error"}}\n\n') || cut.text.includes('ended before the model finished')).toBe(true)
+  })
 })
 
 describe('readTail', () => {

@@ -176,19 +176,24 @@ export function renderMarkdown(r: Results, notes: string): string {
       'pipe-tee': 'native pipeTo into an IdentityTransformStream, its readable tee-d: one branch returned, JavaScript reads the other',
       'tee-pipe-drain': 'a tee: one branch piped into an IdentityTransformStream, JavaScript drains the other every 20 ms',
       'tee-pipe-idle': 'a tee: one branch piped into an IdentityTransformStream, the other read by JavaScript only after the end',
+      'tee-gather': 'a tee: one branch piped into an IdentityTransformStream, the other piped into a second one that JavaScript reads with readAtLeast (16 KiB blocks)',
+      'tee-deflate': 'a tee: one branch piped into an IdentityTransformStream, the other deflated and inflated natively and read with readAtLeast (the native pipe\'s shape, without podgate\'s code)',
       pipe: 'the native pipe (src/streaming/openai-pipe.ts: a tee, one branch piped into the caller\'s IdentityTransformStream, the other deflated natively, JavaScript reads the end of the copy)',
+      'pipe-nofirst': 'the native pipe, answering before the first chunk arrives (podgate waits for it, for failover and a real status)',
+      'floor-wait': 'the floor, answering 5 ms after the upstream did (for scale: what a wait before the headers costs the caller)',
+      'floor-wait-early': 'the floor, headers at once and the body 5 ms later',
       'pipe-waituntil': 'the native pipe with a waitUntil pending until the end (as the quota stage\'s settle is)',
       gateway: 'podgate whole (createGateway: key auth, quota, the cache stage, logging; a sampled chat call), streaming through the native pipe',
       'js-writer': 'JavaScript reads each chunk and writes it into an IdentityTransformStream',
     }
     lines.push(
-      'The same streams over real HTTP: a 2000-event stream from the bench upstream relayed by the CPU bench Worker through one shape at a time, ' +
+      'The same streams over real HTTP: a 2000-event stream from the bench upstream relayed by the CPU bench Worker through one shape at a time, round-robin, median over the repetitions, ' +
         'workerd process CPU per event (every chunk arrives in its own event-loop turn here, unlike the in-process loop above):',
       '',
-      '| Stream shape | CPU per event | events/s |',
-      '|---|---|---|',
+      '| Stream shape | CPU per event | events/s | first byte p50 |',
+      '|---|---|---|---|',
     )
-    for (const h of r.hops) lines.push(`| ${shapes[h.mode] ?? h.mode} | ${h.eventUs.toFixed(1)} µs | ${h.eventsPerSecond.toFixed(0)} |`)
+    for (const h of r.hops) lines.push(`| ${shapes[h.mode] ?? h.mode} | ${h.eventUs.toFixed(1)} µs | ${h.eventsPerSecond.toFixed(0)} | ${h.firstByteMs === undefined ? '' : `${h.firstByteMs.toFixed(2)} ms`} |`)
     lines.push('')
   }
   const frozen = r.cpu.clock.clockMs < r.cpu.clock.cpuMs / 4

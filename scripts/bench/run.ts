@@ -82,7 +82,23 @@ async function main(): Promise<void> {
   log(`upstream on ${upstream.url}`)
   if (process.env.BENCH_HOPS_ONLY) {
     const worker = await startCpuWorker()
-    for (const hop of await measureHops(worker.url, worker.workerdPid, `${upstream.url}/v1/chat/completions`, 3)) log(`${hop.mode}: ${hop.eventUs.toFixed(1)} µs/event, ${hop.eventsPerSecond.toFixed(0)} events/s, first byte p50 ${hop.firstByteMs?.toFixed(2)} ms`)
+    const hops = await measureHops(worker.url, worker.workerdPid, `${upstream.url}/v1/chat/completions`, Number(process.env.BENCH_HOPS_REPS ?? 5))
+    if (process.env.BENCH_HOPS_MEMORY) {
+      for (let round = 0; round < 3; round++) {
+        for (const mode of process.env.BENCH_HOPS_ONLY.split(',')) {
+          const sampler = sampleRss(worker.workerdPid)
+          const target: Target = { name: mode, url: `${worker.url}/hop?mode=${mode}&events=10000&bytes=1000&upstream=${encodeURIComponent(`${upstream.url}/v1/chat/completions`)}`, headers: {} }
+          const run = await timeStream(target, '')
+          const { first, peak } = sampler.stop()
+          log(`memory ${mode}: ${((peak - first) / 2 ** 20).toFixed(1)} MiB growth over ${(run.bytes / 1e6).toFixed(1)} MB (${first / 2 ** 20 | 0} MiB before)`)
+        }
+      }
+    }
+    const floorHop = hops.find((hop) => hop.mode === 'floor')
+    for (const hop of hops) {
+      const ratio = floorHop ? `, ${(hop.eventUs / floorHop.eventUs).toFixed(2)}× the floor's CPU, ${(hop.eventsPerSecond / floorHop.eventsPerSecond).toFixed(2)}× its rate` : ''
+      log(`${hop.mode}: ${hop.eventUs.toFixed(1)} µs/event, ${hop.eventsPerSecond.toFixed(0)} events/s, first byte p50 ${hop.firstByteMs?.toFixed(2)} ms${ratio}`)
+    }
     return
   }
 
@@ -351,28 +367,36 @@ async function runCacheBenchIfPresent(): Promise<string | undefined> {
   }
 }
 
-/** workerd CPU per relayed event over real HTTP for each stream shape (see `hop` in the CPU Worker), round-robin. */
+/**
+ * workerd CPU per relayed event over real HTTP for each stream shape (see `hop` in the CPU Worker),
+ * round-robin, the median over the repetitions (one warm-up round first).
+ */
 async function measureHops(url: string, pid: number, upstreamUrl: string, reps: number): Promise<Results['hops']> {
-  const modes = (process.env.BENCH_HOPS_ONLY ? process.env.BENCH_HOPS_ONLY.split(',') : ['floor', 'identity', 'timer', 'relay', 'timer-relay', 'native-pipe', 'tee-watch', 'js-writer', 'tee-pipe', 'pipe-tee', 'tee-pipe-drain', 'tee-pipe-idle', 'pipe', 'pipe-waituntil', 'gateway']) as string[]
-  const totals = new Map<string, { ns: number; events: number; seconds: number; firstBytes: number[] }>()
+  const modes = (process.env.BENCH_HOPS_ONLY ? process.env.BENCH_HOPS_ONLY.split(',') : ['floor', 'identity', 'timer', 'relay', 'timer-relay', 'native-pipe', 'tee-watch', 'js-writer', 'tee-pipe', 'pipe-tee', 'tee-pipe-drain', 'tee-pipe-idle', 'tee-gather', 'tee-deflate', 'pipe', 'pipe-nofirst', 'pipe-waituntil', 'floor-wait', 'floor-wait-early', 'gateway']) as string[]
+  const runs = new Map<string, Array<{ eventUs: number; eventsPerSecond: number; firstByte: number }>>()
   for (let rep = 0; rep <= reps; rep++) {
     for (const mode of modes) {
       const before = cpuNs(pid)
       const started = performance.now()
       const target: Target = { name: 'podgate', url: `${url}/hop?mode=${mode}&events=2000&upstream=${encodeURIComponent(upstreamUrl)}`, headers: {} }
       const run = await timeStream(target, '')
+      const ns = cpuNs(pid) - before
+      const seconds = (performance.now() - started) / 1000
+      if (run.events < 2000) throw new Error(`stream shape ${mode}: ${run.events} of 2000 events arrived`)
       if (rep === 0) continue // warm-up
-      const total = totals.get(mode) ?? { ns: 0, events: 0, seconds: 0, firstBytes: [] }
-      total.firstBytes.push(run.firstByte)
-      total.ns += cpuNs(pid) - before
-      total.events += run.events
-      total.seconds += (performance.now() - started) / 1000
-      totals.set(mode, total)
+      const list = runs.get(mode) ?? []
+      list.push({ eventUs: ns / run.events / 1e3, eventsPerSecond: run.events / seconds, firstByte: run.firstByte })
+      runs.set(mode, list)
     }
   }
   return modes.map((mode) => {
-    const t = totals.get(mode)!
-    return { mode, eventUs: t.ns / t.events / 1e3, eventsPerSecond: t.events / t.seconds, firstByteMs: percentile(t.firstBytes, 50) }
+    const list = runs.get(mode)!
+    return {
+      mode,
+      eventUs: percentile(list.map((r) => r.eventUs), 50),
+      eventsPerSecond: percentile(list.map((r) => r.eventsPerSecond), 50),
+      firstByteMs: percentile(list.map((r) => r.firstByte), 50),
+    }
   })
 }
 

@@ -5,11 +5,13 @@
  * cost as soon as JavaScript produces, transforms or reads along (scripts/bench/NOTES.md measures each).
  * The one that keeps podgate in charge of the ending: the upstream body is `tee`d; one branch is piped by
  * workerd into the caller's body (an `IdentityTransformStream`, left open); the other is piped by workerd
- * through a `CompressionStream` and a `DecompressionStream`, which hand it back in a few large blocks, of
- * which JavaScript keeps the last (the tail). JavaScript reading a `tee` branch chunk by chunk would switch
- * the whole tee to the slow path, and a sink that reads the copy in large blocks itself
- * (`Response.arrayBuffer()`) holds the caller's branch back until the block fills: the compressor reads
- * as the bytes come. When the caller's pipe is done, JavaScript reads the tail for `[DONE]`, the usage
+ * through a `CompressionStream` and a `DecompressionStream`, which hand it back in a few large blocks.
+ * JavaScript reads those with `readAtLeast` (workerd fills a 32 KiB buffer natively, at least 16 KiB per
+ * read) into buffers it reuses, and keeps the last two blocks (the tail). JavaScript reading a `tee` branch
+ * chunk by chunk would switch the whole tee to the slow path, and a sink that reads the copy in large
+ * blocks itself (`Response.arrayBuffer()`, or `readAtLeast` on the branch) holds the caller's branch back
+ * until the block fills: the compressor reads as the bytes come. When the caller's pipe is done,
+ * JavaScript reads the tail for `[DONE]`, the usage
  * chunk and any vLLM error event, writes podgate's error event if the stream was cut, and closes the
  * caller's body.
  *
@@ -19,9 +21,10 @@
  * and then `[DONE]`); the stream settles as failed. Not enforced here: the idle timeout between chunks
  * (watching each chunk is what costs); a stalled stream ends at the total timeout.
  *
- * Memory: the compressor's and inflater's windows and the tail (16 KiB or one re-chunked block), whatever
- * the answer's length; and what the `tee` buffers for the branch that reads slower (a caller slower than
- * the model, or the compressor on a stream sent faster than it deflates).
+ * Memory: the compressor's and inflater's windows and three 32 KiB read buffers, whatever the answer's
+ * length (reading into a new array per block grew the heap by ~6 MiB over a 10 MB answer, until the next
+ * collection); and what the `tee` buffers for the branch that reads slower (a caller slower than the
+ * model, or the compressor on a stream sent faster than it deflates).
  */
 import { createParser } from 'eventsource-parser'
 import { GatewayError } from '../errors/index.ts'
@@ -170,29 +173,56 @@ async function tailOf(rest: ReadableStream<Uint8Array>, first: Uint8Array | unde
   const tail: Uint8Array[] = first ? [first] : []
   let bytes = first?.byteLength ?? 0
   let whole = true
-  await eachChunk(rest, (chunk) => {
+  /** Read buffers no longer in the tail, reused for the next read. */
+  const free: ArrayBuffer[] = []
+  const ours = new WeakSet<ArrayBuffer>()
+  const keep = (chunk: Uint8Array) => {
     tail.push(chunk)
     bytes += chunk.byteLength
     while (tail.length > 1 && bytes - tail[0]!.byteLength >= TAIL_BYTES) {
-      bytes -= tail.shift()!.byteLength
+      const dropped = tail.shift()!
+      bytes -= dropped.byteLength
       whole = false
+      if (ours.has(dropped.buffer as ArrayBuffer)) free.push(dropped.buffer as ArrayBuffer)
     }
-  })
-  return readTail(tail, whole)
-}
-
-/** Reads `stream` to its end, or to where it broke. */
-async function eachChunk(stream: ReadableStream<Uint8Array>, onChunk: (chunk: Uint8Array) => void): Promise<void> {
-  const reader = stream.getReader()
+  }
   try {
+    const blocks = byobReader(rest)
+    if (blocks) {
+      // At least TAIL_BYTES per read, filled natively: JavaScript wakes once per block, and the buffers are
+      // reused (a new array per read would grow the heap with the answer until the next collection).
+      for (;;) {
+        const buffer = free.pop() ?? new ArrayBuffer(TAIL_BYTES * 2)
+        const next = await blocks.readAtLeast(TAIL_BYTES, new Uint8Array(buffer))
+        if (next.done || !next.value) return readTail(tail, whole)
+        ours.add(next.value.buffer as ArrayBuffer)
+        keep(next.value)
+      }
+    }
+    const reader = rest.getReader()
     for (;;) {
       const next = await reader.read()
-      if (next.done) return
-      onChunk(next.value)
+      if (next.done) return readTail(tail, whole)
+      keep(next.value)
     }
   } catch {
     // What came before the break is kept.
+    return readTail(tail, whole)
   }
+}
+
+type AtLeastReader = ReadableStreamBYOBReader & { readAtLeast(min: number, view: Uint8Array): Promise<ReadableStreamReadResult<Uint8Array>> }
+
+/** workerd's BYOB reader with `readAtLeast`, on a stream the runtime produces; undefined elsewhere (Node). */
+function byobReader(stream: ReadableStream<Uint8Array>): AtLeastReader | undefined {
+  try {
+    const reader = stream.getReader({ mode: 'byob' }) as AtLeastReader
+    if (typeof reader.readAtLeast === 'function') return reader
+    reader.releaseLock()
+  } catch {
+    // Not a byte stream.
+  }
+  return undefined
 }
 
 interface TailEnd {

@@ -111,12 +111,16 @@ async function setup(env: Env, ctx: ExecutionContext): Promise<{ app: Hono<Gatew
  * would go); `tee-watch` returns one branch of a `tee` and has JavaScript read the other per chunk;
  * `js-writer` has JavaScript read each chunk and write it into an `IdentityTransformStream`. Their
  * combinations (`tee-pipe`, `pipe-tee`, `tee-pipe-drain`, `tee-pipe-idle`) show which of them stay
- * native together; `pipe` is podgate's native pipe (src/streaming/openai-pipe.ts), `pipe-waituntil` the
- * same with a `waitUntil` pending, and `gateway` podgate whole over the same HTTP upstream.
+ * native together; `tee-gather` and `tee-deflate` read the copy in 16 KiB blocks (`readAtLeast`) through a
+ * second identity stream or the deflate pair. `pipe` is podgate's native pipe (src/streaming/openai-pipe.ts),
+ * `pipe-nofirst` the same without waiting for the first chunk before answering, `pipe-waituntil` the same
+ * with a `waitUntil` pending, and `gateway` podgate whole over the same HTTP upstream. `floor-wait` answers
+ * 5 ms after the upstream did, `floor-wait-early` sends the headers at once and the body 5 ms later: the
+ * difference is what answering only after the first chunk costs the caller. `bytes=` sets the event size.
  */
 async function hop(url: URL, env: Env, ctx: ExecutionContext): Promise<Response> {
   const mode = url.searchParams.get('mode') ?? 'floor'
-  const body = chatBody('bench', { events: Number(url.searchParams.get('events') ?? 2000), first: 0, gap: 0 }, true)
+  const body = chatBody('bench', { events: Number(url.searchParams.get('events') ?? 2000), ...(url.searchParams.has('bytes') ? { bytes: Number(url.searchParams.get('bytes')) } : {}), first: 0, gap: 0 }, true)
   if (mode === 'gateway') return gatewayOverHttp(url, body, env, ctx)
   const upstream = await fetch(url.searchParams.get('upstream')!, { method: 'POST', body, headers: { 'content-type': 'application/json' } })
   let stream = upstream.body!
@@ -131,6 +135,17 @@ async function hop(url: URL, env: Env, ctx: ExecutionContext): Promise<Response>
       await writer.close()
     })
     stream = readable
+  }
+  if (mode === 'floor-wait') await new Promise((resolve) => setTimeout(resolve, 5))
+  if (mode === 'floor-wait-early') {
+    // Headers at once, the body after 5 ms.
+    const { readable, writable } = new IdentityTransformStream()
+    const body = stream
+    void new Promise((resolve) => setTimeout(resolve, 5)).then(() => body.pipeTo(writable))
+    stream = readable
+  }
+  if (mode === 'pipe-nofirst') {
+    stream = pipeOpenAIStream({ body: stream, abortUpstream: () => undefined, totalDeadline: Date.now() + 600_000 })
   }
   if (mode === 'pipe' || mode === 'pipe-waituntil') {
     // `pipe-waituntil`: the same, with a `waitUntil` pending until the end, as the quota stage's settle is.
@@ -208,6 +223,39 @@ async function hop(url: URL, env: Env, ctx: ExecutionContext): Promise<Response>
       for (;;) if ((await reader.read()).done) break
     })()
     stream = out
+  }
+  if (mode === 'tee-gather' || mode === 'tee-deflate') {
+    // The copy reaches JavaScript in blocks of at least 16 KiB (`readAtLeast` fills a buffer natively),
+    // through a second identity stream (`tee-gather`) or the deflate pair (`tee-deflate`, the pipe's shape
+    // without podgate's code). `readAtLeast` on the branch itself would hold the caller's branch back.
+    const [out, teed] = stream.tee()
+    let copy: ReadableStream<Uint8Array>
+    if (mode === 'tee-gather') {
+      const gather = new IdentityTransformStream()
+      void teed.pipeTo(gather.writable)
+      copy = gather.readable
+    } else {
+      const compressor = new CompressionStream('deflate-raw')
+      void teed.pipeTo(compressor.writable)
+      copy = compressor.readable.pipeThrough(new DecompressionStream('deflate-raw'))
+    }
+    const reader = copy.getReader({ mode: 'byob' }) as ReadableStreamBYOBReader & { readAtLeast(min: number, view: Uint8Array): Promise<ReadableStreamReadResult<Uint8Array>> }
+    const drained = (async () => {
+      let buffer = new ArrayBuffer(32768)
+      for (;;) {
+        const next = await reader.readAtLeast(16384, new Uint8Array(buffer))
+        if (next.done) break
+        buffer = next.value!.buffer as ArrayBuffer
+      }
+    })()
+    const { readable, writable } = new IdentityTransformStream()
+    void out.pipeTo(writable, { preventClose: true }).then(async () => {
+      await drained
+      const writer = writable.getWriter()
+      await writer.write(new TextEncoder().encode(': end\n\n'))
+      await writer.close()
+    })
+    stream = readable
   }
   if (mode === 'tee-watch') {
     const [out, watched] = stream.tee()
