@@ -16,7 +16,7 @@ import { bytesOf, cutRandom } from '../src/streaming/__fixtures__/vllm.ts'
 import { pipeOpenAIStream, readTail } from '../src/streaming/openai-pipe.ts'
 import type { RelayOutcome } from '../src/streaming/openai-relay.ts'
 import type { Usage } from '../src/streaming/openai-chunks.ts'
-import { authed, chatBody, harness, readSSE, RUNPOD_KEY } from './helpers.ts'
+import { authed, chatBody, harness, readSSE, RUNPOD_KEY, streamedText } from './helpers.ts'
 
 /** vLLM's `--served-model-name` (aliases cannot hold a `/`, so a model whose alias is its served name has none). */
 const SERVED = 'Served-Model-8B'
@@ -252,6 +252,105 @@ describe('native relay over a real HTTP upstream (the emulator)', () => {
     expect(events.length).toBeGreaterThanOrEqual(2)
     expect(events.at(-1)).toMatchObject({ error: { code: 'upstream_error' } })
     expect(events).not.toContain('[DONE]')
+  })
+})
+
+/**
+ * An upstream whose stream is `pieces`, as `scripted`'s, that holds the pieces from `holdFrom` on until
+ * `release()`: a second caller can arrive while the first one's answer is in flight.
+ */
+function held(pieces: string[], holdFrom: number) {
+  const upstream = scripted(() => [...pieces])
+  let release!: () => void
+  const gate = new Promise<void>((resolve) => (release = resolve))
+  const fetchHeld = (async (input: RequestInfo | URL, init?: RequestInit) => {
+    const response = await upstream.fetch(input, init)
+    const reader = response.body!.getReader()
+    let sent = 0
+    const body = new ReadableStream({
+      type: 'bytes',
+      async pull(controller) {
+        if (sent++ === holdFrom) await gate
+        const next = await reader.read()
+        if (next.done) controller.close()
+        else controller.enqueue(next.value)
+      },
+    })
+    return new Response(body, response)
+  }) as typeof fetch
+  return { upstream: { fetch: fetchHeld, calls: upstream.calls }, release }
+}
+
+describe('native relay and the answer cache', () => {
+  // temperature 0: deterministic, so the cache looks it up and stores it.
+  const cacheable = { temperature: 0, ...WITH_USAGE }
+  const events = (text: string) => readSSE(new Response(text))
+  const shape = (list: unknown[]) => list.map((e) => (typeof e === 'object' && e !== null ? { ...e, id: 'x', created: 0 } : e))
+
+  it('a cacheable stream is piped byte for byte, stored from the copy, and replayed with the same events', async () => {
+    const upstream = scripted(() => cutRandom(UPSTREAM_SSE, 5, 30))
+    const { h, stream } = await setup(upstream)
+    const live = await stream(SERVED, cacheable)
+    expect(live.headers.get('x-podgate-cache')).toBe('MISS')
+    const text = await live.text()
+    // Byte for byte: the comment, the CRLF and `data:` without a space would not survive the relay.
+    expect(text).toBe(UPSTREAM_SSE)
+    await h.settle()
+    const hit = await stream(SERVED, cacheable)
+    expect(hit.headers.get('x-podgate-cache')).toBe('HIT')
+    const replayed = await readSSE(hit)
+    // The replay is podgate's rendering of the answer: the same events, without the upstream's comment.
+    expect(shape(replayed)).toEqual(shape(await events(text)))
+    expect(upstream.calls).toHaveLength(1)
+  })
+
+  it('a twin that arrives while a piped answer is in flight gets it whole when it ends, from one upstream call', async () => {
+    const pieces = UPSTREAM_SSE.split(/(?<=\n\n)/)
+    const { upstream, release } = held(pieces, 2)
+    const { h, stream } = await setup(upstream)
+    const leader = await stream(SERVED, cacheable)
+    expect(leader.headers.get('x-podgate-cache')).toBe('MISS')
+    const leaderText = leader.text()
+    const twinSansUsage = stream(SERVED, { temperature: 0 })
+    const twin = stream(SERVED, cacheable)
+    // The twins are waiting on the flight now; let the answer finish.
+    await new Promise((resolve) => setTimeout(resolve, 50))
+    release()
+    expect(await leaderText).toBe(UPSTREAM_SSE)
+    const [a, b] = await Promise.all([twin, twinSansUsage])
+    expect(a.headers.get('x-podgate-cache')).toBe('COALESCED')
+    expect(b.headers.get('x-podgate-cache')).toBe('COALESCED')
+    const withUsage = await readSSE(a)
+    expect(shape(withUsage)).toEqual(shape(await events(UPSTREAM_SSE)))
+    const sansUsage = await readSSE(b)
+    expect(streamedText(sansUsage)).toBe('Hello ✓')
+    expect(sansUsage.some((e) => typeof e === 'object' && e !== null && 'usage' in e && (e as { choices: unknown[] }).choices.length === 0)).toBe(false)
+    expect(sansUsage.at(-1)).toBe('[DONE]')
+    expect(upstream.calls).toHaveLength(1)
+  })
+
+  it('a piped answer over maxEntryBytes reaches the caller whole and is not stored', async () => {
+    const long = `data: {${head},"choices":[{"index":0,"delta":{"content":"${'x'.repeat(200)}"},"logprobs":null,"finish_reason":null}]}\n\n`.repeat(10) + UPSTREAM_SSE
+    const upstream = scripted(() => cutRandom(long, 9, 500))
+    const { h, stream } = await setup(upstream, { cache: { maxEntryBytes: 1024 } })
+    expect(await (await stream(SERVED, cacheable)).text()).toBe(long)
+    await h.settle()
+    const again = await stream(SERVED, cacheable)
+    expect(again.headers.get('x-podgate-cache')).toBe('MISS')
+    expect(await again.text()).toBe(long)
+    expect(upstream.calls).toHaveLength(2)
+  })
+
+  it('a piped answer cut before [DONE] is not stored', async () => {
+    const cut = UPSTREAM_SSE.slice(0, UPSTREAM_SSE.lastIndexOf('data: [DONE]'))
+    const upstream = scripted(() => [cut])
+    const { h, stream } = await setup(upstream)
+    const first = await (await stream(SERVED, cacheable)).text()
+    expect(first.startsWith(cut)).toBe(true)
+    expect(first).toContain('"code":"upstream_error"')
+    await h.settle()
+    expect((await stream(SERVED, cacheable)).headers.get('x-podgate-cache')).toBe('MISS')
+    expect(upstream.calls).toHaveLength(2)
   })
 })
 

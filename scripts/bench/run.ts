@@ -378,7 +378,7 @@ async function measureHops(url: string, pid: number, upstreamUrl: string, reps: 
     for (const mode of modes) {
       const before = cpuNs(pid)
       const started = performance.now()
-      const target: Target = { name: 'podgate', url: `${url}/hop?mode=${mode}&events=2000&upstream=${encodeURIComponent(upstreamUrl)}`, headers: {} }
+      const target: Target = { name: 'podgate', url: `${url}/hop?mode=${mode.replace(':', '&min=')}&events=2000&upstream=${encodeURIComponent(upstreamUrl)}`, headers: {} }
       const run = await timeStream(target, '')
       const ns = cpuNs(pid) - before
       const seconds = (performance.now() - started) / 1000

@@ -1,6 +1,7 @@
 /**
  * The leader of a flight: makes the upstream call for a cacheable request, shares what it produces with
- * joiners, and records the answer for the cache from podgate's own output.
+ * joiners, and records the answer for the cache from podgate's own output, or, for a stream the upstream
+ * code piped natively, from the text of the pipe's copy (joiners then get the answer when it is whole).
  *
  * Memory is bounded whatever the answer's size. The capture keeps at most `maxEntryBytes` of events:
  * past that the answer is not stored, no one else may join, and the shared buffer keeps only what some
@@ -10,7 +11,7 @@
 import { createParser } from 'eventsource-parser'
 import { GatewayError, toGatewayError } from '../errors/index.ts'
 import { waitUntilOf } from '../http/context.ts'
-import type { CompletionContext, CompletionHandler } from '../pipeline/index.ts'
+import type { CompletionContext, CompletionHandler, StreamCopy } from '../pipeline/index.ts'
 import { jsonAnswerOf } from '../pipeline/json-answer.ts'
 import { isRecord } from '../streaming/vllm.ts'
 import { captureJsonAnswer, createAnswerCapture } from './answer.ts'
@@ -51,6 +52,10 @@ export async function lead(run: CacheRun, ctx: CompletionContext, next: Completi
     callerGone: () => ctx.c.req.raw.signal?.aborted === true,
   }
 
+  // A stream is recorded from the text the upstream code hands over when it pipes natively, else from
+  // the body (captureStream).
+  const recorder = ctx.request.stream ? streamRecorder(leader) : undefined
+  if (recorder) ctx.copy = recorder.copy
   let response: Response
   try {
     response = await next(ctx)
@@ -64,7 +69,8 @@ export async function lead(run: CacheRun, ctx: CompletionContext, next: Completi
     leader.release()
     return withCacheHeaders(response, 'MISS', 0)
   }
-  return ctx.request.stream ? captureStream(leader, response) : captureJson(leader, response)
+  if (!recorder) return captureJson(leader, response)
+  return recorder.copy.piped ? recordPiped(leader, recorder, response) : captureStream(leader, recorder, response)
 }
 
 /**
@@ -121,14 +127,27 @@ async function recordJson(leader: Leader, text: string, json: unknown, response:
   return withCacheHeaders(response, 'MISS', 0)
 }
 
-/** A stream: read here, not by the leader's response, so joiners never wait on how fast it reads. */
-function captureStream(leader: Leader, response: Response): Response {
+interface StreamRecorder {
+  /** Handed to the upstream code (CompletionContext.copy): a piped stream's text arrives here. */
+  copy: StreamCopy
+  /** The next piece of the stream's text. */
+  feed(text: string): void
+  /** After the last piece: settles the flight from the outcome and stores a whole answer. */
+  finish(): Promise<void>
+}
+
+/**
+ * Parses the leader's events into the answer capture (at most `maxEntryBytes` of them) and, unless the
+ * stream is piped, into the flight, for joiners to follow live.
+ */
+function streamRecorder(leader: Leader): StreamRecorder {
   const { run, ctx, flight, release } = leader
   const { maxEntryBytes } = run.options
   let capture: AnswerCapture | undefined = createAnswerCapture(ctx.request.kind)
   let meta: Flight['meta']
   let capturedChars = 0
   let sawDone = false
+  const copy: StreamCopy = { piped: false, text: (text) => parser.feed(text) }
   const parser = createParser({
     onEvent(event) {
       if (event.data === '[DONE]') {
@@ -143,27 +162,20 @@ function captureStream(leader: Leader, response: Response): Response {
         release()
         flight.seal()
       }
+      // A piped stream has no live readers: past the bound, nothing needs its events.
+      if (copy.piped && !capture) return
       const value = parseJson(event.data)
       const kind = capture ? capture.accept(value) : classify(value)
-      flight.push({ data: event.data, usage: kind === 'usage', error: kind === 'error' })
+      if (!copy.piped) flight.push({ data: event.data, usage: kind === 'usage', error: kind === 'error' })
     },
     onComment() {
-      flight.push({ comment: true })
+      if (!copy.piped) flight.push({ comment: true })
     },
   })
-  const decoder = new TextDecoder()
-  const source = response.body!.getReader()
-  const own = flight.reader()
-  const pump = (async () => {
-    try {
-      for (;;) {
-        // Past the bound, the upstream is read no faster than the slowest reader drains the buffer.
-        while (flight.sealed && flight.bufferedChars > maxEntryBytes && flight.followers > 0) await flight.changed()
-        const chunk = await source.read()
-        if (chunk.done) break
-        parser.feed(decoder.decode(chunk.value, { stream: true }))
-      }
-      parser.feed(decoder.decode())
+  return {
+    copy,
+    feed: copy.text,
+    async finish() {
       const outcome = await ctx.outcome
       release()
       if (flight.sealed) run.log({ level: 'info', message: 'cache: answer over maxEntryBytes, not stored', max_entry_bytes: maxEntryBytes, peak_buffered_chars: flight.peakBufferedChars })
@@ -174,6 +186,39 @@ function captureStream(leader: Leader, response: Response): Response {
       } else {
         flight.fail(outcome.ok ? new GatewayError('upstream_error', 'The stream ended before the model finished.') : outcome.error, leader.callerGone() || flight.followers === 0)
       }
+    },
+  }
+}
+
+/**
+ * A stream the upstream code piped natively: the caller reads the upstream's bytes, and the recorder gets
+ * the answer's text from the pipe's copy (a few large blocks, most at the end). Joiners cannot follow it
+ * live: they wait for the whole answer and get it replayed (or, past the size bound, ask alone).
+ */
+function recordPiped(leader: Leader, recorder: StreamRecorder, response: Response): Response {
+  leader.flight.stopStreaming()
+  waitUntilOf(leader.ctx.c)(recorder.finish().catch((error: unknown) => leader.flight.fail(toGatewayError(error), true)))
+  return withCacheHeaders(response, 'MISS', 0)
+}
+
+/** A stream: read here, not by the leader's response, so joiners never wait on how fast it reads. */
+function captureStream(leader: Leader, recorder: StreamRecorder, response: Response): Response {
+  const { run, ctx, flight, release } = leader
+  const { maxEntryBytes } = run.options
+  const decoder = new TextDecoder()
+  const source = response.body!.getReader()
+  const own = flight.reader()
+  const pump = (async () => {
+    try {
+      for (;;) {
+        // Past the bound, the upstream is read no faster than the slowest reader drains the buffer.
+        while (flight.sealed && flight.bufferedChars > maxEntryBytes && flight.followers > 0) await flight.changed()
+        const chunk = await source.read()
+        if (chunk.done) break
+        recorder.feed(decoder.decode(chunk.value, { stream: true }))
+      }
+      recorder.feed(decoder.decode())
+      await recorder.finish()
     } catch (error) {
       release()
       flight.fail(toGatewayError(error), leader.callerGone())

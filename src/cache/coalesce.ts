@@ -28,30 +28,35 @@ async function join(run: CacheRun, flight: Flight, call: { ctx: CompletionContex
     throw error
   }
 
-  if (!request.stream || !flight.streams) {
+  if (request.stream && flight.streams) {
+    // Registered before any wait: the flight keeps every event from here on for this reader.
+    const reader = flight.reader()
     flight.followers++
-    await flight.ended()
-    flight.leave()
-    if (flight.state === 'failed') return failed()
-    const meta = { id: flight.meta?.id ?? completionId(request.kind), created: flight.meta?.created ?? nowSeconds(), model: request.model }
-    if (!request.stream && flight.json !== undefined) {
-      ctx.settle({ ok: true, usage: flight.usage, cached: true })
-      return withCacheHeaders(new Response(flight.json, { headers: { 'content-type': 'application/json' } }), 'COALESCED', 0)
+    while (flight.end === 0 && flight.state === 'open' && flight.streams) await flight.changed()
+    if (flight.streams) {
+      if (flight.end === 0 && flight.state === 'failed') {
+        flight.unread(reader)
+        flight.leave()
+        return failed()
+      }
+      return withCacheHeaders(new Response(follow(flight, reader, request, ctx.settle), { headers: SSE_HEADERS }), 'COALESCED', 0)
     }
-    // The leader's answer could not be captured (too large, or nothing podgate replays): ask alone.
-    if (!flight.answer) return retried ? lead(run, ctx, next, plan) : coalesceOrLead(run, ctx, next, plan, true)
-    ctx.settle({ ok: true, usage: flight.usage, cached: true })
-    return render(flight.answer, request, meta, 'COALESCED', 0)
+    // The leader's stream turned out to be piped natively: wait for the whole answer, as below.
+    flight.unread(reader)
+    flight.followers--
   }
 
-  // Registered before any wait: the flight keeps every event from here on for this reader.
-  const reader = flight.reader()
   flight.followers++
-  while (flight.end === 0 && flight.state === 'open') await flight.changed()
-  if (flight.end === 0 && flight.state === 'failed') {
-    flight.unread(reader)
-    flight.leave()
-    return failed()
+  await flight.ended()
+  flight.leave()
+  if (flight.state === 'failed') return failed()
+  const meta = { id: flight.meta?.id ?? completionId(request.kind), created: flight.meta?.created ?? nowSeconds(), model: request.model }
+  if (!request.stream && flight.json !== undefined) {
+    ctx.settle({ ok: true, usage: flight.usage, cached: true })
+    return withCacheHeaders(new Response(flight.json, { headers: { 'content-type': 'application/json' } }), 'COALESCED', 0)
   }
-  return withCacheHeaders(new Response(follow(flight, reader, request, ctx.settle), { headers: SSE_HEADERS }), 'COALESCED', 0)
+  // The leader's answer could not be captured (too large, or nothing podgate replays): ask alone.
+  if (!flight.answer) return retried ? lead(run, ctx, next, plan) : coalesceOrLead(run, ctx, next, plan, true)
+  ctx.settle({ ok: true, usage: flight.usage, cached: true })
+  return render(flight.answer, request, meta, 'COALESCED', 0)
 }

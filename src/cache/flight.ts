@@ -26,8 +26,11 @@ export interface FlightReader {
 }
 
 export class Flight {
-  /** The leader asked for a stream: joiners that stream too can follow its events. */
-  readonly streams: boolean
+  /**
+   * Joiners that stream can follow the leader's events live: the leader asked for a stream and podgate
+   * reads it (false once the leader's stream is piped natively: joiners then wait for the whole answer).
+   */
+  streams: boolean
   /** Events from index `offset` on; earlier ones were read by everyone and dropped (see `seal`). */
   readonly #events: FlightEvent[] = []
   #offset = 0
@@ -115,6 +118,12 @@ export class Flight {
     this.usage = result.usage
     this.meta = result.meta
     this.json = result.json
+    this.#notify()
+  }
+
+  /** The leader's stream is piped natively: joiners wait for the whole answer (waiting ones are woken). */
+  stopStreaming(): void {
+    this.streams = false
     this.#notify()
   }
 

@@ -36,6 +36,20 @@ export interface CompletionContext {
   readonly outcome: Promise<CompletionOutcome>
   /** Resolves `outcome`; later calls are ignored. Called by the upstream dispatcher. */
   settle(outcome: CompletionOutcome): void
+  /**
+   * Set before `next` by a stage that records a streamed answer (the cache). When the upstream code
+   * pipes the stream natively (streaming/openai-pipe.ts), the caller's body is the upstream's bytes and
+   * cannot be read along cheaply: it sets `copy.piped` and hands the answer's text to `copy.text`, in
+   * order, before `outcome` resolves; the stage records from that instead of reading the body.
+   */
+  copy?: StreamCopy
+}
+
+export interface StreamCopy {
+  /** Set by the upstream code when it piped the stream: the answer's text arrives through `text`. */
+  piped: boolean
+  /** The next piece of the answer's text (SSE, as the upstream wrote it). */
+  text(piece: string): void
 }
 
 export type CompletionHandler = (ctx: CompletionContext) => Promise<Response>

@@ -47,6 +47,12 @@ export interface OpenAIPipeOptions {
   onUsage?(usage: Usage): void
   /** Called once when the relay is over: `[DONE]` relayed (ok), or the stream cut, failed or left. */
   onEnd?(outcome: RelayOutcome): void
+  /**
+   * Given the whole answer's text, in pieces and in order, as the copy is read (a few large blocks, most
+   * at the end), all before `onEnd`; up to where the copy ended or broke. For a stage that records the
+   * answer (the cache); without it only the tail is kept.
+   */
+  onText?(piece: string): void
 }
 
 /** The tail read for the ending: at least this much of the answer's end, in bytes. */
@@ -114,7 +120,7 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
     // instead of aborting it, so the end it still holds (the usage, `[DONE]`) is flushed, not lost.
     const compressor = new CompressionStream(COMPRESSION)
     copy.pipeTo(compressor.writable, { preventAbort: true }).catch(() => compressor.writable.close().catch(ignore))
-    const ending = tailOf(compressor.readable.pipeThrough(new DecompressionStream(COMPRESSION)), first).finally(() => {
+    const ending = tailOf(compressor.readable.pipeThrough(new DecompressionStream(COMPRESSION)), first, options.onText).finally(() => {
       upstreamDone = true
       if (timer !== undefined) clearTimeout(timer)
     })
@@ -169,14 +175,24 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
 }
 
 /** The ending read from the answer's last bytes: `first`, then `rest` (read to its end or its break). */
-async function tailOf(rest: ReadableStream<Uint8Array>, first: Uint8Array | undefined): Promise<TailEnd> {
-  const tail: Uint8Array[] = first ? [first] : []
-  let bytes = first?.byteLength ?? 0
+async function tailOf(rest: ReadableStream<Uint8Array>, first: Uint8Array | undefined, onText?: (piece: string) => void): Promise<TailEnd> {
+  const tail: Uint8Array[] = []
+  let bytes = 0
   let whole = true
   /** Read buffers no longer in the tail, reused for the next read. */
   const free: ArrayBuffer[] = []
   const ours = new WeakSet<ArrayBuffer>()
+  let text = onText ? new TextDecoder() : undefined
+  // The recorder's failure is its own: the caller's stream and its ending go on without it.
+  const feed = (piece: string) => {
+    try {
+      onText!(piece)
+    } catch {
+      text = undefined
+    }
+  }
   const keep = (chunk: Uint8Array) => {
+    if (text) feed(text.decode(chunk, { stream: true }))
     tail.push(chunk)
     bytes += chunk.byteLength
     while (tail.length > 1 && bytes - tail[0]!.byteLength >= TAIL_BYTES) {
@@ -186,6 +202,11 @@ async function tailOf(rest: ReadableStream<Uint8Array>, first: Uint8Array | unde
       if (ours.has(dropped.buffer as ArrayBuffer)) free.push(dropped.buffer as ArrayBuffer)
     }
   }
+  const finish = () => {
+    if (text) feed(text.decode())
+    return readTail(tail, whole)
+  }
+  if (first) keep(first)
   try {
     const blocks = byobReader(rest)
     if (blocks) {
@@ -194,7 +215,7 @@ async function tailOf(rest: ReadableStream<Uint8Array>, first: Uint8Array | unde
       for (;;) {
         const buffer = free.pop() ?? new ArrayBuffer(TAIL_BYTES * 2)
         const next = await blocks.readAtLeast(TAIL_BYTES, new Uint8Array(buffer))
-        if (next.done || !next.value) return readTail(tail, whole)
+        if (next.done || !next.value) return finish()
         ours.add(next.value.buffer as ArrayBuffer)
         keep(next.value)
       }
@@ -202,12 +223,12 @@ async function tailOf(rest: ReadableStream<Uint8Array>, first: Uint8Array | unde
     const reader = rest.getReader()
     for (;;) {
       const next = await reader.read()
-      if (next.done) return readTail(tail, whole)
+      if (next.done) return finish()
       keep(next.value)
     }
   } catch {
     // What came before the break is kept.
-    return readTail(tail, whole)
+    return finish()
   }
 }
 

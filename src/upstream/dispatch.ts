@@ -49,6 +49,7 @@ export function createDispatcher(options: DispatchOptions): CompletionHandler {
         // A group that failed before any output may be followed by the other mode's: its failure is not
         // the outcome yet (and if it is, the pipeline settles the error this throws).
         settle: last ? ctx.settle : (outcome) => (outcome.ok || outcome.producedOutput ? ctx.settle(outcome) : undefined),
+        ...(ctx.copy ? { copy: ctx.copy } : {}),
       }
       try {
         if (mode === 'openai') return await openaiRouteCompletion(call)

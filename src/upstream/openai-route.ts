@@ -91,7 +91,9 @@ async function openaiRouteStream(call: CompletionCall, path: RoutePath, body: Re
   const { stream, reader, first, piped } = opened
   if (piped) {
     reader.releaseLock()
-    const native = pipeOpenAIStream({ body: stream, first, abortUpstream: (reason) => piped.abort(reason), totalDeadline: started + timeouts.totalMs, onUsage, onEnd })
+    const { copy } = call
+    if (copy) copy.piped = true
+    const native = pipeOpenAIStream({ body: stream, first, abortUpstream: (reason) => piped.abort(reason), totalDeadline: started + timeouts.totalMs, onUsage, onEnd, ...(copy ? { onText: copy.text } : {}) })
     return new Response(native, { status: 200, headers: SSE_HEADERS })
   }
   const relay = createOpenAIRelay({

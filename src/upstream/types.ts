@@ -5,7 +5,7 @@ import type { ResolvedOptions } from '../config/schema.ts'
 import type { NormalizedRequest, RequestKind } from '../normalize/types.ts'
 import type { ResolvedModel } from '../routing/models.ts'
 import type { RunpodClient } from './runpod/client.ts'
-import type { CompletionOutcome } from '../pipeline/stage.ts'
+import type { CompletionOutcome, StreamCopy } from '../pipeline/stage.ts'
 import type { RetryPlan } from './retry.ts'
 
 // Defined with the stage contract (quotas settle from it); re-exported for the upstream code.
@@ -25,6 +25,8 @@ export interface CompletionCall {
   waitUntil: (promise: Promise<unknown>) => void
   /** Reports how the answer ended, once (see CompletionContext.settle). */
   settle: (outcome: CompletionOutcome) => void
+  /** A stage's reader of a natively piped stream (see CompletionContext.copy). */
+  copy?: StreamCopy
 }
 
 export const SSE_HEADERS: Readonly<Record<string, string>> = {

@@ -243,7 +243,7 @@ async function hop(url: URL, env: Env, ctx: ExecutionContext): Promise<Response>
     const drained = (async () => {
       let buffer = new ArrayBuffer(32768)
       for (;;) {
-        const next = await reader.readAtLeast(16384, new Uint8Array(buffer))
+        const next = await reader.readAtLeast(Number(url.searchParams.get('min') ?? 16384), new Uint8Array(buffer))
         if (next.done) break
         buffer = next.value!.buffer as ArrayBuffer
       }
