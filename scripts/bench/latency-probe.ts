@@ -1,6 +1,9 @@
 /**
- * Probe (not part of `npm run bench`): JSON latency p50 of podgate and the floor, round-robin, with the
- * wall-clock split of each call from strace when LATENCY_STRACE=1.
+ * `npm run bench:latency`: a quick look at what podgate adds to a call, outside the full bench: p50 of a
+ * JSON call and of a stream's first byte for podgate (its deploy bundle, with KV, quota and the cache
+ * stage) and the floor, round-robin (LATENCY_N calls, default 300), and each process's CPU per call.
+ * LATENCY_HOLD=<seconds> keeps both running afterwards, with their pids, URLs and a key printed, to
+ * attach `strace -tt -p <pid>` and read one call's timeline (request in, upstream out, answer out).
  */
 import { bundleWorker, startFloor, startPodgate } from './workers.ts'
 import { startUpstream } from './upstream.ts'

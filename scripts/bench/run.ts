@@ -7,7 +7,7 @@
  * (`portkey.ts`, skipped with a note if it cannot be installed); measures cold starts (`cold-start.ts`),
  * then round-robin across targets so drift hits all alike, then the feature rows (`features.ts`); writes
  * BENCHMARKS.md, docs/bench.svg and `.bench/results.json`. Options (env): BENCH_QUICK=1 for a short smoke run;
- * BENCH_HOPS_ONLY=floor,pipe,gateway (a list of stream shapes, see scripts/bench/cpu-worker) prices only those and prints them.
+ * BENCH_HOPS_ONLY=floor,pipe,gateway (a list of stream shapes, see scripts/bench/cpu-worker; `tee-gather:1` sets a shape's `min`) prices only those and prints them, with BENCH_HOPS_REPS repetitions (default 5), BENCH_HOPS_EVENTS events per stream (default 2000) and, with BENCH_HOPS_MEMORY=1, each one's memory growth over a 10 MB stream.
  */
 import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs'
 import { cpus, loadavg, release, totalmem } from 'node:os'
@@ -373,16 +373,18 @@ async function runCacheBenchIfPresent(): Promise<string | undefined> {
  */
 async function measureHops(url: string, pid: number, upstreamUrl: string, reps: number): Promise<Results['hops']> {
   const modes = (process.env.BENCH_HOPS_ONLY ? process.env.BENCH_HOPS_ONLY.split(',') : ['floor', 'identity', 'timer', 'relay', 'timer-relay', 'native-pipe', 'tee-watch', 'js-writer', 'tee-pipe', 'pipe-tee', 'tee-pipe-drain', 'tee-pipe-idle', 'tee-gather', 'tee-deflate', 'pipe', 'pipe-nofirst', 'pipe-waituntil', 'floor-wait', 'floor-wait-early', 'gateway']) as string[]
+  // BENCH_HOPS_EVENTS: the stream's length (default 2000); a short one prices the first byte.
+  const events = Number(process.env.BENCH_HOPS_EVENTS ?? 2000)
   const runs = new Map<string, Array<{ eventUs: number; eventsPerSecond: number; firstByte: number }>>()
   for (let rep = 0; rep <= reps; rep++) {
     for (const mode of modes) {
       const before = cpuNs(pid)
       const started = performance.now()
-      const target: Target = { name: 'podgate', url: `${url}/hop?mode=${mode.replace(':', '&min=')}&events=2000&upstream=${encodeURIComponent(upstreamUrl)}`, headers: {} }
+      const target: Target = { name: 'podgate', url: `${url}/hop?mode=${mode.replace(':', '&min=')}&events=${events}&upstream=${encodeURIComponent(upstreamUrl)}`, headers: {} }
       const run = await timeStream(target, '')
       const ns = cpuNs(pid) - before
       const seconds = (performance.now() - started) / 1000
-      if (run.events < 2000) throw new Error(`stream shape ${mode}: ${run.events} of 2000 events arrived`)
+      if (run.events < events) throw new Error(`stream shape ${mode}: ${run.events} of ${events} events arrived`)
       if (rep === 0) continue // warm-up
       const list = runs.get(mode) ?? []
       list.push({ eventUs: ns / run.events / 1e3, eventsPerSecond: run.events / seconds, firstByte: run.firstByte })
