@@ -245,6 +245,26 @@ describe('native relay over a real HTTP upstream (the emulator)', () => {
     await expect.poll(cancelled, { timeout: 3_000 }).toBe(true)
   })
 
+  it('a twin of a piped answer is answered at once, and gets an answer of its own when the first caller leaves', async () => {
+    const h = live()
+    const { key } = await h.createKey({ name: 'live' })
+    const body = chatBody('chat-openai', 'Long [[emulator:tokens=60,delay=15]]', { stream: true, max_tokens: 100, temperature: 0, ...WITH_USAGE })
+    const leader = await h.fetch('/v1/chat/completions', authed(key, body))
+    const twin = await h.fetch('/v1/chat/completions', authed(key, body))
+    // Answered at once: the first caller's first bytes are out.
+    expect(twin.headers.get('x-podgate-cache')).toBe('COALESCED')
+    const reader = leader.body!.getReader()
+    expect((await reader.read()).done).toBe(false)
+    await reader.cancel()
+    const events = await readSSE(twin)
+    expect(events.at(-1)).toBe('[DONE]')
+    expect(events.at(-2)).toMatchObject({ choices: [], usage: { completion_tokens: 60 } })
+    const calls = (await (await fetch(`${env.RUNPOD_BASE_URL.replace(/\/v2$/, '')}/__emulator/calls`)).json()) as Array<{ op: string; streamCancelled?: true }>
+    const streams = calls.filter((call) => call.op === 'openai').slice(-2)
+    // The first caller's call was stopped when it left; the twin's own call ran to the end.
+    expect(streams.map((call) => call.streamCancelled ?? false)).toEqual([true, false])
+  })
+
   it('a worker failure mid-stream ends with podgate\'s error event, no [DONE]', async () => {
     const h = live()
     const { key } = await h.createKey({ name: 'live' })
@@ -329,6 +349,19 @@ describe('native relay and the answer cache', () => {
     expect(upstream.calls).toHaveLength(1)
   })
 
+  it("a twin gets the piped answer when the upstream's part ends, however slowly the first caller reads", async () => {
+    const { upstream, release } = held(UPSTREAM_SSE.split(/(?<=\n\n)/), 2)
+    const { stream } = await setup(upstream)
+    const leader = await stream(SERVED, cacheable)
+    const twin = await stream(SERVED, cacheable)
+    expect(twin.headers.get('x-podgate-cache')).toBe('COALESCED')
+    // The first caller reads nothing yet; its twin is answered once the upstream's answer is whole.
+    release()
+    expect(shape(await readSSE(twin))).toEqual(shape(await events(UPSTREAM_SSE)))
+    expect(await leader.text()).toBe(UPSTREAM_SSE)
+    expect(upstream.calls).toHaveLength(1)
+  })
+
   it('a piped answer over maxEntryBytes reaches the caller whole and is not stored', async () => {
     const long = `data: {${head},"choices":[{"index":0,"delta":{"content":"${'x'.repeat(200)}"},"logprobs":null,"finish_reason":null}]}\n\n`.repeat(10) + UPSTREAM_SSE
     const upstream = scripted(() => cutRandom(long, 9, 500))
@@ -338,6 +371,20 @@ describe('native relay and the answer cache', () => {
     const again = await stream(SERVED, cacheable)
     expect(again.headers.get('x-podgate-cache')).toBe('MISS')
     expect(await again.text()).toBe(long)
+    expect(upstream.calls).toHaveLength(2)
+  })
+
+  it('a twin of a piped answer over maxEntryBytes gets the answer from a call of its own', async () => {
+    const long = `data: {${head},"choices":[{"index":0,"delta":{"content":"${'y'.repeat(200)}"},"logprobs":null,"finish_reason":null}]}\n\n`.repeat(10) + UPSTREAM_SSE
+    const { upstream, release } = held(long.split(/(?<=\n\n)/), 2)
+    const { stream } = await setup(upstream, { cache: { maxEntryBytes: 1024 } })
+    const leader = await stream(SERVED, cacheable)
+    const twin = await stream(SERVED, cacheable)
+    expect(twin.headers.get('x-podgate-cache')).toBe('COALESCED')
+    release()
+    expect(await leader.text()).toBe(long)
+    // The twin's own call: the upstream's bytes, relayed after the comments it may have had while waiting.
+    expect((await twin.text()).replace(/^(: keep-alive\n\n)+/, '')).toBe(long)
     expect(upstream.calls).toHaveLength(2)
   })
 
@@ -385,6 +432,30 @@ describe('pipeOpenAIStream', () => {
     const cut = await pipeOutcome([UPSTREAM_SSE.slice(0, 300)])
     expect(cut.end).toMatchObject({ ok: false, started: true, error: { message: 'The upstream stream ended before the model finished.' } })
     expect(cut.usage).toBeUndefined()
+  })
+
+  it('a caller who leaves before the first chunk is read still settles the stream, and stops the upstream', async () => {
+    let pulls = 0
+    let cancelled = false
+    const body = new ReadableStream<Uint8Array>({
+      type: 'bytes',
+      pull(controller) {
+        if (pulls++ > 3) controller.close()
+        else controller.enqueue(bytesOf('data: {"choices":[]}\n\n'))
+      },
+      cancel() {
+        cancelled = true
+      },
+    })
+    const reader = body.getReader()
+    const first = await reader.read()
+    reader.releaseLock()
+    let end: RelayOutcome | undefined
+    const stream = pipeOpenAIStream({ body, first: first.value, abortUpstream: (reason) => void body.cancel(reason).catch(() => undefined), onEnd: (outcome) => (end = outcome) })
+    await new Promise((resolve) => setTimeout(resolve, 50))
+    await stream.cancel()
+    await expect.poll(() => end, { timeout: 2_000 }).toMatchObject({ ok: false })
+    expect(cancelled || pulls > 4).toBe(true)
   })
 
   it('a long answer, read back in many blocks into reused buffers, keeps its exact ending', async () => {

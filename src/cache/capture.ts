@@ -70,7 +70,7 @@ export async function lead(run: CacheRun, ctx: CompletionContext, next: Completi
     return withCacheHeaders(response, 'MISS', 0)
   }
   if (!recorder) return captureJson(leader, response)
-  return recorder.copy.piped ? recordPiped(leader, recorder, response) : captureStream(leader, recorder, response)
+  return recorder.copy.piped ? recordPiped(leader, response) : captureStream(leader, recorder, response)
 }
 
 /**
@@ -128,17 +128,18 @@ async function recordJson(leader: Leader, text: string, json: unknown, response:
 }
 
 interface StreamRecorder {
-  /** Handed to the upstream code (CompletionContext.copy): a piped stream's text arrives here. */
+  /** Handed to the upstream code (CompletionContext.copy): a piped stream's text and end arrive here. */
   copy: StreamCopy
   /** The next piece of the stream's text. */
   feed(text: string): void
-  /** After the last piece: settles the flight from the outcome and stores a whole answer. */
+  /** After the last piece of a stream podgate read itself: settles the flight from the outcome and stores a whole answer. */
   finish(): Promise<void>
 }
 
 /**
  * Parses the leader's events into the answer capture (at most `maxEntryBytes` of them) and, unless the
- * stream is piped, into the flight, for joiners to follow live.
+ * stream is piped, into the flight, for joiners to follow live. A piped stream settles the flight from
+ * how its upstream part ended (`copy.end`), not from how fast the leader's caller reads it.
  */
 function streamRecorder(leader: Leader): StreamRecorder {
   const { run, ctx, flight, release } = leader
@@ -147,7 +148,40 @@ function streamRecorder(leader: Leader): StreamRecorder {
   let meta: Flight['meta']
   let capturedChars = 0
   let sawDone = false
-  const copy: StreamCopy = { piped: false, text: (text) => parser.feed(text) }
+  /** The answer cannot be shared or stored (too large, or the recorder failed): joiners ask on their own. */
+  const giveUp = () => {
+    meta = capture?.meta ?? meta
+    capture = undefined
+    release()
+    flight.seal()
+    // A piped flight has no live readers: its joiners need not wait for the end to learn it.
+    if (copy.piped) flight.succeed({ answer: undefined, usage: undefined, meta })
+  }
+  const copy: StreamCopy = {
+    piped: false,
+    text(text) {
+      try {
+        parser.feed(text)
+      } catch (error) {
+        run.log({ level: 'warn', message: 'cache: recording a piped stream failed', cause: String(error) })
+        giveUp()
+      }
+    },
+    end(end) {
+      console.log('DBG copy end', JSON.stringify({ done: end.done, stopped: end.stopped, error: end.error?.message }))
+      release()
+      if (flight.sealed) run.log({ level: 'info', message: 'cache: answer over maxEntryBytes, not stored', max_entry_bytes: maxEntryBytes })
+      if (end.done && !end.error && sawDone) {
+        const answer = capture?.result(end.usage)
+        flight.succeed({ answer, usage: end.usage, meta: capture?.meta ?? meta })
+        if (answer) leader.store(answer)
+        return
+      }
+      // Stopped for the leader's own reasons (its caller left, its key was revoked): joiners ask on their own.
+      const error = end.error ?? new GatewayError('upstream_error', 'The stream ended before the model finished.')
+      flight.fail(error, end.stopped === 'caller' || end.stopped === 'revoked')
+    },
+  }
   const parser = createParser({
     onEvent(event) {
       if (event.data === '[DONE]') {
@@ -155,13 +189,8 @@ function streamRecorder(leader: Leader): StreamRecorder {
         return
       }
       capturedChars += event.data.length
-      if (capture && capturedChars > maxEntryBytes) {
-        // Too large to store: the readers so far follow on, new callers start their own call.
-        meta = capture.meta
-        capture = undefined
-        release()
-        flight.seal()
-      }
+      // Too large to store: the readers so far follow on, new callers start their own call.
+      if (capture && capturedChars > maxEntryBytes) giveUp()
       // A piped stream has no live readers: past the bound, nothing needs its events.
       if (copy.piped && !capture) return
       const value = parseJson(event.data)
@@ -192,12 +221,12 @@ function streamRecorder(leader: Leader): StreamRecorder {
 
 /**
  * A stream the upstream code piped natively: the caller reads the upstream's bytes, and the recorder gets
- * the answer's text from the pipe's copy (a few large blocks, most at the end). Joiners cannot follow it
- * live: they wait for the whole answer and get it replayed (or, past the size bound, ask alone).
+ * the answer's text from the pipe's copy (a few large blocks, most at the end) and settles the flight
+ * through `copy.end`. Joiners cannot follow it live: they wait for the whole answer and get it replayed
+ * (or, past the size bound, ask on their own at once).
  */
-function recordPiped(leader: Leader, recorder: StreamRecorder, response: Response): Response {
+function recordPiped(leader: Leader, response: Response): Response {
   leader.flight.stopStreaming()
-  waitUntilOf(leader.ctx.c)(recorder.finish().catch((error: unknown) => leader.flight.fail(toGatewayError(error), true)))
   return withCacheHeaders(response, 'MISS', 0)
 }
 

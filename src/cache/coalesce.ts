@@ -1,9 +1,11 @@
 /**
  * Coalescing: a cacheable request whose twin is already upstream in this isolate joins that call
- * instead of making its own, and reads the leader's events from the start, then live.
+ * instead of making its own, and reads the leader's events from the start, then live; or, when the
+ * leader's stream is piped natively, gets the whole answer when its upstream part ends.
  */
-import { GatewayError } from '../errors/index.ts'
+import { GatewayError, toGatewayError } from '../errors/index.ts'
 import type { CompletionContext, CompletionHandler } from '../pipeline/index.ts'
+import { sseErrorEvent } from '../streaming/openai-chunks.ts'
 import { completionId, SSE_HEADERS } from '../upstream/types.ts'
 import { lead } from './capture.ts'
 import { follow } from './follow.ts'
@@ -41,10 +43,11 @@ async function join(run: CacheRun, flight: Flight, call: { ctx: CompletionContex
       }
       return withCacheHeaders(new Response(follow(flight, reader, request, ctx.settle), { headers: SSE_HEADERS }), 'COALESCED', 0)
     }
-    // The leader's stream turned out to be piped natively: wait for the whole answer, as below.
+    // The leader's stream turned out to be piped natively.
     flight.unread(reader)
     flight.followers--
   }
+  if (request.stream && flight.state === 'open') return withCacheHeaders(new Response(awaitPiped(run, flight, call), { headers: SSE_HEADERS }), 'COALESCED', 0)
 
   flight.followers++
   await flight.ended()
@@ -59,4 +62,91 @@ async function join(run: CacheRun, flight: Flight, call: { ctx: CompletionContex
   if (!flight.answer) return retried ? lead(run, ctx, next, plan) : coalesceOrLead(run, ctx, next, plan, true)
   ctx.settle({ ok: true, usage: flight.usage, cached: true })
   return render(flight.answer, request, meta, 'COALESCED', 0)
+}
+
+/** How often a joiner waiting on a piped stream is sent an SSE comment, so it and the proxies on its way keep the connection. */
+const HEARTBEAT_MS = 10_000
+const HEARTBEAT = new TextEncoder().encode(': keep-alive\n\n')
+
+/**
+ * A streaming joiner of a piped leader: answered at once (the leader's first bytes are out, as a live
+ * follower's would be), kept open with comments, then given the whole answer replayed; or the flight's
+ * error; or, when the leader's caller left or the answer was too large to share, the joiner's own call
+ * relayed. Errors after the answer began are SSE error events, as for any stream.
+ */
+function awaitPiped(run: CacheRun, flight: Flight, call: { ctx: CompletionContext; next: CompletionHandler; plan: Plan; retried: boolean }): ReadableStream<Uint8Array> {
+  const { ctx, next, plan, retried } = call
+  const { request } = ctx
+  flight.followers++
+  let waiting = true
+  let beat = Date.now()
+  let own: ReadableStreamDefaultReader<Uint8Array> | undefined
+  const stopWaiting = () => {
+    if (!waiting) return
+    waiting = false
+    flight.leave()
+  }
+  const fail = (controller: ReadableStreamDefaultController<Uint8Array>, error: GatewayError, producedOutput: boolean): undefined => {
+    ctx.settle({ ok: false, error, producedOutput })
+    controller.enqueue(sseErrorEvent({ message: error.message, type: error.type, code: error.code }))
+    controller.close()
+    return undefined
+  }
+  return new ReadableStream<Uint8Array>(
+    {
+      async pull(controller) {
+        // Every pull enqueues or closes: a pull that returns with neither is not called again.
+        if (!own) {
+          const waited = await untilEnded(controller)
+          if (waited === undefined) return
+          own = waited
+        }
+        const chunk = await own.read()
+        if (chunk.done) controller.close()
+        else controller.enqueue(chunk.value)
+      },
+      cancel(reason) {
+        stopWaiting()
+        if (own) return own.cancel(reason)
+        ctx.settle({ ok: false, error: new GatewayError('upstream_error', 'The caller went away.'), producedOutput: true })
+      },
+    },
+    { highWaterMark: 0 },
+  )
+
+  /** A heartbeat, or the flight's end written out; or, to relay, the reader of this caller's own call. */
+  async function untilEnded(controller: ReadableStreamDefaultController<Uint8Array>): Promise<ReadableStreamDefaultReader<Uint8Array> | undefined> {
+    while (flight.state === 'open') {
+      await flight.changed(1_000)
+      if (flight.state === 'open' && Date.now() - beat >= HEARTBEAT_MS) {
+        beat = Date.now()
+        controller.enqueue(HEARTBEAT)
+        return undefined
+      }
+    }
+    stopWaiting()
+    if (flight.state === 'ok' && flight.answer) {
+      ctx.settle({ ok: true, usage: flight.usage, cached: true })
+      const meta = { id: flight.meta?.id ?? completionId(request.kind), created: flight.meta?.created ?? nowSeconds(), model: request.model }
+      controller.enqueue(new Uint8Array(await render(flight.answer, request, meta, 'COALESCED', 0).arrayBuffer()))
+      controller.close()
+      return undefined
+    }
+    if (flight.state === 'failed' && !flight.abandoned) return fail(controller, flight.error ?? new GatewayError('upstream_error', 'The shared upstream call failed.'), true)
+    // The leader's caller left, or its answer cannot be shared: this caller's own call, relayed.
+    try {
+      const response = retried ? await lead(run, ctx, next, plan) : await coalesceOrLead(run, ctx, next, plan, true)
+      if (response.status !== 200 || !response.body) throw await errorOf(response)
+      return response.body.getReader()
+    } catch (error) {
+      return fail(controller, toGatewayError(error), false)
+    }
+  }
+}
+
+/** The error an answer that is not a stream carries (OpenAI's `{"error": {...}}`), as a GatewayError. */
+async function errorOf(response: Response): Promise<GatewayError> {
+  const body = (await response.json().catch(() => undefined)) as { error?: { message?: unknown } } | undefined
+  const message = typeof body?.error?.message === 'string' ? body.error.message : `The upstream call answered ${response.status}.`
+  return new GatewayError('upstream_error', message)
 }

@@ -14,7 +14,7 @@ import type { GatewayEnv } from '../types.ts'
 import type { CompletionContext, CompletionHandler, CompletionOutcome, CompletionStage } from './stage.ts'
 
 // The contract lives in stage.ts; re-exported so existing imports of pipeline/index.ts keep working.
-export type { CompletionContext, CompletionHandler, CompletionOutcome, CompletionStage, StreamCopy, TokenUsage } from './stage.ts'
+export type { CompletionContext, CompletionHandler, CompletionOutcome, CompletionStage, CopyEnd, StreamCopy, TokenUsage } from './stage.ts'
 
 export function createCompletionContext(c: Context<GatewayEnv>, request: NormalizedRequest, model: ResolvedModel): CompletionContext {
   let resolve!: (outcome: CompletionOutcome) => void

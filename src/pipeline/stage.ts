@@ -39,8 +39,9 @@ export interface CompletionContext {
   /**
    * Set before `next` by a stage that records a streamed answer (the cache). When the upstream code
    * pipes the stream natively (streaming/openai-pipe.ts), the caller's body is the upstream's bytes and
-   * cannot be read along cheaply: it sets `copy.piped` and hands the answer's text to `copy.text`, in
-   * order, before `outcome` resolves; the stage records from that instead of reading the body.
+   * cannot be read along cheaply: it sets `copy.piped`, hands the answer's text to `copy.text` in order
+   * as the upstream sends it, then calls `copy.end` once the upstream's part is over, however fast the
+   * caller reads; the stage records from that instead of reading the body.
    */
   copy?: StreamCopy
 }
@@ -50,6 +51,19 @@ export interface StreamCopy {
   piped: boolean
   /** The next piece of the answer's text (SSE, as the upstream wrote it). */
   text(piece: string): void
+  /** The upstream's part is over: how it ended (see `CopyEnd`). Called once, after the last `text`. */
+  end(end: CopyEnd): void
+}
+
+/** How a piped stream's upstream part ended, read from the answer's last events. */
+export interface CopyEnd {
+  /** The last event was `[DONE]`. */
+  done: boolean
+  /** A vLLM error event among the last events, or why podgate stopped the upstream. */
+  error?: GatewayError
+  usage?: TokenUsage
+  /** podgate stopped the upstream: its caller left or its key was revoked (not the upstream's fault), or the total timeout. */
+  stopped?: 'caller' | 'revoked' | 'timeout'
 }
 
 export type CompletionHandler = (ctx: CompletionContext) => Promise<Response>

@@ -7,7 +7,7 @@
  * workerd into the caller's body (an `IdentityTransformStream`, left open); the other is piped by workerd
  * through a `CompressionStream` and a `DecompressionStream`, which hand it back in a few large blocks.
  * JavaScript reads those with `readAtLeast` (workerd fills a 32 KiB buffer natively, at least 16 KiB per
- * read) into buffers it reuses, and keeps the last two blocks (the tail). JavaScript reading a `tee` branch
+ * read) into buffers it reuses, and keeps the last block or two, at least 16 KiB (the tail). JavaScript reading a `tee` branch
  * chunk by chunk would switch the whole tee to the slow path, and a sink that reads the copy in large
  * blocks itself (`Response.arrayBuffer()`, or `readAtLeast` on the branch) holds the caller's branch back
  * until the block fills: the compressor reads as the bytes come. When the caller's pipe is done,
@@ -21,7 +21,7 @@
  * and then `[DONE]`); the stream settles as failed. Not enforced here: the idle timeout between chunks
  * (watching each chunk is what costs); a stalled stream ends at the total timeout.
  *
- * Memory: the compressor's and inflater's windows and three 32 KiB read buffers, whatever the answer's
+ * Memory: the compressor's and inflater's windows and two or three 32 KiB read buffers, whatever the answer's
  * length (reading into a new array per block grew the heap by ~6 MiB over a 10 MB answer, until the next
  * collection); and what the `tee` buffers for the branch that reads slower (a caller slower than the
  * model, or the compressor on a stream sent faster than it deflates).
@@ -31,6 +31,7 @@ import { GatewayError } from '../errors/index.ts'
 import { sseErrorText } from './openai-chunks.ts'
 import type { Usage } from './openai-chunks.ts'
 import type { RelayOutcome } from './openai-relay.ts'
+import type { CopyEnd } from '../pipeline/stage.ts'
 import { registerStreamControl } from './stream-control.ts'
 import { isRecord, readUsage, upstreamErrorMessage, workerFailure } from './vllm.ts'
 
@@ -49,10 +50,13 @@ export interface OpenAIPipeOptions {
   onEnd?(outcome: RelayOutcome): void
   /**
    * Given the whole answer's text, in pieces and in order, as the copy is read (a few large blocks, most
-   * at the end), all before `onEnd`; up to where the copy ended or broke. For a stage that records the
-   * answer (the cache); without it only the tail is kept.
+   * at the end), up to where the upstream ended or broke; then `onCopyEnd`. For a stage that records the
+   * answer (the cache); without it only the tail is kept. A forced ending (timeout, revocation) may
+   * settle `onEnd` before the last pieces.
    */
   onText?(piece: string): void
+  /** Called once when the upstream's part is over, however fast the caller reads the rest. */
+  onCopyEnd?(end: CopyEnd): void
 }
 
 /** The tail read for the ending: at least this much of the answer's end, in bytes. */
@@ -81,6 +85,8 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
   /** The upstream is done (its copy ended): the caller reads the rest of a decided stream, nothing cuts it. */
   let upstreamDone = false
   let timer: ReturnType<typeof setTimeout> | undefined
+  /** Why podgate stopped the upstream, when it did. */
+  let stopped: CopyEnd['stopped']
 
   /** Settles once: the usage, the outcome, then the close listeners (the revocation check's timer). */
   function report(outcome: RelayOutcome, usage?: Usage): void {
@@ -101,6 +107,7 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
   function force(error: GatewayError, event: string): void {
     if (forced || over || upstreamDone) return
     forced = { error, event }
+    stopped = error.code === 'upstream_timeout' ? 'timeout' : 'revoked'
     stop.abort(error)
     options.abortUpstream(error)
     report({ ok: false, error, started: true })
@@ -120,13 +127,17 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
     // instead of aborting it, so the end it still holds (the usage, `[DONE]`) is flushed, not lost.
     const compressor = new CompressionStream(COMPRESSION)
     copy.pipeTo(compressor.writable, { preventAbort: true }).catch(() => compressor.writable.close().catch(ignore))
-    const ending = tailOf(compressor.readable.pipeThrough(new DecompressionStream(COMPRESSION)), first, options.onText).finally(() => {
+    const ending = tailOf(compressor.readable.pipeThrough(new DecompressionStream(COMPRESSION)), first, options.onText).then((end) => {
       upstreamDone = true
       if (timer !== undefined) clearTimeout(timer)
+      options.onCopyEnd?.({ ...end, ...(!end.done && !end.error && forced ? { error: forced.error } : {}), ...(stopped ? { stopped } : {}) })
+      return end
     })
     if (first) {
       const writer = writable.getWriter()
-      await writer.write(first).catch(ignore)
+      // Queued, not awaited: the write settles only once the caller reads it, and a caller who leaves
+      // before that would hold the relay here for good. The pipe's writes queue behind it.
+      writer.write(first).catch(ignore)
       writer.releaseLock()
     }
     // preventAbort: the caller's body stays writable for the closing event whatever ended the pipe.
@@ -138,7 +149,10 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
     const writer = writable.getWriter()
     // The pipe failed: the upstream broke, or the caller left (which only the write of the closing event
     // below tells). Either way nothing more goes to the caller: stop the model, and the copy ends too.
-    if (!piped && !forced) options.abortUpstream(new GatewayError('upstream_error', BROKEN_MESSAGE))
+    if (!piped && !forced) {
+      stopped = 'caller'
+      options.abortUpstream(new GatewayError('upstream_error', BROKEN_MESSAGE))
+    }
     const end = await ending
     // A tail that ends with `[DONE]` and holds no error event is a whole answer, however the connection
     // ended after it; and when podgate ended it just as the whole answer went out (a revocation racing
@@ -170,7 +184,13 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
     },
   })
 
-  void relay()
+  relay().catch((cause: unknown) => {
+    // A step above failed in a way it does not expect: stop the model and settle, so nothing waits on this.
+    const error = new GatewayError('upstream_error', BROKEN_MESSAGE, { cause })
+    if (!upstreamDone) options.abortUpstream(error)
+    report({ ok: false, error, started: true })
+    writable.abort(error).catch(ignore)
+  })
   return readable
 }
 

@@ -93,7 +93,7 @@ async function openaiRouteStream(call: CompletionCall, path: RoutePath, body: Re
     reader.releaseLock()
     const { copy } = call
     if (copy) copy.piped = true
-    const native = pipeOpenAIStream({ body: stream, first, abortUpstream: (reason) => piped.abort(reason), totalDeadline: started + timeouts.totalMs, onUsage, onEnd, ...(copy ? { onText: copy.text } : {}) })
+    const native = pipeOpenAIStream({ body: stream, first, abortUpstream: (reason) => piped.abort(reason), totalDeadline: started + timeouts.totalMs, onUsage, onEnd, ...(copy ? { onText: copy.text, onCopyEnd: copy.end } : {}) })
     return new Response(native, { status: 200, headers: SSE_HEADERS })
   }
   const relay = createOpenAIRelay({
