@@ -13,6 +13,7 @@ import { GatewayError, toGatewayError } from '../errors/index.ts'
 import { waitUntilOf } from '../http/context.ts'
 import type { CompletionContext, CompletionHandler, StreamCopy } from '../pipeline/index.ts'
 import { jsonAnswerOf } from '../pipeline/json-answer.ts'
+import type { Usage } from '../streaming/openai-chunks.ts'
 import { isRecord } from '../streaming/vllm.ts'
 import { captureJsonAnswer, createAnswerCapture } from './answer.ts'
 import type { AnswerCapture, CachedAnswer, CapturedEvent } from './answer.ts'
@@ -168,19 +169,21 @@ function streamRecorder(leader: Leader): StreamRecorder {
       }
     },
     end(end) {
-      console.log('DBG copy end', JSON.stringify({ done: end.done, stopped: end.stopped, error: end.error?.message }))
-      release()
-      if (flight.sealed) run.log({ level: 'info', message: 'cache: answer over maxEntryBytes, not stored', max_entry_bytes: maxEntryBytes })
-      if (end.done && !end.error && sawDone) {
-        const answer = capture?.result(end.usage)
-        flight.succeed({ answer, usage: end.usage, meta: capture?.meta ?? meta })
-        if (answer) leader.store(answer)
-        return
-      }
       // Stopped for the leader's own reasons (its caller left, its key was revoked): joiners ask on their own.
-      const error = end.error ?? new GatewayError('upstream_error', 'The stream ended before the model finished.')
-      flight.fail(error, end.stopped === 'caller' || end.stopped === 'revoked')
+      conclude(end.done && !end.error, end.usage, end.error, end.stopped === 'caller' || end.stopped === 'revoked')
     },
+  }
+  /** The answer is over: shared with joiners and stored when it is whole (it ended with `[DONE]`), else failed. */
+  const conclude = (ok: boolean, usage: Usage | undefined, error: GatewayError | undefined, abandoned: boolean) => {
+    release()
+    if (flight.sealed) run.log({ level: 'info', message: 'cache: answer over maxEntryBytes, not stored', max_entry_bytes: maxEntryBytes, peak_buffered_chars: flight.peakBufferedChars })
+    if (ok && sawDone) {
+      const answer = capture?.result(usage)
+      flight.succeed({ answer, usage, meta: capture?.meta ?? meta })
+      if (answer) leader.store(answer)
+    } else {
+      flight.fail(ok || !error ? new GatewayError('upstream_error', 'The stream ended before the model finished.') : error, abandoned)
+    }
   }
   const parser = createParser({
     onEvent(event) {
@@ -206,15 +209,7 @@ function streamRecorder(leader: Leader): StreamRecorder {
     feed: copy.text,
     async finish() {
       const outcome = await ctx.outcome
-      release()
-      if (flight.sealed) run.log({ level: 'info', message: 'cache: answer over maxEntryBytes, not stored', max_entry_bytes: maxEntryBytes, peak_buffered_chars: flight.peakBufferedChars })
-      if (outcome.ok && sawDone) {
-        const answer = capture?.result(outcome.usage)
-        flight.succeed({ answer, usage: outcome.usage, meta: capture?.meta ?? meta })
-        if (answer) leader.store(answer)
-      } else {
-        flight.fail(outcome.ok ? new GatewayError('upstream_error', 'The stream ended before the model finished.') : outcome.error, leader.callerGone() || flight.followers === 0)
-      }
+      conclude(outcome.ok, outcome.usage, outcome.ok ? undefined : outcome.error, leader.callerGone() || flight.followers === 0)
     },
   }
 }

@@ -7,13 +7,14 @@
  * workerd into the caller's body (an `IdentityTransformStream`, left open); the other is piped by workerd
  * through a `CompressionStream` and a `DecompressionStream`, which hand it back in a few large blocks.
  * JavaScript reads those with `readAtLeast` (workerd fills a 32 KiB buffer natively, at least 16 KiB per
- * read) into buffers it reuses, and keeps the last block or two, at least 16 KiB (the tail). JavaScript reading a `tee` branch
- * chunk by chunk would switch the whole tee to the slow path, and a sink that reads the copy in large
- * blocks itself (`Response.arrayBuffer()`, or `readAtLeast` on the branch) holds the caller's branch back
- * until the block fills: the compressor reads as the bytes come. When the caller's pipe is done,
- * JavaScript reads the tail for `[DONE]`, the usage
- * chunk and any vLLM error event, writes podgate's error event if the stream was cut, and closes the
- * caller's body.
+ * read) into buffers it reuses, and keeps the last block or two, at least 16 KiB (the tail). JavaScript
+ * reading a `tee` branch chunk by chunk would switch the whole tee to the slow path, and a sink that reads
+ * the copy in large blocks itself (`Response.arrayBuffer()`, or `readAtLeast` on the branch) holds the
+ * caller's branch back until the block fills: the compressor reads as the bytes come. When the caller's
+ * pipe is done, JavaScript reads the tail for `[DONE]`, the usage chunk and any vLLM error event, writes
+ * podgate's error event if the stream was cut, and closes the caller's body. A stage that records the
+ * answer (the cache) gets the copy's whole text and its ending as the upstream sends them (`onText`,
+ * `onCopyEnd`), however fast the caller reads.
  *
  * Endings, as the rewriting relay's (openai-relay.ts): a stream cut before `[DONE]` (the upstream broke
  * or closed, the total timeout, the key revoked, the caller's first-token wait) ends with podgate's error
@@ -21,10 +22,10 @@
  * and then `[DONE]`); the stream settles as failed. Not enforced here: the idle timeout between chunks
  * (watching each chunk is what costs); a stalled stream ends at the total timeout.
  *
- * Memory: the compressor's and inflater's windows and two or three 32 KiB read buffers, whatever the answer's
- * length (reading into a new array per block grew the heap by ~6 MiB over a 10 MB answer, until the next
- * collection); and what the `tee` buffers for the branch that reads slower (a caller slower than the
- * model, or the compressor on a stream sent faster than it deflates).
+ * Memory: the compressor's and inflater's windows and two or three 32 KiB read buffers, whatever the
+ * answer's length (reading into a new array per block grew the heap by ~6 MiB over a 10 MB answer, until
+ * the next collection); and what the `tee` buffers for the branch that reads slower (a caller slower than
+ * the model, or the compressor on a stream sent faster than it deflates).
  */
 import { createParser } from 'eventsource-parser'
 import { GatewayError } from '../errors/index.ts'
@@ -130,7 +131,11 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
     const ending = tailOf(compressor.readable.pipeThrough(new DecompressionStream(COMPRESSION)), first, options.onText).then((end) => {
       upstreamDone = true
       if (timer !== undefined) clearTimeout(timer)
-      options.onCopyEnd?.({ ...end, ...(!end.done && !end.error && forced ? { error: forced.error } : {}), ...(stopped ? { stopped } : {}) })
+      try {
+        options.onCopyEnd?.({ ...end, ...(!end.done && !end.error && forced ? { error: forced.error } : {}), ...(stopped ? { stopped } : {}) })
+      } catch {
+        // The recorder's failure is its own, as in `tailOf`: the caller's ending does not depend on it.
+      }
       return end
     })
     if (first) {
