@@ -265,6 +265,46 @@ describe('native relay over a real HTTP upstream (the emulator)', () => {
     expect(streams.map((call) => call.streamCancelled ?? false)).toEqual([true, false])
   })
 
+  const openaiCalls = async () => {
+    const calls = (await (await fetch(`${env.RUNPOD_BASE_URL.replace(/\/v2$/, '')}/__emulator/calls`)).json()) as Array<{ op: string; streamCancelled?: true }>
+    return calls.filter((call) => call.op === 'openai')
+  }
+
+  it('a twin of a piped answer whose upstream breaks gets the same error, from one upstream call', async () => {
+    const h = live()
+    const { key } = await h.createKey({ name: 'live' })
+    const before = (await openaiCalls()).length
+    const body = chatBody('chat-openai', 'Break [[emulator:fault=mid_stream,after=20,delay=20]]', { stream: true, max_tokens: 64, temperature: 0, ...WITH_USAGE })
+    const leader = await h.fetch('/v1/chat/completions', authed(key, body))
+    const twin = await h.fetch('/v1/chat/completions', authed(key, body))
+    expect(twin.headers.get('x-podgate-cache')).toBe('COALESCED')
+    const [first, second] = await Promise.all([readSSE(leader), readSSE(twin)])
+    expect(first.at(-1)).toMatchObject({ error: { code: 'upstream_error' } })
+    expect(second.at(-1)).toMatchObject({ error: { code: 'upstream_error' } })
+    expect((await openaiCalls()).length - before).toBe(1)
+  })
+
+  it('a twin that leaves before the first caller does makes no upstream call of its own', async () => {
+    const h = live()
+    const { key } = await h.createKey({ name: 'live' })
+    const before = (await openaiCalls()).length
+    const body = chatBody('chat-openai', 'Long [[emulator:tokens=200,delay=10]]', { stream: true, max_tokens: 300, temperature: 0, ...WITH_USAGE })
+    const leader = await h.fetch('/v1/chat/completions', authed(key, body))
+    const twin = await h.fetch('/v1/chat/completions', authed(key, body))
+    // The twin is reading (waiting on the first call) when it leaves.
+    const twinReader = twin.body!.getReader()
+    const waiting = twinReader.read()
+    await new Promise((resolve) => setTimeout(resolve, 50))
+    await twinReader.cancel()
+    await waiting
+    const reader = leader.body!.getReader()
+    expect((await reader.read()).done).toBe(false)
+    await reader.cancel()
+    await expect.poll(async () => (await openaiCalls()).at(-1)?.streamCancelled, { timeout: 3_000 }).toBe(true)
+    await new Promise((resolve) => setTimeout(resolve, 1_500))
+    expect((await openaiCalls()).length - before).toBe(1)
+  })
+
   it('a worker failure mid-stream ends with podgate\'s error event, no [DONE]', async () => {
     const h = live()
     const { key } = await h.createKey({ name: 'live' })
@@ -385,6 +425,22 @@ describe('native relay and the answer cache', () => {
     expect(await leader.text()).toBe(long)
     // The twin's own call: the upstream's bytes, relayed after the comments it may have had while waiting.
     expect((await twin.text()).replace(/^(: keep-alive\n\n)+/, '')).toBe(long)
+    expect(upstream.calls).toHaveLength(2)
+  })
+
+  it('a twin waiting on a first chunk already over maxEntryBytes gets the whole answer from its own call', async () => {
+    const big = `data: {${head},"choices":[{"index":0,"delta":{"content":"${'z'.repeat(1500)}"},"logprobs":null,"finish_reason":null}]}\n\n`
+    const answer = big + UPSTREAM_SSE
+    const { upstream, release } = held(answer.split(/(?<=\n\n)/), 0)
+    const { stream } = await setup(upstream, { cache: { maxEntryBytes: 1024 } })
+    // The first call waits for its first chunk; its twin joins meanwhile, as a live follower would.
+    const leader = stream(SERVED, cacheable)
+    await new Promise((resolve) => setTimeout(resolve, 20))
+    const twin = stream(SERVED, cacheable)
+    await new Promise((resolve) => setTimeout(resolve, 20))
+    release()
+    expect(await (await leader).text()).toBe(answer)
+    expect((await (await twin).text()).replace(/^(: keep-alive\n\n)+/, '')).toBe(answer)
     expect(upstream.calls).toHaveLength(2)
   })
 

@@ -149,6 +149,8 @@ function streamRecorder(leader: Leader): StreamRecorder {
   let meta: Flight['meta']
   let capturedChars = 0
   let sawDone = false
+  /** A piped answer too large to share or store: nothing more to record. */
+  let gaveUp = false
   /** The answer cannot be shared or stored (too large, or the recorder failed): joiners ask on their own. */
   const giveUp = () => {
     meta = capture?.meta ?? meta
@@ -156,11 +158,16 @@ function streamRecorder(leader: Leader): StreamRecorder {
     release()
     flight.seal()
     // A piped flight has no live readers: its joiners need not wait for the end to learn it.
-    if (copy.piped) flight.succeed({ answer: undefined, usage: undefined, meta })
+    if (copy.piped) {
+      gaveUp = true
+      flight.stopStreaming()
+      flight.succeed({ answer: undefined, usage: undefined, meta })
+    }
   }
   const copy: StreamCopy = {
     piped: false,
     text(text) {
+      if (gaveUp) return
       try {
         parser.feed(text)
       } catch (error) {
@@ -176,14 +183,14 @@ function streamRecorder(leader: Leader): StreamRecorder {
   /** The answer is over: shared with joiners and stored when it is whole (it ended with `[DONE]`), else failed. */
   const conclude = (ok: boolean, usage: Usage | undefined, error: GatewayError | undefined, abandoned: boolean) => {
     release()
+    // Joiners of a piped flight never follow it: none may start now that it is over.
+    if (copy.piped) flight.stopStreaming()
+    // Settled first: joiners must not wait on the log or the store.
+    const answer = ok && sawDone ? capture?.result(usage) : undefined
+    if (ok && sawDone) flight.succeed({ answer, usage, meta: capture?.meta ?? meta })
+    else flight.fail(ok || !error ? new GatewayError('upstream_error', 'The stream ended before the model finished.') : error, abandoned)
     if (flight.sealed) run.log({ level: 'info', message: 'cache: answer over maxEntryBytes, not stored', max_entry_bytes: maxEntryBytes, peak_buffered_chars: flight.peakBufferedChars })
-    if (ok && sawDone) {
-      const answer = capture?.result(usage)
-      flight.succeed({ answer, usage, meta: capture?.meta ?? meta })
-      if (answer) leader.store(answer)
-    } else {
-      flight.fail(ok || !error ? new GatewayError('upstream_error', 'The stream ended before the model finished.') : error, abandoned)
-    }
+    if (answer) leader.store(answer)
   }
   const parser = createParser({
     onEvent(event) {
@@ -222,6 +229,8 @@ function streamRecorder(leader: Leader): StreamRecorder {
  */
 function recordPiped(leader: Leader, response: Response): Response {
   leader.flight.stopStreaming()
+  // The request stays alive until the upstream's part is recorded, even if its caller leaves first.
+  waitUntilOf(leader.ctx.c)(leader.flight.over)
   return withCacheHeaders(response, 'MISS', 0)
 }
 

@@ -35,7 +35,8 @@ async function join(run: CacheRun, flight: Flight, call: { ctx: CompletionContex
     const reader = flight.reader()
     flight.followers++
     while (flight.end === 0 && flight.state === 'open' && flight.streams) await flight.changed()
-    if (flight.streams) {
+    // A flight that ended with no events (a piped one that gave up at once) has nothing to follow.
+    if (flight.streams && !(flight.end === 0 && flight.state === 'ok')) {
       if (flight.end === 0 && flight.state === 'failed') {
         flight.unread(reader)
         flight.leave()
@@ -50,8 +51,10 @@ async function join(run: CacheRun, flight: Flight, call: { ctx: CompletionContex
   if (request.stream && flight.state === 'open') return withCacheHeaders(new Response(awaitPiped(run, flight, call), { headers: SSE_HEADERS }), 'COALESCED', 0)
 
   flight.followers++
-  await flight.ended()
+  await flight.ended(deadlineOf(ctx))
   flight.leave()
+  // The leader never finished in the time its own call had: ask alone.
+  if (flight.state === 'open') return retried ? lead(run, ctx, next, plan) : coalesceOrLead(run, ctx, next, plan, true)
   if (flight.state === 'failed') return failed()
   const meta = { id: flight.meta?.id ?? completionId(request.kind), created: flight.meta?.created ?? nowSeconds(), model: request.model }
   if (!request.stream && flight.json !== undefined) {
@@ -62,6 +65,11 @@ async function join(run: CacheRun, flight: Flight, call: { ctx: CompletionContex
   if (!flight.answer) return retried ? lead(run, ctx, next, plan) : coalesceOrLead(run, ctx, next, plan, true)
   ctx.settle({ ok: true, usage: flight.usage, cached: true })
   return render(flight.answer, request, meta, 'COALESCED', 0)
+}
+
+/** The longest a joiner waits on a flight: the model's total timeout, and a little more for the leader's ending. */
+function deadlineOf(ctx: CompletionContext): number {
+  return Date.now() + ctx.model.config.resilience.timeouts.totalMs + 5_000
 }
 
 /** How often a joiner waiting on a piped stream is sent an SSE comment, so it and the proxies on its way keep the connection. */
@@ -79,7 +87,9 @@ function awaitPiped(run: CacheRun, flight: Flight, call: { ctx: CompletionContex
   const { request } = ctx
   flight.followers++
   let waiting = true
+  let cancelled = false
   let beat = Date.now()
+  const deadline = deadlineOf(ctx)
   let own: ReadableStreamDefaultReader<Uint8Array> | undefined
   const stopWaiting = () => {
     if (!waiting) return
@@ -99,6 +109,8 @@ function awaitPiped(run: CacheRun, flight: Flight, call: { ctx: CompletionContex
         if (!own) {
           const waited = await untilEnded(controller)
           if (waited === undefined) return
+          // The caller left while its own call was being made: stop that call too.
+          if (cancelled) return void waited.cancel().catch(() => undefined)
           own = waited
         }
         const chunk = await own.read()
@@ -106,6 +118,7 @@ function awaitPiped(run: CacheRun, flight: Flight, call: { ctx: CompletionContex
         else controller.enqueue(chunk.value)
       },
       cancel(reason) {
+        cancelled = true
         stopWaiting()
         if (own) return own.cancel(reason)
         ctx.settle({ ok: false, error: new GatewayError('upstream_error', 'The caller went away.'), producedOutput: true })
@@ -116,8 +129,9 @@ function awaitPiped(run: CacheRun, flight: Flight, call: { ctx: CompletionContex
 
   /** A heartbeat, or the flight's end written out; or, to relay, the reader of this caller's own call. */
   async function untilEnded(controller: ReadableStreamDefaultController<Uint8Array>): Promise<ReadableStreamDefaultReader<Uint8Array> | undefined> {
-    while (flight.state === 'open') {
+    while (flight.state === 'open' && Date.now() < deadline) {
       await flight.changed(1_000)
+      if (cancelled) return undefined
       if (flight.state === 'open' && Date.now() - beat >= HEARTBEAT_MS) {
         beat = Date.now()
         controller.enqueue(HEARTBEAT)
@@ -125,6 +139,7 @@ function awaitPiped(run: CacheRun, flight: Flight, call: { ctx: CompletionContex
       }
     }
     stopWaiting()
+    if (cancelled) return undefined
     if (flight.state === 'ok' && flight.answer) {
       ctx.settle({ ok: true, usage: flight.usage, cached: true })
       const meta = { id: flight.meta?.id ?? completionId(request.kind), created: flight.meta?.created ?? nowSeconds(), model: request.model }
@@ -133,7 +148,7 @@ function awaitPiped(run: CacheRun, flight: Flight, call: { ctx: CompletionContex
       return undefined
     }
     if (flight.state === 'failed' && !flight.abandoned) return fail(controller, flight.error ?? new GatewayError('upstream_error', 'The shared upstream call failed.'), true)
-    // The leader's caller left, or its answer cannot be shared: this caller's own call, relayed.
+    // The leader's caller left, its answer cannot be shared, or it did not end in time: this caller's own call, relayed.
     try {
       const response = retried ? await lead(run, ctx, next, plan) : await coalesceOrLead(run, ctx, next, plan, true)
       if (response.status !== 200 || !response.body) throw await errorOf(response)

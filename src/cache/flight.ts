@@ -56,6 +56,9 @@ export class Flight {
   /** Called when the last follower leaves before the end. */
   onIdle: (() => void) | undefined
   #wake: (() => void)[] = []
+  #over!: () => void
+  /** Resolves when the flight succeeds or fails. */
+  readonly over: Promise<void> = new Promise((resolve) => (this.#over = resolve))
 
   constructor(streams: boolean) {
     this.streams = streams
@@ -119,6 +122,7 @@ export class Flight {
     this.meta = result.meta
     this.json = result.json
     this.#notify()
+    this.#over()
   }
 
   /** The leader's stream is piped natively: joiners wait for the whole answer (waiting ones are woken). */
@@ -133,6 +137,7 @@ export class Flight {
     this.error = error
     this.abandoned = abandoned
     this.#notify()
+    this.#over()
   }
 
   leave(): void {
@@ -162,8 +167,9 @@ export class Flight {
     })
   }
 
-  async ended(): Promise<void> {
-    while (this.state === 'open') await this.changed()
+  /** Waits for the end, or until `deadline` (epoch ms); then the state says which. */
+  async ended(deadline = Infinity): Promise<void> {
+    while (this.state === 'open' && Date.now() < deadline) await this.changed()
   }
 
   #notify(): void {

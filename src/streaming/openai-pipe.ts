@@ -108,7 +108,7 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
   function force(error: GatewayError, event: string): void {
     if (forced || over || upstreamDone) return
     forced = { error, event }
-    stopped = error.code === 'upstream_timeout' ? 'timeout' : 'revoked'
+    stopped ??= error.code === 'upstream_timeout' ? 'timeout' : 'revoked'
     stop.abort(error)
     options.abortUpstream(error)
     report({ ok: false, error, started: true })
@@ -127,7 +127,11 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
     // tens of KiB, not per chunk, and keeps only the tail. A copy that breaks closes the compressor
     // instead of aborting it, so the end it still holds (the usage, `[DONE]`) is flushed, not lost.
     const compressor = new CompressionStream(COMPRESSION)
-    copy.pipeTo(compressor.writable, { preventAbort: true }).catch(() => compressor.writable.close().catch(ignore))
+    let copyBroke = false
+    copy.pipeTo(compressor.writable, { preventAbort: true }).catch(() => {
+      copyBroke = true
+      compressor.writable.close().catch(ignore)
+    })
     const ending = tailOf(compressor.readable.pipeThrough(new DecompressionStream(COMPRESSION)), first, options.onText).then((end) => {
       upstreamDone = true
       if (timer !== undefined) clearTimeout(timer)
@@ -155,7 +159,10 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
     // The pipe failed: the upstream broke, or the caller left (which only the write of the closing event
     // below tells). Either way nothing more goes to the caller: stop the model, and the copy ends too.
     if (!piped && !forced) {
-      stopped = 'caller'
+      // A broken upstream breaks the copy too: one turn of the event loop lets it say so, so that a
+      // recorder is told the caller left only when it did.
+      await new Promise((resolve) => setTimeout(resolve, 0))
+      if (!copyBroke && !forced) stopped ??= 'caller'
       options.abortUpstream(new GatewayError('upstream_error', BROKEN_MESSAGE))
     }
     const end = await ending
