@@ -192,6 +192,12 @@ describe('native relay over a real HTTP upstream (the emulator)', () => {
       keyCacheTtlMs: 0,
     })
 
+  /** The emulator's OpenAI-route calls so far, oldest first (`streamCancelled`: the caller of that call left). */
+  const openaiCalls = async () => {
+    const calls = (await (await fetch(`${env.RUNPOD_BASE_URL.replace(/\/v2$/, '')}/__emulator/calls`)).json()) as Array<{ op: string; streamCancelled?: true }>
+    return calls.filter((call) => call.op === 'openai')
+  }
+
   it('the same answer as the rewriting relay, with the usage the caller asked for', async () => {
     const h = live()
     const { key } = await h.createKey({ name: 'live' })
@@ -238,11 +244,7 @@ describe('native relay over a real HTTP upstream (the emulator)', () => {
     const reader = res.body!.getReader()
     expect((await reader.read()).done).toBe(false)
     await reader.cancel()
-    const cancelled = async () => {
-      const calls = (await (await fetch(`${env.RUNPOD_BASE_URL.replace(/\/v2$/, '')}/__emulator/calls`)).json()) as Array<{ op: string; streamCancelled?: true }>
-      return calls.filter((call) => call.op === 'openai').at(-1)?.streamCancelled
-    }
-    await expect.poll(cancelled, { timeout: 3_000 }).toBe(true)
+    await expect.poll(async () => (await openaiCalls()).at(-1)?.streamCancelled, { timeout: 3_000 }).toBe(true)
   })
 
   it('a twin of a piped answer is answered at once, and gets an answer of its own when the first caller leaves', async () => {
@@ -259,16 +261,10 @@ describe('native relay over a real HTTP upstream (the emulator)', () => {
     const events = await readSSE(twin)
     expect(events.at(-1)).toBe('[DONE]')
     expect(events.at(-2)).toMatchObject({ choices: [], usage: { completion_tokens: 60 } })
-    const calls = (await (await fetch(`${env.RUNPOD_BASE_URL.replace(/\/v2$/, '')}/__emulator/calls`)).json()) as Array<{ op: string; streamCancelled?: true }>
-    const streams = calls.filter((call) => call.op === 'openai').slice(-2)
+    const streams = (await openaiCalls()).slice(-2)
     // The first caller's call was stopped when it left; the twin's own call ran to the end.
     expect(streams.map((call) => call.streamCancelled ?? false)).toEqual([true, false])
   })
-
-  const openaiCalls = async () => {
-    const calls = (await (await fetch(`${env.RUNPOD_BASE_URL.replace(/\/v2$/, '')}/__emulator/calls`)).json()) as Array<{ op: string; streamCancelled?: true }>
-    return calls.filter((call) => call.op === 'openai')
-  }
 
   it('a twin of a piped answer whose upstream breaks gets the same error, from one upstream call', async () => {
     const h = live()
@@ -384,7 +380,7 @@ describe('native relay and the answer cache', () => {
     expect(shape(withUsage)).toEqual(shape(await events(UPSTREAM_SSE)))
     const sansUsage = await readSSE(b)
     expect(streamedText(sansUsage)).toBe('Hello ✓')
-    expect(sansUsage.some((e) => typeof e === 'object' && e !== null && 'usage' in e && (e as { choices: unknown[] }).choices.length === 0)).toBe(false)
+    expect(sansUsage.some((e) => (e as { choices?: unknown[] }).choices?.length === 0)).toBe(false)
     expect(sansUsage.at(-1)).toBe('[DONE]')
     expect(upstream.calls).toHaveLength(1)
   })
@@ -493,7 +489,7 @@ describe('pipeOpenAIStream', () => {
   it('a caller who leaves before the first chunk is read still settles the stream, and stops the upstream', async () => {
     let pulls = 0
     let cancelled = false
-    const body = new ReadableStream<Uint8Array>({
+    const body: ReadableStream<Uint8Array> = new ReadableStream({
       type: 'bytes',
       pull(controller) {
         if (pulls++ > 3) controller.close()
