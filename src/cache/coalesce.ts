@@ -44,7 +44,7 @@ async function join(run: CacheRun, flight: Flight, call: { ctx: CompletionContex
       }
       return withCacheHeaders(new Response(follow(flight, reader, request, ctx.settle), { headers: SSE_HEADERS }), 'COALESCED', 0)
     }
-    // The leader's stream turned out to be piped natively.
+    // Piped natively, or over with nothing to follow: the whole answer (or this caller's own call) below.
     flight.unread(reader)
     flight.followers--
   }
