@@ -278,13 +278,8 @@ function byobReader(stream: ReadableStream<Uint8Array>): AtLeastReader | undefin
   return undefined
 }
 
-interface TailEnd {
-  /** The last event was `[DONE]`. */
-  done: boolean
-  usage?: Usage
-  /** A vLLM error event among the last events. */
-  error?: GatewayError
-}
+/** How the answer ended, as its last events tell: `[DONE]`, the usage, any vLLM error event. */
+type TailEnd = Omit<CopyEnd, 'stopped'>
 
 const decoder = new TextDecoder()
 const EVENT_BREAK = /\r\n\r\n|\n\n|\r\r/

@@ -127,15 +127,7 @@ async function hop(url: URL, env: Env, ctx: ExecutionContext): Promise<Response>
   if (mode === 'identity') stream = stream.pipeThrough(new TransformStream<Uint8Array, Uint8Array>())
   if (mode === 'timer' || mode === 'timer-relay') stream = timerWrapped(stream)
   if (mode === 'relay' || mode === 'timer-relay') stream = createOpenAIRelay({ source: stream.getReader(), model: 'bench', includeUsage: true })
-  if (mode === 'native-pipe') {
-    const { readable, writable } = new IdentityTransformStream()
-    void stream.pipeTo(writable, { preventClose: true }).then(async () => {
-      const writer = writable.getWriter()
-      await writer.write(new TextEncoder().encode(': end\n\n'))
-      await writer.close()
-    })
-    stream = readable
-  }
+  if (mode === 'native-pipe') stream = withEnding(stream).readable
   if (mode === 'floor-wait') await new Promise((resolve) => setTimeout(resolve, 5))
   if (mode === 'floor-wait-early') {
     // Headers at once, the body after 5 ms.
@@ -159,14 +151,9 @@ async function hop(url: URL, env: Env, ctx: ExecutionContext): Promise<Response>
   }
   if (mode === 'tee-pipe-idle') {
     const [out, watched] = stream.tee()
-    const { readable, writable } = new IdentityTransformStream()
-    const piped = out.pipeTo(writable, { preventClose: true }).then(async () => {
-      const writer = writable.getWriter()
-      await writer.write(new TextEncoder().encode(': end\n\n'))
-      await writer.close()
-    })
+    const { readable, ended } = withEnding(out)
     // The watched branch is read only at the end (in the real thing: its tail).
-    void piped.then(async () => {
+    void ended.then(async () => {
       const reader = watched.getReader()
       for (;;) if ((await reader.read()).done) break
     })
@@ -175,7 +162,6 @@ async function hop(url: URL, env: Env, ctx: ExecutionContext): Promise<Response>
   if (mode === 'tee-pipe-drain') {
     const every = 20
     const [out, watched] = stream.tee()
-    const { readable, writable } = new IdentityTransformStream()
     const reader = watched.getReader()
     let done = false
     // Drains the watched branch now and then, not per chunk: one JS wake-up reads what queued meanwhile.
@@ -187,17 +173,14 @@ async function hop(url: URL, env: Env, ctx: ExecutionContext): Promise<Response>
       }
     }
     const timer = setInterval(() => void drain(), every)
-    const piped = out.pipeTo(writable, { preventClose: true }).then(async () => {
+    const { readable, ended } = withEnding(out, async () => {
       clearInterval(timer)
       while (!done) {
         const next = await reader.read()
         if (next.done) done = true
       }
-      const writer = writable.getWriter()
-      await writer.write(new TextEncoder().encode(': end\n\n'))
-      await writer.close()
     })
-    ctx.waitUntil(piped)
+    ctx.waitUntil(ended)
     stream = readable
   }
   if (mode === 'tee-pipe') {
@@ -211,13 +194,7 @@ async function hop(url: URL, env: Env, ctx: ExecutionContext): Promise<Response>
     stream = readable
   }
   if (mode === 'pipe-tee') {
-    const { readable, writable } = new IdentityTransformStream()
-    void stream.pipeTo(writable, { preventClose: true }).then(async () => {
-      const writer = writable.getWriter()
-      await writer.write(new TextEncoder().encode(': end\n\n'))
-      await writer.close()
-    })
-    const [out, watched] = readable.tee()
+    const [out, watched] = withEnding(stream).readable.tee()
     const reader = watched.getReader()
     void (async () => {
       for (;;) if ((await reader.read()).done) break
@@ -248,14 +225,7 @@ async function hop(url: URL, env: Env, ctx: ExecutionContext): Promise<Response>
         buffer = next.value!.buffer as ArrayBuffer
       }
     })()
-    const { readable, writable } = new IdentityTransformStream()
-    void out.pipeTo(writable, { preventClose: true }).then(async () => {
-      await drained
-      const writer = writable.getWriter()
-      await writer.write(new TextEncoder().encode(': end\n\n'))
-      await writer.close()
-    })
-    stream = readable
+    stream = withEnding(out, () => drained).readable
   }
   if (mode === 'tee-watch') {
     const [out, watched] = stream.tee()
@@ -286,6 +256,21 @@ async function hop(url: URL, env: Env, ctx: ExecutionContext): Promise<Response>
     stream = readable
   }
   return new Response(stream, { headers: { 'content-type': 'text/event-stream' } })
+}
+
+/**
+ * `source` piped natively into an `IdentityTransformStream` left open, which JavaScript ends with a comment
+ * once the pipe is done and `before` has settled: the shape of podgate writing an ending event.
+ */
+function withEnding(source: ReadableStream<Uint8Array>, before?: () => Promise<unknown>): { readable: ReadableStream<Uint8Array>; ended: Promise<void> } {
+  const { readable, writable } = new IdentityTransformStream()
+  const ended = source.pipeTo(writable, { preventClose: true }).then(async () => {
+    await before?.()
+    const writer = writable.getWriter()
+    await writer.write(encoder.encode(': end\n\n'))
+    await writer.close()
+  })
+  return { readable, ended }
 }
 
 function timerWrapped(body: ReadableStream<Uint8Array>): ReadableStream<Uint8Array> {
