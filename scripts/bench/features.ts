@@ -17,7 +17,7 @@ import type { Percentiles } from './report.ts'
 import { cpuNs } from './processes.ts'
 import { chatBody, typicalChat } from './wire.ts'
 import { BENCH_QUOTA, startFloor, startPodgate } from './workers.ts'
-import type { ServedPodgate, ServedWorker } from './workers.ts'
+import type { LeastGateways, ServedPodgate, ServedWorker } from './workers.ts'
 
 /** One target of a feature round: where it goes, and the body it sends each time. */
 interface Probe extends Target {
@@ -67,10 +67,11 @@ const TOOLS_AND_LOGPROBS = { tools: TOOLS, tool_choice: 'auto', logprobs: true, 
  * 10 ms as in the main table; streams: 10 events, the first after 10 ms, for the first byte):
  * the floor; the floor with an upstream that answers at once (what a cache hit competes with); podgate
  * with the typical call on the KV quota store and on the strict store; podgate with the call the cache
- * skips; podgate answering from its cache.
+ * skips; podgate answering from its cache; and the least gateways (scripts/bench/least-gateway/), the lower
+ * bounds of what any gateway on this stack adds, with none of podgate's code.
  */
-export async function measureBenchFeatures(options: { podgate: ServedPodgate; floor: ServedWorker; key: string; calls: number; streams: number }): Promise<Omit<FeatureResults, 'native'>> {
-  const { podgate, floor, key } = options
+export async function measureBenchFeatures(options: { podgate: ServedPodgate; floor: ServedWorker; least: LeastGateways; key: string; calls: number; streams: number }): Promise<Omit<FeatureResults, 'native'>> {
+  const { podgate, floor, key, least } = options
   const strictKey = await podgate.createKey({ ...BENCH_QUOTA, strict: true })
   const json = { first: 10 }
   const stream = { events: 10, first: 10, gap: 1 }
@@ -88,6 +89,7 @@ export async function measureBenchFeatures(options: { podgate: ServedPodgate; fl
     { name: 'podgate, strict quota', ...at(podgate, strictKey), body: () => typicalChat('bench', json), cache: 'MISS' },
     { name: 'podgate, cache skipped', ...at(podgate, key), body: () => chatBody('bench', json), cache: 'BYPASS' },
     { name: 'podgate, cache hit', ...at(podgate, key), body: () => hitJson, cache: 'HIT' },
+    { name: 'least gateway, Hono', ...at(least.hono, 'bench'), body: () => typicalChat('bench', json) },
   ]
   const streamProbes: Probe[] = [
     { name: 'floor', ...at(floor, 'bench'), body: () => typicalChat('bench', stream, true) },
@@ -96,6 +98,8 @@ export async function measureBenchFeatures(options: { podgate: ServedPodgate; fl
     { name: 'podgate, strict quota', ...at(podgate, strictKey), body: () => typicalChat('bench', stream, true), cache: 'MISS' },
     { name: 'podgate, cache skipped', ...at(podgate, key), body: () => chatBody('bench', stream, true), cache: 'BYPASS' },
     { name: 'podgate, cache hit', ...at(podgate, key), body: () => hitStream, cache: 'HIT' },
+    { name: 'least gateway, answers at once', url: `${least.plain.url}/v1/chat/completions?shape=usage`, headers: { authorization: 'Bearer bench' }, body: () => typicalChat('bench', stream, true) },
+    { name: 'least gateway, waits for the first chunk', url: `${least.plain.url}/v1/chat/completions?shape=first`, headers: { authorization: 'Bearer bench' }, body: () => typicalChat('bench', stream, true) },
   ]
   const jsonRun = await roundRobin(jsonProbes, options.calls, (t) => probeJson(t as Probe))
   const streamRun = await roundRobin(streamProbes, options.streams, (t) => probeStream(t as Probe))

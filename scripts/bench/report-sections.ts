@@ -61,6 +61,9 @@ export function renderFeatureRows(lines: string[], f: FeatureResults): void {
     { label: 'Stream first byte: a call the cache skips', table: f.first, podgate: 'podgate, cache skipped', base: 'floor', baseLabel: floor10 },
     { label: 'Stream first byte: **cache HIT, SSE replay**', table: f.first, podgate: 'podgate, cache hit', base: 'floor, instant upstream', baseLabel: instant },
     { label: 'Stream last byte (100 events): **cache HIT, SSE replay**', table: f.last, podgate: 'podgate, cache hit', base: 'floor, instant upstream', baseLabel: instant },
+    { label: '*Lower bound*, JSON: the least gateway on podgate\'s stack (Hono, podgate\'s chat schema in zod/mini, a key `Map`, the answer read for its usage), no podgate code', table: f.json, podgate: 'least gateway, Hono', base: 'floor', baseLabel: floor10 },
+    { label: '*Lower bound*, stream first byte: the least gateway that tees the stream for its usage and answers at once', table: f.first, podgate: 'least gateway, answers at once', base: 'floor', baseLabel: floor10 },
+    { label: '*Lower bound*, stream first byte: the same, waiting for the first chunk before answering (as podgate does, to fail over)', table: f.first, podgate: 'least gateway, waits for the first chunk', base: 'floor', baseLabel: floor10 },
     { label: 'Emulator, JSON: typical call, no tools', table: f.json, podgate: 'emulator: podgate', base: 'emulator: floor', baseLabel: 'the floor relaying the emulator' },
     { label: 'Emulator, JSON: **tools + `tool_choice` + `logprobs`, `top_logprobs: 2`**', table: f.json, podgate: 'emulator: podgate, tools + logprobs', base: 'emulator: floor, tools + logprobs', baseLabel: 'the floor, same request' },
     { label: 'Emulator, stream first byte: typical call, no tools', table: f.first, podgate: 'emulator: podgate', base: 'emulator: floor', baseLabel: 'the floor relaying the emulator' },
@@ -72,6 +75,9 @@ export function renderFeatureRows(lines: string[], f: FeatureResults): void {
     lines.push(`| ${row.label} | ${ms(podgate?.p50)} | ${row.baseLabel} | ${ms(base?.p50)} | ${ms(over(row.table, row.podgate, row.base))} | ${ms(podgate?.p99)} | ${ms(base?.p99)} |`)
   }
   lines.push(
+    '',
+    'The *lower bound* rows are no podgate feature: they are the least a gateway on this runtime does (scripts/bench/least-gateway/), ' +
+      "so podgate's added latency reads against what the stack and the first-chunk wait cost by themselves (issue 14 item 3; scripts/bench/NOTES.md).",
     '',
     'The emulator rows run over the Runpod emulator (`podgate/testing`, on node:http in the bench process), through a podgate and a floor of their own; the floor posts to the emulator\'s OpenAI route ' +
       '(`/v2/vllmopenai/openai/v1/chat/completions`), podgate to its `chat-openai` model on the same endpoint. The tools request carries one function tool, `tool_choice: "auto"`, ' +

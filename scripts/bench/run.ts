@@ -24,7 +24,7 @@ import { renderChart, renderMarkdown } from './report.ts'
 import type { Results } from './report.ts'
 import { startUpstream } from './upstream.ts'
 import { chatBody } from './wire.ts'
-import { bundleWorker, startFloor, startPodgate, startWorker } from './workers.ts'
+import { bundleWorker, startFloor, startLeastGateways, startPodgate, startWorker } from './workers.ts'
 
 const quick = process.env.BENCH_QUICK === '1'
 const log = (message: string) => console.log(`[bench] ${message}`)
@@ -188,7 +188,9 @@ async function main(): Promise<void> {
   const hops = await measureHops(cpuWorker.url, cpuWorker.workerdPid, `${upstream.url}/v1/chat/completions`, quick ? 2 : 4)
 
   log('feature rows: strict quota store, cache hits, against the floor')
-  const benchFeatures = await measureBenchFeatures({ podgate, floor, key: podgateKey, calls: quick ? 40 : 200, streams: quick ? 10 : 40 })
+  const least = await startLeastGateways(upstream.url)
+  stoppers.push(least.stop)
+  const benchFeatures = await measureBenchFeatures({ podgate, floor, least, key: podgateKey, calls: quick ? 40 : 200, streams: quick ? 10 : 40 })
 
   // Stop this run's servers before the emulator rows and the cache bench, which start their own.
   await stopAll()

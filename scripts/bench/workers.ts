@@ -144,3 +144,27 @@ export function startFloor(upstream: string, options: { label?: string; persistT
     ...(options.inspectorPort === undefined ? {} : { inspectorPort: options.inspectorPort }),
   })
 }
+
+export interface LeastGateways {
+  /** scripts/bench/least-gateway/plain.js: shapes `parse`, `usage`, `first` (`?shape=`). */
+  plain: ServedWorker
+  /** scripts/bench/least-gateway/hono.ts, bundled as wrangler would: Hono, podgate's chat schema (zod/mini), a key Map. */
+  hono: ServedWorker
+  stop(): Promise<void>
+}
+
+/**
+ * The least gateways: lower bounds of what any gateway adds over the floor, with none of podgate's code
+ * (`npm run bench:latency`, and the lower-bound feature rows of `npm run bench`).
+ */
+export async function startLeastGateways(upstream: string): Promise<LeastGateways> {
+  const plain = await startWorker({ script: 'scripts/bench/least-gateway/plain.js', label: 'least gateway', bindings: { UPSTREAM: upstream } })
+  try {
+    const script = bundleWorker('.bench/least-hono', ['--env', 'dev', 'scripts/bench/least-gateway/hono.ts'])
+    const hono = await startWorker({ script, label: 'least gateway (Hono)', bindings: { UPSTREAM: upstream } })
+    return { plain, hono, stop: async () => void (await Promise.all([plain.stop(), hono.stop()])) }
+  } catch (error) {
+    await plain.stop()
+    throw error
+  }
+}
