@@ -50,10 +50,9 @@ interface Upstream {
 }
 
 /**
- * An upstream whose OpenAI-route stream is `pieces`, one chunk each. Its body is a byte stream, as a
- * fetch body is, so podgate pipes it natively. It is still JavaScript's: workerd cannot abort a pipe
- * from it while a read is pending, so podgate's forced endings (timeouts, revocation) and a caller's
- * leaving are tested against the real HTTP emulator below, whose body is the runtime's.
+ * An upstream whose OpenAI-route stream is `pieces`, written one by one by test/global-setup.ts's replay
+ * server: its body is the runtime's, as a fetch body is, so podgate pipes it natively. An `Error` ends
+ * the pieces: the connection breaks there (only last).
  */
 function scripted(pieces: (endpoint: string) => Array<string | Error>): Upstream {
   const calls: string[] = []
@@ -62,16 +61,10 @@ function scripted(pieces: (endpoint: string) => Array<string | Error>): Upstream
     const endpoint = new URL(request.url).pathname.split('/')[2] ?? ''
     calls.push(endpoint)
     const queue = pieces(endpoint)
-    const body = new ReadableStream({
-      type: 'bytes',
-      pull(controller) {
-        const next = queue.shift()
-        if (next === undefined) controller.close()
-        else if (next instanceof Error) controller.error(next)
-        else controller.enqueue(bytesOf(next))
-      },
-    })
-    return new Response(body, { headers: { 'content-type': 'text/event-stream' } })
+    const error = queue.at(-1) instanceof Error
+    if (queue.slice(0, -1).some((piece) => piece instanceof Error)) throw new Error('scripted: an Error can only be the last piece')
+    const replayed = await fetch(env.TEST_REPLAY_URL!, { method: 'POST', body: JSON.stringify({ pieces: error ? queue.slice(0, -1) : queue, error }) })
+    return new Response(replayed.body, { headers: { 'content-type': 'text/event-stream' } })
   }
   return { fetch: fetchFake as typeof fetch, calls }
 }
@@ -186,6 +179,7 @@ describe('native relay over a real HTTP upstream (the emulator)', () => {
       models: {
         'chat-openai': { endpoints: [{ endpointId: 'vllmopenai' }], mode: 'openai' },
         'chat-short': { endpoints: [{ endpointId: 'vllmopenai' }], mode: 'openai', servedModelName: 'chat-short', resilience: { timeouts: { totalMs: 1_500 } } },
+        'chat-idle': { endpoints: [{ endpointId: 'vllmopenai' }], mode: 'openai', servedModelName: 'chat-idle', resilience: { timeouts: { idleMs: 300, totalMs: 20_000 } } },
       },
       runpod: { apiKey: RUNPOD_KEY, baseUrl: env.RUNPOD_BASE_URL },
       fetch: undefined,
@@ -211,8 +205,6 @@ describe('native relay over a real HTTP upstream (the emulator)', () => {
     expect(piped.at(-1)).toBe('[DONE]')
   })
 
-  // The native pipe does not watch each chunk, so a stall mid-answer ends at the total timeout (the idle
-  // timeout is the rewriting relay's).
   it('a stall mid-answer ends at the total timeout with its error event after the bytes relayed', async () => {
     const h = live()
     const { key } = await h.createKey({ name: 'live' })
@@ -220,6 +212,28 @@ describe('native relay over a real HTTP upstream (the emulator)', () => {
     expect(events.length).toBeGreaterThan(3)
     expect(events.at(-1)).toMatchObject({ error: { code: 'upstream_timeout', message: 'The answer took longer than podgate allows.' } })
     expect(events).not.toContain('[DONE]')
+  })
+
+  it('a stall mid-answer ends at the idle timeout, well before the total one, and stops the upstream', async () => {
+    const h = live()
+    const { key } = await h.createKey({ name: 'live' })
+    const started = Date.now()
+    const events = await readSSE(await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-idle', 'Hold [[emulator:fault=stall,after=3]]', { stream: true, max_tokens: 64, ...WITH_USAGE }))))
+    // The idle clock runs from the copy's last read that brought bytes: at most a tick (≤ 1 s) late.
+    expect(Date.now() - started).toBeLessThan(5_000)
+    expect(events.length).toBeGreaterThan(3)
+    expect(events.at(-1)).toMatchObject({ error: { code: 'upstream_timeout', message: 'The model stopped sending for too long.' } })
+    expect(events).not.toContain('[DONE]')
+    await expect.poll(async () => (await openaiCalls()).at(-1)?.streamCancelled, { timeout: 3_000 }).toBe(true)
+  })
+
+  it('a slow model keeps its stream past the idle timeout as long as each token comes within it', async () => {
+    const h = live()
+    const { key } = await h.createKey({ name: 'live' })
+    // Tokens 200 ms apart, under the 300 ms idle timeout, for 2 s in all: the copy's ticks grow to 1 s meanwhile.
+    const events = await readSSE(await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-idle', 'Slowly [[emulator:tokens=10,delay=200]]', { stream: true, max_tokens: 16, ...WITH_USAGE }))))
+    expect(events.at(-1)).toBe('[DONE]')
+    expect(streamedText(events).length).toBeGreaterThan(0)
   })
 
   it('tokens reach the caller as the model writes them, not at the end', async () => {

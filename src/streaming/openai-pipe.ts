@@ -2,30 +2,31 @@
  * Relays the SSE body of Runpod's `/openai/v1/*` route byte for byte, with no JavaScript on the byte path.
  *
  * workerd pumps a body natively (at the runtime's own cost per chunk) only in a few shapes, and at ~6× that
- * cost as soon as JavaScript produces, transforms or reads along (scripts/bench/NOTES.md measures each).
- * The one that keeps podgate in charge of the ending: the upstream body is `tee`d; one branch is piped by
- * workerd into the caller's body (an `IdentityTransformStream`, left open); the other is piped by workerd
- * through a `CompressionStream` and a `DecompressionStream`, which hand it back in a few large blocks.
- * JavaScript reads those with `readAtLeast` (workerd fills a 32 KiB buffer natively, at least 16 KiB per
- * read) into buffers it reuses, and keeps the last block or two, at least 16 KiB (the tail). JavaScript
- * reading a `tee` branch chunk by chunk would switch the whole tee to the slow path, and a sink that reads
- * the copy in large blocks itself (`Response.arrayBuffer()`, or `readAtLeast` on the branch) holds the
- * caller's branch back until the block fills: the compressor reads as the bytes come. When the caller's
- * pipe is done, JavaScript reads the tail for `[DONE]`, the usage chunk and any vLLM error event, writes
- * podgate's error event if the stream was cut, and closes the caller's body. A stage that records the
- * answer (the cache) gets the copy's whole text and its ending as the upstream sends them (`onText`,
- * `onCopyEnd`), however fast the caller reads.
+ * cost as soon as JavaScript produces, transforms or waits on every chunk (scripts/bench/NOTES.md measures
+ * each). The one that keeps podgate in charge of the ending: the upstream body is `tee`d; one branch is
+ * piped by workerd into the caller's body (an `IdentityTransformStream`, left open); the other (the copy)
+ * is read by JavaScript now and then, never per chunk: a BYOB read takes everything the branch holds (up
+ * to 32 KiB a read, into a buffer it reuses), and once the copy is drained no read waits on it until the
+ * next tick. A tick lasts 25 ms to 1 s: shorter while the copy brings a lot (so it holds little), longer
+ * while it brings little (so a slow model wakes JavaScript about once a second, not once a token).
+ * JavaScript keeps the last 16 to 32 KiB (the tail). Reading the copy per chunk would put a JavaScript
+ * wake-up on every chunk, and a read that waits for a block to fill (`readAtLeast` on the branch) holds
+ * the caller's branch back until it fills. When the caller's pipe is done, JavaScript reads the rest of
+ * the copy and the tail for `[DONE]`, the usage chunk and any vLLM error event, writes podgate's error
+ * event if the stream was cut, and closes the caller's body. A stage that records the answer (the cache)
+ * gets the copy's whole text and its ending as the copy is read (`onText`, `onCopyEnd`), however fast the
+ * caller reads.
  *
  * Endings, as the rewriting relay's (openai-relay.ts): a stream cut before `[DONE]` (the upstream broke
- * or closed, the total timeout, the key revoked, the caller's first-token wait) ends with podgate's error
- * event and no `[DONE]`. A vLLM error event reaches the caller as vLLM wrote it (OpenAI's `{"error":...}`
- * and then `[DONE]`); the stream settles as failed. Not enforced here: the idle timeout between chunks
- * (watching each chunk is what costs); a stalled stream ends at the total timeout.
+ * or closed, the idle or total timeout, the key revoked, the caller's first-token wait) ends with
+ * podgate's error event and no `[DONE]`. A vLLM error event reaches the caller as vLLM wrote it (OpenAI's
+ * `{"error":...}` and then `[DONE]`); the stream settles as failed. The idle timeout counts while a read of
+ * the copy waits for bytes, so it ends a stalled stream at most one tick (≤ 1 s) after `idleMs`.
  *
- * Memory: the compressor's and inflater's windows and two or three 32 KiB read buffers, whatever the
- * answer's length (reading into a new array per block grew the heap by ~6 MiB over a 10 MB answer, until
- * the next collection); and what the `tee` buffers for the branch that reads slower (a caller slower than
- * the model, or the compressor on a stream sent faster than it deflates).
+ * Memory: the tail's two or three 16 KiB blocks and one 32 KiB read buffer, whatever the answer's length
+ * (reading into a new array per read grew the heap by ~6 MiB over a 10 MB answer, until the next
+ * collection); and what the `tee` buffers for the branch that reads slower: the copy, for at most one
+ * tick, and a caller slower than the model.
  */
 import { createParser } from 'eventsource-parser'
 import { GatewayError } from '../errors/index.ts'
@@ -45,12 +46,14 @@ export interface OpenAIPipeOptions {
   abortUpstream(reason: GatewayError): void
   /** Time (epoch ms) after which an unfinished stream ends with `upstream_timeout`. Default: no limit. */
   totalDeadline?: number
+  /** Longest time, in ms, the upstream may send nothing before the stream ends with `upstream_timeout`. Default: no limit. */
+  idleMs?: number
   /** Called at most once, with the usage chunk's counts, when the stream ended. */
   onUsage?(usage: Usage): void
   /** Called once when the relay is over: `[DONE]` relayed (ok), or the stream cut, failed or left. */
   onEnd?(outcome: RelayOutcome): void
   /**
-   * Given the whole answer's text, in pieces and in order, as the copy is read (a few large blocks, most
+   * Given the whole answer's text, in pieces and in order, as the copy is read (once a tick, and the rest
    * at the end), up to where the upstream ended or broke; then `onCopyEnd`. For a stage that records the
    * answer (the cache); without it only the tail is kept. A forced ending (timeout, revocation) may
    * settle `onEnd` before the last pieces.
@@ -62,11 +65,21 @@ export interface OpenAIPipeOptions {
 
 /** The tail read for the ending: at least this much of the answer's end, in bytes. */
 const TAIL_BYTES = 16 * 1024
+/** The tail is kept in blocks of this size, reused. */
+const BLOCK_BYTES = 16 * 1024
+/** Most bytes one read of the copy takes. */
+const READ_BYTES = 32 * 1024
+/** Ticks between the copy's drains, in ms: the first, and the bounds it moves within. */
+const TICK_FIRST_MS = 100
+const TICK_MIN_MS = 25
+const TICK_MAX_MS = 1000
+/** How long a failed caller pipe waits for the copy to tell whether the upstream broke, in ms. */
+const BREAK_GRACE_MS = 50
 const TOTAL_MESSAGE = 'The answer took longer than podgate allows.'
+const IDLE_MESSAGE = 'The model stopped sending for too long.'
 const CUT_MESSAGE = 'The upstream stream ended before the model finished.'
 const BROKEN_MESSAGE = 'The upstream connection broke before the model finished.'
 const CALLER_GONE = 'The caller went away.'
-const COMPRESSION = 'deflate-raw'
 const encoder = new TextEncoder()
 const ignore = () => undefined
 
@@ -78,7 +91,9 @@ const ignore = () => undefined
 export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uint8Array> {
   const { body, first } = options
   const totalDeadline = options.totalDeadline ?? Infinity
+  const idleMs = options.idleMs ?? Infinity
   const { readable, writable } = identityStream()
+  const pace = pacer()
   const stop = new AbortController()
   let forced: { error: GatewayError; event: string } | undefined
   let closeListeners: Array<() => void> | undefined
@@ -111,7 +126,17 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
     stopped ??= error.code === 'upstream_timeout' ? 'timeout' : 'revoked'
     stop.abort(error)
     options.abortUpstream(error)
+    pace.hurry()
     report({ ok: false, error, started: true })
+  }
+
+  /** A read of the copy, under the idle timeout: the clock runs while the read waits for bytes. */
+  function watched<T>(read: Promise<T>): Promise<T> {
+    const timer = setTimeout(() => {
+      const error = new GatewayError('upstream_timeout', IDLE_MESSAGE)
+      force(error, sseErrorText(error))
+    }, idleMs)
+    return read.finally(() => clearTimeout(timer))
   }
 
   async function relay(): Promise<void> {
@@ -123,16 +148,8 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
     }
     // The first chunk, read before the tee, goes to the caller first; then the rest, piped.
     const [out, copy] = body.tee()
-    // Deflating and inflating again re-chunks the copy natively: JavaScript wakes once per block of
-    // tens of KiB, not per chunk, and keeps only the tail. A copy that breaks closes the compressor
-    // instead of aborting it, so the end it still holds (the usage, `[DONE]`) is flushed, not lost.
-    const compressor = new CompressionStream(COMPRESSION)
     let copyBroke = false
-    copy.pipeTo(compressor.writable, { preventAbort: true }).catch(() => {
-      copyBroke = true
-      compressor.writable.close().catch(ignore)
-    })
-    const ending = tailOf(compressor.readable.pipeThrough(new DecompressionStream(COMPRESSION)), first, options.onText).then((end) => {
+    const ending = tailOf(copy, first, { onText: options.onText, pace: pace.wait, ...(idleMs === Infinity ? {} : { watch: watched }), onBreak: () => (copyBroke = true) }).then((end) => {
       upstreamDone = true
       if (timer !== undefined) clearTimeout(timer)
       try {
@@ -154,14 +171,18 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
       () => true,
       () => false,
     )
+    // The upstream's part is over for the caller: the copy is read to its end without waiting for ticks.
+    pace.hurry()
     if (timer !== undefined) clearTimeout(timer)
     const writer = writable.getWriter()
     // The pipe failed: the upstream broke, or the caller left (which only the write of the closing event
     // below tells). Either way nothing more goes to the caller: stop the model, and the copy ends too.
     if (!piped && !forced) {
-      // A broken upstream breaks the copy too: one turn of the event loop lets it say so, so that a
-      // recorder is told the caller left only when it did.
-      await new Promise((resolve) => setTimeout(resolve, 0))
+      // A broken upstream breaks the copy too: a moment lets it say so, so that a recorder is told the
+      // caller left only when it did.
+      let grace: ReturnType<typeof setTimeout> | undefined
+      await Promise.race([ending, new Promise((resolve) => (grace = setTimeout(resolve, BREAK_GRACE_MS)))])
+      if (grace !== undefined) clearTimeout(grace)
       if (!copyBroke && !forced) stopped ??= 'caller'
       options.abortUpstream(new GatewayError('upstream_error', BROKEN_MESSAGE))
     }
@@ -206,76 +227,141 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
   return readable
 }
 
+/** How `tailOf` reads the copy. */
+interface CopyReading {
+  onText?: (piece: string) => void
+  /** Waits before the next read once the copy is drained, given the bytes that drain brought. */
+  pace: (drained: number) => Promise<void>
+  /** Wraps each read (the idle timeout). */
+  watch?: <T>(read: Promise<T>) => Promise<T>
+  /** Called when the copy broke (the upstream did). */
+  onBreak: () => void
+}
+
 /** The ending read from the answer's last bytes: `first`, then `rest` (read to its end or its break). */
-async function tailOf(rest: ReadableStream<Uint8Array>, first: Uint8Array | undefined, onText?: (piece: string) => void): Promise<TailEnd> {
-  const tail: Uint8Array[] = []
-  let bytes = 0
-  let whole = true
-  /** Read buffers no longer in the tail, reused for the next read. */
-  const free: ArrayBuffer[] = []
-  const ours = new WeakSet<ArrayBuffer>()
-  let text = onText ? new TextDecoder() : undefined
+async function tailOf(rest: ReadableStream<Uint8Array>, first: Uint8Array | undefined, reading: CopyReading): Promise<TailEnd> {
+  const tail = tailBlocks()
+  let text = reading.onText ? new TextDecoder() : undefined
   // The recorder's failure is its own: the caller's stream and its ending go on without it.
   const feed = (piece: string) => {
     try {
-      onText!(piece)
+      reading.onText!(piece)
     } catch {
       text = undefined
     }
   }
-  const keep = (chunk: Uint8Array) => {
+  const take = (chunk: Uint8Array) => {
     if (text) feed(text.decode(chunk, { stream: true }))
-    tail.push(chunk)
-    bytes += chunk.byteLength
-    while (tail.length > 1 && bytes - tail[0]!.byteLength >= TAIL_BYTES) {
-      const dropped = tail.shift()!
-      bytes -= dropped.byteLength
-      whole = false
-      if (ours.has(dropped.buffer as ArrayBuffer)) free.push(dropped.buffer as ArrayBuffer)
-    }
+    tail.append(chunk)
   }
+  const watch = reading.watch ?? (<T>(read: Promise<T>) => read)
   const finish = () => {
     if (text) feed(text.decode())
-    return readTail(tail, whole)
+    return tail.end()
   }
-  if (first) keep(first)
+  if (first) take(first)
   try {
-    const blocks = byobReader(rest)
-    if (blocks) {
-      // At least TAIL_BYTES per read, filled natively: JavaScript wakes once per block, and the buffers are
-      // reused (a new array per read would grow the heap with the answer until the next collection).
+    const reader = byobReader(rest)
+    if (reader) {
+      // Each read takes what the branch holds, into one buffer reused (a new array per read would grow
+      // the heap with the answer until the next collection). A read that leaves room drained the branch:
+      // the next one waits for a tick, so no read waits on the copy meanwhile and a chunk wakes nothing.
+      let buffer = new ArrayBuffer(READ_BYTES)
+      let drained = 0
       for (;;) {
-        const buffer = free.pop() ?? new ArrayBuffer(TAIL_BYTES * 2)
-        const next = await blocks.readAtLeast(TAIL_BYTES, new Uint8Array(buffer))
+        const next = await watch(reader.read(new Uint8Array(buffer)))
         if (next.done || !next.value) return finish()
-        ours.add(next.value.buffer as ArrayBuffer)
-        keep(next.value)
+        buffer = next.value.buffer as ArrayBuffer
+        take(next.value)
+        drained += next.value.byteLength
+        if (next.value.byteLength < buffer.byteLength) {
+          await reading.pace(drained)
+          drained = 0
+        }
       }
     }
-    const reader = rest.getReader()
+    const chunks = rest.getReader()
     for (;;) {
-      const next = await reader.read()
+      const next = await watch(chunks.read())
       if (next.done) return finish()
-      keep(next.value)
+      take(next.value)
     }
   } catch {
     // What came before the break is kept.
+    reading.onBreak()
     return finish()
   }
 }
 
-type AtLeastReader = ReadableStreamBYOBReader & { readAtLeast(min: number, view: Uint8Array): Promise<ReadableStreamReadResult<Uint8Array>> }
-
-/** workerd's BYOB reader with `readAtLeast`, on a stream the runtime produces; undefined elsewhere (Node). */
-function byobReader(stream: ReadableStream<Uint8Array>): AtLeastReader | undefined {
-  try {
-    const reader = stream.getReader({ mode: 'byob' }) as AtLeastReader
-    if (typeof reader.readAtLeast === 'function') return reader
-    reader.releaseLock()
-  } catch {
-    // Not a byte stream.
+/** The answer's last bytes (at least TAIL_BYTES of them when it has that many), copied into reused blocks. */
+function tailBlocks(): { append(chunk: Uint8Array): void; end(): TailEnd } {
+  const blocks: Array<{ bytes: Uint8Array; length: number }> = []
+  const free: Uint8Array[] = []
+  let size = 0
+  let whole = true
+  return {
+    append(chunk) {
+      for (let offset = 0; offset < chunk.byteLength; ) {
+        let last = blocks.at(-1)
+        if (!last || last.length === last.bytes.byteLength) {
+          last = { bytes: free.pop() ?? new Uint8Array(BLOCK_BYTES), length: 0 }
+          blocks.push(last)
+        }
+        const n = Math.min(last.bytes.byteLength - last.length, chunk.byteLength - offset)
+        last.bytes.set(chunk.subarray(offset, offset + n), last.length)
+        last.length += n
+        size += n
+        offset += n
+      }
+      while (blocks.length > 1 && size - blocks[0]!.length >= TAIL_BYTES) {
+        const dropped = blocks.shift()!
+        size -= dropped.length
+        whole = false
+        free.push(dropped.bytes)
+      }
+    },
+    end: () => readTail(blocks.map((block) => block.bytes.subarray(0, block.length)), whole),
   }
-  return undefined
+}
+
+/**
+ * Paces the copy's reads: each wait lasts one tick, which halves after a drain of a read's worth or more
+ * and doubles after one of under a quarter of that, within TICK_MIN_MS..TICK_MAX_MS; once hurried (the
+ * caller's pipe is over), no wait lasts.
+ */
+function pacer(): { wait(drained: number): Promise<void>; hurry(): void } {
+  let tick = TICK_FIRST_MS
+  let hurried = false
+  let wake: (() => void) | undefined
+  return {
+    wait(drained) {
+      if (hurried) return Promise.resolve()
+      if (drained >= READ_BYTES) tick = Math.max(TICK_MIN_MS, tick / 2)
+      else if (drained < READ_BYTES / 4) tick = Math.min(TICK_MAX_MS, tick * 2)
+      return new Promise<void>((resolve) => {
+        const timer = setTimeout(done, tick)
+        function done() {
+          clearTimeout(timer)
+          wake = undefined
+          resolve()
+        }
+        wake = done
+      })
+    },
+    hurry() {
+      hurried = true
+      wake?.()
+    },
+  }
+}
+
+/** workerd's BYOB reader, on a stream the runtime produces; undefined for a JavaScript stream. */
+function byobReader(stream: ReadableStream<Uint8Array>): ReadableStreamBYOBReader | undefined {
+  try {
+    return stream.getReader({ mode: 'byob' })
+  } catch {
+    return undefined
+  }
 }
 
 /** How the answer ended, as its last events tell: `[DONE]`, the usage, any vLLM error event. */

@@ -93,7 +93,7 @@ async function openaiRouteStream(call: CompletionCall, path: RoutePath, body: Re
     reader.releaseLock()
     const { copy } = call
     if (copy) copy.piped = true
-    const native = pipeOpenAIStream({ body: stream, first, abortUpstream: (reason) => piped.abort(reason), totalDeadline: started + timeouts.totalMs, onUsage, onEnd, ...(copy ? { onText: copy.text, onCopyEnd: copy.end } : {}) })
+    const native = pipeOpenAIStream({ body: stream, first, abortUpstream: (reason) => piped.abort(reason), totalDeadline: started + timeouts.totalMs, idleMs: timeouts.idleMs, onUsage, onEnd, ...(copy ? { onText: copy.text, onCopyEnd: copy.end } : {}) })
     return new Response(native, { status: 200, headers: SSE_HEADERS })
   }
   const relay = createOpenAIRelay({
@@ -118,7 +118,8 @@ const ENDED_MESSAGE = 'The upstream stream ended before its first byte.'
  * read is pending, so a timeout could not end a stalled one (in-process upstreams such as
  * `podgate/testing`'s emulator take the JavaScript relay instead). A JavaScript stream of `type: 'bytes'`
  * from a custom `fetch` passes this test: if it stalls, the timeout still settles the request at once,
- * and the caller's stream ends when its pending read does.
+ * and the caller's stream ends when its pending read does; if it errors, its `tee` drops what the pipe's
+ * copy had not read yet, so a break just after `[DONE]` settles as failed (docs/passthrough.md).
  */
 function isByteStream(body: ReadableStream<Uint8Array>): boolean {
   try {

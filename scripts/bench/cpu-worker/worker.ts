@@ -105,16 +105,19 @@ async function setup(env: Env, ctx: ExecutionContext): Promise<{ app: Hono<Gatew
  * is; `identity` pipes it through an empty TransformStream; `timer` wraps it in a pull-based
  * ReadableStream that races each read against a `setTimeout` (the shape of the upstream idle timeout in
  * src/upstream/openai-route.ts before the relay enforced it, modelled here); `relay` has the SSE relay
- * read it, as podgate's OpenAI-route streaming does; `timer-relay` does both (the former shape, with the
+ * read it, as podgate's OpenAI-route streaming does (`relay-byob` through a BYOB reader: no cheaper, since a
+ * read kept waiting gets one chunk each); `timer-relay` does both (the former shape, with the
  * per-chunk revocation wrapper). Candidate native shapes: `native-pipe` pipes the body into an
  * `IdentityTransformStream` natively and lets JavaScript write only after the end (where a tail event
  * would go); `tee-watch` returns one branch of a `tee` and has JavaScript read the other per chunk;
  * `js-writer` has JavaScript read each chunk and write it into an `IdentityTransformStream`. Their
  * combinations (`tee-pipe`, `pipe-tee`, `tee-pipe-drain`, `tee-pipe-idle`) show which of them stay
  * native together; `tee-gather` and `tee-deflate` read the copy in 16 KiB blocks (`readAtLeast`) through a
- * second identity stream or the deflate pair. `pipe` is podgate's native pipe (src/streaming/openai-pipe.ts),
+ * second identity stream or the deflate pair (the pipe's shape until 2026-11-23); `tee-tick` reads the copy once a
+ * tick, whatever the branch holds (the pipe's shape now). `pipe` is podgate's native pipe (src/streaming/openai-pipe.ts),
  * `pipe-nofirst` the same without waiting for the first chunk before answering, `pipe-waituntil` the same
- * with a `waitUntil` pending, and `gateway` podgate whole over the same HTTP upstream. `floor-wait` answers
+ * with a `waitUntil` pending, and `gateway` podgate whole over the same HTTP upstream (`gateway-nousage`: a
+ * caller that did not ask for the usage chunk, which takes the relay). `floor-wait` answers
  * 5 ms after the upstream did, `floor-wait-early` sends the headers at once and the body 5 ms later: the
  * difference is what answering only after the first chunk costs the caller. `bytes=` sets the event size.
  */
@@ -122,11 +125,27 @@ async function hop(url: URL, env: Env, ctx: ExecutionContext): Promise<Response>
   const mode = url.searchParams.get('mode') ?? 'floor'
   const body = chatBody('bench', { events: Number(url.searchParams.get('events') ?? 2000), ...(url.searchParams.has('bytes') ? { bytes: Number(url.searchParams.get('bytes')) } : {}), first: 0, gap: 0 }, true)
   if (mode === 'gateway') return gatewayOverHttp(url, body, env, ctx)
+  if (mode === 'gateway-nousage') {
+    // The same call without `stream_options.include_usage`, as OpenAI's SDKs send it by default: podgate
+    // strips the usage chunk it asked for, so the stream takes the JavaScript relay.
+    const { stream_options: _, ...rest } = JSON.parse(body) as Record<string, unknown>
+    return gatewayOverHttp(url, JSON.stringify(rest), env, ctx)
+  }
   const upstream = await fetch(url.searchParams.get('upstream')!, { method: 'POST', body, headers: { 'content-type': 'application/json' } })
   let stream = upstream.body!
   if (mode === 'identity') stream = stream.pipeThrough(new TransformStream<Uint8Array, Uint8Array>())
   if (mode === 'timer' || mode === 'timer-relay') stream = timerWrapped(stream)
   if (mode === 'relay' || mode === 'timer-relay') stream = createOpenAIRelay({ source: stream.getReader(), model: 'bench', includeUsage: true })
+  if (mode === 'relay-byob') {
+    const byob = stream.getReader({ mode: 'byob' })
+    const size = Number(url.searchParams.get('min') ?? 32768)
+    const source = {
+      read: () => byob.read(new Uint8Array(size)),
+      cancel: (reason?: unknown) => byob.cancel(reason),
+      releaseLock: () => byob.releaseLock(),
+    } as unknown as ReadableStreamDefaultReader<Uint8Array>
+    stream = createOpenAIRelay({ source, model: 'bench', includeUsage: true })
+  }
   if (mode === 'native-pipe') stream = withEnding(stream).readable
   if (mode === 'floor-wait') await new Promise((resolve) => setTimeout(resolve, 5))
   if (mode === 'floor-wait-early') {
@@ -226,6 +245,29 @@ async function hop(url: URL, env: Env, ctx: ExecutionContext): Promise<Response>
       }
     })()
     stream = withEnding(out, () => drained).readable
+  }
+  if (mode === 'tee-tick') {
+    // The copy read now and then, never per chunk: every `min` ms (default 50) one BYOB read takes
+    // whatever the copy branch holds; no read is left pending between ticks, so a chunk wakes no JavaScript.
+    const [out, copy] = stream.tee()
+    const reader = copy.getReader({ mode: 'byob' })
+    let buffer = new ArrayBuffer(65536)
+    let reading: Promise<boolean> | undefined
+    let bytes = 0
+    const readOnce = () =>
+      (reading ??= reader.read(new Uint8Array(buffer)).then((next) => {
+        reading = undefined
+        if (next.done) return true
+        buffer = next.value!.buffer as ArrayBuffer
+        bytes += next.value!.byteLength
+        return false
+      }))
+    const timer = setInterval(() => void readOnce(), Number(url.searchParams.get('min') ?? 50))
+    stream = withEnding(out, async () => {
+      clearInterval(timer)
+      while (!(await readOnce()));
+      return bytes
+    }).readable
   }
   if (mode === 'tee-watch') {
     const [out, watched] = stream.tee()
