@@ -70,7 +70,7 @@ const BLOCK_BYTES = 16 * 1024
 /** Most bytes one read of the copy takes. */
 const READ_BYTES = 32 * 1024
 /** Ticks between the copy's drains, in ms: the first, and the bounds it moves within. */
-const TICK_FIRST_MS = 100
+const TICK_FIRST_MS = 25
 const TICK_MIN_MS = 25
 const TICK_MAX_MS = 1000
 /** How long a failed caller pipe waits for the copy to tell whether the upstream broke, in ms. */
