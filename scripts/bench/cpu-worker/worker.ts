@@ -131,7 +131,9 @@ async function hop(url: URL, env: Env, ctx: ExecutionContext): Promise<Response>
     const { stream_options: _, ...rest } = JSON.parse(body) as Record<string, unknown>
     return gatewayOverHttp(url, JSON.stringify(rest), env, ctx)
   }
-  const upstream = await fetch(url.searchParams.get('upstream')!, { method: 'POST', body, headers: { 'content-type': 'application/json' } })
+  // `pipe-signal`: the upstream call carries an AbortSignal, as podgate's does (its timeouts and the caller's leaving abort it).
+  const signal = mode === 'pipe-signal' ? AbortSignal.any([new AbortController().signal, new AbortController().signal]) : undefined
+  const upstream = await fetch(url.searchParams.get('upstream')!, { method: 'POST', body, headers: { 'content-type': 'application/json' }, ...(signal ? { signal } : {}) })
   let stream = upstream.body!
   if (mode === 'identity') stream = stream.pipeThrough(new TransformStream<Uint8Array, Uint8Array>())
   if (mode === 'timer' || mode === 'timer-relay') stream = timerWrapped(stream)
@@ -158,7 +160,7 @@ async function hop(url: URL, env: Env, ctx: ExecutionContext): Promise<Response>
   if (mode === 'pipe-nofirst') {
     stream = pipeOpenAIStream({ body: stream, abortUpstream: () => undefined, totalDeadline: Date.now() + 600_000 })
   }
-  if (mode === 'pipe' || mode === 'pipe-waituntil') {
+  if (mode === 'pipe' || mode === 'pipe-waituntil' || mode === 'pipe-signal') {
     // `pipe-waituntil`: the same, with a `waitUntil` pending until the end, as the quota stage's settle is.
     let ended!: () => void
     if (mode === 'pipe-waituntil') ctx.waitUntil(new Promise<void>((resolve) => (ended = resolve)))
