@@ -184,6 +184,7 @@ export function renderMarkdown(r: Results, notes: string): string {
       'pipe-nofirst': 'the native pipe, answering before the first chunk arrives (podgate waits for it, for failover and a real status)',
       'floor-wait': 'the floor, answering 5 ms after the upstream did (for scale: what a wait before the headers costs the caller)',
       'floor-wait-early': 'the floor, headers at once and the body 5 ms later',
+      'pipe-signal': 'the native pipe, its upstream fetch carrying an AbortSignal (as podgate\'s does: its timeouts and a caller leaving abort it)',
       'pipe-waituntil': 'the native pipe with a waitUntil pending until the end (as the quota stage\'s settle is)',
       gateway: 'podgate whole (createGateway: key auth, quota, the cache stage, logging; a sampled chat call), streaming through the native pipe',
       'gateway-nousage': 'podgate whole, the same call without `stream_options.include_usage` (OpenAI SDKs\' default): the usage chunk podgate asked for is stripped, so the stream takes the relay (`streaming.usage: "always"` keeps it on the pipe)',
