@@ -14,6 +14,7 @@ import type { GatewayOptions } from '../src/index.ts'
 import { createRunpodEmulator } from '../src/testing/index.ts'
 import { bytesOf, cutRandom } from '../src/streaming/__fixtures__/vllm.ts'
 import { pipeOpenAIStream, readTail } from '../src/streaming/openai-pipe.ts'
+import { streamControl } from '../src/streaming/stream-control.ts'
 import type { RelayOutcome } from '../src/streaming/openai-relay.ts'
 import type { Usage } from '../src/streaming/openai-chunks.ts'
 import { authed, chatBody, harness, readSSE, RUNPOD_KEY, streamedText } from './helpers.ts'
@@ -491,7 +492,65 @@ async function pipeOutcome(pieces: string[]) {
   return { text, end: end!, usage: seen }
 }
 
+/** An emulator stream handed to the pipe as openai-route.ts does: a runtime fetch body, its first chunk read. */
+async function pipedFromEmulator(prompt: string, extra: { idleMs?: number } = {}) {
+  const upstream = new AbortController()
+  const res = await fetch(`${env.RUNPOD_BASE_URL}/vllmopenai/openai/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: prompt }], stream: true, stream_options: { include_usage: true }, max_tokens: 64 }),
+    signal: upstream.signal,
+  })
+  const body = res.body!
+  const reader = body.getReader()
+  const first = await reader.read()
+  reader.releaseLock()
+  const seen: { end?: RelayOutcome; usage?: Usage; copyEnd?: unknown } = {}
+  const stream = pipeOpenAIStream({
+    body,
+    first: first.value,
+    abortUpstream: (reason) => upstream.abort(reason),
+    ...extra,
+    onEnd: (outcome) => (seen.end = outcome),
+    onUsage: (u) => (seen.usage = u),
+    onCopyEnd: (end) => (seen.copyEnd = end),
+  })
+  return { stream, seen }
+}
+
 describe('pipeOpenAIStream', () => {
+  // Found in review: with the caller not reading, nothing but the copy's ticks pulls the upstream, so
+  // its end could still be unread when the revocation (or the total timeout) landed, and a whole
+  // answer was cut and settled as failed.
+  it('a revocation after the upstream sent its whole answer, to a caller still reading, does not cut it', async () => {
+    const { stream, seen } = await pipedFromEmulator('Hi [[emulator:tokens=3,delay=5]]')
+    await new Promise((resolve) => setTimeout(resolve, 110))
+    streamControl(stream)!.end('data: {"error":{"code":"invalid_api_key"}}\n\n')
+    const text = await new Response(stream).text()
+    expect(text.endsWith('data: [DONE]\n\n')).toBe(true)
+    expect(seen.end).toEqual({ ok: true })
+    expect(seen.usage).toBeDefined()
+    await expect.poll(() => seen.copyEnd).toMatchObject({ done: true })
+  })
+
+  it('a stall is cut within idleMs and one tick of the last byte, never before idleMs', async () => {
+    // Tokens 250 ms apart (the copy's tick grows to its longest, here idleMs), then a stall.
+    const { stream, seen } = await pipedFromEmulator('Hold [[emulator:tokens=40,delay=250,fault=stall,after=10]]', { idleMs: 300 })
+    const reader = stream.getReader()
+    const decoder = new TextDecoder()
+    let lastData = 0
+    let cutAt = 0
+    for (;;) {
+      const next = await reader.read()
+      if (next.done) break
+      if (decoder.decode(next.value).includes('upstream_timeout')) cutAt = Date.now()
+      else lastData = Date.now()
+    }
+    expect(seen.end).toMatchObject({ ok: false, error: { code: 'upstream_timeout' } })
+    expect(cutAt - lastData).toBeGreaterThanOrEqual(300)
+    expect(cutAt - lastData).toBeLessThanOrEqual(300 + 300 + 150)
+  }, 20_000)
+
   it('reports ok with the usage for a whole stream, a failure for a cut one, and the same bytes', async () => {
     const whole = await pipeOutcome(cutRandom(UPSTREAM_SSE, 11, 50))
     expect(whole).toEqual({ text: UPSTREAM_SSE, end: { ok: true }, usage })

@@ -62,7 +62,7 @@ export interface CopyEnd {
   /** A vLLM error event among the last events, or why podgate stopped the upstream. */
   error?: GatewayError
   usage?: TokenUsage
-  /** podgate stopped the upstream: its caller left or its key was revoked (not the upstream's fault), or the total timeout. */
+  /** podgate stopped the upstream: its caller left or its key was revoked (not the upstream's fault), or the idle or total timeout. */
   stopped?: 'caller' | 'revoked' | 'timeout'
 }
 

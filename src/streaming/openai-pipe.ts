@@ -7,7 +7,8 @@
  * piped by workerd into the caller's body (an `IdentityTransformStream`, left open); the other (the copy)
  * is read by JavaScript now and then, never per chunk: a BYOB read takes everything the branch holds (up
  * to 32 KiB a read, into a buffer it reuses), and once the copy is drained no read waits on it until the
- * next tick. A tick lasts 25 ms to 1 s: shorter while the copy brings a lot (so it holds little), longer
+ * next tick (once the caller's part is over, or the stream is being ended, it reads the rest at once).
+ * A tick lasts 25 ms to 1 s: shorter while the copy brings a lot (so it holds little), longer
  * while it brings little (so a slow model wakes JavaScript about once a second, not once a token).
  * JavaScript keeps the last 16 to 32 KiB (the tail). Reading the copy per chunk would put a JavaScript
  * wake-up on every chunk, and a read that waits for a block to fill (`readAtLeast` on the branch) holds
@@ -20,8 +21,11 @@
  * Endings, as the rewriting relay's (openai-relay.ts): a stream cut before `[DONE]` (the upstream broke
  * or closed, the idle or total timeout, the key revoked, the caller's first-token wait) ends with
  * podgate's error event and no `[DONE]`. A vLLM error event reaches the caller as vLLM wrote it (OpenAI's
- * `{"error":...}` and then `[DONE]`); the stream settles as failed. The idle timeout counts while a read of
- * the copy waits for bytes, so it ends a stalled stream at most one tick (≤ 1 s) after `idleMs`.
+ * `{"error":...}` and then `[DONE]`); the stream settles as failed. The idle timeout counts from the last
+ * read of the copy that brought bytes, and cuts only while a read waits for more, so it ends a stalled
+ * stream between `idleMs` and `idleMs` + one tick after its last byte (a tick is at most 1 s, and at
+ * most `idleMs`). A total timeout or a
+ * revocation first lets the copy read what the upstream sent: an answer already whole is not cut.
  *
  * Memory: the tail's two or three 16 KiB blocks and one 32 KiB read buffer, whatever the answer's length
  * (reading into a new array per read grew the heap by ~6 MiB over a 10 MB answer, until the next
@@ -93,7 +97,8 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
   const totalDeadline = options.totalDeadline ?? Infinity
   const idleMs = options.idleMs ?? Infinity
   const { readable, writable } = identityStream()
-  const pace = pacer()
+  // A tick no longer than the idle timeout, so that a read waits again before the idle clock runs out.
+  const pace = pacer(Math.max(TICK_MIN_MS, Math.min(TICK_MAX_MS, idleMs)))
   const stop = new AbortController()
   let forced: { error: GatewayError; event: string } | undefined
   let closeListeners: Array<() => void> | undefined
@@ -115,12 +120,36 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
     if (listeners) for (const listener of listeners) listener()
   }
 
+  /** The copy's ending, once the pipe has started. */
+  let copyEnding: Promise<unknown> | undefined
+  /** A forced ending waits for the copy (`force`): later ones are not needed. */
+  let deciding = false
+
   /**
-   * Ends the stream early: the caller's pipe stops and `event` goes out last. It settles at once: the
+   * Ends the stream early from outside the copy's reads (the total timeout, a revocation): a copy
+   * between two ticks may not have pulled the upstream's end yet (with a caller reading slowly, nothing
+   * else pulls it), so it first reads at once, and the stream is cut only if the upstream's part is
+   * still not over after that (at most BREAK_GRACE_MS later). An answer the upstream already finished
+   * is never cut.
+   */
+  function force(error: GatewayError, event: string): void {
+    if (forced || over || upstreamDone || deciding) return
+    deciding = true
+    pace.hurry()
+    let grace: ReturnType<typeof setTimeout> | undefined
+    void Promise.race([copyEnding, new Promise((resolve) => (grace = setTimeout(resolve, BREAK_GRACE_MS)))]).then(() => {
+      if (grace !== undefined) clearTimeout(grace)
+      deciding = false
+      cut(error, event)
+    })
+  }
+
+  /**
+   * Ends the stream now: the caller's pipe stops and `event` goes out last. It settles at once: the
    * event waits for the pipe to let go of the caller's body, which a runtime-produced upstream body does
    * at once, and a JavaScript-produced one only after its pending read.
    */
-  function force(error: GatewayError, event: string): void {
+  function cut(error: GatewayError, event: string): void {
     if (forced || over || upstreamDone) return
     forced = { error, event }
     stopped ??= error.code === 'upstream_timeout' ? 'timeout' : 'revoked'
@@ -130,12 +159,16 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
     report({ ok: false, error, started: true })
   }
 
-  /** A read of the copy, under the idle timeout: the clock runs while the read waits for bytes. */
-  function watched<T>(read: Promise<T>): Promise<T> {
+  /**
+   * A read of the copy under the idle timeout, `since` the last read that brought bytes: the upstream
+   * has sent nothing since then if this read still waits `idleMs` after it. Only a waiting read is timed
+   * (never a tick), so the cut can be immediate: nothing unread is left behind.
+   */
+  function watched<T>(read: Promise<T>, since: number): Promise<T> {
     const timer = setTimeout(() => {
       const error = new GatewayError('upstream_timeout', IDLE_MESSAGE)
-      force(error, sseErrorText(error))
-    }, idleMs)
+      cut(error, sseErrorText(error))
+    }, Math.max(0, since + idleMs - Date.now()))
     return read.finally(() => clearTimeout(timer))
   }
 
@@ -159,6 +192,7 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
       }
       return end
     })
+    copyEnding = ending
     if (first) {
       const writer = writable.getWriter()
       // Queued, not awaited: the write settles only once the caller reads it, and a caller who leaves
@@ -232,8 +266,8 @@ interface CopyReading {
   onText?: (piece: string) => void
   /** Waits before the next read once the copy is drained, given the bytes that drain brought. */
   pace: (drained: number) => Promise<void>
-  /** Wraps each read (the idle timeout). */
-  watch?: <T>(read: Promise<T>) => Promise<T>
+  /** Wraps each read (the idle timeout), given when the last read that brought bytes settled. */
+  watch?: <T>(read: Promise<T>, since: number) => Promise<T>
   /** Called when the copy broke (the upstream did). */
   onBreak: () => void
 }
@@ -255,6 +289,7 @@ async function tailOf(rest: ReadableStream<Uint8Array>, first: Uint8Array | unde
     tail.append(chunk)
   }
   const watch = reading.watch ?? (<T>(read: Promise<T>) => read)
+  let since = Date.now()
   const finish = () => {
     if (text) feed(text.decode())
     return tail.end()
@@ -269,10 +304,11 @@ async function tailOf(rest: ReadableStream<Uint8Array>, first: Uint8Array | unde
       let buffer = new ArrayBuffer(READ_BYTES)
       let drained = 0
       for (;;) {
-        const next = await watch(reader.read(new Uint8Array(buffer)))
+        const next = await watch(reader.read(new Uint8Array(buffer)), since)
         if (next.done || !next.value) return finish()
         buffer = next.value.buffer as ArrayBuffer
         take(next.value)
+        since = Date.now()
         drained += next.value.byteLength
         if (next.value.byteLength < buffer.byteLength) {
           await reading.pace(drained)
@@ -282,9 +318,10 @@ async function tailOf(rest: ReadableStream<Uint8Array>, first: Uint8Array | unde
     }
     const chunks = rest.getReader()
     for (;;) {
-      const next = await watch(chunks.read())
+      const next = await watch(chunks.read(), since)
       if (next.done) return finish()
       take(next.value)
+      since = Date.now()
     }
   } catch {
     // What came before the break is kept.
@@ -326,18 +363,18 @@ function tailBlocks(): { append(chunk: Uint8Array): void; end(): TailEnd } {
 
 /**
  * Paces the copy's reads: each wait lasts one tick, which halves after a drain of a read's worth or more
- * and doubles after one of under a quarter of that, within TICK_MIN_MS..TICK_MAX_MS; once hurried (the
+ * and doubles after one of under a quarter of that, within TICK_MIN_MS..`longest`; once hurried (the
  * caller's pipe is over), no wait lasts.
  */
-function pacer(): { wait(drained: number): Promise<void>; hurry(): void } {
-  let tick = TICK_FIRST_MS
+function pacer(longest: number): { wait(drained: number): Promise<void>; hurry(): void } {
+  let tick = Math.min(TICK_FIRST_MS, longest)
   let hurried = false
   let wake: (() => void) | undefined
   return {
     wait(drained) {
       if (hurried) return Promise.resolve()
       if (drained >= READ_BYTES) tick = Math.max(TICK_MIN_MS, tick / 2)
-      else if (drained < READ_BYTES / 4) tick = Math.min(TICK_MAX_MS, tick * 2)
+      else if (drained < READ_BYTES / 4) tick = Math.min(longest, tick * 2)
       return new Promise<void>((resolve) => {
         const timer = setTimeout(done, tick)
         function done() {
