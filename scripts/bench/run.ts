@@ -102,7 +102,7 @@ async function main(): Promise<void> {
     return
   }
 
-  const starts = quick ? 3 : 7
+  const starts = quick ? 3 : 11
   log(`cold start: ${starts} fresh workerd processes each for podgate and the floor, to the first answer`)
   const coldStart = await measureColdStart({ script: bundle.script, upstreamUrl: upstream.url, starts })
 
