@@ -165,11 +165,11 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
    * (never a tick), so the cut can be immediate: nothing unread is left behind.
    */
   function watched<T>(read: Promise<T>, since: number): Promise<T> {
-    const timer = setTimeout(() => {
+    const idle = setTimeout(() => {
       const error = new GatewayError('upstream_timeout', IDLE_MESSAGE)
       cut(error, sseErrorText(error))
     }, Math.max(0, since + idleMs - Date.now()))
-    return read.finally(() => clearTimeout(timer))
+    return read.finally(() => clearTimeout(idle))
   }
 
   async function relay(): Promise<void> {
