@@ -24,8 +24,8 @@
  * `{"error":...}` and then `[DONE]`); the stream settles as failed. The idle timeout counts from the last
  * read of the copy that brought bytes, and cuts only while a read waits for more, so it ends a stalled
  * stream between `idleMs` and `idleMs` + one tick after its last byte (a tick is at most 1 s, and at
- * most `idleMs`). A total timeout or a
- * revocation first lets the copy read what the upstream sent: an answer already whole is not cut.
+ * most `idleMs`). A total timeout or a revocation first lets the copy read what the upstream sent: an
+ * answer already whole is not cut.
  *
  * Memory: the tail's two or three 16 KiB blocks and one 32 KiB read buffer, whatever the answer's length
  * (reading into a new array per read grew the heap by ~6 MiB over a 10 MB answer, until the next
@@ -73,8 +73,7 @@ const TAIL_BYTES = 16 * 1024
 const BLOCK_BYTES = 16 * 1024
 /** Most bytes one read of the copy takes. */
 const READ_BYTES = 32 * 1024
-/** Ticks between the copy's drains, in ms: the first, and the bounds it moves within. */
-const TICK_FIRST_MS = 25
+/** Ticks between the copy's drains, in ms: the bounds a tick moves within (it starts at the shortest). */
 const TICK_MIN_MS = 25
 const TICK_MAX_MS = 1000
 /** How long a failed caller pipe waits for the copy to tell whether the upstream broke, in ms. */
@@ -136,9 +135,7 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
     if (forced || over || upstreamDone || deciding) return
     deciding = true
     pace.hurry()
-    let grace: ReturnType<typeof setTimeout> | undefined
-    void Promise.race([copyEnding, new Promise((resolve) => (grace = setTimeout(resolve, BREAK_GRACE_MS)))]).then(() => {
-      if (grace !== undefined) clearTimeout(grace)
+    void settledWithin(copyEnding, BREAK_GRACE_MS).then(() => {
       deciding = false
       cut(error, event)
     })
@@ -214,9 +211,7 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
     if (!piped && !forced) {
       // A broken upstream breaks the copy too: a moment lets it say so, so that a recorder is told the
       // caller left only when it did.
-      let grace: ReturnType<typeof setTimeout> | undefined
-      await Promise.race([ending, new Promise((resolve) => (grace = setTimeout(resolve, BREAK_GRACE_MS)))])
-      if (grace !== undefined) clearTimeout(grace)
+      await settledWithin(ending, BREAK_GRACE_MS)
       if (!copyBroke && !forced) stopped ??= 'caller'
       options.abortUpstream(new GatewayError('upstream_error', BROKEN_MESSAGE))
     }
@@ -259,6 +254,15 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
     writable.abort(error).catch(ignore)
   })
   return readable
+}
+
+/** Resolves once `promise` settles (however) or `ms` have passed, whichever comes first. */
+function settledWithin(promise: Promise<unknown> | undefined, ms: number): Promise<void> {
+  let timer: ReturnType<typeof setTimeout> | undefined
+  const elapsed = new Promise<void>((resolve) => (timer = setTimeout(resolve, ms)))
+  return Promise.race([promise?.then(ignore, ignore), elapsed]).then(() => {
+    if (timer !== undefined) clearTimeout(timer)
+  })
 }
 
 /** How `tailOf` reads the copy. */
@@ -367,7 +371,7 @@ function tailBlocks(): { append(chunk: Uint8Array): void; end(): TailEnd } {
  * caller's pipe is over), no wait lasts.
  */
 function pacer(longest: number): { wait(drained: number): Promise<void>; hurry(): void } {
-  let tick = Math.min(TICK_FIRST_MS, longest)
+  let tick = TICK_MIN_MS
   let hurried = false
   let wake: (() => void) | undefined
   return {
