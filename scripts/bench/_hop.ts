@@ -9,4 +9,5 @@ for (const q of (process.env.HOPS ?? 'tee-tick').split(' ')) {
   console.log(q, text.length, JSON.stringify(text.slice(-80)))
 }
 await new Promise((r) => setTimeout(r, 500))
+console.log(await (await fetch(`${server.url}/hop?mode=stats`)).text())
 await server.stop(); await upstream.close()

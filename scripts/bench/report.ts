@@ -168,11 +168,12 @@ export function renderMarkdown(r: Results, notes: string): string {
       floor: 'upstream response returned as is (no JS stream stage)',
       identity: 'one empty TransformStream',
       timer: 'a pull-based ReadableStream racing each read against a setTimeout (the idle-timeout shape of src/upstream/openai-route.ts)',
-      relay: 'the SSE relay (src/streaming/openai-relay.ts)',
+      relay: 'the SSE relay (src/streaming/openai-relay.ts), which reads each chunk and, while chunks come less than 2 ms apart, writes at most once per 2 ms',
+      'relay-nobatch': 'the SSE relay writing each chunk\'s output at once (before 2026-11-23)',
       'relay-byob': 'the SSE relay reading the upstream with a BYOB reader into 32 KiB buffers (`relay-byob:N`: N bytes)',
       'timer-relay': 'both (the OpenAI route before the revocation wrapper stopped being a stage)',
       'native-pipe': 'native pipeTo into an IdentityTransformStream, JavaScript writes only after the end',
-      'tee-watch': 'a tee: one branch returned natively, JavaScript reads the other per chunk',
+      'tee-watch': 'a tee: one branch returned natively, JavaScript reads the other per chunk (kept alive by waitUntil: before 2026-11-23 this row\'s reader stopped early and the row read 17.9 µs)',
       'tee-pipe': 'a tee: one branch piped into an IdentityTransformStream (closed by JavaScript after the end), JavaScript reads the other',
       'pipe-tee': 'native pipeTo into an IdentityTransformStream, its readable tee-d: one branch returned, JavaScript reads the other',
       'tee-pipe-drain': 'a tee: one branch piped into an IdentityTransformStream, JavaScript drains the other every 20 ms',
@@ -189,6 +190,8 @@ export function renderMarkdown(r: Results, notes: string): string {
       gateway: 'podgate whole (createGateway: key auth, quota, the cache stage, logging; a sampled chat call), streaming through the native pipe',
       'gateway-nousage': 'podgate whole, the same call without `stream_options.include_usage` (OpenAI SDKs\' default): the usage chunk podgate asked for is stripped, so the stream takes the relay (`streaming.usage: "always"` keeps it on the pipe)',
       'js-writer': 'JavaScript reads each chunk and writes it into an IdentityTransformStream',
+      'js-coalesce': 'the same, writing only when its last write was taken, with what came meanwhile (it keeps up, so it still writes per chunk)',
+      'js-nagle-read': 'JavaScript reads at most once per 1 ms and writes what it read (a read returns one HTTP chunk however many wait: the rate collapses)',
     }
     lines.push(
       'The same streams over real HTTP: a 2000-event stream from the bench upstream relayed by the CPU bench Worker through one shape at a time, round-robin, median over the repetitions, ' +

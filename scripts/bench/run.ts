@@ -374,7 +374,7 @@ async function runCacheBenchIfPresent(): Promise<string | undefined> {
  * round-robin, the median over the repetitions (one warm-up round first).
  */
 async function measureHops(url: string, pid: number, upstreamUrl: string, reps: number): Promise<Results['hops']> {
-  const modes = (process.env.BENCH_HOPS_ONLY ? process.env.BENCH_HOPS_ONLY.split(',') : ['floor', 'identity', 'timer', 'relay', 'timer-relay', 'native-pipe', 'tee-watch', 'js-writer', 'tee-pipe', 'pipe-tee', 'tee-pipe-drain', 'tee-pipe-idle', 'tee-gather', 'tee-deflate', 'tee-tick', 'pipe', 'pipe-nofirst', 'pipe-waituntil', 'floor-wait', 'floor-wait-early', 'gateway', 'gateway-nousage']) as string[]
+  const modes = (process.env.BENCH_HOPS_ONLY ? process.env.BENCH_HOPS_ONLY.split(',') : ['floor', 'identity', 'timer', 'relay', 'relay-nobatch', 'timer-relay', 'native-pipe', 'tee-watch', 'js-writer', 'tee-pipe', 'pipe-tee', 'tee-pipe-drain', 'tee-pipe-idle', 'tee-gather', 'tee-deflate', 'tee-tick', 'pipe', 'pipe-nofirst', 'pipe-waituntil', 'floor-wait', 'floor-wait-early', 'gateway', 'gateway-nousage']) as string[]
   // BENCH_HOPS_EVENTS: the stream's length (default 2000); a short one prices the first byte.
   const events = Number(process.env.BENCH_HOPS_EVENTS ?? 2000)
   const runs = new Map<string, Array<{ eventUs: number; eventsPerSecond: number; firstByte: number }>>()

@@ -177,13 +177,124 @@ describe('createOpenAIRelay', () => {
         else controller.close()
       },
     })
-    const reader = createOpenAIRelay({ source: body.getReader(), model: ALIAS, includeUsage: false }).getReader()
+    // Unbatched, so every read the caller makes maps to the upstream reads it caused.
+    const reader = createOpenAIRelay({ source: body.getReader(), model: ALIAS, includeUsage: false, batchMs: 0 }).getReader()
     await reader.read()
     await new Promise((resolve) => setTimeout(resolve, 10))
     expect(pulled).toBeLessThan(8)
     let rest = 0
     while (!(await reader.read()).done) rest++
     expect(rest).toBeGreaterThan(5)
+  })
+
+  it('reads on only until its batch is sent when the caller stops reading', async () => {
+    let pulled = 0
+    const event = vllmEvents().map(bytesOf)[1]!
+    // A model that never stops: one token every 5 ms.
+    const body = new ReadableStream<Uint8Array>(
+      {
+        async pull(controller) {
+          if (pulled++ > 0) await new Promise((resolve) => setTimeout(resolve, 5))
+          controller.enqueue(event)
+        },
+      },
+      { highWaterMark: 0 },
+    )
+    const reader = createOpenAIRelay({ source: body.getReader(), model: ALIAS, includeUsage: false, batchMs: 30 }).getReader()
+    await reader.read()
+    await reader.read()
+    // The caller reads nothing more: the relay finishes the read it had begun, sends the batch it holds when
+    // its window ends, and then stops reading the upstream.
+    await new Promise((resolve) => setTimeout(resolve, 100))
+    const held = pulled
+    await new Promise((resolve) => setTimeout(resolve, 150))
+    expect(pulled).toBe(held)
+    expect(held).toBeLessThan(20)
+    await reader.cancel()
+  })
+})
+
+describe('createOpenAIRelay batching', () => {
+  const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+
+  /** Reads the relay to its end, noting each read's text and when it came (ms after the start). */
+  async function reads(stream: ReadableStream<Uint8Array>) {
+    const started = Date.now()
+    const decoder = new TextDecoder()
+    const reader = stream.getReader()
+    const got: Array<{ text: string; at: number }> = []
+    for (;;) {
+      const next = await reader.read()
+      if (next.done) return got
+      got.push({ text: decoder.decode(next.value), at: Date.now() - started })
+    }
+  }
+
+  /** An upstream that sends each group of chunks at once, `gapMs` after the previous group. */
+  function groups(parts: Uint8Array[][], gapMs: number): ReadableStream<Uint8Array> {
+    let index = 0
+    return new ReadableStream<Uint8Array>({
+      async start(controller) {
+        for (const group of parts) {
+          if (index++ > 0) await sleep(gapMs)
+          for (const chunk of group) controller.enqueue(chunk)
+        }
+        controller.close()
+      },
+    })
+  }
+
+  it('sends the first output at once and a burst behind it as one write, whole and in order', async () => {
+    const events = vllmEvents().map(bytesOf)
+    const got = await reads(createOpenAIRelay({ source: bodyOf(events).getReader(), model: ALIAS, includeUsage: false, batchMs: 20 }))
+    expect(got.map((read) => read.text).join('')).toBe(expected({ includeUsage: false }))
+    expect(sseData(got[0]!.text)).toHaveLength(1)
+    // Eleven tokens and [DONE]: the first alone, the rest in one or two writes (the last ends with [DONE]).
+    expect(got.length).toBeLessThanOrEqual(3)
+  })
+
+  it('sends a chunk that comes after a quiet spell at once, without waiting for a window', async () => {
+    const events = vllmEvents().map(bytesOf)
+    const got = await reads(createOpenAIRelay({ source: groups(events.map((event) => [event]), 30).getReader(), model: ALIAS, includeUsage: false, batchMs: 10 }))
+    expect(got.map((read) => read.text).join('')).toBe(expected({ includeUsage: false }))
+    // One write per upstream event (the usage chunk is stripped, so [DONE] arrives alone too).
+    expect(got.length).toBe(events.length - 1)
+  })
+
+  it('sends a held batch when its window ends, while the upstream is still silent', async () => {
+    const [head, ...rest] = vllmEvents().map(bytesOf)
+    // The first event (the role, no text yet), then two tokens at once, then a pause far longer than the window.
+    const upstream = groups([[head!, rest[0]!, rest[1]!], rest.slice(2)], 400)
+    const got = await reads(createOpenAIRelay({ source: upstream.getReader(), model: ALIAS, includeUsage: false, batchMs: 30 }))
+    expect(got.map((read) => read.text).join('')).toBe(expected({ includeUsage: false }))
+    expect(sseData(got[0]!.text)).toHaveLength(1)
+    // The two tokens held behind it went out at the window's end, long before the upstream spoke again.
+    expect(sseData(got[1]!.text)).toHaveLength(2)
+    expect(contentOf(sseData(got[1]!.text).map((data) => JSON.parse(data)))).toEqual([PIECES[0]! + PIECES[1]!])
+    expect(got[1]!.at).toBeLessThan(300)
+    expect(got[2]!.at).toBeGreaterThanOrEqual(390)
+  })
+
+  it('sends a batch once it holds 16 KiB, however soon, so a fast upstream is never buffered whole', async () => {
+    const piece = 'y'.repeat(5000)
+    const event = (content: string) => bytesOf(`data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', created: 1, model: ALIAS, choices: [{ index: 0, delta: { content }, finish_reason: null }] })}\n\n`)
+    const chunks = [...Array.from({ length: 40 }, () => event(piece)), bytesOf('data: [DONE]\n\n')]
+    // An in-isolate upstream: every read resolves at once, and the clock does not move between them.
+    const got = await reads(createOpenAIRelay({ source: bodyOf(chunks).getReader(), model: ALIAS, includeUsage: false, batchMs: 60_000 }))
+    expect(got.map((read) => read.text).join('')).toBe(chunks.map((chunk) => new TextDecoder().decode(chunk)).join(''))
+    for (const read of got) expect(read.text.length).toBeLessThan(16 * 1024 + 5200)
+    expect(got.length).toBeGreaterThanOrEqual(10)
+  })
+
+  it('sends [DONE] and an error event at once, with what was held before them', async () => {
+    const events = vllmEvents().map(bytesOf)
+    const cut = events.slice(0, 4)
+    const got = await reads(createOpenAIRelay({ source: bodyOf(cut, new Error('reset')).getReader(), model: ALIAS, includeUsage: false, batchMs: 10_000 }))
+    const data = sseData(got.map((read) => read.text).join(''))
+    expect(data).toHaveLength(5)
+    expect(JSON.parse(data[4]!).error.message).toMatch(/broke before the model finished/)
+    const whole = await reads(createOpenAIRelay({ source: bodyOf(events).getReader(), model: ALIAS, includeUsage: false, batchMs: 10_000 }))
+    expect(whole.map((read) => read.text).join('')).toBe(expected({ includeUsage: false }))
   })
 })
 

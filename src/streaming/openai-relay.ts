@@ -43,6 +43,12 @@ export interface OpenAIRelayOptions {
   idleMs?: number
   /** Time (epoch ms) after which an unfinished stream ends with `upstream_timeout`. Default: no limit. */
   totalDeadline?: number
+  /**
+   * While chunks come closer together than this (ms), output goes to the caller at most once per window,
+   * as one write. Output after a quiet spell, `[DONE]` and error events go out at once. 0: every chunk's
+   * output at once. Default 2.
+   */
+  batchMs?: number
 }
 
 export type RelayOutcome = { ok: true } | { ok: false; error: GatewayError; started: boolean }
@@ -51,6 +57,17 @@ const encoder = new TextEncoder()
 const STREAM_DECODE: TextDecoderDecodeOptions = { stream: true }
 const IDLE_MESSAGE = 'The model stopped sending for too long.'
 const TOTAL_MESSAGE = 'The answer took longer than podgate allows.'
+/**
+ * Each write a JavaScript stream hands workerd's response costs the runtime a turn, several times what
+ * the event itself costs (scripts/bench/NOTES.md, `relay`); an upstream writes one event per HTTP chunk,
+ * so a fast model would cost a turn per token. 2 ms is below anything a reader sees.
+ */
+const DEFAULT_BATCH_MS = 2
+/**
+ * A batch goes out once it holds this many characters, whatever its window: a batch is bounded in bytes,
+ * not only in time (an in-isolate upstream can hand over megabytes without the clock moving).
+ */
+const BATCH_MAX_CHARS = 16 * 1024
 const ignore = () => undefined
 
 /**
@@ -63,6 +80,7 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
   const { source, model, id, includeUsage, onUsage, onFirstEvent, onEnd } = options
   const idleMs = options.idleMs ?? Infinity
   const totalDeadline = options.totalDeadline ?? Infinity
+  const batchMs = options.batchMs ?? DEFAULT_BATCH_MS
   const timed = idleMs !== Infinity || totalDeadline !== Infinity
   let reported = false
   function report(outcome: RelayOutcome): void {
@@ -91,6 +109,11 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
    * re-arms itself for what is left of the window of the read pending now.
    */
   let timer: ReturnType<typeof setTimeout> | undefined
+  /** When output last went to the caller (ms), and how many times: the batching window's clock. */
+  let sentAt = -Infinity
+  let sends = 0
+  /** Sends a held batch at the end of its window, whether or not a read is pending then. */
+  let batchTimer: ReturnType<typeof setTimeout> | undefined
   /** Called once when the relay is over (`StreamControl.onClose`): e.g. the revocation check's timer. */
   let closeListeners: Array<() => void> | undefined
 
@@ -166,10 +189,30 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
   }
 
   function flush(): void {
+    if (batchTimer !== undefined) clearTimeout(batchTimer)
+    batchTimer = undefined
     if (out === '') return
     const text = out
     out = ''
+    sentAt = Date.now()
+    sends++
     if (!readableClosed) controller.enqueue(encoder.encode(text))
+  }
+
+  /**
+   * Sends the output held so far if its window is over or it is big enough and returns `true`; otherwise
+   * leaves it for the window's end (one timer per batch) and returns `false`, so the caller's read waits
+   * at most `batchMs`.
+   */
+  function sendOrHold(): boolean {
+    if (out === '') return false
+    const wait = sentAt + batchMs - Date.now()
+    if (wait <= 0 || out.length >= BATCH_MAX_CHARS) {
+      flush()
+      return true
+    }
+    batchTimer ??= setTimeout(flush, wait)
+    return false
   }
 
   /** Sends what is left and closes the caller's stream; the relay is over. */
@@ -201,17 +244,13 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
     source.cancel().catch(ignore)
   }
 
-  /** Relays one upstream chunk; `true` when it produced output or ended the relay. */
+  /** Relays one upstream chunk into `out`; `true` when it ended the relay (all output sent). */
   function relayChunk(chunk: Uint8Array): boolean {
     feed(decoder.decode(chunk, STREAM_DECODE))
-    if (ended) {
-      finish()
-      // Nothing more will be relayed ([DONE], or a refused event): stop the upstream.
-      source.cancel().catch(ignore)
-      return true
-    }
-    if (out === '') return false
-    flush()
+    if (!ended) return false
+    finish()
+    // Nothing more will be relayed ([DONE], or a refused event): stop the upstream.
+    source.cancel().catch(ignore)
     return true
   }
 
@@ -221,7 +260,10 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
       first = undefined
       if (relayChunk(chunk)) return
     }
-    // A chunk may hold no whole event (or only a stripped usage chunk): read on until one goes out.
+    if (sendOrHold()) return
+    const sendsBefore = sends
+    // A chunk may hold no whole event (or only a stripped usage chunk), or its output may wait for the
+    // batch's window: read on until output goes out.
     for (;;) {
       if (timed) {
         readingSince = Date.now()
@@ -253,7 +295,9 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
         fail(new GatewayError('upstream_error', 'The upstream stream ended before the model finished.'))
         return finish()
       }
-      if (relayChunk(next.value)) return
+      if (relayChunk(next.value) || sendOrHold()) return
+      // The batch timer answered the caller's read while this one was pending: the rest is the next pull's.
+      if (sends !== sendsBefore) return
     }
   }
 
@@ -269,7 +313,8 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
         ended = true
         readableClosed = true
         if (timer !== undefined) clearTimeout(timer)
-        timer = undefined
+        if (batchTimer !== undefined) clearTimeout(batchTimer)
+        timer = batchTimer = undefined
         closed()
         return source.cancel(reason).catch(ignore)
       },

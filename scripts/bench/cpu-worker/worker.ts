@@ -120,9 +120,18 @@ async function setup(env: Env, ctx: ExecutionContext): Promise<{ app: Hono<Gatew
  * caller that did not ask for the usage chunk, which takes the relay). `floor-wait` answers
  * 5 ms after the upstream did, `floor-wait-early` sends the headers at once and the body 5 ms later: the
  * difference is what answering only after the first chunk costs the caller. `bytes=` sets the event size.
+ * `relay-nobatch` is the relay sending each chunk's output at once, as before it batched. Two negative
+ * results: `js-coalesce` writes only when its last write was taken (JavaScript keeps up, so it still writes
+ * once per chunk), and `js-nagle-read` reads at most once per `min` ms (a read returns at most one HTTP
+ * chunk of a fetch body, however many wait: the rate collapses). `tee-watch` keeps its reader alive with
+ * `waitUntil`: without it, workerd streams the native branch with no JavaScript and the reader stops early.
  */
+/** The read and write counts of the last run of a shape that keeps them (`GET /hop?mode=stats`). */
+let lastStats = ''
+
 async function hop(url: URL, env: Env, ctx: ExecutionContext): Promise<Response> {
   const mode = url.searchParams.get('mode') ?? 'floor'
+  if (mode === 'stats') return new Response(lastStats)
   const body = chatBody('bench', { events: Number(url.searchParams.get('events') ?? 2000), ...(url.searchParams.has('bytes') ? { bytes: Number(url.searchParams.get('bytes')) } : {}), first: 0, gap: 0 }, true)
   if (mode === 'gateway') return gatewayOverHttp(url, body, env, ctx)
   if (mode === 'gateway-nousage') {
@@ -138,6 +147,8 @@ async function hop(url: URL, env: Env, ctx: ExecutionContext): Promise<Response>
   if (mode === 'identity') stream = stream.pipeThrough(new TransformStream<Uint8Array, Uint8Array>())
   if (mode === 'timer' || mode === 'timer-relay') stream = timerWrapped(stream)
   if (mode === 'relay' || mode === 'timer-relay') stream = createOpenAIRelay({ source: stream.getReader(), model: 'bench', includeUsage: true })
+  // `relay-nobatch`: the relay sending every chunk's output at once, as it did before it batched (2026-11-23).
+  if (mode === 'relay-nobatch') stream = createOpenAIRelay({ source: stream.getReader(), model: 'bench', includeUsage: true, batchMs: 0 })
   if (mode === 'relay-byob') {
     const byob = stream.getReader({ mode: 'byob' })
     const size = Number(url.searchParams.get('min') ?? 32768)
@@ -274,16 +285,76 @@ async function hop(url: URL, env: Env, ctx: ExecutionContext): Promise<Response>
   if (mode === 'tee-watch') {
     const [out, watched] = stream.tee()
     const reader = watched.getReader()
-    void (async () => {
+    ctx.waitUntil((async () => {
       let bytes = 0
+      let reads = 0
       for (;;) {
         const next = await reader.read()
         if (next.done) break
+        reads++
         bytes += next.value.byteLength
       }
-      return bytes
-    })()
+      lastStats = `tee-watch reads=${reads} bytes=${bytes}`
+    })())
     stream = out
+  }
+  if (mode === 'js-nagle-read') {
+    // JavaScript reads at most once per `min` ms (default 1): a read that comes sooner waits for the
+    // window's end, then one BYOB read takes all that arrived meanwhile and goes out as one write.
+    const every = Number(url.searchParams.get('min') ?? 1)
+    const { readable, writable } = new IdentityTransformStream()
+    const reader = stream.getReader({ mode: 'byob' })
+    const writer = writable.getWriter()
+    ctx.waitUntil((async () => {
+      let reads = 0
+      let lastRead = -Infinity
+      for (;;) {
+        const wait = lastRead + every - Date.now()
+        if (wait > 0) await new Promise((resolve) => setTimeout(resolve, wait))
+        const next = await reader.read(new Uint8Array(65536))
+        lastRead = Date.now()
+        if (next.done) break
+        reads++
+        void writer.write(next.value!)
+      }
+      lastStats = `js-nagle-read reads=${reads}`
+      await writer.close()
+    })())
+    stream = readable
+  }
+  if (mode === 'js-coalesce') {
+    // JavaScript reads each chunk at once, but writes only when its last write was taken: chunks that
+    // arrive meanwhile go out as one write. A negative result: it keeps up, so it writes once per chunk.
+    const { readable, writable } = new IdentityTransformStream()
+    const reader = stream.getReader()
+    const writer = writable.getWriter()
+    let pending: Uint8Array[] = []
+    let writing: Promise<void> | undefined
+    let writes = 0
+    const send = (): void => {
+      const chunk = concat(pending)
+      pending = []
+      writes++
+      writing = writer.write(chunk).then(() => {
+        writing = undefined
+        if (pending.length > 0) send()
+      })
+    }
+    ctx.waitUntil((async () => {
+      let reads = 0
+      for (;;) {
+        const next = await reader.read()
+        if (next.done) break
+        reads++
+        pending.push(next.value)
+        if (writing === undefined) send()
+        else if (pending.length > 256) await writing
+      }
+      while (writing !== undefined) await writing
+      lastStats = `js-coalesce reads=${reads} writes=${writes}`
+      await writer.close()
+    })())
+    stream = readable
   }
   if (mode === 'js-writer') {
     const { readable, writable } = new IdentityTransformStream()
@@ -315,6 +386,17 @@ function withEnding(source: ReadableStream<Uint8Array>, before?: () => Promise<u
     await writer.close()
   })
   return { readable, ended }
+}
+
+function concat(parts: Uint8Array[]): Uint8Array {
+  if (parts.length === 1) return parts[0]!
+  const whole = new Uint8Array(parts.reduce((sum, part) => sum + part.byteLength, 0))
+  let at = 0
+  for (const part of parts) {
+    whole.set(part, at)
+    at += part.byteLength
+  }
+  return whole
 }
 
 function timerWrapped(body: ReadableStream<Uint8Array>): ReadableStream<Uint8Array> {
