@@ -5,14 +5,17 @@
  * Each store instance (one per isolate) is a *shard*: it counts its own admissions exactly in memory and
  * publishes its cumulative counts per window as the metadata of its own KV keys, at most once per
  * `flushIntervalMs` (written from `waitUntil`, never on the response path). A key's total is its own
- * counts plus the other shards' metadata from one `list({ prefix })`, cached for `flushIntervalMs`.
- * So the hot path does at most one KV list per key per interval and no KV key is written more often
- * than once per interval. Storage schema (docs/storage.md):
+ * counts plus the other shards' metadata from one `list({ prefix })`, reused for `flushIntervalMs` F.
+ * A view between F and 2F old is still used while a new list runs in the background, so a key with a
+ * request at least every 2F never waits on KV; an older view (or none) is awaited. So there is at most
+ * one KV list per key per interval and no KV key is written more often than once per interval.
+ * Storage schema (docs/storage.md):
  *   `quota:<keyId>:m:<minute>:<shard>`  metadata `{ r, t }`, TTL: the window's end + 60 s
  *   `quota:<keyId>:d:<day>:<shard>`     metadata `{ r, t }`, TTL: the window's end + 60 s
  *
- * Accuracy: a shard sees the others' counts at most `2 * flushIntervalMs + KV propagation` late, so a
- * window can overshoot its limit by what the other shards admitted in that time (README "Quotas").
+ * Accuracy: a shard sees the others' counts at most `3 * flushIntervalMs + KV propagation` late (F
+ * before they publish, up to 2F of view age), so a window can overshoot its limit by what the other
+ * shards admitted in that time (docs/quotas.md "Accuracy").
  * Concurrent streams are counted per isolate only; use the strict store for an exact stream limit.
  *
  * Memory: at most `maxKeys` keys' counters stay in the isolate. Only a key whose counts are all
@@ -94,7 +97,7 @@ export class KvQuotaStore implements QuotaStore {
 
   async reserve(input: ReserveInput): Promise<ReserveResult> {
     const state = this.#state(input.keyId)
-    await this.#refresh(input.keyId, state)
+    await this.#refresh(input.keyId, state, input.background)
     const usage = this.#usageOf(state, input.now)
     const exceeded = exceededLimit(input.policy, usage, input.cost)
     if (exceeded) return { ok: false, exceeded, usage }
@@ -157,11 +160,21 @@ export class KvQuotaStore implements QuotaStore {
     else void run.catch(() => undefined)
   }
 
-  async #refresh(keyId: string, state: KeyState): Promise<void> {
-    if (this.#now() - state.listedAt < this.#interval) return
-    // Concurrent requests in this isolate share one list.
-    state.listing ??= this.#list(keyId, state).finally(() => (state.listing = null))
-    await state.listing
+  /**
+   * Brings the others' counts up to date: nothing while the view is younger than F; a list in the
+   * background while it is younger than 2F (given `background`, i.e. on a request's path); else a list
+   * awaited. Concurrent requests in this isolate share one list.
+   */
+  async #refresh(keyId: string, state: KeyState, background?: ReserveInput['background']): Promise<void> {
+    const age = this.#now() - state.listedAt
+    if (age < this.#interval) return
+    const listing = (state.listing ??= this.#list(keyId, state).finally(() => (state.listing = null)))
+    if (background && age < 2 * this.#interval && !state.restore) {
+      // A failed list leaves the view as it was; the next request past F tries again.
+      background(listing.catch(() => undefined))
+      return
+    }
+    await listing
   }
 
   async #list(keyId: string, state: KeyState): Promise<void> {
