@@ -5,6 +5,7 @@
 import { describe, expect, it } from 'vitest'
 import { captureJsonAnswer, createAnswerCapture, renderJson, renderStream } from '../src/cache/answer.ts'
 import { cacheKey, stableJson } from '../src/cache/key.ts'
+import { GenerationCache } from '../src/cache/store.ts'
 import { decideCaching, parseCacheControl } from '../src/cache/policy.ts'
 import type { NormalizedRequest } from '../src/normalize/types.ts'
 
@@ -165,5 +166,87 @@ describe('answer capture', () => {
     expect(capture.accept({ error: { message: 'x' } })).toBe('error')
     expect(capture.result(undefined)).toBeUndefined()
     expect(captureJsonAnswer('chat', { error: { message: 'x' } })).toBeUndefined()
+  })
+})
+
+describe('GenerationCache', () => {
+  /** A KV of generation records whose reads wait while `hold` is set, counting them. */
+  function slowKv() {
+    const values = new Map<string, string>()
+    const state = { gets: 0, hold: undefined as Promise<void> | undefined }
+    const kv = {
+      async get(name: string) {
+        state.gets++
+        const value = values.get(name) ?? null
+        // Reads started while `hold` is set wait for it, with the value as it was when they started.
+        const hold = state.hold
+        if (hold) await hold
+        return value
+      },
+      async put(name: string, value: string) {
+        values.set(name, value)
+      },
+    } as unknown as KVNamespace
+    return { kv, values, state }
+  }
+
+  function held(state: { hold: Promise<void> | undefined }): () => void {
+    let release!: () => void
+    state.hold = new Promise<void>((resolve) => (release = resolve))
+    return () => {
+      state.hold = undefined
+      release()
+    }
+  }
+
+  it('trusts a record for ttlMs, then uses it for as long again while a background read refreshes it', async () => {
+    let now = 1_000_000
+    const { kv, values, state } = slowKv()
+    const generations = new GenerationCache({ ttlMs: 5000, now: () => now })
+    const background: Promise<unknown>[] = []
+    const token = () => generations.token(kv, 'm', undefined, (promise) => background.push(promise))
+    expect(await token()).toBe('0.0.0')
+    expect(state.gets).toBe(1)
+    now += 4000
+    expect(await token()).toBe('0.0.0')
+    expect(state.gets).toBe(1)
+
+    // Another isolate purged model m; 6 s on, this isolate answers at once with what it has, and reads again.
+    values.set('cachegen:*', JSON.stringify({ models: { m: 'abc' } }))
+    now += 2000
+    const release = held(state)
+    expect(await token()).toBe('0.0.0')
+    expect(await token()).toBe('0.0.0')
+    expect(state.gets).toBe(2)
+    expect(background.length).toBe(2)
+    release()
+    await Promise.all(background)
+    expect(await token()).toBe('abc.0.0')
+
+    // Stale by more than another ttlMs: the request waits for the read.
+    values.set('cachegen:*', JSON.stringify({ models: { m: 'def' } }))
+    now += 10_001
+    expect(await token()).toBe('def.0.0')
+  })
+
+  it('keeps a purge made in this isolate over a read that began before it', async () => {
+    let now = 1_000_000
+    const { kv, state } = slowKv()
+    const generations = new GenerationCache({ ttlMs: 5000, now: () => now })
+    const background: Promise<unknown>[] = []
+    const token = () => generations.token(kv, 'm', undefined, (promise) => background.push(promise))
+    expect(await token()).toBe('0.0.0')
+    now += 6000
+    const release = held(state)
+    expect(await token()).toBe('0.0.0')
+    expect(background.length).toBe(1)
+    // The read above is still out, holding the record from before the purge; the purge's own reads are not held.
+    state.hold = undefined
+    await generations.bump(kv, { model: 'm' })
+    const purged = await token()
+    expect(purged).toMatch(/^[0-9a-f]{8}\.0\.0$/)
+    release()
+    await Promise.all(background)
+    expect(await token()).toBe(purged)
   })
 })

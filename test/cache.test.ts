@@ -403,7 +403,7 @@ describe('purge', () => {
 
     const res = await purge(h, { model: 'chat-current' })
     expect(res.status).toBe(200)
-    expect(await res.json()).toMatchObject({ purged: { model: 'chat-current', keyId: null }, maxDelaySeconds: 65 })
+    expect(await res.json()).toMatchObject({ purged: { model: 'chat-current', keyId: null }, maxDelaySeconds: 70 })
     expect((await chat(body)).headers.get('x-podgate-cache')).toBe('MISS')
     expect((await chat(other)).headers.get('x-podgate-cache')).toBe('HIT')
 

@@ -20,7 +20,7 @@ export const cacheConfigSchema = z.strictObject({
   kv: z._default(z.boolean(), true),
   /** Identical cacheable requests in flight in one isolate share one upstream call. Default true. */
   coalesce: z._default(z.boolean(), true),
-  /** How long an isolate trusts the purge generations it read, in ms: bounds a purge's delay on top of KV's. Default 5000. */
+  /** How long an isolate trusts the purge generations it read, in ms (then uses them as long again while it re-reads them): a purge's delay on top of KV's is at most twice this. Default 5000. */
   generationCacheMs: z._default(intIn(0, 60_000), 5_000),
 })
 export type CacheConfig = z.output<typeof cacheConfigSchema>

@@ -58,7 +58,8 @@ export function cacheRoutes(options: CacheRoutesOptions): Hono<GatewayEnv> {
     if (prefix !== undefined) waitUntilOf(c)(deletePrefix(kv, prefix).catch(() => undefined))
     return c.json({
       purged: { model: model ?? null, keyId: keyId ?? null },
-      maxDelaySeconds: KV_PROPAGATION_SECONDS + Math.ceil(options.generationCacheMs / 1000),
+      // Other isolates trust a generation for generationCacheMs, then use it for as long again while they re-read it.
+      maxDelaySeconds: KV_PROPAGATION_SECONDS + Math.ceil((2 * options.generationCacheMs) / 1000),
     })
   })
 

@@ -36,7 +36,7 @@ export function cacheStage(options: CacheStageOptions): CompletionStage {
 
     let generation: string
     try {
-      generation = await options.generations.token(options.kv(c), request.model, keyId)
+      generation = await options.generations.token(options.kv(c), request.model, keyId, waitUntilOf(c))
     } catch (error) {
       // Without the purge generation a lookup could serve a purged answer: serve this one uncached.
       run.log({ level: 'warn', message: 'cache generation read failed', cause: String(error) })

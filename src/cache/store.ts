@@ -102,7 +102,11 @@ interface GenerationRecord {
 }
 
 export interface GenerationCacheOptions {
-  /** How long the isolate trusts a generation it read, in ms: bounds a purge's delay on top of KV's. */
+  /**
+   * How long the isolate trusts a generation it read, in ms. For another `ttlMs` after that, a request
+   * still uses it while a read from `waitUntil` refreshes it, so a purge reaches other isolates within
+   * 2 × `ttlMs` on top of KV's propagation.
+   */
   ttlMs: number
   now: () => number
 }
@@ -112,6 +116,10 @@ const MAX_CACHED_RECORDS = 10_000
 
 export class GenerationCache {
   readonly #records = new Map<string, { record: GenerationRecord; until: number }>()
+  /** Reads in flight, one per record: concurrent requests share it. */
+  readonly #reading = new Map<string, Promise<GenerationRecord>>()
+  /** Bumps per record in this isolate: a read that began before one must not overwrite what it wrote. */
+  readonly #bumps = new Map<string, number>()
   readonly #options: GenerationCacheOptions
 
   constructor(options: GenerationCacheOptions) {
@@ -120,10 +128,12 @@ export class GenerationCache {
 
   /**
    * The generation folded into cache keys for `model` in a key's scope (or the shared scope when
-   * `keyId` is undefined). Two KV reads at most, each cached in the isolate for `ttlMs`.
+   * `keyId` is undefined). Two KV reads at most, each cached in the isolate for `ttlMs`; with
+   * `background` (a request's `waitUntil`), a record stale by less than another `ttlMs` is used while
+   * it is read again from there, so a busy isolate does not wait on KV for it.
    */
-  async token(kv: KVNamespace, model: string, keyId: string | undefined): Promise<string> {
-    const [global, scope] = await Promise.all([this.#read(kv, GLOBAL_GENERATIONS), keyId === undefined ? undefined : this.#read(kv, scopeGenerationsKey(keyId))])
+  async token(kv: KVNamespace, model: string, keyId: string | undefined, background?: (promise: Promise<unknown>) => void): Promise<string> {
+    const [global, scope] = await Promise.all([this.#read(kv, GLOBAL_GENERATIONS, background), keyId === undefined ? undefined : this.#read(kv, scopeGenerationsKey(keyId), background)])
     return `${global.models?.[model] ?? 0}.${scope?.all ?? 0}.${scope?.models?.[model] ?? 0}`
   }
 
@@ -140,12 +150,29 @@ export class GenerationCache {
     if (target.model === undefined) record.all = generation
     else record.models = { ...record.models, [target.model]: generation }
     await kv.put(name, JSON.stringify(record))
+    this.#bumps.set(name, (this.#bumps.get(name) ?? 0) + 1)
     this.#remember(name, record)
   }
 
-  async #read(kv: KVNamespace, name: string): Promise<GenerationRecord> {
+  async #read(kv: KVNamespace, name: string, background?: (promise: Promise<unknown>) => void): Promise<GenerationRecord> {
     const cached = this.#records.get(name)
-    if (cached && cached.until > this.#options.now()) return cached.record
+    const now = this.#options.now()
+    if (cached && cached.until > now) return cached.record
+    let reading = this.#reading.get(name)
+    if (!reading) {
+      reading = this.#fetch(kv, name).finally(() => this.#reading.delete(name))
+      this.#reading.set(name, reading)
+    }
+    if (cached && background && cached.until + this.#options.ttlMs > now) {
+      // A failed read leaves the record as it was; the next request tries again.
+      background(reading.catch(() => undefined))
+      return cached.record
+    }
+    return reading
+  }
+
+  async #fetch(kv: KVNamespace, name: string): Promise<GenerationRecord> {
+    const bumps = this.#bumps.get(name)
     const text = await kv.get(name, 'text')
     let record: GenerationRecord = {}
     if (text) {
@@ -155,6 +182,8 @@ export class GenerationCache {
         record = {}
       }
     }
+    // A purge in this isolate while the read was out wins: the read may predate its write.
+    if (this.#bumps.get(name) !== bumps) return this.#records.get(name)?.record ?? record
     this.#remember(name, record)
     return record
   }
