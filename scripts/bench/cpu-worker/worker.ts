@@ -146,7 +146,8 @@ async function hop(url: URL, env: Env, ctx: ExecutionContext): Promise<Response>
   let stream = upstream.body!
   if (mode === 'identity') stream = stream.pipeThrough(new TransformStream<Uint8Array, Uint8Array>())
   if (mode === 'timer' || mode === 'timer-relay') stream = timerWrapped(stream)
-  if (mode === 'relay' || mode === 'timer-relay') stream = createOpenAIRelay({ source: stream.getReader(), model: 'bench', includeUsage: true })
+  // `relay:N`: the relay batching its writes over N ms instead of its default.
+  if (mode === 'relay' || mode === 'timer-relay') stream = createOpenAIRelay({ source: stream.getReader(), model: 'bench', includeUsage: true, ...(url.searchParams.has('min') ? { batchMs: Number(url.searchParams.get('min')) } : {}) })
   // `relay-nobatch`: the relay sending every chunk's output at once, as it did before it batched (2026-11-23).
   if (mode === 'relay-nobatch') stream = createOpenAIRelay({ source: stream.getReader(), model: 'bench', includeUsage: true, batchMs: 0 })
   if (mode === 'relay-byob') {
