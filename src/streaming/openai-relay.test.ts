@@ -188,13 +188,16 @@ describe('createOpenAIRelay', () => {
   })
 
   it('reads on only until its batch is sent when the caller stops reading', async () => {
-    let pulled = 0
     const event = vllmEvents().map(bytesOf)[1]!
-    // A model that never stops: one token every 5 ms.
+    let pulled = 0
+    let gated = true
+    const gates: Array<() => void> = []
+    // From the third chunk on, each waits for the test to let it through (then, all at once); 500 in all.
     const body = new ReadableStream<Uint8Array>(
       {
         async pull(controller) {
-          if (pulled++ > 0) await new Promise((resolve) => setTimeout(resolve, 5))
+          if (++pulled > 500) return controller.close()
+          if (gated && pulled > 2) await new Promise<void>((resolve) => gates.push(resolve))
           controller.enqueue(event)
         },
       },
@@ -202,14 +205,15 @@ describe('createOpenAIRelay', () => {
     )
     const reader = createOpenAIRelay({ source: body.getReader(), model: ALIAS, includeUsage: false, batchMs: 30 }).getReader()
     await reader.read()
+    // The second chunk is held for its window while the relay's next read waits: the batch timer answers.
     await reader.read()
-    // The caller reads nothing more: the relay finishes the read it had begun, sends the batch it holds when
-    // its window ends, and then stops reading the upstream.
+    expect(pulled).toBe(3)
+    // The caller reads nothing more. Every chunk is now at hand at once: the relay takes the one it had
+    // asked for and stops, instead of reading the upstream on for a caller who is not asking.
+    gated = false
+    for (const open of gates) open()
     await new Promise((resolve) => setTimeout(resolve, 100))
-    const held = pulled
-    await new Promise((resolve) => setTimeout(resolve, 150))
-    expect(pulled).toBe(held)
-    expect(held).toBeLessThan(20)
+    expect(pulled).toBe(3)
     await reader.cancel()
   })
 })
@@ -279,22 +283,76 @@ describe('createOpenAIRelay batching', () => {
     const piece = 'y'.repeat(5000)
     const event = (content: string) => bytesOf(`data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', created: 1, model: ALIAS, choices: [{ index: 0, delta: { content }, finish_reason: null }] })}\n\n`)
     const chunks = [...Array.from({ length: 40 }, () => event(piece)), bytesOf('data: [DONE]\n\n')]
-    // An in-isolate upstream: every read resolves at once, and the clock does not move between them.
+    // An in-isolate upstream (every read resolves at once) and a 60 s window: only the size bound sends batches.
     const got = await reads(createOpenAIRelay({ source: bodyOf(chunks).getReader(), model: ALIAS, includeUsage: false, batchMs: 60_000 }))
     expect(got.map((read) => read.text).join('')).toBe(chunks.map((chunk) => new TextDecoder().decode(chunk)).join(''))
     for (const read of got) expect(read.text.length).toBeLessThan(16 * 1024 + 5200)
     expect(got.length).toBeGreaterThanOrEqual(10)
   })
 
+  it('sends a held batch before the ending when the idle timeout, a revocation or the caller ends the stream', async () => {
+    const [head, ...rest] = vllmEvents().map(bytesOf)
+    // The role, two tokens at once, then silence: the two tokens are held for a 10 s window.
+    const silent = () => {
+      let cancelled: unknown
+      const stream = new ReadableStream<Uint8Array>({
+        start(controller) {
+          for (const chunk of [head!, rest[0]!, rest[1]!]) controller.enqueue(chunk)
+        },
+        cancel(reason) {
+          cancelled = reason ?? 'cancelled'
+        },
+      })
+      return { stream, cancelled: () => cancelled }
+    }
+    const held = [PIECES[0]! + PIECES[1]!]
+    const textOf = (data: string[]) => contentOf(data.filter((d) => !d.includes('"error"')).map((d) => JSON.parse(d)))
+
+    // The idle timeout: the held tokens, then the timeout's error event.
+    const idle = silent()
+    const timedOut = await reads(createOpenAIRelay({ source: idle.stream.getReader(), model: ALIAS, includeUsage: false, batchMs: 10_000, idleMs: 40 }))
+    const idleData = sseData(timedOut.map((read) => read.text).join(''))
+    expect(textOf(idleData)).toEqual(held)
+    expect(JSON.parse(idleData.at(-1)!).error.code).toBe('upstream_timeout')
+    expect(idle.cancelled()).toBeDefined()
+
+    // A revocation through the StreamControl: the held tokens, then its event.
+    const revoked = silent()
+    const outcomes: RelayOutcome[] = []
+    const body = new Response(createOpenAIRelay({ source: revoked.stream.getReader(), model: ALIAS, includeUsage: false, batchMs: 10_000, onEnd: (end) => outcomes.push(end) })).body!
+    const reader = body.getReader()
+    await reader.read()
+    setTimeout(() => streamControl(body)!.end('data: {"error":{"message":"revoked","code":"invalid_api_key"}}\n\n'), 20)
+    let after = ''
+    for (let next = await reader.read(); !next.done; next = await reader.read()) after += new TextDecoder().decode(next.value)
+    const revokedData = sseData(after)
+    expect(textOf(revokedData)).toEqual(held)
+    expect(JSON.parse(revokedData.at(-1)!).error.message).toBe('revoked')
+    expect(outcomes).toHaveLength(1)
+
+    // The caller leaving: the held batch is dropped with it, and the upstream is cancelled with its reason.
+    const left = silent()
+    const gone = createOpenAIRelay({ source: left.stream.getReader(), model: ALIAS, includeUsage: false, batchMs: 10_000 }).getReader()
+    await gone.read()
+    const pending = gone.read()
+    await new Promise((resolve) => setTimeout(resolve, 20))
+    await gone.cancel('caller gone')
+    expect((await pending).done).toBe(true)
+    expect(left.cancelled()).toBe('caller gone')
+  })
+
   it('sends [DONE] and an error event at once, with what was held before them', async () => {
     const events = vllmEvents().map(bytesOf)
     const cut = events.slice(0, 4)
+    // A 10 s window: the endings must not wait for it.
     const got = await reads(createOpenAIRelay({ source: bodyOf(cut, new Error('reset')).getReader(), model: ALIAS, includeUsage: false, batchMs: 10_000 }))
     const data = sseData(got.map((read) => read.text).join(''))
     expect(data).toHaveLength(5)
     expect(JSON.parse(data[4]!).error.message).toMatch(/broke before the model finished/)
+    expect(got.at(-1)!.at).toBeLessThan(1000)
     const whole = await reads(createOpenAIRelay({ source: bodyOf(events).getReader(), model: ALIAS, includeUsage: false, batchMs: 10_000 }))
     expect(whole.map((read) => read.text).join('')).toBe(expected({ includeUsage: false }))
+    expect(whole.at(-1)!.at).toBeLessThan(1000)
   })
 })
 

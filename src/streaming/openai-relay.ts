@@ -39,14 +39,19 @@ export interface OpenAIRelayOptions {
   onEnd?(outcome: RelayOutcome): void
   /** Most characters one event may buffer before the stream is refused. Default 4 Mi. */
   maxEventChars?: number
-  /** Longest wait, in ms, for the next upstream chunk once the caller asked for it. Default: no limit. */
+  /**
+   * Longest wait, in ms, of a pending upstream read for its chunk. The relay reads only for a caller's
+   * read (and finishes a read it began after a held batch answered the caller), so a caller slower than
+   * the model is never taken for upstream silence. Default: no limit.
+   */
   idleMs?: number
   /** Time (epoch ms) after which an unfinished stream ends with `upstream_timeout`. Default: no limit. */
   totalDeadline?: number
   /**
-   * While chunks come closer together than this (ms), output goes to the caller at most once per window,
-   * as one write. Output after a quiet spell, `[DONE]` and error events go out at once. 0: every chunk's
-   * output at once. Default 2.
+   * Output goes to the caller at most once per this many ms: output that comes sooner after the last
+   * write is held, with whatever follows, until the window ends (one timer per held batch), or until it
+   * holds 16 Ki characters. Output after a quiet spell, `[DONE]` and error events go out at once. 0:
+   * every chunk's output at once. Default 2.
    */
   batchMs?: number
 }
@@ -64,8 +69,8 @@ const TOTAL_MESSAGE = 'The answer took longer than podgate allows.'
  */
 const DEFAULT_BATCH_MS = 2
 /**
- * A batch goes out once it holds this many characters, whatever its window: a batch is bounded in bytes,
- * not only in time (an in-isolate upstream can hand over megabytes without the clock moving).
+ * A batch goes out once it holds this many characters (UTF-16 code units), whatever its window: a batch
+ * is bounded in size, not only in time (an in-isolate upstream can hand over megabytes at once).
  */
 const BATCH_MAX_CHARS = 16 * 1024
 const ignore = () => undefined
@@ -94,7 +99,7 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
   const parser = createParser({ onEvent: relayEvent, onError: onParseError, maxBufferSize: options.maxEventChars ?? DEFAULT_MAX_EVENT_CHARS })
 
   let first = options.first
-  /** SSE text produced by the current chunk: sent as one enqueue, however many events the bytes held. */
+  /** SSE text produced and not sent yet: the current batch, sent as one enqueue however many events it holds. */
   let out = ''
   /** `ended` once `[DONE]` or an error event was written, or the caller left: nothing more goes out. */
   let ended = false
@@ -206,7 +211,8 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
    */
   function sendOrHold(): boolean {
     if (out === '') return false
-    const wait = sentAt + batchMs - Date.now()
+    // Clamped: a clock that stepped back must not hold a batch longer than its window.
+    const wait = Math.min(batchMs, sentAt + batchMs - Date.now())
     if (wait <= 0 || out.length >= BATCH_MAX_CHARS) {
       flush()
       return true
@@ -232,7 +238,8 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
 
   function onTimer(): void {
     timer = undefined
-    // No read pending: the caller is the slow side, which is not the upstream's idleness.
+    // No read pending: the caller is the slow side, which is not the upstream's idleness. A read that is
+    // pending is the upstream's silence, even when a held batch has answered the caller meanwhile.
     if (ended || readingSince < 0) return
     const now = Date.now()
     const idleLeft = readingSince + idleMs - now
@@ -319,7 +326,8 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
         return source.cancel(reason).catch(ignore)
       },
     },
-    // Reads upstream only when the caller wants more: one chunk in flight, never the answer buffered.
+    // Reads upstream only when the caller wants more: one chunk in flight and at most one batch queued,
+    // never the answer buffered.
     { highWaterMark: 0 },
   )
   // Lets a check outside the relay (the key's revocation) end it without wrapping it in another stage.
