@@ -7,7 +7,7 @@
  * (`portkey.ts`, skipped with a note if it cannot be installed); measures cold starts (`cold-start.ts`),
  * then round-robin across targets so drift hits all alike, then the feature rows (`features.ts`); writes
  * BENCHMARKS.md, docs/bench.svg and `.bench/results.json`. Options (env): BENCH_QUICK=1 for a short smoke run;
- * BENCH_HOPS_ONLY=floor,pipe,gateway (a list of stream shapes, see scripts/bench/cpu-worker; `tee-gather:1` sets a shape's `min`) prices only those and prints them, with BENCH_HOPS_REPS repetitions (default 5), BENCH_HOPS_EVENTS events per stream (default 2000) and, with BENCH_HOPS_MEMORY=1, each one's memory growth over a 10 MB stream.
+ * BENCH_HOPS_ONLY=floor,pipe,gateway (a list of stream shapes, see scripts/bench/cpu-worker; `tee-gather:1` sets a shape's `min`) prices only those and prints them, with BENCH_HOPS_REPS repetitions (default 5), BENCH_HOPS_EVENTS events per stream (default 2000), BENCH_HOPS_GAP ms between events (default 0), BENCH_HOPS_CONCURRENCY streams at once (default 1) and, with BENCH_HOPS_MEMORY=1, each one's memory growth over a 10 MB stream.
  */
 import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs'
 import { cpus, loadavg, release, totalmem } from 'node:os'
@@ -380,11 +380,13 @@ async function measureHops(url: string, pid: number, upstreamUrl: string, reps: 
   const runs = new Map<string, Array<{ eventUs: number; eventsPerSecond: number; firstByte: number }>>()
   // BENCH_HOPS_CONCURRENCY: that many streams of the shape at once (default 1); rates and CPU are their sums.
   const concurrency = Number(process.env.BENCH_HOPS_CONCURRENCY ?? 1)
+  // BENCH_HOPS_GAP: ms between the upstream's events (default 0, as fast as the socket takes them).
+  const gap = Number(process.env.BENCH_HOPS_GAP ?? 0)
   for (let rep = 0; rep <= reps; rep++) {
     for (const mode of modes) {
       const before = cpuNs(pid)
       const started = performance.now()
-      const target: Target = { name: 'podgate', url: `${url}/hop?mode=${mode.replace(':', '&min=')}&events=${events}&upstream=${encodeURIComponent(upstreamUrl)}`, headers: {} }
+      const target: Target = { name: 'podgate', url: `${url}/hop?mode=${mode.replace(':', '&min=')}&events=${events}&gap=${gap}&upstream=${encodeURIComponent(upstreamUrl)}`, headers: {} }
       const all = await Promise.all(Array.from({ length: concurrency }, () => timeStream(target, '')))
       const ns = cpuNs(pid) - before
       const seconds = (performance.now() - started) / 1000

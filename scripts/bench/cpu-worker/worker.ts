@@ -119,7 +119,8 @@ async function setup(env: Env, ctx: ExecutionContext): Promise<{ app: Hono<Gatew
  * with a `waitUntil` pending, and `gateway` podgate whole over the same HTTP upstream (`gateway-nousage`: a
  * caller that did not ask for the usage chunk, which takes the relay). `floor-wait` answers
  * 5 ms after the upstream did, `floor-wait-early` sends the headers at once and the body 5 ms later: the
- * difference is what answering only after the first chunk costs the caller. `bytes=` sets the event size.
+ * difference is what answering only after the first chunk costs the caller. `bytes=` sets the event size,
+ * `gap=` the ms between events (default 0: as fast as the socket takes them).
  * `relay-nobatch` is the relay sending each chunk's output at once, as before it batched. Two negative
  * results: `js-coalesce` writes only when its last write was taken (JavaScript keeps up, so it still writes
  * once per chunk), and `js-nagle-read` reads at most once per `min` ms (a read returns at most one HTTP
@@ -132,7 +133,7 @@ let lastStats = ''
 async function hop(url: URL, env: Env, ctx: ExecutionContext): Promise<Response> {
   const mode = url.searchParams.get('mode') ?? 'floor'
   if (mode === 'stats') return new Response(lastStats)
-  const body = chatBody('bench', { events: Number(url.searchParams.get('events') ?? 2000), ...(url.searchParams.has('bytes') ? { bytes: Number(url.searchParams.get('bytes')) } : {}), first: 0, gap: 0 }, true)
+  const body = chatBody('bench', { events: Number(url.searchParams.get('events') ?? 2000), ...(url.searchParams.has('bytes') ? { bytes: Number(url.searchParams.get('bytes')) } : {}), first: 0, gap: Number(url.searchParams.get('gap') ?? 0) }, true)
   if (mode === 'gateway') return gatewayOverHttp(url, body, env, ctx)
   if (mode === 'gateway-nousage') {
     // The same call without `stream_options.include_usage`, as OpenAI's SDKs send it by default: podgate
