@@ -207,6 +207,8 @@ describe('GenerationCache', () => {
     const token = () => generations.token(kv, 'm', undefined, (promise) => background.push(promise))
     expect(await token()).toBe('0.0.0')
     expect(state.gets).toBe(1)
+    // Even the read this request waited for is kept alive by its waitUntil: other requests may share it.
+    expect(background.length).toBe(1)
     now += 4000
     expect(await token()).toBe('0.0.0')
     expect(state.gets).toBe(1)
@@ -217,6 +219,7 @@ describe('GenerationCache', () => {
     const release = held(state)
     expect(await token()).toBe('0.0.0')
     expect(await token()).toBe('0.0.0')
+    // One read for both requests, run from the first one's waitUntil.
     expect(state.gets).toBe(2)
     expect(background.length).toBe(2)
     release()
@@ -229,6 +232,23 @@ describe('GenerationCache', () => {
     expect(await token()).toBe('def.0.0')
   })
 
+  it('keeps a purge over a read that began before it even when the record cache starts over meanwhile', async () => {
+    let now = 1_000_000
+    const { kv, state } = slowKv()
+    const generations = new GenerationCache({ ttlMs: 5000, now: () => now })
+    const background: Promise<unknown>[] = []
+    const release = held(state)
+    // A cold read of model m's record, held; meanwhile this isolate purges m.
+    const cold = generations.token(kv, 'm', undefined, (promise) => background.push(promise))
+    state.hold = undefined
+    await generations.bump(kv, { model: 'm' })
+    // 10,000 other scopes' records: the isolate's record cache starts over.
+    for (let i = 0; i < 10_000; i++) await generations.token(kv, 'm', `key_${i}`)
+    release()
+    const purged = await cold
+    expect(purged).toMatch(/^[0-9a-f]{8}\.0\.0$/)
+  })
+
   it('keeps a purge made in this isolate over a read that began before it', async () => {
     let now = 1_000_000
     const { kv, state } = slowKv()
@@ -239,7 +259,7 @@ describe('GenerationCache', () => {
     now += 6000
     const release = held(state)
     expect(await token()).toBe('0.0.0')
-    expect(background.length).toBe(1)
+    expect(background.length).toBe(2)
     // The read above is still out, holding the record from before the purge; the purge's own reads are not held.
     state.hold = undefined
     await generations.bump(kv, { model: 'm' })

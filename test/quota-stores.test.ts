@@ -224,6 +224,80 @@ describe('KvQuotaStore across isolates', () => {
     expect(answered).toBe(true)
   })
 
+  it('a key with a request at least every interval never waits on a list, however the requests fall', async () => {
+    const clock = fakeClock(START)
+    let hold: Promise<void> | undefined
+    const kv = new Proxy(env.PODGATE_KV, {
+      get(target, name) {
+        if (name === 'list') {
+          return async (options: KVNamespaceListOptions) => {
+            if (hold) await hold
+            return target.list(options)
+          }
+        }
+        const value = Reflect.get(target, name) as unknown
+        return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value
+      },
+    })
+    const store = new KvQuotaStore(kv, { now: clock.now, sleep: clock.sleep, flushIntervalMs: FLUSH, shard: 'iso0' })
+    const keyId = newKeyId()
+    const reserve = () => store.reserve({ keyId, policy: { requestsPerMinute: 1000 }, cost: { tokens: 0, stream: false }, now: clock.now(), background: clock.background })
+    await reserve()
+    // Gaps just under the interval, with every list slow: none of these requests waits for one.
+    for (const gap of [0.9, 0.99, 0.5, 0.95, 0.99, 0.3, 0.99]) {
+      await clock.advance(gap * FLUSH)
+      let release = () => {}
+      hold = new Promise<void>((resolve) => (release = resolve))
+      let answered = false
+      const during = reserve().then(() => (answered = true))
+      for (let i = 0; i < 10 && !answered; i++) await new Promise((resolve) => setTimeout(resolve, 1))
+      expect(answered).toBe(true)
+      hold = undefined
+      release()
+      await during
+      await clock.advance(0)
+    }
+  })
+
+  it('a restore that fails changes nothing and is tried again before any count is published', async () => {
+    const clock = fakeClock(START)
+    let failGets = 0
+    const kv = new Proxy(env.PODGATE_KV, {
+      get(target, name) {
+        if (name === 'getWithMetadata') {
+          return async (...args: unknown[]) => {
+            if (failGets > 0) {
+              failGets--
+              throw new Error('KV get failed')
+            }
+            return (target.getWithMetadata as (...a: unknown[]) => Promise<unknown>)(...args)
+          }
+        }
+        const value = Reflect.get(target, name) as unknown
+        return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value
+      },
+    })
+    // One key's counters fit in the isolate: a second key evicts the first once it is published.
+    const store = new KvQuotaStore(kv, { now: clock.now, sleep: clock.sleep, flushIntervalMs: FLUSH, shard: 'r', maxKeys: 1 })
+    const [a, b] = [newKeyId(), newKeyId()]
+    const reserve = (keyId: string) => store.reserve({ keyId, policy: { requestsPerMinute: 100 }, cost: { tokens: 10, stream: false }, now: clock.now(), background: clock.background })
+    let last: ReserveResult | undefined
+    for (let i = 0; i < 5; i++) last = await reserve(a)
+    await store.flush()
+    await reserve(b)
+    // Key a comes back while KV's reads fail (the second of the two fails after the first landed).
+    failGets = 1
+    await expect(reserve(a)).rejects.toThrow('KV get failed')
+    if (!last?.ok) throw new Error('the last reservation was refused')
+    // A settle of a reservation made before the eviction: it must restore first, not publish over the counts.
+    await store.settle({ reservation: last.reservation, tokens: 0, background: clock.background })
+    await store.flush()
+    const published = async (window: string) => (await env.PODGATE_KV.getWithMetadata<{ r: number; t: number }>(`quota:${a}:${window}:r`)).metadata
+    // Both windows once: the read that landed before the other failed was not applied twice.
+    expect(await published(`m:${last.reservation.minute}`)).toEqual({ r: 5, t: 40 })
+    expect(await published(`d:${last.reservation.day}`)).toEqual({ r: 5, t: 40 })
+  })
+
   it('a simultaneous burst overshoots at most (N - 1) x limit, and stops once counters are published', async () => {
     const limit = 20
     const policy = { requestsPerMinute: limit }

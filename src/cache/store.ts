@@ -118,8 +118,12 @@ export class GenerationCache {
   readonly #records = new Map<string, { record: GenerationRecord; until: number }>()
   /** Reads in flight, one per record: concurrent requests share it. */
   readonly #reading = new Map<string, Promise<GenerationRecord>>()
-  /** Bumps per record in this isolate: a read that began before one must not overwrite what it wrote. */
-  readonly #bumps = new Map<string, number>()
+  /**
+   * The purges made in this isolate, numbered, with the record each wrote: a read that began before one
+   * returns that record instead of what it read, which may predate the purge's write.
+   */
+  readonly #bumps = new Map<string, { seq: number; record: GenerationRecord }>()
+  #bumpSeq = 0
   readonly #options: GenerationCacheOptions
 
   constructor(options: GenerationCacheOptions) {
@@ -139,7 +143,7 @@ export class GenerationCache {
 
   /**
    * Starts a new generation: for `model` everywhere, for a key's whole scope, or for one model in a
-   * key's scope. This isolate sees it at once; others within their `ttlMs` plus KV's propagation.
+   * key's scope. This isolate sees it at once; others within twice their `ttlMs` plus KV's propagation.
    */
   async bump(kv: KVNamespace, target: { model?: string; keyId?: string }): Promise<void> {
     const name = target.keyId === undefined ? GLOBAL_GENERATIONS : scopeGenerationsKey(target.keyId)
@@ -150,7 +154,8 @@ export class GenerationCache {
     if (target.model === undefined) record.all = generation
     else record.models = { ...record.models, [target.model]: generation }
     await kv.put(name, JSON.stringify(record))
-    this.#bumps.set(name, (this.#bumps.get(name) ?? 0) + 1)
+    if (this.#bumps.size >= MAX_CACHED_RECORDS) this.#bumps.clear()
+    this.#bumps.set(name, { seq: ++this.#bumpSeq, record })
     this.#remember(name, record)
   }
 
@@ -162,17 +167,18 @@ export class GenerationCache {
     if (!reading) {
       reading = this.#fetch(kv, name).finally(() => this.#reading.delete(name))
       this.#reading.set(name, reading)
+      // The read is this request's I/O and other requests may await it: keep the request alive until it
+      // settles, even if its caller leaves, or it could be cancelled with the request and never settle.
+      background?.(reading.catch(() => undefined))
     }
-    if (cached && background && cached.until + this.#options.ttlMs > now) {
-      // A failed read leaves the record as it was; the next request tries again.
-      background(reading.catch(() => undefined))
-      return cached.record
-    }
+    // A failed background read leaves the record as it was; the next request tries again.
+    if (cached && background && cached.until + this.#options.ttlMs > now) return cached.record
     return reading
   }
 
   async #fetch(kv: KVNamespace, name: string): Promise<GenerationRecord> {
-    const bumps = this.#bumps.get(name)
+    const started = this.#options.now()
+    const seq = this.#bumpSeq
     const text = await kv.get(name, 'text')
     let record: GenerationRecord = {}
     if (text) {
@@ -183,13 +189,15 @@ export class GenerationCache {
       }
     }
     // A purge in this isolate while the read was out wins: the read may predate its write.
-    if (this.#bumps.get(name) !== bumps) return this.#records.get(name)?.record ?? record
-    this.#remember(name, record)
+    const bump = this.#bumps.get(name)
+    if (bump && bump.seq > seq) return bump.record
+    this.#remember(name, record, started)
     return record
   }
 
-  #remember(name: string, record: GenerationRecord): void {
+  /** Trusted for `ttlMs` from `since`: a read's record is as old as the read's start. */
+  #remember(name: string, record: GenerationRecord, since = this.#options.now()): void {
     if (this.#records.size >= MAX_CACHED_RECORDS) this.#records.clear()
-    this.#records.set(name, { record, until: this.#options.now() + this.#options.ttlMs })
+    this.#records.set(name, { record, until: since + this.#options.ttlMs })
   }
 }

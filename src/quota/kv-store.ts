@@ -7,8 +7,9 @@
  * `flushIntervalMs` (written from `waitUntil`, never on the response path). A key's total is its own
  * counts plus the other shards' metadata from one `list({ prefix })`, reused for `flushIntervalMs` F.
  * A view between F and 2F old is still used while a new list runs in the background, so a key with a
- * request at least every 2F never waits on KV; an older view (or none) is awaited. So there is at most
- * one KV list per key per interval and no KV key is written more often than once per interval.
+ * request at least every F never waits on KV; an older view (or none) is awaited. So there is at most
+ * one KV list per key per interval (while lists succeed) and no KV key is written more often than once
+ * per interval. A view's age counts from when its list began.
  * Storage schema (docs/storage.md):
  *   `quota:<keyId>:m:<minute>:<shard>`  metadata `{ r, t }`, TTL: the window's end + 60 s
  *   `quota:<keyId>:d:<day>:<shard>`     metadata `{ r, t }`, TTL: the window's end + 60 s
@@ -163,24 +164,30 @@ export class KvQuotaStore implements QuotaStore {
   /**
    * Brings the others' counts up to date: nothing while the view is younger than F; a list in the
    * background while it is younger than 2F (given `background`, i.e. on a request's path); else a list
-   * awaited. Concurrent requests in this isolate share one list.
+   * awaited. A key new to this isolate (evicted and restored, or never seen) has no view: it waits.
+   * Concurrent requests in this isolate share one list.
    */
   async #refresh(keyId: string, state: KeyState, background?: ReserveInput['background']): Promise<void> {
     const age = this.#now() - state.listedAt
     if (age < this.#interval) return
-    const listing = (state.listing ??= this.#list(keyId, state).finally(() => (state.listing = null)))
-    if (background && age < 2 * this.#interval && !state.restore) {
-      // A failed list leaves the view as it was; the next request past F tries again.
-      background(listing.catch(() => undefined))
-      return
+    let listing = state.listing
+    if (!listing) {
+      listing = state.listing = this.#list(keyId, state).finally(() => (state.listing = null))
+      // The list is this request's I/O and other requests may await it: keep the request alive until it
+      // settles, even if its caller leaves, or it could be cancelled with the request and never settle.
+      background?.(listing.catch(() => undefined))
     }
+    // A failed background list leaves the view as it was; the next request past F tries again.
+    if (background && age < 2 * this.#interval) return
     await listing
   }
 
   async #list(keyId: string, state: KeyState): Promise<void> {
+    const started = this.#now()
     if (state.restore) {
-      state.restore = false
       await this.#restoreOwn(keyId, state)
+      // Only once restored: a failed restore is tried again by the next list, before any count is published.
+      state.restore = false
     }
     const prefix = `${QUOTA_KEY_PREFIX}${keyId}:`
     const others = new Map<string, Counts>()
@@ -206,22 +213,26 @@ export class KvQuotaStore implements QuotaStore {
       cursor = page.list_complete ? undefined : page.cursor
     } while (cursor)
     state.others = others
-    state.listedAt = this.#now()
+    // The view is as old as the list's start: what other shards published after it began is not in it.
+    state.listedAt = started
   }
 
-  /** Reads back what this shard published for the key's current windows before it evicted the key. */
+  /**
+   * Reads back what this shard published for the key's current windows before it evicted the key. Both
+   * reads land before either is applied, so a failed restore changes nothing and can be tried again.
+   */
   async #restoreOwn(keyId: string, state: KeyState): Promise<void> {
     const { minute, day } = windowsAt(this.#now())
-    await Promise.all(
-      [`m:${minute}`, `d:${day}`].map(async (id) => {
-        const { metadata } = await this.#kv.getWithMetadata<ShardMetadata>(shardKey(keyId, id, this.shard))
-        if (!metadata) return
-        const counts = state.own.get(id)
-        // Requests admitted meanwhile in this isolate are added on top of what was published.
-        if (counts) addCounts(counts, { requests: metadata.r, tokens: metadata.t })
-        else state.own.set(id, { requests: metadata.r, tokens: metadata.t })
-      }),
-    )
+    const ids = [`m:${minute}`, `d:${day}`]
+    const published = await Promise.all(ids.map((id) => this.#kv.getWithMetadata<ShardMetadata>(shardKey(keyId, id, this.shard))))
+    ids.forEach((id, i) => {
+      const metadata = published[i]!.metadata
+      if (!metadata) return
+      const counts = state.own.get(id)
+      // Requests admitted meanwhile in this isolate are added on top of what was published.
+      if (counts) addCounts(counts, { requests: metadata.r, tokens: metadata.t })
+      else state.own.set(id, { requests: metadata.r, tokens: metadata.t })
+    })
   }
 
   #usageOf(state: KeyState, now: number): QuotaUsage {

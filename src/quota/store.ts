@@ -25,7 +25,10 @@ export interface ReserveInput {
   cost: QuotaCost
   /** Epoch ms deciding the windows. */
   now: number
-  /** Runs work after the response (`executionCtx.waitUntil`). Default: fire and forget. */
+  /**
+   * Runs work after the response (`executionCtx.waitUntil`). Default: fire and forget. Without it, the
+   * KV store also waits for every re-read of other shards' counts instead of running it in the background.
+   */
   background?: (promise: Promise<unknown>) => void
 }
 
