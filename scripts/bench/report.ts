@@ -58,6 +58,8 @@ export interface Results {
   }
   /** workerd CPU per event over real HTTP, per stream shape (`hop` in the CPU Worker). */
   hops: Array<{ mode: string; eventUs: number; eventsPerSecond: number; firstByteMs?: number }>
+  /** The same, for a few shapes, with the upstream sending 100 events one ms apart (absent in older results). */
+  pacedHops?: Results['hops']
   /** scripts/bench/cache.ts's own rendering of its run, when the tree has it. */
   cacheBench?: string | undefined
   /** `minify`: wrangler.toml's top-level `minify = true`, which the shipped bundle was built with. */
@@ -202,6 +204,18 @@ export function renderMarkdown(r: Results, notes: string): string {
     )
     for (const h of r.hops) lines.push(`| ${shapes[h.mode] ?? h.mode} | ${h.eventUs.toFixed(1)} µs | ${h.eventsPerSecond.toFixed(0)} | ${h.firstByteMs === undefined ? '' : `${h.firstByteMs.toFixed(2)} ms`} |`)
     lines.push('')
+    const paced = r.pacedHops ?? []
+    const pacedFloor = paced.find((h) => h.mode === 'floor')
+    if (pacedFloor) {
+      lines.push(
+        'Some of the same shapes at a model\'s pace: the upstream sends 100 events one ms apart. Each event then wakes the runtime on its own, in the floor too, so the CPU per event (the request\'s own cost included, spread over its 100 events) is higher and the shapes are closer together:',
+        '',
+        '| Stream shape | CPU per event | vs the floor |',
+        '|---|---|---|',
+      )
+      for (const h of paced) lines.push(`| ${shapes[h.mode] ?? h.mode} | ${h.eventUs.toFixed(1)} µs | ${(h.eventUs / pacedFloor.eventUs).toFixed(2)}× |`)
+      lines.push('')
+    }
   }
   const frozen = r.cpu.clock.clockMs < r.cpu.clock.cpuMs / 4
   lines.push(

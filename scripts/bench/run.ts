@@ -27,6 +27,10 @@ import { chatBody } from './wire.ts'
 import { bundleWorker, startFloor, startLeastGateways, startPodgate, startWorker } from './workers.ts'
 
 const quick = process.env.BENCH_QUICK === '1'
+/** The stream shapes a full run prices, and the ones it also prices at a model's pace. */
+const HOP_MODES = ['floor', 'identity', 'timer', 'relay', 'relay-nobatch', 'timer-relay', 'native-pipe', 'tee-watch', 'js-writer', 'tee-pipe', 'pipe-tee', 'tee-pipe-drain', 'tee-pipe-idle', 'tee-gather', 'tee-deflate', 'tee-tick', 'pipe', 'pipe-nofirst', 'pipe-waituntil', 'floor-wait', 'floor-wait-early', 'gateway', 'gateway-nousage']
+const PACED_HOP_MODES = ['floor', 'tee-pipe-idle', 'pipe', 'gateway', 'relay-nobatch', 'relay', 'gateway-nousage']
+
 const log = (message: string) => console.log(`[bench] ${message}`)
 const readJson = (path: string) => JSON.parse(readFileSync(path, 'utf8')) as Record<string, unknown>
 
@@ -186,6 +190,8 @@ async function main(): Promise<void> {
   const cpu = await measureCpu(cpuWorker.url, cpuWorker.workerdPid, quick ? 5 : 15)
   log('CPU inside workerd: stream shapes over HTTP')
   const hops = await measureHops(cpuWorker.url, cpuWorker.workerdPid, `${upstream.url}/v1/chat/completions`, quick ? 2 : 4)
+  log('CPU inside workerd: stream shapes at one event per ms')
+  const pacedHops = await measureHops(cpuWorker.url, cpuWorker.workerdPid, `${upstream.url}/v1/chat/completions`, quick ? 2 : 5, { modes: PACED_HOP_MODES, events: 100, gap: 1, concurrency: 1 })
 
   log('feature rows: strict quota store, cache hits, against the floor')
   const least = await startLeastGateways(upstream.url)
@@ -228,6 +234,7 @@ async function main(): Promise<void> {
     memory,
     cpu,
     hops,
+    pacedHops,
     cacheBench,
     bundle: { raw: bundle.raw, gzip: bundle.gzip, minify: bundle.minify, inputs: bundle.inputs, portkeyGzip: portkeyBundleGzip() },
   }
@@ -369,19 +376,33 @@ async function runCacheBenchIfPresent(): Promise<string | undefined> {
   }
 }
 
+interface HopRun {
+  modes: string[]
+  /** The stream's length; a short one prices the first byte. */
+  events: number
+  /** ms between the upstream's events (0: as fast as the socket takes them). */
+  gap: number
+  /** That many streams of the shape at once; rates and CPU are their sums. */
+  concurrency: number
+}
+
+/** A run as BENCH_HOPS_ONLY, BENCH_HOPS_EVENTS (2000), BENCH_HOPS_GAP (0) and BENCH_HOPS_CONCURRENCY (1) say. */
+function hopRunFromEnv(): HopRun {
+  return {
+    modes: process.env.BENCH_HOPS_ONLY ? process.env.BENCH_HOPS_ONLY.split(',') : HOP_MODES,
+    events: Number(process.env.BENCH_HOPS_EVENTS ?? 2000),
+    gap: Number(process.env.BENCH_HOPS_GAP ?? 0),
+    concurrency: Number(process.env.BENCH_HOPS_CONCURRENCY ?? 1),
+  }
+}
+
 /**
  * workerd CPU per relayed event over real HTTP for each stream shape (see `hop` in the CPU Worker),
  * round-robin, the median over the repetitions (one warm-up round first).
  */
-async function measureHops(url: string, pid: number, upstreamUrl: string, reps: number): Promise<Results['hops']> {
-  const modes = (process.env.BENCH_HOPS_ONLY ? process.env.BENCH_HOPS_ONLY.split(',') : ['floor', 'identity', 'timer', 'relay', 'relay-nobatch', 'timer-relay', 'native-pipe', 'tee-watch', 'js-writer', 'tee-pipe', 'pipe-tee', 'tee-pipe-drain', 'tee-pipe-idle', 'tee-gather', 'tee-deflate', 'tee-tick', 'pipe', 'pipe-nofirst', 'pipe-waituntil', 'floor-wait', 'floor-wait-early', 'gateway', 'gateway-nousage']) as string[]
-  // BENCH_HOPS_EVENTS: the stream's length (default 2000); a short one prices the first byte.
-  const events = Number(process.env.BENCH_HOPS_EVENTS ?? 2000)
+async function measureHops(url: string, pid: number, upstreamUrl: string, reps: number, run: HopRun = hopRunFromEnv()): Promise<Results['hops']> {
+  const { modes, events, gap, concurrency } = run
   const runs = new Map<string, Array<{ eventUs: number; eventsPerSecond: number; firstByte: number }>>()
-  // BENCH_HOPS_CONCURRENCY: that many streams of the shape at once (default 1); rates and CPU are their sums.
-  const concurrency = Number(process.env.BENCH_HOPS_CONCURRENCY ?? 1)
-  // BENCH_HOPS_GAP: ms between the upstream's events (default 0, as fast as the socket takes them).
-  const gap = Number(process.env.BENCH_HOPS_GAP ?? 0)
   for (let rep = 0; rep <= reps; rep++) {
     for (const mode of modes) {
       const before = cpuNs(pid)
