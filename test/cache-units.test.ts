@@ -232,6 +232,38 @@ describe('GenerationCache', () => {
     expect(await token()).toBe('def.0.0')
   })
 
+  it('does not retry a failed background read on every request, but one ttlMs after it began', async () => {
+    let now = 1_000_000
+    let gets = 0
+    let failing = false
+    const kv = {
+      async get() {
+        gets++
+        if (failing) throw new Error('KV get failed')
+        return null
+      },
+    } as unknown as KVNamespace
+    const generations = new GenerationCache({ ttlMs: 5000, now: () => now })
+    const background: Promise<unknown>[] = []
+    const token = () => generations.token(kv, 'm', undefined, (promise) => background.push(promise))
+    expect(await token()).toBe('0.0.0')
+    expect(gets).toBe(1)
+    failing = true
+    now += 5500
+    expect(await token()).toBe('0.0.0')
+    await Promise.all(background)
+    expect(gets).toBe(2)
+    for (let i = 0; i < 4; i++) {
+      now += 1000
+      expect(await token()).toBe('0.0.0')
+    }
+    expect(gets).toBe(2)
+    // Past 2 × ttlMs the record is not used: the request waits for a read, and sees KV's failure.
+    now += 1000
+    await expect(token()).rejects.toThrow('KV get failed')
+    expect(gets).toBe(3)
+  })
+
   it('keeps a purge over a read that began before it even when the record cache starts over meanwhile', async () => {
     let now = 1_000_000
     const { kv, state } = slowKv()

@@ -259,6 +259,49 @@ describe('KvQuotaStore across isolates', () => {
     }
   })
 
+  it('a background list that fails is not retried by every request, but one interval after it began', async () => {
+    const clock = fakeClock(START)
+    let lists = 0
+    let failing = false
+    const kv = new Proxy(env.PODGATE_KV, {
+      get(target, name) {
+        if (name === 'list') {
+          return async (options: KVNamespaceListOptions) => {
+            lists++
+            if (failing) throw new Error('KV list failed')
+            return target.list(options)
+          }
+        }
+        const value = Reflect.get(target, name) as unknown
+        return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value
+      },
+    })
+    const store = new KvQuotaStore(kv, { now: clock.now, sleep: clock.sleep, flushIntervalMs: FLUSH, shard: 'iso0' })
+    const keyId = newKeyId()
+    const reserve = () => store.reserve({ keyId, policy: { requestsPerMinute: 1000 }, cost: { tokens: 0, stream: false }, now: clock.now(), background: clock.background })
+    await reserve()
+    expect(lists).toBe(1)
+    failing = true
+    await clock.advance(1.1 * FLUSH)
+    // The view is stale but young: answered, while its list fails in the background.
+    expect((await reserve()).ok).toBe(true)
+    await clock.advance(0)
+    expect(lists).toBe(2)
+    // Requests in the next interval do not try again.
+    for (let i = 0; i < 5; i++) {
+      await clock.advance(0.15 * FLUSH)
+      expect((await reserve()).ok).toBe(true)
+    }
+    expect(lists).toBe(2)
+    // Past 2F the view is too old to use: the request waits for a list, and sees KV's failure.
+    await clock.advance(0.2 * FLUSH)
+    await expect(reserve()).rejects.toThrow('KV list failed')
+    expect(lists).toBe(3)
+    failing = false
+    expect((await reserve()).ok).toBe(true)
+    expect(lists).toBe(4)
+  })
+
   it('a restore that fails changes nothing and is tried again before any count is published', async () => {
     const clock = fakeClock(START)
     let failGets = 0

@@ -115,7 +115,8 @@ export interface GenerationCacheOptions {
 const MAX_CACHED_RECORDS = 10_000
 
 export class GenerationCache {
-  readonly #records = new Map<string, { record: GenerationRecord; until: number }>()
+  /** `triedAt`: when a background read of a stale record began; one that failed is not retried within `ttlMs`. */
+  readonly #records = new Map<string, { record: GenerationRecord; until: number; triedAt?: number }>()
   /** Reads in flight, one per record: concurrent requests share it. */
   readonly #reading = new Map<string, Promise<GenerationRecord>>()
   /**
@@ -163,16 +164,21 @@ export class GenerationCache {
     const cached = this.#records.get(name)
     const now = this.#options.now()
     if (cached && cached.until > now) return cached.record
+    const inBackground = cached !== undefined && background !== undefined && cached.until + this.#options.ttlMs > now
     let reading = this.#reading.get(name)
     if (!reading) {
+      if (inBackground) {
+        if (cached.triedAt !== undefined && now - cached.triedAt < this.#options.ttlMs) return cached.record
+        cached.triedAt = now
+      }
       reading = this.#fetch(kv, name).finally(() => this.#reading.delete(name))
       this.#reading.set(name, reading)
       // The read is this request's I/O and other requests may await it: keep the request alive until it
       // settles, even if its caller leaves, or it could be cancelled with the request and never settle.
       background?.(reading.catch(() => undefined))
     }
-    // A failed background read leaves the record as it was; the next request tries again.
-    if (cached && background && cached.until + this.#options.ttlMs > now) return cached.record
+    // A failed background read leaves the record as it was.
+    if (inBackground) return cached.record
     return reading
   }
 

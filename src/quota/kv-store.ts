@@ -8,8 +8,8 @@
  * counts plus the other shards' metadata from one `list({ prefix })`, reused for `flushIntervalMs` F.
  * A view between F and 2F old is still used while a new list runs in the background, so a key with a
  * request at least every F never waits on KV; an older view (or none) is awaited. So there is at most
- * one KV list per key per interval (while lists succeed) and no KV key is written more often than once
- * per interval. A view's age counts from when its list began.
+ * one KV list per key per interval in the background (a failed one is retried F after it began) and no
+ * KV key is written more often than once per interval. A view's age counts from when its list began.
  * Storage schema (docs/storage.md):
  *   `quota:<keyId>:m:<minute>:<shard>`  metadata `{ r, t }`, TTL: the window's end + 60 s
  *   `quota:<keyId>:d:<day>:<shard>`     metadata `{ r, t }`, TTL: the window's end + 60 s
@@ -56,6 +56,8 @@ interface KeyState {
   /** The other shards' counts per window id, as of `listedAt`. */
   others: Map<string, Counts>
   listedAt: number
+  /** When the last list began, whether or not it succeeded: a failed one is not retried in the background within F. */
+  triedAt: number
   listing: Promise<void> | null
   streams: number
   /** Writes of this key's counters not yet answered: the key is not evictable until they land. */
@@ -168,17 +170,22 @@ export class KvQuotaStore implements QuotaStore {
    * Concurrent requests in this isolate share one list.
    */
   async #refresh(keyId: string, state: KeyState, background?: ReserveInput['background']): Promise<void> {
-    const age = this.#now() - state.listedAt
+    const now = this.#now()
+    const age = now - state.listedAt
     if (age < this.#interval) return
+    const inBackground = background !== undefined && age < 2 * this.#interval
     let listing = state.listing
     if (!listing) {
+      // A background list that failed is tried again F after it began, not by every request meanwhile.
+      if (inBackground && now - state.triedAt < this.#interval) return
+      state.triedAt = now
       listing = state.listing = this.#list(keyId, state).finally(() => (state.listing = null))
       // The list is this request's I/O and other requests may await it: keep the request alive until it
       // settles, even if its caller leaves, or it could be cancelled with the request and never settle.
       background?.(listing.catch(() => undefined))
     }
-    // A failed background list leaves the view as it was; the next request past F tries again.
-    if (background && age < 2 * this.#interval) return
+    // A failed background list leaves the view as it was.
+    if (inBackground) return
     await listing
   }
 
@@ -270,7 +277,7 @@ export class KvQuotaStore implements QuotaStore {
     let state = this.#keys.get(keyId)
     if (state) return state
     if (this.#keys.size >= this.#maxKeys) this.#evictIdle()
-    state = { own: new Map(), dirty: new Set(), others: new Map(), listedAt: Number.NEGATIVE_INFINITY, listing: null, streams: 0, writing: 0, restore: this.#evicted }
+    state = { own: new Map(), dirty: new Set(), others: new Map(), listedAt: Number.NEGATIVE_INFINITY, triedAt: Number.NEGATIVE_INFINITY, listing: null, streams: 0, writing: 0, restore: this.#evicted }
     this.#keys.set(keyId, state)
     return state
   }
