@@ -33,6 +33,21 @@ function admitted(results: ReserveResult[]): number {
   return results.filter((r) => r.ok).length
 }
 
+type KvMethod = (...args: never[]) => Promise<unknown>
+
+/** Miniflare's KV with some methods wrapped: `wrap[name](original, ...args)` runs instead of `name`. */
+function kvWith(wrap: Partial<Record<'list' | 'getWithMetadata' | 'put', (original: KvMethod, ...args: never[]) => Promise<unknown>>>): KVNamespace {
+  return new Proxy(env.PODGATE_KV, {
+    get(target, name) {
+      const value = Reflect.get(target, name) as unknown
+      if (typeof value !== 'function') return value
+      const original = (value as KvMethod).bind(target)
+      const wrapper = wrap[name as keyof typeof wrap]
+      return wrapper ? (...args: never[]) => wrapper(original, ...args) : original
+    },
+  })
+}
+
 describe.each(KINDS)('QuotaStore behaviour: $name', (kind) => {
   function setup(policy: QuotaPolicy) {
     const clock = fakeClock(START)
@@ -165,17 +180,11 @@ describe('KvQuotaStore across isolates', () => {
     let release = () => {}
     let lists = 0
     // A KV whose list waits until the test releases it, as a slow KV list would.
-    const kv = new Proxy(env.PODGATE_KV, {
-      get(target, name) {
-        if (name === 'list') {
-          return async (options: KVNamespaceListOptions) => {
-            lists++
-            if (hold) await hold
-            return target.list(options)
-          }
-        }
-        const value = Reflect.get(target, name) as unknown
-        return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value
+    const kv = kvWith({
+      async list(original, ...args) {
+        lists++
+        if (hold) await hold
+        return original(...args)
       },
     })
     const [mine, other] = [0, 1].map((i) => new KvQuotaStore(kv, { now: clock.now, sleep: clock.sleep, flushIntervalMs: FLUSH, shard: `iso${i}` }))
@@ -227,16 +236,10 @@ describe('KvQuotaStore across isolates', () => {
   it('a key with a request at least every interval never waits on a list, however the requests fall', async () => {
     const clock = fakeClock(START)
     let hold: Promise<void> | undefined
-    const kv = new Proxy(env.PODGATE_KV, {
-      get(target, name) {
-        if (name === 'list') {
-          return async (options: KVNamespaceListOptions) => {
-            if (hold) await hold
-            return target.list(options)
-          }
-        }
-        const value = Reflect.get(target, name) as unknown
-        return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value
+    const kv = kvWith({
+      async list(original, ...args) {
+        if (hold) await hold
+        return original(...args)
       },
     })
     const store = new KvQuotaStore(kv, { now: clock.now, sleep: clock.sleep, flushIntervalMs: FLUSH, shard: 'iso0' })
@@ -263,17 +266,11 @@ describe('KvQuotaStore across isolates', () => {
     const clock = fakeClock(START)
     let lists = 0
     let failing = false
-    const kv = new Proxy(env.PODGATE_KV, {
-      get(target, name) {
-        if (name === 'list') {
-          return async (options: KVNamespaceListOptions) => {
-            lists++
-            if (failing) throw new Error('KV list failed')
-            return target.list(options)
-          }
-        }
-        const value = Reflect.get(target, name) as unknown
-        return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value
+    const kv = kvWith({
+      async list(original, ...args) {
+        lists++
+        if (failing) throw new Error('KV list failed')
+        return original(...args)
       },
     })
     const store = new KvQuotaStore(kv, { now: clock.now, sleep: clock.sleep, flushIntervalMs: FLUSH, shard: 'iso0' })
@@ -305,19 +302,13 @@ describe('KvQuotaStore across isolates', () => {
   it('a restore that fails changes nothing and is tried again before any count is published', async () => {
     const clock = fakeClock(START)
     let failGets = 0
-    const kv = new Proxy(env.PODGATE_KV, {
-      get(target, name) {
-        if (name === 'getWithMetadata') {
-          return async (...args: unknown[]) => {
-            if (failGets > 0) {
-              failGets--
-              throw new Error('KV get failed')
-            }
-            return (target.getWithMetadata as (...a: unknown[]) => Promise<unknown>)(...args)
-          }
+    const kv = kvWith({
+      async getWithMetadata(original, ...args) {
+        if (failGets > 0) {
+          failGets--
+          throw new Error('KV get failed')
         }
-        const value = Reflect.get(target, name) as unknown
-        return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value
+        return original(...args)
       },
     })
     // One key's counters fit in the isolate: a second key evicts the first once it is published.
@@ -359,13 +350,11 @@ describe('KvQuotaStore across isolates', () => {
   it('gives every window key a TTL that outlives its window', async () => {
     const clock = fakeClock(START)
     const puts: { name: string; ttl: number | undefined }[] = []
-    const kv = new Proxy(env.PODGATE_KV, {
-      get(target, property) {
-        if (property !== 'put') return Reflect.get(target, property).bind(target)
-        return (name: string, value: string, options?: KVNamespacePutOptions) => {
-          puts.push({ name, ttl: options?.expirationTtl })
-          return target.put(name, value, options)
-        }
+    const kv = kvWith({
+      put(original, ...args) {
+        const [name, , options] = args as unknown as [string, string, KVNamespacePutOptions | undefined]
+        puts.push({ name, ttl: options?.expirationTtl })
+        return original(...args)
       },
     })
     const store = new KvQuotaStore(kv, { now: clock.now, sleep: clock.sleep })
