@@ -193,6 +193,17 @@ describe('native relay over a real HTTP upstream (the emulator)', () => {
     return calls.filter((call) => call.op === 'openai')
   }
 
+  /** A first caller and an identical second one (its twin) streaming `prompt`, and the emulator's call count before them. */
+  const leaderAndTwin = async (prompt: string, maxTokens: number) => {
+    const h = live()
+    const { key } = await h.createKey({ name: 'live' })
+    const before = (await openaiCalls()).length
+    const body = chatBody('chat-openai', prompt, { stream: true, max_tokens: maxTokens, temperature: 0, ...WITH_USAGE })
+    const leader = await h.fetch('/v1/chat/completions', authed(key, body))
+    const twin = await h.fetch('/v1/chat/completions', authed(key, body))
+    return { before, leader, twin }
+  }
+
   it('the same answer as the rewriting relay, with the usage the caller asked for', async () => {
     const h = live()
     const { key } = await h.createKey({ name: 'live' })
@@ -263,11 +274,7 @@ describe('native relay over a real HTTP upstream (the emulator)', () => {
   })
 
   it('a twin of a piped answer is answered at once, and gets an answer of its own when the first caller leaves', async () => {
-    const h = live()
-    const { key } = await h.createKey({ name: 'live' })
-    const body = chatBody('chat-openai', 'Long [[emulator:tokens=60,delay=15]]', { stream: true, max_tokens: 100, temperature: 0, ...WITH_USAGE })
-    const leader = await h.fetch('/v1/chat/completions', authed(key, body))
-    const twin = await h.fetch('/v1/chat/completions', authed(key, body))
+    const { leader, twin } = await leaderAndTwin('Long [[emulator:tokens=60,delay=15]]', 100)
     // Answered at once: the first caller's first bytes are out.
     expect(twin.headers.get('x-podgate-cache')).toBe('COALESCED')
     const reader = leader.body!.getReader()
@@ -282,12 +289,7 @@ describe('native relay over a real HTTP upstream (the emulator)', () => {
   })
 
   it('a twin of a piped answer whose upstream breaks gets the same error, from one upstream call', async () => {
-    const h = live()
-    const { key } = await h.createKey({ name: 'live' })
-    const before = (await openaiCalls()).length
-    const body = chatBody('chat-openai', 'Break [[emulator:fault=mid_stream,after=20,delay=20]]', { stream: true, max_tokens: 64, temperature: 0, ...WITH_USAGE })
-    const leader = await h.fetch('/v1/chat/completions', authed(key, body))
-    const twin = await h.fetch('/v1/chat/completions', authed(key, body))
+    const { before, leader, twin } = await leaderAndTwin('Break [[emulator:fault=mid_stream,after=20,delay=20]]', 64)
     expect(twin.headers.get('x-podgate-cache')).toBe('COALESCED')
     const [first, second] = await Promise.all([readSSE(leader), readSSE(twin)])
     expect(first.at(-1)).toMatchObject({ error: { code: 'upstream_error' } })
@@ -296,12 +298,7 @@ describe('native relay over a real HTTP upstream (the emulator)', () => {
   })
 
   it('a twin that leaves before the first caller does makes no upstream call of its own', async () => {
-    const h = live()
-    const { key } = await h.createKey({ name: 'live' })
-    const before = (await openaiCalls()).length
-    const body = chatBody('chat-openai', 'Long [[emulator:tokens=200,delay=10]]', { stream: true, max_tokens: 300, temperature: 0, ...WITH_USAGE })
-    const leader = await h.fetch('/v1/chat/completions', authed(key, body))
-    const twin = await h.fetch('/v1/chat/completions', authed(key, body))
+    const { before, leader, twin } = await leaderAndTwin('Long [[emulator:tokens=200,delay=10]]', 300)
     // The twin is reading (waiting on the first call) when it leaves.
     const twinReader = twin.body!.getReader()
     const waiting = twinReader.read()
