@@ -304,10 +304,8 @@ async function hop(url: URL, env: Env, ctx: ExecutionContext): Promise<Response>
     // JavaScript reads at most once per `min` ms (default 1): a read that comes sooner waits for the
     // window's end, then one BYOB read takes all that arrived meanwhile and goes out as one write.
     const every = Number(url.searchParams.get('min') ?? 1)
-    const { readable, writable } = new IdentityTransformStream()
     const reader = stream.getReader({ mode: 'byob' })
-    const writer = writable.getWriter()
-    ctx.waitUntil((async () => {
+    stream = writtenByJs(ctx, async (writer) => {
       let reads = 0
       let lastRead = -Infinity
       for (;;) {
@@ -320,30 +318,26 @@ async function hop(url: URL, env: Env, ctx: ExecutionContext): Promise<Response>
         void writer.write(next.value!)
       }
       lastStats = `js-nagle-read reads=${reads}`
-      await writer.close()
-    })())
-    stream = readable
+    })
   }
   if (mode === 'js-coalesce') {
     // JavaScript reads each chunk at once, but writes only when its last write was taken: chunks that
     // arrive meanwhile go out as one write. A negative result: it keeps up, so it writes once per chunk.
-    const { readable, writable } = new IdentityTransformStream()
     const reader = stream.getReader()
-    const writer = writable.getWriter()
-    let pending: Uint8Array[] = []
-    let writing: Promise<void> | undefined
-    let writes = 0
-    const send = (): void => {
-      const chunk = concat(pending)
-      pending = []
-      writes++
-      writing = writer.write(chunk).then(() => {
-        writing = undefined
-        if (pending.length > 0) send()
-      })
-    }
-    ctx.waitUntil((async () => {
+    stream = writtenByJs(ctx, async (writer) => {
+      let pending: Uint8Array[] = []
+      let writing: Promise<void> | undefined
+      let writes = 0
       let reads = 0
+      const send = (): void => {
+        const chunk = concat(pending)
+        pending = []
+        writes++
+        writing = writer.write(chunk).then(() => {
+          writing = undefined
+          if (pending.length > 0) send()
+        })
+      }
       for (;;) {
         const next = await reader.read()
         if (next.done) break
@@ -354,23 +348,17 @@ async function hop(url: URL, env: Env, ctx: ExecutionContext): Promise<Response>
       }
       while (writing !== undefined) await writing
       lastStats = `js-coalesce reads=${reads} writes=${writes}`
-      await writer.close()
-    })())
-    stream = readable
+    })
   }
   if (mode === 'js-writer') {
-    const { readable, writable } = new IdentityTransformStream()
     const reader = stream.getReader()
-    const writer = writable.getWriter()
-    void (async () => {
+    stream = writtenByJs(ctx, async (writer) => {
       for (;;) {
         const next = await reader.read()
         if (next.done) break
         await writer.write(next.value)
       }
-      await writer.close()
-    })()
-    stream = readable
+    })
   }
   return new Response(stream, { headers: { 'content-type': 'text/event-stream' } })
 }
@@ -388,6 +376,17 @@ function withEnding(source: ReadableStream<Uint8Array>, before?: () => Promise<u
     await writer.close()
   })
   return { readable, ended }
+}
+
+/**
+ * The readable side of an `IdentityTransformStream` that `write` fills from JavaScript; closed when
+ * `write` is done, which `waitUntil` keeps alive (without it, a reader can stop when the response does).
+ */
+function writtenByJs(ctx: ExecutionContext, write: (writer: WritableStreamDefaultWriter<Uint8Array>) => Promise<void>): ReadableStream<Uint8Array> {
+  const { readable, writable } = new IdentityTransformStream()
+  const writer = writable.getWriter()
+  ctx.waitUntil(write(writer).then(() => writer.close()))
+  return readable
 }
 
 function concat(parts: Uint8Array[]): Uint8Array {
