@@ -3,6 +3,7 @@
  * bypass, refresh, max-age, TTL, scopes, stream replay equality, cross-form replay, coalescing,
  * failed streams and purge.
  */
+import { env } from 'cloudflare:test'
 import { describe, expect, it } from 'vitest'
 import { ADMIN_TOKEN, authed, chatBody, harness, MODEL_NAMES, readSSE, streamedText } from './helpers.ts'
 import type { GatewayOptions } from '../src/index.ts'
@@ -187,6 +188,73 @@ describe('scopes and tiers', () => {
     expect((await chat(deterministic('chat-current'))).headers.get('x-podgate-cache')).toBe('HIT')
     expect(found).toBe(1)
     expect(jobs()).toBe(1)
+  })
+})
+
+describe('the cold path', () => {
+  /** Miniflare's KV, with a hook before `get` and `list` run. */
+  function kvHooked(hooks: { get?: (key: string) => void; list?: () => Promise<void> }): KVNamespace {
+    return new Proxy(env.PODGATE_KV, {
+      get(target, name) {
+        const value = Reflect.get(target, name) as unknown
+        if (typeof value !== 'function') return value
+        const original = (value as (...args: unknown[]) => Promise<unknown>).bind(target)
+        if (name === 'get' && hooks.get) return (key: string, ...rest: unknown[]) => (hooks.get!(key), original(key, ...rest))
+        if (name === 'list' && hooks.list) return async (...args: unknown[]) => (await hooks.list!(), original(...args))
+        return original
+      },
+    })
+  }
+
+  it('a new isolate reads the purge generation while the quota stage waits for its KV list', async () => {
+    const order: string[] = []
+    let generationAsked!: () => void
+    const asked = new Promise<void>((resolve) => (generationAsked = resolve))
+    const kv = kvHooked({
+      get(key) {
+        if (!key.startsWith('cachegen:') || order.includes('generation read')) return
+        order.push('generation read')
+        generationAsked()
+      },
+      // The quota's first list waits (up to a second) for the generation's read to begin.
+      async list() {
+        order.push('quota list')
+        await Promise.race([asked, new Promise((resolve) => setTimeout(resolve, 1_000))])
+        order.push('quota list answered')
+      },
+    })
+    const h = harness({ kv: () => kv })
+    const { key } = await h.createKey({ name: 'cold', quota: { requestsPerMinute: 100 } })
+    const res = await h.fetch('/v1/chat/completions', authed(key, deterministic('chat-openai', `cold ${crypto.randomUUID()}`)))
+    expect(res.status).toBe(200)
+    expect(res.headers.get('x-podgate-cache')).toBe('MISS')
+    await res.text()
+    await h.settle()
+    expect(order.indexOf('generation read')).toBeGreaterThanOrEqual(0)
+    expect(order.indexOf('generation read')).toBeLessThan(order.indexOf('quota list answered'))
+  })
+
+  it('a request the quota refuses looks nothing up and stores nothing', async () => {
+    const gets: string[] = []
+    const kv = kvHooked({ get: (key) => void gets.push(key) })
+    const { h, jobs } = await setup({ kv: () => kv })
+    const { key } = await h.createKey({ name: 'refused', quota: { requestsPerMinute: 1 } })
+    const body = deterministic('chat-current', `refused ${crypto.randomUUID()}`)
+    const first = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-current', 'spend the minute')))
+    expect(first.status).toBe(200)
+    await first.text()
+    await h.settle()
+    gets.length = 0
+    const refused = await h.fetch('/v1/chat/completions', authed(key, body))
+    expect(refused.status).toBe(429)
+    await h.settle()
+    // The purge generation may have been read, but no answer was looked up.
+    expect(gets.filter((name) => name.startsWith('cache:'))).toEqual([])
+    const after = await h.createKey({ name: 'after' })
+    const res = await h.fetch('/v1/chat/completions', authed(after.key, body))
+    expect(res.headers.get('x-podgate-cache')).toBe('MISS')
+    await res.text()
+    expect(jobs()).toBe(2)
   })
 })
 

@@ -122,6 +122,7 @@ async function main(): Promise<void> {
     { name: 'floor-json', what: 'the floor (pass-through Worker) under the load of http-json', server: 'floor', unit: 'request', work: json(() => typicalChat('bench', { first: 0 })) },
     { name: 'floor-stream', what: 'the floor under the load of http-stream', server: 'floor', unit: 'event', work: stream(sampled) },
     { name: 'micro-json', what: 'CPU bench loop: the typical JSON call through createGateway(...).fetch in process (in-memory KV and cache, an upstream answering at once), 100 per step', server: 'micro', unit: 'request', work: loop('target=gateway&n=100&cache=miss', 100) },
+    { name: 'micro-stream-short', what: 'CPU bench loop: streamed calls of 10 events through the gateway in process (the cost of a stream\'s request, not its events), 50 per step', server: 'micro', unit: 'request', work: loop('target=gateway&n=50&stream=1&events=10', 50) },
     // 1000 content events, then the stop chunk, the usage chunk and [DONE].
     { name: 'micro-stream', what: 'CPU bench loop: streamed calls of 1000 events through the gateway in process, 5 per step', server: 'micro', unit: 'event', work: loop('target=gateway&n=5&stream=1&events=1000', 5 * 1003) },
   ]

@@ -7,6 +7,7 @@
  * (`portkey.ts`, skipped with a note if it cannot be installed); measures cold starts (`cold-start.ts`),
  * then round-robin across targets so drift hits all alike, then the feature rows (`features.ts`); writes
  * BENCHMARKS.md, docs/bench.svg and `.bench/results.json`. Options (env): BENCH_QUICK=1 for a short smoke run;
+ * BENCH_CPU_ONLY=N runs only the CPU microbenchmark, N batches (15 when N is 1), and prints it.
  * BENCH_HOPS_ONLY=floor,pipe,gateway (a list of stream shapes, see scripts/bench/cpu-worker; `tee-gather:1` sets a shape's `min`) prices only those and prints them, with BENCH_HOPS_REPS repetitions (default 5), BENCH_HOPS_EVENTS events per stream (default 2000), BENCH_HOPS_GAP ms between events (default 0), BENCH_HOPS_CONCURRENCY streams at once (default 1) and, with BENCH_HOPS_MEMORY=1, each one's memory growth over a 10 MB stream.
  */
 import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs'
@@ -84,6 +85,17 @@ async function main(): Promise<void> {
   const upstream = await startUpstream()
   stoppers.push(upstream.close)
   log(`upstream on ${upstream.url}`)
+  if (process.env.BENCH_CPU_ONLY) {
+    const worker = await startCpuWorker()
+    const cpu = await measureCpu(worker.url, worker.workerdPid, Number(process.env.BENCH_CPU_ONLY) > 1 ? Number(process.env.BENCH_CPU_ONLY) : 15)
+    const ms = (row: { p50: number; p90: number }) => `p50 ${row.p50.toFixed(3)} ms, p90 ${row.p90.toFixed(3)} ms`
+    const us = (row: { p50: number; p90: number }) => `p50 ${row.p50.toFixed(1)} µs, p90 ${row.p90.toFixed(1)} µs`
+    log(`typical JSON call (cache miss and store): ${ms(cpu.requestMs)}`)
+    log(`JSON call the cache skips: ${ms(cpu.uncacheableMs)}`)
+    log(`JSON call answered from cache: ${ms(cpu.cacheHitMs)}`)
+    log(`streamed call, 10 events: ${ms(cpu.streamRequestMs)}; per relayed event: ${us(cpu.eventUs)}`)
+    return
+  }
   if (process.env.BENCH_HOPS_ONLY) {
     const worker = await startCpuWorker()
     const hops = await measureHops(worker.url, worker.workerdPid, `${upstream.url}/v1/chat/completions`, Number(process.env.BENCH_HOPS_REPS ?? 5))

@@ -8,11 +8,12 @@
  * only once `ctx.outcome` says it ended well. Identical requests arriving meanwhile join that call.
  */
 import { waitUntilOf } from '../http/context.ts'
-import type { CompletionContext, CompletionStage } from '../pipeline/index.ts'
+import type { CompletionContext, CompletionHandler, CompletionStage } from '../pipeline/index.ts'
 import type { CacheRun, CacheStageOptions, Plan } from './run.ts'
 import { coalesceOrLead } from './coalesce.ts'
 import { cacheKey } from './key.ts'
 import { decideCaching } from './policy.ts'
+import type { CacheDecision } from './policy.ts'
 import { replay, withCacheHeaders } from './replay.ts'
 import { readEntry } from './store.ts'
 
@@ -27,16 +28,36 @@ export type { CacheRun, CacheStageOptions, Plan } from './run.ts'
  */
 export function cacheStage(options: CacheStageOptions): CompletionStage {
   const run: CacheRun = { options, flights: new Map(), log: options.log ?? (() => undefined) }
+  const prepared = new WeakMap<CompletionContext, Prepared>()
 
-  return async function cache(ctx, next) {
+  /** What the stage decides and reads before it looks up, worked out once per request. */
+  function prepare(ctx: CompletionContext): Prepared {
+    const known = prepared.get(ctx)
+    if (known) return known
     const { c, request } = ctx
     const decision = decideCaching({ request, headers: c.req.raw.headers, settings: options.settings(ctx.model) })
     const keyId = scopeKeyId(options, ctx)
-    if (!decision.cacheable || (options.scope === 'key' && keyId === undefined)) return withCacheHeaders(await next(ctx), 'BYPASS')
+    let plan: Prepared = { keyId }
+    if (decision.cacheable && !(options.scope === 'key' && keyId === undefined)) {
+      // An async wrapper so a binding that throws becomes this read's failure, met by the stage.
+      const generation = (async () => options.generations.token(options.kv(c), request.model, keyId, waitUntilOf(c)))()
+      // Awaited by the stage; a stage ahead of it that refuses the request leaves it unawaited.
+      generation.catch(() => undefined)
+      plan = { keyId, cacheable: { decision, generation } }
+    }
+    prepared.set(ctx, plan)
+    return plan
+  }
+
+  async function cache(ctx: CompletionContext, next: CompletionHandler): Promise<Response> {
+    const { c, request } = ctx
+    const { keyId, cacheable } = prepare(ctx)
+    if (!cacheable) return withCacheHeaders(await next(ctx), 'BYPASS')
+    const { decision } = cacheable
 
     let generation: string
     try {
-      generation = await options.generations.token(options.kv(c), request.model, keyId, waitUntilOf(c))
+      generation = await cacheable.generation
     } catch (error) {
       // Without the purge generation a lookup could serve a purged answer: serve this one uncached.
       run.log({ level: 'warn', message: 'cache generation read failed', cause: String(error) })
@@ -61,6 +82,23 @@ export function cacheStage(options: CacheStageOptions): CompletionStage {
     }
     return coalesceOrLead(run, ctx, next, plan, false)
   }
+  // The purge generation's KV read, awaited when the isolate has no copy younger than 2 ×
+  // `generationCacheMs` (a new isolate's first requests), overlaps the stages ahead of it: the quota
+  // stage waits for its own KV list then too.
+  cache.warm = (ctx: CompletionContext) => {
+    try {
+      prepare(ctx)
+    } catch {
+      // The stage meets the same failure when it runs.
+    }
+  }
+  return cache
+}
+
+interface Prepared {
+  keyId: string | undefined
+  /** Set when the request is cacheable in its scope: the decision, and the purge generation's read. */
+  cacheable?: { decision: Extract<CacheDecision, { cacheable: true }>; generation: Promise<string> }
 }
 
 /**

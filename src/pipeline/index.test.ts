@@ -43,4 +43,22 @@ describe('composeStages', () => {
     await Promise.resolve()
     expect(seen).toEqual([{ ok: true, usage: undefined }])
   })
+
+  it("starts every stage's warm reads before the first stage runs", async () => {
+    const events: string[] = []
+    const stage = (name: string, warm: boolean): CompletionStage => {
+      const run: CompletionStage = async (ctx, next) => {
+        events.push(`${name} runs`)
+        return next(ctx)
+      }
+      if (warm) run.warm = () => void events.push(`${name} warms`)
+      return run
+    }
+    const run = composeStages([stage('quota', false), stage('cache', true)], async () => {
+      events.push('dispatch')
+      return new Response('ok')
+    })
+    await run(createCompletionContext(c, request, model))
+    expect(events).toEqual(['cache warms', 'quota runs', 'cache runs', 'dispatch'])
+  })
 })

@@ -34,13 +34,20 @@ export function createCompletionContext(c: Context<GatewayEnv>, request: Normali
 }
 
 /**
- * Chains stages in order around the terminal handler. Any step that throws before answering settles
- * the outcome as a failure with no output, so a stage that already reserved something (a token's
- * quota, before its key's quota refuses) is always released: no stage waits on an outcome that
- * cannot come. `settle` ignores repeats, so guarding every step is safe.
+ * Chains stages in order around the terminal handler, after starting every stage's `warm` reads. Any
+ * step that throws before answering settles the outcome as a failure with no output, so a stage that
+ * already reserved something (a token's quota, before its key's quota refuses) is always released: no
+ * stage waits on an outcome that cannot come. `settle` ignores repeats, so guarding every step is safe.
  */
 export function composeStages(stages: readonly CompletionStage[], terminal: CompletionHandler): CompletionHandler {
-  return stages.reduceRight<CompletionHandler>((next, stage) => guard((ctx) => stage(ctx, next)), guard(terminal))
+  const chain = stages.reduceRight<CompletionHandler>((next, stage) => guard((ctx) => stage(ctx, next)), guard(terminal))
+  const warmers = stages.flatMap((stage) => (stage.warm ? [stage.warm] : []))
+  if (warmers.length === 0) return chain
+  // Each stage's own reads start now and overlap the stages ahead of it (see `CompletionStage.warm`).
+  return function warmed(ctx) {
+    for (const warm of warmers) warm(ctx)
+    return chain(ctx)
+  }
 }
 
 function guard(handler: CompletionHandler): CompletionHandler {

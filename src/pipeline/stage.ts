@@ -67,4 +67,12 @@ export interface CopyEnd {
 }
 
 export type CompletionHandler = (ctx: CompletionContext) => Promise<Response>
-export type CompletionStage = (ctx: CompletionContext, next: CompletionHandler) => Promise<Response>
+export type CompletionStage = ((ctx: CompletionContext, next: CompletionHandler) => Promise<Response>) & {
+  /**
+   * Optional: starts the reads the stage will wait for, before any stage runs, so they overlap the
+   * stages ahead of it (the cache's purge generation, while the quota stage waits on its own store).
+   * Called once per request, in stage order; it must read only, never throw, and leave any failure for
+   * the stage itself to meet.
+   */
+  warm?: (ctx: CompletionContext) => void
+}

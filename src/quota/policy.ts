@@ -33,11 +33,12 @@ export type QuotaStoreKind = z.infer<typeof quotaStoreKindSchema>
  * over the gateway's. Returns null when no limit applies, so the caller can skip quota work entirely.
  */
 export function effectivePolicy(...layers: (QuotaPolicy | null | undefined)[]): QuotaPolicy | null {
-  const merged: QuotaPolicy = {}
+  const merged: Record<string, unknown> = {}
   for (const layer of layers) {
     if (!layer) continue
-    for (const [name, value] of Object.entries(layer)) {
-      if (value !== undefined) Object.assign(merged, { [name]: value })
+    for (const name of Object.keys(layer)) {
+      const value = (layer as Record<string, unknown>)[name]
+      if (value !== undefined) merged[name] = value
     }
   }
   return hasLimits(merged) ? merged : null
