@@ -190,6 +190,23 @@ describe('timeouts cancel the job and say so', () => {
     expect(h.emulator.activeJobs()).toEqual([])
   })
 
+  it.each(NATIVE)('%s: a stall is cut at idleMs even when /stream answers empty pages and keep-alives go out meanwhile', async (model) => {
+    // Runpod answers an empty page after each `?wait=` (10 s by default, against an idleMs of 60 s); each one
+    // sends the caller a keep-alive, which must not count as the model's output.
+    const h = harness({ models: twoEndpoints({ timeouts: { idleMs: 800, totalMs: 5_000 } }), runpod: { apiKey: RUNPOD_KEY, baseUrl: 'http://emulator.test/v2', streamWaitMs: 150 } }, createRunpodEmulator({ apiKey: RUNPOD_KEY }))
+    const { key } = await h.createKey()
+    const started = Date.now()
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody(model, 'x [[emulator:fault=stall,after=3,tokens=20]]', { stream: true })))
+    expect(res.status).toBe(200)
+    const events = await readSSE(res)
+    expect(events).not.toContain('[DONE]')
+    expect(streamedText(events).length).toBeGreaterThan(0)
+    expect(events.at(-1)).toMatchObject({ error: { code: 'upstream_timeout', message: 'The model stopped sending for too long.' } })
+    expect(Date.now() - started).toBeLessThan(3_000)
+    await h.settle()
+    expect(h.emulator.activeJobs()).toEqual([])
+  })
+
   it.each(MODELS)('%s: an answer longer than the total timeout ends with an error event', async (model) => {
     const h = setup({ timeouts: { totalMs: 400, idleMs: 5_000 } })
     const { key } = await h.createKey()

@@ -299,8 +299,10 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
       const now = Date.now()
       if (now >= totalDeadline) throw new GatewayError('upstream_timeout', 'The answer took longer than podgate allows.')
       if (now - lastOutput >= timeouts.idleMs) throw new GatewayError('upstream_timeout', 'The model stopped sending for too long.')
-      // Time spent waiting on a slow reader is not the model's silence.
-      if (await demand(totalDeadline)) lastOutput = Date.now()
+      // Time spent waiting on a slow reader is not the model's silence, but it is no output either: the
+      // idle clock stops while the caller reads (a keep-alive included), it does not start over.
+      const waitStarted = Date.now()
+      if (await demand(totalDeadline)) lastOutput += Date.now() - waitStarted
       if (signal.aborted) throw new GatewayError('upstream_error', 'The caller went away.')
       const result = await raceLive(Math.min(totalDeadline, lastOutput + timeouts.idleMs) - Date.now())
       if (!result) continue
