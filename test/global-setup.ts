@@ -15,20 +15,22 @@ declare module 'vitest' {
 }
 
 /**
- * `POST {"pieces": [...], "error": true?}` answers an SSE body of those pieces, each written as it is,
- * then a clean end, or with `error` a connection broken after the last piece (the socket destroyed).
+ * `POST {"pieces": [...], "error": true?, "holdMs": n?}` answers an SSE body of those pieces, each written
+ * as it is, then a clean end (after `holdMs` with the connection held open), or with `error` a connection
+ * broken after the last piece (the socket destroyed).
  * It gives tests that script an upstream's exact bytes a body the runtime produced, as a fetch body is:
  * a JavaScript stream's `tee` drops what a branch has not read yet when it errors, the runtime's keeps it.
  */
 function replayUpstream(request: Request): Promise<Response> | Response {
   if (request.method !== 'POST') return new Response('POST {"pieces": [...]}', { status: 405 })
   return request.json().then((script) => {
-    const { pieces, error } = script as { pieces: string[]; error?: boolean }
+    const { pieces, error, holdMs } = script as { pieces: string[]; error?: boolean; holdMs?: number }
     const encoder = new TextEncoder()
     const body = new ReadableStream<Uint8Array>({
       pull(controller) {
         const next = pieces.shift()
         if (next !== undefined) controller.enqueue(encoder.encode(next))
+        else if (holdMs) return new Promise<void>((resolve) => setTimeout(resolve, holdMs)).then(() => controller.close())
         else if (error) controller.error(new Error('connection reset (scripted)'))
         else controller.close()
       },

@@ -53,9 +53,10 @@ interface Upstream {
 /**
  * An upstream whose OpenAI-route stream is `pieces`, written one by one by test/global-setup.ts's replay
  * server: its body is the runtime's, as a fetch body is, so podgate pipes it natively. An `Error` ends
- * the pieces: the connection breaks there (only last).
+ * the pieces: the connection breaks there (only last). With `holdMs` the upstream keeps its connection
+ * open that long after the last piece.
  */
-function scripted(pieces: (endpoint: string) => Array<string | Error>): Upstream {
+function scripted(pieces: (endpoint: string) => Array<string | Error>, options: { holdMs?: number } = {}): Upstream {
   const calls: string[] = []
   const fetchFake = async (input: RequestInfo | URL, init?: RequestInit) => {
     const request = new Request(input, init)
@@ -64,7 +65,7 @@ function scripted(pieces: (endpoint: string) => Array<string | Error>): Upstream
     const queue = pieces(endpoint)
     const error = queue.at(-1) instanceof Error
     if (queue.slice(0, -1).some((piece) => piece instanceof Error)) throw new Error('scripted: an Error can only be the last piece')
-    const replayed = await fetch(env.TEST_REPLAY_URL!, { method: 'POST', body: JSON.stringify({ pieces: error ? queue.slice(0, -1) : queue, error }) })
+    const replayed = await fetch(env.TEST_REPLAY_URL!, { method: 'POST', body: JSON.stringify({ pieces: error ? queue.slice(0, -1) : queue, error, ...options }) })
     return new Response(replayed.body, { headers: { 'content-type': 'text/event-stream' } })
   }
   return { fetch: fetchFake as typeof fetch, calls }
@@ -155,6 +156,19 @@ describe('native relay: endings', () => {
     const { stream, minute } = await setup(scripted(() => [...cutRandom(UPSTREAM_SSE, 9, 60), new Error('connection reset')]))
     expect(await (await stream(SERVED, WITH_USAGE)).text()).toBe(UPSTREAM_SSE)
     expect(await minute()).toMatchObject({ requests: 1, tokens: usage.total_tokens })
+  })
+
+  it.each([
+    ['the idle timeout', { idleMs: 300, totalMs: 20_000 }],
+    ['the total timeout', { idleMs: 20_000, totalMs: 600 }],
+  ])('an upstream that keeps its connection open after [DONE] past %s: a whole answer, nothing written after [DONE]', async (_name, timeouts) => {
+    const held = { resilience: { timeouts } }
+    const models = { ...MODELS, [SERVED]: { ...MODELS[SERVED]!, ...held }, renamed: { ...MODELS.renamed!, ...held } }
+    const { stream, minute } = await setup(scripted(() => [UPSTREAM_SSE], { holdMs: 1_500 }), { models })
+    // The pipe, and the rewriting relay as a control.
+    expect(await (await stream(SERVED, WITH_USAGE)).text()).toBe(UPSTREAM_SSE)
+    expect((await readSSE(await stream('renamed', WITH_USAGE))).at(-1)).toBe('[DONE]')
+    expect(await minute()).toMatchObject({ requests: 2, tokens: 2 * usage.total_tokens })
   })
 
   it("vLLM's own error event reaches the caller as vLLM wrote it, and the stream does not count as whole", async () => {

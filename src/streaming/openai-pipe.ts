@@ -25,7 +25,8 @@
  * read of the copy that brought bytes, and cuts only while a read waits for more, so it ends a stalled
  * stream between `idleMs` and `idleMs` + one tick after its last byte (a tick is at most 1 s, and at
  * most `idleMs`). A total timeout or a revocation first lets the copy read what the upstream sent: an
- * answer already whole is not cut.
+ * answer already whole is not cut. An upstream that keeps its connection open after `[DONE]` past a
+ * timeout is only disconnected: the answer ends as whole.
  *
  * Memory: the tail's two or three 16 KiB blocks and one 32 KiB read buffer, whatever the answer's length
  * (reading into a new array per read grew the heap by ~6 MiB over a 10 MB answer, until the next
@@ -107,6 +108,8 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
   let timer: ReturnType<typeof setTimeout> | undefined
   /** Why podgate stopped the upstream, when it did. */
   let stopped: CopyEnd['stopped']
+  /** What the copy has read so far ends with `[DONE]`: the answer is whole, whatever the connection does next. */
+  let doneRead = false
 
   /** Settles once: the usage, the outcome, then the close listeners (the revocation check's timer). */
   function report(outcome: RelayOutcome, usage?: Usage): void {
@@ -148,6 +151,12 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
    */
   function cut(error: GatewayError, event: string): void {
     if (forced || over || upstreamDone) return
+    if (doneRead) {
+      // The upstream sent `[DONE]` and kept its connection open: only the connection is ended. Its
+      // copy then breaks after a whole answer, which ends the stream as whole.
+      options.abortUpstream(error)
+      return
+    }
     forced = { error, event }
     stopped ??= error.code === 'upstream_timeout' ? 'timeout' : 'revoked'
     stop.abort(error)
@@ -179,7 +188,9 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
     // The first chunk, read before the tee, goes to the caller first; then the rest, piped.
     const [out, copy] = body.tee()
     let copyBroke = false
-    const ending = tailOf(copy, first, { onText: options.onText, pace: pace.wait, ...(idleMs === Infinity ? {} : { watch: watched }), onBreak: () => (copyBroke = true) }).then((end) => {
+    const reading: CopyReading = { onText: options.onText, pace: pace.wait, onBreak: () => (copyBroke = true), onDoneRead: (done) => (doneRead = done) }
+    if (idleMs !== Infinity) reading.watch = watched
+    const ending = tailOf(copy, first, reading).then((end) => {
       upstreamDone = true
       if (timer !== undefined) clearTimeout(timer)
       try {
@@ -274,6 +285,8 @@ interface CopyReading {
   watch?: <T>(read: Promise<T>, since: number) => Promise<T>
   /** Called when the copy broke (the upstream did). */
   onBreak: () => void
+  /** Called after each read with whether the bytes read so far end with a `[DONE]` event. */
+  onDoneRead: (done: boolean) => void
 }
 
 /** The ending read from the answer's last bytes: `first`, then `rest` (read to its end or its break). */
@@ -288,9 +301,13 @@ async function tailOf(rest: ReadableStream<Uint8Array>, first: Uint8Array | unde
       text = undefined
     }
   }
+  // The last bytes read, as Latin-1 text: enough to tell whether they end with a `[DONE]` event.
+  let last = ''
   const take = (chunk: Uint8Array) => {
     if (text) feed(text.decode(chunk, { stream: true }))
     tail.append(chunk)
+    last = (last + String.fromCharCode(...chunk.subarray(-DONE_WINDOW))).slice(-DONE_WINDOW)
+    reading.onDoneRead(DONE_AT_END.test(last))
   }
   const watch = reading.watch ?? (<T>(read: Promise<T>) => read)
   let since = Date.now()
@@ -410,6 +427,9 @@ type TailEnd = Omit<CopyEnd, 'stopped'>
 
 const decoder = new TextDecoder()
 const EVENT_BREAK = /\r\n\r\n|\n\n|\r\r/
+/** A `[DONE]` event, whole (its blank line read), as the last thing read. */
+const DONE_AT_END = /(?:^|[\r\n])data: ?\[DONE\](?:\r\n|\r|\n)(?:\r\n|\r|\n)\s*$/
+const DONE_WINDOW = 32
 
 /**
  * Reads the ending from the tail chunks: parsed once per stream, from the first event boundary in the
