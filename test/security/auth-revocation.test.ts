@@ -76,6 +76,19 @@ describe('L8 revocation ends open streams', () => {
     expect(events).not.toContain('[DONE]')
   })
 
+  it('auth-revocation: with the default keyCacheTtlMs (10 s), an open stream in the isolate that revoked ends within about a second', async () => {
+    const h = harness()
+    const { id, key } = await h.createKey({ name: 'streaming' })
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai', 'hold [[emulator:fault=stall,after=3]]', { stream: true, max_tokens: 50 })))
+    const reader = res.body!.getReader()
+    expect((await reader.read()).done).toBe(false)
+    expect((await h.fetch(`/admin/keys/${id}`, admin('DELETE'))).status).toBe(200)
+    const revoked = Date.now()
+    while (!(await reader.read()).done);
+    // One stream check (1 s) after the revoke, not one key-cache lifetime (10 s).
+    expect(Date.now() - revoked).toBeLessThan(5_000)
+  })
+
   it('auth-revocation: an open /v2 job event stream of a revoked key ends with event: error', async () => {
     const h = harness({ keyCacheTtlMs: 0 })
     const { id, key } = await h.createKey({ name: 'job streaming' })
