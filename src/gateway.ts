@@ -30,7 +30,7 @@ import { quotaRoutes } from './quota/routes.ts'
 import { createQuotaService } from './quota/service.ts'
 import type { QuotaServiceOptions } from './quota/service.ts'
 import { quotaStage } from './quota/stage.ts'
-import { controlQuota } from './quota/control.ts'
+import { controlQuota, countControl } from './quota/control.ts'
 import type { openApiHandler } from './openapi/document.ts'
 import type { playgroundHandler } from './playground/page.ts'
 import { resolveModels } from './routing/models.ts'
@@ -139,11 +139,11 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
     objects: quotaObjects,
     now: quotaNow,
   })
-  // Control calls (job status and polls, cancel, health, token minting) count against controlPerMinute.
-  const control = controlQuota(quota)
+  // Control calls (job status and polls, cancel, health, token minting) count against controlPerMinute,
+  // once the call is known to be good: a malformed mint or an unknown model counts nothing.
+  const control = controlQuota(quota, (alias) => models.has(alias))
   app.use('/v1/*', apiKeyAuth({ store, credential, credentialOrigins, tokens, streamCheckMs }))
-  app.on('POST', '/v1/tokens', control)
-  app.route('/v1/tokens', tokenRoutes({ signer: tokens, models: new Set(models.keys()), maxBodyBytes: config.maxBodyBytes, ...config.tokens }))
+  app.route('/v1/tokens', tokenRoutes({ signer: tokens, models: new Set(models.keys()), maxBodyBytes: config.maxBodyBytes, countControl: (c) => countControl(quota, c), ...config.tokens }))
   const dispatch = createDispatcher({ client, runpod: config.runpod, streaming: config.streaming, breaker })
   const stages: CompletionStage[] = []
   // A token minted with a quota of its own is held to it (counted under its token id) before the key's.
@@ -162,7 +162,8 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
   app.use('/v2/*', function nativeSurfaceAuth(c, next) {
     return /\/v2\/[^/]+\/stream\/[^/]+$/.test(c.req.path) ? nativeStreamAuth(c, next) : nativeAuth(c, next)
   })
-  for (const op of ['status/:id', 'status-sync/:id', 'cancel/:id', 'health', 'purge-queue']) app.use(`/v2/:model/${op}`, control)
+  // purge-queue is refused to every key (native-surface/routes.ts): nothing to count.
+  for (const op of ['status/:id', 'status-sync/:id', 'cancel/:id', 'health']) app.use(`/v2/:model/${op}`, control)
   // A JSON stream page is a poll; an event stream is admitted once and polls upstream itself.
   app.use('/v2/:model/stream/:id', function streamPollQuota(c, next) {
     return (c.req.header('accept') ?? '').includes('text/event-stream') ? next() : control(c, next)

@@ -5,6 +5,7 @@
  * quota of its own, for at most `tokens.maxTtlSeconds`.
  */
 import { Hono } from 'hono'
+import type { Context } from 'hono'
 import * as z from 'zod/mini'
 import { GatewayError } from '../errors/index.ts'
 import { readJsonBody } from '../http/body.ts'
@@ -43,6 +44,11 @@ export interface TokenRoutesOptions {
   maxTtlSeconds: number
   /** Lifetime when none is asked for, in seconds. */
   defaultTtlSeconds: number
+  /**
+   * Counts the mint against the key's control calls once the request is known to be good (a 429 over
+   * the limit); returns the headers to answer with. Default: nothing counted.
+   */
+  countControl?: (c: Context<GatewayEnv>) => Promise<Record<string, string>>
 }
 
 export function tokenRoutes(options: TokenRoutesOptions): Hono<GatewayEnv> {
@@ -65,6 +71,7 @@ export function tokenRoutes(options: TokenRoutesOptions): Hono<GatewayEnv> {
         throw new GatewayError('permission_denied', `Your key may not use the model '${model}', so neither may its tokens.`, { param: 'models' })
       }
     }
+    const counted = (await options.countControl?.(c)) ?? {}
     const { token, claims } = await options.signer.mint({
       tokenId: generateTokenId(),
       keyId: principal.keyId,
@@ -78,7 +85,7 @@ export function tokenRoutes(options: TokenRoutesOptions): Hono<GatewayEnv> {
     return c.json(
       { object: 'token', id: claims.jti, token, keyId: claims.kid, models: claims.models, origin: claims.origin, quota: claims.quota, sub: claims.sub ?? null, expiresAt: claims.exp * 1000 },
       201,
-      { 'cache-control': 'no-store' },
+      { ...counted, 'cache-control': 'no-store' },
     )
   })
 

@@ -1,6 +1,6 @@
 /**
  * `controlQuota`: counts a key's control calls (the native surface's `status`, `status-sync`, JSON
- * `stream`, `cancel`, `health`, `purge-queue`, and `POST /v1/tokens`) against its `controlPerMinute`
+ * `stream`, `cancel`, `health`, and `POST /v1/tokens`) against its `controlPerMinute`
  * (default 600). Each of them costs an upstream call or a signature, so none is free; over the limit
  * the call gets a 429 with `Retry-After` and the `RateLimit` fields, before anything goes upstream.
  *
@@ -8,7 +8,7 @@
  * a job never uses up the key's `requestsPerMinute`. A job event stream's own polls are not control
  * calls: the stream was admitted once, and its polls are bounded by `runpod.maxPollsPerStream`.
  */
-import type { MiddlewareHandler } from 'hono'
+import type { Context, MiddlewareHandler } from 'hono'
 import { GatewayError } from '../errors/index.ts'
 import { waitUntilOf } from '../http/context.ts'
 import type { GatewayEnv } from '../types.ts'
@@ -22,27 +22,45 @@ export function controlCounterId(keyId: string): string {
 }
 
 /**
+ * Counts one control call of the request's key (for `model`, when the call names one): throws the 429
+ * over the limit, else returns the `RateLimit` fields for the answer.
+ *
  * @example
- * app.use('/v2/:model/status/:id', controlQuota(quota)) // after the key auth middleware
+ * const headers = await countControl(quota, c) // in a route, once its input is known to be good
  */
-export function controlQuota(service: QuotaService): MiddlewareHandler<GatewayEnv> {
+export async function countControl(service: QuotaService, c: Context<GatewayEnv>, model?: string): Promise<Record<string, string>> {
+  const principal = c.get('principal')
+  const control = service.controlPolicy(principal.quota, model)
+  const policy = { requestsPerMinute: control.controlPerMinute, ...(control.strict === undefined ? {} : { strict: control.strict }) }
+  const store = service.storeFor(c, policy)
+  const now = service.now()
+  const result = await store.reserve({ keyId: controlCounterId(principal.keyId), policy, cost: { tokens: 0, stream: false }, now, background: waitUntilOf(c) })
+  const headers = controlHeaders(control.controlPerMinute, result.usage, now)
+  if (!result.ok) {
+    const retryAfter = Math.max(1, Math.ceil(((result.usage.minute + 1) * 60_000 - now) / 1000))
+    throw new GatewayError(
+      'rate_limited',
+      `Control call limit reached: this key may make ${control.controlPerMinute} control calls (job status, stream polls, cancel, health, token minting) per minute. Retry after ${retryAfter}s, or follow a job with one event stream (Accept: text/event-stream) instead of polling.`,
+      { headers: { ...headers, 'retry-after': String(retryAfter) } },
+    )
+  }
+  return headers
+}
+
+/**
+ * The native surface's control routes (`/v2/:model/...`): a call for a model that does not exist or
+ * that the key may not use is refused by the route and counts nothing; any other call counts, refused
+ * or not (a forged or foreign job id still costs an upstream call).
+ *
+ * @example
+ * app.use('/v2/:model/status/:id', controlQuota(quota, (alias) => models.has(alias))) // after the key auth middleware
+ */
+export function controlQuota(service: QuotaService, known: (model: string) => boolean): MiddlewareHandler<GatewayEnv> {
   return async function controlQuota(c, next) {
-    const principal = c.get('principal')
     const model = c.req.param('model')
-    const control = service.controlPolicy(principal.quota, model)
-    const policy = { requestsPerMinute: control.controlPerMinute, ...(control.strict === undefined ? {} : { strict: control.strict }) }
-    const store = service.storeFor(c, policy)
-    const now = service.now()
-    const result = await store.reserve({ keyId: controlCounterId(principal.keyId), policy, cost: { tokens: 0, stream: false }, now, background: waitUntilOf(c) })
-    const headers = controlHeaders(control.controlPerMinute, result.usage, now)
-    if (!result.ok) {
-      const retryAfter = Math.max(1, Math.ceil(((result.usage.minute + 1) * 60_000 - now) / 1000))
-      throw new GatewayError(
-        'rate_limited',
-        `Control call limit reached: this key may make ${control.controlPerMinute} control calls (job status, stream polls, cancel, health, token minting) per minute. Retry after ${retryAfter}s, or follow a job with one event stream (Accept: text/event-stream) instead of polling.`,
-        { headers: { ...headers, 'retry-after': String(retryAfter) } },
-      )
-    }
+    const allowed = c.get('principal').models
+    if (model === undefined || !known(model) || (allowed !== null && !allowed.includes(model))) return next()
+    const headers = await countControl(service, c, model)
     await next()
     for (const [name, value] of Object.entries(headers)) c.res.headers.set(name, value)
   }

@@ -1,8 +1,9 @@
 /**
  * M4: control calls cost upstream calls (or a signature), so each counts against the key's
  * `controlPerMinute` (default 600; per key, per model or gateway-wide): status, status-sync, JSON
- * stream, cancel, health, purge-queue and POST /v1/tokens. Over it: 429 with the rate-limit fields and
- * no upstream call. A job's event stream is admitted once; its own polls are not control calls.
+ * stream, cancel, health and POST /v1/tokens. Over it: 429 with the rate-limit fields and no upstream
+ * call. A job's event stream is admitted once; its own polls are not control calls. A call refused for
+ * its input (a malformed mint, an unknown model, purge-queue) counts nothing; a forged job id counts.
  */
 import { describe, expect, it } from 'vitest'
 import { authed, harness } from '../helpers.ts'
@@ -27,9 +28,9 @@ async function startJob(h: Harness, key: string): Promise<string> {
 }
 
 describe('M4 control calls count against controlPerMinute', () => {
-  it('quota-control: status, status-sync, JSON stream, cancel, health, purge-queue and token minting each count; the next is a 429 with no upstream call', async () => {
+  it('quota-control: status, status-sync, JSON stream, cancel, health and token minting each count; the next is a 429 with no upstream call', async () => {
     const h = harness({ quota: { now: () => START } })
-    const { key } = await h.createKey({ name: 'poller', quota: { controlPerMinute: 7 } })
+    const { key } = await h.createKey({ name: 'poller', quota: { controlPerMinute: 6 } })
     const id = await startJob(h, key)
     const calls: [string, RequestInit][] = [
       [`/v2/chat-current/status/${id}`, call(key, 'GET')],
@@ -37,14 +38,13 @@ describe('M4 control calls count against controlPerMinute', () => {
       [`/v2/chat-current/stream/${id}`, call(key, 'GET')],
       [`/v2/chat-current/health`, call(key, 'GET')],
       [`/v2/chat-current/cancel/${id}`, call(key, 'POST')],
-      [`/v2/chat-current/purge-queue`, call(key, 'POST')],
       ['/v1/tokens', call(key, 'POST')],
     ]
     for (const [index, [path, init]] of calls.entries()) {
       const res = await h.fetch(path, init)
       expect(res.status, path).not.toBe(429)
-      expect(res.headers.get('ratelimit'), path).toBe(`"control";r=${6 - index};t=${res.headers.get('ratelimit')?.split('t=')[1]}`)
-      expect(res.headers.get('ratelimit-policy')).toBe('"control";q=7;w=60')
+      expect(res.headers.get('ratelimit'), path).toBe(`"control";r=${5 - index};t=${res.headers.get('ratelimit')?.split('t=')[1]}`)
+      expect(res.headers.get('ratelimit-policy')).toBe('"control";q=6;w=60')
       await res.text()
     }
     await h.settle()
@@ -59,6 +59,29 @@ describe('M4 control calls count against controlPerMinute', () => {
     }
     await h.settle()
     expect(h.emulator.calls.length).toBe(upstream)
+  })
+
+  it('quota-control: a call refused for its input counts nothing; a forged job id counts', async () => {
+    const h = harness({ quota: { now: () => START } })
+    const { key } = await h.createKey({ name: 'careless', quota: { controlPerMinute: 2 }, models: ['chat-current'] })
+    const refused: [string, RequestInit, number][] = [
+      ['/v1/tokens', authed(key, '{"ttlSeconds":"soon"}'), 400],
+      ['/v1/tokens', authed(key, '{not json'), 400],
+      ['/v1/tokens', authed(key, '{"ttlSeconds":999999999}'), 400],
+      ['/v1/tokens', authed(key, '{"models":["chat-classic"]}'), 403],
+      ['/v2/no-such-model/health', call(key, 'GET'), 404],
+      ['/v2/chat-classic/health', call(key, 'GET'), 403],
+      ['/v2/chat-current/purge-queue', call(key, 'POST'), 403],
+    ]
+    for (const [path, init, status] of refused) expect((await h.fetch(path, init)).status, path).toBe(status)
+    const { key: publishable } = await h.createKey({ name: 'browser', kind: 'publishable', origins: ['https://app.example'], quota: { controlPerMinute: 1 } })
+    const fromPage = (init: RequestInit): RequestInit => ({ ...init, headers: { ...(init.headers as Record<string, string>), origin: 'https://app.example' } })
+    expect((await h.fetch('/v1/tokens', fromPage(authed(publishable, '{}')))).status).toBe(403)
+    expect((await h.fetch('/v2/chat-current/health', fromPage(authed(publishable)))).status).toBe(200)
+    // The key's two control calls are still there: a forged job id uses one, a mint the other.
+    expect((await h.fetch('/v2/chat-current/status/forged-job-id', call(key, 'GET'))).status).toBe(404)
+    expect((await h.fetch('/v1/tokens', authed(key, '{}'))).status).toBe(201)
+    expect((await h.fetch('/v2/chat-current/health', call(key, 'GET'))).status).toBe(429)
   })
 
   it('quota-control: a key with no limits of its own is held to the gateway default; completions do not use it up', async () => {
