@@ -23,7 +23,8 @@ const USAGE = `usage: npm run keys -- <create|list|get|update|rotate|revoke> [id
   --url <podgate URL>        default $PODGATE_URL, else the running \`npm run dev\`, else http://127.0.0.1:$PORT (8787)
   --admin-token <token>      default $PODGATE_ADMIN_TOKEN, else .dev.vars (for a local URL)
   --name <label>  --kind secret|publishable  --models a,b|all  --origins https://a,https://b
-  --expires 30d|12h|90m|<ISO date>|never  --metadata key=value (repeatable)  --quota <JSON>|null`
+  --expires 30d|12h|90m|<ISO date>|never  --metadata key=value (repeatable)  --quota <JSON>|null
+  --help, -h                 this text`
 
 export class UsageError extends Error {}
 
@@ -90,6 +91,10 @@ export async function runKeysCli(argv: string[], io: KeysCliIO): Promise<number>
   let parsed: ReturnType<typeof parse>
   try {
     parsed = parse(argv)
+    if (parsed.values.help) {
+      io.out(USAGE)
+      return 0
+    }
     const [command, id] = parsed.positionals
     const devUrl = io.devDir === undefined ? undefined : readDevUrl(io.devDir)
     // An empty variable counts as unset (`PORT= npm run keys`).
@@ -127,7 +132,11 @@ export async function runKeysCli(argv: string[], io: KeysCliIO): Promise<number>
     const result = await call(url, token, io, ...request)
     if (result === null) return 1
     io.out(JSON.stringify(result, null, 2))
-    if (typeof (result as { key?: unknown }).key === 'string') io.err('The key is shown only now: store it as a secret.')
+    const shown = result as { key?: unknown; kind?: unknown }
+    if (typeof shown.key === 'string') {
+      // A publishable key is public by design (it works only from its origins); a secret key is not.
+      io.err(shown.kind === 'publishable' ? 'The key is shown only now: put it in your page; it works only from its origins.' : 'The key is shown only now: store it as a secret.')
+    }
     return 0
   } catch (error) {
     if (error instanceof UsageError) {
@@ -154,6 +163,7 @@ function parse(argv: string[]) {
         expires: { type: 'string' },
         metadata: { type: 'string', multiple: true },
         quota: { type: 'string' },
+        help: { type: 'boolean', short: 'h' },
       },
     })
   } catch (error) {

@@ -78,6 +78,9 @@ describe('npm run keys', () => {
     expect(usage.code).toBe(2)
     expect(usage.err).toMatch(/create needs --name/)
     expect((await keys('frobnicate')).err).toMatch(/unknown command/)
+    const help = await keys('--help')
+    expect(help.code).toBe(0)
+    expect(help.out).toMatch(/^usage: npm run keys/)
     expect((await keys('get', 'key_AAAAAAAAAAAAAAAA')).err).toMatch(/404/)
     let err = ''
     const code = await runKeysCli(['list', '--url', server.url, '--admin-token', 'wrong-token-0123456789'], { env: {}, out: () => {}, err: (t) => (err += t), fetch })
