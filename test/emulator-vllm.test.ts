@@ -212,6 +212,8 @@ describe('schema instances', () => {
       }
     }
     expect(regexInstance('^[a-f0-9]{8}(x|y)?\\.json$')).toMatch(/^[a-f0-9]{8}(x|y)?\.json$/)
+    // zod's `.int()` alone bounds by ±(2^53 - 1): an answer shows a plain number, not the bound.
+    expect(schemaInstance(z.toJSONSchema(z.object({ year: z.number().int() })), { words: [] })).toEqual({ year: 42 })
   })
 })
 

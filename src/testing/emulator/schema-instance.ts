@@ -163,7 +163,11 @@ function stringFor(s: Schema, nextWord: () => string): string {
 function integerIn(s: Schema): number {
   const low = bound(s.minimum, s.exclusiveMinimum, 1)
   const high = bound(s.maximum, s.exclusiveMaximum, -1)
-  let value = low !== undefined ? Math.ceil(low) : Math.floor(Math.min(high ?? 42, 42))
+  // 42 where the bounds allow it: zod's `.int()` alone bounds an integer by ±(2^53 - 1), which a
+  // generated answer should not show.
+  let value = 42
+  if (low !== undefined) value = Math.max(value, Math.ceil(low))
+  if (high !== undefined) value = Math.min(value, Math.floor(high))
   const step = typeof s.multipleOf === 'number' && s.multipleOf > 0 ? s.multipleOf : undefined
   if (step !== undefined) value = Math.ceil(value / step) * step
   return value
