@@ -177,6 +177,25 @@ describe('quota stage', () => {
   })
 })
 
+describe("a token's own quota", () => {
+  it.each([false, true])("a call the key's quota refuses counts nothing against the token's own quota (strict: %s)", async (strict) => {
+    const { h, advance } = clockedHarness()
+    const { key } = await h.createKey({ name: 'backend', quota: { requestsPerMinute: 1, strict } })
+    const minted = await h.fetch('/v1/tokens', authed(key, JSON.stringify({ quota: { requestsPerDay: 2, strict } })))
+    expect(minted.status).toBe(201)
+    const { token } = (await minted.json()) as { token: string }
+    expect((await chat(h, key)).status).toBe(200)
+    // The key's limit refuses the token's calls: "a 429 changes nothing".
+    for (let i = 0; i < 3; i++) expect((await chat(h, token)).status).toBe(429)
+    await h.settle()
+    advance(60_000)
+    // The token's two requests of the day are still there.
+    expect((await chat(h, token)).status).toBe(200)
+    expect((await chat(h, token)).status).toBe(429)
+    expect((await chat(h, token)).status).toBe(429)
+  })
+})
+
 describe('policy layers', () => {
   it('key limits win over model defaults, which win over gateway defaults', async () => {
     const models = { ...MODELS, 'chat-openai': { ...MODELS['chat-openai']!, quota: { requestsPerMinute: 1 } } }

@@ -25,7 +25,22 @@ describe('composeStages', () => {
     await expect(run(createCompletionContext(c, request, model))).rejects.toThrow('over quota')
     await Promise.resolve()
     expect(seen).toHaveLength(1)
-    expect(seen[0]).toMatchObject({ ok: false, producedOutput: false, error: { code: 'rate_limited' } })
+    expect(seen[0]).toMatchObject({ ok: false, producedOutput: false, refused: true, error: { code: 'rate_limited' } })
+  })
+
+  it('a dispatcher that throws without settling is not a refusal: the request may have gone upstream', async () => {
+    const seen: CompletionOutcome[] = []
+    const observe: CompletionStage = (ctx, next) => {
+      void ctx.outcome.then((o) => seen.push(o))
+      return next(ctx)
+    }
+    const run = composeStages([observe], async () => {
+      throw new GatewayError('upstream_unavailable', 'down')
+    })
+    await expect(run(createCompletionContext(c, request, model))).rejects.toThrow('down')
+    await Promise.resolve()
+    expect(seen[0]).toMatchObject({ ok: false, producedOutput: false })
+    expect(seen[0]).not.toHaveProperty('refused')
   })
 
   it('keeps the first settlement when the dispatcher settles and a stage throws afterwards', async () => {

@@ -40,7 +40,7 @@ export function createCompletionContext(c: Context<GatewayEnv>, request: Normali
  * stage waits on an outcome that cannot come. `settle` ignores repeats, so guarding every step is safe.
  */
 export function composeStages(stages: readonly CompletionStage[], terminal: CompletionHandler): CompletionHandler {
-  const chain = stages.reduceRight<CompletionHandler>((next, stage) => guard((ctx) => stage(ctx, next)), guard(terminal))
+  const chain = stages.reduceRight<CompletionHandler>((next, stage) => guard((ctx) => stage(ctx, next), true), guard(terminal, false))
   const warmers = stages.flatMap((stage) => (stage.warm ? [stage.warm] : []))
   if (warmers.length === 0) return chain
   // Each stage's own reads start now and overlap the stages ahead of it (see `CompletionStage.warm`).
@@ -50,12 +50,16 @@ export function composeStages(stages: readonly CompletionStage[], terminal: Comp
   }
 }
 
-function guard(handler: CompletionHandler): CompletionHandler {
+/**
+ * `stage`: the handler is a stage, so a throw that settles here came before the dispatcher, whose own
+ * throws settle in its guard first: the request never went upstream (`refused`).
+ */
+function guard(handler: CompletionHandler, stage: boolean): CompletionHandler {
   return async function guarded(ctx) {
     try {
       return await handler(ctx)
     } catch (error) {
-      ctx.settle({ ok: false, error: toGatewayError(error), producedOutput: false })
+      ctx.settle({ ok: false, error: toGatewayError(error), producedOutput: false, ...(stage ? { refused: true } : {}) })
       throw error
     }
   }

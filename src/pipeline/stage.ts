@@ -25,8 +25,10 @@ export type CompletionOutcome =
   /**
    * `producedOutput`: some of the answer reached the caller before the failure. `reachedUpstream`: the
    * caller went away after the request reached the upstream, so the prompt was processed and is paid for.
+   * `refused`: a later stage refused the request before it went upstream (the key's quota, after a
+   * token's own): it counts as never made.
    */
-  | { ok: false; error: GatewayError; producedOutput: boolean; usage?: TokenUsage; reachedUpstream?: boolean }
+  | { ok: false; error: GatewayError; producedOutput: boolean; usage?: TokenUsage; reachedUpstream?: boolean; refused?: boolean }
 
 export interface CompletionContext {
   c: Context<GatewayEnv>

@@ -53,9 +53,11 @@ export class QuotaObject extends DurableObject<unknown> {
     return lease === undefined ? { ok: true, usage } : { ok: true, usage, lease }
   }
 
-  async settle(input: { minute: number; day: number; tokens: number; lease?: string }): Promise<void> {
+  /** `requests`: -1 takes back a request that never went upstream (absent from objects of older versions' calls). */
+  async settle(input: { minute: number; day: number; tokens: number; requests?: number; lease?: string }): Promise<void> {
     if (input.lease !== undefined) delete this.#state.leases[input.lease]
-    if (input.tokens !== 0) this.#add(input, { requests: 0, tokens: input.tokens })
+    const requests = input.requests ?? 0
+    if (input.tokens !== 0 || requests !== 0) this.#add(input, { requests, tokens: input.tokens })
     await this.ctx.storage.put('state', this.#state)
   }
 

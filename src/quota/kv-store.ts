@@ -122,8 +122,9 @@ export class KvQuotaStore implements QuotaStore {
     if (state.restore) await this.#refresh(reservation.keyId, state)
     if (reservation.stream) state.streams = Math.max(0, state.streams - 1)
     const tokens = input.tokens - reservation.tokens
-    if (tokens === 0) return
-    this.#add(state, reservation, { requests: 0, tokens })
+    const requests = input.release ? -1 : 0
+    if (tokens === 0 && requests === 0) return
+    this.#add(state, reservation, { requests, tokens })
     this.#scheduleFlush(input.background)
   }
 

@@ -5,7 +5,8 @@
  * Settling: a success counts its real `usage` (a cached answer counts the request, no tokens); a
  * failure before any output refunds the tokens, unless the caller hung up after the prompt reached the
  * upstream (then the prompt and any reported output count); a failure after some output counts what
- * the upstream reported, else keeps the reservation. Requests are never refunded: they reached the upstream.
+ * the upstream reported, else keeps the reservation. Requests are never refunded once they went upstream;
+ * one that a later stage refused before that (the key's quota, after a token's own) is taken back.
  * A key with no limits costs one policy merge and no store access.
  */
 import { GatewayError } from '../errors/index.ts'
@@ -41,7 +42,11 @@ export function quotaStage(service: QuotaService): CompletionStage {
     const { reservation } = result
     // A lost settle only forfeits a refund or a correction; it must never fail the answer.
     const prompt = ctx.request.estimate.promptTokens
-    background(ctx.outcome.then((outcome) => store.settle({ reservation, tokens: tokensToCharge(outcome, reservation.tokens, prompt), background })).catch(() => undefined))
+    background(
+      ctx.outcome
+        .then((outcome) => store.settle({ reservation, tokens: tokensToCharge(outcome, reservation.tokens, prompt), ...(!outcome.ok && outcome.refused ? { release: true } : {}), background }))
+        .catch(() => undefined),
+    )
 
     return withHeaders(await next(ctx), rateLimitHeaders(policy, result.usage, now))
   }

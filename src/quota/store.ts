@@ -3,7 +3,8 @@
  *
  * A request is admitted by `reserve` (one request plus its token estimate, and a stream slot when it
  * streams) and later `settle`d with the tokens it really used: the difference is refunded or charged
- * to the windows it was reserved in, and its stream slot is freed. A refused reservation changes nothing.
+ * to the windows it was reserved in, and its stream slot is freed; a request that never went upstream is
+ * taken back whole (`release`). A refused reservation changes nothing.
  */
 import type { QuotaPolicy, QuotaStoreKind } from './policy.ts'
 import type { LimitName, QuotaCost, QuotaUsage } from './limits.ts'
@@ -42,6 +43,8 @@ export interface SettleInput {
   reservation: Reservation
   /** The tokens the request finally counts for (0 refunds the whole reservation). */
   tokens: number
+  /** `true`: the request never went upstream (a later stage refused it), so its request is taken back too. */
+  release?: boolean
   background?: (promise: Promise<unknown>) => void
 }
 

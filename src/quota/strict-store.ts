@@ -35,8 +35,9 @@ export class StrictQuotaStore implements QuotaStore {
   async settle(input: SettleInput): Promise<void> {
     const { reservation } = input
     const tokens = input.tokens - reservation.tokens
-    if (tokens === 0 && reservation.lease === undefined) return
-    await this.#stub(reservation.keyId).settle({ minute: reservation.minute, day: reservation.day, tokens, ...(reservation.lease === undefined ? {} : { lease: reservation.lease }) })
+    const requests = input.release ? -1 : 0
+    if (tokens === 0 && requests === 0 && reservation.lease === undefined) return
+    await this.#stub(reservation.keyId).settle({ minute: reservation.minute, day: reservation.day, tokens, requests, ...(reservation.lease === undefined ? {} : { lease: reservation.lease }) })
   }
 
   async usage(input: { keyId: string; now: number }): Promise<QuotaUsage> {
