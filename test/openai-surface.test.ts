@@ -99,6 +99,16 @@ describe('streams on the wire', () => {
     expect(usageChunk.usage.total_tokens).toBeGreaterThan(0)
     expect(streamedText(withUsage)).toBe(streamedText(events))
   })
+
+  it('continuous_usage_stats puts usage on every chunk only with include_usage, as vLLM does', async () => {
+    const { h, key } = await client()
+    const hasUsage = (e: unknown) => typeof e === 'object' && e !== null && 'usage' in e && Boolean((e as { usage: unknown }).usage)
+    const alone = await readSSE(await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai', 'hi', { stream: true, stream_options: { continuous_usage_stats: true } }))))
+    expect(alone.at(-1)).toBe('[DONE]')
+    expect(alone.some(hasUsage)).toBe(false)
+    const both = await readSSE(await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai', 'hi', { stream: true, stream_options: { include_usage: true, continuous_usage_stats: true } }))))
+    expect(both.slice(0, -1).every(hasUsage)).toBe(true)
+  })
 })
 
 describe('models list', () => {

@@ -28,7 +28,10 @@ export const OPENAI_ROUTE: Readonly<Record<RequestKind, '/v1/chat/completions' |
 export function toOpenAIBody(req: NormalizedRequest, servedModelName: string): Record<string, unknown> {
   const body: Record<string, unknown> = { ...req.body, model: servedModelName }
   if (req.stream) {
-    const options = typeof body.stream_options === 'object' && body.stream_options !== null ? body.stream_options : {}
+    const options: Record<string, unknown> = typeof body.stream_options === 'object' && body.stream_options !== null ? { ...body.stream_options } : {}
+    // vLLM honours continuous_usage_stats only with include_usage: asking for the usage podgate needs
+    // must not give a caller who did not ask for it usage on every chunk.
+    if (!req.includeUsage) delete options.continuous_usage_stats
     body.stream_options = { ...options, include_usage: true }
   }
   return body
