@@ -79,8 +79,9 @@ async function completedText(h: Harness, key: string, model: string, id: string)
       }).feed(items.filter((i) => typeof i === 'string').join(''))
       break
     }
-    const choices = (item as { choices: { tokens: string[] }[] }).choices
-    text += choices[0]?.tokens.join('') ?? ''
+    const choices = (item as { choices: { tokens?: string[]; message?: { content: string } }[] }).choices
+    // A current worker's non-streamed answer is vLLM's chat.completion, once.
+    text += choices[0]?.tokens?.join('') ?? choices[0]?.message?.content ?? ''
   }
   return text
 }
@@ -389,6 +390,45 @@ describe('native job API: SSE', () => {
     const rest = events.filter((e) => e.event === 'output')
     expect([...had, ...rest].map((e) => e.id)).toEqual([...had, ...rest].map((_, i) => String(i + 1)))
     expect(textOf(had) + textOf(rest)).toBe(await completedText(h, key, 'chat-classic', id))
+  })
+})
+
+describe('native job API: SSE of a job run with stream:false', () => {
+  async function finishedJob(model: string) {
+    const h = harness({ models: NATIVE_MODELS, runpod: { apiKey: RUNPOD_KEY, baseUrl: 'http://emulator.test/v2', streamWaitMs: 300 } })
+    const { key } = await h.createKey()
+    const id = await startJob(h, key, model, chatInput('Hello [[emulator:tokens=8]]', { stream: false }))
+    const events = await readEvents(await h.fetch(`/v2/${model}/stream/${id}`, get(key, { accept: 'text/event-stream' })))
+    return { h, key, id, events, answer: await completedText(h, key, model, id) }
+  }
+
+  function expectDone(events: EventSourceMessage[]) {
+    const last = events.at(-1)
+    expect(last?.event, last?.data).toBe('done')
+    const done = JSON.parse(last?.data ?? '{}') as { status: string; usage?: { completion_tokens: number } }
+    expect(done.status).toBe('COMPLETED')
+    expect(done.usage?.completion_tokens).toBeGreaterThan(0)
+  }
+
+  it.each(['chat-classic', 'chat-current'])('%s: the answer arrives as text and the stream ends with `done`, not `error`', async (model) => {
+    const { events, answer } = await finishedJob(model)
+    expectDone(events)
+    const outputs = events.filter((e) => e.event === 'output')
+    expect(outputs).toHaveLength(1)
+    // Classic output names no finish_reason (podgate infers it only when the job ends); vLLM's answer does.
+    if (model === 'chat-current') expect(JSON.parse(outputs[0]?.data ?? '{}')).toMatchObject({ finish_reason: 'stop' })
+    expect(answer.length).toBeGreaterThan(0)
+    expect(textOf(events)).toBe(answer)
+  })
+
+  it.each(['chat-classic', 'chat-current'])('%s: a resumed stream (Last-Event-ID) replays the answer, or only ends, with `done`', async (model) => {
+    const { h, key, id, answer } = await finishedJob(model)
+    const replayed = await readEvents(await h.fetch(`/v2/${model}/stream/${id}`, get(key, { accept: 'text/event-stream', 'last-event-id': '0' })))
+    expectDone(replayed)
+    expect(textOf(replayed)).toBe(answer)
+    const caughtUp = await readEvents(await h.fetch(`/v2/${model}/stream/${id}`, get(key, { accept: 'text/event-stream', 'last-event-id': '1' })))
+    expectDone(caughtUp)
+    expect(caughtUp.filter((e) => e.event === 'output')).toEqual([])
   })
 })
 

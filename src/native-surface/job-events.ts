@@ -22,6 +22,7 @@ import { createNativeStreamDecoder } from '../streaming/native-decoder.ts'
 import type { NativeStreamDecoder } from '../streaming/native-decoder.ts'
 import type { Usage } from '../streaming/openai-chunks.ts'
 import { jobFailure } from '../upstream/native.ts'
+import { isCompletionBody, nativeOutputToOpenAI } from '../upstream/runpod/output.ts'
 // The shared wait removes its abort listener when the timer fires (a stream polls hundreds of times on one signal).
 import { sleep } from '../upstream/retry.ts'
 import { isTerminal } from '../upstream/runpod/client.ts'
@@ -222,7 +223,8 @@ interface ItemText {
 
 /**
  * Text deltas of worker-vllm items, through the same decoder as the OpenAI surface (classic token
- * batches and SSE text cut anywhere alike). An item it cannot read (an error item, an unknown shape)
+ * batches and SSE text cut anywhere alike), or the text of a current worker's whole answer (`stream:
+ * false`), read as the JSON surface reads it. An item it cannot read (an error item, an unknown shape)
  * is passed on raw, and decoding stops: the job's final status tells the rest.
  */
 function createItemText(kind: JobRef['kind']): ItemText {
@@ -230,15 +232,16 @@ function createItemText(kind: JobRef['kind']): ItemText {
   let texts: string[] = []
   let reasons: (string | null)[] = []
   let usage: Usage | undefined
-  // Once an item cannot be read, later items pass on raw, and the final event is the decoder's error:
-  // an answer the worker broke must never end with `done`.
-  let broken = false
+  let started = false
+  /** The job's only item was its whole answer. */
+  let answered = false
+  // Once an item cannot be read, later items pass on raw, and the final event is this error: an answer
+  // the worker broke must never end with `done`.
+  let failure: GatewayError | undefined
+  // Events carry text only: no id, model or timestamp to write, and no max_tokens to infer `length` from.
+  const frame = { kind, model: '', id: '', created: 0, maxTokens: Number.MAX_SAFE_INTEGER }
   const decoder: NativeStreamDecoder = createNativeStreamDecoder({
-    kind,
-    model: '',
-    id: '',
-    created: 0,
-    maxTokens: Number.MAX_SAFE_INTEGER,
+    ...frame,
     onChunk(chunk) {
       for (const choice of chunk.choices) {
         const delta = 'delta' in choice ? choice.delta.content : choice.text
@@ -248,15 +251,35 @@ function createItemText(kind: JobRef['kind']): ItemText {
     },
     onUsage: (reported) => (usage = reported),
   })
+
+  function read(item: unknown): void {
+    if (answered) throw new GatewayError('upstream_error', 'The model worker sent output after its whole answer.')
+    if (!started && isCompletionBody(item)) readAnswer(item)
+    else decoder.push(item)
+    started = true
+  }
+
+  function readAnswer(body: Record<string, unknown>): void {
+    // A copy: the reader writes its own id and model into the body, and a body it refuses is relayed raw.
+    const { body: answer, usage: reported } = nativeOutputToOpenAI({ ...body }, { ...frame, n: 1 })
+    answer.choices.forEach((choice, index) => {
+      const text = 'message' in choice ? choice.message.content : choice.text
+      texts[index] = typeof text === 'string' ? text : ''
+      reasons[index] = choice.finish_reason
+    })
+    usage = reported
+    answered = true
+  }
+
   return {
     push(item) {
-      if (broken) return { output: item }
+      if (failure) return { output: item }
       texts = []
       reasons = []
       try {
-        decoder.push(item)
-      } catch {
-        broken = true
+        read(item)
+      } catch (error) {
+        failure = toGatewayError(error)
         return { output: item }
       }
       const payload: Record<string, unknown> = { text: texts[0] ?? '' }
@@ -266,7 +289,8 @@ function createItemText(kind: JobRef['kind']): ItemText {
     },
     finish() {
       try {
-        decoder.finish()
+        if (failure) throw failure
+        if (!answered) decoder.finish()
         return usage ? { usage } : {}
       } catch (error) {
         return { error: error instanceof GatewayError ? error.message : 'The model stream could not be read.' }

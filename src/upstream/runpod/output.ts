@@ -57,11 +57,19 @@ export function nativeOutputToOpenAI(output: unknown, options: NativeOutputOptio
     if (message !== undefined) throw workerFailure(message)
   }
   const first = items[0]
-  if (isRecord(first) && typeof first.object === 'string') {
+  if (isCompletionBody(first)) {
     if (items.length !== 1) throw new GatewayError('upstream_error', 'The model worker returned several completions for one request.')
     return checkChoices(fromCompletionBody(first, options), options.n)
   }
   return checkChoices(fromStreamItems(items, options), options.n)
+}
+
+/**
+ * Whether an output item is a whole answer (current worker-vllm's `stream: false` output, vLLM's
+ * `chat.completion` or `text_completion`) rather than a stream item; `nativeOutputToOpenAI` reads it.
+ */
+export function isCompletionBody(item: unknown): item is Record<string, unknown> {
+  return isRecord(item) && typeof item.object === 'string'
 }
 
 function checkChoices(result: NativeOutput, n: number): NativeOutput {
