@@ -288,6 +288,48 @@ describe('upstream refusals', () => {
     }
   })
 
+  it.each([
+    ['its error item, then the job FAILED with the error object', () => ({ status: 'FAILED', output: [vllm400], error: JSON.stringify(vllm400.error) })],
+    ['a FAILED job whose error is the error object', () => ({ status: 'FAILED', error: JSON.stringify(vllm400.error) })],
+    ["vLLM < 0.10.1's flat error item in a COMPLETED job", () => ({ status: 'COMPLETED', output: [{ object: 'error', ...vllm400.error }] })],
+  ])("classic worker-vllm's refusal, vLLM's own error object with code 400 (%s), becomes vLLM's 400, JSON and stream", async (_name, job) => {
+    const { h, calls } = setup({ job })
+    const { key } = await h.createKey()
+    for (const stream of [false, true]) {
+      calls.length = 0
+      await expectRelayed(await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ ...CHAT_BODY, model: 'native', stream }))))
+      expect(calls.filter((c) => c.op === 'run' || c.op === 'runsync')).toHaveLength(1)
+    }
+  })
+
+  it.each([413, 422])('a classic error item with code %i is that status too', async (code) => {
+    const { h } = setup({ job: () => ({ status: 'FAILED', output: [{ error: { ...vllm400.error, code } }], error: JSON.stringify({ ...vllm400.error, code }) }) })
+    const { key } = await h.createKey()
+    for (const stream of [false, true]) {
+      const res = await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ ...CHAT_BODY, model: 'native', stream })))
+      expect(res.status).toBe(code)
+      expect(((await res.json()) as { error: { message: string } }).error.message).toBe(vllm400.error.message)
+    }
+  })
+
+  it.each([
+    ['code 404', { ...vllm400.error, code: 404 }],
+    ['code 429', { ...vllm400.error, code: 429 }],
+    ['code 500', { ...vllm400.error, code: 500 }],
+    ['code null', { ...vllm400.error, code: null }],
+    ["classic worker-vllm's own \"Invalid route\" (code 400)", { ...vllm400.error, message: 'Invalid route' }],
+  ])('a classic error item with %s stays the worker\'s failure: 502, retried', async (_name, failure) => {
+    const { h, calls } = setup({ job: () => ({ status: 'FAILED', output: [{ error: failure }], error: JSON.stringify(failure) }) })
+    const { key } = await h.createKey()
+    for (const stream of [false, true]) {
+      calls.length = 0
+      const res = await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ ...CHAT_BODY, model: 'native', stream })))
+      expect(res.status).toBe(502)
+      await res.text()
+      expect(calls.filter((c) => c.op === 'run' || c.op === 'runsync').length).toBeGreaterThan(1)
+    }
+  })
+
   it('a refusal refunds the reservation and does not trip the breaker', async () => {
     let refuse = true
     const { h, calls } = setup({ openai: () => (refuse ? Response.json(vllm400, { status: 400 }) : Response.json({ id: 'x', object: 'chat.completion', created: 1, model: SERVED, choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }], usage })) })

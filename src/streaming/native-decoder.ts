@@ -11,7 +11,7 @@ import type { EventSourceMessage, EventSourceParser, ParseError } from 'eventsou
 import { GatewayError, toGatewayError } from '../errors/index.ts'
 import type { RequestKind } from '../normalize/types.ts'
 import type { ChatCompletionChunk, CompletionChunk, FinishReason, TextCompletionChunk, Usage } from './openai-chunks.ts'
-import { DEFAULT_MAX_EVENT_CHARS, isCount, isRecord, readUsage, upstreamErrorMessage, workerFailure } from './vllm.ts'
+import { DEFAULT_MAX_EVENT_CHARS, errorItemFailure, isCount, isRecord, readUsage, upstreamErrorMessage, workerFailure } from './vllm.ts'
 
 export interface UsageMeta {
   /**
@@ -127,8 +127,8 @@ export function createNativeStreamDecoder(options: NativeDecoderOptions): Native
       parser.feed(item)
       return
     }
-    const message = upstreamErrorMessage(item)
-    if (message !== undefined) throw workerFailure(message)
+    const failure = errorItemFailure(item)
+    if (failure) throw failure
     const classic = readClassicItem(item)
     if (!classic) throw unknownOutput(item)
     useShape('classic')

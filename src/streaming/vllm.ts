@@ -31,6 +31,39 @@ export function upstreamErrorMessage(value: unknown): string | undefined {
 }
 
 /**
+ * The failure an output item stands for, or `undefined` when it is no error item. Classic worker-vllm
+ * runs vLLM in-process and yields vLLM's error object as is (`{"error":{"message","type","param",
+ * "code":400}}`, or `{"object":"error",...}` before vLLM 0.10.1): its `code` tells a refusal of the
+ * caller's request from the worker's own failure, which the current worker's `code: null` never does.
+ */
+export function errorItemFailure(item: unknown): GatewayError | undefined {
+  const message = upstreamErrorMessage(item)
+  if (message === undefined || !isRecord(item)) return undefined
+  return codedRefusal(isRecord(item.error) ? item.error : item) ?? workerFailure(message)
+}
+
+const CLASSIC_ROUTE_MISS = 'Invalid route'
+
+/**
+ * vLLM's error object (`{"message","type","param","code"}`) as the caller's refusal when its `code` is
+ * 400, 413 or 422, else `undefined`. Other codes (a missing model, rate limits, 5xx) are the
+ * operator's or the worker's, as an HTTP answer with that status would be.
+ */
+export function codedRefusal(error: Record<string, unknown>): GatewayError | undefined {
+  const { code, message } = error
+  if (typeof code !== 'number' || !isRefusalStatus(code)) return undefined
+  // Classic worker-vllm's own 400 for a route it does not serve (embeddings...): a newer worker on
+  // another endpoint may serve it, so it fails over like any worker failure.
+  if (message === CLASSIC_ROUTE_MISS) return undefined
+  return refusal(code, typeof message === 'string' ? message : undefined)
+}
+
+/** vLLM's statuses for a request it refuses as written: bad or conflicting fields, too long, unprocessable. */
+export function isRefusalStatus(status: number): boolean {
+  return status === 400 || status === 413 || status === 422
+}
+
+/**
  * The error podgate raises for a worker or model failure, with the upstream text cut to a safe length.
  * A refusal that current worker-vllm wrapped (`vLLM returned HTTP 400: <body>`) becomes that 4xx again.
  */
@@ -84,7 +117,11 @@ export function refusalError(status: number, body: string): GatewayError {
   } catch {
     message = body.trim() || undefined
   }
-  if (message === undefined || message === 'unknown error') message = 'The model rejected the request.'
+  return refusal(status, message)
+}
+
+function refusal(status: number, message: string | undefined): GatewayError {
+  if (!message || message === 'unknown error') message = 'The model rejected the request.'
   const detail = message.length > MAX_REFUSAL_MESSAGE ? `${message.slice(0, MAX_REFUSAL_MESSAGE)}…` : message
   return new GatewayError('invalid_request', detail, { status })
 }

@@ -9,7 +9,7 @@
  */
 import { GatewayError } from '../errors/index.ts'
 import { toNativeInput } from '../normalize/index.ts'
-import { isRecord, isRefusal, readUsage, upstreamErrorMessage, workerFailure } from '../streaming/vllm.ts'
+import { codedRefusal, errorItemFailure, isRecord, isRefusal, readUsage, workerFailure } from '../streaming/vllm.ts'
 import { retryableFailure, sleep } from './retry.ts'
 import { nativeOutputToOpenAI } from './runpod/output.ts'
 import { isTerminal } from './runpod/client.ts'
@@ -69,10 +69,8 @@ export function failedJob(job: Pick<JobStatus, 'status' | 'error'>): GatewayErro
 function refusalIn(output: unknown): GatewayError | undefined {
   const items: unknown[] = Array.isArray(output) ? output : [output]
   for (const item of items) {
-    const message = upstreamErrorMessage(item)
-    if (message === undefined) continue
-    const failure = workerFailure(message)
-    if (isRefusal(failure)) return failure
+    const failure = errorItemFailure(item)
+    if (failure && isRefusal(failure)) return failure
   }
   return undefined
 }
@@ -81,8 +79,8 @@ function refusalIn(output: unknown): GatewayError | undefined {
 function embeddingOutput(output: unknown, alias: string): { body: Record<string, unknown>; usage: TokenUsage | undefined } {
   const items: unknown[] = Array.isArray(output) ? output : [output]
   for (const item of items) {
-    const message = upstreamErrorMessage(item)
-    if (message !== undefined) throw workerFailure(message)
+    const failure = errorItemFailure(item)
+    if (failure) throw failure
   }
   const body = items[0]
   if (items.length !== 1 || !isRecord(body) || !Array.isArray(body.data)) {
@@ -96,8 +94,24 @@ function embeddingOutput(output: unknown, alias: string): { body: Record<string,
 export function jobFailure(job: Pick<JobStatus, 'status' | 'error'>): GatewayError {
   if (job.status === 'TIMED_OUT') return new GatewayError('upstream_timeout', 'The model job timed out upstream.')
   if (job.status === 'CANCELLED') return new GatewayError('upstream_error', 'The model job was cancelled upstream.')
+  const refusal = errorObjectRefusal(job.error)
+  if (refusal) return refusal
   const detail = typeof job.error === 'string' ? handlerErrorMessage(job.error) : errorMessageOf(job.error)
   return detail ? workerFailure(detail) : new GatewayError('upstream_error', 'The model worker failed.')
+}
+
+/** A job that a classic worker's error item ended: runpod-python reports the item's error object as the job's. */
+function errorObjectRefusal(error: unknown): GatewayError | undefined {
+  const value = typeof error === 'string' && error.startsWith('{') ? parseJson(error) : error
+  return isRecord(value) ? codedRefusal(value) : undefined
+}
+
+function parseJson(text: string): unknown {
+  try {
+    return JSON.parse(text)
+  } catch {
+    return undefined
+  }
 }
 
 /**

@@ -7,7 +7,7 @@
  */
 import { GatewayError } from '../../errors/index.ts'
 import type { EndpointConfig } from '../../config/schema.ts'
-import { refusalError, upstreamRefusal } from '../../streaming/vllm.ts'
+import { isRefusalStatus, refusalError, upstreamRefusal } from '../../streaming/vllm.ts'
 
 export type JobState = 'IN_QUEUE' | 'IN_PROGRESS' | 'RUNNING' | 'COMPLETED' | 'FAILED' | 'CANCELLED' | 'TIMED_OUT'
 
@@ -256,7 +256,7 @@ export async function upstreamHttpError(response: Response, options: { url: stri
   // relayed with vLLM's status and message.
   const wrapped = upstreamRefusal(upstreamMessage(text) ?? '')
   if (wrapped) return wrapped
-  if (status === 400 || status === 413 || status === 422) return refusalError(status, text)
+  if (isRefusalStatus(status)) return refusalError(status, text)
   if (status === 401 || status === 403) {
     return new GatewayError('upstream_error', 'The upstream refused podgate\'s credentials. The operator must check RUNPOD_API_KEY.')
   }

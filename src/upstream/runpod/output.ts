@@ -18,7 +18,7 @@ import type {
   TextCompletionChoice,
   Usage,
 } from '../../streaming/openai-chunks.ts'
-import { isRecord, readUsage, upstreamErrorMessage, workerFailure } from '../../streaming/vllm.ts'
+import { errorItemFailure, isRecord, readUsage } from '../../streaming/vllm.ts'
 
 export interface NativeOutputOptions {
   kind: RequestKind
@@ -53,8 +53,8 @@ export function nativeOutputToOpenAI(output: unknown, options: NativeOutputOptio
   const items: unknown[] = Array.isArray(output) ? output.flatMap((item: unknown) => (Array.isArray(item) ? item : [item])) : [output]
   if (items.length === 0) throw new GatewayError('upstream_error', 'The model worker returned no output.')
   for (const item of items) {
-    const message = upstreamErrorMessage(item)
-    if (message !== undefined) throw workerFailure(message)
+    const failure = errorItemFailure(item)
+    if (failure) throw failure
   }
   const first = items[0]
   if (isCompletionBody(first)) {
