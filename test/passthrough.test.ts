@@ -330,6 +330,32 @@ describe('upstream refusals', () => {
     }
   })
 
+  // The emulator's classic worker refuses what vLLM refuses, as worker-vllm <= v2.23 reports it.
+  it.each([
+    ['"auto" tool choice without --enable-auto-tool-choice', { messages: [{ role: 'user', content: 'x [[emulator:auto_tool_choice=0]]' }], tools: CHAT_BODY.tools }, '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'],
+    ['more top_logprobs than --max-logprobs', { messages: [{ role: 'user', content: 'x' }], logprobs: true, top_logprobs: 22 }, 'Requested sample logprobs of 22, which is greater than max allowed: 20'],
+    ['a named tool_choice not in tools', { messages: [{ role: 'user', content: 'x' }], tools: CHAT_BODY.tools, tool_choice: { type: 'function', function: { name: 'nope' } } }, undefined],
+  ])('chat-classic (emulator), %s: 400 invalid_request with vLLM\'s message, one job, JSON and stream; refunded, no breaker count', async (_name, body, message) => {
+    const h = harness({ quota: QUOTA_CLOCK })
+    const { key } = await h.createKey({ name: 'q', quota: { tokensPerMinute: 100_000, strict: true } })
+    for (let i = 0; i < 2; i++) {
+      for (const stream of [false, true]) {
+        h.emulator.calls.length = 0
+        const res = await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ ...body, model: 'chat-classic', max_tokens: 5, stream })))
+        expect(res.status).toBe(400)
+        const error = ((await res.json()) as { error: { message: string; code: string } }).error
+        expect(error.code).toBe('invalid_request')
+        if (message) expect(error.message).toBe(message)
+        expect(h.emulator.calls.filter((c) => c.op === 'run' || c.op === 'runsync')).toHaveLength(1)
+      }
+    }
+    await h.settle()
+    const report = (await (await h.fetch('/v1/usage', authed(key))).json()) as { windows: { minute: { tokens: number; requests: number } } }
+    expect(report.windows.minute).toMatchObject({ requests: 4, tokens: 0 })
+    // Four refusals in a row: a breaker counting them (3 failures) would now skip the only endpoint.
+    expect((await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ model: 'chat-classic', messages: [{ role: 'user', content: 'hi' }], max_tokens: 5 })))).status).toBe(200)
+  })
+
   it('a refusal refunds the reservation and does not trip the breaker', async () => {
     let refuse = true
     const { h, calls } = setup({ openai: () => (refuse ? Response.json(vllm400, { status: 400 }) : Response.json({ id: 'x', object: 'chat.completion', created: 1, model: SERVED, choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }], usage })) })

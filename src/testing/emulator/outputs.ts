@@ -58,10 +58,11 @@ export function buildJobScript(options: JobScriptOptions): JobScript {
   })
 
   // vLLM's refusals: the current worker wraps vLLM's HTTP error body into its own error item (its
-  // status is lost); the classic worker runs vLLM in-process and yields the error body itself.
+  // status is lost); the classic worker runs vLLM in-process and yields the error body itself, whose
+  // error object, code and all, runpod-python then reports as the job's error.
   const refuse = (refusal: Refusal): JobScript => {
     const body = vllmError(refusal.message, refusal.type, refusal.status)
-    if (generation === 'classic') return { items: [{ output: body, step: 0 }], ending: { kind: 'failed', step: 0, error: refusal.message } }
+    if (generation === 'classic') return { items: [{ output: body, step: 0 }], ending: { kind: 'failed', step: 0, error: JSON.stringify(body.error) } }
     return fail(`vLLM returned HTTP ${refusal.status}: ${JSON.stringify(body)}`)
   }
   if (request.shape === 'invalid') return fail(request.message)
