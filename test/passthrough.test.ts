@@ -250,6 +250,12 @@ describe("Runpod's URL shape /v2/<model>/openai/v1", () => {
   }
 })
 
+/** How Python prints a dict of strings, numbers and None: `str()` of vLLM's error object. */
+function pythonRepr(value: Record<string, unknown>): string {
+  const item = (v: unknown) => (v === null ? 'None' : typeof v === 'string' ? (v.includes("'") ? `"${v}"` : `'${v}'`) : String(v))
+  return `{${Object.entries(value).map(([k, v]) => `'${k}': ${item(v)}`).join(', ')}}`
+}
+
 describe('upstream refusals', () => {
   const vllm400 = { error: { message: '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set', type: 'BadRequestError', param: null, code: 400 } }
   const wrapped = { error: { message: `vLLM returned HTTP 400: ${JSON.stringify(vllm400)}`, type: 'worker_error', code: null } }
@@ -291,6 +297,7 @@ describe('upstream refusals', () => {
   it.each([
     ['its error item, then the job FAILED with the error object', () => ({ status: 'FAILED', output: [vllm400], error: JSON.stringify(vllm400.error) })],
     ['a FAILED job whose error is the error object', () => ({ status: 'FAILED', error: JSON.stringify(vllm400.error) })],
+    ["a FAILED job whose error is the error object's Python repr (runpod-python's str())", () => ({ status: 'FAILED', error: pythonRepr(vllm400.error) })],
     ["vLLM < 0.10.1's flat error item in a COMPLETED job", () => ({ status: 'COMPLETED', output: [{ object: 'error', ...vllm400.error }] })],
   ])("classic worker-vllm's refusal, vLLM's own error object with code 400 (%s), becomes vLLM's 400, JSON and stream", async (_name, job) => {
     const { h, calls } = setup({ job })

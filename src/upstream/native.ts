@@ -100,10 +100,22 @@ export function jobFailure(job: Pick<JobStatus, 'status' | 'error'>): GatewayErr
   return detail ? workerFailure(detail) : new GatewayError('upstream_error', 'The model worker failed.')
 }
 
-/** A job that a classic worker's error item ended: runpod-python reports the item's error object as the job's. */
+/**
+ * A job that a classic worker's error item ended: runpod-python reports the item's error object as the
+ * job's, as JSON or, in versions that take `str()` of it, as a Python dict's repr.
+ */
 function errorObjectRefusal(error: unknown): GatewayError | undefined {
-  const value = typeof error === 'string' && error.startsWith('{') ? parseJson(error) : error
+  const value = typeof error === 'string' && error.startsWith('{') ? (parseJson(error) ?? pythonReprError(error)) : error
   return isRecord(value) ? codedRefusal(value) : undefined
+}
+
+/** `{'message': "…", 'type': 'BadRequestError', 'param': None, 'code': 400}`: its code and message. */
+function pythonReprError(text: string): Record<string, unknown> | undefined {
+  const code = /'code': (\d{3})\b/.exec(text)
+  const message = /'message': (?:'((?:[^'\\]|\\.)*)'|"((?:[^"\\]|\\.)*)")/.exec(text)
+  if (!code || !message) return undefined
+  const escaped = message[1] ?? message[2] ?? ''
+  return { code: Number(code[1]), message: escaped.replace(/\\(.)/g, (_, c: string) => (c === 'n' ? '\n' : c === 't' ? '\t' : c)) }
 }
 
 function parseJson(text: string): unknown {
