@@ -15,10 +15,15 @@ describe('toOpenAIBody', () => {
   })
 
   it('always asks for usage when streaming, keeping the other stream options', () => {
-    const req = normalizeCompletionRequest({ model: 'gpt2', prompt: 'Once', max_tokens: 16, stream: true, stream_options: { continuous_usage_stats: true } }, MODEL, 'gpt2')
+    const req = normalizeCompletionRequest({ model: 'gpt2', prompt: 'Once', max_tokens: 16, stream: true, stream_options: { include_usage: true, continuous_usage_stats: true, future: 1 } }, MODEL, 'gpt2')
     expect(toOpenAIBody(req, 'gpt2')).toEqual({
-      model: 'gpt2', prompt: 'Once', max_tokens: 16, stream: true, stream_options: { continuous_usage_stats: true, include_usage: true },
+      model: 'gpt2', prompt: 'Once', max_tokens: 16, stream: true, stream_options: { include_usage: true, continuous_usage_stats: true, future: 1 },
     })
+  })
+
+  it('leaves continuous_usage_stats out when the caller did not ask for usage, as vLLM would ignore it', () => {
+    const req = normalizeCompletionRequest({ model: 'gpt2', prompt: 'Once', max_tokens: 16, stream: true, stream_options: { continuous_usage_stats: true, future: 1 } }, MODEL, 'gpt2')
+    expect(toOpenAIBody(req, 'gpt2').stream_options).toEqual({ future: 1, include_usage: true })
   })
 
   it('property: any extra fields reach the upstream body unchanged, only model rewritten', () => {
