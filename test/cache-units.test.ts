@@ -199,35 +199,36 @@ describe('GenerationCache', () => {
     }
   }
 
-  it('trusts a record for ttlMs, then uses it for as long again while a background read refreshes it', async () => {
+  it('trusts a generation for ttlMs, then uses it for as long again while a background read refreshes it', async () => {
     let now = 1_000_000
     const { kv, values, state } = slowKv()
     const generations = new GenerationCache({ ttlMs: 5000, now: () => now })
     const background: Promise<unknown>[] = []
     const token = () => generations.token(kv, 'm', undefined, (promise) => background.push(promise))
+    // Two KV keys in the shared scope: the model's generation and the legacy record.
     expect(await token()).toBe('0.0.0')
-    expect(state.gets).toBe(1)
-    // Even the read this request waited for is kept alive by its waitUntil: other requests may share it.
-    expect(background.length).toBe(1)
+    expect(state.gets).toBe(2)
+    // Even the reads this request waited for are kept alive by its waitUntil: other requests may share them.
+    expect(background.length).toBe(2)
     now += 4000
     expect(await token()).toBe('0.0.0')
-    expect(state.gets).toBe(1)
+    expect(state.gets).toBe(2)
 
     // Another isolate purged model m; 6 s on, this isolate answers at once with what it has, and reads again.
-    values.set('cachegen:*', JSON.stringify({ models: { m: 'abc' } }))
+    values.set('cachegen:model:m', 'abc')
     now += 2000
     const release = held(state)
     expect(await token()).toBe('0.0.0')
     expect(await token()).toBe('0.0.0')
-    // One read for both requests, run from the first one's waitUntil.
-    expect(state.gets).toBe(2)
-    expect(background.length).toBe(2)
+    // One read of each key for both requests, run from the first one's waitUntil.
+    expect(state.gets).toBe(4)
+    expect(background.length).toBe(4)
     release()
     await Promise.all(background)
     expect(await token()).toBe('abc.0.0')
 
     // Stale by more than another ttlMs: the request waits for the read.
-    values.set('cachegen:*', JSON.stringify({ models: { m: 'def' } }))
+    values.set('cachegen:model:m', 'def')
     now += 10_001
     expect(await token()).toBe('def.0.0')
   })
@@ -247,38 +248,70 @@ describe('GenerationCache', () => {
     const background: Promise<unknown>[] = []
     const token = () => generations.token(kv, 'm', undefined, (promise) => background.push(promise))
     expect(await token()).toBe('0.0.0')
-    expect(gets).toBe(1)
+    expect(gets).toBe(2)
     failing = true
     now += 5500
     expect(await token()).toBe('0.0.0')
     await Promise.all(background)
-    expect(gets).toBe(2)
+    expect(gets).toBe(4)
     for (let i = 0; i < 4; i++) {
       now += 1000
       expect(await token()).toBe('0.0.0')
     }
-    expect(gets).toBe(2)
+    expect(gets).toBe(4)
     // Past 2 × ttlMs the record is not used: the request waits for a read, and sees KV's failure.
     now += 1000
     await expect(token()).rejects.toThrow('KV get failed')
-    expect(gets).toBe(3)
+    expect(gets).toBe(6)
   })
 
-  it('keeps a purge over a read that began before it even when the record cache starts over meanwhile', async () => {
+  it('keeps a purge over a read that began before it even when the generation cache starts over meanwhile', async () => {
     let now = 1_000_000
     const { kv, state } = slowKv()
     const generations = new GenerationCache({ ttlMs: 5000, now: () => now })
     const background: Promise<unknown>[] = []
+    await generations.token(kv, 'warm', undefined)
     const release = held(state)
-    // A cold read of model m's record, held; meanwhile this isolate purges m.
+    // A cold read of model m's generation, held; meanwhile this isolate purges m.
     const cold = generations.token(kv, 'm', undefined, (promise) => background.push(promise))
     state.hold = undefined
     await generations.bump(kv, { model: 'm' })
-    // 10,000 other scopes' records: the isolate's record cache starts over.
-    for (let i = 0; i < 10_000; i++) await generations.token(kv, 'm', `key_${i}`)
+    // 10,000 other models' generations: the isolate's generation cache starts over.
+    for (let i = 0; i < 10_000; i++) await generations.token(kv, `m${i}`, undefined)
     release()
     const purged = await cold
     expect(purged).toMatch(/^[0-9a-f]{8}\.0\.0$/)
+  })
+
+  it('a purge never reads: two isolates purging through a stale KV copy do not undo each other', async () => {
+    const values = new Map<string, string>()
+    const fresh = { get: async (name: string) => values.get(name) ?? null } as unknown as KVNamespace
+    // A location whose copy predates every purge: its reads see nothing, its writes land.
+    const stale = { get: async () => null, put: async (name: string, value: string) => void values.set(name, value) } as unknown as KVNamespace
+    const now = () => 1_000_000
+    await new GenerationCache({ ttlMs: 5000, now }).bump(stale, { model: 'a' })
+    await new GenerationCache({ ttlMs: 5000, now }).bump(stale, { model: 'b' })
+    await new GenerationCache({ ttlMs: 5000, now }).bump(stale, { keyId: 'key_1' })
+    await new GenerationCache({ ttlMs: 5000, now }).bump(stale, { keyId: 'key_1', model: 'a' })
+    const reader = new GenerationCache({ ttlMs: 5000, now })
+    const [a, b] = [await reader.token(fresh, 'a', 'key_1'), await reader.token(fresh, 'b', 'key_1')]
+    expect(a).toMatch(/^[0-9a-f]{8}\.[0-9a-f]{8}\.[0-9a-f]{8}$/)
+    expect(b).toMatch(/^[0-9a-f]{8}\.[0-9a-f]{8}\.0$/)
+    expect(a.split('.')[1]).toBe(b.split('.')[1])
+  })
+
+  it('reads the generation records of earlier versions until a purge of the same target supersedes them', async () => {
+    const { kv, values } = slowKv()
+    values.set('cachegen:*', JSON.stringify({ models: { a: 'g1' } }))
+    values.set('cachegen:key:key_1', JSON.stringify({ all: 'k1', models: { a: 'ka' } }))
+    const now = () => 1_000_000
+    const token = (model: string, keyId?: string) => new GenerationCache({ ttlMs: 5000, now }).token(kv, model, keyId)
+    // The same generations as before the upgrade: entries stored since keep their keys.
+    expect([await token('a'), await token('a', 'key_1'), await token('b', 'key_1')]).toEqual(['g1.0.0', 'g1.k1.ka', '0.k1.0'])
+    await new GenerationCache({ ttlMs: 5000, now }).bump(kv, { model: 'a' })
+    expect(await token('a')).toMatch(/^[0-9a-f]{8}\.0\.0$/)
+    await new GenerationCache({ ttlMs: 5000, now }).bump(kv, { keyId: 'key_1' })
+    expect(await token('b', 'key_1')).toMatch(/^0\.[0-9a-f]{8}\.0$/)
   })
 
   it('keeps a purge made in this isolate over a read that began before it', async () => {
@@ -291,7 +324,7 @@ describe('GenerationCache', () => {
     now += 6000
     const release = held(state)
     expect(await token()).toBe('0.0.0')
-    expect(background.length).toBe(2)
+    expect(background.length).toBe(4)
     // The read above is still out, holding the record from before the purge; the purge's own reads are not held.
     state.hold = undefined
     await generations.bump(kv, { model: 'm' })

@@ -91,14 +91,45 @@ function parseEntry(text: string): CacheEntry | undefined {
   }
 }
 
-/** `cachegen:*`: purges by model, for every scope. */
-const GLOBAL_GENERATIONS = 'cachegen:*'
-/** `cachegen:key:<keyId>`: purges of one key's scope, whole or per model. */
-const scopeGenerationsKey = (keyId: string) => `cachegen:key:${keyId}`
+/**
+ * One KV key per purge target, each holding that target's current generation, written blind: a purge
+ * never reads, so purges racing (or a purge reading a stale KV copy) cannot undo one another.
+ */
+const modelGenerationKey = (model: string) => `cachegen:model:${model}`
+const scopeGenerationKey = (keyId: string) => `cachegen:key:${keyId}`
+const scopeModelGenerationKey = (keyId: string, model: string) => `cachegen:key:${keyId}:model:${model}`
 
-interface GenerationRecord {
-  all?: string
+function purgeTargetKey({ model, keyId }: { model?: string; keyId?: string }): string {
+  if (keyId !== undefined) return model === undefined ? scopeGenerationKey(keyId) : scopeModelGenerationKey(keyId, model)
+  if (model !== undefined) return modelGenerationKey(model)
+  throw new Error('GenerationCache.bump: give a model, a keyId or both.')
+}
+/**
+ * Earlier versions kept one record per scope, read, changed and written back by every purge:
+ * `cachegen:*` (`{ models }`, purges by model) and `cachegen:key:<keyId>` (`{ all, models }`). They are
+ * still read, never written, so purges recorded there keep their effect and the entries stored since
+ * keep their keys; a new purge of the same target supersedes them.
+ */
+const LEGACY_MODEL_GENERATIONS = 'cachegen:*'
+
+/** A generation key's value as read: a generation, or (before per-target keys) a record of several. */
+interface Generations {
+  /** The target's own generation; for a legacy key record, its `all`. */
+  own?: string
+  /** Per model, from a legacy record only. */
   models?: Record<string, string>
+}
+
+function parseGenerations(text: string | null): Generations {
+  if (!text) return {}
+  // Generations are random hex; only a legacy record is JSON.
+  if (!text.startsWith('{')) return { own: text }
+  try {
+    const legacy = JSON.parse(text) as { all?: string; models?: Record<string, string> }
+    return { own: legacy.all, models: legacy.models }
+  } catch {
+    return {}
+  }
 }
 
 export interface GenerationCacheOptions {
@@ -111,19 +142,19 @@ export interface GenerationCacheOptions {
   now: () => number
 }
 
-/** Most generation records the isolate keeps; past it the map starts over. */
+/** Most generation keys the isolate keeps; past it the map starts over. */
 const MAX_CACHED_RECORDS = 10_000
 
 export class GenerationCache {
-  /** `triedAt`: when a background read of a stale record began; one that failed is not retried within `ttlMs`. */
-  readonly #records = new Map<string, { record: GenerationRecord; until: number; triedAt?: number }>()
-  /** Reads in flight, one per record: concurrent requests share it. */
-  readonly #reading = new Map<string, Promise<GenerationRecord>>()
+  /** `triedAt`: when a background read of a stale value began; one that failed is not retried within `ttlMs`. */
+  readonly #records = new Map<string, { record: Generations; until: number; triedAt?: number }>()
+  /** Reads in flight, one per KV key: concurrent requests share it. */
+  readonly #reading = new Map<string, Promise<Generations>>()
   /**
-   * The purges made in this isolate, numbered, with the record each wrote: a read that began before one
-   * returns that record instead of what it read, which may predate the purge's write.
+   * The purges made in this isolate, numbered, with the generation each wrote: a read that began before
+   * one returns that generation instead of what it read, which may predate the purge's write.
    */
-  readonly #bumps = new Map<string, { seq: number; record: GenerationRecord }>()
+  readonly #bumps = new Map<string, { seq: number; record: Generations }>()
   #bumpSeq = 0
   readonly #options: GenerationCacheOptions
 
@@ -133,13 +164,18 @@ export class GenerationCache {
 
   /**
    * The generation folded into cache keys for `model` in a key's scope (or the shared scope when
-   * `keyId` is undefined). Two KV reads at most, each cached in the isolate for `ttlMs`; with
-   * `background` (a request's `waitUntil`), a record stale by less than another `ttlMs` is used while
-   * it is read again from there, so a busy isolate does not wait on KV for it.
+   * `keyId` is undefined): `<model>.<scope>.<scope+model>`, `0` where never purged. The KV keys that
+   * apply (two, four in a key's scope, one of them the legacy record every request shares) are read in
+   * parallel, each cached in the isolate for `ttlMs`; with `background` (a request's `waitUntil`), a
+   * value stale by less than another `ttlMs` is used while it is read again from there, so a busy
+   * isolate does not wait on KV for it.
    */
   async token(kv: KVNamespace, model: string, keyId: string | undefined, background?: (promise: Promise<unknown>) => void): Promise<string> {
-    const [global, scope] = await Promise.all([this.#read(kv, GLOBAL_GENERATIONS, background), keyId === undefined ? undefined : this.#read(kv, scopeGenerationsKey(keyId), background)])
-    return `${global.models?.[model] ?? 0}.${scope?.all ?? 0}.${scope?.models?.[model] ?? 0}`
+    const reads = [this.#read(kv, modelGenerationKey(model), background), this.#read(kv, LEGACY_MODEL_GENERATIONS, background)]
+    if (keyId !== undefined) reads.push(this.#read(kv, scopeGenerationKey(keyId), background), this.#read(kv, scopeModelGenerationKey(keyId, model), background))
+    const [own, legacy, scope, scopeModel] = await Promise.all(reads)
+    const modelGeneration = own?.own ?? legacy?.models?.[model] ?? 0
+    return `${modelGeneration}.${scope?.own ?? 0}.${scopeModel?.own ?? scope?.models?.[model] ?? 0}`
   }
 
   /**
@@ -147,20 +183,17 @@ export class GenerationCache {
    * key's scope. This isolate sees it at once; others within twice their `ttlMs` plus KV's propagation.
    */
   async bump(kv: KVNamespace, target: { model?: string; keyId?: string }): Promise<void> {
-    const name = target.keyId === undefined ? GLOBAL_GENERATIONS : scopeGenerationsKey(target.keyId)
-    const text = await kv.get(name, 'text')
-    const record: GenerationRecord = text ? (JSON.parse(text) as GenerationRecord) : {}
-    // A random generation, not a counter: two purges racing on one record still both invalidate.
+    const name = purgeTargetKey(target)
+    // Random, not a counter: it must differ from every generation before it without reading them.
     const generation = crypto.randomUUID().slice(0, 8)
-    if (target.model === undefined) record.all = generation
-    else record.models = { ...record.models, [target.model]: generation }
-    await kv.put(name, JSON.stringify(record))
+    await kv.put(name, generation)
+    const record: Generations = { own: generation }
     if (this.#bumps.size >= MAX_CACHED_RECORDS) this.#bumps.clear()
     this.#bumps.set(name, { seq: ++this.#bumpSeq, record })
     this.#remember(name, record)
   }
 
-  async #read(kv: KVNamespace, name: string, background?: (promise: Promise<unknown>) => void): Promise<GenerationRecord> {
+  async #read(kv: KVNamespace, name: string, background?: (promise: Promise<unknown>) => void): Promise<Generations> {
     const cached = this.#records.get(name)
     const now = this.#options.now()
     if (cached && cached.until > now) return cached.record
@@ -182,18 +215,10 @@ export class GenerationCache {
     return reading
   }
 
-  async #fetch(kv: KVNamespace, name: string): Promise<GenerationRecord> {
+  async #fetch(kv: KVNamespace, name: string): Promise<Generations> {
     const started = this.#options.now()
     const seq = this.#bumpSeq
-    const text = await kv.get(name, 'text')
-    let record: GenerationRecord = {}
-    if (text) {
-      try {
-        record = JSON.parse(text) as GenerationRecord
-      } catch {
-        record = {}
-      }
-    }
+    const record = parseGenerations(await kv.get(name, 'text'))
     // A purge in this isolate while the read was out wins: the read may predate its write.
     const bump = this.#bumps.get(name)
     if (bump && bump.seq > seq) return bump.record
@@ -202,7 +227,7 @@ export class GenerationCache {
   }
 
   /** Trusted for `ttlMs` from `since`: a read's record is as old as the read's start. */
-  #remember(name: string, record: GenerationRecord, since = this.#options.now()): void {
+  #remember(name: string, record: Generations, since = this.#options.now()): void {
     if (this.#records.size >= MAX_CACHED_RECORDS) this.#records.clear()
     this.#records.set(name, { record, until: since + this.#options.ttlMs })
   }
