@@ -186,21 +186,28 @@ interface CacheEntry {
   expires: number
 }
 
+/** An isolate's lookups over one KV namespace. */
+interface KeyCache {
+  entries: Map<string, CacheEntry>
+  /** Bumped by every revoke, rotate and update here: a read that began before one is not kept. */
+  forgets: number
+}
+
 /** One cache per KV namespace per isolate, so several gateways over one namespace share it. */
-const caches = new WeakMap<KVNamespace, Map<string, CacheEntry>>()
+const caches = new WeakMap<KVNamespace, KeyCache>()
 
 export class KeyStore {
   readonly #kv: KVNamespace
   readonly #ttl: number
   readonly #size: number
-  readonly #cache: Map<string, CacheEntry>
+  readonly #cache: KeyCache
 
   constructor(kv: KVNamespace, options: KeyStoreOptions) {
     this.#kv = kv
     this.#ttl = options.cacheTtlMs
     this.#size = options.cacheSize ?? 1000
     let cache = caches.get(kv)
-    if (!cache) caches.set(kv, (cache = new Map()))
+    if (!cache) caches.set(kv, (cache = { entries: new Map(), forgets: 0 }))
     this.#cache = cache
   }
 
@@ -221,18 +228,22 @@ export class KeyStore {
 
   async #cached(kvKey: string): Promise<KeyRecord | null> {
     const now = Date.now()
-    const cached = this.#cache.get(kvKey)
+    const { entries } = this.#cache
+    const cached = entries.get(kvKey)
     if (cached && cached.expires > now) return cached.record
+    const forgets = this.#cache.forgets
     const stored = await this.#withTombstone(await this.#kv.get<KeyRecord>(kvKey, 'json'))
     const record = stored && stored.revokedAt === null ? stored : null
-    if (this.#ttl > 0) {
-      if (this.#cache.size >= this.#size) {
-        const oldest = this.#cache.keys().next()
-        if (!oldest.done) this.#cache.delete(oldest.value)
+    // A revoke, rotate or update made here while the read was out may postdate what it read: that answer
+    // serves its own request but is not kept, or it would outlive the change by up to `cacheTtlMs`.
+    if (this.#ttl > 0 && this.#cache.forgets === forgets) {
+      if (entries.size >= this.#size) {
+        const oldest = entries.keys().next()
+        if (!oldest.done) entries.delete(oldest.value)
       }
       // Inserted now, so it expires no later than `cacheTtlMs` after the KV read: the cache never stretches
       // a revocation beyond that.
-      this.#cache.set(kvKey, { record, expires: now + this.#ttl })
+      entries.set(kvKey, { record, expires: now + this.#ttl })
     }
     return record
   }
@@ -316,9 +327,11 @@ export class KeyStore {
     return revoked
   }
 
+  /** Drops this isolate's lookups of the record, and keeps reads still out from being cached. */
   #forget(record: KeyRecord): void {
-    this.#cache.delete(`keyhash:${record.hash}`)
-    this.#cache.delete(`key:${record.id}`)
+    this.#cache.forgets++
+    this.#cache.entries.delete(`keyhash:${record.hash}`)
+    this.#cache.entries.delete(`key:${record.id}`)
   }
 
   async #write(record: KeyRecord): Promise<void> {
