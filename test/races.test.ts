@@ -6,6 +6,7 @@
  */
 import { env } from 'cloudflare:test'
 import { describe, expect, it } from 'vitest'
+import { KeyStore } from '../src/auth/keys.ts'
 import { ADMIN_TOKEN, authed, chatBody, harness } from './helpers.ts'
 
 const admin = (method: string, body?: unknown): RequestInit => ({
@@ -119,5 +120,98 @@ describe('keys: the isolate that changed a key', () => {
     hold.open()
     expect((await inFlight).status).toBe(200)
     expect((await h.fetch('/v1/models', authed(key))).status).toBe(401)
+  })
+})
+
+describe('keys: rotation wins every race', () => {
+  it('races: a PATCH that read the key before a rotate does not bring the rotated-away secret back', async () => {
+    const gated = gatedKv(env.PODGATE_KV)
+    const h = harness({ keyCacheTtlMs: 0, kv: () => gated.kv })
+    const { id, key: oldKey } = await h.createKey({ name: 'leaked' })
+    expect((await h.fetch('/v1/models', authed(oldKey))).status).toBe(200)
+    // The PATCH reads the record and its tombstone; the tombstone's answer is held ...
+    const hold = gated.hold(`revoked:${id}`)
+    const patch = h.fetch(`/admin/keys/${id}`, admin('PATCH', { metadata: { team: 'web' } }))
+    await hold.reached()
+    // ... while the operator rotates the leaked secret ...
+    const rotated = await h.fetch(`/admin/keys/${id}/rotate`, admin('POST'))
+    expect(rotated.status).toBe(200)
+    const { key: newKey, hint } = (await rotated.json()) as { key: string; hint: string }
+    // ... and then the PATCH's writes land.
+    hold.open()
+    expect((await patch).status).toBe(200)
+    const minted = await h.fetch('/v1/tokens', authed(newKey, '{}'))
+    const { token } = (await minted.json()) as { token: string }
+    expect({
+      oldKey: (await h.fetch('/v1/models', authed(oldKey))).status,
+      newKey: (await h.fetch('/v1/models', authed(newKey))).status,
+      newKeysToken: (await h.fetch('/v1/models', authed(token))).status,
+    }).toEqual({ oldKey: 401, newKey: 200, newKeysToken: 200 })
+    // The PATCH is not lost either, and the operator's view names the new secret.
+    const view = (await (await h.fetch(`/admin/keys/${id}`, admin('GET'))).json()) as { hint: string; metadata: Record<string, string> }
+    expect(view).toMatchObject({ hint, metadata: { team: 'web' } })
+  })
+
+  it('races: of two rotates that read the key at once, one secret works and the other is refused with its tokens', async () => {
+    const gated = gatedKv(env.PODGATE_KV)
+    const h = harness({ keyCacheTtlMs: 0, kv: () => gated.kv })
+    const { id, key: oldKey } = await h.createKey({ name: 'twice' })
+    const hold = gated.hold(`revoked:${id}`)
+    const first = h.fetch(`/admin/keys/${id}/rotate`, admin('POST'))
+    await hold.reached()
+    const second = await h.fetch(`/admin/keys/${id}/rotate`, admin('POST'))
+    hold.open()
+    const answers = [await first, second]
+    const secrets: string[] = []
+    for (const res of answers) {
+      const body = (await res.json()) as { key?: string }
+      if (res.status === 200 && body.key) secrets.push(body.key)
+    }
+    expect(secrets.length).toBeGreaterThanOrEqual(1)
+    const status = async (credential: string) => (await h.fetch('/v1/models', authed(credential))).status
+    expect(await status(oldKey)).toBe(401)
+    const working = []
+    for (const secret of secrets) if ((await status(secret)) === 200) working.push(secret)
+    // Exactly one secret works, and it is the one the operator's view names; its tokens work.
+    expect(working.length).toBe(1)
+    const view = (await (await h.fetch(`/admin/keys/${id}`, admin('GET'))).json()) as { hint: string }
+    expect(working[0]!.startsWith(view.hint)).toBe(true)
+    const { token } = (await (await h.fetch('/v1/tokens', authed(working[0]!, '{}'))).json()) as { token: string }
+    expect(await status(token)).toBe(200)
+  })
+
+  it('races: two rotates that both find the old secret unretired leave exactly one new secret working', async () => {
+    // Both rotations' check of the old secret's tombstone is answered only once both have asked.
+    let arrived = 0
+    let bothAsked!: () => void
+    const barrier = new Promise<void>((resolve) => (bothAsked = resolve))
+    const base = env.PODGATE_KV
+    const kv = new Proxy(base, {
+      get(target, prop) {
+        const value = Reflect.get(target, prop) as unknown
+        if (typeof value !== 'function') return value
+        const method = (value as (...a: unknown[]) => Promise<unknown>).bind(target)
+        if (prop !== 'get') return method
+        return async (name: string, ...rest: unknown[]) => {
+          const answer = await method(name, ...rest)
+          if (name.startsWith('retired:') && arrived < 2) {
+            if (++arrived === 2) bothAsked()
+            await barrier
+          }
+          return answer
+        }
+      },
+    })
+    const store = new KeyStore(kv, { cacheTtlMs: 0 })
+    const { record, key: oldKey } = await store.create({ name: 'double click' })
+    const results = await Promise.all([store.rotate(record), store.rotate(record)])
+    expect(arrived).toBe(2)
+    const issued = results.filter((r) => r !== null)
+    expect(issued.length).toBe(1)
+    const reader = new KeyStore(base, { cacheTtlMs: 0 })
+    expect(await reader.lookup(oldKey)).toBeNull()
+    expect(await reader.lookup(issued[0]!.key)).toMatchObject({ id: record.id, hash: issued[0]!.record.hash })
+    // The loser's secret never reached anyone, and key:<id> names the winner's whichever write landed last.
+    expect(await reader.get(record.id)).toMatchObject({ hash: issued[0]!.record.hash, hint: issued[0]!.record.hint })
   })
 })

@@ -87,8 +87,11 @@ export function keysRoutes(options: KeysRoutesOptions): Hono<GatewayEnv> {
 
   app.post('/:id/rotate', async (c) => {
     const record = await findLiveKey(c, options)
-    const { record: rotated, key } = await options.store(c).rotate(record)
-    return c.json({ ...publicKeyView(rotated), key }, 200, { 'cache-control': 'no-store' })
+    const rotated = await options.store(c).rotate(record)
+    if (!rotated) {
+      throw new GatewayError('invalid_request', 'Another rotation of this key ran at the same time and its new secret is the one in force; this one was not issued. Rotate again if you do not hold that secret.')
+    }
+    return c.json({ ...publicKeyView(rotated.record), key: rotated.key }, 200, { 'cache-control': 'no-store' })
   })
 
   app.delete('/:id', async (c) => {

@@ -3,15 +3,19 @@
  *
  * A key is shown once, at creation or rotation; KV only ever holds its SHA-256. Storage schema
  * (docs/storage.md):
- *   `key:<id>`        -> KeyRecord (JSON), the operator's view, looked up by id (and by tokens' parent check)
- *   `keyhash:<sha256>` -> KeyRecord (JSON), the hot-path view, looked up by the presented key's hash
- *   `revoked:<id>`    -> { revokedAt } : the revocation tombstone. Written first by a revoke, never
- *                        removed or overwritten by anything else.
+ *   `key:<id>`          -> KeyRecord (JSON), the operator's view, looked up by id (and by tokens' parent check)
+ *   `keyhash:<sha256>`  -> KeyRecord (JSON), the hot-path view, looked up by the presented key's hash
+ *   `revoked:<id>`      -> { revokedAt }: the revocation tombstone. Written first by a revoke, never
+ *                          removed or overwritten by anything else.
+ *   `retired:<sha256>`  -> { retiredAt, hash, hint }: a rotated-away secret's tombstone, naming the secret
+ *                          that replaced it. Written first by a rotate, never removed, written by nothing else.
  * KV has no compare-and-swap and the last write wins, so a PATCH or rotate racing a revoke can write the
- * record back with `revokedAt: null`. Every read therefore also checks the tombstone: revocation wins
- * every race. A lookup that misses the in-isolate cache (bounded, with a TTL) does two KV reads;
- * steady-state traffic does none. Revocation, rotation and scope changes take effect within KV's
- * propagation delay (up to ~60 s) plus `keyCacheTtlMs` (at once in the isolate that made them).
+ * record back with `revokedAt: null`, and one racing a rotate can write back the old secret's hash. Every
+ * read therefore also checks the tombstones: a revoked key stays revoked, a retired secret stays
+ * refused, and a record holding a retired hash is read with the secret that replaced it. A lookup that
+ * misses the in-isolate cache (bounded, with a TTL) does three KV reads in two round trips; steady-state
+ * traffic does none. Revocation, rotation and scope changes take effect within KV's propagation delay
+ * (up to ~60 s) plus `keyCacheTtlMs` (at once in the isolate that made them).
  */
 
 import type { QuotaPolicy } from '../quota/policy.ts'
@@ -193,8 +197,19 @@ interface KeyCache {
   forgets: number
 }
 
+/** What a rotate writes for the secret it retires. */
+interface Retirement {
+  retiredAt: number
+  /** The secret that replaced it: its hash and hint. */
+  hash: string
+  hint: string
+}
+
 /** One cache per KV namespace per isolate, so several gateways over one namespace share it. */
 const caches = new WeakMap<KVNamespace, KeyCache>()
+
+/** Most retirements followed from one record: each is a rotation that raced a write of that record. */
+const MAX_RETIREMENTS_FOLLOWED = 8
 
 export class KeyStore {
   readonly #kv: KVNamespace
@@ -218,21 +233,25 @@ export class KeyStore {
   async lookup(key: string): Promise<KeyRecord | null> {
     if (!isKeyShaped(key)) return null
     const hash = await sha256Hex(key)
-    return this.#cached(`keyhash:${hash}`)
+    return this.#cached(`keyhash:${hash}`, async () => {
+      // The hash is known up front, so its retirement is read alongside its record: no added round trip.
+      const [stored, retired] = await Promise.all([this.#kv.get<KeyRecord>(`keyhash:${hash}`, 'json'), this.#kv.get(`retired:${hash}`)])
+      return retired === null ? this.#withTombstones(stored, hash) : null
+    })
   }
 
   /** The unrevoked record with this id, through the same cache: how a token checks its parent key. */
   lookupById(id: string): Promise<KeyRecord | null> {
-    return this.#cached(`key:${id}`)
+    return this.#cached(`key:${id}`, () => this.get(id))
   }
 
-  async #cached(kvKey: string): Promise<KeyRecord | null> {
+  async #cached(kvKey: string, read: () => Promise<KeyRecord | null>): Promise<KeyRecord | null> {
     const now = Date.now()
     const { entries } = this.#cache
     const cached = entries.get(kvKey)
     if (cached && cached.expires > now) return cached.record
     const forgets = this.#cache.forgets
-    const stored = await this.#withTombstone(await this.#kv.get<KeyRecord>(kvKey, 'json'))
+    const stored = await read()
     const record = stored && stored.revokedAt === null ? stored : null
     // A revoke, rotate or update made here while the read was out may postdate what it read: that answer
     // serves its own request but is not kept, or it would outlive the change by up to `cacheTtlMs`.
@@ -272,43 +291,83 @@ export class KeyStore {
   }
 
   async get(id: string): Promise<KeyRecord | null> {
-    return this.#withTombstone(await this.#kv.get<KeyRecord>(`key:${id}`, 'json'))
+    return this.#withTombstones(await this.#kv.get<KeyRecord>(`key:${id}`, 'json'))
   }
 
-  /** The record as it stands: upgraded, and revoked when its tombstone says so, whatever a racing write left. */
-  async #withTombstone(stored: KeyRecord | null): Promise<KeyRecord | null> {
+  /**
+   * The record as it stands, whatever a racing write left: upgraded, revoked when its tombstone says so,
+   * and holding the current secret's hash when a rotation retired the one it holds. `liveHash`: a hash
+   * already known not to be retired.
+   */
+  async #withTombstones(stored: KeyRecord | null, liveHash?: string): Promise<KeyRecord | null> {
     if (!stored) return null
     const record = upgrade(stored)
     if (record.revokedAt !== null) return record
-    const tombstone = await this.#kv.get<{ revokedAt: number }>(`revoked:${record.id}`, 'json')
-    return tombstone ? { ...record, revokedAt: tombstone.revokedAt } : record
+    const [tombstone, current] = await Promise.all([
+      this.#kv.get<{ revokedAt: number }>(`revoked:${record.id}`, 'json'),
+      record.hash === liveHash ? record : this.#currentSecret(record),
+    ])
+    return tombstone ? { ...current, revokedAt: tombstone.revokedAt } : current
+  }
+
+  /** `record` with the secret that replaced its own, when a rotation retired it (and so on down the chain). */
+  async #currentSecret(record: KeyRecord): Promise<KeyRecord> {
+    let current = record
+    for (let i = 0; i < MAX_RETIREMENTS_FOLLOWED; i++) {
+      const retired = await this.#kv.get<Retirement>(`retired:${current.hash}`, 'json')
+      if (!retired) return current
+      current = { ...current, hash: retired.hash, hint: retired.hint }
+    }
+    return current
   }
 
   async list(options: { cursor?: string; limit?: number } = {}): Promise<{ keys: KeyRecord[]; cursor: string | null }> {
     const page = await this.#kv.list({ prefix: 'key:', cursor: options.cursor, limit: options.limit ?? 100 })
-    const records = await Promise.all(page.keys.map(async (k) => this.#withTombstone(await this.#kv.get<KeyRecord>(k.name, 'json'))))
+    const records = await Promise.all(page.keys.map(async (k) => this.#withTombstones(await this.#kv.get<KeyRecord>(k.name, 'json'))))
     return { keys: records.filter((r): r is KeyRecord => r !== null), cursor: page.list_complete ? null : page.cursor }
   }
 
-  /** Changes a key's scopes; the caller has checked it is live. */
+  /**
+   * Changes a key's scopes; the caller has checked it is live. The secret's `keyhash:` entry is written
+   * only once the hash is known not to be retired: a rotate that ran since `record` was read replaced
+   * it, and the change goes to the new secret's entry (and `key:<id>` gets the new hash back).
+   */
   async update(record: KeyRecord, patch: KeyPatch): Promise<KeyRecord> {
     const changes = Object.fromEntries(Object.entries(patch).filter(([, v]) => v !== undefined))
-    const updated: KeyRecord = { ...record, ...changes, updatedAt: Date.now() }
-    await this.#write(updated)
-    this.#forget(record)
+    const changed: KeyRecord = { ...record, ...changes, updatedAt: Date.now() }
+    await this.#kv.put(`key:${record.id}`, JSON.stringify(changed))
+    const updated = await this.#currentSecret(changed)
+    await (updated.hash === changed.hash ? this.#kv.put(`keyhash:${updated.hash}`, JSON.stringify(updated)) : this.#write(updated))
+    this.#forget(record, updated)
     return updated
   }
 
   /**
-   * A new secret for the same id and scopes. The old secret's hash entry is deleted, so it stops
-   * working (elsewhere within the revocation bound), and tokens minted from it stop too (`gen`).
+   * A new secret for the same id and scopes, or null when another rotation of the same secret got there
+   * first (then nothing of this one works: rotate again). The old secret's tombstone comes first: from
+   * then on it is refused whatever a racing write brings back, and its tokens stop too (`gen`).
    */
-  async rotate(record: KeyRecord): Promise<{ record: KeyRecord; key: string }> {
+  async rotate(record: KeyRecord): Promise<{ record: KeyRecord; key: string } | null> {
+    const retiredKey = `retired:${record.hash}`
+    // `record` may have been read before another rotation: its secret is then retired already.
+    if ((await this.#kv.get(retiredKey)) !== null) return null
     const key = generateKey(record.kind)
-    const rotated: KeyRecord = { ...record, hash: await sha256Hex(key), hint: key.slice(0, KEY_PREFIX.length + 4), updatedAt: Date.now() }
+    const now = Date.now()
+    const rotated: KeyRecord = { ...record, hash: await sha256Hex(key), hint: key.slice(0, KEY_PREFIX.length + 4), updatedAt: now }
+    const retirement: Retirement = { retiredAt: now, hash: rotated.hash, hint: rotated.hint }
+    await this.#kv.put(retiredKey, JSON.stringify(retirement))
     await this.#write(rotated)
     await this.#kv.delete(`keyhash:${record.hash}`)
-    this.#forget(record)
+    this.#forget(record, rotated)
+    // Two rotations that passed the check at once both wrote the tombstone; the last one written names the
+    // secret that stays. The other retires its own, naming that one, so exactly one new secret works.
+    const winner = await this.#kv.get<Retirement>(retiredKey, 'json')
+    if (winner && winner.hash !== rotated.hash) {
+      await this.#kv.put(`retired:${rotated.hash}`, JSON.stringify({ ...winner, retiredAt: now } satisfies Retirement))
+      await this.#kv.delete(`keyhash:${rotated.hash}`)
+      this.#forget(rotated)
+      return null
+    }
     return { record: rotated, key }
   }
 
@@ -327,11 +386,13 @@ export class KeyStore {
     return revoked
   }
 
-  /** Drops this isolate's lookups of the record, and keeps reads still out from being cached. */
-  #forget(record: KeyRecord): void {
+  /** Drops this isolate's lookups of these records, and keeps reads still out from being cached. */
+  #forget(...records: KeyRecord[]): void {
     this.#cache.forgets++
-    this.#cache.entries.delete(`keyhash:${record.hash}`)
-    this.#cache.entries.delete(`key:${record.id}`)
+    for (const record of records) {
+      this.#cache.entries.delete(`keyhash:${record.hash}`)
+      this.#cache.entries.delete(`key:${record.id}`)
+    }
   }
 
   async #write(record: KeyRecord): Promise<void> {
