@@ -4,7 +4,7 @@
  * Options are validated once, here; the returned app holds no per-request state of its own beyond
  * bounded in-isolate caches.
  */
-import { Hono } from 'hono'
+import { Hono } from 'hono/tiny'
 import type { Context } from 'hono'
 import { adminAuth } from './admin/admin-auth.ts'
 import { keysRoutes } from './admin/keys-routes.ts'

@@ -2,7 +2,7 @@
  * Operator API for keys: create and rotate (the secret is shown once, in that response), list, get,
  * update scopes, revoke. Responses never carry a secret or its hash.
  */
-import { Hono } from 'hono'
+import { Hono } from 'hono/tiny'
 import type { Context } from 'hono'
 import * as z from 'zod/mini'
 import { publicKeyView } from '../auth/keys.ts'

@@ -4,7 +4,7 @@
  * The token's scope can only narrow the key's: a subset of its models, optionally one origin and a
  * quota of its own, for at most `tokens.maxTtlSeconds`.
  */
-import { Hono } from 'hono'
+import { Hono } from 'hono/tiny'
 import type { Context } from 'hono'
 import * as z from 'zod/mini'
 import { GatewayError } from '../errors/index.ts'

@@ -6,7 +6,7 @@
  * KV's propagation delay. Where a KV prefix names exactly the purged entries, they are also deleted
  * (bounded, off the response path); everything else expires by its TTL.
  */
-import { Hono } from 'hono'
+import { Hono } from 'hono/tiny'
 import type { Context } from 'hono'
 import * as z from 'zod/mini'
 import { GatewayError } from '../errors/index.ts'

@@ -6,7 +6,7 @@
  * checked -> one upstream call on the endpoint the job id names. Answers keep Runpod's shapes with
  * podgate's sealed job id in place of Runpod's, and 200 on success (runpod-sdk drops other 2xx bodies).
  */
-import { Hono } from 'hono'
+import { Hono } from 'hono/tiny'
 import type { Context } from 'hono'
 import { GatewayError } from '../errors/index.ts'
 import { readJsonBody } from '../http/body.ts'

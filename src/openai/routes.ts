@@ -4,7 +4,7 @@
  * `/v2/<model>/openai/v1` (model from the path). Each call flows one way:
  * body -> model + scope -> normalize -> pipeline stages -> upstream.
  */
-import { Hono } from 'hono'
+import { Hono } from 'hono/tiny'
 import type { Context } from 'hono'
 import { GatewayError } from '../errors/index.ts'
 import { readJsonBody } from '../http/body.ts'

@@ -4,7 +4,7 @@
  * Mount at the gateway root, after the `/v1/*` key auth and `/admin/*` admin auth middleware. Both
  * report the key's own policy over the gateway defaults; a model's defaults apply when that model is called.
  */
-import { Hono } from 'hono'
+import { Hono } from 'hono/tiny'
 import type { Context } from 'hono'
 import type { KeyStore } from '../auth/keys.ts'
 import { GatewayError } from '../errors/index.ts'
