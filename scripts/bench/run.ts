@@ -7,7 +7,8 @@
  * (`portkey.ts`, skipped with a note if it cannot be installed); measures cold starts (`cold-start.ts`),
  * then round-robin across targets so drift hits all alike, then the feature rows (`features.ts`); writes
  * BENCHMARKS.md, docs/bench.svg and `.bench/results.json`. Options (env): BENCH_QUICK=1 for a short smoke run;
- * BENCH_CPU_ONLY=N runs only the CPU microbenchmark, N batches (15 when N is 1), and prints it.
+ * BENCH_CPU_ONLY=N runs only the CPU microbenchmark, N batches (15 when N is 1), and prints it;
+ * BENCH_COLD_ONLY=N only the cold starts, N each (11 when N is 1).
  * BENCH_HOPS_ONLY=floor,pipe,gateway (a list of stream shapes, see scripts/bench/cpu-worker; `tee-gather:1` sets a shape's `min`) prices only those and prints them, with BENCH_HOPS_REPS repetitions (default 5), BENCH_HOPS_EVENTS events per stream (default 2000), BENCH_HOPS_GAP ms between events (default 0), BENCH_HOPS_CONCURRENCY streams at once (default 1) and, with BENCH_HOPS_MEMORY=1, each one's memory growth over a 10 MB stream.
  */
 import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs'
@@ -85,6 +86,15 @@ async function main(): Promise<void> {
   const upstream = await startUpstream()
   stoppers.push(upstream.close)
   log(`upstream on ${upstream.url}`)
+  if (process.env.BENCH_COLD_ONLY) {
+    const starts = Number(process.env.BENCH_COLD_ONLY) > 1 ? Number(process.env.BENCH_COLD_ONLY) : 11
+    const cold = await measureColdStart({ script: bundle.script, upstreamUrl: upstream.url, starts })
+    const row = (c: typeof cold.podgate) => `ready ${c.readyMs.toFixed(1)} ms, first ${c.firstMs.toFixed(1)} ms, second ${c.secondMs.toFixed(1)} ms, total ${c.totalMs.toFixed(1)} ms`
+    log(`cold start, podgate: ${row(cold.podgate)}`)
+    log(`cold start, floor: ${row(cold.floor)}`)
+    log(`cold start: ${(cold.podgate.totalMs / cold.floor.totalMs).toFixed(2)}× the floor (median of ${starts} starts each)`)
+    return
+  }
   if (process.env.BENCH_CPU_ONLY) {
     const worker = await startCpuWorker()
     const cpu = await measureCpu(worker.url, worker.workerdPid, Number(process.env.BENCH_CPU_ONLY) > 1 ? Number(process.env.BENCH_CPU_ONLY) : 15)
