@@ -282,24 +282,14 @@ describe('upstream refusals', () => {
   })
 
   it.each([
-    ['a wrapped error item of a COMPLETED job', () => ({ status: 'COMPLETED', output: [wrapped] })],
-    ['a FAILED job whose error is the wrapped refusal', () => ({ status: 'FAILED', error: JSON.stringify(wrapped.error) })],
-  ])("current worker-vllm's wrapped refusal (%s) becomes vLLM's 400, JSON and stream", async (_name, job) => {
-    const { h, calls } = setup({ job })
-    const { key } = await h.createKey()
-    for (const stream of [false, true]) {
-      calls.length = 0
-      await expectRelayed(await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ ...CHAT_BODY, model: 'native', stream }))))
-      expect(calls.filter((c) => c.op === 'run' || c.op === 'runsync')).toHaveLength(1)
-    }
-  })
-
-  it.each([
-    ['its error item, then the job FAILED with the error object', () => ({ status: 'FAILED', output: [vllm400], error: JSON.stringify(vllm400.error) })],
-    ['a FAILED job whose error is the error object', () => ({ status: 'FAILED', error: JSON.stringify(vllm400.error) })],
-    ["a FAILED job whose error is the error object's Python repr (runpod-python's str())", () => ({ status: 'FAILED', error: pythonRepr(vllm400.error) })],
-    ["vLLM < 0.10.1's flat error item in a COMPLETED job", () => ({ status: 'COMPLETED', output: [{ object: 'error', ...vllm400.error }] })],
-  ])("classic worker-vllm's refusal, vLLM's own error object with code 400 (%s), becomes vLLM's 400, JSON and stream", async (_name, job) => {
+    ["current worker-vllm's wrapped refusal: a wrapped error item of a COMPLETED job", () => ({ status: 'COMPLETED', output: [wrapped] })],
+    ["current worker-vllm's wrapped refusal: a FAILED job whose error is the wrapped refusal", () => ({ status: 'FAILED', error: JSON.stringify(wrapped.error) })],
+    // Classic worker-vllm yields vLLM's own error object, code 400 included.
+    ['classic: its error item, then the job FAILED with the error object', () => ({ status: 'FAILED', output: [vllm400], error: JSON.stringify(vllm400.error) })],
+    ['classic: a FAILED job whose error is the error object', () => ({ status: 'FAILED', error: JSON.stringify(vllm400.error) })],
+    ["classic: a FAILED job whose error is the error object's Python repr (runpod-python's str())", () => ({ status: 'FAILED', error: pythonRepr(vllm400.error) })],
+    ["classic: vLLM < 0.10.1's flat error item in a COMPLETED job", () => ({ status: 'COMPLETED', output: [{ object: 'error', ...vllm400.error }] })],
+  ])("a native worker's refusal (%s) becomes vLLM's 400, JSON and stream", async (_name, job) => {
     const { h, calls } = setup({ job })
     const { key } = await h.createKey()
     for (const stream of [false, true]) {
