@@ -164,11 +164,39 @@ describe('native relay: endings', () => {
   ])('an upstream that keeps its connection open after [DONE] past %s: a whole answer, nothing written after [DONE]', async (_name, timeouts) => {
     const held = { resilience: { timeouts } }
     const models = { ...MODELS, [SERVED]: { ...MODELS[SERVED]!, ...held }, renamed: { ...MODELS.renamed!, ...held } }
-    const { stream, minute } = await setup(scripted(() => [UPSTREAM_SSE], { holdMs: 1_500 }), { models })
-    // The pipe, and the rewriting relay as a control.
+    const { stream, minute } = await setup(scripted(() => [UPSTREAM_SSE], { holdMs: 5_000 }), { models })
+    // The pipe, and the rewriting relay as a control. The pipe ends at the timeout, not when the upstream lets go.
+    const started = Date.now()
     expect(await (await stream(SERVED, WITH_USAGE)).text()).toBe(UPSTREAM_SSE)
+    expect(Date.now() - started).toBeLessThan(3_000)
     expect((await readSSE(await stream('renamed', WITH_USAGE))).at(-1)).toBe('[DONE]')
     expect(await minute()).toMatchObject({ requests: 2, tokens: 2 * usage.total_tokens })
+  })
+
+  it('a JavaScript byte stream from a custom fetch that holds its connection after [DONE] and ignores the abort: the timeout still settles it as whole', async () => {
+    // docs/passthrough.md: such a body is piped. Here it sends the whole answer, then neither closes nor errors.
+    const held = (async () => {
+      const body = new ReadableStream<Uint8Array>({ type: 'bytes', start: (controller) => controller.enqueue(new TextEncoder().encode(UPSTREAM_SSE)) })
+      return new Response(body, { headers: { 'content-type': 'text/event-stream' } })
+    }) as typeof fetch
+    const models = { [SERVED]: { ...MODELS[SERVED]!, resilience: { timeouts: { idleMs: 300, totalMs: 600 } } } }
+    const { h } = await setup({ fetch: held, calls: [] }, { models })
+    const { key } = await h.createKey({ name: 'held', quota: { maxConcurrentStreams: 1, tokensPerMinute: 100_000, strict: true } })
+    const open = () => h.fetch('/v1/chat/completions', authed(key, chatBody(SERVED, 'Hi', { stream: true, max_tokens: 16, ...WITH_USAGE })))
+    const first = await open()
+    const reader = first.body!.getReader()
+    let text = ''
+    while (!text.includes('data: [DONE]')) text += new TextDecoder().decode((await reader.read()).value)
+    expect(text).toBe(UPSTREAM_SSE)
+    // Past the idle (300 ms) and total (600 ms) timeouts: the stream settled as whole, from its usage
+    // chunk, and its slot is free (workerd keeps this body's pipe until its read ends: the caller leaves).
+    await new Promise((resolve) => setTimeout(resolve, 1_200))
+    const usageNow = (await (await h.fetch('/v1/usage', authed(key))).json()) as { windows: { minute: { tokens: number } } }
+    expect(usageNow.windows.minute.tokens).toBe(usage.total_tokens)
+    const second = await open()
+    expect(second.status).toBe(200)
+    await second.body?.cancel()
+    await reader.cancel()
   })
 
   it("vLLM's own error event reaches the caller as vLLM wrote it, and the stream does not count as whole", async () => {

@@ -110,6 +110,8 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
   let stopped: CopyEnd['stopped']
   /** What the copy has read so far ends with `[DONE]`: the answer is whole, whatever the connection does next. */
   let doneRead = false
+  /** Stops the copy's reads: its ending is then what it read. */
+  const copyStop = new AbortController()
 
   /** Settles once: the usage, the outcome, then the close listeners (the revocation check's timer). */
   function report(outcome: RelayOutcome, usage?: Usage): void {
@@ -123,7 +125,7 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
   }
 
   /** The copy's ending, once the pipe has started. */
-  let copyEnding: Promise<unknown> | undefined
+  let copyEnding: Promise<TailEnd> | undefined
   /** A forced ending waits for the copy (`force`): later ones are not needed. */
   let deciding = false
 
@@ -152,9 +154,21 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
   function cut(error: GatewayError, event: string): void {
     if (forced || over || upstreamDone) return
     if (doneRead) {
-      // The upstream sent `[DONE]` and kept its connection open: only the connection is ended. Its
-      // copy then breaks after a whole answer, which ends the stream as whole.
+      // The upstream sent `[DONE]` and kept its connection open: only the connection is ended. A fetch
+      // body then breaks after the whole answer, both branches keep what they hold, and the stream ends
+      // as whole. A body that ignores the abort (a JavaScript stream from a custom fetch) is settled here a
+      // moment later, as whole too: the copy stops, the stream settles from what it read, and the caller's
+      // pipe is stopped (workerd lets go of such a body only once its pending read ends, so the caller's
+      // body stays open until then or until the caller leaves).
       options.abortUpstream(error)
+      void settledWithin(copyEnding, BREAK_GRACE_MS).then(() => {
+        if (upstreamDone || over) return
+        copyStop.abort()
+        void copyEnding?.then((end) => {
+          report(end.error ? { ok: false, error: end.error, started: true } : { ok: true }, end.usage)
+          stop.abort(error)
+        })
+      })
       return
     }
     forced = { error, event }
@@ -188,7 +202,7 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
     // The first chunk, read before the tee, goes to the caller first; then the rest, piped.
     const [out, copy] = body.tee()
     let copyBroke = false
-    const reading: CopyReading = { onText: options.onText, pace: pace.wait, onBreak: () => (copyBroke = true), onDoneRead: (done) => (doneRead = done) }
+    const reading: CopyReading = { onText: options.onText, pace: pace.wait, onBreak: () => (copyBroke = true), onDoneRead: (done) => (doneRead = done), stop: copyStop.signal }
     if (idleMs !== Infinity) reading.watch = watched
     const ending = tailOf(copy, first, reading).then((end) => {
       upstreamDone = true
@@ -219,7 +233,8 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
     const writer = writable.getWriter()
     // The pipe failed: the upstream broke, or the caller left (which only the write of the closing event
     // below tells). Either way nothing more goes to the caller: stop the model, and the copy ends too.
-    if (!piped && !forced) {
+    // (A pipe stopped after the copy ended whole is over, not failed.)
+    if (!piped && !forced && !upstreamDone) {
       // A broken upstream breaks the copy too: a moment lets it say so, so that a recorder is told the
       // caller left only when it did.
       await settledWithin(ending, BREAK_GRACE_MS)
@@ -287,6 +302,8 @@ interface CopyReading {
   onBreak: () => void
   /** Called after each read with whether the bytes read so far end with a `[DONE]` event. */
   onDoneRead: (done: boolean) => void
+  /** Aborted: the copy stops reading and ends with what it read. */
+  stop: AbortSignal
 }
 
 /** The ending read from the answer's last bytes: `first`, then `rest` (read to its end or its break). */
@@ -318,6 +335,8 @@ async function tailOf(rest: ReadableStream<Uint8Array>, first: Uint8Array | unde
   if (first) take(first)
   try {
     const reader = byobReader(rest)
+    const chunks = reader ? undefined : rest.getReader()
+    reading.stop.addEventListener('abort', () => void (reader ?? chunks)!.cancel().catch(() => undefined), { once: true })
     if (reader) {
       // Each read takes what the branch holds, into one buffer reused (a new array per read would grow
       // the heap with the answer until the next collection). A read that leaves room drained the branch:
@@ -337,9 +356,8 @@ async function tailOf(rest: ReadableStream<Uint8Array>, first: Uint8Array | unde
         }
       }
     }
-    const chunks = rest.getReader()
     for (;;) {
-      const next = await watch(chunks.read(), since)
+      const next = await watch(chunks!.read(), since)
       if (next.done) return finish()
       take(next.value)
       since = Date.now()
