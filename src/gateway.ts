@@ -118,6 +118,12 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
     await next()
     setAnswerHeader(c, 'x-request-id', id)
   })
+  // hono/tiny's router also matches a route followed by `/`: podgate's routes have none, as on Hono's
+  // default router, so such a path is no route (and no route's middleware runs for it).
+  app.use(async function noTrailingSlash(c, next) {
+    if (c.req.path.length > 1 && c.req.path.endsWith('/')) throw new GatewayError('not_found', `No route for ${c.req.method} ${c.req.path}.`)
+    await next()
+  })
 
   app.get('/healthz', (c) => c.json({ ok: true }))
   if (extras.openapi) app.get('/openapi.json', extras.openapi({ routes: () => app.routes }))

@@ -74,6 +74,19 @@ describe('bad input', () => {
     expect(other.status).toBe(404)
     expect(((await other.json()) as OpenAIError).error.code).toBe('not_found')
   })
+
+  it('a route followed by a slash is no route (404), as on Hono\'s default router', async () => {
+    const h = harness()
+    const { key } = await h.createKey()
+    expect((await h.fetch('/healthz/')).status).toBe(404)
+    const models = await h.fetch('/v1/models/', authed(key))
+    expect(models.status).toBe(404)
+    expect(((await models.json()) as OpenAIError).error.code).toBe('not_found')
+    const job = await h.fetch('/v2/chat-current/stream/some-job/?access_token=x', { headers: { accept: 'text/event-stream' } })
+    expect(job.status).toBe(404)
+    expect(await job.json()).toMatchObject({ code: 'not_found' })
+    expect((await h.fetch('/healthz')).status).toBe(200)
+  })
 })
 
 describe('upstream faults', () => {
