@@ -186,7 +186,9 @@ export class GenerationCache {
     const name = purgeTargetKey(target)
     // Random, not a counter: it must differ from every generation before it without reading them.
     const generation = crypto.randomUUID().slice(0, 8)
-    await kv.put(name, generation)
+    // A whole key's purge keeps the earlier record's JSON form, which an earlier version still running
+    // beside this one (a gradual deployment) reads as its `all`, and can still write over.
+    await kv.put(name, target.keyId !== undefined && target.model === undefined ? JSON.stringify({ all: generation }) : generation)
     const record: Generations = { own: generation }
     if (this.#bumps.size >= MAX_CACHED_RECORDS) this.#bumps.clear()
     this.#bumps.set(name, { seq: ++this.#bumpSeq, record })
