@@ -176,7 +176,7 @@ describe('native relay: endings', () => {
   it('a JavaScript byte stream from a custom fetch that holds its connection after [DONE] and ignores the abort: the timeout still settles it as whole', async () => {
     // docs/passthrough.md: such a body is piped. Here it sends the whole answer, then neither closes nor errors.
     const held = (async () => {
-      const body = new ReadableStream<Uint8Array>({ type: 'bytes', start: (controller) => controller.enqueue(new TextEncoder().encode(UPSTREAM_SSE)) })
+      const body = new ReadableStream({ type: 'bytes', start: (controller: ReadableByteStreamController) => controller.enqueue(new TextEncoder().encode(UPSTREAM_SSE)) })
       return new Response(body, { headers: { 'content-type': 'text/event-stream' } })
     }) as typeof fetch
     const models = { [SERVED]: { ...MODELS[SERVED]!, resilience: { timeouts: { idleMs: 300, totalMs: 600 } } } }
