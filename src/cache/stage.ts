@@ -39,8 +39,13 @@ export function cacheStage(options: CacheStageOptions): CompletionStage {
     const keyId = scopeKeyId(options, ctx)
     let plan: Prepared = { keyId }
     if (decision.cacheable && !(options.scope === 'key' && keyId === undefined)) {
-      // An async wrapper so a binding that throws becomes this read's failure, met by the stage.
-      const generation = (async () => options.generations.token(options.kv(c), request.model, keyId, waitUntilOf(c)))()
+      let generation: Promise<string>
+      try {
+        generation = options.generations.token(options.kv(c), request.model, keyId, waitUntilOf(c))
+      } catch (error) {
+        // A binding that throws is this read's failure, met by the stage.
+        generation = Promise.reject(error)
+      }
       // Awaited by the stage; a stage ahead of it that refuses the request leaves it unawaited.
       generation.catch(() => undefined)
       plan = { keyId, cacheable: { decision, generation } }

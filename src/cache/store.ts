@@ -120,6 +120,12 @@ interface Generations {
   models?: Record<string, string>
 }
 
+/** `<model gen>.<scope gen>.<scope+model gen>` from the records `token` reads, in its order. */
+function tokenOf(model: string, [own, legacy, scope, scopeModel]: (Generations | undefined)[]): string {
+  const modelGeneration = own?.own ?? legacy?.models?.[model] ?? 0
+  return `${modelGeneration}.${scope?.own ?? 0}.${scopeModel?.own ?? scope?.models?.[model] ?? 0}`
+}
+
 function parseGenerations(text: string | null): Generations {
   if (!text) return {}
   // Generations are random hex; only a legacy record is JSON.
@@ -170,12 +176,13 @@ export class GenerationCache {
    * value stale by less than another `ttlMs` is used while it is read again from there, so a busy
    * isolate does not wait on KV for it.
    */
-  async token(kv: KVNamespace, model: string, keyId: string | undefined, background?: (promise: Promise<unknown>) => void): Promise<string> {
-    const reads = [this.#read(kv, modelGenerationKey(model), background), this.#read(kv, LEGACY_MODEL_GENERATIONS, background)]
-    if (keyId !== undefined) reads.push(this.#read(kv, scopeGenerationKey(keyId), background), this.#read(kv, scopeModelGenerationKey(keyId, model), background))
-    const [own, legacy, scope, scopeModel] = await Promise.all(reads)
-    const modelGeneration = own?.own ?? legacy?.models?.[model] ?? 0
-    return `${modelGeneration}.${scope?.own ?? 0}.${scopeModel?.own ?? scope?.models?.[model] ?? 0}`
+  token(kv: KVNamespace, model: string, keyId: string | undefined, background?: (promise: Promise<unknown>) => void): Promise<string> {
+    const names = keyId === undefined ? [modelGenerationKey(model), LEGACY_MODEL_GENERATIONS] : [modelGenerationKey(model), LEGACY_MODEL_GENERATIONS, scopeGenerationKey(keyId), scopeModelGenerationKey(keyId, model)]
+    // Every record young enough (the busy isolate's case): no read, no await per record.
+    const now = this.#options.now()
+    const known = names.map((name) => this.#records.get(name))
+    if (known.every((entry) => entry !== undefined && entry.until > now)) return Promise.resolve(tokenOf(model, known.map((entry) => entry!.record)))
+    return Promise.all(names.map((name) => this.#read(kv, name, background))).then((records) => tokenOf(model, records))
   }
 
   /**
