@@ -185,14 +185,22 @@ describe("a token's own quota", () => {
     expect(minted.status).toBe(201)
     const { token } = (await minted.json()) as { token: string }
     expect((await chat(h, key)).status).toBe(200)
+    const refusal = async (credential: string) => {
+      const res = await chat(h, credential)
+      expect(res.status).toBe(429)
+      return ((await res.json()) as { error: { message: string } }).error.message
+    }
     // The key's limit refuses the token's calls: "a 429 changes nothing".
-    for (let i = 0; i < 3; i++) expect((await chat(h, token)).status).toBe(429)
+    for (let i = 0; i < 3; i++) expect(await refusal(token)).toMatch(/^Rate limit reached: 1 request per minute for this key\./)
     await h.settle()
+    // The token's two requests of the day are still there, one a minute (the key's limit).
     advance(60_000)
-    // The token's two requests of the day are still there.
     expect((await chat(h, token)).status).toBe(200)
-    expect((await chat(h, token)).status).toBe(429)
-    expect((await chat(h, token)).status).toBe(429)
+    expect(await refusal(token)).toMatch(/for this key\./)
+    advance(60_000)
+    expect((await chat(h, token)).status).toBe(200)
+    advance(60_000)
+    expect(await refusal(token)).toMatch(/^Rate limit reached: 2 requests per day for this token\./)
   })
 })
 

@@ -37,7 +37,9 @@ export function quotaStage(service: QuotaService): CompletionStage {
     const background = waitUntilOf(ctx.c)
     const cost: QuotaCost = { tokens: estimateTokens(ctx.request), stream: ctx.request.stream }
     const result = await store.reserve({ keyId: principal.keyId, policy, cost, now, background })
-    if (!result.ok) throw rateLimited({ policy, usage: result.usage, exceeded: result.exceeded, cost, now })
+    // The token stage runs this stage with the token as the principal: its refusals name the token's limits.
+    const holder = principal.tokenId !== null && principal.keyId === principal.tokenId ? 'token' : 'key'
+    if (!result.ok) throw rateLimited({ policy, usage: result.usage, exceeded: result.exceeded, cost, now, holder })
 
     const { reservation } = result
     // A lost settle only forfeits a refund or a correction; it must never fail the answer.
@@ -86,22 +88,22 @@ const LIMIT_TEXT: Record<LimitName, string> = {
   streams: 'concurrent streams',
 }
 
-function rateLimited(input: { policy: QuotaPolicy; usage: QuotaUsage; exceeded: LimitName; cost: QuotaCost; now: number }): GatewayError {
-  const { policy, usage, exceeded, cost, now } = input
+function rateLimited(input: { policy: QuotaPolicy; usage: QuotaUsage; exceeded: LimitName; cost: QuotaCost; now: number; holder: 'key' | 'token' }): GatewayError {
+  const { policy, usage, exceeded, cost, now, holder } = input
   const retryAfter = retryAfterSeconds(policy, usage, exceeded, now)
   const headers = { ...rateLimitHeaders(policy, usage, now), 'retry-after': String(retryAfter) }
   const state = limitStates(policy, usage, now).find((s) => s.name === exceeded)
   const limit = state?.limit ?? 0
   let message: string
   if (exceeded === 'streams') {
-    message = `Too many concurrent streams: this key may keep ${limit} open. Retry when one ends.`
+    message = `Too many concurrent streams: this ${holder} may keep ${limit} open. Retry when one ends.`
   } else if ((exceeded === 'tpm' || exceeded === 'tpd') && cost.tokens > limit) {
-    message = `This request reserves ${cost.tokens} tokens (prompt estimate + max_tokens), more than this key's ${limit} ${LIMIT_TEXT[exceeded]}: lower max_tokens.`
+    message = `This request reserves ${cost.tokens} tokens (prompt estimate + max_tokens), more than this ${holder}'s ${limit} ${LIMIT_TEXT[exceeded]}: lower max_tokens.`
   } else if (exceeded === 'tpm' || exceeded === 'tpd') {
     message = `Token quota reached: ${state?.remaining ?? 0} of ${limit} ${LIMIT_TEXT[exceeded]} left and this request reserves ${cost.tokens} (prompt estimate + max_tokens). Retry after ${retryAfter}s or lower max_tokens.`
   } else {
     const unit = limit === 1 ? LIMIT_TEXT[exceeded].replace('requests', 'request') : LIMIT_TEXT[exceeded]
-    message = `Rate limit reached: ${limit} ${unit} for this key. Retry after ${retryAfter}s.`
+    message = `Rate limit reached: ${limit} ${unit} for this ${holder}. Retry after ${retryAfter}s.`
   }
   return new GatewayError('rate_limited', message, { headers })
 }
