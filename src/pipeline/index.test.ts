@@ -59,6 +59,21 @@ describe('composeStages', () => {
     expect(seen).toEqual([{ ok: true, usage: undefined }])
   })
 
+  it('a stage that throws after the dispatcher answered is no refusal: the stream may still be running upstream', async () => {
+    const seen: CompletionOutcome[] = []
+    const observe: CompletionStage = async (ctx, next) => {
+      void ctx.outcome.then((o) => seen.push(o))
+      await next(ctx)
+      throw new Error('stage failed after the answer')
+    }
+    // A stream's dispatcher answers at once and settles only at the stream's end.
+    const run = composeStages([observe], async () => new Response('streaming'))
+    await expect(run(createCompletionContext(c, request, model))).rejects.toThrow('stage failed')
+    await Promise.resolve()
+    expect(seen[0]).toMatchObject({ ok: false })
+    expect(seen[0]).not.toHaveProperty('refused')
+  })
+
   it("starts every stage's warm reads before the first stage runs", async () => {
     const events: string[] = []
     const stage = (name: string, warm: boolean): CompletionStage => {

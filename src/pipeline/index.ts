@@ -40,7 +40,13 @@ export function createCompletionContext(c: Context<GatewayEnv>, request: Normali
  * stage waits on an outcome that cannot come. `settle` ignores repeats, so guarding every step is safe.
  */
 export function composeStages(stages: readonly CompletionStage[], terminal: CompletionHandler): CompletionHandler {
-  const chain = stages.reduceRight<CompletionHandler>((next, stage) => guard((ctx) => stage(ctx, next), true), guard(terminal, false))
+  // The requests that reached the dispatcher: a stage that throws for any other never sent it upstream.
+  const dispatched = new WeakSet<CompletionContext>()
+  const dispatch: CompletionHandler = (ctx) => {
+    dispatched.add(ctx)
+    return terminal(ctx)
+  }
+  const chain = stages.reduceRight<CompletionHandler>((next, stage) => guard((ctx) => stage(ctx, next), dispatched), guard(dispatch, dispatched))
   const warmers = stages.flatMap((stage) => (stage.warm ? [stage.warm] : []))
   if (warmers.length === 0) return chain
   // Each stage's own reads start now and overlap the stages ahead of it (see `CompletionStage.warm`).
@@ -50,16 +56,13 @@ export function composeStages(stages: readonly CompletionStage[], terminal: Comp
   }
 }
 
-/**
- * `stage`: the handler is a stage, so a throw that settles here came before the dispatcher, whose own
- * throws settle in its guard first: the request never went upstream (`refused`).
- */
-function guard(handler: CompletionHandler, stage: boolean): CompletionHandler {
+/** A throw from a request that never reached the dispatcher settles it as `refused`: it never went upstream. */
+function guard(handler: CompletionHandler, dispatched: WeakSet<CompletionContext>): CompletionHandler {
   return async function guarded(ctx) {
     try {
       return await handler(ctx)
     } catch (error) {
-      ctx.settle({ ok: false, error: toGatewayError(error), producedOutput: false, ...(stage ? { refused: true } : {}) })
+      ctx.settle({ ok: false, error: toGatewayError(error), producedOutput: false, ...(dispatched.has(ctx) ? {} : { refused: true }) })
       throw error
     }
   }
