@@ -5,7 +5,7 @@
  * bounded in-isolate caches.
  */
 import { Hono } from 'hono/tiny'
-import type { Context } from 'hono'
+import type { Context, MiddlewareHandler } from 'hono'
 import { adminAuth } from './admin/admin-auth.ts'
 import { keysRoutes } from './admin/keys-routes.ts'
 import { apiKeyAuth } from './auth/api-key-auth.ts'
@@ -119,11 +119,13 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
     setAnswerHeader(c, 'x-request-id', id)
   })
   // hono/tiny's router also matches a route followed by `/`: podgate's routes have none, as on Hono's
-  // default router, so such a path is no route (and no route's middleware runs for it).
-  app.use(async function noTrailingSlash(c, next) {
-    if (c.req.path.length > 1 && c.req.path.endsWith('/')) throw new GatewayError('not_found', `No route for ${c.req.method} ${c.req.path}.`)
+  // default router, so such a path under podgate's own prefixes is no route. Only there: a host app's
+  // routes beside a mounted gateway are its own.
+  const noTrailingSlash: MiddlewareHandler<GatewayEnv> = async (c, next) => {
+    if (c.req.path.endsWith('/')) throw new GatewayError('not_found', `No route for ${c.req.method} ${c.req.path}.`)
     await next()
-  })
+  }
+  for (const path of ['/healthz', '/openapi.json', '/playground', '/admin/*']) app.use(path, noTrailingSlash)
 
   app.get('/healthz', (c) => c.json({ ok: true }))
   if (extras.openapi) app.get('/openapi.json', extras.openapi({ routes: () => app.routes }))
@@ -134,8 +136,8 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
 
   // CORS runs before auth: preflights carry no credential, and refusals must stay readable by the page.
   const cors = podgateCors({ maxAgeSeconds: config.cors.maxAgeSeconds })
-  app.use('/v1/*', cors)
-  app.use('/v2/*', cors)
+  app.use('/v1/*', cors, noTrailingSlash)
+  app.use('/v2/*', cors, noTrailingSlash)
   const quota = createQuotaService({
     defaults: config.quota?.defaults,
     models: new Map(Object.entries(config.models).flatMap(([alias, m]) => (m.quota ? [[alias, m.quota] as const] : []))),

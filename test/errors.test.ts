@@ -2,7 +2,8 @@
  * Bad input and upstream faults: each gets OpenAI's error JSON with the right status, code and param,
  * reaches no upstream, and writes nothing.
  */
-import { env } from 'cloudflare:test'
+import { createExecutionContext, env } from 'cloudflare:test'
+import { Hono } from 'hono'
 import OpenAI from 'openai'
 import { describe, expect, it } from 'vitest'
 import { authed, chatBody, harness, MODEL_NAMES, readSSE } from './helpers.ts'
@@ -86,6 +87,15 @@ describe('bad input', () => {
     expect(job.status).toBe(404)
     expect(await job.json()).toMatchObject({ code: 'not_found' })
     expect((await h.fetch('/healthz')).status).toBe(200)
+    // Still a CORS answer, so a page can read the 404.
+    const fromPage = await h.fetch('/v1/models/', { headers: { origin: 'https://app.example' } })
+    expect(fromPage.status).toBe(404)
+    expect(fromPage.headers.get('access-control-allow-origin')).toBe('https://app.example')
+    // Only podgate's own paths: a host app's route beside the mounted gateway is the host's.
+    const host = new Hono()
+    host.route('/', h.app)
+    host.get('/docs/', (c) => c.text('host docs'))
+    expect(await (await host.fetch(new Request('http://host/docs/'), env, createExecutionContext())).text()).toBe('host docs')
   })
 })
 
