@@ -558,6 +558,33 @@ async function pipedFromEmulator(prompt: string, extra: { idleMs?: number } = {}
 }
 
 describe('pipeOpenAIStream', () => {
+  it('an upstream held open after bytes that only look like [DONE] settles as it would closed: not whole', async () => {
+    // The last event's data is `{"x":1}\n[DONE]` (two data lines): it ends like a [DONE] event, but is none.
+    const text = 'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n' + 'data: {"x":1}\ndata: [DONE]\n\n'
+    const outcomeOf = async (hold: boolean) => {
+      let sent = false
+      const body = new ReadableStream({
+        type: 'bytes',
+        async pull(controller: ReadableByteStreamController) {
+          if (sent) return hold ? new Promise<void>(() => undefined) : controller.close()
+          sent = true
+          controller.enqueue(new TextEncoder().encode(text))
+        },
+      })
+      let end: RelayOutcome | undefined
+      const stream = pipeOpenAIStream({ body, abortUpstream: () => undefined, idleMs: 150, onEnd: (outcome) => (end = outcome) })
+      const reader = stream.getReader()
+      void (async () => {
+        while (!(await reader.read()).done);
+      })().catch(() => undefined)
+      await expect.poll(() => end, { timeout: 2_000 }).toBeDefined()
+      await reader.cancel().catch(() => undefined)
+      return end!
+    }
+    expect(await outcomeOf(false)).toMatchObject({ ok: false })
+    expect(await outcomeOf(true)).toMatchObject({ ok: false })
+  })
+
   // Found in review: with the caller not reading, nothing but the copy's ticks pulls the upstream, so
   // its end could still be unread when the revocation (or the total timeout) landed, and a whole
   // answer was cut and settled as failed.

@@ -165,7 +165,9 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
         if (upstreamDone || over) return
         copyStop.abort()
         void copyEnding?.then((end) => {
-          report(end.error ? { ok: false, error: end.error, started: true } : { ok: true }, end.usage)
+          // Decided as the ending below decides it: the tail, parsed, has the last word over the bytes' look.
+          const failure = end.error ?? (end.done ? undefined : new GatewayError('upstream_error', CUT_MESSAGE))
+          report(failure ? { ok: false, error: failure, started: true } : { ok: true }, end.usage)
           stop.abort(error)
         })
       })
