@@ -11,13 +11,20 @@ const request = { kind: 'chat', model: 'm', stream: false, includeUsage: false, 
 const model = { alias: 'm' } as ResolvedModel
 const c = {} as Context<GatewayEnv>
 
+/** A stage that records how the request settled, and throws after the answer when `failAfter`. */
+function observer(seen: CompletionOutcome[], failAfter = false): CompletionStage {
+  return async (ctx, next) => {
+    void ctx.outcome.then((o) => seen.push(o))
+    const response = await next(ctx)
+    if (failAfter) throw new Error('stage failed after the answer')
+    return response
+  }
+}
+
 describe('composeStages', () => {
   it('settles the outcome when a later stage refuses, so an earlier reservation is released', async () => {
     const seen: CompletionOutcome[] = []
-    const reserve: CompletionStage = (ctx, next) => {
-      void ctx.outcome.then((o) => seen.push(o))
-      return next(ctx)
-    }
+    const reserve = observer(seen)
     const refuse: CompletionStage = () => {
       throw new GatewayError('rate_limited', 'over quota')
     }
@@ -30,11 +37,7 @@ describe('composeStages', () => {
 
   it('a dispatcher that throws without settling is not a refusal: the request may have gone upstream', async () => {
     const seen: CompletionOutcome[] = []
-    const observe: CompletionStage = (ctx, next) => {
-      void ctx.outcome.then((o) => seen.push(o))
-      return next(ctx)
-    }
-    const run = composeStages([observe], async () => {
+    const run = composeStages([observer(seen)], async () => {
       throw new GatewayError('upstream_unavailable', 'down')
     })
     await expect(run(createCompletionContext(c, request, model))).rejects.toThrow('down')
@@ -45,11 +48,7 @@ describe('composeStages', () => {
 
   it('keeps the first settlement when the dispatcher settles and a stage throws afterwards', async () => {
     const seen: CompletionOutcome[] = []
-    const observe: CompletionStage = async (ctx, next) => {
-      void ctx.outcome.then((o) => seen.push(o))
-      await next(ctx)
-      throw new Error('stage failed after the answer')
-    }
+    const observe = observer(seen, true)
     const run = composeStages([observe], async (ctx) => {
       ctx.settle({ ok: true, usage: undefined })
       return new Response('ok')
@@ -61,11 +60,7 @@ describe('composeStages', () => {
 
   it('a stage that throws after the dispatcher answered is no refusal: the stream may still be running upstream', async () => {
     const seen: CompletionOutcome[] = []
-    const observe: CompletionStage = async (ctx, next) => {
-      void ctx.outcome.then((o) => seen.push(o))
-      await next(ctx)
-      throw new Error('stage failed after the answer')
-    }
+    const observe = observer(seen, true)
     // A stream's dispatcher answers at once and settles only at the stream's end.
     const run = composeStages([observe], async () => new Response('streaming'))
     await expect(run(createCompletionContext(c, request, model))).rejects.toThrow('stage failed')
