@@ -53,7 +53,7 @@ export class QuotaObject extends DurableObject<unknown> {
     return lease === undefined ? { ok: true, usage } : { ok: true, usage, lease }
   }
 
-  /** `requests`: -1 takes back a request that never went upstream (absent from objects of older versions' calls). */
+  /** `requests`: -1 takes back a request that never went upstream (absent in calls from older versions: 0). */
   async settle(input: { minute: number; day: number; tokens: number; requests?: number; lease?: string }): Promise<void> {
     if (input.lease !== undefined) delete this.#state.leases[input.lease]
     const requests = input.requests ?? 0
