@@ -193,13 +193,14 @@ describe('scopes and tiers', () => {
 
 describe('the cold path', () => {
   /** Miniflare's KV, with a hook before `get` and `list` run. */
-  function kvHooked(hooks: { get?: (key: string) => void; list?: () => Promise<void> }): KVNamespace {
+  function kvHooked(hooks: { get?: (key: string) => void; put?: (key: string) => void; list?: () => Promise<void> }): KVNamespace {
     return new Proxy(env.PODGATE_KV, {
       get(target, name) {
         const value = Reflect.get(target, name) as unknown
         if (typeof value !== 'function') return value
         const original = (value as (...args: unknown[]) => Promise<unknown>).bind(target)
         if (name === 'get' && hooks.get) return (key: string, ...rest: unknown[]) => (hooks.get!(key), original(key, ...rest))
+        if (name === 'put' && hooks.put) return (key: string, ...rest: unknown[]) => (hooks.put!(key), original(key, ...rest))
         if (name === 'list' && hooks.list) return async (...args: unknown[]) => (await hooks.list!(), original(...args))
         return original
       },
@@ -236,8 +237,10 @@ describe('the cold path', () => {
 
   it('a request the quota refuses looks nothing up and stores nothing', async () => {
     const gets: string[] = []
-    const kv = kvHooked({ get: (key) => void gets.push(key) })
-    const { h, jobs } = await setup({ kv: () => kv })
+    const puts: string[] = []
+    const kv = kvHooked({ get: (key) => void gets.push(key), put: (key) => void puts.push(key) })
+    // The gateway scope: another key would find an answer the refused request had stored.
+    const { h, jobs } = await setup({ kv: () => kv, cache: { scope: 'gateway' } })
     const { key } = await h.createKey({ name: 'refused', quota: { requestsPerMinute: 1 } })
     const body = deterministic('chat-current', `refused ${crypto.randomUUID()}`)
     const first = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-current', 'spend the minute')))
@@ -245,16 +248,21 @@ describe('the cold path', () => {
     await first.text()
     await h.settle()
     gets.length = 0
+    puts.length = 0
     const refused = await h.fetch('/v1/chat/completions', authed(key, body))
     expect(refused.status).toBe(429)
     await h.settle()
-    // The purge generation may have been read, but no answer was looked up.
+    // The purge generation may have been read, but no answer was looked up or stored.
     expect(gets.filter((name) => name.startsWith('cache:'))).toEqual([])
+    expect(puts.filter((name) => name.startsWith('cache:'))).toEqual([])
     const after = await h.createKey({ name: 'after' })
     const res = await h.fetch('/v1/chat/completions', authed(after.key, body))
     expect(res.headers.get('x-podgate-cache')).toBe('MISS')
     await res.text()
+    await h.settle()
     expect(jobs()).toBe(2)
+    // The hook sees the store an answered request makes.
+    expect(puts.some((name) => name.startsWith('cache:'))).toBe(true)
   })
 })
 
