@@ -211,7 +211,8 @@ describe('native job API: input normalization', () => {
   it.each([
     ['max_tokens over the cap', { messages: [{ role: 'user', content: 'x' }], sampling_params: { max_tokens: 99_999 } }, 'input.sampling_params.max_tokens'],
     ['n over maxChoices', { prompt: 'x', sampling_params: { n: 9 } }, 'input.sampling_params.n'],
-    ['an unknown sampling parameter', { prompt: 'x', sampling_params: { use_beam_search: true } }, 'input.sampling_params.use_beam_search'],
+    ['an unknown sampling parameter', { prompt: 'x', sampling_params: { logit_bias: { '1': 5 } } }, 'input.sampling_params.logit_bias'],
+    ['a sampling value out of vLLM\'s bounds', { prompt: 'x', sampling_params: { top_p: 0 } }, 'input.sampling_params.top_p'],
     ['a message the native input cannot carry', { messages: [{ role: 'tool', content: 'x' }] }, "(at 'input.messages')"],
     ['a message of the wrong shape', { messages: [{ role: 'user', content: 5 }] }, 'input.messages[0].content'],
     ['the OpenAI passthrough input', { openai_route: '/v1/chat/completions', openai_input: {} }, 'openai_route'],

@@ -94,7 +94,7 @@ describe('GET /openapi.json', () => {
     expect(doc.components.schemas.CompletionRequest).toEqual(completion)
     const chatSchema = doc.components.schemas.ChatCompletionRequest as { required: string[]; properties: Record<string, unknown> }
     expect(chatSchema.required).toEqual(expect.arrayContaining(['model', 'messages']))
-    expect(JSON.stringify(chatSchema.properties.temperature)).toContain('"maximum":2')
+    expect(JSON.stringify(chatSchema.properties.max_tokens)).toContain('"minimum":1')
     const op = doc.paths['/v1/chat/completions']?.post
     expect(op?.requestBody).toEqual({ required: true, content: { 'application/json': { schema: { $ref: '#/components/schemas/ChatCompletionRequest' } } } })
     expect(op?.security).toEqual([{ apiKey: [] }])
@@ -109,11 +109,12 @@ describe('GET /openapi.json', () => {
   it('the documented request schema accepts what the gateway accepts and rejects what it rejects', async () => {
     const h = devHarness()
     const { key } = await h.createKey()
-    const ok = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai', 'hi', { temperature: 2 })))
+    const ok = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai', 'hi', { max_tokens: 1 })))
     expect(ok.status).toBe(200)
-    const bad = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai', 'hi', { temperature: 2.5 })))
+    const bad = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai', 'hi', { max_tokens: 0 })))
     expect(bad.status).toBe(400)
-    expect(chatCompletionRequestSchema.safeParse(JSON.parse(chatBody('chat-openai', 'hi', { temperature: 2.5 }))).success).toBe(false)
+    expect(chatCompletionRequestSchema.safeParse(JSON.parse(chatBody('chat-openai', 'hi', { max_tokens: 0 }))).success).toBe(false)
+    expect(chatCompletionRequestSchema.safeParse(JSON.parse(chatBody('chat-openai', 'hi', { max_tokens: 1 }))).success).toBe(true)
   })
 
   it('names the mount point in servers when podgate is mounted under a prefix', async () => {

@@ -20,7 +20,7 @@ export type UpstreamMode = z.infer<typeof upstreamModeSchema>
 /** Sampling parameters in worker-vllm's names (runpod-api.md §2); used for per-model defaults. */
 export const samplingDefaultsSchema = z.partial(
   z.strictObject({
-    temperature: z.number().check(z.minimum(0), z.maximum(2)),
+    temperature: z.number().check(z.minimum(0)),
     top_p: z.number().check(z.gt(0), z.maximum(1)),
     top_k: z.number().check(z.int(), z.minimum(-1)),
     min_p: z.number().check(z.minimum(0), z.maximum(1)),
@@ -28,7 +28,7 @@ export const samplingDefaultsSchema = z.partial(
     min_tokens: z.number().check(z.int(), z.minimum(0)),
     presence_penalty: z.number().check(z.minimum(-2), z.maximum(2)),
     frequency_penalty: z.number().check(z.minimum(-2), z.maximum(2)),
-    repetition_penalty: z.number().check(z.gt(0), z.maximum(2)),
+    repetition_penalty: z.number().check(z.gt(0)),
     seed: z.number().check(z.int()),
     stop: z.union([z.string(), z.array(z.string()).check(z.maxLength(16))]),
   }),
@@ -174,8 +174,12 @@ export const gatewayOptionsSchema = z.strictObject({
   signingSecret: z.optional(z.string().check(z.minLength(32, { message: 'must be at least 32 characters: e.g. `openssl rand -hex 32`' }))),
   /** Bearer token for `/admin/*`. Admin routes answer 404 when unset. */
   adminToken: z.optional(z.string().check(z.minLength(16, { message: 'must be at least 16 characters' }))),
-  /** Largest accepted request body, in bytes. Default 1 MiB. */
-  maxBodyBytes: z._default(positiveInt(20 * 1024 * 1024), 1024 * 1024),
+  /**
+   * Largest accepted request body, in bytes. Default 10 MiB, Runpod's own limit on `/run` (20 MB on
+   * `/runsync`): room for images as base64 `image_url` parts. A request holds a few times its body in the
+   * isolate's memory (128 MB) while podgate parses and forwards it.
+   */
+  maxBodyBytes: z._default(positiveInt(20 * 1024 * 1024), 10 * 1024 * 1024),
   /** How long a key lookup is cached in the isolate, in ms. Bounds revocation delay on top of KV's. Default 10000. */
   keyCacheTtlMs: z._default(intIn(0, 60_000), 10_000),
   /** Short-lived browser tokens minted with `POST /v1/tokens` (docs/keys-and-browsers.md). */

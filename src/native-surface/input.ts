@@ -8,7 +8,7 @@
  */
 import * as z from 'zod/mini'
 import { GatewayError } from '../errors/index.ts'
-import { normalizeChatRequest, normalizeCompletionRequest, parseRequest, SAMPLING_KEYS, toNativeInput } from '../normalize/index.ts'
+import { assertNativeSampling, normalizeChatRequest, normalizeCompletionRequest, parseRequest, SAMPLING_KEYS, toNativeInput } from '../normalize/index.ts'
 import type { NormalizedRequest } from '../normalize/index.ts'
 import type { ResolvedModel } from '../routing/models.ts'
 import type { JobKind } from './job-id.ts'
@@ -91,6 +91,8 @@ export function normalizeJobBody(raw: unknown, model: ResolvedModel): JobRequest
     (param) => (param === 'messages' || param === 'prompt' || /^(messages|prompt)\[/.test(param) ? param : `sampling_params.${param}`),
   )
   if (!request.shorthand) {
+    // A sampling value out of vLLM's bounds names itself; anything else is in the messages.
+    located(() => assertNativeSampling(request.body), 'input.', (param) => `sampling_params.${param}`)
     // The OpenAI surface serves tools, media parts and other fields (as an `openai_route` job on native endpoints).
     located(() => {
       throw new GatewayError('invalid_request', `worker-vllm's native input carries text messages in the system, user and assistant roles only: send tools, media parts and other OpenAI fields to /v2/${model.alias}/openai/v1/chat/completions`, { param: 'messages' })

@@ -237,16 +237,21 @@ describe('normalizeChatRequest: rejections', () => {
     expect(chat({ messages }).body.messages).toEqual(messages)
   })
 
-  it('accepts any part type; refuses a part without a type or with non-string text', () => {
+  it('accepts any part vLLM takes; refuses a part whose type or text is not a string', () => {
     const messages = [{ role: 'user', content: [{ type: 'text', text: 'a' }, { type: 'input_audio', input_audio: { data: 'x', format: 'wav' } }, { type: 'video_url', video_url: { url: 'x' } }] }]
     expect(chat({ messages }).body.messages).toEqual(messages)
-    expect(refused({ ...base, messages: [{ role: 'user', content: [{ text: 'a' }] }] })[0]).toBe('messages[0].content[0].type')
+    // vLLM also takes a bare string as a text part, infers a missing type from the part's key, and skips a null text.
+    const vllmForms = [{ role: 'user', content: ['a', { image_url: { url: 'x' } }, { type: 'image_url', image_url: { url: 'x' }, text: null }] }]
+    const request = chat({ messages: vllmForms })
+    expect(request.body.messages).toEqual(vllmForms)
+    expect(request.shorthand).toBe(false)
+    expect(refused({ ...base, messages: [{ role: 'user', content: [{ type: 5 }] }] })[0]).toBe('messages[0].content[0].type')
     expect(refused({ ...base, messages: [{ role: 'user', content: [{ type: 'text', text: 5 }] }] })[0]).toBe('messages[0].content[0].text')
   })
 
   it('refuses too many messages and too much text', () => {
-    const many = Array.from({ length: 1001 }, () => ({ role: 'user', content: 'x' }))
-    expect(refused({ ...base, messages: many })).toEqual(['messages', "'messages' must have at most 1000 items, got 1001 items"])
+    const many = Array.from({ length: 100_001 }, () => ({ role: 'user', content: 'x' }))
+    expect(refused({ ...base, messages: many })).toEqual(['messages', "'messages' must have at most 100000 items, got 100001 items"])
     const big = 'x'.repeat(600_000)
     const [param, message] = refused({ ...base, messages: [{ role: 'user', content: big }, { role: 'user', content: big }] })
     expect(param).toBe('messages')
@@ -258,7 +263,9 @@ describe('normalizeChatRequest: rejections', () => {
   })
 
   it('refuses out-of-range values of the fields podgate reads with the exact param', () => {
-    expect(refused({ ...base, temperature: 3 })).toEqual(['temperature', "'temperature' must be at most 2, got 3"])
+    expect(refused({ ...base, temperature: -1 })).toEqual(['temperature', "'temperature' must be at least 0, got -1"])
+    // vLLM bounds temperature below only (OpenAI stops at 2).
+    expect(chat({ temperature: 2.5 }).body.temperature).toBe(2.5)
     expect(refused({ ...base, temperature: '1' })).toEqual(['temperature', "Invalid type for 'temperature': expected a number, got a string"])
     expect(refused({ ...base, n: 1.5 })).toEqual(['n', "Invalid type for 'n': expected an integer, got 1.5"])
     expect(refused({ ...base, seed: 0.5 })[0]).toBe('seed')
@@ -271,6 +278,6 @@ describe('normalizeChatRequest: rejections', () => {
   })
 
   it('reports the first issue in schema order', () => {
-    expect(refused({ ...base, temperature: 3, n: 0, zzz: 1 })[0]).toBe('n')
+    expect(refused({ ...base, temperature: -1, n: 0, zzz: 1 })[0]).toBe('n')
   })
 })

@@ -4,6 +4,7 @@
  * everything else (`echo`, `logprobs`, `prompt_embeds`, ...) for the endpoint.
  */
 import type { ModelConfig } from '../config/schema.ts'
+import { GatewayError } from '../errors/index.ts'
 import { readSampling } from './chat.ts'
 import { textOrTokensCost, jsonFieldChars, CHARS_PER_TOKEN } from './estimate.ts'
 import { completionRequestSchema } from './schemas.ts'
@@ -24,12 +25,19 @@ export function normalizeCompletionRequest(body: unknown, model: ModelConfig, al
   assertJsonObject(body)
   assertKind('completion', model, alias)
   const req = parseRequest(completionRequestSchema, body)
+  // vLLM takes `prompt_embeds` in place of (or beside) `prompt`.
+  if (req.prompt == null && body.prompt_embeds == null) throw new GatewayError('invalid_request', "Missing required parameter: 'prompt'", { param: 'prompt' })
+  // `max_tokens: 0` with `echo` scores the prompt without generating (vLLM runs it as one token); without `echo` vLLM refuses it.
+  if (req.max_tokens === 0 && body.echo !== true) {
+    throw new GatewayError('invalid_request', "'max_tokens' must be at least 1, got 0 (0 only scores the prompt, with 'echo': true)", { param: 'max_tokens' })
+  }
   const { stream, includeUsage } = resolveStream(req)
   const limits = resolveLimits(req, model, alias)
   const forwarded = withDefaults(body, model, limits.maxTokens)
-  const cost = textOrTokensCost(req.prompt, 'prompt')
-  // Only one string prompt has a native form; several prompts or token ids go as an `openai_route` job.
-  const prompt = typeof req.prompt === 'string' ? req.prompt : req.prompt.length === 1 && typeof req.prompt[0] === 'string' ? req.prompt[0] : undefined
+  // Prompt embeddings are sized by the upstream's usage when the answer settles: podgate cannot count their tokens.
+  const cost = req.prompt == null ? { tokens: 0, count: Array.isArray(body.prompt_embeds) ? body.prompt_embeds.length : 1 } : textOrTokensCost(req.prompt, 'prompt')
+  // Only one string prompt has a native form; several prompts, token ids or embeddings go as an `openai_route` job.
+  const prompt = typeof req.prompt === 'string' ? req.prompt : req.prompt?.length === 1 && typeof req.prompt[0] === 'string' ? req.prompt[0] : undefined
   const sampling = prompt === undefined ? undefined : shorthandSampling(forwarded, limits.maxTokens)
   const normalized: NormalizedRequest = {
     kind: 'completion',

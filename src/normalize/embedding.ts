@@ -1,10 +1,12 @@
 /**
  * `POST /v1/embeddings` body -> NormalizedRequest: validate `input` (a string, strings, token ids or
- * arrays of token ids) and forward everything else (`encoding_format`, `dimensions`, ...) unchanged.
+ * arrays of token ids) or vLLM's chat form (`messages`), and forward everything else (`encoding_format`,
+ * `dimensions`, ...) unchanged.
  * Embeddings have no native shorthand: native endpoints get an `openai_route` job.
  */
 import type { ModelConfig } from '../config/schema.ts'
-import { textOrTokensCost } from './estimate.ts'
+import { GatewayError } from '../errors/index.ts'
+import { chatPromptTokens, textOrTokensCost } from './estimate.ts'
 import { embeddingRequestSchema } from './schemas.ts'
 import { assertKind } from './sampling.ts'
 import { assertJsonObject, parseRequest } from './zod-errors.ts'
@@ -19,7 +21,9 @@ export function normalizeEmbeddingRequest(body: unknown, model: ModelConfig, ali
   assertJsonObject(body)
   assertKind('embedding', model, alias)
   const req = parseRequest(embeddingRequestSchema, body)
-  const cost = textOrTokensCost(req.input, 'input')
+  if (req.input == null && req.messages == null) throw new GatewayError('invalid_request', "Missing required parameter: 'input'", { param: 'input' })
+  // vLLM embeds chat `messages` (its chat form, for multimodal embedding models) in place of `input`.
+  const promptTokens = (req.input == null ? 0 : textOrTokensCost(req.input, 'input').tokens) + (req.messages == null ? 0 : chatPromptTokens({}, req.messages))
   const normalized: NormalizedRequest = {
     kind: 'embedding',
     model: alias,
@@ -28,7 +32,7 @@ export function normalizeEmbeddingRequest(body: unknown, model: ModelConfig, ali
     body: { ...body },
     shorthand: false,
     sampling: { max_tokens: 0 },
-    estimate: { promptTokens: cost.tokens, sequences: 0 },
+    estimate: { promptTokens, sequences: 0 },
   }
   if (req.user != null) normalized.user = req.user
   return normalized

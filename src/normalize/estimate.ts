@@ -25,8 +25,10 @@ export function chatPromptTokens(body: Record<string, unknown>, messages: readon
       if (value === null || value === undefined || name === 'role') continue
       if (typeof value === 'string') chars += value.length
       else if (name === 'content' && Array.isArray(value)) {
-        for (const part of value as Record<string, unknown>[]) {
-          if (part.type === 'text' && typeof part.text === 'string') chars += part.text.length
+        for (const part of value as (string | Record<string, unknown>)[]) {
+          if (typeof part === 'string') chars += part.length
+          else if (part.type === 'text' && typeof part.text === 'string') chars += part.text.length
+          else if (part.type === 'text') continue
           else media++
         }
       } else chars += JSON.stringify(value).length

@@ -7,6 +7,7 @@ export { normalizeChatRequest } from './chat.ts'
 export { normalizeCompletionRequest } from './completion.ts'
 export { normalizeEmbeddingRequest } from './embedding.ts'
 export { toNativeInput, toOpenAIBody, SAMPLING_KEYS, OPENAI_ROUTE } from './upstream-bodies.ts'
+export { assertNativeSampling } from './shorthand.ts'
 export {
   chatCompletionRequestSchema,
   completionRequestSchema,

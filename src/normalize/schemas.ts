@@ -12,10 +12,13 @@ import { described } from '../zod/describe.ts'
 
 /** Longest text podgate accepts, per string and summed over a request's messages or prompt. */
 export const MAX_TEXT_CHARS = 1_000_000
-/** Most messages in one chat request (and most prompts / inputs in one array). */
-export const MAX_MESSAGES = 1_000
-/** Most stop sequences the native shorthand carries (OpenAI allows 4; vLLM has no limit). */
-export const MAX_STOP_SEQUENCES = 16
+/**
+ * Most items in one array: messages, content parts, prompts, inputs. vLLM has no limit of its own, so this
+ * only guards podgate's parse; `maxBodyBytes` bounds a request first (OpenAI allows 2,048 embedding inputs).
+ */
+export const MAX_MESSAGES = 100_000
+/** Most stop sequences the native shorthand carries (OpenAI allows 4; vLLM has no limit: this only bounds the parse). */
+export const MAX_STOP_SEQUENCES = 1_000
 /** Schema-level ceiling for `n` / `best_of`; the per-model `maxChoices` is enforced by the normalizer. */
 const MAX_CHOICES_CEILING = 128
 /** Longest token-id prompt or input, per array. */
@@ -54,22 +57,29 @@ const readShape = {
     'vLLM: generate this many sequences and return the best `n` (at least `n`, at most `maxChoices`). Charged in the reservation.',
   ),
   temperature: described(
-    z.nullish(z.number().check(z.minimum(0), z.maximum(2))),
-    'Sampling temperature, 0 to 2. `0` makes the answer cacheable.',
+    z.nullish(z.number().check(z.minimum(0))),
+    'Sampling temperature, at least 0 (OpenAI stops at 2; vLLM takes any). `0` makes the answer cacheable.',
   ),
   seed: described(z.nullish(z.number().check(z.int())), 'Seed for reproducible sampling; makes the answer cacheable.'),
   user: described(z.nullish(chars(256)), 'An end-user identifier. Forwarded; never part of a cache key.'),
 }
 
-/** A content part: podgate reads `type` (and a text part's `text` for the estimate); the rest passes through. */
+/**
+ * A content part: podgate reads `type` (and a text part's `text` for the estimate); the rest passes
+ * through. vLLM also takes a bare string as a text part, a part with no `type` (`{"image_url": ...}`), and
+ * skips a null `text`.
+ */
 const contentPartSchema = described(
-  z.looseObject({
-    type: described(
-      z.string().check(z.minLength(1), z.maxLength(64)),
-      '`text`, `image_url`, `input_audio`, `audio_url`, `video_url`, ... : any type vLLM serves.',
-    ),
-    text: z.optional(chars(MAX_TEXT_CHARS)),
-  }),
+  z.union([
+    chars(MAX_TEXT_CHARS),
+    z.looseObject({
+      type: described(
+        z.optional(z.string().check(z.minLength(1), z.maxLength(64))),
+        '`text`, `image_url`, `input_audio`, `audio_url`, `video_url`, ... : any type vLLM serves (vLLM infers it when left out).',
+      ),
+      text: z.nullish(chars(MAX_TEXT_CHARS)),
+    }),
+  ], { error: 'expected a string or an object' }),
   'A content part, forwarded unchanged.',
 )
 
@@ -121,18 +131,26 @@ function textOrTokens(what: string) {
 export const completionRequestSchema = described(
   z.looseObject({
     ...readShape,
-    prompt: textOrTokens('prompt'),
+    max_tokens: described(
+      z.nullish(z.number().check(z.int(), z.minimum(0))),
+      'Most tokens to generate. Capped per model; defaults to the model\'s configured default. `0` only with `echo: true`: vLLM then scores the prompt (its logprobs) without generating.',
+    ),
+    prompt: z.optional(textOrTokens('prompt')),
   }),
-  'An OpenAI (legacy) text completion request. Fields podgate does not read (`echo`, `logprobs`, `prompt_embeds`, ...) are forwarded unchanged.',
+  'An OpenAI (legacy) text completion request: `prompt`, or vLLM\'s `prompt_embeds`, or both. Fields podgate does not read (`echo`, `logprobs`, `prompt_embeds`, ...) are forwarded unchanged.',
 )
 
 export const embeddingRequestSchema = described(
   z.looseObject({
     model: modelField,
-    input: textOrTokens('input'),
+    input: z.optional(textOrTokens('input')),
+    messages: described(
+      z.optional(z.array(messageSchema).check(z.minLength(1), z.maxLength(MAX_MESSAGES))),
+      'vLLM: chat messages to embed instead of `input` (a multimodal embedding model takes image and audio parts this way).',
+    ),
     user: readShape.user,
   }),
-  'An OpenAI embeddings request. `encoding_format`, `dimensions` and any other field are forwarded unchanged.',
+  'An OpenAI embeddings request (`input`), or vLLM\'s chat form (`messages`). `encoding_format`, `dimensions` and any other field are forwarded unchanged.',
 )
 
 export type ChatCompletionRequest = z.infer<typeof chatCompletionRequestSchema>

@@ -10,31 +10,39 @@
 import * as z from 'zod/mini'
 import { MAX_STOP_SEQUENCES } from './schemas.ts'
 import type { NormalizedMessage, SamplingParams } from './types.ts'
+import { parseRequest } from './zod-errors.ts'
 
 const stopString = z.string().check(z.minLength(1), z.maxLength(1_000))
+const MAX_STOP_TOKEN_IDS = 100_000
 const optionalInt = (...checks: z.core.$ZodCheck<number>[]) => z.optional(z.number().check(z.int(), ...checks))
 const optionalNumber = (...checks: z.core.$ZodCheck<number>[]) => z.optional(z.number().check(...checks))
 
-/** worker-vllm's sampling params in the types its native input takes; names are OpenAI's or vLLM's. */
+/**
+ * worker-vllm's sampling params (runpod-api.md §2) in the types its native input takes, with vLLM's own
+ * bounds (`SamplingParams._verify_args`) and no tighter ones; names are OpenAI's or vLLM's.
+ */
 const nativeSamplingSchema = z.strictObject({
   max_tokens: optionalInt(z.minimum(1)),
   n: optionalInt(z.minimum(1)),
   best_of: optionalInt(z.minimum(1)),
-  temperature: optionalNumber(z.minimum(0), z.maximum(2)),
+  temperature: optionalNumber(z.minimum(0)),
   top_p: optionalNumber(z.gt(0), z.maximum(1)),
   top_k: optionalInt(z.minimum(-1)),
   min_p: optionalNumber(z.minimum(0), z.maximum(1)),
   presence_penalty: optionalNumber(z.minimum(-2), z.maximum(2)),
   frequency_penalty: optionalNumber(z.minimum(-2), z.maximum(2)),
-  repetition_penalty: optionalNumber(z.gt(0), z.maximum(2)),
+  repetition_penalty: optionalNumber(z.gt(0)),
+  use_beam_search: z.optional(z.boolean()),
   length_penalty: optionalNumber(),
+  early_stopping: z.optional(z.union([z.boolean(), z.literal('never')])),
   stop: z.optional(z.union([stopString, z.array(stopString).check(z.maxLength(MAX_STOP_SEQUENCES))])),
-  stop_token_ids: z.optional(z.array(z.number().check(z.int(), z.minimum(0))).check(z.maxLength(64))),
+  stop_token_ids: z.optional(z.array(z.number().check(z.int(), z.minimum(0))).check(z.maxLength(MAX_STOP_TOKEN_IDS))),
   ignore_eos: z.optional(z.boolean()),
   min_tokens: optionalInt(z.minimum(0)),
   skip_special_tokens: z.optional(z.boolean()),
   spaces_between_special_tokens: z.optional(z.boolean()),
   include_stop_str_in_output: z.optional(z.boolean()),
+  truncate_prompt_tokens: optionalInt(z.minimum(-1)),
   seed: optionalInt(),
 })
 
@@ -50,7 +58,9 @@ export const SAMPLING_KEYS = [
   'presence_penalty',
   'frequency_penalty',
   'repetition_penalty',
+  'use_beam_search',
   'length_penalty',
+  'early_stopping',
   'stop',
   'stop_token_ids',
   'ignore_eos',
@@ -58,6 +68,7 @@ export const SAMPLING_KEYS = [
   'skip_special_tokens',
   'spaces_between_special_tokens',
   'include_stop_str_in_output',
+  'truncate_prompt_tokens',
   'seed',
 ] as const satisfies readonly (keyof SamplingParams)[]
 
@@ -98,6 +109,15 @@ export function shorthandSampling(body: Record<string, unknown>, maxTokens: numb
     ;(sampling as unknown as Record<string, unknown>)[key] = key === 'stop' && typeof value === 'string' ? [value] : value
   }
   return sampling
+}
+
+/**
+ * Why `shorthandSampling` refused sampling params that are all native ones (a value out of vLLM's
+ * bounds or of another type): throws the 400 naming the param, else returns.
+ */
+export function assertNativeSampling(body: Record<string, unknown>): void {
+  const picked = Object.fromEntries(Object.entries(body).filter(([name, value]) => SAMPLING.has(name) && value !== null && value !== undefined))
+  parseRequest(nativeSamplingSchema, picked)
 }
 
 /** Text-only messages in the shorthand's form, or undefined when one carries anything else. */

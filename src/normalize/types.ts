@@ -28,7 +28,9 @@ export interface SamplingParams {
   presence_penalty?: number
   frequency_penalty?: number
   repetition_penalty?: number
+  use_beam_search?: boolean
   length_penalty?: number
+  early_stopping?: boolean | 'never'
   stop?: string[]
   stop_token_ids?: number[]
   ignore_eos?: boolean
@@ -36,6 +38,7 @@ export interface SamplingParams {
   skip_special_tokens?: boolean
   spaces_between_special_tokens?: boolean
   include_stop_str_in_output?: boolean
+  truncate_prompt_tokens?: number
   seed?: number
 }
 

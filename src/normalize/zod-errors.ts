@@ -60,9 +60,10 @@ export function invalidRequestFromIssues(issues: readonly Issue[]): GatewayError
 }
 
 /**
- * A union that failed in every branch reports all branches; the caller is best served by the branch that
- * got furthest into the value: the bad `type` of one content part rather than "expected a string", or
- * "at most 16 items" from the branch whose type matched rather than a type error from the other one.
+ * A union that failed in every branch reports all branches; the caller is best served by the branch whose
+ * type matched: a size or format problem ("at most 16 items", "too long") before any type error, since a
+ * type error at an item only says the items are of another branch's kind; among type errors, the one that
+ * got furthest into the value (the bad `type` of one content part rather than "expected a string").
  */
 function leafOf(issue: Issue, prefix: readonly PathKey[]): { issue: Issue; path: PathKey[] } {
   const path = [...prefix, ...issue.path]
@@ -72,7 +73,7 @@ function leafOf(issue: Issue, prefix: readonly PathKey[]): { issue: Issue; path:
     for (const branch of issue.errors) {
       const head = branch[0]
       if (!head) continue
-      const rank = head.path.length * 2 + (head.code === 'invalid_type' ? 0 : 1)
+      const rank = (head.code === 'invalid_type' ? 0 : 1_000) + head.path.length
       if (rank > bestRank) {
         best = head
         bestRank = rank

@@ -102,6 +102,8 @@ function planChoice(request: GenerationRequest, generate: GenerateOptions, promp
     return finish({ tokens: tokens.slice(0, cap), finishReason: tokens.length > cap ? 'length' : 'stop' })
   }
   const text = generateCompletion(generate)
+  // echo with max_tokens 0: vLLM answers the prompt alone (it generates one token and drops it).
+  if (request.echo && generate.maxTokens === 0) return finish({ tokens: [], finishReason: 'length' })
   return finish({ tokens: text.tokens, finishReason: text.finishReason })
 }
 

@@ -13,7 +13,9 @@ import type { JsonObject } from './types.ts'
 const tokenIds = z.array(z.number().check(z.int(), z.minimum(0))).check(z.minLength(1))
 export const embeddingBodySchema = z.looseObject({
   model: z.nullish(z.string()),
-  input: z.union([z.string(), z.array(z.string()).check(z.minLength(1)), tokenIds, z.array(tokenIds).check(z.minLength(1))]),
+  input: z.optional(z.union([z.string(), z.array(z.string()).check(z.minLength(1)), tokenIds, z.array(tokenIds).check(z.minLength(1))])),
+  /** vLLM's chat form (EmbeddingChatRequest): the conversation is embedded as one input. */
+  messages: z.optional(z.array(z.looseObject({ role: z.string() })).check(z.minLength(1))),
   encoding_format: z.nullish(z.enum(['float', 'base64'])),
   dimensions: z.nullish(z.number().check(z.int())),
 })
@@ -41,7 +43,10 @@ export function embeddingsResponse(body: unknown, options: { model: string; defa
       refusal: { status: 400, type: 'BadRequestError', message: `dimensions must be between 1 and ${options.defaultDimensions} for this model.` },
     }
   }
-  const inputs = inputList(b.input)
+  if (b.input === undefined && b.messages === undefined) {
+    return { ok: false, refusal: { status: 400, type: 'BadRequestError', message: 'input: Field required' } }
+  }
+  const inputs = b.input === undefined ? [messagesInput(b.messages!)] : inputList(b.input)
   const data = inputs.map((input, index): JsonObject => {
     const vector = embed(input.key, options.defaultDimensions, dimensions)
     return { index, object: 'embedding', embedding: b.encoding_format === 'base64' ? toBase64(vector) : [...vector] }
@@ -71,7 +76,20 @@ export function embed(key: string, full: number, dimensions: number): Float32Arr
   return Float32Array.from(values, (v) => v / norm)
 }
 
-function inputList(input: z.infer<typeof embeddingBodySchema>['input']): Array<{ key: string; tokens: number }> {
+/** A conversation as one input: its key is its JSON, its tokens the words of its text (media parts one each). */
+function messagesInput(messages: ReadonlyArray<Record<string, unknown>>): { key: string; tokens: number } {
+  let tokens = 0
+  for (const { content } of messages) {
+    const parts = typeof content === 'string' ? [content] : Array.isArray(content) ? content : []
+    for (const part of parts) {
+      const text = typeof part === 'string' ? part : typeof part === 'object' && part !== null && typeof (part as { text?: unknown }).text === 'string' ? (part as { text: string }).text : undefined
+      tokens += text === undefined ? 1 : text.trim().split(/\s+/).filter(Boolean).length
+    }
+  }
+  return { key: `m:${JSON.stringify(messages)}`, tokens: Math.max(1, tokens) }
+}
+
+function inputList(input: NonNullable<z.infer<typeof embeddingBodySchema>['input']>): Array<{ key: string; tokens: number }> {
   const fromText = (text: string) => ({ key: `t:${text}`, tokens: Math.max(1, text.trim() === '' ? 0 : text.trim().split(/\s+/).length) })
   const fromIds = (ids: number[]) => ({ key: `i:${ids.join(',')}`, tokens: ids.length })
   if (typeof input === 'string') return [fromText(input)]

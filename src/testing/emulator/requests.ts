@@ -149,6 +149,8 @@ export const completionBodySchema = z.looseObject({
   prompt: z.nullish(z.union([z.string(), z.array(z.string()).check(z.minLength(1)), tokenIds, z.array(tokenIds).check(z.minLength(1))])),
   /** Base64 tensors, one prompt each; vLLM takes them instead of (or besides) `prompt`. */
   prompt_embeds: z.nullish(z.union([z.string(), z.array(z.string()).check(z.minLength(1))])),
+  /** 0 with `echo`: vLLM scores the prompt without generating. */
+  max_tokens: z.nullish(int().check(z.minimum(0))),
   logprobs: z.nullish(int()),
   echo: z.nullish(z.boolean()),
 })
@@ -215,6 +217,8 @@ export function parseOpenAIBody(kind: 'chat' | 'completion', body: unknown): Par
   if (prompts.length === 0) return { ok: false, message: 'Either prompt or prompt_embeds must be provided and non-empty.' }
   const directives = parseDirectives(prompts.map((p) => p.text))
   if (b.logprobs != null && b.logprobs < 0) return { ok: false, message: '`logprobs` must be a positive value.', directives }
+  // vLLM runs echo with max_tokens 0 as one token and answers the prompt alone; without echo SamplingParams refuses 0.
+  if (b.max_tokens === 0 && !b.echo) return { ok: false, message: 'max_tokens must be at least 1, got 0.', directives }
   const common = openAICommon(b)
   if (!common.ok) return { ok: false, message: common.message, directives }
   return {
