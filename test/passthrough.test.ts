@@ -61,7 +61,7 @@ function fakeUpstream(script: Script) {
     const [verb, id = ''] = op.split('/')
     const job = jobs.get(id)
     if (verb === 'stream' && job) return Response.json({ id, status: job.status, stream: (job.output ?? []).map((output) => ({ output })), error: job.error })
-    if (verb === 'status' && job) return Response.json({ id, status: job.status, output: job.output, error: job.error })
+    if ((verb === 'status' || verb === 'status-sync') && job) return Response.json({ id, status: job.status, output: job.output, error: job.error })
     if (verb === 'cancel') return Response.json({ id, status: 'CANCELLED' })
     return new Response('not found', { status: 404 })
   }
@@ -142,9 +142,9 @@ describe('requests pass through', () => {
     const { key } = await h.createKey()
     const res = await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ ...CHAT_BODY, model: 'native' })))
     expect(res.status).toBe(200)
-    expect(calls[0]).toMatchObject({ op: 'runsync', body: { input: { openai_route: '/v1/chat/completions', openai_input: { ...CHAT_BODY, model: SERVED } } } })
+    expect(calls[0]).toMatchObject({ op: 'run', body: { input: { openai_route: '/v1/chat/completions', openai_input: { ...CHAT_BODY, model: SERVED } } } })
     await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ model: 'native', messages: [{ role: 'user', content: 'hi' }], temperature: 0.5 })))
-    expect(calls[1]!.body).toEqual({ input: { messages: [{ role: 'user', content: 'hi' }], sampling_params: { max_tokens: 512, temperature: 0.5 }, stream: false } })
+    expect(calls.filter((call) => call.op === 'run')[1]!.body).toEqual({ input: { messages: [{ role: 'user', content: 'hi' }], sampling_params: { max_tokens: 512, temperature: 0.5 }, stream: false } })
   })
 })
 
@@ -204,7 +204,7 @@ describe('embeddings', () => {
       expect(res.status).toBe(200)
       expect(await res.json()).toEqual({ ...list(encoding_format), model })
       if (model === 'openai') expect(calls[0]).toMatchObject({ op: 'openai/v1/embeddings', body: { ...body, model: SERVED } })
-      else expect(calls[0]).toMatchObject({ op: 'runsync', body: { input: { openai_route: '/v1/embeddings', openai_input: { ...body, model: SERVED } } } })
+      else expect(calls[0]).toMatchObject({ op: 'run', body: { input: { openai_route: '/v1/embeddings', openai_input: { ...body, model: SERVED } } } })
     }
     expect((await h.fetch('/v1/embeddings', authed(key, JSON.stringify({ model, input: 5 })))).status).toBe(400)
   })

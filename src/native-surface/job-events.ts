@@ -24,6 +24,7 @@ import type { Usage } from '../streaming/openai-chunks.ts'
 import { jobFailure } from '../upstream/native.ts'
 import { isCompletionBody, nativeOutputToOpenAI } from '../upstream/runpod/output.ts'
 // The shared wait removes its abort listener when the timer fires (a stream polls hundreds of times on one signal).
+import { cancelJob, streamPage } from '../upstream/job-calls.ts'
 import { sleep } from '../upstream/retry.ts'
 import { isTerminal } from '../upstream/runpod/client.ts'
 import type { JobStatus, RunpodClient } from '../upstream/runpod/client.ts'
@@ -93,7 +94,7 @@ export function jobEventStream(options: JobEventsOptions): Response {
   const cancelUpstream = () => {
     if (ended || options.detach) return
     ended = true
-    options.waitUntil(client.cancel(job.endpoint, job.upstreamId).catch(() => undefined))
+    options.waitUntil(cancelJob(client, job.endpoint, job.upstreamId))
   }
   signal?.addEventListener('abort', cancelUpstream, { once: true })
 
@@ -141,7 +142,7 @@ export function jobEventStream(options: JobEventsOptions): Response {
   }
 
   async function liveStep(): Promise<void> {
-    const page = await client.stream(job.endpoint, job.upstreamId, { waitMs, signal })
+    const page = await streamPage(client, job.endpoint, job.upstreamId, { waitMs, ...(signal ? { signal } : {}), onRetry: () => polls++ })
     noteStatus(page.status)
     for (const item of page.stream) send(event('output', text.push(item.output), ++sent))
     if (isTerminal(page.status)) {

@@ -16,14 +16,21 @@ import type { NativeStreamDecoder } from '../streaming/native-decoder.ts'
 import { DONE, encodeSSEData, sseErrorEvent } from '../streaming/openai-chunks.ts'
 import { jobFailure } from './native.ts'
 import { isRefusal } from '../streaming/vllm.ts'
+import { cancelJob, streamPage } from './job-calls.ts'
 import { retryableFailure, sleep } from './retry.ts'
 import { isTerminal } from './runpod/client.ts'
 import type { Endpoint, JobStream } from './runpod/client.ts'
 import { completionId, SSE_HEADERS } from './types.ts'
 import type { CompletionCall, TokenUsage } from './types.ts'
 
-/** Most `/stream` polls one streamed answer may make: Workers cap subrequests per invocation. */
-export const MAX_STREAM_POLLS = 900
+/**
+ * Least time between two `/stream` polls of one job while the first half of the poll budget
+ * (`runpod.maxPollsPerStream`: Workers cap subrequests per invocation) lasts: a long poll returns as soon
+ * as an item exists, and a current worker yields a few bytes an item, so without a pace a long answer
+ * would use up the budget in its first minute. Past half the budget, the pace spreads the polls left
+ * over the time left, so a long answer gets coarser pages instead of an error.
+ */
+const MIN_POLL_INTERVAL_MS = 200
 const encoder = new TextEncoder()
 const HEARTBEAT = encoder.encode(': keep-alive\n\n')
 
@@ -46,6 +53,8 @@ interface Attempt {
   abort: AbortController
   poll: Promise<PollResult> | undefined
   emptyDelay: number
+  /** When this attempt's last poll began (epoch ms), for the pace. */
+  lastPollAt: number
 }
 
 type PollResult = { ok: true; attempt: Attempt; page: JobStream } | { ok: false; attempt: Attempt; error: unknown }
@@ -134,6 +143,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
       abort: new AbortController(),
       poll: undefined,
       emptyDelay: 0,
+      lastPollAt: 0,
       decoder: createNativeStreamDecoder({
         kind: request.kind,
         model: model.alias,
@@ -154,7 +164,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
     attempt.abort.abort()
     if (attempt.ended) return
     attempt.ended = true
-    call.waitUntil(client.cancel(attempt.endpoint, attempt.jobId).catch(() => undefined))
+    call.waitUntil(cancelJob(client, attempt.endpoint, attempt.jobId))
   }
 
   async function launch(endpoint: Endpoint): Promise<Attempt> {
@@ -179,16 +189,29 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
     }
   }
 
+  /** The least time between two polls of one job now (see MIN_POLL_INTERVAL_MS). */
+  function pace(): number {
+    const budget = runpod.maxPollsPerStream
+    if (polls < budget / 2) return MIN_POLL_INTERVAL_MS
+    return Math.max(MIN_POLL_INTERVAL_MS, (started + timeouts.totalMs - Date.now()) / Math.max(1, budget - polls))
+  }
+
   function poll(attempt: Attempt, waitMs: number): Promise<PollResult> {
-    if (polls >= MAX_STREAM_POLLS) {
-      return Promise.resolve({ ok: false, attempt, error: new GatewayError('upstream_timeout', 'The model did not finish within podgate\'s poll budget.') })
+    if (polls >= runpod.maxPollsPerStream) {
+      return Promise.resolve({ ok: false, attempt, error: new GatewayError('upstream_timeout', 'The model did not finish within podgate\'s poll budget (runpod.maxPollsPerStream).') })
     }
     polls++
     const pollSignal = AbortSignal.any([signal, attempt.abort.signal])
     const run = async (): Promise<PollResult> => {
-      if (attempt.emptyDelay > 0) await sleep(attempt.emptyDelay, pollSignal)
-      const begun = Date.now()
-      const page = await client.stream(attempt.endpoint, attempt.jobId, { waitMs, signal: pollSignal })
+      const wait = Math.max(attempt.emptyDelay, attempt.lastPollAt + pace() - Date.now())
+      if (wait > 0) await sleep(wait, pollSignal)
+      const begun = (attempt.lastPollAt = Date.now())
+      let page = await streamPage(client, attempt.endpoint, attempt.jobId, { waitMs, signal: pollSignal, onRetry: () => polls++ })
+      // `/stream` answers carry no `error`: one `/status` call fetches the handler's message.
+      if (isTerminal(page.status) && page.status !== 'COMPLETED' && page.error === undefined) {
+        const state = await client.status(attempt.endpoint, attempt.jobId, { signal: pollSignal }).catch(() => undefined)
+        if (state?.error !== undefined) page = { ...page, error: state.error }
+      }
       // A server that honours `?wait=` already waited; one that answers at once (runpod-python's local
       // server) gets a growing pause so podgate does not spin on it.
       const quickAndEmpty = page.stream.length === 0 && !isTerminal(page.status) && Date.now() - begun < 100

@@ -1,15 +1,20 @@
 /**
- * Serves a completion through worker-vllm's native job API as a JSON answer: `/runsync` (+ `/status`
- * polling). Streams are served by `native-stream.ts`. Whatever the worker generation, the caller gets
- * the same OpenAI shapes as from the OpenAI route.
+ * Serves a completion through worker-vllm's native job API as a JSON answer: `/run`, then `/status-sync`
+ * long polls (Runpod's hosted API) or `/status` polls (a `url:` endpoint, e.g. runpod-python's local
+ * server). Streams are served by `native-stream.ts`. Whatever the worker generation, the caller gets the
+ * same OpenAI shapes as from the OpenAI route.
  *
  * A job outlives the HTTP call that started it (runpod-api.md §1), so every path that gives up on a job
- * (caller gone, timeout) cancels it upstream: a GPU never runs for nobody. A `/runsync` that failed
- * without a job id, or whose job FAILED, is retried on the next endpoint (see `retry.ts`).
+ * (caller gone, timeout) cancels it upstream: a GPU never runs for nobody. That takes the job's id, so the
+ * job is queued with `/run`, which answers it at once, not `/runsync`, which answers it only when the job
+ * is done or its wait ran out: a caller who left during a `/runsync` left a job no one could cancel. A
+ * `/run` that failed without a job id, or whose job FAILED, is retried on the next endpoint (see
+ * `retry.ts`).
  */
 import { GatewayError } from '../errors/index.ts'
 import { toNativeInput } from '../normalize/index.ts'
 import { codedRefusal, errorItemFailure, isRecord, isRefusal, readUsage, workerFailure } from '../streaming/vllm.ts'
+import { cancelJob } from './job-calls.ts'
 import { retryableFailure, sleep } from './retry.ts'
 import { nativeOutputToOpenAI } from './runpod/output.ts'
 import { isTerminal } from './runpod/client.ts'
@@ -21,19 +26,37 @@ export async function nativeJson(call: CompletionCall): Promise<Response> {
   const { client, runpod, request, model, plan } = call
   const timeoutMs = Math.min(runpod.timeoutMs, model.config.resilience.timeouts.totalMs)
   const deadline = Date.now() + timeoutMs
+  const gone = () => call.signal?.aborted === true
   const job = await plan.run(async (endpoint) => {
-    let job = await client.runsync(endpoint, { input: toNativeInput(request, model.servedModelName) }, { waitMs: Math.max(1_000, Math.min(runpod.runsyncWaitMs, deadline - Date.now())), signal: call.signal })
+    // Not under the caller's signal: a `/run` cut off when the caller leaves may still have queued its
+    // job, and only the id it answers lets podgate cancel that job (from `waitUntil`, which outlives the caller).
+    const queued = client.run(endpoint, { input: toNativeInput(request, model.servedModelName) })
+    let cancelled = false
+    const cancel = (id: string) => {
+      if (cancelled) return
+      cancelled = true
+      call.waitUntil(cancelJob(client, endpoint, id))
+    }
+    call.waitUntil(queued.then((job) => (gone() && !isTerminal(job.status) ? cancel(job.id) : undefined), () => undefined))
+    let job = await queued
     try {
       let delay = 250
       while (!isTerminal(job.status)) {
-        if (call.signal?.aborted) throw new GatewayError('upstream_error', 'The request was cancelled.')
-        if (Date.now() + delay > deadline) throw new GatewayError('upstream_timeout', 'The model did not finish in time.')
+        if (gone()) throw new GatewayError('upstream_error', 'The request was cancelled.')
+        const left = deadline - Date.now()
+        if (endpoint.credential.kind === 'runpod') {
+          // Runpod's hosted API waits for the job server-side (the op runpod-sdk uses after `/runsync`).
+          if (left < 1_000) throw new GatewayError('upstream_timeout', 'The model did not finish in time.')
+          job = await client.statusSync(endpoint, job.id, { waitMs: Math.min(runpod.runsyncWaitMs, left), signal: call.signal })
+          continue
+        }
+        if (delay > left) throw new GatewayError('upstream_timeout', 'The model did not finish in time.')
         await sleep(delay, call.signal)
         delay = Math.min(delay * 2, 2_000)
         job = await client.status(endpoint, job.id, { signal: call.signal })
       }
     } catch (error) {
-      call.waitUntil(client.cancel(endpoint, job.id).catch(() => undefined))
+      cancel(job.id)
       throw error
     }
     // The job has ended without output, so another endpoint may run it without running it twice.

@@ -86,6 +86,20 @@ export function resolveEndpoint(config: EndpointConfig, runpodBaseUrl: string, d
   return { base: config.url.replace(/\/+$/, ''), label: url.host, mode, weight: config.weight, credential }
 }
 
+/**
+ * A call to Runpod's API that queues a job and broke off without an answer: the job may be queued, and a
+ * dropped connection does not cancel it (runpod-api.md §1), so the failure is not one to retry, as a
+ * timed-out one is not: a second try could run the job twice, the first with no id to cancel. (workerd
+ * reports a refused connection and a dropped one alike; Runpod's API does not refuse connections, while
+ * a `url:` endpoint, such as a local server that is down, does: its failures are still failed over.)
+ */
+function queuedMaybe(error: unknown, endpoint: Endpoint): never {
+  if (endpoint.credential.kind === 'runpod' && error instanceof GatewayError && error.code === 'upstream_unavailable') {
+    throw new GatewayError('upstream_error', 'The connection to the upstream broke while it queued the job; the job may be running, so podgate does not start it again.', { cause: error })
+  }
+  throw error
+}
+
 /** Job ids reach upstream URLs, so they are checked here even though podgate mints the ids callers see. */
 const JOB_ID_PATTERN = /^[A-Za-z0-9_-]{1,128}$/
 
@@ -110,14 +124,14 @@ export class RunpodClient {
 
   /** `POST /run`: queue a job. Returns `{id, status}`. */
   run(endpoint: Endpoint, body: unknown, options: CallOptions = {}): Promise<JobStatus> {
-    return this.#json(endpoint, 'run', { method: 'POST', body }, options).then(asJobStatus)
+    return this.#json(endpoint, 'run', { method: 'POST', body }, options).then(asJobStatus, (error: unknown) => queuedMaybe(error, endpoint))
   }
 
   /** `POST /runsync?wait=`: the job's result, or a non-terminal status when the wait runs out. */
   runsync(endpoint: Endpoint, body: unknown, options: CallOptions & { waitMs?: number } = {}): Promise<JobStatus> {
     const path = options.waitMs === undefined ? 'runsync' : `runsync?wait=${options.waitMs}`
     const timeoutMs = (options.waitMs ?? this.#timeoutMs) + 5_000
-    return this.#json(endpoint, path, { method: 'POST', body }, { timeoutMs, ...options }).then(asJobStatus)
+    return this.#json(endpoint, path, { method: 'POST', body }, { timeoutMs, ...options }).then(asJobStatus, (error: unknown) => queuedMaybe(error, endpoint))
   }
 
   /** `POST /status/{id}` (POST is accepted by the hosted API and by runpod-python's local server). */

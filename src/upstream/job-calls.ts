@@ -1,0 +1,84 @@
+/**
+ * The two job calls that must not give up at Runpod's first refusal (runpod-api.md §1: every op has a
+ * per-endpoint rate limit, `/cancel` the lowest at 100 per 10 s and 20 at once, and over it a 429):
+ *
+ * - `cancelJob`: only `/cancel`, `executionTimeout` and `ttl` stop a job, so a cancel that was refused,
+ *   failed or never arrived is sent again, or the GPU runs (and bills) for nobody.
+ * - `streamPage`: a `/stream` poll Runpod refused (429, or a 5xx) handed out no items, so it is asked
+ *   again instead of ending a healthy answer. A poll that broke off without a status is not asked again:
+ *   its page may have been handed out and lost, and a second poll would silently skip those items.
+ */
+import { GatewayError } from '../errors/index.ts'
+import { sleep } from './retry.ts'
+import { UpstreamStatus } from './runpod/client.ts'
+import type { Endpoint, JobStream, RunpodClient } from './runpod/client.ts'
+
+/** Tries of one cancel, in all. Spread over about 15 s: within the 30 s `waitUntil` allows after a response. */
+const CANCEL_TRIES = 5
+/** One cancel's own timeout: a hung call must not use up the time the others need. */
+const CANCEL_TIMEOUT_MS = 5_000
+/** Tries of one refused poll, in all. */
+const POLL_TRIES = 4
+/** First pause before asking again; each later one doubles (full jitter), and a longer `Retry-After` wins up to the cap. */
+const BASE_DELAY_MS = 500
+const MAX_DELAY_MS = 8_000
+
+/**
+ * Cancels a job, asking again after a 429, a 5xx or a network error; resolves once Runpod took it,
+ * answered that the job is gone (another 4xx: nothing left to stop), or every try failed.
+ *
+ * @example
+ * call.waitUntil(cancelJob(client, endpoint, job.id))
+ */
+export async function cancelJob(client: RunpodClient, endpoint: Endpoint, id: string, options: { pause?: (ms: number) => Promise<void> } = {}): Promise<void> {
+  const pause = options.pause ?? ((ms: number) => sleep(ms))
+  for (let tried = 1; ; tried++) {
+    try {
+      await client.cancel(endpoint, id, { timeoutMs: CANCEL_TIMEOUT_MS })
+      return
+    } catch (error) {
+      const status = statusOf(error)
+      // Without a status: the call broke or timed out, and may not have arrived.
+      const lost = error instanceof GatewayError && (error.code === 'upstream_unavailable' || error.code === 'upstream_timeout')
+      const again = status === undefined ? lost : status === 429 || status >= 500
+      if (!again || tried >= CANCEL_TRIES) return
+      await pause(delayFor(error, tried))
+    }
+  }
+}
+
+/**
+ * One `/stream` page, asked again (up to POLL_TRIES in all) while Runpod refuses the poll with a 429 or
+ * a 5xx; `onRetry` counts each extra poll against the caller's budget. Throws the last refusal, or at
+ * once any other failure.
+ */
+export async function streamPage(
+  client: RunpodClient,
+  endpoint: Endpoint,
+  id: string,
+  options: { waitMs?: number; signal?: AbortSignal; onRetry?: () => void; pause?: (ms: number) => Promise<void> },
+): Promise<JobStream> {
+  const pause = options.pause ?? ((ms: number) => sleep(ms, options.signal))
+  for (let tried = 1; ; tried++) {
+    try {
+      return await client.stream(endpoint, id, { ...(options.waitMs === undefined ? {} : { waitMs: options.waitMs }), ...(options.signal ? { signal: options.signal } : {}) })
+    } catch (error) {
+      const status = statusOf(error)
+      if (status === undefined || (status !== 429 && status < 500) || tried >= POLL_TRIES || options.signal?.aborted) throw error
+      await pause(delayFor(error, tried))
+      if (options.signal?.aborted) throw error
+      options.onRetry?.()
+    }
+  }
+}
+
+function statusOf(error: unknown): number | undefined {
+  return error instanceof GatewayError && error.cause instanceof UpstreamStatus ? error.cause.status : undefined
+}
+
+function delayFor(error: unknown, tried: number): number {
+  const ceiling = Math.min(MAX_DELAY_MS, BASE_DELAY_MS * 2 ** (tried - 1))
+  const jittered = Math.floor(ceiling / 2 + (Math.random() * ceiling) / 2)
+  const asked = error instanceof GatewayError && error.cause instanceof UpstreamStatus ? error.cause.retryAfterSeconds : undefined
+  return asked === undefined ? jittered : Math.min(MAX_DELAY_MS, Math.max(jittered, asked * 1000))
+}

@@ -1,0 +1,168 @@
+/**
+ * Native jobs under Runpod's own limits (runpod-api.md §1): a job outlives the call that queued it and
+ * stops only when cancelled, every op is rate-limited (`/cancel` the most), and `/stream` is a long poll
+ * that hands out each item once. Found by an independent review; each case failed before its fix.
+ */
+import { env } from 'cloudflare:test'
+import { createParser } from 'eventsource-parser'
+import type { EventSourceMessage } from 'eventsource-parser'
+import { describe, expect, it } from 'vitest'
+import type { GatewayOptions } from '../src/index.ts'
+import { createRunpodEmulator } from '../src/testing/index.ts'
+import { harness, MODELS, readSSE, RUNPOD_KEY } from './helpers.ts'
+
+const post = (key: string, body: unknown, extra: RequestInit = {}): RequestInit => ({
+  method: 'POST',
+  headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+  body: JSON.stringify(body),
+  ...extra,
+})
+const chat = (model: string, content: string, extra: Record<string, unknown> = {}) => ({ model, max_tokens: 1000, messages: [{ role: 'user', content }], ...extra })
+const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+
+/** Reads until `bytes` arrived; returns the reader, still open. */
+async function readSome(res: Response, bytes: number): Promise<ReadableStreamDefaultReader<Uint8Array>> {
+  const reader = res.body!.getReader()
+  let got = 0
+  while (got < bytes) {
+    const { value, done } = await reader.read()
+    if (done) throw new Error('the stream ended early')
+    got += value.byteLength
+  }
+  return reader
+}
+
+describe('native streams: polls', () => {
+  it('a long answer on a current worker stays within the poll budget: polls are paced, not one per item', async () => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    const h = harness({ runpod: { apiKey: RUNPOD_KEY, baseUrl: 'http://emulator.test/v2', maxPollsPerStream: 45 } }, emulator)
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', post(key, chat('chat-current', 'long [[emulator:tokens=300,delay=10]]', { stream: true })))
+    const events = await readSSE(res)
+    expect(events.at(-1)).toBe('[DONE]')
+    const polls = emulator.calls.filter((call) => call.op === 'stream').length
+    // ~3 s of output at one poll per 200 ms; one poll per item would be hundreds (and over the budget of 45).
+    expect(polls).toBeLessThanOrEqual(30)
+  })
+
+  it('one refused poll (429) does not end a healthy OpenAI stream: it is asked again', async () => {
+    const h = harness()
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', post(key, chat('chat-classic', 'x [[emulator:tokens=200,delay=20]]', { stream: true, max_tokens: 300 })))
+    const reader = res.body!.getReader()
+    const decoder = new TextDecoder()
+    let text = ''
+    let refused = false
+    for (;;) {
+      const { value, done } = await reader.read()
+      if (done) break
+      text += decoder.decode(value, { stream: true })
+      if (!refused && text.length > 500) {
+        refused = true
+        h.emulator.configure('vllmclassic', { fault: { kind: 'http', status: 429, ops: ['stream'], times: 1 } })
+      }
+    }
+    expect(refused).toBe(true)
+    expect(h.emulator.calls.some((call) => call.op === 'stream' && call.status === 429)).toBe(true)
+    expect(text.trim().split('\n\n').at(-1)).toBe('data: [DONE]')
+  })
+
+  it('one refused poll (503) does not end a job event stream', async () => {
+    const h = harness({ runpod: { apiKey: RUNPOD_KEY, baseUrl: 'http://emulator.test/v2', streamWaitMs: 300 } })
+    const { key } = await h.createKey()
+    const { id } = (await (await h.fetch('/v2/chat-current/run', post(key, { input: { messages: [{ role: 'user', content: 'x [[emulator:tokens=200,delay=20]]' }], stream: true, sampling_params: { max_tokens: 300 } } }))).json()) as { id: string }
+    const res = await h.fetch(`/v2/chat-current/stream/${id}`, { headers: { authorization: `Bearer ${key}`, accept: 'text/event-stream' } })
+    const reader = res.body!.getReader()
+    const events: EventSourceMessage[] = []
+    const parser = createParser({ onEvent: (event) => events.push(event) })
+    const decoder = new TextDecoder()
+    let refused = false
+    for (;;) {
+      const { value, done } = await reader.read()
+      if (done) break
+      parser.feed(decoder.decode(value, { stream: true }))
+      if (!refused && events.filter((event) => event.event === 'output').length >= 3) {
+        refused = true
+        h.emulator.configure('vllmcurrent', { fault: { kind: 'http', status: 503, ops: ['stream'], times: 1 } })
+      }
+    }
+    expect(h.emulator.calls.some((call) => call.op === 'stream' && call.status === 503)).toBe(true)
+    expect(events.at(-1)?.event).toBe('done')
+  })
+
+  it('a job that FAILED reports the handler\'s message on a stream as it does on a JSON answer', async () => {
+    const h = harness()
+    const { key } = await h.createKey()
+    const content = 'x [[emulator:fault=job_failed]]'
+    const json = (await (await h.fetch('/v1/chat/completions', post(key, chat('chat-classic', content)))).json()) as { error: { message: string } }
+    const streamed = await h.fetch('/v1/chat/completions', post(key, chat('chat-classic', content, { stream: true })))
+    expect(streamed.status).toBe(502)
+    const body = (await streamed.json()) as { error: { message: string } }
+    expect(json.error.message).toContain('Emulated')
+    expect(body.error.message).toBe(json.error.message)
+  })
+})
+
+describe('native jobs: cancels', () => {
+  it.each(['openai stream', 'job event stream'])('a cancel Runpod refuses (429) is sent again: no job runs for nobody (%s)', async (surface) => {
+    const h = harness()
+    const { key } = await h.createKey()
+    const content = 'forever [[emulator:tokens=400,delay=25]]'
+    let res: Response
+    if (surface === 'openai stream') {
+      res = await h.fetch('/v1/chat/completions', post(key, chat('chat-current', content, { stream: true })))
+    } else {
+      const { id } = (await (await h.fetch('/v2/chat-current/run', post(key, { input: { messages: [{ role: 'user', content }], stream: true, sampling_params: { max_tokens: 1000 } } }))).json()) as { id: string }
+      res = await h.fetch(`/v2/chat-current/stream/${id}`, { headers: { authorization: `Bearer ${key}`, accept: 'text/event-stream' } })
+    }
+    const reader = await readSome(res, 300)
+    h.emulator.configure('vllmcurrent', { fault: { kind: 'http', status: 429, ops: ['cancel'], times: 1, retryAfter: 1 } })
+    await reader.cancel()
+    await h.settle()
+    const cancels = h.emulator.calls.filter((call) => call.op === 'cancel').map((call) => call.status)
+    expect(cancels).toEqual([429, 200])
+    expect(h.emulator.activeJobs()).toEqual([])
+  })
+
+  it('a non-streamed request on a native model cancels its job when the caller leaves (a real HTTP upstream)', async () => {
+    const base = env.RUNPOD_BASE_URL.replace(/\/v2$/, '')
+    const models: GatewayOptions['models'] = { orphan: { endpoints: [{ endpointId: 'orphanclassic' }], mode: 'native' } }
+    const h = harness({ models, runpod: { apiKey: RUNPOD_KEY, baseUrl: env.RUNPOD_BASE_URL }, fetch: undefined })
+    const { key } = await h.createKey()
+    const jobs = async () => ((await (await fetch(`${base}/__emulator/jobs`)).json()) as Array<{ endpointId: string }>).filter((job) => job.endpointId === 'orphanclassic')
+    const abort = new AbortController()
+    const answered = h.fetch('/v1/chat/completions', post(key, chat('orphan', 'long-http [[emulator:tokens=400,delay=25]]'), { signal: abort.signal })).catch((error: unknown) => error)
+    for (let i = 0; i < 50 && (await jobs()).length === 0; i++) await pause(50)
+    expect(await jobs()).toHaveLength(1)
+    abort.abort()
+    await answered
+    await h.settle()
+    for (let i = 0; i < 40 && (await jobs()).length > 0; i++) await pause(50)
+    expect(await jobs()).toEqual([])
+    const calls = (await (await fetch(`${base}/__emulator/calls`)).json()) as Array<{ op: string; endpointId: string | null }>
+    expect(calls.filter((call) => call.endpointId === 'orphanclassic' && call.op === 'cancel')).toHaveLength(1)
+  })
+
+  it('a /run whose connection broke is not sent again: the job may be queued, and a second would run it twice', async () => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    let dropped = false
+    const h = harness({
+      models: { two: { endpoints: [{ endpointId: 'vllmclassic' }, { endpointId: 'vllmclassic2' }], mode: 'native' } },
+      fetch: async (input, init) => {
+        const request = new Request(input, init)
+        const answer = emulator.fetch(request)
+        if (!dropped && /\/run$/.test(new URL(request.url).pathname)) {
+          dropped = true
+          await answer
+          throw new TypeError('Network connection lost.')
+        }
+        return answer
+      },
+    }, emulator)
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', post(key, chat('two', 'x [[emulator:tokens=50,delay=20]]', { max_tokens: 100 })))
+    expect(res.status).toBe(502)
+    await h.settle()
+    expect(emulator.calls.filter((call) => call.op === 'run' || call.op === 'runsync')).toHaveLength(1)
+  })
+})
