@@ -45,6 +45,16 @@ describe('native streams: polls', () => {
     expect(polls).toBeLessThanOrEqual(30)
   })
 
+  it('an answer the budget covers a poll a token is not paced: its tokens reach the caller as they come', async () => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    const h = harness({}, emulator)
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', post(key, chat('chat-current', 'short [[emulator:tokens=40,delay=15]]', { stream: true, max_tokens: 100 })))
+    expect((await readSSE(res)).at(-1)).toBe('[DONE]')
+    // About a poll an item; paced at 200 ms the 600 ms answer would take a handful.
+    expect(emulator.calls.filter((call) => call.op === 'stream').length).toBeGreaterThanOrEqual(20)
+  })
+
   it('one refused poll (429) does not end a healthy OpenAI stream: it is asked again', async () => {
     const h = harness()
     const { key } = await h.createKey()

@@ -24,13 +24,12 @@ import { completionId, SSE_HEADERS } from './types.ts'
 import type { CompletionCall, TokenUsage } from './types.ts'
 
 /**
- * Least time between two `/stream` polls of one job while the first half of the poll budget
- * (`runpod.maxPollsPerStream`: Workers cap subrequests per invocation) lasts: a long poll returns as soon
- * as an item exists, and a current worker yields a few bytes an item, so without a pace a long answer
- * would use up the budget in its first minute. Past half the budget, the pace spreads the polls left
- * over the time left, so a long answer gets coarser pages instead of an error.
+ * Most time between two `/stream` polls of one job once output flows. Polls are paced only when the
+ * poll budget (`runpod.maxPollsPerStream`: Workers cap subrequests per invocation) could not give each
+ * token still to come a poll of its own: a long poll returns at its first item, and a current worker
+ * yields about an event an item, so an unpaced long answer would use up the budget early.
  */
-const MIN_POLL_INTERVAL_MS = 200
+const MAX_POLL_INTERVAL_MS = 1_000
 const encoder = new TextEncoder()
 const HEARTBEAT = encoder.encode(': keep-alive\n\n')
 
@@ -55,6 +54,9 @@ interface Attempt {
   emptyDelay: number
   /** When this attempt's last poll began (epoch ms), for the pace. */
   lastPollAt: number
+  /** Chunks decoded so far (about a token each), and when the first came: the answer's pace so far. */
+  chunks: number
+  firstChunkAt: number
 }
 
 type PollResult = { ok: true; attempt: Attempt; page: JobStream } | { ok: false; attempt: Attempt; error: unknown }
@@ -144,13 +146,18 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
       poll: undefined,
       emptyDelay: 0,
       lastPollAt: 0,
+      chunks: 0,
+      firstChunkAt: 0,
       decoder: createNativeStreamDecoder({
         kind: request.kind,
         model: model.alias,
         id,
         created,
         maxTokens: request.sampling.max_tokens,
-        onChunk: (chunk) => (attempt.pending += `data: ${JSON.stringify(chunk)}\n\n`),
+        onChunk: (chunk) => {
+          if (attempt.chunks++ === 0) attempt.firstChunkAt = Date.now()
+          attempt.pending += `data: ${JSON.stringify(chunk)}\n\n`
+        },
         onUsage: (u) => (attempt.usage = { prompt_tokens: u.prompt_tokens, completion_tokens: u.completion_tokens, total_tokens: u.total_tokens }),
         onUsageChunk: (chunk) => (attempt.usageChunk = chunk),
       }),
@@ -189,11 +196,18 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
     }
   }
 
-  /** The least time between two polls of one job now (see MIN_POLL_INTERVAL_MS). */
-  function pace(): number {
-    const budget = runpod.maxPollsPerStream
-    if (polls < budget / 2) return MIN_POLL_INTERVAL_MS
-    return Math.max(MIN_POLL_INTERVAL_MS, (started + timeouts.totalMs - Date.now()) / Math.max(1, budget - polls))
+  /**
+   * The least time between two polls of `attempt` now (see MAX_POLL_INTERVAL_MS): none while the polls
+   * left cover a poll a token for the rest of `max_tokens` (or no output came yet: long polls and the
+   * empty-page pause pace those); else the answer's expected rest, at the rate seen so far, spread over
+   * the polls left.
+   */
+  function pace(attempt: Attempt): number {
+    const left = runpod.maxPollsPerStream - polls
+    const tokensLeft = request.sampling.max_tokens * (request.sampling.n ?? 1) - attempt.chunks
+    if (attempt.chunks === 0 || tokensLeft <= left) return 0
+    const perToken = (Date.now() - attempt.firstChunkAt) / attempt.chunks
+    return Math.min(MAX_POLL_INTERVAL_MS, (tokensLeft * perToken) / Math.max(1, left))
   }
 
   function poll(attempt: Attempt, waitMs: number): Promise<PollResult> {
@@ -203,7 +217,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
     polls++
     const pollSignal = AbortSignal.any([signal, attempt.abort.signal])
     const run = async (): Promise<PollResult> => {
-      const wait = Math.max(attempt.emptyDelay, attempt.lastPollAt + pace() - Date.now())
+      const wait = Math.max(attempt.emptyDelay, attempt.lastPollAt + pace(attempt) - Date.now())
       if (wait > 0) await sleep(wait, pollSignal)
       const begun = (attempt.lastPollAt = Date.now())
       let page = await streamPage(client, attempt.endpoint, attempt.jobId, { waitMs, signal: pollSignal, onRetry: () => polls++ })

@@ -50,7 +50,7 @@ describe('item 11: a 404 says which thing is missing', () => {
     expect(res.status).toBe(502)
     expect(((await res.json()) as { error: { code: string } }).error.code).toBe('route_not_found')
     const line = h.logs.find((l) => l.includes('route_not_found'))
-    expect(line).toContain('/runsync')
+    expect(line).toContain('/run')
     expect(h.logs.join('\n')).not.toContain('local_worker_secret_key')
     expect(h.logs.join('\n')).not.toContain(RUNPOD_KEY)
   })
@@ -93,7 +93,7 @@ describe('item 11: runpod-python local server output, as the handler returned it
       const body = (await res.json()) as { choices: { message: { content: string } }[] }
       expect(res.status).toBe(200)
       expect(body.choices[0]?.message.content).toBe('Hello there')
-      expect(upstream.paths).toEqual(['/runsync'])
+      expect(upstream.paths).toEqual(['/run'])
     })
   }
 })
