@@ -106,6 +106,19 @@ describe('GET /openapi.json', () => {
     }
   })
 
+  it('describes the fields (src/openapi/descriptions.ts), nested ones and shared schemas included', async () => {
+    const doc = await fetchDoc()
+    const schemas = doc.components.schemas as Record<string, unknown>
+    const chat = JSON.stringify(schemas.ChatCompletionRequest)
+    expect(chat).toContain('An OpenAI chat completion request.')
+    expect(chat).toContain('Answer with server-sent events.')
+    expect(chat).toContain('Send a final chunk with token usage')
+    expect(chat).toContain('A message, forwarded unchanged')
+    expect(chat).toContain('any type vLLM serves')
+    expect(JSON.stringify(schemas.CompletionRequest)).toContain('`0` only with `echo: true`')
+    expect(JSON.stringify(schemas)).toContain('Requests per UTC clock minute.')
+  })
+
   it('the documented request schema accepts what the gateway accepts and rejects what it rejects', async () => {
     const h = devHarness()
     const { key } = await h.createKey()

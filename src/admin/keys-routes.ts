@@ -13,27 +13,20 @@ import { readJsonBody } from '../http/body.ts'
 import { parseBody } from '../http/zod-error.ts'
 import { quotaPolicySchema } from '../quota/policy.ts'
 import type { GatewayEnv } from '../types.ts'
-import { described } from '../zod/describe.ts'
 import { positiveInt } from '../zod/numbers.ts'
 
 const scopeFields = {
-  name: described(z.string().check(z.trim(), z.minLength(1), z.maxLength(100)), 'A label for people: who or what uses the key.'),
-  models: described(
-    z.nullable(z.array(z.string().check(z.minLength(1), z.maxLength(128))).check(z.maxLength(256))),
-    'Model aliases the key may use; null for all.',
-  ),
-  origins: described(z.array(originSchema).check(z.maxLength(100)), 'Browser origins the key may be used from, e.g. https://app.example.com.'),
-  metadata: described(z.record(z.string().check(z.maxLength(64)), z.string().check(z.maxLength(512))), 'Free-form string pairs for the operator.'),
-  quota: described(z.nullable(quotaPolicySchema), 'Limits for this key; null for the gateway defaults.'),
-  expiresAt: described(z.nullable(positiveInt()), 'When the key stops working, in ms since the epoch; null for never.'),
+  name: z.string().check(z.trim(), z.minLength(1), z.maxLength(100)),
+  models: z.nullable(z.array(z.string().check(z.minLength(1), z.maxLength(128))).check(z.maxLength(256))),
+  origins: z.array(originSchema).check(z.maxLength(100)),
+  metadata: z.record(z.string().check(z.maxLength(64)), z.string().check(z.maxLength(512))),
+  quota: z.nullable(quotaPolicySchema),
+  expiresAt: z.nullable(positiveInt()),
 }
 
 export const createKeySchema = z.strictObject({
   ...scopeFields,
-  kind: described(
-    z._default(z.enum(['secret', 'publishable']), 'secret'),
-    '`secret` (pg_sk_) for servers, `publishable` (pg_pk_) for web pages.',
-  ),
+  kind: z._default(z.enum(['secret', 'publishable']), 'secret'),
   models: z.optional(scopeFields.models),
   origins: z.optional(scopeFields.origins),
   metadata: z.optional(scopeFields.metadata),

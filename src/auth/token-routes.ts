@@ -12,27 +12,17 @@ import { readJsonBody } from '../http/body.ts'
 import { parseBody } from '../http/zod-error.ts'
 import { quotaPolicySchema } from '../quota/policy.ts'
 import type { GatewayEnv } from '../types.ts'
-import { described } from '../zod/describe.ts'
 import { positiveInt } from '../zod/numbers.ts'
 import { generateTokenId } from './keys.ts'
 import { originSchema } from './origins.ts'
 import type { TokenSigner } from './tokens.ts'
 
 export const mintTokenSchema = z.strictObject({
-  models: described(
-    z.optional(z.array(z.string().check(z.minLength(1), z.maxLength(128))).check(z.minLength(1), z.maxLength(256))),
-    "Model aliases the token may use, within the key's; omit for all of the key's.",
-  ),
-  origin: described(z.optional(originSchema), 'The one browser origin the token works from; omit for any.'),
-  ttlSeconds: described(
-    z.optional(positiveInt()),
-    'Lifetime in seconds, at most `tokens.maxTtlSeconds`; default `tokens.defaultTtlSeconds`.',
-  ),
-  quota: described(z.optional(quotaPolicySchema), "Limits of the token's own, on top of the key's."),
-  sub: described(
-    z.optional(z.string().check(z.regex(/^[\x21-\x7e]{1,128}$/, { message: 'must be 1-128 printable ASCII characters without spaces, e.g. your user id' }))),
-    'The end user the token is for (your user id). Cached answers are kept per sub, so two users of one key never read each other\'s; without it the token shares the key\'s cache.',
-  ),
+  models: z.optional(z.array(z.string().check(z.minLength(1), z.maxLength(128))).check(z.minLength(1), z.maxLength(256))),
+  origin: z.optional(originSchema),
+  ttlSeconds: z.optional(positiveInt()),
+  quota: z.optional(quotaPolicySchema),
+  sub: z.optional(z.string().check(z.regex(/^[\x21-\x7e]{1,128}$/, { message: 'must be 1-128 printable ASCII characters without spaces, e.g. your user id' }))),
 })
 
 export interface TokenRoutesOptions {

@@ -14,17 +14,13 @@ import { readJsonBody } from '../http/body.ts'
 import { waitUntilOf } from '../http/context.ts'
 import { parseBody } from '../http/zod-error.ts'
 import type { GatewayEnv } from '../types.ts'
-import { described } from '../zod/describe.ts'
 import { kvPrefix } from './key.ts'
 import type { GenerationCache } from './store.ts'
 
 export const purgeSchema = z
   .strictObject({
-    model: described(
-      z.optional(z.string().check(z.minLength(1), z.maxLength(128))),
-      'A model alias: purge its answers (in every scope, or in keyId\'s).',
-    ),
-    keyId: described(z.optional(z.string().check(z.minLength(1), z.maxLength(64))), 'A key id: purge the answers cached in its scope.'),
+    model: z.optional(z.string().check(z.minLength(1), z.maxLength(128))),
+    keyId: z.optional(z.string().check(z.minLength(1), z.maxLength(64))),
   })
   .check(z.refine((body) => body.model !== undefined || body.keyId !== undefined, { message: 'give `model`, `keyId` or both' }))
 

@@ -8,7 +8,6 @@
  * Optional fields accept `null` as "not sent", as OpenAI's spec marks them nullable.
  */
 import * as z from 'zod/mini'
-import { described } from '../zod/describe.ts'
 
 /** Longest text podgate accepts, per string and summed over a request's messages or prompt. */
 export const MAX_TEXT_CHARS = 1_000_000
@@ -26,42 +25,25 @@ const MAX_TOKEN_IDS = 1_000_000
 
 /** A string of at most `max` characters. */
 const chars = (max: number) => z.string().check(z.maxLength(max))
-const modelField = described(
-  z.string().check(z.minLength(1), z.maxLength(256)),
-  'The podgate model alias (or, under `/v2/<model>/openai/v1`, the served model name).',
-)
+const modelField = z.string().check(z.minLength(1), z.maxLength(256))
 /** `n` and `best_of`; the model's `maxChoices` is checked by the normalizer. */
 const choices = () => z.nullish(z.number().check(z.int(), z.minimum(1), z.maximum(MAX_CHOICES_CEILING)))
 
-/** What podgate reads to size the quota reservation and to decide caching; validated so its 400s name the field. */
+/**
+ * What podgate reads to size the quota reservation and to decide caching; validated so its 400s name
+ * the field. (Field descriptions for the OpenAPI document: src/openapi/descriptions.ts.)
+ */
 const readShape = {
   model: modelField,
-  stream: described(z.nullish(z.boolean()), 'Answer with server-sent events.'),
-  stream_options: described(
-    z.nullish(z.looseObject({
-      include_usage: described(z.nullish(z.boolean()), 'Send a final chunk with token usage (podgate always asks upstream for it).'),
-    })),
-    'Streaming options; only allowed with `stream: true`. Other members (`continuous_usage_stats`) pass through.',
-  ),
-  max_tokens: described(
-    z.nullish(z.number().check(z.int(), z.minimum(1))),
-    'Most tokens to generate. Capped per model; defaults to the model\'s configured default.',
-  ),
-  max_completion_tokens: described(
-    z.nullish(z.number().check(z.int(), z.minimum(1))),
-    'Alias of `max_tokens`. If both are sent they must be equal.',
-  ),
-  n: described(choices(), 'How many choices to generate (at most the model\'s `maxChoices`).'),
-  best_of: described(
-    choices(),
-    'vLLM: generate this many sequences and return the best `n` (at least `n`, at most `maxChoices`). Charged in the reservation.',
-  ),
-  temperature: described(
-    z.nullish(z.number().check(z.minimum(0))),
-    'Sampling temperature, at least 0 (OpenAI stops at 2; vLLM takes any). `0` makes the answer cacheable.',
-  ),
-  seed: described(z.nullish(z.number().check(z.int())), 'Seed for reproducible sampling; makes the answer cacheable.'),
-  user: described(z.nullish(chars(256)), 'An end-user identifier. Forwarded; never part of a cache key.'),
+  stream: z.nullish(z.boolean()),
+  stream_options: z.nullish(z.looseObject({ include_usage: z.nullish(z.boolean()) })),
+  max_tokens: z.nullish(z.number().check(z.int(), z.minimum(1))),
+  max_completion_tokens: z.nullish(z.number().check(z.int(), z.minimum(1))),
+  n: choices(),
+  best_of: choices(),
+  temperature: z.nullish(z.number().check(z.minimum(0))),
+  seed: z.nullish(z.number().check(z.int())),
+  user: z.nullish(chars(256)),
 }
 
 /**
@@ -69,89 +51,63 @@ const readShape = {
  * through. vLLM also takes a bare string as a text part, a part with no `type` (`{"image_url": ...}`), and
  * skips a null `text`.
  */
-const contentPartSchema = described(
-  z.union([
+const contentPartSchema = z.union(
+  [
     chars(MAX_TEXT_CHARS),
     z.looseObject({
-      type: described(
-        z.optional(z.string().check(z.minLength(1), z.maxLength(64))),
-        '`text`, `image_url`, `input_audio`, `audio_url`, `video_url`, ... : any type vLLM serves (vLLM infers it when left out).',
-      ),
+      type: z.optional(z.string().check(z.minLength(1), z.maxLength(64))),
       text: z.nullish(chars(MAX_TEXT_CHARS)),
     }),
-  ], { error: 'expected a string or an object' }),
-  'A content part, forwarded unchanged.',
+  ],
+  { error: 'expected a string or an object' },
 )
 
-const messageContentSchema = described(
-  z.nullish(z.union([chars(MAX_TEXT_CHARS), z.array(contentPartSchema).check(z.maxLength(MAX_MESSAGES))], {
+const messageContentSchema = z.nullish(
+  z.union([chars(MAX_TEXT_CHARS), z.array(contentPartSchema).check(z.maxLength(MAX_MESSAGES))], {
     // For unions the message is the "expected ..." clause; the mapper adds the param and the actual type.
     error: 'expected a string, an array of content parts or null',
-  })),
-  'A string, content parts, or null (an assistant message with `tool_calls`).',
+  }),
 )
 
-const messageSchema = described(
-  z.looseObject({
-    role: described(
-      z.string().check(z.minLength(1), z.maxLength(64)),
-      'Any role the model\'s chat template knows: system, developer, user, assistant, tool, ...',
-    ),
-    content: messageContentSchema,
-  }),
-  'A message, forwarded unchanged (`tool_calls`, `tool_call_id`, `name`, `reasoning` included).',
-)
+const messageSchema = z.looseObject({
+  role: z.string().check(z.minLength(1), z.maxLength(64)),
+  content: messageContentSchema,
+})
 
-export const chatCompletionRequestSchema = described(
-  z.looseObject({
-    ...readShape,
-    messages: described(z.array(messageSchema).check(z.minLength(1), z.maxLength(MAX_MESSAGES)), 'The conversation so far.'),
-  }),
-  'An OpenAI chat completion request. Fields podgate does not read are forwarded unchanged.',
-)
+export const chatCompletionRequestSchema = z.looseObject({
+  ...readShape,
+  messages: z.array(messageSchema).check(z.minLength(1), z.maxLength(MAX_MESSAGES)),
+})
 
 const tokenIds = z.array(z.number().check(z.int(), z.minimum(0))).check(z.minLength(1), z.maxLength(MAX_TOKEN_IDS))
 
 /** string | string[] | int[] | int[][]: OpenAI's prompt and embedding input forms. */
-function textOrTokens(what: string) {
-  return described(
-    z.union(
-      [
-        chars(MAX_TEXT_CHARS),
-        z.array(chars(MAX_TEXT_CHARS)).check(z.minLength(1), z.maxLength(MAX_MESSAGES)),
-        tokenIds,
-        z.array(tokenIds).check(z.minLength(1), z.maxLength(MAX_MESSAGES)),
-      ],
-      { error: 'expected a string, an array of strings, an array of token ids or an array of token-id arrays' },
-    ),
-    `The ${what}: a string, strings, token ids, or arrays of token ids.`,
+function textOrTokens() {
+  return z.union(
+    [
+      chars(MAX_TEXT_CHARS),
+      z.array(chars(MAX_TEXT_CHARS)).check(z.minLength(1), z.maxLength(MAX_MESSAGES)),
+      tokenIds,
+      z.array(tokenIds).check(z.minLength(1), z.maxLength(MAX_MESSAGES)),
+    ],
+    { error: 'expected a string, an array of strings, an array of token ids or an array of token-id arrays' },
   )
 }
 
-export const completionRequestSchema = described(
-  z.looseObject({
-    ...readShape,
-    max_tokens: described(
-      z.nullish(z.number().check(z.int(), z.minimum(0))),
-      'Most tokens to generate. Capped per model; defaults to the model\'s configured default. `0` only with `echo: true`: vLLM then scores the prompt (its logprobs) without generating.',
-    ),
-    prompt: z.optional(textOrTokens('prompt')),
-  }),
-  'An OpenAI (legacy) text completion request: `prompt`, or vLLM\'s `prompt_embeds`, or both. Fields podgate does not read (`echo`, `logprobs`, `prompt_embeds`, ...) are forwarded unchanged.',
-)
+/** `prompt`, or vLLM's `prompt_embeds`, or both; `max_tokens: 0` only with `echo` (checked by the normalizer). */
+export const completionRequestSchema = z.looseObject({
+  ...readShape,
+  max_tokens: z.nullish(z.number().check(z.int(), z.minimum(0))),
+  prompt: z.optional(textOrTokens()),
+})
 
-export const embeddingRequestSchema = described(
-  z.looseObject({
-    model: modelField,
-    input: z.optional(textOrTokens('input')),
-    messages: described(
-      z.optional(z.array(messageSchema).check(z.minLength(1), z.maxLength(MAX_MESSAGES))),
-      'vLLM: chat messages to embed instead of `input` (a multimodal embedding model takes image and audio parts this way).',
-    ),
-    user: readShape.user,
-  }),
-  'An OpenAI embeddings request (`input`), or vLLM\'s chat form (`messages`). `encoding_format`, `dimensions` and any other field are forwarded unchanged.',
-)
+/** `input`, or vLLM's chat form (`messages`), checked by the normalizer. */
+export const embeddingRequestSchema = z.looseObject({
+  model: modelField,
+  input: z.optional(textOrTokens()),
+  messages: z.optional(z.array(messageSchema).check(z.minLength(1), z.maxLength(MAX_MESSAGES))),
+  user: readShape.user,
+})
 
 export type ChatCompletionRequest = z.infer<typeof chatCompletionRequestSchema>
 export type CompletionRequest = z.infer<typeof completionRequestSchema>

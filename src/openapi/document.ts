@@ -7,6 +7,7 @@
  */
 import type { Context } from 'hono'
 import type { GatewayEnv } from '../types.ts'
+import { registerDescriptions } from './descriptions.ts'
 import { OPERATIONS, RESPONSE_SCHEMAS, requestSchemas } from './operations.ts'
 import type { OperationSpec } from './operations.ts'
 
@@ -46,6 +47,7 @@ export function documentedRoutes(routes: readonly RouteEntry[]): RouteEntry[] {
  * const doc = buildOpenApiDocument({ routes: createGateway(options).routes })
  */
 export function buildOpenApiDocument(options: OpenApiDocumentOptions): OpenApiDocument {
+  registerDescriptions()
   const paths: OpenApiDocument['paths'] = {}
   for (const route of documentedRoutes(options.routes)) {
     const spec = OPERATIONS[`${route.method} ${route.path}`]

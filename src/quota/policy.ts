@@ -6,20 +6,19 @@
  * is called.
  */
 import * as z from 'zod/mini'
-import { described } from '../zod/describe.ts'
 import { positiveInt } from '../zod/numbers.ts'
 
-/** A limit: a positive integer, described for the OpenAPI document. */
-const limit = (description: string) => described(z.optional(positiveInt()), description)
+/** A limit: a positive integer (described for the OpenAPI document in src/openapi/descriptions.ts). */
+const limit = () => z.optional(positiveInt())
 
 export const quotaPolicySchema = z.strictObject({
-  requestsPerMinute: limit('Requests per UTC clock minute.'),
-  requestsPerDay: limit('Requests per UTC day.'),
-  tokensPerMinute: limit('Prompt + completion tokens per UTC clock minute.'),
-  tokensPerDay: limit('Prompt + completion tokens per UTC day.'),
-  maxConcurrentStreams: limit('Streams open at once.'),
-  controlPerMinute: limit('Control calls (job status, status-sync, JSON stream polls, cancel, health, purge-queue, token minting) per UTC clock minute. Default 600.'),
-  strict: described(z.optional(z.boolean()), 'Exact enforcement on a Durable Object instead of the KV store.'),
+  requestsPerMinute: limit(),
+  requestsPerDay: limit(),
+  tokensPerMinute: limit(),
+  tokensPerDay: limit(),
+  maxConcurrentStreams: limit(),
+  controlPerMinute: limit(),
+  strict: z.optional(z.boolean()),
 })
 
 export type QuotaPolicy = z.infer<typeof quotaPolicySchema>
