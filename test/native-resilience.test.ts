@@ -153,6 +153,32 @@ describe('native jobs: cancels', () => {
     expect(calls.filter((call) => call.endpointId === 'orphanclassic' && call.op === 'cancel')).toHaveLength(1)
   })
 
+  it('a streamed request whose caller left while /run was out still cancels the job /run queued', async () => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    let runArrived!: () => void
+    const arrived = new Promise<void>((resolve) => (runArrived = resolve))
+    const h = harness({
+      fetch: async (input, init) => {
+        const request = new Request(input, init)
+        const answer = await emulator.fetch(request)
+        if (/\/run$/.test(new URL(request.url).pathname)) {
+          runArrived()
+          await pause(300)
+        }
+        return answer
+      },
+    }, emulator)
+    const { key } = await h.createKey()
+    const abort = new AbortController()
+    const answered = h.fetch('/v1/chat/completions', post(key, chat('chat-current', 'x [[emulator:tokens=400,delay=25]]', { stream: true }), { signal: abort.signal })).catch((error: unknown) => error)
+    await arrived
+    abort.abort()
+    await answered
+    await h.settle()
+    expect(emulator.calls.filter((call) => call.op === 'cancel')).toHaveLength(1)
+    expect(emulator.activeJobs()).toEqual([])
+  })
+
   it('a /run whose connection broke is not sent again: the job may be queued, and a second would run it twice', async () => {
     const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
     let dropped = false

@@ -74,6 +74,30 @@ describe('valid vLLM requests reach the endpoint', () => {
     await expectForwarded('/v1/completions', { model: 'openai', prompt_embeds: 'UEsDBAAACAgAAAAAAAAAAAAAAAAAAAAAAAAQABIAYXJjaGl2ZS9kYXRhLnBrbEZCDgBaWlpaWlpaWlpaWlpaWoACY3RvcmNo', max_tokens: 8 })
   })
 
+  it('completions: prompt null beside prompt_embeds, and embeddings: input null beside messages', async () => {
+    await expectForwarded('/v1/completions', { model: 'openai', prompt: null, prompt_embeds: 'UEsDBAAACAgAAAAA', max_tokens: 8 })
+    await expectForwarded('/v1/embeddings', { model: 'openai', input: null, messages: [{ role: 'user', content: 'embed me' }] })
+  })
+
+  it('native /run: max_tokens 0 is a 400 that does not point at echo, which native input refuses', async () => {
+    const { h, calls } = setup()
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v2/native/run', authed(key, JSON.stringify({ input: { prompt: 'Once upon', sampling_params: { max_tokens: 0 } } })))
+    expect(res.status).toBe(400)
+    const body = (await res.json()) as { error: string }
+    expect(body.error).toContain("'max_tokens' must be at least 1, got 0")
+    expect(body.error).not.toContain('echo')
+    expect(calls).toHaveLength(0)
+  })
+
+  it('chat on a native endpoint: worker-vllm\'s beam-search params go as an openai_route job (current vLLM\'s SamplingParams has none of them)', async () => {
+    const { h, calls } = setup()
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ model: 'native', messages: [{ role: 'user', content: 'hi' }], use_beam_search: true, max_tokens: 8 })))
+    await res.text()
+    expect(calls[0]).toMatchObject({ op: 'run', body: { input: { openai_route: '/v1/chat/completions', openai_input: { use_beam_search: true } } } })
+  })
+
   it('completions: neither prompt nor prompt_embeds is a 400 naming prompt', async () => {
     const { res, text, calls } = await send('/v1/completions', { model: 'openai', max_tokens: 8 })
     expect(res.status).toBe(400)
@@ -97,11 +121,11 @@ describe('valid vLLM requests reach the endpoint', () => {
   })
 
   it('an array over podgate\'s item bound is refused for its size, not for its item type', async () => {
-    const { res, text, calls } = await send('/v1/embeddings', { model: 'openai', input: Array.from({ length: 100_001 }, () => 'a') })
+    const { res, text, calls } = await send('/v1/embeddings', { model: 'openai', input: Array.from({ length: 10_001 }, () => 'a') })
     expect(res.status).toBe(400)
     const { error } = JSON.parse(text) as { error: { message: string; param: string } }
     expect(error.param).toBe('input')
-    expect(error.message).toContain('100000')
+    expect(error.message).toContain('10000')
     expect(error.message).not.toContain('expected a number')
     expect(calls).toHaveLength(0)
   })

@@ -56,6 +56,9 @@ const vllmInputSchema = z.strictObject({
   batch_size_growth_factor: z.optional(z.number().check(z.minimum(0), z.maximum(100))),
 })
 
+/** The normalizer reads this input as worker-vllm's own: its params go to the worker as written. */
+const NATIVE_INPUT = { nativeInput: true } as const
+
 const BATCH_KEYS = ['apply_chat_template', 'max_batch_size', 'min_batch_size', 'batch_size_growth_factor'] as const
 
 /**
@@ -86,7 +89,7 @@ export function normalizeJobBody(raw: unknown, model: ResolvedModel): JobRequest
   else openai.prompt = input.prompt
   if (input.stream !== undefined) openai.stream = input.stream
   const request = located(
-    () => (kind === 'chat' ? normalizeChatRequest(openai, model.config, model.alias) : normalizeCompletionRequest(openai, model.config, model.alias)),
+    () => (kind === 'chat' ? normalizeChatRequest(openai, model.config, model.alias, NATIVE_INPUT) : normalizeCompletionRequest(openai, model.config, model.alias, NATIVE_INPUT)),
     'input.',
     (param) => (param === 'messages' || param === 'prompt' || /^(messages|prompt)\[/.test(param) ? param : `sampling_params.${param}`),
   )

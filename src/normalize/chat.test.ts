@@ -71,11 +71,17 @@ describe('normalizeChatRequest: mapping', () => {
   it('maps every sampling param one to one', () => {
     const sampling = {
       max_tokens: 100, n: 2, best_of: 3, temperature: 0.5, top_p: 0.9, top_k: 40, min_p: 0.05,
-      presence_penalty: 0.1, frequency_penalty: -0.2, repetition_penalty: 1.1, length_penalty: 0.8,
+      presence_penalty: 0.1, frequency_penalty: -0.2, repetition_penalty: 1.1,
       stop: ['END', '###'], stop_token_ids: [2, 7], ignore_eos: true, min_tokens: 5, skip_special_tokens: false,
       spaces_between_special_tokens: false, include_stop_str_in_output: true, seed: 42,
     }
     expect(chat(sampling).sampling).toEqual(sampling)
+    // Beam-search params and truncation: current vLLM's SamplingParams has none of them, so a classic worker
+    // would fail the job; on the OpenAI surface they go as an openai_route job, where vLLM's server takes them.
+    for (const extra of [{ use_beam_search: true }, { length_penalty: 0.8 }, { early_stopping: true }, { truncate_prompt_tokens: 64 }]) {
+      expect(chat({ ...sampling, ...extra }).shorthand).toBe(false)
+      expect(normalizeChatRequest({ ...base, ...sampling, ...extra }, MODEL, 'llama', { nativeInput: true }).sampling).toEqual({ ...sampling, ...extra })
+    }
   })
 
   it('normalizes a stop string to an array', () => {
@@ -250,8 +256,8 @@ describe('normalizeChatRequest: rejections', () => {
   })
 
   it('refuses too many messages and too much text', () => {
-    const many = Array.from({ length: 100_001 }, () => ({ role: 'user', content: 'x' }))
-    expect(refused({ ...base, messages: many })).toEqual(['messages', "'messages' must have at most 100000 items, got 100001 items"])
+    const many = Array.from({ length: 10_001 }, () => ({ role: 'user', content: 'x' }))
+    expect(refused({ ...base, messages: many })).toEqual(['messages', "'messages' must have at most 10000 items, got 10001 items"])
     const big = 'x'.repeat(600_000)
     const [param, message] = refused({ ...base, messages: [{ role: 'user', content: big }, { role: 'user', content: big }] })
     expect(param).toBe('messages')
@@ -264,7 +270,7 @@ describe('normalizeChatRequest: rejections', () => {
 
   it('refuses out-of-range values of the fields podgate reads with the exact param', () => {
     expect(refused({ ...base, temperature: -1 })).toEqual(['temperature', "'temperature' must be at least 0, got -1"])
-    // vLLM bounds temperature below only (OpenAI stops at 2).
+    // podgate checks only the lower bound: vLLM applies its own upper one (some releases take more than 2).
     expect(chat({ temperature: 2.5 }).body.temperature).toBe(2.5)
     expect(refused({ ...base, temperature: '1' })).toEqual(['temperature', "Invalid type for 'temperature': expected a number, got a string"])
     expect(refused({ ...base, n: 1.5 })).toEqual(['n', "Invalid type for 'n': expected an integer, got 1.5"])

@@ -7,7 +7,9 @@ import { chatPromptTokens } from './estimate.ts'
 import { chatCompletionRequestSchema } from './schemas.ts'
 import { assertKind, resolveLimits, resolveStream, withDefaults } from './sampling.ts'
 import { shorthandMessages, shorthandSampling } from './shorthand.ts'
-import { assertJsonObject, parseRequest } from './zod-errors.ts'
+import type { ShorthandOptions } from './shorthand.ts'
+import { parseBounded } from './bounded.ts'
+import { assertJsonObject } from './zod-errors.ts'
 import type { NormalizedRequest } from './types.ts'
 
 /**
@@ -18,15 +20,15 @@ import type { NormalizedRequest } from './types.ts'
  * const request = normalizeChatRequest(await c.req.json(), config.models['llama'], 'llama')
  * // request.body: the caller's body (tools, response_format, ... included) + max_tokens: 512
  */
-export function normalizeChatRequest(body: unknown, model: ModelConfig, alias: string): NormalizedRequest {
+export function normalizeChatRequest(body: unknown, model: ModelConfig, alias: string, options: ShorthandOptions = {}): NormalizedRequest {
   assertJsonObject(body)
   assertKind('chat', model, alias)
-  const req = parseRequest(chatCompletionRequestSchema, body)
+  const req = parseBounded(chatCompletionRequestSchema, body)
   const { stream, includeUsage } = resolveStream(req)
   const limits = resolveLimits(req, model, alias)
   const forwarded = withDefaults(body, model, limits.maxTokens)
   const promptTokens = chatPromptTokens(forwarded, req.messages)
-  const sampling = shorthandSampling(forwarded, limits.maxTokens)
+  const sampling = shorthandSampling(forwarded, limits.maxTokens, options)
   const messages = sampling ? shorthandMessages(req.messages) : undefined
   const normalized: NormalizedRequest = {
     kind: 'chat',

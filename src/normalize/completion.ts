@@ -10,7 +10,9 @@ import { textOrTokensCost, jsonFieldChars, CHARS_PER_TOKEN } from './estimate.ts
 import { completionRequestSchema } from './schemas.ts'
 import { assertKind, resolveLimits, resolveStream, withDefaults } from './sampling.ts'
 import { shorthandSampling } from './shorthand.ts'
-import { assertJsonObject, parseRequest } from './zod-errors.ts'
+import type { ShorthandOptions } from './shorthand.ts'
+import { parseBounded } from './bounded.ts'
+import { assertJsonObject } from './zod-errors.ts'
 import type { NormalizedRequest } from './types.ts'
 
 /**
@@ -21,15 +23,17 @@ import type { NormalizedRequest } from './types.ts'
  * const request = normalizeCompletionRequest({ model: 'llama', prompt: ['Once', 'Twice'] }, config.models['llama'], 'llama')
  * // request.estimate.sequences === 2
  */
-export function normalizeCompletionRequest(body: unknown, model: ModelConfig, alias: string): NormalizedRequest {
+export function normalizeCompletionRequest(body: unknown, model: ModelConfig, alias: string, options: ShorthandOptions = {}): NormalizedRequest {
   assertJsonObject(body)
   assertKind('completion', model, alias)
-  const req = parseRequest(completionRequestSchema, body)
+  const req = parseBounded(completionRequestSchema, body)
   // vLLM takes `prompt_embeds` in place of (or beside) `prompt`.
   if (req.prompt == null && body.prompt_embeds == null) throw new GatewayError('invalid_request', "Missing required parameter: 'prompt'", { param: 'prompt' })
   // `max_tokens: 0` with `echo` scores the prompt without generating (vLLM runs it as one token); without `echo` vLLM refuses it.
   if (req.max_tokens === 0 && body.echo !== true) {
-    throw new GatewayError('invalid_request', "'max_tokens' must be at least 1, got 0 (0 only scores the prompt, with 'echo': true)", { param: 'max_tokens' })
+    // Native input has no `echo`: pointing there would send the caller to a field it refuses.
+    const hint = options.nativeInput ? '' : " (0 only scores the prompt, with 'echo': true)"
+    throw new GatewayError('invalid_request', `'max_tokens' must be at least 1, got 0${hint}`, { param: 'max_tokens' })
   }
   const { stream, includeUsage } = resolveStream(req)
   const limits = resolveLimits(req, model, alias)
@@ -38,7 +42,7 @@ export function normalizeCompletionRequest(body: unknown, model: ModelConfig, al
   const cost = req.prompt == null ? { tokens: 0, count: Array.isArray(body.prompt_embeds) ? body.prompt_embeds.length : 1 } : textOrTokensCost(req.prompt, 'prompt')
   // Only one string prompt has a native form; several prompts, token ids or embeddings go as an `openai_route` job.
   const prompt = typeof req.prompt === 'string' ? req.prompt : req.prompt?.length === 1 && typeof req.prompt[0] === 'string' ? req.prompt[0] : undefined
-  const sampling = prompt === undefined ? undefined : shorthandSampling(forwarded, limits.maxTokens)
+  const sampling = prompt === undefined ? undefined : shorthandSampling(forwarded, limits.maxTokens, options)
   const normalized: NormalizedRequest = {
     kind: 'completion',
     model: alias,

@@ -9,7 +9,8 @@ import { GatewayError } from '../errors/index.ts'
 import { chatPromptTokens, textOrTokensCost } from './estimate.ts'
 import { embeddingRequestSchema } from './schemas.ts'
 import { assertKind } from './sampling.ts'
-import { assertJsonObject, parseRequest } from './zod-errors.ts'
+import { parseBounded } from './bounded.ts'
+import { assertJsonObject } from './zod-errors.ts'
 import type { NormalizedRequest } from './types.ts'
 
 /**
@@ -20,7 +21,7 @@ import type { NormalizedRequest } from './types.ts'
 export function normalizeEmbeddingRequest(body: unknown, model: ModelConfig, alias: string): NormalizedRequest {
   assertJsonObject(body)
   assertKind('embedding', model, alias)
-  const req = parseRequest(embeddingRequestSchema, body)
+  const req = parseBounded(embeddingRequestSchema, body)
   if (req.input == null && req.messages == null) throw new GatewayError('invalid_request', "Missing required parameter: 'input'", { param: 'input' })
   // vLLM embeds chat `messages` (its chat form, for multimodal embedding models) in place of `input`.
   const promptTokens = (req.input == null ? 0 : textOrTokensCost(req.input, 'input').tokens) + (req.messages == null ? 0 : chatPromptTokens({}, req.messages))

@@ -12,10 +12,11 @@ import * as z from 'zod/mini'
 /** Longest text podgate accepts, per string and summed over a request's messages or prompt. */
 export const MAX_TEXT_CHARS = 1_000_000
 /**
- * Most items in one array: messages, content parts, prompts, inputs. vLLM has no limit of its own, so this
- * only guards podgate's parse; `maxBodyBytes` bounds a request first (OpenAI allows 2,048 embedding inputs).
+ * Most items in one array: messages, content parts, prompts, inputs (OpenAI allows 2,048 embedding
+ * inputs; vLLM has no limit). It bounds what a refused request costs: a union that fails reports every
+ * item of every branch, so the worst body costs a few issues an item (see bounded.ts).
  */
-export const MAX_MESSAGES = 100_000
+export const MAX_MESSAGES = 10_000
 /** Most stop sequences the native shorthand carries (OpenAI allows 4; vLLM has no limit: this only bounds the parse). */
 export const MAX_STOP_SEQUENCES = 1_000
 /** Schema-level ceiling for `n` / `best_of`; the per-model `maxChoices` is enforced by the normalizer. */
@@ -84,10 +85,12 @@ const tokenIds = z.array(z.number().check(z.int(), z.minimum(0))).check(z.minLen
 /** string | string[] | int[] | int[][]: OpenAI's prompt and embedding input forms. */
 function textOrTokens() {
   return z.union(
+    // Token ids before strings: a valid million-id prompt then passes at once, where the strings branch
+    // first would fail it item by item; a valid array of strings fails the ids branch at most MAX_MESSAGES times.
     [
       chars(MAX_TEXT_CHARS),
-      z.array(chars(MAX_TEXT_CHARS)).check(z.minLength(1), z.maxLength(MAX_MESSAGES)),
       tokenIds,
+      z.array(chars(MAX_TEXT_CHARS)).check(z.minLength(1), z.maxLength(MAX_MESSAGES)),
       z.array(tokenIds).check(z.minLength(1), z.maxLength(MAX_MESSAGES)),
     ],
     { error: 'expected a string, an array of strings, an array of token ids or an array of token-id arrays' },
@@ -98,14 +101,14 @@ function textOrTokens() {
 export const completionRequestSchema = z.looseObject({
   ...readShape,
   max_tokens: z.nullish(z.number().check(z.int(), z.minimum(0))),
-  prompt: z.optional(textOrTokens()),
+  prompt: z.nullish(textOrTokens()),
 })
 
 /** `input`, or vLLM's chat form (`messages`), checked by the normalizer. */
 export const embeddingRequestSchema = z.looseObject({
   model: modelField,
-  input: z.optional(textOrTokens()),
-  messages: z.optional(z.array(messageSchema).check(z.minLength(1), z.maxLength(MAX_MESSAGES))),
+  input: z.nullish(textOrTokens()),
+  messages: z.nullish(z.array(messageSchema).check(z.minLength(1), z.maxLength(MAX_MESSAGES))),
   user: readShape.user,
 })
 

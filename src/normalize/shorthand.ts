@@ -18,14 +18,16 @@ const optionalInt = (...checks: z.core.$ZodCheck<number>[]) => z.optional(z.numb
 const optionalNumber = (...checks: z.core.$ZodCheck<number>[]) => z.optional(z.number().check(...checks))
 
 /**
- * worker-vllm's sampling params (runpod-api.md §2) in the types its native input takes, with vLLM's own
- * bounds (`SamplingParams._verify_args`) and no tighter ones; names are OpenAI's or vLLM's.
+ * worker-vllm's sampling params (runpod-api.md §2) in the types its native input takes, with the bounds
+ * vLLM's `SamplingParams` checks (temperature at most 2 in current releases), and no tighter ones; names
+ * are OpenAI's or vLLM's. A value out of them on the OpenAI surface sends the request as an `openai_route`
+ * job instead, where vLLM answers for itself.
  */
 const nativeSamplingSchema = z.strictObject({
   max_tokens: optionalInt(z.minimum(1)),
   n: optionalInt(z.minimum(1)),
   best_of: optionalInt(z.minimum(1)),
-  temperature: optionalNumber(z.minimum(0)),
+  temperature: optionalNumber(z.minimum(0), z.maximum(2)),
   top_p: optionalNumber(z.gt(0), z.maximum(1)),
   top_k: optionalInt(z.minimum(-1)),
   min_p: optionalNumber(z.minimum(0), z.maximum(1)),
@@ -77,19 +79,33 @@ type UnlistedSamplingKey = Exclude<keyof SamplingParams, (typeof SAMPLING_KEYS)[
 const allSamplingKeysListed: [UnlistedSamplingKey] extends [never] ? true : UnlistedSamplingKey = true
 void allSamplingKeysListed
 
+/**
+ * worker-vllm's params (runpod-api.md §2) that current vLLM's own `SamplingParams` no longer has (beam
+ * search moved out of it): a classic worker passing them to `SamplingParams(**params)` fails the job. So
+ * an OpenAI-surface request carrying them goes as an `openai_route` job, where vLLM's OpenAI server takes
+ * them; only native input (`/v2/{model}/run`), which the caller wrote for the worker, sends them as is.
+ */
+const NATIVE_INPUT_ONLY = new Set(['use_beam_search', 'length_penalty', 'early_stopping', 'truncate_prompt_tokens'])
+
 /** Fields with no sampling meaning that the shorthand may leave out: `user` affects no output. */
 const FRAMING = new Set(['model', 'messages', 'prompt', 'stream', 'stream_options', 'user', 'max_completion_tokens'])
 const SAMPLING = new Set<string>(SAMPLING_KEYS)
 const NATIVE_ROLES = new Set(['system', 'developer', 'user', 'assistant'])
 
+export interface ShorthandOptions {
+  /** The body stands for native input the caller wrote (`/v2/{model}/run`): worker-vllm's own params are native too. */
+  nativeInput?: boolean
+}
+
 /**
  * The native sampling params of `body` (max_tokens resolved), or undefined when a field has no native
  * equivalent. Null members count as not sent.
  */
-export function shorthandSampling(body: Record<string, unknown>, maxTokens: number): SamplingParams | undefined {
+export function shorthandSampling(body: Record<string, unknown>, maxTokens: number, options: ShorthandOptions = {}): SamplingParams | undefined {
   const picked: Record<string, unknown> = {}
   for (const [name, value] of Object.entries(body)) {
     if (value === null || value === undefined) continue
+    if (NATIVE_INPUT_ONLY.has(name) && !options.nativeInput) return undefined
     if (name === 'stream_options') {
       if (typeof value !== 'object' || Object.keys(value).some((k) => k !== 'include_usage')) return undefined
       continue

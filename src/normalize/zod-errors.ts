@@ -60,10 +60,12 @@ export function invalidRequestFromIssues(issues: readonly Issue[]): GatewayError
 }
 
 /**
- * A union that failed in every branch reports all branches; the caller is best served by the branch whose
- * type matched: a size or format problem ("at most 16 items", "too long") before any type error, since a
- * type error at an item only says the items are of another branch's kind; among type errors, the one that
- * got furthest into the value (the bad `type` of one content part rather than "expected a string").
+ * A union that failed in every branch reports all branches; the caller is best served by the branch that
+ * got furthest into the value: the bad `type` of one content part rather than "expected a string", the
+ * one number among strings rather than "expected a number" at the first string. A type error at an
+ * array's first item says only that the branch is of another kind, so it ranks below a size or format
+ * problem of the branch whose kind matched ("at most 100 items"); a size problem ranks above a type
+ * error as deep as it.
  */
 function leafOf(issue: Issue, prefix: readonly PathKey[]): { issue: Issue; path: PathKey[] } {
   const path = [...prefix, ...issue.path]
@@ -73,7 +75,7 @@ function leafOf(issue: Issue, prefix: readonly PathKey[]): { issue: Issue; path:
     for (const branch of issue.errors) {
       const head = branch[0]
       if (!head) continue
-      const rank = (head.code === 'invalid_type' ? 0 : 1_000) + head.path.length
+      const rank = head.code !== 'invalid_type' ? head.path.length * 2 + 1 : head.path.at(-1) === 0 ? 0.5 : head.path.length * 2
       if (rank > bestRank) {
         best = head
         bestRank = rank

@@ -24,7 +24,7 @@ const READ_FIELDS: Descriptions = {
   max_completion_tokens: 'Alias of `max_tokens`. If both are sent they must be equal.',
   n: "How many choices to generate (at most the model's `maxChoices`).",
   best_of: 'vLLM: generate this many sequences and return the best `n` (at least `n`, at most `maxChoices`). Charged in the reservation.',
-  temperature: 'Sampling temperature, at least 0 (OpenAI stops at 2; vLLM takes any). `0` makes the answer cacheable.',
+  temperature: "Sampling temperature, at least 0 (podgate's only check: the endpoint's vLLM applies its own upper bound, 2 in current releases). `0` makes the answer cacheable.",
   seed: 'Seed for reproducible sampling; makes the answer cacheable.',
   user: 'An end-user identifier. Forwarded; never part of a cache key.',
 }

@@ -15,6 +15,8 @@ import type { Endpoint, JobStream, RunpodClient } from './runpod/client.ts'
 
 /** Tries of one cancel, in all. Spread over about 15 s: within the 30 s `waitUntil` allows after a response. */
 const CANCEL_TRIES = 5
+/** All the tries of one cancel end within this: `waitUntil` allows 30 s after the response. */
+const CANCEL_WITHIN_MS = 25_000
 /** One cancel's own timeout: a hung call must not use up the time the others need. */
 const CANCEL_TIMEOUT_MS = 5_000
 /** Tries of one refused poll, in all. */
@@ -32,6 +34,7 @@ const MAX_DELAY_MS = 8_000
  */
 export async function cancelJob(client: RunpodClient, endpoint: Endpoint, id: string, options: { pause?: (ms: number) => Promise<void> } = {}): Promise<void> {
   const pause = options.pause ?? ((ms: number) => sleep(ms))
+  const started = Date.now()
   for (let tried = 1; ; tried++) {
     try {
       await client.cancel(endpoint, id, { timeoutMs: CANCEL_TIMEOUT_MS })
@@ -41,8 +44,10 @@ export async function cancelJob(client: RunpodClient, endpoint: Endpoint, id: st
       // Without a status: the call broke or timed out, and may not have arrived.
       const lost = error instanceof GatewayError && (error.code === 'upstream_unavailable' || error.code === 'upstream_timeout')
       const again = status === undefined ? lost : status === 429 || status >= 500
-      if (!again || tried >= CANCEL_TRIES) return
-      await pause(delayFor(error, tried))
+      const delay = delayFor(error, tried)
+      // The next try, pause and call included, must end within the time `waitUntil` allows.
+      if (!again || tried >= CANCEL_TRIES || Date.now() - started + delay + CANCEL_TIMEOUT_MS > CANCEL_WITHIN_MS) return
+      await pause(delay)
     }
   }
 }

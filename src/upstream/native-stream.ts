@@ -175,7 +175,9 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
   }
 
   async function launch(endpoint: Endpoint): Promise<Attempt> {
-    const job = await client.run(endpoint, input, { signal })
+    // Not under the caller's signal: a `/run` cut off when the caller leaves may still have queued its job,
+    // and only the id it answers lets podgate cancel it (the loop sees the caller gone and drops the attempt).
+    const job = await client.run(endpoint, input)
     launched = true
     const attempt = newAttempt(endpoint, job.id, job.status)
     live.add(attempt)
@@ -207,7 +209,8 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
     const tokensLeft = request.sampling.max_tokens * (request.sampling.n ?? 1) - attempt.chunks
     if (attempt.chunks === 0 || tokensLeft <= left) return 0
     const perToken = (Date.now() - attempt.firstChunkAt) / attempt.chunks
-    return Math.min(MAX_POLL_INTERVAL_MS, (tokensLeft * perToken) / Math.max(1, left))
+    // Never near the idle timeout: the wait before a poll is podgate's, not the model's silence.
+    return Math.min(MAX_POLL_INTERVAL_MS, timeouts.idleMs / 4, (tokensLeft * perToken) / Math.max(1, left))
   }
 
   function poll(attempt: Attempt, waitMs: number): Promise<PollResult> {
