@@ -25,9 +25,9 @@ import { createLogger } from './http/log.ts'
 import type { LogSink } from './http/log.ts'
 import { createErrorHandler, errorResponse, formatForPath } from './http/respond.ts'
 import { openaiRoutes, runpodOpenAIRoutes } from './openai/routes.ts'
-import { nativeRoutes } from './native-surface/routes.ts'
+import { nativeRoutes, waitParam } from './native-surface/routes.ts'
 import { quotaRoutes } from './quota/routes.ts'
-import { createQuotaService } from './quota/service.ts'
+import { assertEnforceable, createQuotaService } from './quota/service.ts'
 import type { QuotaServiceOptions } from './quota/service.ts'
 import { quotaStage } from './quota/stage.ts'
 import { controlQuota, countControl } from './quota/control.ts'
@@ -151,14 +151,14 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
   // once the call is known to be good: a malformed mint or an unknown model counts nothing.
   const control = controlQuota(quota, (alias) => models.has(alias))
   app.use('/v1/*', apiKeyAuth({ store, credential, credentialOrigins, tokens, streamCheckMs }))
-  app.route('/v1/tokens', tokenRoutes({ signer: tokens, models: new Set(models.keys()), maxBodyBytes: config.maxBodyBytes, countControl: (c) => countControl(quota, c), ...config.tokens }))
+  app.route('/v1/tokens', tokenRoutes({ signer: tokens, models: new Set(models.keys()), maxBodyBytes: config.maxBodyBytes, countControl: (c) => countControl(quota, c), checkQuota: (c, policy) => assertEnforceable(quota, c, policy, 'quota'), ...config.tokens }))
   const dispatch = createDispatcher({ client, runpod: config.runpod, streaming: config.streaming, breaker })
   const stages: CompletionStage[] = []
   // A token minted with a quota of its own is held to it (counted under its token id) before the key's.
   stages.push(tokenQuotaStage(quotaStage(quota)))
   stages.push(quotaStage(quota))
   // After quota: a cached answer still counts as a request (not as tokens).
-  const cache = createCache({ config: config.cache, models: config.models, kv, maxBodyBytes: config.maxBodyBytes, runtime: { edgeCache, now: cacheNow }, log })
+  const cache = createCache({ config: config.cache, models: config.models, kv, maxBodyBytes: config.maxBodyBytes, runtime: { edgeCache, now: cacheNow }, log, keyExists: async (c, id) => (await store(c).get(id)) !== null })
   if (config.cache.enabled) stages.push(cache.stage)
   const openai = { models, maxBodyBytes: config.maxBodyBytes, stages, dispatch }
   app.route('/v1', openaiRoutes(openai))
@@ -170,7 +170,12 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
   app.use('/v2/*', function nativeSurfaceAuth(c, next) {
     return /\/v2\/[^/]+\/stream\/[^/]+$/.test(c.req.path) ? nativeStreamAuth(c, next) : nativeAuth(c, next)
   })
-  // purge-queue is refused to every key (native-surface/routes.ts): nothing to count.
+  // purge-queue is refused to every key (native-surface/routes.ts): nothing to count. A malformed
+  // `?wait=` is refused before the count, as a call refused for its input counts nothing.
+  app.use('/v2/:model/status-sync/:id', async function waitChecked(c, next) {
+    waitParam(c, 0)
+    await next()
+  })
   for (const op of ['status/:id', 'status-sync/:id', 'cancel/:id', 'health']) app.use(`/v2/:model/${op}`, control)
   // A JSON stream page is a poll; an event stream is admitted once and polls upstream itself.
   app.use('/v2/:model/stream/:id', function streamPollQuota(c, next) {
@@ -181,7 +186,7 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
   app.route('/v2', nativeRoutes({ models, client, runpod: config.runpod, secret: config.signingSecret ?? config.runpod.apiKey, maxBodyBytes: config.maxBodyBytes, stages: stages.filter((stage) => stage !== cache.stage) }))
 
   app.use('/admin/*', adminAuth({ token: config.adminToken }))
-  app.route('/admin/keys', keysRoutes({ store, models: new Set(models.keys()), maxBodyBytes: config.maxBodyBytes }))
+  app.route('/admin/keys', keysRoutes({ store, models: new Set(models.keys()), maxBodyBytes: config.maxBodyBytes, checkQuota: (c, policy) => assertEnforceable(quota, c, policy, 'quota') }))
   app.route('/admin/cache', cache.routes)
   app.route('/', quotaRoutes({ service: quota, keys: store }))
 

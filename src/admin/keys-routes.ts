@@ -12,6 +12,7 @@ import { GatewayError } from '../errors/index.ts'
 import { readJsonBody } from '../http/body.ts'
 import { parseBody } from '../http/zod-error.ts'
 import { quotaPolicySchema } from '../quota/policy.ts'
+import type { QuotaPolicy } from '../quota/policy.ts'
 import type { GatewayEnv } from '../types.ts'
 import { positiveInt } from '../zod/numbers.ts'
 
@@ -40,6 +41,8 @@ export interface KeysRoutesOptions {
   store: (c: Context<GatewayEnv>) => KeyStore
   models: ReadonlySet<string>
   maxBodyBytes: number
+  /** Refuses (400) a key quota this gateway cannot enforce (`strict` with no Durable Object). */
+  checkQuota?: (c: Context<GatewayEnv>, quota: QuotaPolicy | null | undefined) => void
 }
 
 const KEY_ID = /^key_[A-Za-z0-9]{16}$/
@@ -50,6 +53,7 @@ export function keysRoutes(options: KeysRoutesOptions): Hono<GatewayEnv> {
   app.post('/', async (c) => {
     const input = parseBody(createKeySchema, await readJsonBody(c.req.raw, options.maxBodyBytes))
     checkScopes(input, options)
+    options.checkQuota?.(c, input.quota)
     if (input.kind === 'publishable' && !input.origins?.length) {
       throw new GatewayError('invalid_request', 'A publishable key needs at least one origin: it works only from the origins it lists.', { param: 'origins' })
     }
@@ -72,6 +76,7 @@ export function keysRoutes(options: KeysRoutesOptions): Hono<GatewayEnv> {
     const input = parseBody(updateKeySchema, await readJsonBody(c.req.raw, options.maxBodyBytes))
     const record = await findLiveKey(c, options)
     checkScopes(input, options)
+    options.checkQuota?.(c, input.quota)
     if (record.kind === 'publishable' && input.origins?.length === 0) {
       throw new GatewayError('invalid_request', 'A publishable key needs at least one origin.', { param: 'origins' })
     }

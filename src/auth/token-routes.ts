@@ -11,6 +11,7 @@ import { GatewayError } from '../errors/index.ts'
 import { readJsonBody } from '../http/body.ts'
 import { parseBody } from '../http/zod-error.ts'
 import { quotaPolicySchema } from '../quota/policy.ts'
+import type { QuotaPolicy } from '../quota/policy.ts'
 import type { GatewayEnv } from '../types.ts'
 import { positiveInt } from '../zod/numbers.ts'
 import { generateTokenId } from './keys.ts'
@@ -39,6 +40,8 @@ export interface TokenRoutesOptions {
    * the limit); returns the headers to answer with. Default: nothing counted.
    */
   countControl?: (c: Context<GatewayEnv>) => Promise<Record<string, string>>
+  /** Refuses (400) a token quota this gateway cannot enforce (`strict` with no Durable Object). */
+  checkQuota?: (c: Context<GatewayEnv>, quota: QuotaPolicy | undefined) => void
 }
 
 export function tokenRoutes(options: TokenRoutesOptions): Hono<GatewayEnv> {
@@ -61,6 +64,7 @@ export function tokenRoutes(options: TokenRoutesOptions): Hono<GatewayEnv> {
         throw new GatewayError('permission_denied', `Your key may not use the model '${model}', so neither may its tokens.`, { param: 'models' })
       }
     }
+    options.checkQuota?.(c, input.quota)
     const counted = (await options.countControl?.(c)) ?? {}
     const { token, claims } = await options.signer.mint({
       tokenId: generateTokenId(),

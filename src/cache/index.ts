@@ -47,6 +47,8 @@ export interface CreateCacheOptions {
   maxBodyBytes: number
   runtime?: CacheRuntimeOptions
   log?: (line: Record<string, unknown>) => void
+  /** Whether a key with this id exists (a purge by `keyId` of no key is a 404, not a KV write). Default: any id does. */
+  keyExists?: (c: Context<GatewayEnv>, keyId: string) => Promise<boolean>
 }
 
 export interface PodgateCache {
@@ -88,7 +90,7 @@ export function createCache(options: CreateCacheOptions): PodgateCache {
     now,
     log: options.log,
   })
-  const routes = cacheRoutes({ kv, generations, models: new Set(Object.keys(options.models)), scope: config.scope, generationCacheMs: config.generationCacheMs, maxBodyBytes: options.maxBodyBytes })
+  const routes = cacheRoutes({ kv, generations, models: new Set(Object.keys(options.models)), scope: config.scope, generationCacheMs: config.generationCacheMs, maxBodyBytes: options.maxBodyBytes, ...(options.keyExists ? { keyExists: options.keyExists } : {}) })
   return { stage, routes }
 }
 

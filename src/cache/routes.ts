@@ -32,6 +32,8 @@ export interface CacheRoutesOptions {
   /** How long other isolates may still use an old generation, in ms. */
   generationCacheMs: number
   maxBodyBytes: number
+  /** Whether a key with this id exists. Default: any id does. */
+  keyExists?: (c: Context<GatewayEnv>, keyId: string) => Promise<boolean>
 }
 
 /** Most KV entries one purge deletes; the rest are unreachable already and expire by TTL. */
@@ -48,6 +50,10 @@ export function cacheRoutes(options: CacheRoutesOptions): Hono<GatewayEnv> {
       throw new GatewayError('invalid_request', 'Cached answers are shared by every key (cache.scope is "gateway"): purge by model.', { param: 'keyId' })
     }
     if (model !== undefined && !options.models.has(model)) throw new GatewayError('invalid_request', `Unknown model '${model}'.`, { param: 'model' })
+    // A mistyped id must not report a purge that purged nothing (an operator may be removing a leaked answer).
+    if (keyId !== undefined && options.keyExists && !(await options.keyExists(c, keyId))) {
+      throw new GatewayError('not_found', `No key has the id '${keyId}': nothing was purged.`, { param: 'keyId' })
+    }
     const kv = options.kv(c)
     await options.generations.bump(kv, { model, keyId })
     const prefix = cheapPrefix(options.scope, model, keyId)

@@ -166,7 +166,8 @@ function retryRequest(model: ResolvedModel): NormalizedRequest {
 }
 
 /** `?wait=` in ms, within Runpod's bounds; absent means podgate's configured wait. */
-function waitParam(c: Context, fallback: number): number {
+/** `?wait=` in ms, clamped to Runpod's bounds; a malformed one is a 400 (checked before a control call counts). */
+export function waitParam(c: Context, fallback: number): number {
   const raw = c.req.query('wait')
   if (raw === undefined) return fallback
   if (!/^\d{1,7}$/.test(raw)) throw new GatewayError('invalid_request', `'wait' must be a whole number of milliseconds (${MIN_WAIT_MS} to ${MAX_WAIT_MS}).`, { param: 'wait' })

@@ -15,6 +15,7 @@ import type { GatewayEnv } from '../types.ts'
 import { limitStates } from './limits.ts'
 import type { QuotaUsage } from './limits.ts'
 import type { QuotaService } from './service.ts'
+import type { QuotaStore, Reservation } from './store.ts'
 
 /** Where control counts live: apart from the key's completion counts. */
 export function controlCounterId(keyId: string): string {
@@ -30,21 +31,39 @@ export function controlCounterId(keyId: string): string {
  */
 export async function countControl(service: QuotaService, c: Context<GatewayEnv>, model?: string): Promise<Record<string, string>> {
   const principal = c.get('principal')
+  const now = service.now()
+  const background = waitUntilOf(c)
+  // A token minted with a `controlPerMinute` of its own is held to it first, under its token id, so one
+  // busy token cannot use up its siblings' share of the key's control calls.
+  const own = principal.tokenId !== null ? principal.tokenQuota?.controlPerMinute : undefined
+  let taken: { store: QuotaStore; reservation: Reservation } | undefined
+  if (principal.tokenId !== null && own !== undefined) {
+    const policy = { requestsPerMinute: own, ...(principal.tokenQuota?.strict === undefined ? {} : { strict: principal.tokenQuota.strict }) }
+    const store = service.storeFor(c, policy)
+    const result = await store.reserve({ keyId: controlCounterId(principal.tokenId), policy, cost: { tokens: 0, stream: false }, now, background })
+    if (!result.ok) throw refused(own, 'token', controlHeaders(own, result.usage, now), result.usage, now)
+    taken = { store, reservation: result.reservation }
+  }
   const control = service.controlPolicy(principal.quota, model)
   const policy = { requestsPerMinute: control.controlPerMinute, ...(control.strict === undefined ? {} : { strict: control.strict }) }
   const store = service.storeFor(c, policy)
-  const now = service.now()
-  const result = await store.reserve({ keyId: controlCounterId(principal.keyId), policy, cost: { tokens: 0, stream: false }, now, background: waitUntilOf(c) })
+  const result = await store.reserve({ keyId: controlCounterId(principal.keyId), policy, cost: { tokens: 0, stream: false }, now, background })
   const headers = controlHeaders(control.controlPerMinute, result.usage, now)
   if (!result.ok) {
-    const retryAfter = Math.max(1, Math.ceil(((result.usage.minute + 1) * 60_000 - now) / 1000))
-    throw new GatewayError(
-      'rate_limited',
-      `Control call limit reached: this key may make ${control.controlPerMinute} control calls (job status, stream polls, cancel, health, token minting) per minute. Retry after ${retryAfter}s, or follow a job with one event stream (Accept: text/event-stream) instead of polling.`,
-      { headers: { ...headers, 'retry-after': String(retryAfter) } },
-    )
+    // Refused by its key: the call does not count against the token either.
+    if (taken) await taken.store.settle({ reservation: taken.reservation, tokens: 0, release: true, background })
+    throw refused(control.controlPerMinute, 'key', headers, result.usage, now)
   }
   return headers
+}
+
+function refused(limit: number, holder: 'key' | 'token', headers: Record<string, string>, usage: QuotaUsage, now: number): GatewayError {
+  const retryAfter = Math.max(1, Math.ceil(((usage.minute + 1) * 60_000 - now) / 1000))
+  return new GatewayError(
+    'rate_limited',
+    `Control call limit reached: this ${holder} may make ${limit} control calls (job status, stream polls, cancel, health, token minting) per minute. Retry after ${retryAfter}s, or follow a job with one event stream (Accept: text/event-stream) instead of polling.`,
+    { headers: { ...headers, 'retry-after': String(retryAfter) } },
+  )
 }
 
 /**

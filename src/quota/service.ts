@@ -4,6 +4,7 @@
  */
 import type { Context } from 'hono'
 import { ConfigError } from '../config/resolve.ts'
+import { GatewayError } from '../errors/index.ts'
 import type { GatewayEnv } from '../types.ts'
 import { KvQuotaStore } from './kv-store.ts'
 import { DEFAULT_CONTROL_PER_MINUTE, effectivePolicy } from './policy.ts'
@@ -90,4 +91,19 @@ export function createQuotaService(options: QuotaServiceOptions): QuotaService {
 
 function defaultObjects(c: Context<GatewayEnv>): DurableObjectNamespace<QuotaObject> | undefined {
   return c.env?.PODGATE_QUOTA
+}
+
+/**
+ * Refuses, as the caller's input, a quota whose store this gateway cannot run: `strict` with no Durable
+ * Object bound. Checked where a key or token is given its quota, so the mistake is a 400 there rather
+ * than a 500 on every later call.
+ */
+export function assertEnforceable(service: QuotaService, c: Context<GatewayEnv>, policy: QuotaPolicy | null | undefined, param: string): void {
+  if (!policy?.strict) return
+  try {
+    service.storeFor(c, policy)
+  } catch (error) {
+    if (!(error instanceof ConfigError)) throw error
+    throw new GatewayError('invalid_request', "This gateway enforces no strict quotas: it has no Durable Object for them (QuotaObject bound as PODGATE_QUOTA). Leave out 'strict', or bind one.", { param: `${param}.strict` })
+  }
 }
