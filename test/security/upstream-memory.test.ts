@@ -5,7 +5,7 @@
  * (logged by the cache). Each test streams 50 MB.
  */
 import { describe, expect, it } from 'vitest'
-import { authed, chatBody, harness, MODELS } from '../helpers.ts'
+import { authed, chatBody, harness, MODELS, RUNPOD_KEY } from '../helpers.ts'
 
 const PAGE_CHARS = 1_000_000
 const PAGES = 50
@@ -49,7 +49,10 @@ async function drain(body: ReadableStream<Uint8Array>, check: (received: number)
 describe('M3: native streams read upstream only as fast as the caller reads', () => {
   it('upstream-M3-native-stream: 50 MB through the OpenAI surface from a native endpoint holds at most 2 unread pages', async () => {
     const upstream = bigNativeUpstream()
-    const h = harness({ models: { big: { ...MODELS['chat-classic']!, resilience: { timeouts: { idleMs: 600_000, totalMs: 3_600_000, firstTokenMs: 60_000 } } } }, fetch: upstream.fetch })
+    // A budget that gives each of the 4096 tokens a poll: unpaced, this upstream serves a page a poll at once
+    // (a real one hands a poll everything made since the last, so pacing costs it no throughput).
+    const runpod = { apiKey: RUNPOD_KEY, baseUrl: 'http://emulator.test/v2', maxPollsPerStream: 9_000 }
+    const h = harness({ models: { big: { ...MODELS['chat-classic']!, resilience: { timeouts: { idleMs: 600_000, totalMs: 3_600_000, firstTokenMs: 60_000 } } } }, runpod, fetch: upstream.fetch })
     const { key } = await h.createKey()
     const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('big', 'hi', { stream: true, max_tokens: 4096 })))
     expect(res.status).toBe(200)
