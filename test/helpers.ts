@@ -110,3 +110,15 @@ export function streamedText(events: unknown[], index = 0): string {
   }
   return text
 }
+
+/** Reads a body until `bytes` arrived; returns its reader, still open (to cancel it as a caller who leaves). */
+export async function readSome(res: Response, bytes: number): Promise<ReadableStreamDefaultReader<Uint8Array>> {
+  const reader = res.body!.getReader()
+  let got = 0
+  while (got < bytes) {
+    const { value, done } = await reader.read()
+    if (done) throw new Error('the stream ended early')
+    got += value.byteLength
+  }
+  return reader
+}

@@ -9,7 +9,7 @@ import type { EventSourceMessage } from 'eventsource-parser'
 import { describe, expect, it } from 'vitest'
 import type { GatewayOptions } from '../src/index.ts'
 import { createRunpodEmulator } from '../src/testing/index.ts'
-import { harness, MODELS, readSSE, RUNPOD_KEY } from './helpers.ts'
+import { harness, MODELS, readSome, readSSE, RUNPOD_KEY } from './helpers.ts'
 
 const post = (key: string, body: unknown, extra: RequestInit = {}): RequestInit => ({
   method: 'POST',
@@ -19,18 +19,6 @@ const post = (key: string, body: unknown, extra: RequestInit = {}): RequestInit 
 })
 const chat = (model: string, content: string, extra: Record<string, unknown> = {}) => ({ model, max_tokens: 1000, messages: [{ role: 'user', content }], ...extra })
 const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
-
-/** Reads until `bytes` arrived; returns the reader, still open. */
-async function readSome(res: Response, bytes: number): Promise<ReadableStreamDefaultReader<Uint8Array>> {
-  const reader = res.body!.getReader()
-  let got = 0
-  while (got < bytes) {
-    const { value, done } = await reader.read()
-    if (done) throw new Error('the stream ended early')
-    got += value.byteLength
-  }
-  return reader
-}
 
 describe('native streams: polls', () => {
   it('a long answer on a current worker stays within the poll budget: polls are paced, not one per item', async () => {

@@ -8,7 +8,7 @@ import { Hono } from 'hono'
 import type { Context } from 'hono'
 import { describe, expect, it } from 'vitest'
 import { createRunpodEmulator } from '../src/testing/index.ts'
-import { harness, MODELS, RUNPOD_KEY } from './helpers.ts'
+import { harness, MODELS, readSome, RUNPOD_KEY } from './helpers.ts'
 import type { Harness } from './helpers.ts'
 
 const NATIVE_MODELS = { ...MODELS, 'raw-handler': { endpoints: [{ endpointId: 'rawhandler' }], mode: 'native' as const, passthrough: true } }
@@ -434,16 +434,6 @@ describe('native job API: SSE of a job run with stream:false', () => {
 })
 
 describe('cancel on disconnect', () => {
-  async function readSome(res: Response, bytes: number): Promise<ReadableStreamDefaultReader<Uint8Array>> {
-    const reader = res.body!.getReader()
-    let got = 0
-    while (got < bytes) {
-      const { value, done } = await reader.read()
-      if (done) throw new Error('stream ended early')
-      got += value.byteLength
-    }
-    return reader
-  }
 
   it.each(['chat-classic', 'chat-current'])('%s: an SSE caller that goes away cancels the job upstream', async (model) => {
     const h = harness({ models: NATIVE_MODELS })
