@@ -13,7 +13,7 @@ import { sleep } from './retry.ts'
 import { UpstreamStatus } from './runpod/client.ts'
 import type { Endpoint, JobStream, RunpodClient } from './runpod/client.ts'
 
-/** Tries of one cancel, in all. Spread over about 15 s: within the 30 s `waitUntil` allows after a response. */
+/** Tries of one cancel, in all. */
 const CANCEL_TRIES = 5
 /** All the tries of one cancel end within this: `waitUntil` allows 30 s after the response. */
 const CANCEL_WITHIN_MS = 25_000
@@ -32,8 +32,7 @@ const MAX_DELAY_MS = 8_000
  * @example
  * call.waitUntil(cancelJob(client, endpoint, job.id))
  */
-export async function cancelJob(client: RunpodClient, endpoint: Endpoint, id: string, options: { pause?: (ms: number) => Promise<void> } = {}): Promise<void> {
-  const pause = options.pause ?? ((ms: number) => sleep(ms))
+export async function cancelJob(client: RunpodClient, endpoint: Endpoint, id: string): Promise<void> {
   const started = Date.now()
   for (let tried = 1; ; tried++) {
     try {
@@ -47,7 +46,7 @@ export async function cancelJob(client: RunpodClient, endpoint: Endpoint, id: st
       const delay = delayFor(error, tried)
       // The next try, pause and call included, must end within the time `waitUntil` allows.
       if (!again || tried >= CANCEL_TRIES || Date.now() - started + delay + CANCEL_TIMEOUT_MS > CANCEL_WITHIN_MS) return
-      await pause(delay)
+      await sleep(delay)
     }
   }
 }
@@ -61,16 +60,15 @@ export async function streamPage(
   client: RunpodClient,
   endpoint: Endpoint,
   id: string,
-  options: { waitMs?: number; signal?: AbortSignal; onRetry?: () => void; pause?: (ms: number) => Promise<void> },
+  options: { waitMs?: number; signal?: AbortSignal; onRetry?: () => void },
 ): Promise<JobStream> {
-  const pause = options.pause ?? ((ms: number) => sleep(ms, options.signal))
   for (let tried = 1; ; tried++) {
     try {
       return await client.stream(endpoint, id, { ...(options.waitMs === undefined ? {} : { waitMs: options.waitMs }), ...(options.signal ? { signal: options.signal } : {}) })
     } catch (error) {
       const status = statusOf(error)
       if (status === undefined || (status !== 429 && status < 500) || tried >= POLL_TRIES || options.signal?.aborted) throw error
-      await pause(delayFor(error, tried))
+      await sleep(delayFor(error, tried), options.signal)
       if (options.signal?.aborted) throw error
       options.onRetry?.()
     }
