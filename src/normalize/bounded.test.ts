@@ -50,7 +50,7 @@ describe('parseBounded', () => {
     expect(cutAtFirstBadItem({ messages: [{ role: 'user', content: [{ type: 'text', text: null }, 'b'] }], input: ['a', 'b'] })).toBeUndefined()
   })
 
-  it('refuses a body of a million bad items with the error of its first (the whole parse would report each)', () => {
+  it('refuses bodies of close to a million items with the error of their first bad one', () => {
     const parts = Array.from({ length: 9_000 }, () => 1)
     const messages = Array.from({ length: 100 }, () => ({ role: 'user', content: ['fine', 5, ...parts] }))
     expect(outcome(() => parseBounded(chatCompletionRequestSchema, { model: 'm', messages }))).toMatchObject({ param: 'messages[0].content[1]' })

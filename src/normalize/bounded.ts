@@ -10,11 +10,8 @@
  */
 import type * as z from 'zod/mini'
 import { GatewayError } from '../errors/index.ts'
-import { MAX_MESSAGES, MAX_TEXT_CHARS } from './schemas.ts'
+import { MAX_MESSAGES, MAX_TEXT_CHARS, MAX_TOKEN_IDS } from './schemas.ts'
 import { parseRequest } from './zod-errors.ts'
-
-/** Mirrors `MAX_TOKEN_IDS` in schemas.ts. */
-const MAX_TOKEN_IDS = 1_000_000
 
 /**
  * `parseRequest`, at a bounded cost for bodies full of bad items.
@@ -50,13 +47,8 @@ export function cutAtFirstBadItem(body: Record<string, unknown>): Cut | undefine
   for (const field of ['prompt', 'input'] as const) {
     const value = body[field]
     if (!Array.isArray(value)) continue
-    // A million token ids, one bad: the strings branch would fail at each id, so only the first and the bad one are parsed.
-    if (typeof value[0] === 'number' && value.length <= MAX_TOKEN_IDS) {
-      const bad = value.findIndex((item) => !isTokenId(item))
-      if (bad > 1) return { body: { ...body, [field]: [value[0], value[bad]] }, renumber: { field, at: bad } }
-    }
     const cut = cutTextOrTokens(value)
-    if (cut) return { body: { ...body, [field]: cut } }
+    if (cut) return { body: { ...body, [field]: cut.items }, ...(cut.at === undefined ? {} : { renumber: { field, at: cut.at } }) }
   }
   return undefined
 }
@@ -98,25 +90,30 @@ function cutParts(parts: unknown[]): unknown[] | undefined {
   return undefined
 }
 
-/** string[] | int[] | int[][], in the form its first item takes. */
-function cutTextOrTokens(items: unknown[]): unknown[] | undefined {
+/**
+ * string[] | int[] | int[][], in the form its first item takes: the cut items, and for token ids with a
+ * bad one past the second, `at` its index (the cut then holds the first id and the bad item alone: the
+ * strings branch would fail at each id in between).
+ */
+function cutTextOrTokens(items: unknown[]): { items: unknown[]; at?: number } | undefined {
   const first = items[0]
   if (typeof first === 'number') {
-    if (items.length > MAX_TOKEN_IDS) return items.slice(0, MAX_TOKEN_IDS + 1)
+    if (items.length > MAX_TOKEN_IDS) return { items: items.slice(0, MAX_TOKEN_IDS + 1) }
     const bad = items.findIndex((item) => !isTokenId(item))
-    return bad < 0 ? undefined : items.slice(0, bad + 1)
+    if (bad < 0) return undefined
+    return bad > 1 ? { items: [first, items[bad]], at: bad } : { items: items.slice(0, bad + 1) }
   }
-  if (items.length > MAX_MESSAGES) return items.slice(0, MAX_MESSAGES + 1)
+  if (items.length > MAX_MESSAGES) return { items: items.slice(0, MAX_MESSAGES + 1) }
   if (Array.isArray(first)) {
     for (let i = 0; i < items.length; i++) {
       const ids = items[i]
-      if (!Array.isArray(ids) || ids.length === 0) return items.slice(0, i + 1)
-      if (ids.length > MAX_TOKEN_IDS) return [...items.slice(0, i), ids.slice(0, MAX_TOKEN_IDS + 1)]
+      if (!Array.isArray(ids) || ids.length === 0) return { items: items.slice(0, i + 1) }
+      if (ids.length > MAX_TOKEN_IDS) return { items: [...items.slice(0, i), ids.slice(0, MAX_TOKEN_IDS + 1)] }
       const bad = ids.findIndex((id) => !isTokenId(id))
-      if (bad >= 0) return [...items.slice(0, i), ids.slice(0, bad + 1)]
+      if (bad >= 0) return { items: [...items.slice(0, i), ids.slice(0, bad + 1)] }
     }
     return undefined
   }
   const bad = items.findIndex((item) => !isText(item))
-  return bad < 0 ? undefined : items.slice(0, bad + 1)
+  return bad < 0 ? undefined : { items: items.slice(0, bad + 1) }
 }

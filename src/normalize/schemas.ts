@@ -22,7 +22,7 @@ export const MAX_STOP_SEQUENCES = 1_000
 /** Schema-level ceiling for `n` / `best_of`; the per-model `maxChoices` is enforced by the normalizer. */
 const MAX_CHOICES_CEILING = 128
 /** Longest token-id prompt or input, per array. */
-const MAX_TOKEN_IDS = 1_000_000
+export const MAX_TOKEN_IDS = 1_000_000
 
 /** A string of at most `max` characters. */
 const chars = (max: number) => z.string().check(z.maxLength(max))

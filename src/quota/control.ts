@@ -33,28 +33,30 @@ export async function countControl(service: QuotaService, c: Context<GatewayEnv>
   const principal = c.get('principal')
   const now = service.now()
   const background = waitUntilOf(c)
+  /** One control call under `counter` (a key or token id), at `limit` a minute. */
+  const reserve = async (counter: string, limit: number, strict: boolean | undefined) => {
+    const policy = { requestsPerMinute: limit, ...(strict === undefined ? {} : { strict }) }
+    const store = service.storeFor(c, policy)
+    const result = await store.reserve({ keyId: controlCounterId(counter), policy, cost: { tokens: 0, stream: false }, now, background })
+    return { store, result, headers: controlHeaders(limit, result.usage, now) }
+  }
   // A token minted with a `controlPerMinute` of its own is held to it first, under its token id, so one
   // busy token cannot use up its siblings' share of the key's control calls.
   const own = principal.tokenId !== null ? principal.tokenQuota?.controlPerMinute : undefined
   let taken: { store: QuotaStore; reservation: Reservation } | undefined
   if (principal.tokenId !== null && own !== undefined) {
-    const policy = { requestsPerMinute: own, ...(principal.tokenQuota?.strict === undefined ? {} : { strict: principal.tokenQuota.strict }) }
-    const store = service.storeFor(c, policy)
-    const result = await store.reserve({ keyId: controlCounterId(principal.tokenId), policy, cost: { tokens: 0, stream: false }, now, background })
-    if (!result.ok) throw refused(own, 'token', controlHeaders(own, result.usage, now), result.usage, now)
+    const { store, result, headers } = await reserve(principal.tokenId, own, principal.tokenQuota?.strict)
+    if (!result.ok) throw refused(own, 'token', headers, result.usage, now)
     taken = { store, reservation: result.reservation }
   }
   const control = service.controlPolicy(principal.quota, model)
-  const policy = { requestsPerMinute: control.controlPerMinute, ...(control.strict === undefined ? {} : { strict: control.strict }) }
-  const store = service.storeFor(c, policy)
-  const result = await store.reserve({ keyId: controlCounterId(principal.keyId), policy, cost: { tokens: 0, stream: false }, now, background })
-  const headers = controlHeaders(control.controlPerMinute, result.usage, now)
-  if (!result.ok) {
+  const key = await reserve(principal.keyId, control.controlPerMinute, control.strict)
+  if (!key.result.ok) {
     // Refused by its key: the call does not count against the token either.
     if (taken) await taken.store.settle({ reservation: taken.reservation, tokens: 0, release: true, background })
-    throw refused(control.controlPerMinute, 'key', headers, result.usage, now)
+    throw refused(control.controlPerMinute, 'key', key.headers, key.result.usage, now)
   }
-  return headers
+  return key.headers
 }
 
 function refused(limit: number, holder: 'key' | 'token', headers: Record<string, string>, usage: QuotaUsage, now: number): GatewayError {
