@@ -10,7 +10,7 @@ import type { KeyRecord, KeyStore } from '../auth/keys.ts'
 import { originSchema } from '../auth/origins.ts'
 import { GatewayError } from '../errors/index.ts'
 import { readJsonBody } from '../http/body.ts'
-import { parseBody } from '../http/zod-error.ts'
+import { parseRequest } from '../normalize/zod-errors.ts'
 import { quotaPolicySchema } from '../quota/policy.ts'
 import type { QuotaPolicy } from '../quota/policy.ts'
 import type { GatewayEnv } from '../types.ts'
@@ -51,7 +51,7 @@ export function keysRoutes(options: KeysRoutesOptions): Hono<GatewayEnv> {
   const app = new Hono<GatewayEnv>()
 
   app.post('/', async (c) => {
-    const input = parseBody(createKeySchema, await readJsonBody(c.req.raw, options.maxBodyBytes))
+    const input = parseRequest(createKeySchema, await readJsonBody(c.req.raw, options.maxBodyBytes))
     checkScopes(input, options)
     options.checkQuota?.(c, input.quota)
     if (input.kind === 'publishable' && !input.origins?.length) {
@@ -73,7 +73,7 @@ export function keysRoutes(options: KeysRoutesOptions): Hono<GatewayEnv> {
   })
 
   app.patch('/:id', async (c) => {
-    const input = parseBody(updateKeySchema, await readJsonBody(c.req.raw, options.maxBodyBytes))
+    const input = parseRequest(updateKeySchema, await readJsonBody(c.req.raw, options.maxBodyBytes))
     const record = await findLiveKey(c, options)
     checkScopes(input, options)
     options.checkQuota?.(c, input.quota)

@@ -9,7 +9,7 @@ import type { Context } from 'hono'
 import * as z from 'zod/mini'
 import { GatewayError } from '../errors/index.ts'
 import { readJsonBody } from '../http/body.ts'
-import { parseBody } from '../http/zod-error.ts'
+import { parseRequest } from '../normalize/zod-errors.ts'
 import { quotaPolicySchema } from '../quota/policy.ts'
 import type { QuotaPolicy } from '../quota/policy.ts'
 import type { GatewayEnv } from '../types.ts'
@@ -53,7 +53,7 @@ export function tokenRoutes(options: TokenRoutesOptions): Hono<GatewayEnv> {
     if (principal.credential !== 'secret') {
       throw new GatewayError('permission_denied', 'Only a secret key can mint tokens: call POST /v1/tokens from your backend, not from a browser.')
     }
-    const input = parseBody(mintTokenSchema, await readJsonBody(c.req.raw, options.maxBodyBytes))
+    const input = parseRequest(mintTokenSchema, await readJsonBody(c.req.raw, options.maxBodyBytes))
     const ttlSeconds = input.ttlSeconds ?? defaultTtl
     if (ttlSeconds > options.maxTtlSeconds) {
       throw new GatewayError('invalid_request', `ttlSeconds may be at most ${options.maxTtlSeconds} (the gateway's tokens.maxTtlSeconds).`, { param: 'ttlSeconds' })

@@ -12,7 +12,7 @@ import * as z from 'zod/mini'
 import { GatewayError } from '../errors/index.ts'
 import { readJsonBody } from '../http/body.ts'
 import { waitUntilOf } from '../http/context.ts'
-import { parseBody } from '../http/zod-error.ts'
+import { parseRequest } from '../normalize/zod-errors.ts'
 import type { GatewayEnv } from '../types.ts'
 import { kvPrefix } from './key.ts'
 import type { GenerationCache } from './store.ts'
@@ -45,7 +45,7 @@ export function cacheRoutes(options: CacheRoutesOptions): Hono<GatewayEnv> {
   const app = new Hono<GatewayEnv>()
 
   app.post('/purge', async (c) => {
-    const { model, keyId } = parseBody(purgeSchema, await readJsonBody(c.req.raw, options.maxBodyBytes))
+    const { model, keyId } = parseRequest(purgeSchema, await readJsonBody(c.req.raw, options.maxBodyBytes))
     if (keyId !== undefined && options.scope === 'gateway') {
       throw new GatewayError('invalid_request', 'Cached answers are shared by every key (cache.scope is "gateway"): purge by model.', { param: 'keyId' })
     }

@@ -15,30 +15,36 @@ function configError(input: unknown): string {
 }
 
 describe('resolveConfig', () => {
-  // zod/mini loads no locale: without podgate's English error map every one of these reads "Invalid input".
-  it("names each bad field with zod's English message, at most five", () => {
+  it('names each bad field as request errors do, at most five', () => {
     expect(configError({ ...valid, runpod: { apiKey: 1, baseUrl: 'nope', maxPollsPerStream: 9_001 }, cache: { scope: 'everyone' }, extra: true })).toBe(
       [
         'podgate: invalid options. Fix these fields:',
-        '  - runpod.apiKey: Invalid input: expected string, received number',
-        '  - runpod.baseUrl: Invalid URL',
-        '  - runpod.maxPollsPerStream: Too big: expected number to be <=9000',
-        '  - cache.scope: Invalid option: expected one of "key"|"gateway"',
-        '  - (options): Unrecognized key: "extra"',
+        "  - Invalid type for 'runpod.apiKey': expected a string, got a number",
+        "  - Invalid value for 'runpod.baseUrl': expected a URL, got 'nope'",
+        "  - 'runpod.maxPollsPerStream' must be at most 9000, got 9001",
+        "  - Invalid value for 'cache.scope': expected 'key', 'gateway', got 'everyone'",
+        '  - Unrecognized option supplied: extra',
       ].join('\n'),
     )
     expect(configError({ ...valid, models: { chat: { endpoints: [{ endpointId: 'abc123', weight: 0 }], defaults: { top_k: 1.5 } } } })).toBe(
       [
         'podgate: invalid options. Fix these fields:',
-        '  - models.chat.endpoints.0.weight: Too small: expected number to be >0',
-        '  - models.chat.defaults.top_k: Invalid input: expected int, received number',
+        "  - 'models.chat.endpoints[0].weight' must be greater than 0, got 0",
+        "  - Invalid type for 'models.chat.defaults.top_k': expected an integer, got 1.5",
       ].join('\n'),
     )
   })
 
+  it('never quotes a string option it refuses for its length: a secret stays out of the message', () => {
+    expect(configError({ ...valid, signingSecret: 'short-secret-value' })).toBe(
+      "podgate: invalid options. Fix these fields:\n  - 'signingSecret' must be at least 32 characters: e.g. `openssl rand -hex 32`",
+    )
+    expect(configError({ ...valid, runpod: { apiKey: 'rp_key', timeoutMs: 'rp_secret_in_the_wrong_field' } })).not.toContain('rp_secret')
+  })
+
   it('keeps the messages the schema writes itself', () => {
     expect(configError({ ...valid, models: {}, runpod: { apiKey: '' } })).toBe(
-      'podgate: invalid options. Fix these fields:\n  - models: needs at least one model\n  - runpod.apiKey: is empty: set the RUNPOD_API_KEY secret',
+      "podgate: invalid options. Fix these fields:\n  - 'models' needs at least one model\n  - 'runpod.apiKey' is empty: set the RUNPOD_API_KEY secret",
     )
   })
 })

@@ -2,8 +2,7 @@
  * Validates gateway options once, at startup. A mistake throws `ConfigError` whose message names the
  * offending field and what to do, so an operator fixes it from the first deploy log line.
  */
-import type * as z from 'zod/mini'
-import { ENGLISH } from '../zod/english.ts'
+import { invalidRequestFromIssues, safeParseWorded } from '../normalize/zod-errors.ts'
 import { gatewayOptionsSchema, MODEL_ALIAS_PATTERN } from './schema.ts'
 import type { GatewayOptionsInput, ResolvedOptions } from './schema.ts'
 
@@ -11,15 +10,11 @@ export class ConfigError extends Error {
   override readonly name = 'ConfigError'
 }
 
-function describeIssue(issue: z.core.$ZodIssue): string {
-  const path = issue.path.length > 0 ? issue.path.map(String).join('.') : '(options)'
-  return `${path}: ${issue.message}`
-}
-
 export function resolveConfig(input: GatewayOptionsInput): ResolvedOptions {
-  const parsed = gatewayOptionsSchema.safeParse(input, ENGLISH)
+  // Worded as request errors are: each names its field (`'runpod.timeoutMs' must be at most ...`).
+  const parsed = safeParseWorded(gatewayOptionsSchema, input)
   if (!parsed.success) {
-    const lines = parsed.error.issues.slice(0, 5).map(describeIssue)
+    const lines = parsed.error.issues.slice(0, 5).map((issue) => invalidRequestFromIssues([issue], 'option').message)
     throw new ConfigError(`podgate: invalid options. Fix these fields:\n  - ${lines.join('\n  - ')}`)
   }
   for (const alias of Object.keys(parsed.data.models)) {

@@ -43,8 +43,11 @@ export function assertJsonObject(body: unknown): asserts body is Record<string, 
   }
 }
 
-/** The `invalid_request` error for the first of `issues` (zod lists them in schema field order). */
-export function invalidRequestFromIssues(issues: readonly Issue[]): GatewayError {
+/**
+ * The `invalid_request` error for the first of `issues` (zod lists them in schema field order). `what`
+ * names a top-level member in messages: a request's `argument`, or the gateway's `option`.
+ */
+export function invalidRequestFromIssues(issues: readonly Issue[], what = 'request argument'): GatewayError {
   const first = issues[0]
   if (!first) return new GatewayError('invalid_request', 'The request is invalid')
   const { issue, path } = leafOf(first, [])
@@ -52,11 +55,19 @@ export function invalidRequestFromIssues(issues: readonly Issue[]): GatewayError
   if (issue.code === 'unrecognized_keys') {
     const key = truncate(issue.keys[0] ?? '')
     const message = path.length === 0
-      ? `Unrecognized request argument supplied: ${key}`
+      ? `Unrecognized ${what} supplied: ${key}`
       : `Unrecognized argument supplied in '${param}': ${key}`
     return new GatewayError('invalid_request', message, { param: param ? `${param}.${key}` : key })
   }
-  return new GatewayError('invalid_request', messageFor(issue, param || 'body'), param ? { param } : {})
+  return new GatewayError('invalid_request', messageFor(issue, param), param ? { param } : {})
+}
+
+/**
+ * Parses with podgate's wording of zod's issues, without throwing: for the gateway's own options, whose
+ * mistakes are reported several at a time.
+ */
+export function safeParseWorded<S extends z.ZodMiniType>(schema: S, input: unknown): z.core.util.SafeParseResult<z.output<S>> {
+  return schema.safeParse(input, PARSE_CONTEXT)
 }
 
 /**
@@ -86,9 +97,11 @@ function leafOf(issue: Issue, prefix: readonly PathKey[]): { issue: Issue; path:
   return { issue, path }
 }
 
-function messageFor(issue: Issue, param: string): string {
+function messageFor(issue: Issue, path: string): string {
   const custom = issue.message !== DEFAULT_MESSAGE
-  if (custom && issue.code !== 'invalid_union') return issue.message
+  // A schema's own words say what is wrong with the field (`must be ...`): the field is named before them.
+  if (custom && issue.code !== 'invalid_union') return path ? `'${path}' ${issue.message}` : `Invalid request: ${issue.message}`
+  const param = path || 'body'
   const input = issue.input
   // JSON has no `undefined`, and issues carry their input (`reportInput`): undefined means absent.
   const typeLike = issue.code === 'invalid_type' || issue.code === 'invalid_union' || issue.code === 'invalid_value'
@@ -111,6 +124,8 @@ function messageFor(issue: Issue, param: string): string {
       return `'${param}' must ${bound(issue.origin, 'at least', 'greater than', issue.minimum, issue.inclusive, issue.exact)}, got ${measure(issue.origin, input)}`
     case 'invalid_value':
       return `Invalid value for '${param}': expected ${issue.values.map(show).join(', ')}, got ${show(input)}`
+    case 'invalid_format':
+      return `Invalid value for '${param}': expected ${issue.format === 'url' ? 'a URL' : `a ${issue.format}`}, got ${show(input)}`
     default:
       return `Invalid value for '${param}'`
   }

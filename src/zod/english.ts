@@ -1,8 +1,9 @@
 /**
- * zod's English issue messages, for the errors podgate passes on in zod's words: config mistakes and the
- * bodies of admin, token and cache-purge calls. `zod/mini` loads no locale (every message would read
- * "Invalid input"), and `z.config()` would change the host app's zod too, so podgate hands this error
- * map to each parse that needs it. The locale's tables are built on the first issue, never at import.
+ * zod's English issue messages, for the Runpod emulator's own refusals (`podgate/testing`), which word
+ * their 400s as the Python services they stand for do. `zod/mini` loads no locale (every message would read
+ * "Invalid input"), and `z.config()` would change the host app's zod too, so the emulator hands this error
+ * map to each parse that needs it. The gateway itself words its errors in src/normalize/zod-errors.ts and
+ * ships no locale. The locale's tables are built on the first issue, never at import.
  */
 import en from 'zod/v4/locales/en.js'
 import type * as z from 'zod/mini'
