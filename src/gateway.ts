@@ -160,7 +160,8 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
   // After quota: a cached answer still counts as a request (not as tokens).
   const cache = createCache({ config: config.cache, models: config.models, kv, maxBodyBytes: config.maxBodyBytes, runtime: { edgeCache, now: cacheNow }, log, keyExists: async (c, id) => (await store(c).get(id)) !== null })
   if (config.cache.enabled) stages.push(cache.stage)
-  const openai = { models, maxBodyBytes: config.maxBodyBytes, stages, dispatch }
+  // vLLM's other routes are not cached: their answers are not chat answers the cache can replay.
+  const openai = { models, maxBodyBytes: config.maxBodyBytes, stages, routeStages: stages.filter((stage) => stage !== cache.stage), dispatch }
   app.route('/v1', openaiRoutes(openai))
 
   // The Runpod-native surface: the same stages but the cache (a job id is no answer to reuse). `?access_token=`

@@ -122,3 +122,30 @@ export async function readSome(res: Response, bytes: number): Promise<ReadableSt
   }
   return reader
 }
+
+export interface Upstream {
+  fetch: typeof fetch
+  /** Endpoint ids of the calls made, in order. */
+  calls: string[]
+}
+
+/**
+ * An upstream whose OpenAI-route stream is `pieces`, written one by one by test/global-setup.ts's replay
+ * server: its body is the runtime's, as a fetch body is, so podgate pipes it natively. An `Error` ends
+ * the pieces: the connection breaks there (only last). With `holdMs` the upstream keeps its connection
+ * open that long after the last piece.
+ */
+export function scriptedUpstream(pieces: (endpoint: string) => Array<string | Error>, options: { holdMs?: number } = {}): Upstream {
+  const calls: string[] = []
+  const fetchFake = async (input: RequestInfo | URL, init?: RequestInit) => {
+    const request = new Request(input, init)
+    const endpoint = new URL(request.url).pathname.split('/')[2] ?? ''
+    calls.push(endpoint)
+    const queue = pieces(endpoint)
+    const error = queue.at(-1) instanceof Error
+    if (queue.slice(0, -1).some((piece) => piece instanceof Error)) throw new Error('scripted: an Error can only be the last piece')
+    const replayed = await fetch(env.TEST_REPLAY_URL!, { method: 'POST', body: JSON.stringify({ pieces: error ? queue.slice(0, -1) : queue, error, ...options }) })
+    return new Response(replayed.body, { headers: { 'content-type': 'text/event-stream' } })
+  }
+  return { fetch: fetchFake as typeof fetch, calls }
+}

@@ -7,7 +7,6 @@
  * Exact-byte cases use a scripted upstream (the harness's `fetch`); the timing and fault cases use the
  * real HTTP emulator from test/global-setup.ts.
  */
-import { env } from 'cloudflare:workers'
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
 import type { GatewayOptions } from '../src/index.ts'
@@ -17,7 +16,9 @@ import { pipeOpenAIStream, readTail } from '../src/streaming/openai-pipe.ts'
 import { streamControl } from '../src/streaming/stream-control.ts'
 import type { RelayOutcome } from '../src/streaming/openai-relay.ts'
 import type { Usage } from '../src/streaming/openai-chunks.ts'
-import { authed, chatBody, harness, readSSE, RUNPOD_KEY, streamedText } from './helpers.ts'
+import { env } from 'cloudflare:workers'
+import { authed, chatBody, harness, readSSE, RUNPOD_KEY, scriptedUpstream as scripted, streamedText } from './helpers.ts'
+import type { Upstream } from './helpers.ts'
 
 /** vLLM's `--served-model-name` (aliases cannot hold a `/`, so a model whose alias is its served name has none). */
 const SERVED = 'Served-Model-8B'
@@ -43,33 +44,6 @@ const UPSTREAM_SSE = [
   `data: {${head},"choices":[],"usage":${JSON.stringify(usage)}}\n\n`,
   'data: [DONE]\n\n',
 ].join('')
-
-interface Upstream {
-  fetch: typeof fetch
-  /** Endpoint ids of the calls made, in order. */
-  calls: string[]
-}
-
-/**
- * An upstream whose OpenAI-route stream is `pieces`, written one by one by test/global-setup.ts's replay
- * server: its body is the runtime's, as a fetch body is, so podgate pipes it natively. An `Error` ends
- * the pieces: the connection breaks there (only last). With `holdMs` the upstream keeps its connection
- * open that long after the last piece.
- */
-function scripted(pieces: (endpoint: string) => Array<string | Error>, options: { holdMs?: number } = {}): Upstream {
-  const calls: string[] = []
-  const fetchFake = async (input: RequestInfo | URL, init?: RequestInit) => {
-    const request = new Request(input, init)
-    const endpoint = new URL(request.url).pathname.split('/')[2] ?? ''
-    calls.push(endpoint)
-    const queue = pieces(endpoint)
-    const error = queue.at(-1) instanceof Error
-    if (queue.slice(0, -1).some((piece) => piece instanceof Error)) throw new Error('scripted: an Error can only be the last piece')
-    const replayed = await fetch(env.TEST_REPLAY_URL!, { method: 'POST', body: JSON.stringify({ pieces: error ? queue.slice(0, -1) : queue, error, ...options }) })
-    return new Response(replayed.body, { headers: { 'content-type': 'text/event-stream' } })
-  }
-  return { fetch: fetchFake as typeof fetch, calls }
-}
 
 const QUOTA_CLOCK = { now: () => Date.UTC(2026, 0, 1, 12, 0, 30) }
 

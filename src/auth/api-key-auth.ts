@@ -28,6 +28,7 @@ import type { GatewayEnv } from '../types.ts'
 import { isLive, keyGeneration, toPrincipal } from './keys.ts'
 import type { KeyRecord, KeyStore, Principal } from './keys.ts'
 import { formatForPath } from '../http/respond.ts'
+import { dialectOf } from '../streaming/dialects.ts'
 import { revocableStream } from './stream-revocation.ts'
 import { isSameOriginRequest, requestOrigin } from './origins.ts'
 import type { RequestOrigin } from './origins.ts'
@@ -68,9 +69,10 @@ export interface ApiKeyAuthOptions {
 
 const CHALLENGE = 'Bearer realm="podgate"'
 
+/** The credential a request carries: `Authorization: Bearer <credential>`, else `x-api-key` (how Anthropic's SDKs send one). */
 export function bearerCredential(c: Context): string | undefined {
   const header = c.req.header('authorization')
-  if (!header) return undefined
+  if (!header) return c.req.header('x-api-key') || undefined
   const match = /^Bearer[ \t]+([^\s]+)[ \t]*$/i.exec(header)
   return match?.[1]
 }
@@ -134,8 +136,10 @@ export function apiKeyAuth(options: ApiKeyAuthOptions): MiddlewareHandler<Gatewa
 
 const REVOKED_MESSAGE = 'This stream ended: its API key was revoked, rotated or expired while it was open.'
 
-/** The surface's in-stream error event: OpenAI's `data: {"error":...}`, or the job stream's `event: error`. */
+/** The surface's in-stream error event: OpenAI's `data: {"error":...}`, the job stream's `event: error`, or a dialect's. */
 function revokedEvent(path: string): string {
+  const dialect = dialectOf(path)
+  if (dialect) return dialect.errorEvent(new GatewayError('invalid_api_key', REVOKED_MESSAGE))
   if (formatForPath(path) === 'runpod') return `event: error\ndata: ${JSON.stringify({ error: REVOKED_MESSAGE, code: 'invalid_api_key' })}\n\n`
   return `data: ${JSON.stringify({ error: { message: REVOKED_MESSAGE, type: 'authentication_error', param: null, code: 'invalid_api_key' } })}\n\n`
 }

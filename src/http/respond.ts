@@ -10,18 +10,27 @@ export function runpodErrorBody(error: GatewayError): { error: string; code: str
   return { error: error.message, code: error.code }
 }
 
-export type ErrorFormat = 'openai' | 'runpod'
+export type ErrorFormat = 'openai' | 'runpod' | 'anthropic'
+
+/** Anthropic's error body, for `/v1/messages` (vLLM's Anthropic route): its SDKs read this shape. */
+function anthropicErrorBody(error: GatewayError): { type: 'error'; error: { type: string; message: string } } {
+  return { type: 'error', error: { type: error.type, message: error.message } }
+}
 
 export function errorResponse(error: GatewayError, format: ErrorFormat, requestId?: string): Response {
   const headers = new Headers(error.headers)
   headers.set('content-type', 'application/json; charset=utf-8')
   if (requestId) headers.set('x-request-id', requestId)
-  const body = format === 'runpod' ? runpodErrorBody(error) : openAIErrorBody(error)
+  const body = format === 'runpod' ? runpodErrorBody(error) : format === 'anthropic' ? anthropicErrorBody(error) : openAIErrorBody(error)
   return new Response(JSON.stringify(body), { status: error.status, headers })
 }
 
-/** The surface a path belongs to decides the error format; Runpod's `/v2/<model>/openai/v1/*` is the OpenAI surface. */
+/**
+ * The surface a path belongs to decides the error format: Runpod's `/v2/<model>/openai/v1/*` is the
+ * OpenAI surface, and `/v1/messages` (and its `count_tokens`) Anthropic's.
+ */
 export function formatForPath(path: string): ErrorFormat {
+  if (/\/v1\/messages(\/count_tokens)?$/.test(path)) return 'anthropic'
   return /\/v2\//.test(path) && !/\/v2\/[^/]+\/openai\/v1(\/|$)/.test(path) ? 'runpod' : 'openai'
 }
 

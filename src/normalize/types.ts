@@ -7,6 +7,8 @@
  * is the native shorthand when `shorthand` is set and an `openai_route` job otherwise.
  */
 
+import type { VllmRoute } from './route.ts'
+
 export type RequestKind = 'chat' | 'completion' | 'embedding'
 
 /** A chat message in the native shorthand: content parts flattened to one string. */
@@ -70,4 +72,6 @@ export interface NormalizedRequest {
   estimate: RequestEstimate
   /** The caller's `user`, if any (never part of a cache key). */
   user?: string
+  /** Set for vLLM's other routes (`/v1/responses`, `/v1/rerank`, ...): the body goes to this route as it is. */
+  route?: VllmRoute
 }

@@ -27,7 +27,8 @@ export const OPENAI_ROUTE: Readonly<Record<RequestKind, '/v1/chat/completions' |
  */
 export function toOpenAIBody(req: NormalizedRequest, servedModelName: string): Record<string, unknown> {
   const body: Record<string, unknown> = { ...req.body, model: servedModelName }
-  if (req.stream) {
+  // vLLM's other routes report usage in their own events: their bodies get nothing added.
+  if (req.stream && !req.route) {
     const options: Record<string, unknown> = typeof body.stream_options === 'object' && body.stream_options !== null ? { ...body.stream_options } : {}
     // vLLM honours continuous_usage_stats only with include_usage: asking for the usage podgate needs
     // must not give a caller who did not ask for it usage on every chunk.
@@ -45,7 +46,7 @@ export function toOpenAIBody(req: NormalizedRequest, servedModelName: string): R
  * await client.run(endpoint, { input: toNativeInput(request, model.servedModelName) })
  */
 export function toNativeInput(req: NormalizedRequest, servedModelName: string = req.model): Record<string, unknown> {
-  if (!req.shorthand) return { openai_route: OPENAI_ROUTE[req.kind], openai_input: toOpenAIBody(req, servedModelName) }
+  if (!req.shorthand) return { openai_route: req.route?.path ?? OPENAI_ROUTE[req.kind], openai_input: toOpenAIBody(req, servedModelName) }
   const input: Record<string, unknown> = {}
   if (req.kind === 'chat') input.messages = messagesOf(req)
   else input.prompt = promptOf(req)

@@ -1,6 +1,6 @@
 /**
  * The OpenAI-compatible surface: `POST /chat/completions`, `POST /completions`, `POST /embeddings`,
- * `GET /models`, served at `/v1` (model from the body) and at Runpod's own URL shape
+ * `GET /models`, and vLLM's other routes (`POST /responses`, `/messages`, `/rerank`, ...), served at `/v1` (model from the body) and at Runpod's own URL shape
  * `/v2/<model>/openai/v1` (model from the path). Each call flows one way:
  * body -> model + scope -> normalize -> pipeline stages -> upstream.
  */
@@ -8,7 +8,7 @@ import { Hono } from 'hono/tiny'
 import type { Context } from 'hono'
 import { GatewayError } from '../errors/index.ts'
 import { readJsonBody } from '../http/body.ts'
-import { assertJsonObject, normalizeChatRequest, normalizeCompletionRequest, normalizeEmbeddingRequest } from '../normalize/index.ts'
+import { assertJsonObject, normalizeChatRequest, normalizeCompletionRequest, normalizeEmbeddingRequest, normalizeRouteRequest, VLLM_ROUTES } from '../normalize/index.ts'
 import type { NormalizedRequest, RequestKind } from '../normalize/index.ts'
 import { composeStages, createCompletionContext } from '../pipeline/index.ts'
 import type { CompletionHandler, CompletionStage } from '../pipeline/index.ts'
@@ -22,11 +22,15 @@ export interface OpenAIRoutesOptions {
   maxBodyBytes: number
   /** Stages every completion passes through, in order (quota, cache, ...). */
   stages: readonly CompletionStage[]
+  /** Stages of vLLM's other routes (`/responses`, `/rerank`, ...). Default: `stages`. */
+  routeStages?: readonly CompletionStage[]
   /** The last handler: serves the request upstream. */
   dispatch: CompletionHandler
 }
 
-const NORMALIZE: Record<RequestKind, (body: unknown, model: ModelConfig, alias: string) => NormalizedRequest> = {
+type Normalize = (body: Record<string, unknown>, model: ModelConfig, alias: string) => NormalizedRequest
+
+const NORMALIZE: Record<RequestKind, Normalize> = {
   chat: normalizeChatRequest,
   completion: normalizeCompletionRequest,
   embedding: normalizeEmbeddingRequest,
@@ -60,18 +64,22 @@ type ModelResolver = (c: Context<GatewayEnv>, body: Record<string, unknown>) => 
 function surface(options: OpenAIRoutesOptions, resolve: ModelResolver, prefix: string): Hono<GatewayEnv> {
   const app = new Hono<GatewayEnv>()
   const run = composeStages(options.stages, options.dispatch)
+  const runRoute = options.routeStages ? composeStages(options.routeStages, options.dispatch) : run
 
-  async function complete(c: Context<GatewayEnv>, kind: RequestKind): Promise<Response> {
+  async function complete(c: Context<GatewayEnv>, normalize: Normalize, serve = run): Promise<Response> {
     const body = await readJsonBody(c.req.raw, options.maxBodyBytes)
     assertJsonObject(body)
     const model = resolve(c, body)
-    const request = NORMALIZE[kind](body, model.config, model.alias)
-    return run(createCompletionContext(c, request, model))
+    return serve(createCompletionContext(c, normalize(body, model.config, model.alias), model))
   }
 
-  app.post(`${prefix}/chat/completions`, (c) => complete(c, 'chat'))
-  app.post(`${prefix}/completions`, (c) => complete(c, 'completion'))
-  app.post(`${prefix}/embeddings`, (c) => complete(c, 'embedding'))
+  app.post(`${prefix}/chat/completions`, (c) => complete(c, NORMALIZE.chat))
+  app.post(`${prefix}/completions`, (c) => complete(c, NORMALIZE.completion))
+  app.post(`${prefix}/embeddings`, (c) => complete(c, NORMALIZE.embedding))
+  // vLLM's other routes: the body goes to the same route upstream as the caller wrote it.
+  for (const [name, route] of Object.entries(VLLM_ROUTES)) {
+    app.post(`${prefix}/${name}`, (c) => complete(c, (body, config, alias) => normalizeRouteRequest(body, config, alias, route), runRoute))
+  }
 
   app.get(`${prefix}/models`, (c) => {
     const allowed = c.get('principal').models

@@ -11,6 +11,7 @@ import { createKeySchema, updateKeySchema } from '../admin/keys-routes.ts'
 import { mintTokenSchema } from '../auth/token-routes.ts'
 import { purgeSchema } from '../cache/routes.ts'
 import { chatCompletionRequestSchema, completionRequestSchema, embeddingRequestSchema } from '../normalize/schemas.ts'
+import { VLLM_ROUTES } from '../normalize/route.ts'
 
 export type Security = 'key' | 'admin' | 'none'
 
@@ -109,6 +110,14 @@ export const OPERATIONS: Record<string, OperationSpec> = {
   'DELETE /admin/keys/:id': { summary: 'Revoke a key', tag: 'Admin', security: 'admin', response: 'KeyRecord' },
   'GET /admin/keys/:id/usage': { summary: 'A key\'s usage and remaining quota', tag: 'Usage', security: 'admin' },
   'POST /admin/cache/purge': { summary: 'Purge cached answers of a model and/or a key', tag: 'Admin', security: 'admin', requestBody: 'PurgeCacheRequest' },
+}
+
+// vLLM's other routes: bodies in vLLM's own formats, forwarded as written (docs/passthrough.md).
+for (const [name, route] of Object.entries(VLLM_ROUTES)) {
+  const description = `Forwarded to vLLM's \`${route.path}\` as written, \`model\` rewritten to the served name${route.generates ? `; \`${route.generates.maxField}\` is capped per model and set to its default when absent. \`stream: true\` answers with vLLM's Server-Sent Events` : ''}.${name.startsWith('messages') ? ' Errors use Anthropic\'s shape; the key may be sent as `x-api-key`.' : ''}`
+  const spec: OperationSpec = { summary: `vLLM ${route.path}`, description, tag: 'OpenAI', security: 'key', ...(route.generates ? { streams: true } : {}) }
+  OPERATIONS[`POST /v1/${name}`] = spec
+  OPERATIONS[`POST /v2/:model/openai/v1/${name}`] = { ...spec, summary: `${spec.summary} (Runpod's URL shape)` }
 }
 
 /** JSON Schemas of request bodies, from the validating zod schemas (their input side: what callers send). */

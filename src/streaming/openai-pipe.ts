@@ -35,12 +35,12 @@
  */
 import { createParser } from 'eventsource-parser'
 import { GatewayError } from '../errors/index.ts'
-import { sseErrorText } from './openai-chunks.ts'
+import { OPENAI_DIALECT } from './dialects.ts'
+import type { Dialect, StreamEnding } from './dialects.ts'
 import type { Usage } from './openai-chunks.ts'
 import type { RelayOutcome } from './openai-relay.ts'
 import type { CopyEnd } from '../pipeline/stage.ts'
 import { registerStreamControl } from './stream-control.ts'
-import { isRecord, readUsage, upstreamErrorMessage, workerFailure } from './vllm.ts'
 
 export interface OpenAIPipeOptions {
   /** The upstream body, produced by the runtime (a fetch body): the caller receives exactly its bytes. */
@@ -66,6 +66,8 @@ export interface OpenAIPipeOptions {
   onText?(piece: string): void
   /** Called once when the upstream's part is over, however fast the caller reads the rest. */
   onCopyEnd?(end: CopyEnd): void
+  /** How the stream ends, and podgate's error event in it. Default: OpenAI's (`[DONE]`). */
+  dialect?: Dialect
 }
 
 /** The tail read for the ending: at least this much of the answer's end, in bytes. */
@@ -74,6 +76,8 @@ const TAIL_BYTES = 16 * 1024
 const BLOCK_BYTES = 16 * 1024
 /** Most bytes one read of the copy takes. */
 const READ_BYTES = 32 * 1024
+/** Most bytes the tail keeps to hold a dialect's long last event whole (a Responses stream's repeats the answer). */
+const LONG_EVENT_BYTES = 4 * 1024 * 1024
 /** Ticks between the copy's drains, in ms: the bounds a tick moves within (it starts at the shortest). */
 const TICK_MIN_MS = 25
 const TICK_MAX_MS = 1000
@@ -94,6 +98,7 @@ const ignore = () => undefined
  */
 export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uint8Array> {
   const { body, first } = options
+  const dialect = options.dialect ?? OPENAI_DIALECT
   const totalDeadline = options.totalDeadline ?? Infinity
   const idleMs = options.idleMs ?? Infinity
   const { readable, writable } = identityStream()
@@ -189,7 +194,7 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
   function watched<T>(read: Promise<T>, since: number): Promise<T> {
     const idle = setTimeout(() => {
       const error = new GatewayError('upstream_timeout', IDLE_MESSAGE)
-      cut(error, sseErrorText(error))
+      cut(error, dialect.errorEvent(error))
     }, Math.max(0, since + idleMs - Date.now()))
     return read.finally(() => clearTimeout(idle))
   }
@@ -198,13 +203,13 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
     if (totalDeadline !== Infinity) {
       timer = setTimeout(() => {
         const error = new GatewayError('upstream_timeout', TOTAL_MESSAGE)
-        force(error, sseErrorText(error))
+        force(error, dialect.errorEvent(error))
       }, Math.max(0, totalDeadline - Date.now()))
     }
     // The first chunk, read before the tee, goes to the caller first; then the rest, piped.
     const [out, copy] = body.tee()
     let copyBroke = false
-    const reading: CopyReading = { onText: options.onText, pace: pace.wait, onBreak: () => (copyBroke = true), onDoneRead: (done) => (doneRead = done), stop: copyStop.signal }
+    const reading: CopyReading = { onText: options.onText, pace: pace.wait, onBreak: () => (copyBroke = true), onDoneRead: (done) => (doneRead = done), stop: copyStop.signal, dialect }
     if (idleMs !== Infinity) reading.watch = watched
     const ending = tailOf(copy, first, reading).then((end) => {
       upstreamDone = true
@@ -251,7 +256,7 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
     let event = forced && !(piped && end.done) ? forced.event : ''
     if (!error && !end.done) {
       error = new GatewayError('upstream_error', piped ? CUT_MESSAGE : BROKEN_MESSAGE)
-      event = sseErrorText(error)
+      event = dialect.errorEvent(error)
     }
     if (event !== '') {
       // The piped bytes may stop mid-event: a blank line first ends that fragment (a blank line after a
@@ -306,11 +311,13 @@ interface CopyReading {
   onDoneRead: (done: boolean) => void
   /** Aborted: the copy stops reading and ends with what it read. */
   stop: AbortSignal
+  dialect: Dialect
 }
 
 /** The ending read from the answer's last bytes: `first`, then `rest` (read to its end or its break). */
 async function tailOf(rest: ReadableStream<Uint8Array>, first: Uint8Array | undefined, reading: CopyReading): Promise<TailEnd> {
-  const tail = tailBlocks()
+  const { dialect } = reading
+  const tail = tailBlocks(dialect)
   let text = reading.onText ? new TextDecoder() : undefined
   // The recorder's failure is its own: the caller's stream and its ending go on without it.
   const feed = (piece: string) => {
@@ -325,8 +332,9 @@ async function tailOf(rest: ReadableStream<Uint8Array>, first: Uint8Array | unde
   const take = (chunk: Uint8Array) => {
     if (text) feed(text.decode(chunk, { stream: true }))
     tail.append(chunk)
+    if (!dialect.doneAtEnd) return
     last = (last + String.fromCharCode(...chunk.subarray(-DONE_WINDOW))).slice(-DONE_WINDOW)
-    reading.onDoneRead(DONE_AT_END.test(last))
+    reading.onDoneRead(dialect.doneAtEnd.test(last))
   }
   const watch = reading.watch ?? (<T>(read: Promise<T>) => read)
   let since = Date.now()
@@ -371,14 +379,40 @@ async function tailOf(rest: ReadableStream<Uint8Array>, first: Uint8Array | unde
   }
 }
 
-/** The answer's last bytes (at least TAIL_BYTES of them when it has that many), copied into reused blocks. */
-function tailBlocks(): { append(chunk: Uint8Array): void; end(): TailEnd } {
+/**
+ * The answer's last bytes (at least TAIL_BYTES of them when it has that many), copied into reused blocks;
+ * for a dialect whose last event is long, from where the last event began (up to LONG_EVENT_BYTES).
+ */
+function tailBlocks(dialect: Dialect): { append(chunk: Uint8Array): void; end(): TailEnd } {
   const blocks: Array<{ bytes: Uint8Array; length: number }> = []
   const free: Uint8Array[] = []
   let size = 0
   let whole = true
+  /**
+   * Bytes appended, and where the last two events began (after the last two blank lines), from the start:
+   * a stream that ends whole ends with a blank line, so its last event began at the one before.
+   */
+  let appended = 0
+  let lastStart = 0
+  let eventStart = 0
+  let previous = 0
+  /** Where the first block kept begins, from the start. */
+  let kept = 0
   return {
     append(chunk) {
+      if (dialect.longLastEvent) {
+        // The last two `\n\n` in what is read so far (vLLM frames events so).
+        let found = 0
+        for (let i = chunk.byteLength - 1; i >= 0 && found < 2; i--) {
+          if (chunk[i] === LF && (i > 0 ? chunk[i - 1] : previous) === LF) {
+            const at = appended + i + 1
+            if (found++ > 0) eventStart = at
+            else [eventStart, lastStart] = [lastStart, at]
+          }
+        }
+        previous = chunk[chunk.byteLength - 1] ?? previous
+        appended += chunk.byteLength
+      }
       for (let offset = 0; offset < chunk.byteLength; ) {
         let last = blocks.at(-1)
         if (!last || last.length === last.bytes.byteLength) {
@@ -391,16 +425,19 @@ function tailBlocks(): { append(chunk: Uint8Array): void; end(): TailEnd } {
         size += n
         offset += n
       }
-      while (blocks.length > 1 && size - blocks[0]!.length >= TAIL_BYTES) {
+      while (blocks.length > 1 && size - blocks[0]!.length >= TAIL_BYTES && (kept + blocks[0]!.length <= eventStart || size > LONG_EVENT_BYTES || !dialect.longLastEvent)) {
         const dropped = blocks.shift()!
         size -= dropped.length
+        kept += dropped.length
         whole = false
         free.push(dropped.bytes)
       }
     },
-    end: () => readTail(blocks.map((block) => block.bytes.subarray(0, block.length)), whole),
+    end: () => readTail(blocks.map((block) => block.bytes.subarray(0, block.length)), whole, dialect),
   }
 }
+
+const LF = 0x0a
 
 /**
  * Paces the copy's reads: each wait lasts one tick, which halves after a drain of a read's worth or more
@@ -443,19 +480,18 @@ function byobReader(stream: ReadableStream<Uint8Array>): ReadableStreamBYOBReade
 }
 
 /** How the answer ended, as its last events tell: `[DONE]`, the usage, any vLLM error event. */
-type TailEnd = Omit<CopyEnd, 'stopped'>
+type TailEnd = StreamEnding
 
 const decoder = new TextDecoder()
 const EVENT_BREAK = /\r\n\r\n|\n\n|\r\r/
-/** A `[DONE]` event, whole (its blank line read), as the last thing read. */
-const DONE_AT_END = /(?:^|[\r\n])data: ?\[DONE\](?:\r\n|\r|\n)(?:\r\n|\r|\n)\s*$/
+/** How many of the last bytes read a dialect's `doneAtEnd` sees. */
 const DONE_WINDOW = 32
 
 /**
  * Reads the ending from the tail chunks: parsed once per stream, from the first event boundary in the
  * tail (its first event may have been cut when older chunks were dropped).
  */
-export function readTail(chunks: readonly Uint8Array[], whole: boolean): TailEnd {
+export function readTail(chunks: readonly Uint8Array[], whole: boolean, dialect: Dialect = OPENAI_DIALECT): TailEnd {
   let text = ''
   for (const chunk of chunks) text += decoder.decode(chunk, { stream: true })
   text += decoder.decode()
@@ -464,28 +500,7 @@ export function readTail(chunks: readonly Uint8Array[], whole: boolean): TailEnd
     text = boundary ? text.slice(boundary.index + boundary[0].length) : ''
   }
   const end: TailEnd = { done: false }
-  const parser = createParser({
-    onEvent(event) {
-      if (event.data === '[DONE]') {
-        end.done = true
-        return
-      }
-      end.done = false
-      let value: unknown
-      try {
-        value = JSON.parse(event.data)
-      } catch {
-        return
-      }
-      const message = upstreamErrorMessage(value)
-      if (message !== undefined) end.error ??= workerFailure(message)
-      else if (isRecord(value)) {
-        const usage = readUsage(value.usage)
-        if (usage) end.usage = usage
-      }
-    },
-  })
-  parser.feed(text)
+  createParser({ onEvent: (event) => dialect.read(event, end) }).feed(text)
   return end
 }
 

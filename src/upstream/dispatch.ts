@@ -52,7 +52,7 @@ export function createDispatcher(options: DispatchOptions): CompletionHandler {
         ...(ctx.copy ? { copy: ctx.copy } : {}),
       }
       try {
-        if (mode === 'openai') return await openaiRouteCompletion(call)
+        if (mode === 'openai' && !jobOnly(ctx.request)) return await openaiRouteCompletion(call)
         return await (ctx.request.stream ? nativeStream(call) : nativeJson(call))
       } catch (error) {
         // A caller who hung up after a request went upstream is charged its prompt (quota stage).
@@ -61,6 +61,14 @@ export function createDispatcher(options: DispatchOptions): CompletionHandler {
       }
     }
   }
+}
+
+/**
+ * vLLM routes outside `/v1` (`/tokenize`, `/pooling`, ...): Runpod's OpenAI route is addressed under
+ * `/openai/v1`, so they go to every endpoint as `openai_route` jobs, which worker-vllm v2.24+ serves.
+ */
+function jobOnly(request: CompletionContext['request']): boolean {
+  return request.route !== undefined && !request.route.path.startsWith('/v1/')
 }
 
 /** The endpoints grouped by mode, the first pick's mode first, each group in the given order. */

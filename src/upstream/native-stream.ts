@@ -12,8 +12,10 @@
 import { GatewayError, toGatewayError } from '../errors/index.ts'
 import { toNativeInput } from '../normalize/index.ts'
 import { createNativeStreamDecoder } from '../streaming/native-decoder.ts'
+import { createDialectDecoder, wasRelayed } from '../streaming/dialect-decoder.ts'
+import { DIALECTS, OPENAI_DIALECT } from '../streaming/dialects.ts'
 import type { NativeStreamDecoder } from '../streaming/native-decoder.ts'
-import { DONE, encodeSSEData, sseErrorEvent } from '../streaming/openai-chunks.ts'
+import { DONE, encodeSSEData } from '../streaming/openai-chunks.ts'
 import { jobFailure } from './native.ts'
 import { isRefusal } from '../streaming/vllm.ts'
 import { cancelJob, streamPage } from './job-calls.ts'
@@ -69,6 +71,9 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
   const created = Math.floor(started / 1000)
   const object = request.kind === 'chat' ? 'chat.completion.chunk' : 'text_completion'
   const input = { input: toNativeInput(request, model.servedModelName) }
+  // vLLM's other streaming routes (`/v1/responses`, `/v1/messages`) are relayed as the worker sent them.
+  const generates = request.route?.generates
+  const dialect = generates ? DIALECTS[generates.dialect] : undefined
 
   const callerGone = new AbortController()
   const signal = call.signal ? AbortSignal.any([call.signal, callerGone.signal]) : callerGone.signal
@@ -148,7 +153,14 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
       lastPollAt: 0,
       chunks: 0,
       firstChunkAt: 0,
-      decoder: createNativeStreamDecoder({
+      decoder: dialect ? createDialectDecoder({
+        dialect,
+        onText: (text) => (attempt.pending += text),
+        onEvent: () => {
+          if (attempt.chunks++ === 0) attempt.firstChunkAt = Date.now()
+        },
+        onUsage: (u) => (attempt.usage = u),
+      }) : createNativeStreamDecoder({
         kind: request.kind,
         model: model.alias,
         id,
@@ -357,8 +369,11 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
       if (winner.pending.length === 0) emit(HEARTBEAT)
     }
     call.settle({ ok: true, usage })
-    if (usage && request.includeUsage) emit(encodeSSEData(JSON.stringify(winner.usageChunk ?? { id, object, created, model: model.alias, choices: [], usage })))
-    emit(DONE)
+    // A dialect's stream ends with its own last event, relayed already.
+    if (!dialect) {
+      if (usage && request.includeUsage) emit(encodeSSEData(JSON.stringify(winner.usageChunk ?? { id, object, created, model: model.alias, choices: [], usage })))
+      emit(DONE)
+    }
     closed = true
     controller.close()
   }
@@ -375,7 +390,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
       // A caller who hangs up once a job ran has had its prompt processed: quota charges it.
       call.settle({ ok: false, error: failure, producedOutput, usage, ...(gone && launched ? { reachedUpstream: true } : {}) })
       if (!opened) return refuse(failure)
-      emit(sseErrorEvent({ message: failure.message, type: failure.type, code: failure.code }))
+      if (!wasRelayed(failure)) emit(encoder.encode((dialect ?? OPENAI_DIALECT).errorEvent(failure)))
       if (!closed) {
         closed = true
         controller.close()

@@ -14,6 +14,7 @@
 import { GatewayError } from '../errors/index.ts'
 import { toNativeInput } from '../normalize/index.ts'
 import { codedRefusal, errorItemFailure, isRecord, isRefusal, readUsage, workerFailure } from '../streaming/vllm.ts'
+import { routeUsage } from '../streaming/dialects.ts'
 import { cancelJob } from './job-calls.ts'
 import { retryableFailure, sleep } from './retry.ts'
 import { nativeOutputToOpenAI } from './runpod/output.ts'
@@ -66,8 +67,8 @@ export async function nativeJson(call: CompletionCall): Promise<Response> {
     if (refusal) throw refusal
     return job
   })
-  if (request.kind === 'embedding') {
-    const { body, usage } = embeddingOutput(job.output, model.alias)
+  if (request.kind === 'embedding' || request.route) {
+    const { body, usage } = jsonOutput(job.output, model.alias, request.route !== undefined)
     call.settle({ ok: true, usage })
     return Response.json(body)
   }
@@ -98,20 +99,22 @@ function refusalIn(output: unknown): GatewayError | undefined {
   return undefined
 }
 
-/** The embeddings list an `openai_route` job returned, `model` written as the alias. */
-function embeddingOutput(output: unknown, alias: string): { body: Record<string, unknown>; usage: TokenUsage | undefined } {
+/**
+ * The one JSON answer an `openai_route` job returned: an embeddings list, or the answer of another vLLM
+ * route (`route`), whatever its shape. `model` is written as the alias where the answer names one.
+ */
+function jsonOutput(output: unknown, alias: string, route: boolean): { body: Record<string, unknown>; usage: TokenUsage | undefined } {
   const items: unknown[] = Array.isArray(output) ? output : [output]
   for (const item of items) {
     const failure = errorItemFailure(item)
     if (failure) throw failure
   }
   const body = items[0]
-  if (items.length !== 1 || !isRecord(body) || !Array.isArray(body.data)) {
-    throw new GatewayError('upstream_error', 'The model worker returned something other than an embeddings list.')
+  if (items.length !== 1 || !isRecord(body) || (!route && !Array.isArray(body.data))) {
+    throw new GatewayError('upstream_error', `The model worker returned something other than ${route ? 'one JSON answer' : 'an embeddings list'}.`)
   }
-  body.model = alias
-  const usage = readUsage(body.usage)
-  return { body, usage: usage ?? undefined }
+  if (!route || typeof body.model === 'string') body.model = alias
+  return { body, usage: route ? routeUsage(body.usage) : readUsage(body.usage) }
 }
 
 export function jobFailure(job: Pick<JobStatus, 'status' | 'error'>): GatewayError {

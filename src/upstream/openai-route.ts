@@ -17,19 +17,20 @@ import { pipeOpenAIStream } from '../streaming/openai-pipe.ts'
 import { GatewayError } from '../errors/index.ts'
 import { jsonAnswerResponse } from '../pipeline/json-answer.ts'
 import { retryableFailure } from './retry.ts'
-import { upstreamErrorMessage, workerFailure } from '../streaming/vllm.ts'
+import { isRecord, upstreamErrorMessage, workerFailure } from '../streaming/vllm.ts'
+import { DIALECTS, routeUsage } from '../streaming/dialects.ts'
 import { SSE_HEADERS } from './types.ts'
 import type { CompletionCall, TokenUsage } from './types.ts'
 import type { Endpoint } from './runpod/client.ts'
 
 const ROUTE_PATH = { chat: '/chat/completions', completion: '/completions', embedding: '/embeddings' } as const
-type RoutePath = (typeof ROUTE_PATH)[keyof typeof ROUTE_PATH]
 
 export async function openaiRouteCompletion(call: CompletionCall): Promise<Response> {
   const { request, model, client, plan } = call
   const { timeouts } = model.config.resilience
   const started = Date.now()
-  const path = ROUTE_PATH[request.kind]
+  // vLLM's other routes: the path under `/v1`, as Runpod's OpenAI route (`/openai/v1/*`) is addressed.
+  const path = request.route ? request.route.path.slice('/v1'.length) : ROUTE_PATH[request.kind]
   const body = toOpenAIBody(request, model.servedModelName)
 
   if (request.stream) return openaiRouteStream(call, path, body, started)
@@ -39,11 +40,11 @@ export async function openaiRouteCompletion(call: CompletionCall): Promise<Respo
     const json = (await client.openaiJson(endpoint, path, body, { signal: call.signal, timeoutMs })) as Record<string, unknown>
     const message = upstreamErrorMessage(json)
     if (message !== undefined) throw workerFailure(message)
-    if (typeof json !== 'object' || json === null || !Array.isArray(request.kind === 'embedding' ? json.data : json.choices)) {
+    if (!isRecord(json) || (!request.route && !Array.isArray(request.kind === 'embedding' ? json.data : json.choices))) {
       throw new GatewayError('upstream_error', 'The upstream answered with an unexpected completion shape.')
     }
-    json.model = model.alias
-    call.settle({ ok: true, usage: json.usage as TokenUsage | undefined })
+    if (!request.route || typeof json.model === 'string') json.model = model.alias
+    call.settle({ ok: true, usage: request.route ? routeUsage(json.usage) : (json.usage as TokenUsage | undefined) })
     return jsonAnswerResponse(json)
   })
 }
@@ -55,13 +56,16 @@ export async function openaiRouteCompletion(call: CompletionCall): Promise<Respo
  */
 export function needsRewrite(call: CompletionCall): boolean {
   const { model, request, streaming } = call
+  if (request.route) return false
   const renames = streaming.rewriteModel && model.servedModelName !== model.alias
   const strips = streaming.usage === 'requested' && !request.includeUsage
   return renames || strips
 }
 
-async function openaiRouteStream(call: CompletionCall, path: RoutePath, body: Record<string, unknown>, started: number): Promise<Response> {
+async function openaiRouteStream(call: CompletionCall, path: string, body: Record<string, unknown>, started: number): Promise<Response> {
   const { model, client, plan, streaming } = call
+  const generates = call.request.route?.generates
+  const dialect = generates ? DIALECTS[generates.dialect] : undefined
   const { timeouts } = model.config.resilience
   const firstTimeoutMs = Math.min(call.runpod.timeoutMs, timeouts.firstTokenMs)
   let usage: TokenUsage | undefined
@@ -82,7 +86,8 @@ async function openaiRouteStream(call: CompletionCall, path: RoutePath, body: Re
     const signal = upstream && call.signal ? AbortSignal.any([call.signal, upstream.signal]) : (upstream?.signal ?? call.signal)
     const stream = await open(endpoint, signal)
     // Decided before the first read: a BYOB reader can only be tried on an unlocked stream.
-    const piped = upstream && isByteStream(stream) ? upstream : undefined
+    // Another dialect's stream is always piped: only OpenAI's has a JavaScript relay, which rewrites it.
+    const piped = upstream && (dialect !== undefined || isByteStream(stream)) ? upstream : undefined
     const reader = stream.getReader()
     const first = await readWithin(reader, firstByteMs(), FIRST_TOKEN_MESSAGE).catch(brokeBeforeFirstByte)
     if (first.done) throw retryableFailure(new GatewayError('upstream_error', ENDED_MESSAGE))
@@ -93,7 +98,7 @@ async function openaiRouteStream(call: CompletionCall, path: RoutePath, body: Re
     reader.releaseLock()
     const { copy } = call
     if (copy) copy.piped = true
-    const native = pipeOpenAIStream({ body: stream, first, abortUpstream: (reason) => piped.abort(reason), totalDeadline: started + timeouts.totalMs, idleMs: timeouts.idleMs, onUsage, onEnd, ...(copy ? { onText: copy.text, onCopyEnd: copy.end } : {}) })
+    const native = pipeOpenAIStream({ body: stream, first, abortUpstream: (reason) => piped.abort(reason), totalDeadline: started + timeouts.totalMs, idleMs: timeouts.idleMs, onUsage, onEnd, dialect, ...(copy ? { onText: copy.text, onCopyEnd: copy.end } : {}) })
     return new Response(native, { status: 200, headers: SSE_HEADERS })
   }
   const relay = createOpenAIRelay({

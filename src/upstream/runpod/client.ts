@@ -178,7 +178,7 @@ export class RunpodClient {
    * stream can be relayed as it arrives; throws a GatewayError otherwise. A JSON answer is cheaper read
    * with `openaiJson`, which needs no stream stage to end its timer.
    */
-  async openai(endpoint: Endpoint, path: '/chat/completions' | '/completions' | '/embeddings' | '/models', body: unknown, options: CallOptions = {}): Promise<Response> {
+  async openai(endpoint: Endpoint, path: string, body: unknown, options: CallOptions = {}): Promise<Response> {
     const { response, clear } = await this.#send(endpoint, `openai/v1${path}`, body === undefined ? { method: 'GET' } : { method: 'POST', body }, options)
     if (!response.ok) {
       clear()
@@ -198,7 +198,7 @@ export class RunpodClient {
    * covers the body too, so an upstream that stalls mid-body times out. Throws a GatewayError on a
    * non-2xx answer or a body that is not JSON.
    */
-  async openaiJson(endpoint: Endpoint, path: '/chat/completions' | '/completions' | '/embeddings', body: unknown, options: CallOptions = {}): Promise<unknown> {
+  async openaiJson(endpoint: Endpoint, path: string, body: unknown, options: CallOptions = {}): Promise<unknown> {
     const { response, clear } = await this.#send(endpoint, `openai/v1${path}`, { method: 'POST', body }, options)
     try {
       if (!response.ok) throw await upstreamHttpError(response, { url: `${endpoint.base}/openai/v1${path}`, jobOp: false })

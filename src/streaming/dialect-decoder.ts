@@ -1,0 +1,63 @@
+/**
+ * Reads the `/stream` items of a native job on one of vLLM's other streaming routes (`/v1/responses`,
+ * `/v1/messages`): SSE text, in whole events (classic worker-vllm) or cut anywhere (current), relayed as it
+ * came and read by the route's dialect for its ending, usage and errors.
+ */
+import { createParser } from 'eventsource-parser'
+import { GatewayError } from '../errors/index.ts'
+import type { Dialect, StreamEnding } from './dialects.ts'
+import type { NativeStreamDecoder } from './native-decoder.ts'
+import type { Usage } from './openai-chunks.ts'
+import { DEFAULT_MAX_EVENT_CHARS, errorItemFailure } from './vllm.ts'
+
+export interface DialectDecoderOptions {
+  dialect: Dialect
+  /** Called with each item's text, as the worker sent it. */
+  onText(text: string): void
+  /** Called once per whole event read (about a token each): the answer's pace. */
+  onEvent?(): void
+  /** Called once, from `finish()`, with the usage the events reported. */
+  onUsage?(usage: Usage): void
+}
+
+/** Failures whose error event already reached the caller in the upstream's own words. */
+const relayed = new WeakSet<GatewayError>()
+
+/** The upstream's own error event already told the caller of `error`: podgate writes no second one. */
+export function wasRelayed(error: unknown): boolean {
+  return error instanceof GatewayError && relayed.has(error)
+}
+
+export function createDialectDecoder(options: DialectDecoderOptions): NativeStreamDecoder {
+  const { dialect } = options
+  const ending: StreamEnding = { done: false }
+  const parser = createParser({
+    onEvent(event) {
+      options.onEvent?.()
+      dialect.read(event, ending)
+    },
+    onError(error) {
+      if (error.type === 'max-buffer-size-exceeded') throw new GatewayError('upstream_error', 'The upstream sent a stream event larger than podgate accepts.')
+    },
+    maxBufferSize: DEFAULT_MAX_EVENT_CHARS,
+  })
+  return {
+    push(item) {
+      const failure = errorItemFailure(item)
+      if (failure) throw failure
+      // A classic worker may batch several events into one item.
+      const text = typeof item === 'string' ? item : Array.isArray(item) && item.every((s) => typeof s === 'string') ? item.join('') : undefined
+      if (text === undefined) throw new GatewayError('upstream_error', 'The model worker streamed an item podgate does not understand.')
+      parser.feed(text)
+      options.onText(text)
+    },
+    finish() {
+      if (ending.usage) options.onUsage?.(ending.usage)
+      if (ending.error) {
+        relayed.add(ending.error)
+        throw ending.error
+      }
+      if (!ending.done) throw new GatewayError('upstream_error', 'The upstream stream ended before the model finished.')
+    },
+  }
+}

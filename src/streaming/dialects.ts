@@ -1,0 +1,124 @@
+/**
+ * The SSE dialects podgate relays, and how each one ends: OpenAI's chat and completions streams end with
+ * `data: [DONE]`; vLLM's `/v1/responses` stream with a `response.completed` (or `response.incomplete`)
+ * event and no `[DONE]`; its Anthropic `/v1/messages` stream with `message_stop` (then `[DONE]`). A
+ * stream that stops before its ending is cut, whatever its dialect, and podgate closes it with an error
+ * event the caller's SDK reads as one.
+ */
+import type { EventSourceMessage } from 'eventsource-parser'
+import type { GatewayError } from '../errors/index.ts'
+import type { CopyEnd } from '../pipeline/stage.ts'
+import type { StreamDialect } from '../normalize/route.ts'
+import { sseErrorText } from './openai-chunks.ts'
+import { isCount, isRecord, readUsage, upstreamErrorMessage, workerFailure } from './vllm.ts'
+import type { Usage } from './openai-chunks.ts'
+
+/** How a stream ended, as its events tell: whole or not, its usage, an error the upstream sent. */
+export type StreamEnding = Omit<CopyEnd, 'stopped'>
+
+export interface Dialect {
+  /** Reads one event into the ending so far. */
+  read(event: EventSourceMessage, end: StreamEnding): void
+  /** podgate's own error event in this dialect, for a stream it ends. */
+  errorEvent(error: GatewayError): string
+  /** Matches the last bytes read when they end the stream: a cheap check made on every read. */
+  doneAtEnd?: RegExp
+  /** The stream's last event repeats the whole answer: the tail keeps it whole to read it. */
+  longLastEvent?: boolean
+}
+
+export const OPENAI_DIALECT: Dialect = {
+  read(event, end) {
+    if (event.data === '[DONE]') {
+      end.done = true
+      return
+    }
+    end.done = false
+    const value = parsed(event.data)
+    const message = upstreamErrorMessage(value)
+    if (message !== undefined) end.error ??= workerFailure(message)
+    else if (isRecord(value)) {
+      const usage = readUsage(value.usage)
+      if (usage) end.usage = usage
+    }
+  },
+  errorEvent: (error) => sseErrorText({ message: error.message, type: error.type, code: error.code }),
+  doneAtEnd: /(?:^|[\r\n])data: ?\[DONE\](?:\r\n|\r|\n)(?:\r\n|\r|\n)\s*$/,
+}
+
+const RESPONSES_DIALECT: Dialect = {
+  read(event, end) {
+    const value = parsed(event.data)
+    const type = event.event ?? (isRecord(value) ? value.type : undefined)
+    end.done = type === 'response.completed' || type === 'response.incomplete'
+    if (!isRecord(value)) return
+    if (type === 'error') end.error ??= workerFailure(upstreamErrorMessage(value) ?? (typeof value.message === 'string' ? value.message : 'unknown error'))
+    const response = value.response
+    if (!isRecord(response)) return
+    if (type === 'response.failed') {
+      const error = response.error
+      end.error ??= workerFailure(isRecord(error) && typeof error.message === 'string' ? error.message : 'unknown error')
+    }
+    const usage = routeUsage(response.usage)
+    if (usage) end.usage = usage
+  },
+  errorEvent: (error) => `event: error\ndata: ${JSON.stringify({ type: 'error', code: error.code, message: error.message, param: null })}\n\n`,
+  longLastEvent: true,
+}
+
+const MESSAGES_DIALECT: Dialect = {
+  read(event, end) {
+    // vLLM follows `message_stop` with `[DONE]`; Anthropic's own API does not.
+    if (event.data === '[DONE]') return
+    const value = parsed(event.data)
+    const type = event.event ?? (isRecord(value) ? value.type : undefined)
+    end.done = type === 'message_stop'
+    const message = upstreamErrorMessage(value)
+    if (message !== undefined) end.error ??= workerFailure(message)
+    // `message_start` holds the prompt's count; `message_delta` the output's (vLLM's also the prompt's).
+    const usage = isRecord(value) ? (type === 'message_start' && isRecord(value.message) ? value.message.usage : value.usage) : undefined
+    if (isRecord(usage)) end.usage = routeUsage({ ...toInputOutput(end.usage), ...usage })
+  },
+  errorEvent: (error) => `event: error\ndata: ${JSON.stringify({ type: 'error', error: { type: error.type, message: error.message } })}\n\n`,
+  doneAtEnd: /(?:^|[\r\n])(?:data: ?\{"type": ?"message_stop"\}|data: ?\[DONE\])(?:\r\n|\r|\n)(?:\r\n|\r|\n)\s*$/,
+}
+
+export const DIALECTS: Readonly<Record<StreamDialect, Dialect>> = { responses: RESPONSES_DIALECT, messages: MESSAGES_DIALECT }
+
+/**
+ * The usage of an answer from any vLLM route, as OpenAI's counts: `prompt_tokens` / `completion_tokens`
+ * (OpenAI, pooling routes), `input_tokens` / `output_tokens` (Responses, Anthropic), or only
+ * `total_tokens` (rerank, which generates nothing). `undefined` when it counts nothing it can read.
+ */
+export function routeUsage(value: unknown): Usage | undefined {
+  if (!isRecord(value)) return undefined
+  const prompt = count(value.prompt_tokens) ?? count(value.input_tokens)
+  const completion = count(value.completion_tokens) ?? count(value.output_tokens) ?? 0
+  const total = count(value.total_tokens)
+  if (prompt === undefined && total === undefined) return undefined
+  const promptTokens = prompt ?? total! - completion
+  return { prompt_tokens: promptTokens, completion_tokens: completion, total_tokens: total ?? promptTokens + completion }
+}
+
+function toInputOutput(usage: Usage | undefined): Record<string, number> {
+  return usage ? { input_tokens: usage.prompt_tokens, output_tokens: usage.completion_tokens } : {}
+}
+
+function count(value: unknown): number | undefined {
+  return isCount(value) ? value : undefined
+}
+
+function parsed(data: string): unknown {
+  try {
+    return JSON.parse(data)
+  } catch {
+    return undefined
+  }
+}
+
+/** The dialect of the stream a path answers, when it is not OpenAI's. */
+export function dialectOf(path: string): Dialect | undefined {
+  if (path.endsWith('/v1/messages')) return MESSAGES_DIALECT
+  if (path.endsWith('/v1/responses')) return RESPONSES_DIALECT
+  return undefined
+}
