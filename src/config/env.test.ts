@@ -39,8 +39,8 @@ describe('optionsFromEnv', () => {
 
   it('takes models from PODGATE_CONFIG alone, and a wrong value fails at startup naming the field', () => {
     const options = optionsFromEnv({ ...base, PODGATE_CONFIG: { models: MODELS, runpod: { maxPollsPerStream: 0 } } })
-    expect(() => createGateway(options)).toThrow(/runpod\.maxPollsPerStream: /)
-    expect(() => createGateway(optionsFromEnv({ ...base, PODGATE_CONFIG: { models: MODELS, cache: { scope: 'everyone' } } }))).toThrow(/cache\.scope: /)
+    expect(() => createGateway(options)).toThrow(/'runpod\.maxPollsPerStream' must be at least 1/)
+    expect(() => createGateway(optionsFromEnv({ ...base, PODGATE_CONFIG: { models: MODELS, cache: { scope: 'everyone' } } }))).toThrow(/'cache\.scope'/)
     expect(() => createGateway(optionsFromEnv({ ...base, PODGATE_CONFIG: { models: MODELS, unknownOption: 1 } }))).toThrow(/unknownOption/)
   })
 
