@@ -8,7 +8,7 @@ import { planChoices } from './choices.ts'
 import type { Delta, PlannedChoice } from './choices.ts'
 import { countPromptTokens, hashString } from './generate.ts'
 import { chatLogprob, completionLogprobs, promptLogprobs } from './logprobs.ts'
-import type { GenerationRequest, ToolSpec } from './requests.ts'
+import type { GenerationRequest, Refusal, ToolSpec } from './requests.ts'
 import type { EndpointBehaviour, JsonObject, JsonValue } from './types.ts'
 
 /** One generation: a request and its deterministic choices. */
@@ -34,8 +34,10 @@ export interface CompletionMeta {
 export interface TimedEvent {
   data: string
   step: number
-  /** `usage` and `done` close a stream: a fault that cuts the stream drops them. */
-  kind: 'chunk' | 'usage' | 'done'
+  /** Every kind but `chunk` closes a stream (`close`: the Responses and Messages end events): a fault that cuts the stream drops them. */
+  kind: 'chunk' | 'usage' | 'done' | 'close'
+  /** The SSE `event:` name; the Responses and Messages routes name every event, chat none. */
+  event?: string
 }
 
 export const DEFAULT_MODEL_NAME = 'podgate-emulator'
@@ -225,13 +227,38 @@ function toolTokens(tools: readonly ToolSpec[]): number {
 }
 
 /** One event as it goes on the wire. */
-export function sseEvent(data: string): string {
-  return `data: ${data}\n\n`
+export function sseEvent(event: Pick<TimedEvent, 'data' | 'event'>): string {
+  return `${event.event === undefined ? '' : `event: ${event.event}\n`}data: ${event.data}\n\n`
 }
 
 /** vLLM's error body (v0.10.1 and later), also used for the emulator's own errors on the OpenAI route. */
 export function vllmError(message: string, type: string, code: number): JsonObject {
   return { error: { message, type, param: null, code } }
+}
+
+/** A refusal's error body in its route's dialect: vLLM's, or Anthropic's on `/v1/messages`. */
+export function refusalBody(refusal: Refusal): JsonObject {
+  if (refusal.dialect !== 'anthropic') return vllmError(refusal.message, refusal.type, refusal.status)
+  return { type: 'error', error: { type: anthropicErrorType(refusal.status), message: refusal.message } }
+}
+
+/** The error dialect of a vLLM route: Anthropic's on `/v1/messages` and `/v1/messages/count_tokens`. */
+export function errorDialect(route: string): Refusal['dialect'] {
+  return route === '/v1/messages' || route.startsWith('/v1/messages/') ? 'anthropic' : undefined
+}
+
+/** Anthropic's error `type` for an HTTP status, as vLLM's Messages route maps it. */
+function anthropicErrorType(status: number): string {
+  switch (status) {
+    case 400: return 'invalid_request_error'
+    case 401: return 'authentication_error'
+    case 403: return 'permission_error'
+    case 404: return 'not_found_error'
+    case 413: return 'request_too_large'
+    case 429: return 'rate_limit_error'
+    case 529: return 'overloaded_error'
+    default: return status < 500 ? 'invalid_request_error' : 'api_error'
+  }
 }
 
 export function modelList(model: string, created: number): JsonObject {

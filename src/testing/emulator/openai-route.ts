@@ -1,60 +1,85 @@
 /**
- * Runpod's OpenAI-compatible route, `/{endpointId}/openai/v1/*` (chat/completions, completions,
- * embeddings, models), answered as vLLM would: JSON bodies, real SSE paced by the endpoint's cold start
- * and token delay, vLLM's refusals, and faults that break the body.
+ * Runpod's OpenAI-compatible route, `/{endpointId}/openai/<vLLM path>`: chat/completions,
+ * completions, responses, messages (in their dialects, see dialects.ts), the utility routes
+ * (embeddings, count_tokens, rerank, score, classify, pooling, tokenize, detokenize) and models,
+ * answered as vLLM would: JSON bodies, real SSE paced by the endpoint's cold start and token delay,
+ * vLLM's refusals, and faults that break the body.
  */
 
 import type { Context, Hono } from 'hono'
+import type { ContentfulStatusCode } from 'hono/utils/http-status'
 import { readJsonBody, recordBody, sleep } from './context.ts'
 import type { EmulatorContext, EmulatorEnv } from './context.ts'
+import { DIALECTS } from './dialects.ts'
+import type { GenerationRoute } from './dialects.ts'
+import { parseDirectives } from './directives.ts'
 import { httpFaultResponse, requestFault } from './faults.ts'
 import { endpointOp } from './middleware.ts'
-import { complete, completionEvents, completionId, completionJson, DEFAULT_MODEL_NAME, modelList, sseEvent, vllmError } from './openai-format.ts'
+import { complete, DEFAULT_MODEL_NAME, errorDialect, modelList, refusalBody, sseEvent } from './openai-format.ts'
 import type { TimedEvent } from './openai-format.ts'
-import { embeddingsResponse } from './embeddings.ts'
-import { embeddingTexts, parseOpenAIBody, servedRefusal } from './requests.ts'
-import { parseDirectives } from './directives.ts'
+import { servedRefusal } from './requests.ts'
+import type { Refusal } from './requests.ts'
 import type { Fault } from './types.ts'
+import { answerUtility, utilityTexts } from './utility-routes.ts'
+import type { UtilityRoute } from './utility-routes.ts'
 
 /** How long a stalled request hangs before it is given up, like Runpod's default executionTimeout. */
 const STALL_LIMIT_MS = 600_000
 const MAX_BODY_BYTES = 20 * 1024 * 1024
+const GENERATION_ROUTES = Object.keys(DIALECTS) as GenerationRoute[]
+const UTILITY_ROUTES: readonly UtilityRoute[] = [
+  '/v1/embeddings', '/v1/messages/count_tokens', '/v1/rerank', '/v1/score', '/classify', '/pooling', '/tokenize', '/detokenize',
+]
 
 export function registerOpenAIRoutes(api: Hono<EmulatorEnv>, context: EmulatorContext): void {
-  api.post('/:endpointId/openai/v1/chat/completions', endpointOp(context, 'openai'), (c) => completions(c, context, 'chat'))
-  api.post('/:endpointId/openai/v1/completions', endpointOp(context, 'openai'), (c) => completions(c, context, 'completion'))
-  api.post('/:endpointId/openai/v1/embeddings', endpointOp(context, 'openai'), (c) => embeddings(c, context))
+  for (const route of GENERATION_ROUTES) {
+    api.post(`/:endpointId/openai${route}`, endpointOp(context, 'openai'), (c) => generation(c, context, route))
+  }
+  for (const route of UTILITY_ROUTES) {
+    api.post(`/:endpointId/openai${route}`, endpointOp(context, 'openai'), (c) => utility(c, context, route))
+  }
   api.get('/:endpointId/openai/v1/models', endpointOp(context, 'openai'), (c) => {
     const model = context.endpoints.behaviour(c.req.param('endpointId')).servedModelName ?? DEFAULT_MODEL_NAME
     return c.json(modelList(model, Math.floor(context.now() / 1000)))
   })
 }
 
-async function completions(c: Context<EmulatorEnv>, context: EmulatorContext, kind: 'chat' | 'completion'): Promise<Response> {
+/** vLLM's 404 for a `model` other than the served one (any model goes when none is configured). */
+function wrongModel(served: string | undefined, model: unknown): Omit<Refusal, 'dialect'> | undefined {
+  if (served === undefined || typeof model !== 'string' || model === served) return undefined
+  return { status: 404, type: 'NotFoundError', message: `The model \`${model}\` does not exist.` }
+}
+
+/** Answers a refusal in the route's error dialect, with its status. */
+function refuse(c: Context<EmulatorEnv>, route: string, refusal: Omit<Refusal, 'dialect'>): Response {
+  return c.json(refusalBody({ ...refusal, dialect: errorDialect(route) }), refusal.status as ContentfulStatusCode)
+}
+
+async function generation(c: Context<EmulatorEnv>, context: EmulatorContext, route: GenerationRoute): Promise<Response> {
   const endpointId = c.req.param('endpointId') ?? ''
+  const dialect = DIALECTS[route]
   const body = await readJsonBody(c.req.raw, MAX_BODY_BYTES)
   recordBody(context, { endpointId, op: 'openai', url: c.req.url, body })
-  if (!body.ok) return c.json(vllmError(body.message, 'BadRequestError', body.status), body.status)
-  const parsed = parseOpenAIBody(kind, body.value)
-  if (!parsed.ok) return c.json(vllmError(parsed.message, 'BadRequestError', 400), 400)
+  if (!body.ok) return refuse(c, route, { status: body.status, type: 'BadRequestError', message: body.message })
+  const parsed = dialect.parse(body.value)
+  if (!parsed.ok) return refuse(c, route, { status: 400, type: 'BadRequestError', message: parsed.message })
   const request = parsed.request
 
   const behaviour = context.endpoints.behaviour(endpointId)
   const served = behaviour.servedModelName
-  if (served !== undefined && request.model !== undefined && request.model !== served) {
-    return c.json(vllmError(`The model \`${request.model}\` does not exist.`, 'NotFoundError', 404), 404)
-  }
+  const misnamed = wrongModel(served, request.model)
+  if (misnamed) return refuse(c, route, misnamed)
   const fault = requestFault(request.directives, behaviour)
   if (fault?.kind === 'http') return httpFaultResponse(fault)
   const refusal = servedRefusal(request, behaviour)
-  if (refusal) return c.json(vllmError(refusal.message, refusal.type, refusal.status), refusal.status as 400)
+  if (refusal) return refuse(c, route, refusal)
 
   const now = context.now()
   const queueMs = context.endpoints.admit(endpointId, now, request.directives.coldStartMs) - now
   const delayMs = request.directives.tokenDelayMs ?? behaviour.tokenDelayMs
   const completion = complete(request)
   const meta = {
-    id: completionId(kind, crypto.randomUUID().replaceAll('-', '')),
+    id: dialect.id(crypto.randomUUID().replaceAll('-', '')),
     created: Math.floor(now / 1000),
     model: served ?? request.model ?? DEFAULT_MODEL_NAME,
     reasoningFields: behaviour.reasoningFields,
@@ -65,10 +90,10 @@ async function completions(c: Context<EmulatorEnv>, context: EmulatorContext, ki
 
   if (fault?.kind === 'job_failed') {
     await sleep(queueMs, signal)
-    return c.json(vllmError('Emulated handler failure (fault=job_failed).', 'InternalServerError', 500), 500)
+    return refuse(c, route, { status: 500, type: 'InternalServerError', message: 'Emulated handler failure (fault=job_failed).' })
   }
   if (request.stream) {
-    const events = completionEvents(completion, meta, request.includeUsage)
+    const events = dialect.events(completion, meta)
     const onCancel = () => {
       const record = c.get('call')?.record
       if (record) record.streamCancelled = true
@@ -78,39 +103,38 @@ async function completions(c: Context<EmulatorEnv>, context: EmulatorContext, ki
   }
   if (fault?.kind === 'stall') {
     await sleep(STALL_LIMIT_MS, signal)
-    return c.json(vllmError('Emulated stall (fault=stall) ran into the execution timeout.', 'InternalServerError', 500), 500)
+    return refuse(c, route, { status: 500, type: 'InternalServerError', message: 'Emulated stall (fault=stall) ran into the execution timeout.' })
   }
   await sleep(queueMs + (cutoff ?? completion.steps) * delayMs, signal)
   if (fault?.kind === 'mid_stream') {
-    return c.json(vllmError(`Emulated worker failure after ${cutoff ?? 0} tokens (fault=mid_stream).`, 'InternalServerError', 500), 500)
+    return refuse(c, route, { status: 500, type: 'InternalServerError', message: `Emulated worker failure after ${cutoff ?? 0} tokens (fault=mid_stream).` })
   }
-  return c.json(completionJson(completion, meta))
+  return c.json(dialect.json(completion, meta))
 }
 
-async function embeddings(c: Context<EmulatorEnv>, context: EmulatorContext): Promise<Response> {
+/** A route that generates nothing: the cold start and HTTP faults apply, stalls and mid-stream faults do not. */
+async function utility(c: Context<EmulatorEnv>, context: EmulatorContext, route: UtilityRoute): Promise<Response> {
   const endpointId = c.req.param('endpointId') ?? ''
   const body = await readJsonBody(c.req.raw, MAX_BODY_BYTES)
   recordBody(context, { endpointId, op: 'openai', url: c.req.url, body })
-  if (!body.ok) return c.json(vllmError(body.message, 'BadRequestError', body.status), body.status)
+  if (!body.ok) return refuse(c, route, { status: body.status, type: 'BadRequestError', message: body.message })
   const behaviour = context.endpoints.behaviour(endpointId)
-  const model = typeof (body.value as { model?: unknown }).model === 'string' ? (body.value as { model: string }).model : undefined
+  const model = (body.value as { model?: unknown } | null)?.model
   const served = behaviour.servedModelName
-  if (served !== undefined && model !== undefined && model !== served) {
-    return c.json(vllmError(`The model \`${model}\` does not exist.`, 'NotFoundError', 404), 404)
-  }
-  const directives = parseDirectives(embeddingTexts(body.value))
+  const misnamed = wrongModel(served, model)
+  if (misnamed) return refuse(c, route, misnamed)
+  const directives = parseDirectives(utilityTexts(route, body.value))
   const fault = requestFault(directives, behaviour)
   if (fault?.kind === 'http') return httpFaultResponse(fault)
   const now = context.now()
   await sleep(context.endpoints.admit(endpointId, now, directives.coldStartMs) - now, c.req.raw.signal)
-  const result = embeddingsResponse(body.value, {
-    model: served ?? model ?? DEFAULT_MODEL_NAME,
-    defaultDimensions: behaviour.embeddingDimensions,
-    id: `embd-${crypto.randomUUID().replaceAll('-', '')}`,
+  const result = answerUtility(route, body.value, {
+    model: served ?? (typeof model === 'string' ? model : DEFAULT_MODEL_NAME),
+    idSuffix: crypto.randomUUID().replaceAll('-', ''),
     created: Math.floor(now / 1000),
+    embeddingDimensions: behaviour.embeddingDimensions,
   })
-  if (!result.ok) return c.json(vllmError(result.refusal.message, result.refusal.type, result.refusal.status), result.refusal.status as 400)
-  return c.json(result.body)
+  return result.ok ? c.json(result.body) : c.json(refusalBody(result.refusal), result.refusal.status as ContentfulStatusCode)
 }
 
 /**
@@ -149,7 +173,7 @@ function paceEvents(
           if (cancelled.signal.aborted) return
           index++
           previousStep = step
-          controller.enqueue(encoder.encode(group.map((e) => sseEvent(e.data)).join('')))
+          controller.enqueue(encoder.encode(group.map((e) => sseEvent(e)).join('')))
           return
         }
         if (fault?.kind === 'mid_stream') {

@@ -4,15 +4,18 @@
  * these shapes never depend on when or how often a client polls.
  *
  * Shapes follow shared/runpod-api.md §3: classic token batches, classic whole-SSE batches (OpenAI
- * passthrough), current raw SSE cut at byte boundaries, and the single-JSON non-streaming outputs.
+ * passthrough, in each route's dialect), current raw SSE cut at byte boundaries, and the single-JSON
+ * non-streaming outputs.
  */
 
+import { DIALECTS, nativeRoute } from './dialects.ts'
 import { createPrng, hashString } from './generate.ts'
-import { embeddingsResponse } from './embeddings.ts'
-import { complete, completionEvents, completionId, completionJson, DEFAULT_MODEL_NAME, modelList, sseEvent, vllmError } from './openai-format.ts'
+import type { JobRequest } from './job-input.ts'
+import { complete, DEFAULT_MODEL_NAME, errorDialect, modelList, refusalBody, sseEvent } from './openai-format.ts'
 import type { Completion, CompletionMeta, TimedEvent } from './openai-format.ts'
-import type { BatchSizing, JobRequest, Refusal } from './requests.ts'
-import { DEFAULT_BATCHING, servedRefusal } from './requests.ts'
+import type { BatchSizing, Refusal } from './requests.ts'
+import { servedRefusal } from './requests.ts'
+import { answerUtility } from './utility-routes.ts'
 import type { EndpointBehaviour, Fault, JsonObject, JsonValue, WorkerGeneration } from './types.ts'
 
 /** A stream item and the step after which it exists (step 0: as soon as the job starts). */
@@ -61,7 +64,7 @@ export function buildJobScript(options: JobScriptOptions): JobScript {
   // status is lost); the classic worker runs vLLM in-process and yields the error body itself, whose
   // error object, code and all, runpod-python then reports as the job's error.
   const refuse = (refusal: Refusal): JobScript => {
-    const body = vllmError(refusal.message, refusal.type, refusal.status)
+    const body = refusalBody(refusal)
     if (generation === 'classic') return { items: [{ output: body, step: 0 }], ending: { kind: 'failed', step: 0, error: JSON.stringify(body.error) } }
     return fail(`vLLM returned HTTP ${refusal.status}: ${JSON.stringify(body)}`)
   }
@@ -77,25 +80,29 @@ export function buildJobScript(options: JobScriptOptions): JobScript {
   }
 
   const { servedModelName } = options
-  if (request.shape === 'embeddings') {
-    const model = servedModelName ?? DEFAULT_MODEL_NAME
-    const result = embeddingsResponse(request.body, {
-      model,
-      defaultDimensions: options.served.embeddingDimensions,
-      id: `embd-${options.jobId}`,
+  const wrongModel = (route: string, model: unknown): Refusal | undefined =>
+    servedModelName !== undefined && typeof model === 'string' && model !== servedModelName
+      ? { status: 404, type: 'NotFoundError', message: `The model \`${model}\` does not exist.`, dialect: errorDialect(route) }
+      : undefined
+  if (request.shape === 'utility') {
+    const misnamed = wrongModel(request.route, (request.body as { model?: unknown } | undefined)?.model)
+    if (misnamed) return refuse(misnamed)
+    const result = answerUtility(request.route, request.body, {
+      model: servedModelName ?? DEFAULT_MODEL_NAME,
+      idSuffix: options.jobId,
       created: options.created,
+      embeddingDimensions: options.served.embeddingDimensions,
     })
     return result.ok ? { items: [{ output: result.body, step: 0 }], ending: { kind: 'completed', step: 0 } } : refuse(result.refusal)
   }
   const req = request.request
-  if (servedModelName !== undefined && request.shape === 'openai' && req.model !== undefined && req.model !== servedModelName) {
-    return refuse({ status: 404, type: 'NotFoundError', message: `The model \`${req.model}\` does not exist.` })
-  }
-  const refusal = request.shape === 'openai' ? servedRefusal(req, options.served) : undefined
+  const route = request.shape === 'native' ? nativeRoute(req) : request.route
+  const dialect = DIALECTS[route]
+  const refusal = request.shape === 'openai' ? (wrongModel(route, req.model) ?? servedRefusal(req, options.served)) : undefined
   if (refusal) return refuse(refusal)
   const completion = complete(req)
   const meta: CompletionMeta = {
-    id: completionId(req.kind, options.jobId),
+    id: dialect.id(options.jobId),
     created: options.created,
     model: servedModelName ?? req.model ?? DEFAULT_MODEL_NAME,
     reasoningFields: options.served.reasoningFields,
@@ -106,18 +113,17 @@ export function buildJobScript(options: JobScriptOptions): JobScript {
   let items: TimedItem[]
   if (!req.stream) {
     const single =
-      generation === 'classic' && request.shape === 'native' ? classicSingle(completion) : completionJson(completion, meta)
+      generation === 'classic' && request.shape === 'native' ? classicSingle(completion) : dialect.json(completion, meta)
     items = cutoff === undefined ? [{ output: single, step: completion.steps }] : []
   } else if (generation === 'classic' && request.shape === 'native') {
     items = classicBatches(completion, request.batching, cutoff)
   } else {
-    // Native shorthand on the current worker always streams usage; OpenAI input only when asked.
-    const includeUsage = request.shape === 'native' || req.includeUsage
-    let events = completionEvents(completion, meta, includeUsage)
+    // Native shorthand on the current worker always streams usage (its request says so); OpenAI input only when asked.
+    let events = dialect.events(completion, meta)
     if (cutoff !== undefined) events = events.filter((e) => e.step <= cutoff && e.kind === 'chunk')
     items =
       generation === 'classic'
-        ? wholeEventBatches(events, DEFAULT_BATCHING)
+        ? wholeEventBatches(events, dialect.classicBatching)
         : cutEvents(events, { seed: options.jobId, mangleUtf8: options.mangleUtf8, paced: options.paced })
   }
 
@@ -189,7 +195,7 @@ function classicBatches(completion: Completion, sizing: BatchSizing, cutoff?: nu
   return items
 }
 
-/** Classic OpenAI passthrough: whole SSE events joined into growing batches, `[DONE]` counted as one. */
+/** Classic OpenAI passthrough: whole SSE events joined into batches (growing ones for chat), `[DONE]` counted as one. */
 function wholeEventBatches(events: readonly TimedEvent[], sizing: BatchSizing): TimedItem[] {
   const nextSize = batchSizes(sizing)
   const items: TimedItem[] = []
@@ -198,13 +204,13 @@ function wholeEventBatches(events: readonly TimedEvent[], sizing: BatchSizing): 
   for (const event of events) {
     batch.push(event)
     if (batch.length >= size) {
-      items.push({ output: batch.map((e) => sseEvent(e.data)).join(''), step: event.step })
+      items.push({ output: batch.map((e) => sseEvent(e)).join(''), step: event.step })
       batch = []
       size = nextSize()
     }
   }
   const last = batch.at(-1)
-  if (last) items.push({ output: batch.map((e) => sseEvent(e.data)).join(''), step: last.step })
+  if (last) items.push({ output: batch.map((e) => sseEvent(e)).join(''), step: last.step })
   return items
 }
 
@@ -218,7 +224,7 @@ function cutEvents(events: readonly TimedEvent[], options: { seed: string; mangl
   const chunks: Uint8Array[] = []
   let length = 0
   for (const event of events) {
-    const bytes = encoder.encode(sseEvent(event.data))
+    const bytes = encoder.encode(sseEvent(event))
     chunks.push(bytes)
     length += bytes.length
     ends.push({ end: length, step: event.step })

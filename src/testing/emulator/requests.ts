@@ -10,8 +10,6 @@ import { parseDirectives } from './directives.ts'
 import type { Directives } from './directives.ts'
 import type { ChatMessageText } from './generate.ts'
 
-export type OpenAIRoute = '/v1/chat/completions' | '/v1/completions' | '/v1/models' | '/v1/embeddings'
-
 /** A function tool the request offers. */
 export interface ToolSpec {
   name: string
@@ -71,26 +69,19 @@ export interface Refusal {
   status: number
   message: string
   type: string
+  /** Whose error body words it: Anthropic's on `/v1/messages*`, else vLLM's (the default). */
+  dialect?: 'anthropic'
 }
-
-export type JobRequest =
-  | { shape: 'native'; request: GenerationRequest; batching: BatchSizing }
-  | { shape: 'openai'; route: '/v1/models'; request?: undefined }
-  | { shape: 'openai'; route: '/v1/chat/completions' | '/v1/completions'; request: GenerationRequest }
-  | { shape: 'embeddings'; body: unknown }
-  | { shape: 'refused'; refusal: Refusal; directives: Directives }
-  | { shape: 'invalid'; message: string }
 
 export type ParseResult = { ok: true; request: GenerationRequest } | { ok: false; message: string; directives?: Directives }
 
 export const DEFAULT_BATCHING: BatchSizing = { max: 50, min: 1, growth: 3 }
 /** The classic handler's max_tokens default; the OpenAI route has no cap beyond the model's context. */
 const NATIVE_DEFAULT_MAX_TOKENS = 100
-/** Routes worker-vllm <= v2.23 serves through `openai_route`; anything else is 400 "Invalid route". */
-const CLASSIC_ROUTES: readonly string[] = ['/v1/models', '/v1/chat/completions', '/v1/completions']
 
 const contentPart = z.looseObject({ type: z.string(), text: z.optional(z.string()) })
-const message = z.looseObject({
+/** A chat message: `content` is a string, text parts, or null (an assistant's tool call). */
+export const chatMessageSchema = z.looseObject({
   role: z.string(),
   content: z.optional(z.union([z.string(), z.array(contentPart), z.null()])),
 })
@@ -134,7 +125,7 @@ const toolChoice = z.union([
 
 export const chatBodySchema = z.looseObject({
   ...openAIFields,
-  messages: z.array(message).check(z.minLength(1)),
+  messages: z.array(chatMessageSchema).check(z.minLength(1)),
   max_completion_tokens: z.nullish(int().check(z.minimum(1))),
   tools: z.nullish(z.array(tool)),
   tool_choice: z.nullish(toolChoice),
@@ -155,17 +146,13 @@ export const completionBodySchema = z.looseObject({
   echo: z.nullish(z.boolean()),
 })
 export const nativeInputSchema = z.looseObject({
-  messages: z.optional(z.array(message).check(z.minLength(1))),
+  messages: z.optional(z.array(chatMessageSchema).check(z.minLength(1))),
   prompt: z.optional(z.string()),
   sampling_params: z.optional(z.looseObject(samplingFields)),
   stream: z.optional(z.boolean()),
   max_batch_size: z.optional(int().check(z.minimum(1))),
   min_batch_size: z.optional(int().check(z.minimum(0))),
   batch_size_growth_factor: z.optional(z.number().check(z.minimum(0))),
-})
-export const passthroughInputSchema = z.looseObject({
-  openai_route: z.string(),
-  openai_input: z.optional(z.unknown()),
 })
 
 /** Parses an OpenAI chat or completions body. Failures carry vLLM's 400 message. */
@@ -266,31 +253,13 @@ export function servedRefusal(
   return undefined
 }
 
-/**
- * Classifies a job's `input`: native shorthand, OpenAI passthrough (`openai_route`), or input the
- * handler rejects. `generation` decides which passthrough routes exist.
- */
-export function parseJobInput(input: unknown, generation: 'classic' | 'current' = 'current'): JobRequest {
-  const passthrough = passthroughInputSchema.safeParse(input)
-  if (passthrough.success) {
-    const route = passthrough.data.openai_route
-    const body = passthrough.data.openai_input
-    if (generation === 'classic' && !CLASSIC_ROUTES.includes(route)) {
-      return { shape: 'refused', refusal: { status: 400, type: 'BadRequestError', message: 'Invalid route' }, directives: {} }
-    }
-    if (route === '/v1/models') return { shape: 'openai', route }
-    if (route === '/v1/embeddings') return { shape: 'embeddings', body }
-    if (route !== '/v1/chat/completions' && route !== '/v1/completions') {
-      return { shape: 'refused', refusal: { status: 404, type: 'NotFoundError', message: 'Not Found' }, directives: {} }
-    }
-    const parsed = parseOpenAIBody(route === '/v1/chat/completions' ? 'chat' : 'completion', body)
-    return parsed.ok
-      ? { shape: 'openai', route, request: parsed.request }
-      : { shape: 'refused', refusal: { status: 400, type: 'BadRequestError', message: parsed.message }, directives: parsed.directives ?? {} }
-  }
+/** worker-vllm's native shorthand, parsed: the generation and the batch sizing of its stream. */
+export type NativeParse = { ok: true; request: GenerationRequest; batching: BatchSizing } | { ok: false; message: string }
 
+/** Parses worker-vllm's native shorthand (`prompt` or `messages`, `sampling_params`, batch sizing). */
+export function parseNativeInput(input: unknown): NativeParse {
   const parsed = nativeInputSchema.safeParse(input, ENGLISH)
-  if (!parsed.success) return { shape: 'invalid', message: describeIssue(parsed.error) }
+  if (!parsed.success) return { ok: false, message: describeIssue(parsed.error) }
   const b = parsed.data
   const sampling = b.sampling_params ?? {}
   const common = {
@@ -313,10 +282,10 @@ export function parseJobInput(input: unknown, generation: 'classic' | 'current' 
   } else if (b.prompt !== undefined) {
     request = { ...common, kind: 'completion', prompt: b.prompt, directives: parseDirectives([b.prompt]) }
   } else {
-    return { shape: 'invalid', message: 'Input must contain "messages", "prompt" or "openai_route".' }
+    return { ok: false, message: 'Input must contain "messages", "prompt" or "openai_route".' }
   }
   return {
-    shape: 'native',
+    ok: true,
     request,
     batching: {
       max: b.max_batch_size ?? DEFAULT_BATCHING.max,
@@ -327,18 +296,26 @@ export function parseJobInput(input: unknown, generation: 'classic' | 'current' 
   }
 }
 
-/** Directives of a raw job input, for faults that must act before the input is even parsed. */
-export function jobDirectives(request: JobRequest): Directives {
-  switch (request.shape) {
-    case 'native':
-    case 'openai':
-      return request.request?.directives ?? {}
-    case 'refused':
-      return request.directives
-    case 'embeddings':
-      return parseDirectives(embeddingTexts(request.body))
-    default:
-      return {}
+/**
+ * A plain chat generation (no tools, guided output, logprobs or reasoning): what vLLM's Responses and
+ * Messages routes run once they have turned their body into a conversation.
+ */
+export function plainChatRequest(options: { messages: ChatMessageText[]; model?: string; maxTokens?: number; stop?: string[]; stream: boolean }): GenerationRequest {
+  return {
+    kind: 'chat',
+    messages: options.messages,
+    model: options.model,
+    n: 1,
+    maxTokens: options.maxTokens,
+    stop: options.stop ?? [],
+    stream: options.stream,
+    includeUsage: false,
+    continuousUsage: false,
+    tools: [],
+    toolChoice: 'none',
+    thinking: false,
+    echo: false,
+    directives: parseDirectives(options.messages.map((m) => m.content)),
   }
 }
 
@@ -349,7 +326,8 @@ export function embeddingTexts(body: unknown): string[] {
   return Array.isArray(input) ? input.filter((x): x is string => typeof x === 'string') : []
 }
 
-function toMessageText(m: z.infer<typeof message>): ChatMessageText {
+/** A chat message's text: string content, or its text parts joined by newlines. */
+export function toMessageText(m: z.infer<typeof chatMessageSchema>): ChatMessageText {
   const content = typeof m.content === 'string'
     ? m.content
     : (m.content ?? []).flatMap((part) => (part.type === 'text' && part.text !== undefined ? [part.text] : [])).join('\n')
@@ -424,7 +402,8 @@ function countWords(text: string): number {
   return trimmed === '' ? 0 : trimmed.split(/\s+/).length
 }
 
-function describeIssue(error: z.core.$ZodError): string {
+/** The first issue of a failed parse, as `path: message` (vLLM's 400 wording is free-form). */
+export function describeIssue(error: z.core.$ZodError): string {
   const issue = error.issues[0]
   if (!issue) return 'Invalid request.'
   const path = issue.path.length > 0 ? issue.path.join('.') : 'body'

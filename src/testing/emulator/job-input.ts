@@ -1,0 +1,79 @@
+/**
+ * A job's `input`, classified: native shorthand, an OpenAI passthrough (`openai_route` +
+ * `openai_input`) to a generating route or a utility route, or input the worker refuses. Which
+ * passthrough routes exist depends on the worker generation.
+ */
+
+import * as z from 'zod/mini'
+import { parseDirectives } from './directives.ts'
+import type { Directives } from './directives.ts'
+import { DIALECTS, isGenerationRoute } from './dialects.ts'
+import type { GenerationRoute } from './dialects.ts'
+import { errorDialect } from './openai-format.ts'
+import { parseNativeInput } from './requests.ts'
+import type { BatchSizing, GenerationRequest, Refusal } from './requests.ts'
+import { isUtilityRoute, utilityTexts } from './utility-routes.ts'
+import type { UtilityRoute } from './utility-routes.ts'
+
+export type JobRequest =
+  | { shape: 'native'; request: GenerationRequest; batching: BatchSizing }
+  | { shape: 'openai'; route: '/v1/models'; request?: undefined }
+  | { shape: 'openai'; route: GenerationRoute; request: GenerationRequest }
+  | { shape: 'utility'; route: UtilityRoute; body: unknown }
+  | { shape: 'refused'; refusal: Refusal; directives: Directives }
+  | { shape: 'invalid'; message: string }
+
+/**
+ * Routes worker-vllm <= v2.23 serves through `openai_route` (Responses and Messages since v2.17);
+ * anything else is 400 "Invalid route".
+ */
+export const CLASSIC_ROUTES: readonly string[] = ['/v1/models', '/v1/chat/completions', '/v1/completions', '/v1/responses', '/v1/messages']
+
+export const passthroughInputSchema = z.looseObject({
+  openai_route: z.string(),
+  openai_input: z.optional(z.unknown()),
+})
+
+/**
+ * Classifies a job's `input`. The current worker proxies any route to `vllm serve`; vLLM answers a
+ * route it does not have with 404.
+ */
+export function parseJobInput(input: unknown, generation: 'classic' | 'current' = 'current'): JobRequest {
+  const passthrough = passthroughInputSchema.safeParse(input)
+  if (!passthrough.success) {
+    const native = parseNativeInput(input)
+    return native.ok ? { shape: 'native', request: native.request, batching: native.batching } : { shape: 'invalid', message: native.message }
+  }
+  const route = passthrough.data.openai_route
+  const body = passthrough.data.openai_input
+  if (generation === 'classic' && !CLASSIC_ROUTES.includes(route)) {
+    return { shape: 'refused', refusal: { status: 400, type: 'BadRequestError', message: 'Invalid route' }, directives: {} }
+  }
+  if (route === '/v1/models') return { shape: 'openai', route }
+  if (isUtilityRoute(route)) return { shape: 'utility', route, body }
+  if (!isGenerationRoute(route)) {
+    return { shape: 'refused', refusal: { status: 404, type: 'NotFoundError', message: 'Not Found' }, directives: {} }
+  }
+  const parsed = DIALECTS[route].parse(body)
+  if (parsed.ok) return { shape: 'openai', route, request: parsed.request }
+  return {
+    shape: 'refused',
+    refusal: { status: 400, type: 'BadRequestError', message: parsed.message, dialect: errorDialect(route) },
+    directives: parsed.directives ?? {},
+  }
+}
+
+/** Directives of a job's input, for faults that must act before the job runs. */
+export function jobDirectives(request: JobRequest): Directives {
+  switch (request.shape) {
+    case 'native':
+    case 'openai':
+      return request.request?.directives ?? {}
+    case 'refused':
+      return request.directives
+    case 'utility':
+      return parseDirectives(utilityTexts(request.route, request.body))
+    default:
+      return {}
+  }
+}

@@ -1,0 +1,132 @@
+/**
+ * vLLM's `/v1/responses` (the OpenAI Responses API): the body turned into a plain chat generation
+ * (`instructions` as the system message, `input` as the conversation), and the answer written back
+ * as a `response` object or as its named SSE events, with no `[DONE]` at the end.
+ */
+
+import * as z from 'zod/mini'
+import { ENGLISH } from '../../zod/english.ts'
+import type { ChatMessageText } from './generate.ts'
+import { hashString } from './generate.ts'
+import type { Completion, CompletionMeta, TimedEvent } from './openai-format.ts'
+import { describeIssue, plainChatRequest } from './requests.ts'
+import type { ParseResult } from './requests.ts'
+import type { JsonObject } from './types.ts'
+
+const part = z.looseObject({ type: z.string(), text: z.optional(z.string()) })
+/** A message item; other items (function calls and their outputs, reasoning) carry no `role` and are skipped. */
+const item = z.looseObject({
+  type: z.optional(z.string()),
+  role: z.optional(z.string()),
+  content: z.optional(z.union([z.string(), z.array(part)])),
+})
+export const responsesBodySchema = z.looseObject({
+  model: z.nullish(z.string()),
+  input: z.union([z.string(), z.array(item)]),
+  instructions: z.nullish(z.string()),
+  max_output_tokens: z.nullish(z.number().check(z.int(), z.minimum(1))),
+  stream: z.nullish(z.boolean()),
+  temperature: z.nullish(z.number()),
+})
+
+const TEXT_PARTS: readonly string[] = ['input_text', 'output_text', 'text']
+
+/** Parses a Responses body into the chat generation vLLM runs for it. */
+export function parseResponsesBody(body: unknown): ParseResult {
+  const parsed = responsesBodySchema.safeParse(body, ENGLISH)
+  if (!parsed.success) return { ok: false, message: describeIssue(parsed.error) }
+  const b = parsed.data
+  const messages: ChatMessageText[] = b.instructions == null ? [] : [{ role: 'system', content: b.instructions }]
+  if (typeof b.input === 'string') messages.push({ role: 'user', content: b.input })
+  else {
+    for (const entry of b.input) {
+      if (entry.role === undefined) continue
+      const content = typeof entry.content === 'string'
+        ? entry.content
+        : (entry.content ?? []).flatMap((p) => (TEXT_PARTS.includes(p.type) && p.text !== undefined ? [p.text] : [])).join('\n')
+      messages.push({ role: entry.role, content })
+    }
+  }
+  return {
+    ok: true,
+    request: plainChatRequest({ messages, model: b.model ?? undefined, maxTokens: b.max_output_tokens ?? undefined, stream: b.stream ?? false }),
+  }
+}
+
+export function responseId(suffix: string): string {
+  return `resp_${suffix}`
+}
+
+/** The non-streaming answer: `completed`, or `incomplete` when `max_output_tokens` cut it. */
+export function responsesJson(completion: Completion, meta: CompletionMeta): JsonObject {
+  return responseObject(completion, meta, true)
+}
+
+/**
+ * The stream as vLLM writes it: created, in_progress, the message item and its text part opened
+ * (step 0), one `response.output_text.delta` per token, then the closing events and
+ * `response.completed` (or `response.incomplete`) carrying the whole answer.
+ */
+export function responsesEvents(completion: Completion, meta: CompletionMeta): TimedEvent[] {
+  const text = completion.choices[0]?.text ?? ''
+  const itemId = messageItemId(meta.id)
+  const at = { item_id: itemId, output_index: 0, content_index: 0 }
+  const events: TimedEvent[] = []
+  const push = (type: string, fields: JsonObject, step: number, kind: TimedEvent['kind']) => {
+    events.push({ event: type, kind, step, data: JSON.stringify({ type, ...fields, sequence_number: events.length }) })
+  }
+  const pending = responseObject(completion, meta, false)
+  push('response.created', { response: pending }, 0, 'chunk')
+  push('response.in_progress', { response: pending }, 0, 'chunk')
+  push('response.output_item.added', { output_index: 0, item: messageItem(itemId, '', 'in_progress') }, 0, 'chunk')
+  push('response.content_part.added', { ...at, part: outputText('') }, 0, 'chunk')
+  completion.choices[0]?.deltas.forEach((delta, index) => {
+    if (delta.kind === 'content') push('response.output_text.delta', { ...at, delta: delta.text }, index + 1, 'chunk')
+  })
+  const last = completion.steps
+  push('response.output_text.done', { ...at, text }, last, 'close')
+  push('response.content_part.done', { ...at, part: outputText(text) }, last, 'close')
+  push('response.output_item.done', { output_index: 0, item: messageItem(itemId, text, 'completed') }, last, 'close')
+  const final = responseObject(completion, meta, true)
+  push(final.status === 'incomplete' ? 'response.incomplete' : 'response.completed', { response: final }, last, 'close')
+  return events
+}
+
+function responseObject(completion: Completion, meta: CompletionMeta, done: boolean): JsonObject & { status: string } {
+  const choice = completion.choices[0]
+  const cut = done && choice?.finishReason === 'length'
+  const input = completion.promptTokens
+  const output = completion.completionTokens
+  return {
+    id: meta.id,
+    object: 'response',
+    created_at: meta.created,
+    model: meta.model,
+    status: !done ? 'in_progress' : cut ? 'incomplete' : 'completed',
+    incomplete_details: cut ? { reason: 'max_output_tokens' } : null,
+    max_output_tokens: completion.request.maxTokens ?? null,
+    output: done ? [messageItem(messageItemId(meta.id), choice?.text ?? '', 'completed')] : [],
+    usage: done
+      ? {
+          input_tokens: input,
+          input_tokens_details: { cached_tokens: 0 },
+          output_tokens: output,
+          output_tokens_details: { reasoning_tokens: 0 },
+          total_tokens: input + output,
+        }
+      : null,
+  }
+}
+
+function messageItem(id: string, text: string, status: 'in_progress' | 'completed'): JsonObject {
+  return { id, type: 'message', role: 'assistant', status, content: status === 'completed' ? [outputText(text)] : [] }
+}
+
+function outputText(text: string): JsonObject {
+  return { type: 'output_text', text, annotations: [] }
+}
+
+/** `msg_<32 hex>`, stable for one response. */
+function messageItemId(responseId: string): string {
+  return `msg_${[0, 1, 2, 3].map((part) => hashString(`${responseId}:item:${part}`).toString(16).padStart(8, '0')).join('')}`
+}
