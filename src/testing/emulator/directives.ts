@@ -1,6 +1,8 @@
 /**
  * Per-request directives. Headers do not survive a gateway, prompt text does, so a test steers one
- * request by writing `[[emulator:key=value,key=value]]` anywhere in the prompt or a message.
+ * request by writing `[[emulator:key=value,key=value]]` anywhere in the prompt or a message (on
+ * `/v1/responses` also `instructions` and input items, on `/v1/messages` also `system`; on the routes
+ * that generate nothing, any string of the body, `input` only on embeddings).
  *
  * Keys: `fault=http|stall|job_failed|mid_stream`, `status=500` (http), `retry_after=2` (http, seconds),
  * `after=5` (tokens before stall/mid_stream), `tokens=100` (exact length), `cold=2000` (ms IN_QUEUE),

@@ -108,6 +108,11 @@ export function hashString(value: string): number {
   return hash
 }
 
+/** 32 hex digits derived from `key`: ids as vLLM writes them (`resp_<hex>`), stable for one key. */
+export function hexId(key: string): string {
+  return [0, 1, 2, 3].map((part) => hashString(`${key}:${part}`).toString(16).padStart(8, '0')).join('')
+}
+
 /** mulberry32: a tiny seeded PRNG returning floats in [0, 1). */
 export function createPrng(seed: number): () => number {
   let state = seed >>> 0

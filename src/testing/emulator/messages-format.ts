@@ -6,7 +6,7 @@
 
 import * as z from 'zod/mini'
 import { ENGLISH } from '../../zod/english.ts'
-import { countPromptTokens } from './generate.ts'
+import { countPromptTokens, hexId } from './generate.ts'
 import type { ChatMessageText } from './generate.ts'
 import type { Completion, CompletionMeta, TimedEvent } from './openai-format.ts'
 import { describeIssue, plainChatRequest } from './requests.ts'
@@ -54,8 +54,9 @@ export function countTokens(body: unknown): { ok: true; body: JsonObject } | { o
   return { ok: true, body: { input_tokens: countPromptTokens({ messages: conversation(parsed.data) }) } }
 }
 
+/** `msg_<32 hex>`: a hex suffix (the HTTP route's) as is, any other (a job id) hashed to hex. */
 export function messageId(suffix: string): string {
-  return `msg_${suffix}`
+  return `msg_${/^[0-9a-f]{32}$/.test(suffix) ? suffix : hexId(suffix)}`
 }
 
 export function messagesJson(completion: Completion, meta: CompletionMeta): JsonObject {

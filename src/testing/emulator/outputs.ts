@@ -9,7 +9,7 @@
  */
 
 import { DIALECTS, nativeRoute } from './dialects.ts'
-import { createPrng, hashString } from './generate.ts'
+import { createPrng, hashString, hexId } from './generate.ts'
 import type { JobRequest } from './job-input.ts'
 import { complete, DEFAULT_MODEL_NAME, errorDialect, modelList, refusalBody, sseEvent } from './openai-format.ts'
 import type { Completion, CompletionMeta, TimedEvent } from './openai-format.ts'
@@ -89,7 +89,7 @@ export function buildJobScript(options: JobScriptOptions): JobScript {
     if (misnamed) return refuse(misnamed)
     const result = answerUtility(request.route, request.body, {
       model: servedModelName ?? DEFAULT_MODEL_NAME,
-      idSuffix: options.jobId,
+      idSuffix: hexId(options.jobId),
       created: options.created,
       embeddingDimensions: options.served.embeddingDimensions,
     })

@@ -7,7 +7,7 @@
 import * as z from 'zod/mini'
 import { ENGLISH } from '../../zod/english.ts'
 import type { ChatMessageText } from './generate.ts'
-import { hashString } from './generate.ts'
+import { hexId } from './generate.ts'
 import type { Completion, CompletionMeta, TimedEvent } from './openai-format.ts'
 import { describeIssue, plainChatRequest } from './requests.ts'
 import type { ParseResult } from './requests.ts'
@@ -53,8 +53,9 @@ export function parseResponsesBody(body: unknown): ParseResult {
   }
 }
 
+/** `resp_<32 hex>`: a hex suffix (the HTTP route's) as is, any other (a job id) hashed to hex. */
 export function responseId(suffix: string): string {
-  return `resp_${suffix}`
+  return `resp_${/^[0-9a-f]{32}$/.test(suffix) ? suffix : hexId(suffix)}`
 }
 
 /** The non-streaming answer: `completed`, or `incomplete` when `max_output_tokens` cut it. */
@@ -128,5 +129,5 @@ function outputText(text: string): JsonObject {
 
 /** `msg_<32 hex>`, stable for one response. */
 function messageItemId(responseId: string): string {
-  return `msg_${[0, 1, 2, 3].map((part) => hashString(`${responseId}:item:${part}`).toString(16).padStart(8, '0')).join('')}`
+  return `msg_${hexId(`${responseId}:item`)}`
 }

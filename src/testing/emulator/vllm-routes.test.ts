@@ -1,0 +1,342 @@
+/**
+ * The emulator's other vLLM routes (responses, messages, count_tokens, rerank, score, classify,
+ * pooling, tokenize, detokenize): their JSON, their SSE event sequences, the same bytes through
+ * current and classic `openai_route` jobs, directives and faults, and the refusals in each dialect.
+ */
+import { createParser } from 'eventsource-parser'
+import { describe, expect, it } from 'vitest'
+import { createRunpodEmulator } from './index.ts'
+import type { EmulatorOptions } from './types.ts'
+
+type Json = Record<string, any>
+
+const BASE = 'http://emulator.test'
+
+function setup(options: EmulatorOptions = {}) {
+  const emulator = createRunpodEmulator(options)
+  const post = (path: string, body: unknown) =>
+    emulator.fetch(new Request(`${BASE}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) }))
+  const openai = async (endpoint: string, route: string, body: unknown) => {
+    const res = await post(`/v2/${endpoint}/openai${route}`, body)
+    return { status: res.status, json: (await res.json()) as Json }
+  }
+  const runsync = async (endpoint: string, input: Json) => (await (await post(`/v2/${endpoint}/runsync`, { input })).json()) as Json
+  /** Runs a job with /run and collects every /stream item until it ends. */
+  const streamJob = async (endpoint: string, input: Json) => {
+    const { id } = (await (await post(`/v2/${endpoint}/run`, { input })).json()) as { id: string }
+    const items: unknown[] = []
+    for (let i = 0; i < 200; i++) {
+      const page = (await (await emulator.fetch(new Request(`${BASE}/v2/${endpoint}/stream/${id}`))).json()) as Json
+      items.push(...page.stream.map((s: Json) => s.output))
+      if (['COMPLETED', 'FAILED'].includes(page.status)) return { id, items, status: page.status as string }
+    }
+    throw new Error('job did not end')
+  }
+  return { emulator, post, openai, runsync, streamJob }
+}
+
+/** Every SSE event of a text: its name (undefined when unnamed) and data. */
+function sseEvents(text: string): Array<{ event: string | undefined; data: string }> {
+  const out: Array<{ event: string | undefined; data: string }> = []
+  const parser = createParser({ onEvent: (e) => out.push({ event: e.event, data: e.data }) })
+  parser.feed(text)
+  return out
+}
+
+/** Reads a body until it ends or errors: the text received, and whether it errored. */
+async function readAll(res: Response): Promise<{ text: string; errored: boolean }> {
+  const reader = res.body!.pipeThrough(new TextDecoderStream()).getReader()
+  let text = ''
+  try {
+    for (;;) {
+      const { done, value } = await reader.read()
+      if (done) return { text, errored: false }
+      text += value
+    }
+  } catch {
+    return { text, errored: true }
+  }
+}
+
+/** Ids and timestamps differ between an HTTP answer and a job's; everything else must match. */
+function normalize(text: string): string {
+  return text
+    .replace(/resp_[0-9a-f]{32}/g, 'RESP')
+    .replace(/msg_[0-9a-f]{32}/g, 'MSG')
+    .replace(/"created(_at)?":\d+/g, '"created":0')
+}
+
+const RESPONSES_STREAM = [
+  'response.created', 'response.in_progress', 'response.output_item.added', 'response.content_part.added',
+  // ...one response.output_text.delta per token...
+  'response.output_text.done', 'response.content_part.done', 'response.output_item.done', 'response.completed',
+]
+const MESSAGES_STREAM = ['message_start', 'content_block_start', /* deltas */ 'content_block_stop', 'message_delta', 'message_stop']
+
+const conversation = [{ role: 'user', content: 'Tell me about the river.' }]
+const chatBody = { model: 'm', messages: [{ role: 'system', content: 'Be brief.' }, ...conversation] }
+const responsesBody = { model: 'm', instructions: 'Be brief.', input: [{ role: 'user', content: [{ type: 'input_text', text: 'Tell me about the river.' }] }], temperature: 0.2, tools: [] }
+const messagesBody = { model: 'm', max_tokens: 200, system: [{ type: 'text', text: 'Be brief.' }], messages: conversation }
+
+describe('/v1/responses', () => {
+  it('answers the chat route\'s text and token counts as a response object', async () => {
+    const { openai } = setup()
+    const chat = (await openai('ep', '/v1/chat/completions', chatBody)).json
+    const { status, json } = await openai('ep', '/v1/responses', responsesBody)
+    expect(status).toBe(200)
+    expect(json).toMatchObject({ object: 'response', model: 'm', status: 'completed', incomplete_details: null })
+    expect(json.id).toMatch(/^resp_[0-9a-f]{32}$/)
+    expect(json.output).toEqual([{ id: expect.stringMatching(/^msg_[0-9a-f]{32}$/), type: 'message', role: 'assistant', status: 'completed', content: [{ type: 'output_text', text: chat.choices[0].message.content, annotations: [] }] }])
+    const { prompt_tokens: input, completion_tokens: output } = chat.usage
+    expect(json.usage).toEqual({ input_tokens: input, input_tokens_details: { cached_tokens: 0 }, output_tokens: output, output_tokens_details: { reasoning_tokens: 0 }, total_tokens: input + output })
+  })
+
+  it('is incomplete when max_output_tokens cuts it', async () => {
+    const { openai } = setup()
+    const { json } = await openai('ep', '/v1/responses', { input: 'Hi', max_output_tokens: 1 })
+    expect(json).toMatchObject({ status: 'incomplete', incomplete_details: { reason: 'max_output_tokens' }, usage: { output_tokens: 1 } })
+  })
+
+  it('streams named events with sequence numbers, one delta per token, ending with response.completed and no [DONE]', async () => {
+    const { post, openai } = setup()
+    const res = await post('/v2/ep/openai/v1/responses', { ...responsesBody, stream: true })
+    expect(res.headers.get('content-type')).toContain('text/event-stream')
+    const text = await res.text()
+    expect(text).not.toContain('[DONE]')
+    const events = sseEvents(text)
+    const payloads = events.map((e) => JSON.parse(e.data) as Json)
+    payloads.forEach((p, i) => {
+      expect(p.type).toBe(events[i]!.event)
+      expect(p.sequence_number).toBe(i)
+    })
+    const names = events.map((e) => e.event).filter((n) => n !== 'response.output_text.delta')
+    expect(names).toEqual(RESPONSES_STREAM)
+    const final = payloads.at(-1)!.response as Json
+    const deltas = payloads.filter((p) => p.type === 'response.output_text.delta')
+    expect(deltas).toHaveLength(final.usage.output_tokens)
+    expect(deltas[0]).toEqual({ type: 'response.output_text.delta', item_id: final.output[0].id, output_index: 0, content_index: 0, delta: expect.any(String), sequence_number: 4 })
+    expect(deltas.map((d) => d.delta).join('')).toBe(final.output[0].content[0].text)
+    const { json } = await openai('ep', '/v1/responses', responsesBody)
+    expect(normalize(JSON.stringify(final))).toBe(normalize(JSON.stringify(json)))
+  })
+
+  it('a cut stream ends with response.incomplete', async () => {
+    const { post } = setup()
+    const events = sseEvents(await (await post('/v2/ep/openai/v1/responses', { input: 'Hi', max_output_tokens: 2, stream: true })).text())
+    expect(events.at(-1)!.event).toBe('response.incomplete')
+    expect(JSON.parse(events.at(-1)!.data).response).toMatchObject({ status: 'incomplete', incomplete_details: { reason: 'max_output_tokens' } })
+  })
+
+  it('a mid_stream directive errors the body after N deltas, before response.completed', async () => {
+    const { post } = setup()
+    const body = { input: 'Hi [[emulator:fault=mid_stream,after=3,tokens=10]]', stream: true }
+    const { text, errored } = await readAll(await post('/v2/ep/openai/v1/responses', body))
+    expect(errored).toBe(true)
+    const names = sseEvents(text).map((e) => e.event)
+    expect(names.filter((n) => n === 'response.output_text.delta')).toHaveLength(3)
+    expect(names).not.toContain('response.completed')
+    expect(names).not.toContain('response.output_text.done')
+  })
+
+  it('honours the cold start and http fault directives found in the input', async () => {
+    const { openai } = setup()
+    const started = Date.now()
+    expect((await openai('ep', '/v1/responses', { input: 'Hi [[emulator:cold=60]]' })).status).toBe(200)
+    expect(Date.now() - started).toBeGreaterThanOrEqual(50)
+    const res = await setup().post('/v2/ep/openai/v1/responses', { input: [{ role: 'user', content: 'Hi [[emulator:fault=http,status=503]]' }] })
+    expect(res.status).toBe(503)
+  })
+
+  it('refuses bad input with vLLM\'s 400 and a foreign model with 404', async () => {
+    const { openai } = setup({ endpoints: { named: { servedModelName: 'org/m' } } })
+    expect(await openai('ep', '/v1/responses', { model: 'm' })).toEqual({ status: 400, json: { error: { message: expect.stringContaining('input'), type: 'BadRequestError', param: null, code: 400 } } })
+    expect(await openai('named', '/v1/responses', { model: 'other', input: 'Hi' })).toEqual({ status: 404, json: { error: { message: 'The model `other` does not exist.', type: 'NotFoundError', param: null, code: 404 } } })
+    expect((await openai('named', '/v1/responses', { model: 'org/m', input: 'Hi' })).json.model).toBe('org/m')
+  })
+})
+
+describe('/v1/messages', () => {
+  it('answers the chat route\'s text and token counts as an Anthropic message', async () => {
+    const { openai } = setup()
+    const chat = (await openai('ep', '/v1/chat/completions', chatBody)).json
+    const { status, json } = await openai('ep', '/v1/messages', messagesBody)
+    expect(status).toBe(200)
+    expect(json).toEqual({
+      id: expect.stringMatching(/^msg_[0-9a-f]{32}$/),
+      type: 'message',
+      role: 'assistant',
+      model: 'm',
+      content: [{ type: 'text', text: chat.choices[0].message.content }],
+      stop_reason: 'end_turn',
+      stop_sequence: null,
+      usage: { input_tokens: chat.usage.prompt_tokens, output_tokens: chat.usage.completion_tokens },
+    })
+    expect((await openai('ep', '/v1/messages', { ...messagesBody, max_tokens: 1 })).json.stop_reason).toBe('max_tokens')
+  })
+
+  it('streams Anthropic\'s events, one content_block_delta per token, then data: [DONE]', async () => {
+    const { post } = setup()
+    const text = await (await post('/v2/ep/openai/v1/messages', { ...messagesBody, stream: true })).text()
+    expect(text.endsWith('event: message_stop\ndata: {"type":"message_stop"}\n\ndata: [DONE]\n\n')).toBe(true)
+    const events = sseEvents(text)
+    expect(events.at(-1)).toEqual({ event: undefined, data: '[DONE]' })
+    const named = events.slice(0, -1)
+    expect(named.map((e) => e.event).filter((n) => n !== 'content_block_delta')).toEqual(MESSAGES_STREAM)
+    const payloads = named.map((e) => JSON.parse(e.data) as Json)
+    payloads.forEach((p, i) => expect(p.type).toBe(named[i]!.event))
+    const { json } = await setup().openai('ep', '/v1/messages', messagesBody)
+    expect(payloads[0]).toEqual({ type: 'message_start', message: { ...json, id: payloads[0]!.message.id, content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: json.usage.input_tokens, output_tokens: 0 } } })
+    expect(payloads[1]).toEqual({ type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } })
+    const deltas = payloads.filter((p) => p.type === 'content_block_delta')
+    expect(deltas).toHaveLength(json.usage.output_tokens)
+    expect(deltas.map((d) => d.delta.text).join('')).toBe(json.content[0].text)
+    expect(deltas[0]).toEqual({ type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: expect.any(String) } })
+    expect(payloads.find((p) => p.type === 'message_delta')).toEqual({ type: 'message_delta', delta: { stop_reason: 'end_turn', stop_sequence: null }, usage: json.usage })
+  })
+
+  it('answers errors in Anthropic\'s shape', async () => {
+    const { openai } = setup({ endpoints: { named: { servedModelName: 'org/m' } } })
+    const { max_tokens: _, ...noMax } = messagesBody
+    expect(await openai('ep', '/v1/messages', noMax)).toEqual({ status: 400, json: { type: 'error', error: { type: 'invalid_request_error', message: expect.stringContaining('max_tokens') } } })
+    expect(await openai('named', '/v1/messages', messagesBody)).toEqual({ status: 404, json: { type: 'error', error: { type: 'not_found_error', message: 'The model `m` does not exist.' } } })
+    expect(await openai('ep', '/v1/messages/count_tokens', { messages: [] })).toEqual({ status: 400, json: { type: 'error', error: { type: 'invalid_request_error', message: expect.stringContaining('model') } } })
+  })
+
+  it('count_tokens counts what /v1/messages reports as input_tokens', async () => {
+    const { openai } = setup()
+    const { max_tokens: _, ...body } = messagesBody
+    const counted = await openai('ep', '/v1/messages/count_tokens', body)
+    expect(counted).toEqual({ status: 200, json: { input_tokens: (await openai('ep', '/v1/messages', messagesBody)).json.usage.input_tokens } })
+  })
+})
+
+describe('the non-generating routes', () => {
+  it('/v1/rerank: deterministic scores in (0, 1), sorted, cut to top_n; /v1/score gives the same pair scores', async () => {
+    const { openai } = setup()
+    const documents = ['rivers flow', 'stones sit', 'clouds drift', 'light bends']
+    const { status, json } = await openai('ep', '/v1/rerank', { model: 'm', query: 'water', documents, top_n: 3 })
+    expect(status).toBe(200)
+    expect(json).toMatchObject({ id: expect.stringMatching(/^rerank-[0-9a-f]{32}$/), model: 'm', usage: { prompt_tokens: 12, total_tokens: 12 } })
+    expect(json.results).toHaveLength(3)
+    const scores = json.results.map((r: Json) => r.relevance_score)
+    expect([...scores].sort((a, b) => b - a)).toEqual(scores)
+    for (const r of json.results) {
+      expect(r.document).toEqual({ text: documents[r.index] })
+      expect(r.relevance_score).toBeGreaterThan(0)
+      expect(r.relevance_score).toBeLessThan(1)
+    }
+    expect((await openai('ep', '/v1/rerank', { query: 'water', documents, top_n: 3 })).json.results).toEqual(json.results)
+    const score = await openai('ep', '/v1/score', { model: 'm', text_1: 'water', text_2: documents })
+    expect(score.json).toMatchObject({ id: expect.stringMatching(/^score-/), object: 'list', created: expect.any(Number), model: 'm', usage: { prompt_tokens: 12, total_tokens: 12, completion_tokens: 0 } })
+    for (const r of json.results) expect(score.json.data[r.index]).toEqual({ index: r.index, object: 'score', score: r.relevance_score })
+    expect((await openai('ep', '/v1/score', { text_1: ['a', 'b'], text_2: ['c', 'd', 'e'] })).status).toBe(400)
+    expect(await openai('ep', '/v1/rerank', { documents })).toEqual({ status: 400, json: { error: { message: expect.stringContaining('query'), type: 'BadRequestError', param: null, code: 400 } } })
+  })
+
+  it('/classify, /pooling (the embedding vector), /tokenize (the chat prompt count), /detokenize', async () => {
+    const { openai } = setup({ defaults: { embeddingDimensions: 16 } })
+    const classify = (await openai('ep', '/classify', { model: 'm', input: ['good', 'bad day'] })).json
+    expect(classify).toMatchObject({ id: expect.stringMatching(/^classify-/), object: 'list', model: 'm', usage: { prompt_tokens: 3, total_tokens: 3, completion_tokens: 0 } })
+    for (const d of classify.data) {
+      expect(d).toEqual({ index: d.index, label: d.probs[0] >= 0.5 ? 'positive' : 'negative', probs: [expect.any(Number), expect.any(Number)], num_classes: 2 })
+      expect(d.probs[0] + d.probs[1]).toBeCloseTo(1, 9)
+    }
+    const pooling = (await openai('ep', '/pooling', { input: 'hello there' })).json
+    const embedding = (await openai('ep', '/v1/embeddings', { input: 'hello there' })).json
+    expect(pooling).toMatchObject({ id: expect.stringMatching(/^pool-/), object: 'list', usage: { prompt_tokens: 2 } })
+    expect(pooling.data).toEqual([{ index: 0, object: 'pooling', data: embedding.data[0].embedding }])
+
+    const tokens = (await openai('ep', '/tokenize', { model: 'm', prompt: 'Hi there friend' })).json
+    expect(tokens).toEqual({ count: 3, max_model_len: 8192, tokens: [expect.any(Number), expect.any(Number), expect.any(Number)], token_strs: null })
+    const chat = (await openai('ep', '/v1/chat/completions', chatBody)).json
+    expect((await openai('ep', '/tokenize', { messages: chatBody.messages })).json.count).toBe(chat.usage.prompt_tokens)
+    expect((await openai('ep', '/tokenize', { model: 'm' })).status).toBe(400)
+    const text = (await openai('ep', '/detokenize', { tokens: tokens.tokens })).json
+    expect(text).toEqual({ prompt: expect.any(String) })
+    expect((await openai('ep', '/detokenize', { tokens: tokens.tokens })).json).toEqual(text)
+    expect((await openai('ep', '/detokenize', { tokens: 'x' })).status).toBe(400)
+  })
+
+  it('records the calls as openai ops with their bodies', async () => {
+    const { emulator, openai } = setup()
+    await openai('epcalls', '/classify', { input: 'x' })
+    expect(emulator.calls.at(-1)).toMatchObject({ op: 'openai', path: '/v2/epcalls/openai/classify', status: 200, endpointId: 'epcalls' })
+    expect(emulator.lastRequest('epcalls')).toMatchObject({ op: 'openai', path: '/v2/epcalls/openai/classify', body: { input: 'x' } })
+  })
+})
+
+describe('openai_route jobs', () => {
+  for (const [route, body] of [['/v1/responses', responsesBody], ['/v1/messages', messagesBody]] as const) {
+    it(`${route}: a current worker streams the HTTP route's SSE bytes cut across items`, async () => {
+      const { post, streamJob } = setup()
+      const direct = await (await post(`/v2/ep/openai${route}`, { ...body, stream: true })).text()
+      const job = await streamJob('vllmcurrent', { openai_route: route, openai_input: { ...body, stream: true } })
+      expect(job.status).toBe('COMPLETED')
+      expect(job.items.length).toBeGreaterThan(1)
+      expect(job.items.every((i) => typeof i === 'string')).toBe(true)
+      expect(normalize((job.items as string[]).join(''))).toBe(normalize(direct))
+    })
+
+    it(`${route}: a classic worker yields one whole event per item`, async () => {
+      const { post, streamJob } = setup()
+      const direct = await (await post(`/v2/ep/openai${route}`, { ...body, stream: true })).text()
+      const job = await streamJob('vllmclassic', { openai_route: route, openai_input: { ...body, stream: true } })
+      expect(job.status).toBe('COMPLETED')
+      expect(job.items.length).toBe(sseEvents(direct).length)
+      for (const item of job.items) expect(item).toMatch(/^(event: [\w.]+\n)?data: .*\n\n$/)
+      expect(normalize((job.items as string[]).join(''))).toBe(normalize(direct))
+      if (route === '/v1/messages') expect(job.items.at(-1)).toBe('data: [DONE]\n\n')
+    })
+
+    it(`${route}: non-stream, the JSON answer once, through /runsync, /status and /status-sync, on both generations`, async () => {
+      const { openai, runsync, streamJob, emulator } = setup()
+      const { json } = await openai('ep', route, body)
+      for (const endpoint of ['vllmcurrent', 'vllmclassic']) {
+        const sync = await runsync(endpoint, { openai_route: route, openai_input: body })
+        expect(sync.status).toBe('COMPLETED')
+        expect(sync.output).toHaveLength(1)
+        expect(sync.output[0].id).toMatch(/^(resp|msg)_[0-9a-f]{32}$/)
+        expect(normalize(JSON.stringify(sync.output[0]))).toBe(normalize(JSON.stringify(json)))
+        const job = await streamJob(endpoint, { openai_route: route, openai_input: body })
+        for (const op of ['status', 'status-sync']) {
+          const view = (await (await emulator.fetch(new Request(`${BASE}/v2/${endpoint}/${op}/${job.id}`))).json()) as Json
+          expect(normalize(JSON.stringify(view.output))).toBe(normalize(JSON.stringify([json])))
+        }
+      }
+    })
+  }
+
+  it('the utility routes answer on the current worker; the classic one says "Invalid route"', async () => {
+    const { openai, runsync, streamJob } = setup()
+    const direct = (await openai('ep', '/tokenize', { prompt: 'Hi there' })).json
+    expect(await runsync('vllmcurrent', { openai_route: '/tokenize', openai_input: { prompt: 'Hi there' } })).toMatchObject({ status: 'COMPLETED', output: [direct] })
+    const rerank = await runsync('vllmcurrent', { openai_route: '/v1/rerank', openai_input: { query: 'q', documents: ['a', 'b'] } })
+    expect(rerank.output[0].results).toHaveLength(2)
+    expect(rerank.output[0].id).toMatch(/^rerank-[0-9a-f]{32}$/)
+    const classic = await streamJob('vllmclassic', { openai_route: '/tokenize', openai_input: { prompt: 'Hi there' } })
+    expect(classic.status).toBe('FAILED')
+    expect(classic.items).toEqual([{ error: { message: 'Invalid route', type: 'BadRequestError', param: null, code: 400 } }])
+  })
+
+  it('the current worker wraps vLLM\'s refusal, in the route\'s dialect, into its worker_error item', async () => {
+    const { runsync } = setup()
+    const responses = await runsync('vllmcurrent', { openai_route: '/v1/responses', openai_input: { model: 'm' } })
+    expect(responses.status).toBe('FAILED')
+    expect(responses.output).toBeUndefined()
+    const messages = await runsync('vllmcurrent', { openai_route: '/v1/messages', openai_input: { model: 'm', messages: [] } })
+    expect(messages.error).toMatch(/^vLLM returned HTTP 400: \{"type":"error","error":\{"type":"invalid_request_error","message":"max_tokens: /)
+    expect(responses.error).toMatch(/^vLLM returned HTTP 400: \{"error":\{"message":"input: .*","type":"BadRequestError","param":null,"code":400\}\}$/)
+  })
+
+  it('a mid_stream directive fails a responses job after N deltas, without response.completed', async () => {
+    const { streamJob } = setup()
+    const input = { openai_route: '/v1/responses', openai_input: { input: 'Hi [[emulator:fault=mid_stream,after=2,tokens=8]]', stream: true } }
+    const job = await streamJob('vllmcurrent', input)
+    expect(job.status).toBe('FAILED')
+    const strings = job.items.filter((i): i is string => typeof i === 'string')
+    expect(job.items.at(-1)).toEqual({ error: { message: 'Emulated worker failure after 2 tokens (fault=mid_stream).', type: 'worker_error', code: null } })
+    const names = sseEvents(strings.join('')).map((e) => e.event)
+    expect(names.filter((n) => n === 'response.output_text.delta')).toHaveLength(2)
+    expect(names).not.toContain('response.completed')
+  })
+})
