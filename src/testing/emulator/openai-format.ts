@@ -242,6 +242,13 @@ export function refusalBody(refusal: Refusal): JsonObject {
   return { type: 'error', error: { type: anthropicErrorType(refusal.status), message: refusal.message } }
 }
 
+/** vLLM's 404 for a `model` other than the served one (any model goes when none is configured). */
+export function wrongModel(options: { served: string | undefined; model: unknown; route: string }): Refusal | undefined {
+  const { served, model, route } = options
+  if (served === undefined || typeof model !== 'string' || model === served) return undefined
+  return { status: 404, type: 'NotFoundError', message: `The model \`${model}\` does not exist.`, dialect: errorDialect(route) }
+}
+
 /** The error dialect of a vLLM route: Anthropic's on `/v1/messages` and `/v1/messages/count_tokens`. */
 export function errorDialect(route: string): Refusal['dialect'] {
   return route === '/v1/messages' || route.startsWith('/v1/messages/') ? 'anthropic' : undefined

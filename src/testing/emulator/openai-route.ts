@@ -15,7 +15,7 @@ import type { GenerationRoute } from './dialects.ts'
 import { parseDirectives } from './directives.ts'
 import { httpFaultResponse, requestFault } from './faults.ts'
 import { endpointOp } from './middleware.ts'
-import { complete, DEFAULT_MODEL_NAME, errorDialect, modelList, refusalBody, sseEvent } from './openai-format.ts'
+import { complete, DEFAULT_MODEL_NAME, errorDialect, modelList, refusalBody, sseEvent, wrongModel } from './openai-format.ts'
 import type { TimedEvent } from './openai-format.ts'
 import { servedRefusal } from './requests.ts'
 import type { Refusal } from './requests.ts'
@@ -44,12 +44,6 @@ export function registerOpenAIRoutes(api: Hono<EmulatorEnv>, context: EmulatorCo
   })
 }
 
-/** vLLM's 404 for a `model` other than the served one (any model goes when none is configured). */
-function wrongModel(served: string | undefined, model: unknown): Omit<Refusal, 'dialect'> | undefined {
-  if (served === undefined || typeof model !== 'string' || model === served) return undefined
-  return { status: 404, type: 'NotFoundError', message: `The model \`${model}\` does not exist.` }
-}
-
 /** Answers a refusal in the route's error dialect, with its status. */
 function refuse(c: Context<EmulatorEnv>, route: string, refusal: Omit<Refusal, 'dialect'>): Response {
   return c.json(refusalBody({ ...refusal, dialect: errorDialect(route) }), refusal.status as ContentfulStatusCode)
@@ -67,7 +61,7 @@ async function generation(c: Context<EmulatorEnv>, context: EmulatorContext, rou
 
   const behaviour = context.endpoints.behaviour(endpointId)
   const served = behaviour.servedModelName
-  const misnamed = wrongModel(served, request.model)
+  const misnamed = wrongModel({ served, model: request.model, route })
   if (misnamed) return refuse(c, route, misnamed)
   const fault = requestFault(request.directives, behaviour)
   if (fault?.kind === 'http') return httpFaultResponse(fault)
@@ -121,7 +115,7 @@ async function utility(c: Context<EmulatorEnv>, context: EmulatorContext, route:
   const behaviour = context.endpoints.behaviour(endpointId)
   const model = (body.value as { model?: unknown } | null)?.model
   const served = behaviour.servedModelName
-  const misnamed = wrongModel(served, model)
+  const misnamed = wrongModel({ served, model, route })
   if (misnamed) return refuse(c, route, misnamed)
   const directives = parseDirectives(utilityTexts(route, body.value))
   const fault = requestFault(directives, behaviour)

@@ -11,7 +11,7 @@
 import { DIALECTS, nativeRoute } from './dialects.ts'
 import { createPrng, hashString, hexId } from './generate.ts'
 import type { JobRequest } from './job-input.ts'
-import { complete, DEFAULT_MODEL_NAME, errorDialect, modelList, refusalBody, sseEvent } from './openai-format.ts'
+import { complete, DEFAULT_MODEL_NAME, modelList, refusalBody, sseEvent, wrongModel } from './openai-format.ts'
 import type { Completion, CompletionMeta, TimedEvent } from './openai-format.ts'
 import type { BatchSizing, Refusal } from './requests.ts'
 import { servedRefusal } from './requests.ts'
@@ -80,12 +80,8 @@ export function buildJobScript(options: JobScriptOptions): JobScript {
   }
 
   const { servedModelName } = options
-  const wrongModel = (route: string, model: unknown): Refusal | undefined =>
-    servedModelName !== undefined && typeof model === 'string' && model !== servedModelName
-      ? { status: 404, type: 'NotFoundError', message: `The model \`${model}\` does not exist.`, dialect: errorDialect(route) }
-      : undefined
   if (request.shape === 'utility') {
-    const misnamed = wrongModel(request.route, (request.body as { model?: unknown } | undefined)?.model)
+    const misnamed = wrongModel({ served: servedModelName, model: (request.body as { model?: unknown } | undefined)?.model, route: request.route })
     if (misnamed) return refuse(misnamed)
     const result = answerUtility(request.route, request.body, {
       model: servedModelName ?? DEFAULT_MODEL_NAME,
@@ -98,7 +94,7 @@ export function buildJobScript(options: JobScriptOptions): JobScript {
   const req = request.request
   const route = request.shape === 'native' ? nativeRoute(req) : request.route
   const dialect = DIALECTS[route]
-  const refusal = request.shape === 'openai' ? (wrongModel(route, req.model) ?? servedRefusal(req, options.served)) : undefined
+  const refusal = request.shape === 'openai' ? (wrongModel({ served: servedModelName, model: req.model, route }) ?? servedRefusal(req, options.served)) : undefined
   if (refusal) return refuse(refusal)
   const completion = complete(req)
   const meta: CompletionMeta = {

@@ -257,6 +257,15 @@ describe('the non-generating routes', () => {
     expect((await openai('ep', '/detokenize', { tokens: 'x' })).status).toBe(400)
   })
 
+  it('a foreign model is vLLM\'s 404, in Anthropic\'s shape on count_tokens, over HTTP and in a job', async () => {
+    const { openai, runsync } = setup({ defaults: { servedModelName: 'org/m' } })
+    expect(await openai('ep', '/v1/rerank', { model: 'x', query: 'q', documents: [] })).toEqual({ status: 404, json: { error: { message: 'The model `x` does not exist.', type: 'NotFoundError', param: null, code: 404 } } })
+    expect(await openai('ep', '/v1/messages/count_tokens', { model: 'x', messages: [] })).toEqual({ status: 404, json: { type: 'error', error: { type: 'not_found_error', message: 'The model `x` does not exist.' } } })
+    const job = await runsync('vllmcurrent', { openai_route: '/classify', openai_input: { model: 'x', input: 'a' } })
+    expect(job).toMatchObject({ status: 'FAILED', error: expect.stringContaining('vLLM returned HTTP 404: {"error":{"message":"The model `x` does not exist."') })
+    expect((await openai('ep', '/classify', { model: 'org/m', input: 'a' })).json.model).toBe('org/m')
+  })
+
   it('records the calls as openai ops with their bodies', async () => {
     const { emulator, openai } = setup()
     await openai('epcalls', '/classify', { input: 'x' })
