@@ -81,10 +81,11 @@ export function buildJobScript(options: JobScriptOptions): JobScript {
 
   const { servedModelName } = options
   if (request.shape === 'utility') {
-    const misnamed = wrongModel({ served: servedModelName, model: (request.body as { model?: unknown } | undefined)?.model, route: request.route })
+    const named = (request.body as { model?: unknown } | null | undefined)?.model
+    const misnamed = wrongModel({ served: servedModelName, model: named, route: request.route })
     if (misnamed) return refuse(misnamed)
     const result = answerUtility(request.route, request.body, {
-      model: servedModelName ?? DEFAULT_MODEL_NAME,
+      model: servedModelName ?? (typeof named === 'string' ? named : DEFAULT_MODEL_NAME),
       idSuffix: hexId(options.jobId),
       created: options.created,
       embeddingDimensions: options.served.embeddingDimensions,

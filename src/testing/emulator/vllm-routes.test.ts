@@ -322,6 +322,8 @@ describe('openai_route jobs', () => {
     const rerank = await runsync('vllmcurrent', { openai_route: '/v1/rerank', openai_input: { query: 'q', documents: ['a', 'b'] } })
     expect(rerank.output[0].results).toHaveLength(2)
     expect(rerank.output[0].id).toMatch(/^rerank-[0-9a-f]{32}$/)
+    const named = await runsync('vllmcurrent', { openai_route: '/pooling', openai_input: { model: 'm', input: 'x' } })
+    expect(named.output[0].model).toBe((await openai('ep', '/pooling', { model: 'm', input: 'x' })).json.model)
     const classic = await streamJob('vllmclassic', { openai_route: '/tokenize', openai_input: { prompt: 'Hi there' } })
     expect(classic.status).toBe('FAILED')
     expect(classic.items).toEqual([{ error: { message: 'Invalid route', type: 'BadRequestError', param: null, code: 400 } }])
