@@ -1,0 +1,113 @@
+/**
+ * vLLM's other routes end to end: the gateway against the Runpod emulator over real HTTP (test/global-setup.ts),
+ * on an OpenAI-mode endpoint and on native endpoints of both worker-vllm generations. What the scripted
+ * cases in vllm-routes.test.ts check byte for byte, these check against an upstream that generates.
+ */
+import { env } from 'cloudflare:workers'
+import { createParser } from 'eventsource-parser'
+import { describe, expect, it } from 'vitest'
+import { authed, harness, RUNPOD_KEY } from './helpers.ts'
+
+const live = () =>
+  harness({
+    models: {
+      openai: { endpoints: [{ endpointId: 'routesopenai' }], mode: 'openai' },
+      current: { endpoints: [{ endpointId: 'routescurrent' }], mode: 'native' },
+      classic: { endpoints: [{ endpointId: 'routesclassic' }], mode: 'native' },
+    },
+    runpod: { apiKey: RUNPOD_KEY, baseUrl: env.RUNPOD_BASE_URL },
+    fetch: undefined,
+    quota: { now: () => Date.UTC(2026, 0, 1, 12, 0, 30) },
+  })
+
+/** Each SSE event of a body, with its name. */
+function events(text: string): { event: string | undefined; data: string }[] {
+  const out: { event: string | undefined; data: string }[] = []
+  createParser({ onEvent: (e) => out.push({ event: e.event, data: e.data }) }).feed(text)
+  return out
+}
+
+const MODELS = ['openai', 'current', 'classic'] as const
+
+describe('vLLM routes against the emulator', () => {
+  it.each(MODELS)('%s: /v1/responses answers JSON and a stream that ends with its last response event (incomplete at max_output_tokens), the same text both ways', async (model) => {
+    const h = live()
+    const { key } = await h.createKey({ name: 'routes', quota: { tokensPerMinute: 1_000_000 } })
+    const body = { model, input: [{ role: 'user', content: [{ type: 'input_text', text: 'Tell me about the edge' }] }], instructions: 'Be brief.', max_output_tokens: 12 }
+    const json = await h.fetch('/v1/responses', authed(key, JSON.stringify(body)))
+    const answer = (await json.json()) as { model: string; status: string; output: { content: { text: string }[] }[]; usage: { input_tokens: number; output_tokens: number } }
+    expect(json.status, JSON.stringify(answer)).toBe(200)
+    expect(answer.model).toBe(model)
+    const stream = await h.fetch('/v1/responses', authed(key, JSON.stringify({ ...body, stream: true })))
+    expect(stream.headers.get('content-type')).toContain('text/event-stream')
+    const streamed = events(await stream.text())
+    expect(streamed.at(-1)!.event).toBe(answer.status === 'completed' ? 'response.completed' : 'response.incomplete')
+    expect(streamed.some((e) => e.data === '[DONE]')).toBe(false)
+    const text = streamed.filter((e) => e.event === 'response.output_text.delta').map((e) => (JSON.parse(e.data) as { delta: string }).delta).join('')
+    expect(text).toBe(answer.output[0]!.content[0]!.text)
+    await h.settle()
+    const usage = (await (await h.fetch('/v1/usage', authed(key))).json()) as { windows: { minute: { tokens: number; requests: number } } }
+    const perCall = answer.usage.input_tokens + answer.usage.output_tokens
+    expect(usage.windows.minute).toMatchObject({ requests: 2, tokens: 2 * perCall })
+  })
+
+  it.each(MODELS)('%s: /v1/messages answers JSON and an Anthropic stream that ends with message_stop', async (model) => {
+    const h = live()
+    const { key } = await h.createKey({ name: 'routes' })
+    const body = { model, max_tokens: 10, system: 'Be brief.', messages: [{ role: 'user', content: 'Hello there' }] }
+    const send = (extra: Record<string, unknown>) => h.fetch('/v1/messages', { method: 'POST', headers: { 'x-api-key': key, 'content-type': 'application/json' }, body: JSON.stringify({ ...body, ...extra }) })
+    const json = await send({})
+    const answer = (await json.json()) as { type: string; content: { text: string }[] }
+    expect(json.status, JSON.stringify(answer)).toBe(200)
+    expect(answer.type).toBe('message')
+    const streamed = events(await (await send({ stream: true })).text())
+    const names = streamed.map((e) => e.event ?? e.data)
+    expect(names[0]).toBe('message_start')
+    expect(names.slice(-2)).toEqual(['message_stop', '[DONE]'])
+    const text = streamed.filter((e) => e.event === 'content_block_delta').map((e) => (JSON.parse(e.data) as { delta: { text: string } }).delta.text).join('')
+    expect(text).toBe(answer.content[0]!.text)
+  })
+
+  it('a stream the emulator cuts mid-answer ends with the dialect\'s error event', async () => {
+    const h = live()
+    const { key } = await h.createKey({ name: 'routes' })
+    const input = 'Go on [[emulator:fault=mid_stream,after=3,tokens=12]]'
+    const responses = events(await (await h.fetch('/v1/responses', authed(key, JSON.stringify({ model: 'openai', input, stream: true })))).text())
+    expect(responses.at(-1)).toMatchObject({ event: 'error' })
+    expect(JSON.parse(responses.at(-1)!.data)).toMatchObject({ type: 'error', code: 'upstream_error' })
+    expect(responses.some((e) => e.event === 'response.completed')).toBe(false)
+    const messages = events(await (await h.fetch('/v1/messages', authed(key, JSON.stringify({ model: 'current', max_tokens: 12, messages: [{ role: 'user', content: input }], stream: true })))).text())
+    expect(messages.at(-1)).toMatchObject({ event: 'error' })
+    expect(JSON.parse(messages.at(-1)!.data)).toMatchObject({ type: 'error', error: { type: 'api_error' } })
+  })
+
+  it.each(['openai', 'current'] as const)('%s: the utility routes answer as vLLM does', async (model) => {
+    const h = live()
+    const { key } = await h.createKey({ name: 'routes' })
+    const call = async (route: string, body: Record<string, unknown>) => {
+      const res = await h.fetch(`/v1/${route}`, authed(key, JSON.stringify({ model, ...body })))
+      const json = (await res.json()) as Record<string, unknown>
+      expect(res.status, `${route}: ${JSON.stringify(json)}`).toBe(200)
+      return json
+    }
+    const rerank = (await call('rerank', { query: 'edge', documents: ['gpu', 'edge network', 'cat'], top_n: 2 })) as { results: unknown[]; model: string }
+    expect(rerank.results).toHaveLength(2)
+    expect(rerank.model).toBe(model)
+    expect(((await call('score', { text_1: 'a', text_2: ['b', 'c'] })) as { data: unknown[] }).data).toHaveLength(2)
+    expect(((await call('classify', { input: ['good', 'bad'] })) as { data: unknown[] }).data).toHaveLength(2)
+    expect(((await call('pooling', { input: 'edge' })) as { data: unknown[] }).data).toHaveLength(1)
+    const tokens = (await call('tokenize', { prompt: 'Hello edge' })) as { count: number; tokens: number[] }
+    expect(tokens.tokens).toHaveLength(tokens.count)
+    expect(typeof ((await call('detokenize', { tokens: tokens.tokens })) as { prompt: string }).prompt).toBe('string')
+    expect(typeof ((await call('messages/count_tokens', { messages: [{ role: 'user', content: 'Hi' }] })) as { input_tokens: number }).input_tokens).toBe('number')
+  })
+
+  it('a classic worker refuses the routes it does not serve, and podgate says so', async () => {
+    const h = live()
+    const { key } = await h.createKey({ name: 'routes' })
+    const res = await h.fetch('/v1/tokenize', authed(key, JSON.stringify({ model: 'classic', prompt: 'Hi' })))
+    const body = (await res.json()) as { error: { message: string } }
+    expect(res.status).toBeGreaterThanOrEqual(400)
+    expect(body.error.message).toContain('Invalid route')
+  })
+})
