@@ -106,7 +106,7 @@ export function apiKeyAuth(options: ApiKeyAuthOptions): MiddlewareHandler<Gatewa
     const resolved = await resolve(c)
     const credential = resolved ?? queryCredential(c, queryToken)
     if (!credential) {
-      throw new GatewayError('missing_api_key', 'Missing API key: send "Authorization: Bearer <podgate key or token>".', {
+      throw new GatewayError('missing_api_key', 'Missing API key: send "Authorization: Bearer <podgate key or token>" (or "x-api-key: <key>").', {
         headers: { 'www-authenticate': CHALLENGE },
       })
     }

@@ -96,7 +96,8 @@ function controlledStream(body: ReadableStream<Uint8Array>): ReadableStream<Uint
     end(event) {
       if (closed) return
       close()
-      controller.enqueue(encoder.encode(event))
+      // The body may have stopped mid-event: a blank line first ends it (after a whole event it is a no-op).
+      controller.enqueue(encoder.encode(`\n\n${event}`))
       controller.close()
       void reader.cancel('credential revoked').catch(() => undefined)
     },

@@ -47,4 +47,22 @@ describe('resolveConfig', () => {
       "podgate: invalid options. Fix these fields:\n  - 'models' needs at least one model\n  - 'runpod.apiKey' is empty: set the RUNPOD_API_KEY secret",
     )
   })
+
+  it('reports the field a union member sent with a wrong type, not one it left out; and words options as options', () => {
+    expect(configError({ ...valid, models: { chat: { endpoints: [{ url: 'https://x.example', apiKey: 7 }] } } })).toContain("'models.chat.endpoints[0].apiKey'")
+    expect(configError({ ...valid, runpod: { apiKey: 'rp_key', apikey: 'x' } })).toContain("Unrecognized option supplied in 'runpod': apikey")
+    expect(configError({ models: valid.models })).toContain("Missing required option: 'runpod'")
+  })
+
+  it('never quotes a secret: a wrong type, a short one, an unknown key beside it', () => {
+    const secret = 'rp_secret_value_0123456789'
+    for (const input of [
+      { ...valid, runpod: { apiKey: 'rp_key', apikey: secret } },
+      { ...valid, adminToken: secret.slice(0, 10) },
+      { ...valid, signingSecret: secret },
+      { ...valid, models: { chat: { endpoints: [{ endpointId: 'abc', apiKey: secret }] } } },
+      { ...valid, models: { chat: { endpoints: [{ url: 'http://example.com', apiKey: secret }] } } },
+      { ...valid, runpod: { apiKey: 'rp_key', timeoutMs: secret } },
+    ]) expect(configError(input)).not.toContain('rp_secret')
+  })
 })

@@ -14,7 +14,7 @@ export function resolveConfig(input: GatewayOptionsInput): ResolvedOptions {
   // Worded as request errors are: each names its field (`'runpod.timeoutMs' must be at most ...`).
   const parsed = safeParseWorded(gatewayOptionsSchema, input)
   if (!parsed.success) {
-    const lines = parsed.error.issues.slice(0, 5).map((issue) => invalidRequestFromIssues([issue], 'option').message)
+    const lines = parsed.error.issues.slice(0, 5).map((issue) => invalidRequestFromIssues([issue], true).message)
     throw new ConfigError(`podgate: invalid options. Fix these fields:\n  - ${lines.join('\n  - ')}`)
   }
   for (const alias of Object.keys(parsed.data.models)) {

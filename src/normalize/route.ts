@@ -9,7 +9,7 @@
 import type { ModelConfig } from '../config/schema.ts'
 import { GatewayError } from '../errors/index.ts'
 import { CHARS_PER_TOKEN } from './estimate.ts'
-import { assertKind, FALLBACK_MAX_TOKENS } from './sampling.ts'
+import { assertKind, outputCap } from './sampling.ts'
 import type { NormalizedRequest, RequestKind } from './types.ts'
 
 /** How a stream of a generating route is framed and ends (streaming/dialects.ts reads it). */
@@ -49,15 +49,11 @@ export function normalizeRouteRequest(body: Record<string, unknown>, model: Mode
   let maxTokens = 0
   let stream = false
   if (generates) {
-    const asked = forwarded[generates.maxField]
-    if (asked != null && (typeof asked !== 'number' || !Number.isInteger(asked) || asked < 1)) {
+    const asked = forwarded[generates.maxField] ?? undefined
+    if (asked !== undefined && (typeof asked !== 'number' || !Number.isInteger(asked) || asked < 1)) {
       throw new GatewayError('invalid_request', `'${generates.maxField}' must be an integer of at least 1`, { param: generates.maxField })
     }
-    if (typeof asked === 'number' && asked > model.maxTokensCap) {
-      throw new GatewayError('invalid_request', `'${generates.maxField}' must be at most ${model.maxTokensCap} for model '${alias}', got ${asked}`, { param: generates.maxField })
-    }
-    maxTokens = typeof asked === 'number' ? asked : Math.min(model.defaultMaxTokens ?? model.defaults.max_tokens ?? FALLBACK_MAX_TOKENS, model.maxTokensCap)
-    forwarded[generates.maxField] = maxTokens
+    maxTokens = forwarded[generates.maxField] = outputCap(asked, generates.maxField, model, alias)
     if (forwarded.stream != null && typeof forwarded.stream !== 'boolean') {
       throw new GatewayError('invalid_request', "'stream' must be a boolean", { param: 'stream' })
     }

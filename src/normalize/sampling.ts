@@ -104,18 +104,18 @@ function resolveMaxTokens(req: LimitFields, model: ModelConfig, alias: string): 
       { param: 'max_completion_tokens' },
     )
   }
-  const asked = maxTokens ?? maxCompletionTokens
-  if (asked === undefined) {
-    return Math.min(model.defaultMaxTokens ?? model.defaults.max_tokens ?? FALLBACK_MAX_TOKENS, model.maxTokensCap)
-  }
+  // Name the field the caller actually sent, so the error points at their own code.
+  return outputCap(maxTokens ?? maxCompletionTokens, maxTokens !== undefined ? 'max_tokens' : 'max_completion_tokens', model, alias)
+}
+
+/**
+ * A caller's output cap (`param`: `max_tokens`, `max_output_tokens`, ...) checked against the model's
+ * `maxTokensCap`, or the model's default when the caller sent none.
+ */
+export function outputCap(asked: number | undefined, param: string, model: ModelConfig, alias: string): number {
+  if (asked === undefined) return Math.min(model.defaultMaxTokens ?? model.defaults.max_tokens ?? FALLBACK_MAX_TOKENS, model.maxTokensCap)
   if (asked > model.maxTokensCap) {
-    // Name the field the caller actually sent, so the error points at their own code.
-    const param = maxTokens !== undefined ? 'max_tokens' : 'max_completion_tokens'
-    throw new GatewayError(
-      'invalid_request',
-      `'${param}' must be at most ${model.maxTokensCap} for model '${alias}', got ${asked}`,
-      { param },
-    )
+    throw new GatewayError('invalid_request', `'${param}' must be at most ${model.maxTokensCap} for model '${alias}', got ${asked}`, { param })
   }
   return asked
 }

@@ -44,10 +44,11 @@ export function assertJsonObject(body: unknown): asserts body is Record<string, 
 }
 
 /**
- * The `invalid_request` error for the first of `issues` (zod lists them in schema field order). `what`
- * names a top-level member in messages: a request's `argument`, or the gateway's `option`.
+ * The `invalid_request` error for the first of `issues` (zod lists them in schema field order). `option`
+ * words it for the gateway's options ("Missing required option") instead of a request's fields, in
+ * OpenAI's words ("Missing required parameter", "Unrecognized request argument").
  */
-export function invalidRequestFromIssues(issues: readonly Issue[], what = 'request argument'): GatewayError {
+export function invalidRequestFromIssues(issues: readonly Issue[], option = false): GatewayError {
   const first = issues[0]
   if (!first) return new GatewayError('invalid_request', 'The request is invalid')
   const { issue, path } = leafOf(first, [])
@@ -55,11 +56,11 @@ export function invalidRequestFromIssues(issues: readonly Issue[], what = 'reque
   if (issue.code === 'unrecognized_keys') {
     const key = truncate(issue.keys[0] ?? '')
     const message = path.length === 0
-      ? `Unrecognized ${what} supplied: ${key}`
-      : `Unrecognized argument supplied in '${param}': ${key}`
+      ? `Unrecognized ${option ? 'option' : 'request argument'} supplied: ${key}`
+      : `Unrecognized ${option ? 'option' : 'argument'} supplied in '${param}': ${key}`
     return new GatewayError('invalid_request', message, { param: param ? `${param}.${key}` : key })
   }
-  return new GatewayError('invalid_request', messageFor(issue, param), param ? { param } : {})
+  return new GatewayError('invalid_request', messageFor(issue, param, option ? 'option' : 'parameter'), param ? { param } : {})
 }
 
 /**
@@ -86,7 +87,8 @@ function leafOf(issue: Issue, prefix: readonly PathKey[]): { issue: Issue; path:
     for (const branch of issue.errors) {
       const head = branch[0]
       if (!head) continue
-      const rank = head.code !== 'invalid_type' ? head.path.length * 2 + 1 : head.path.at(-1) === 0 ? 0.5 : head.path.length * 2
+      // A field the branch misses ranks below one present with a wrong type: the caller sent the latter.
+      const rank = head.code !== 'invalid_type' ? head.path.length * 2 + 1 : head.path.at(-1) === 0 ? 0.5 : head.path.length * 2 - (head.input === undefined ? 0.25 : 0)
       if (rank > bestRank) {
         best = head
         bestRank = rank
@@ -97,7 +99,7 @@ function leafOf(issue: Issue, prefix: readonly PathKey[]): { issue: Issue; path:
   return { issue, path }
 }
 
-function messageFor(issue: Issue, path: string): string {
+function messageFor(issue: Issue, path: string, noun: string): string {
   const custom = issue.message !== DEFAULT_MESSAGE
   // A schema's own words say what is wrong with the field (`must be ...`): the field is named before them.
   if (custom && issue.code !== 'invalid_union') return path ? `'${path}' ${issue.message}` : `Invalid request: ${issue.message}`
@@ -105,7 +107,7 @@ function messageFor(issue: Issue, path: string): string {
   const input = issue.input
   // JSON has no `undefined`, and issues carry their input (`reportInput`): undefined means absent.
   const typeLike = issue.code === 'invalid_type' || issue.code === 'invalid_union' || issue.code === 'invalid_value'
-  if (typeLike && input === undefined) return `Missing required parameter: '${param}'`
+  if (typeLike && input === undefined) return `Missing required ${noun}: '${param}'`
   switch (issue.code) {
     case 'invalid_type':
       // `1.5` for an integer field: the type is right, the value is not, so show the value.

@@ -25,6 +25,8 @@ export interface Dialect {
   doneAtEnd?: RegExp
   /** The stream's last event repeats the whole answer: the tail keeps it whole to read it. */
   longLastEvent?: boolean
+  /** With `longLastEvent`: the `event:` names of a last event that ends the stream whole. */
+  doneEvents?: readonly string[]
 }
 
 export const OPENAI_DIALECT: Dialect = {
@@ -52,7 +54,9 @@ const RESPONSES_DIALECT: Dialect = {
     const type = event.event ?? (isRecord(value) ? value.type : undefined)
     end.done = type === 'response.completed' || type === 'response.incomplete'
     if (!isRecord(value)) return
-    if (type === 'error') end.error ??= workerFailure(upstreamErrorMessage(value) ?? (typeof value.message === 'string' ? value.message : 'unknown error'))
+    // Responses' own `error` event, or vLLM's generic in-stream error (`data: {"error":{...}}`, no name).
+    const message = upstreamErrorMessage(value) ?? (type === 'error' ? (typeof value.message === 'string' ? value.message : 'unknown error') : undefined)
+    if (message !== undefined) end.error ??= workerFailure(message)
     const response = value.response
     if (!isRecord(response)) return
     if (type === 'response.failed') {
@@ -64,6 +68,7 @@ const RESPONSES_DIALECT: Dialect = {
   },
   errorEvent: (error) => `event: error\ndata: ${JSON.stringify({ type: 'error', code: error.code, message: error.message, param: null })}\n\n`,
   longLastEvent: true,
+  doneEvents: ['response.completed', 'response.incomplete'],
 }
 
 const MESSAGES_DIALECT: Dialect = {
@@ -80,7 +85,8 @@ const MESSAGES_DIALECT: Dialect = {
     if (isRecord(usage)) end.usage = routeUsage({ ...toInputOutput(end.usage), ...usage })
   },
   errorEvent: (error) => `event: error\ndata: ${JSON.stringify({ type: 'error', error: { type: error.type, message: error.message } })}\n\n`,
-  doneAtEnd: /(?:^|[\r\n])(?:data: ?\{"type": ?"message_stop"\}|data: ?\[DONE\])(?:\r\n|\r|\n)(?:\r\n|\r|\n)\s*$/,
+  // vLLM ends the stream with `[DONE]` after `message_stop`, as OpenAI's streams end.
+  doneAtEnd: OPENAI_DIALECT.doneAtEnd,
 }
 
 export const DIALECTS: Readonly<Record<StreamDialect, Dialect>> = { responses: RESPONSES_DIALECT, messages: MESSAGES_DIALECT }

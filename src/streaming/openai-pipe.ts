@@ -332,6 +332,7 @@ async function tailOf(rest: ReadableStream<Uint8Array>, first: Uint8Array | unde
   const take = (chunk: Uint8Array) => {
     if (text) feed(text.decode(chunk, { stream: true }))
     tail.append(chunk)
+    if (dialect.doneEvents) reading.onDoneRead(dialect.doneEvents.some((name) => tail.lastEventStartsWith(`event: ${name}\n`)))
     if (!dialect.doneAtEnd) return
     last = (last + String.fromCharCode(...chunk.subarray(-DONE_WINDOW))).slice(-DONE_WINDOW)
     reading.onDoneRead(dialect.doneAtEnd.test(last))
@@ -383,7 +384,7 @@ async function tailOf(rest: ReadableStream<Uint8Array>, first: Uint8Array | unde
  * The answer's last bytes (at least TAIL_BYTES of them when it has that many), copied into reused blocks;
  * for a dialect whose last event is long, from where the last event began (up to LONG_EVENT_BYTES).
  */
-function tailBlocks(dialect: Dialect): { append(chunk: Uint8Array): void; end(): TailEnd } {
+function tailBlocks(dialect: Dialect): { append(chunk: Uint8Array): void; end(): TailEnd; lastEventStartsWith(prefix: string): boolean } {
   const blocks: Array<{ bytes: Uint8Array; length: number }> = []
   const free: Uint8Array[] = []
   let size = 0
@@ -425,7 +426,7 @@ function tailBlocks(dialect: Dialect): { append(chunk: Uint8Array): void; end():
         size += n
         offset += n
       }
-      while (blocks.length > 1 && size - blocks[0]!.length >= TAIL_BYTES && (kept + blocks[0]!.length <= eventStart || size > LONG_EVENT_BYTES || !dialect.longLastEvent)) {
+      while (blocks.length > 1 && size - blocks[0]!.length >= TAIL_BYTES && (kept + blocks[0]!.length <= eventStart - 2 || size > LONG_EVENT_BYTES || !dialect.longLastEvent)) {
         const dropped = blocks.shift()!
         size -= dropped.length
         kept += dropped.length
@@ -434,6 +435,16 @@ function tailBlocks(dialect: Dialect): { append(chunk: Uint8Array): void; end():
       }
     },
     end: () => readTail(blocks.map((block) => block.bytes.subarray(0, block.length)), whole, dialect),
+    /** The bytes read end with a whole event (a blank line) that begins with `prefix` (ASCII). */
+    lastEventStartsWith(prefix) {
+      if (!dialect.longLastEvent || lastStart !== appended || eventStart < kept) return false
+      let at = eventStart - kept
+      for (let i = 0; i < prefix.length; i++, at++) {
+        const block = blocks[Math.floor(at / BLOCK_BYTES)]
+        if (!block || at % BLOCK_BYTES >= block.length || block.bytes[at % BLOCK_BYTES] !== prefix.charCodeAt(i)) return false
+      }
+      return true
+    },
   }
 }
 

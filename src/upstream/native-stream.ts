@@ -121,6 +121,19 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
     controller.enqueue(bytes)
   }
 
+  /** The last characters of the answer's text sent: whether it stopped between two events. */
+  let sentTail = '\n\n'
+  const atEventBoundary = () => /(?:\r\n|\r|\n)(?:\r\n|\r|\n)$/.test(sentTail)
+  function emitText(text: string): void {
+    if (closed || text === '') return
+    sentTail = (sentTail + text).slice(-4)
+    emit(encoder.encode(text))
+  }
+  /** A keep-alive, only between two events: a dialect's text may stop mid-line (a current worker's item). */
+  function heartbeat(): void {
+    if (atEventBoundary()) emit(HEARTBEAT)
+  }
+
   /** Resolves once the caller asks for more (or left, or `untilMs` passed); true when it had to wait. */
   async function demand(untilMs: number): Promise<boolean> {
     if (pulled || closed) return false
@@ -317,7 +330,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
     for (const other of [...live]) if (other !== attempt) drop(other)
     producedOutput = true
     openResponse()
-    if (attempt.pending.length > 0) emit(encoder.encode(attempt.pending))
+    if (attempt.pending.length > 0) emitText(attempt.pending)
     attempt.pending = ''
     usage = attempt.usage
   }
@@ -341,7 +354,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
     for (;;) {
       if (winner.pending.length > 0) {
         producedOutput = true
-        emit(encoder.encode(winner.pending))
+        emitText(winner.pending)
         winner.pending = ''
         lastOutput = Date.now()
       }
@@ -366,7 +379,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
         winnerFailed(winner)
         throw error
       }
-      if (winner.pending.length === 0) emit(HEARTBEAT)
+      if (winner.pending.length === 0) heartbeat()
     }
     call.settle({ ok: true, usage })
     // A dialect's stream ends with its own last event, relayed already.
@@ -390,7 +403,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
       // A caller who hangs up once a job ran has had its prompt processed: quota charges it.
       call.settle({ ok: false, error: failure, producedOutput, usage, ...(gone && launched ? { reachedUpstream: true } : {}) })
       if (!opened) return refuse(failure)
-      if (!wasRelayed(failure)) emit(encoder.encode((dialect ?? OPENAI_DIALECT).errorEvent(failure)))
+      if (!wasRelayed(failure)) emit(encoder.encode(`${atEventBoundary() ? '' : '\n\n'}${(dialect ?? OPENAI_DIALECT).errorEvent(failure)}`))
       if (!closed) {
         closed = true
         controller.close()

@@ -27,7 +27,7 @@ function readmeBlocks(lang: 'sh' | 'ts', from: string, to: string): string[] {
 
 /** The "A first request" blocks. */
 const firstRequestBlocks = (lang: 'sh' | 'ts') => readmeBlocks(lang, '### A first request', '### Tools, structured output')
-/** The tools, structured output and embeddings blocks. */
+/** The tools, structured output, embeddings and Responses blocks. */
 const passthroughBlocks = () => readmeBlocks('ts', '### Tools, structured output', '## Deploy in five steps')
 
 beforeAll(async () => {
@@ -96,7 +96,7 @@ describe('the README quick start', () => {
 
   it('the tools block runs a tool loop: the tool is called with a city, then the model answers', { timeout: 60_000 }, () => {
     const blocks = passthroughBlocks()
-    expect(blocks).toHaveLength(3)
+    expect(blocks).toHaveLength(4)
     expect(runBlock(blocks[0]!, 'readme-tools')).toMatch(/city: '[^']*'[\s\S]*\S/)
   })
 
@@ -106,5 +106,9 @@ describe('the README quick start', () => {
 
   it('the embeddings block prints one vector length per value, and the usage', { timeout: 60_000 }, () => {
     expect(runBlock(passthroughBlocks()[2]!, 'readme-embeddings')).toMatch(/\[ (\d+), \1 \][\s\S]*tokens/)
+  })
+
+  it('the Responses block streams text through /v1/responses, then prints the usage', { timeout: 60_000 }, () => {
+    expect(runBlock(passthroughBlocks()[3]!, 'readme-responses')).toMatch(/\S[\s\S]*input_tokens: \d+[\s\S]*output_tokens: \d+/)
   })
 })
