@@ -1,6 +1,7 @@
 /**
  * The OpenAI-compatible surface: `POST /chat/completions`, `POST /completions`, `POST /embeddings`,
- * `GET /models`, and vLLM's other routes (`POST /responses`, `/messages`, `/rerank`, ...), served at `/v1` (model from the body) and at Runpod's own URL shape
+ * `GET /models`, and vLLM's other routes (`POST /responses`, `/messages`, `/rerank`, ...), served at
+ * `/v1` (model from the body) and at Runpod's own URL shape
  * `/v2/<model>/openai/v1` (model from the path). Each call flows one way:
  * body -> model + scope -> normalize -> pipeline stages -> upstream.
  */
