@@ -161,7 +161,8 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
   const cache = createCache({ config: config.cache, models: config.models, kv, maxBodyBytes: config.maxBodyBytes, runtime: { edgeCache, now: cacheNow }, log, keyExists: async (c, id) => (await store(c).get(id)) !== null })
   if (config.cache.enabled) stages.push(cache.stage)
   // vLLM's other routes are not cached: their answers are not chat answers the cache can replay.
-  const openai = { models, maxBodyBytes: config.maxBodyBytes, stages, routeStages: stages.filter((stage) => stage !== cache.stage), dispatch }
+  const uncached = stages.filter((stage) => stage !== cache.stage)
+  const openai = { models, maxBodyBytes: config.maxBodyBytes, stages, routeStages: uncached, dispatch }
   app.route('/v1', openaiRoutes(openai))
 
   // The Runpod-native surface: the same stages but the cache (a job id is no answer to reuse). `?access_token=`
@@ -184,7 +185,7 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
   })
   // Runpod's URL shape for the OpenAI surface (`/v2/<model>/openai/v1/*`): the same stages, cache included.
   app.route('/v2', runpodOpenAIRoutes(openai))
-  app.route('/v2', nativeRoutes({ models, client, runpod: config.runpod, secret: config.signingSecret ?? config.runpod.apiKey, maxBodyBytes: config.maxBodyBytes, stages: stages.filter((stage) => stage !== cache.stage) }))
+  app.route('/v2', nativeRoutes({ models, client, runpod: config.runpod, secret: config.signingSecret ?? config.runpod.apiKey, maxBodyBytes: config.maxBodyBytes, stages: uncached }))
 
   app.use('/admin/*', adminAuth({ token: config.adminToken }))
   app.route('/admin/keys', keysRoutes({ store, models: new Set(models.keys()), maxBodyBytes: config.maxBodyBytes, checkQuota: (c, policy) => assertEnforceable(quota, c, policy, 'quota') }))

@@ -8,7 +8,7 @@ import { GatewayError } from '../errors/index.ts'
 import type { Dialect, StreamEnding } from './dialects.ts'
 import type { NativeStreamDecoder } from './native-decoder.ts'
 import type { Usage } from './openai-chunks.ts'
-import { DEFAULT_MAX_EVENT_CHARS, errorItemFailure } from './vllm.ts'
+import { DEFAULT_MAX_EVENT_CHARS, errorItemFailure, refuseOversizedEvent } from './vllm.ts'
 
 export interface DialectDecoderOptions {
   dialect: Dialect
@@ -36,9 +36,7 @@ export function createDialectDecoder(options: DialectDecoderOptions): NativeStre
       options.onEvent?.()
       dialect.read(event, ending)
     },
-    onError(error) {
-      if (error.type === 'max-buffer-size-exceeded') throw new GatewayError('upstream_error', 'The upstream sent a stream event larger than podgate accepts.')
-    },
+    onError: refuseOversizedEvent,
     maxBufferSize: DEFAULT_MAX_EVENT_CHARS,
   })
   return {

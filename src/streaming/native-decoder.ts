@@ -7,11 +7,11 @@
  * to call a stream complete that the model never finished.
  */
 import { createParser } from 'eventsource-parser'
-import type { EventSourceMessage, EventSourceParser, ParseError } from 'eventsource-parser'
+import type { EventSourceMessage, EventSourceParser } from 'eventsource-parser'
 import { GatewayError, toGatewayError } from '../errors/index.ts'
 import type { RequestKind } from '../normalize/types.ts'
 import type { ChatCompletionChunk, CompletionChunk, FinishReason, TextCompletionChunk, Usage } from './openai-chunks.ts'
-import { DEFAULT_MAX_EVENT_CHARS, errorItemFailure, isCount, isRecord, readUsage, upstreamErrorMessage, workerFailure } from './vllm.ts'
+import { DEFAULT_MAX_EVENT_CHARS, errorItemFailure, isCount, isRecord, readUsage, refuseOversizedEvent, upstreamErrorMessage, workerFailure } from './vllm.ts'
 
 export interface UsageMeta {
   /**
@@ -123,7 +123,7 @@ export function createNativeStreamDecoder(options: NativeDecoderOptions): Native
   function accept(item: unknown): void {
     if (typeof item === 'string') {
       useShape('sse')
-      parser ??= createParser({ onEvent: acceptEvent, onError: onParseError, maxBufferSize: options.maxEventChars ?? DEFAULT_MAX_EVENT_CHARS })
+      parser ??= createParser({ onEvent: acceptEvent, onError: refuseOversizedEvent, maxBufferSize: options.maxEventChars ?? DEFAULT_MAX_EVENT_CHARS })
       parser.feed(item)
       return
     }
@@ -253,13 +253,6 @@ export function createNativeStreamDecoder(options: NativeDecoderOptions): Native
     if (usageReported) return
     usageReported = true
     onUsage?.(usage, { estimated })
-  }
-
-  function onParseError(error: ParseError): void {
-    // Unknown fields and bad `retry` values are legal noise in SSE; only an oversized event is fatal.
-    if (error.type === 'max-buffer-size-exceeded') {
-      throw new GatewayError('upstream_error', 'The model worker sent a stream event larger than podgate accepts.')
-    }
   }
 
   function chatChunk(index: number, delta: ChatCompletionChunk['choices'][number]['delta'], reason: FinishReason | null): ChatCompletionChunk {

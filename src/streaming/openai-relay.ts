@@ -13,11 +13,11 @@
  * discards queued output.
  */
 import { createParser } from 'eventsource-parser'
-import type { EventSourceMessage, ParseError } from 'eventsource-parser'
+import type { EventSourceMessage } from 'eventsource-parser'
 import { GatewayError, toGatewayError } from '../errors/index.ts'
 import { DONE_TEXT, sseErrorText } from './openai-chunks.ts'
 import type { Usage } from './openai-chunks.ts'
-import { DEFAULT_MAX_EVENT_CHARS, isRecord, readUsage, upstreamErrorMessage, workerFailure } from './vllm.ts'
+import { DEFAULT_MAX_EVENT_CHARS, isRecord, readUsage, refuseOversizedEvent, upstreamErrorMessage, workerFailure } from './vllm.ts'
 import { registerStreamControl } from './stream-control.ts'
 
 export interface OpenAIRelayOptions {
@@ -96,7 +96,7 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
   const modelText = jsonStringContent(model)
   const idText = id === undefined ? undefined : jsonStringContent(id)
   const decoder = new TextDecoder()
-  const parser = createParser({ onEvent: relayEvent, onError: onParseError, maxBufferSize: options.maxEventChars ?? DEFAULT_MAX_EVENT_CHARS })
+  const parser = createParser({ onEvent: relayEvent, onError: refuseOversizedEvent, maxBufferSize: options.maxEventChars ?? DEFAULT_MAX_EVENT_CHARS })
 
   let first = options.first
   /** SSE text produced and not sent yet: the current batch, sent as one enqueue however many events it holds. */
@@ -169,12 +169,6 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
     if (idText !== undefined) value.id = id
     value.model = model
     out += `data: ${JSON.stringify(value)}\n\n`
-  }
-
-  function onParseError(error: ParseError): void {
-    if (error.type === 'max-buffer-size-exceeded') {
-      throw new GatewayError('upstream_error', 'The upstream sent a stream event larger than podgate accepts.')
-    }
   }
 
   function feed(text: string): void {

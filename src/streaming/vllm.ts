@@ -9,6 +9,14 @@ import type { Usage } from './openai-chunks.ts'
 /** Default cap on the characters one SSE event may buffer: 4 Mi (a Runpod stream chunk is at most 1 MB). */
 export const DEFAULT_MAX_EVENT_CHARS = 4 * 1024 * 1024
 
+/**
+ * An eventsource-parser `onError`: unknown fields and bad `retry` values are legal noise in SSE; only an
+ * event over the parser's `maxBufferSize` is fatal, and ends the stream as an upstream failure.
+ */
+export function refuseOversizedEvent(error: { type: string }): void {
+  if (error.type === 'max-buffer-size-exceeded') throw new GatewayError('upstream_error', 'The upstream sent a stream event larger than podgate accepts.')
+}
+
 /** Upstream text shown to callers is cut to this many characters. */
 const MAX_UPSTREAM_MESSAGE = 300
 
