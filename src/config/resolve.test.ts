@@ -20,7 +20,7 @@ describe('resolveConfig', () => {
       [
         'podgate: invalid options. Fix these fields:',
         "  - Invalid type for 'runpod.apiKey': expected a string, got a number",
-        "  - Invalid value for 'runpod.baseUrl': expected a URL, got 'nope'",
+        "  - 'runpod.baseUrl' must be an absolute URL, e.g. https://api.runpod.ai/v2",
         "  - 'runpod.maxPollsPerStream' must be at most 9000, got 9001",
         "  - Invalid value for 'cache.scope': expected 'key', 'gateway', got 'everyone'",
         '  - Unrecognized option supplied: extra',
@@ -52,6 +52,15 @@ describe('resolveConfig', () => {
     expect(configError({ ...valid, models: { chat: { endpoints: [{ url: 'https://x.example', apiKey: 7 }] } } })).toContain("'models.chat.endpoints[0].apiKey'")
     expect(configError({ ...valid, runpod: { apiKey: 'rp_key', apikey: 'x' } })).toContain("Unrecognized option supplied in 'runpod': apikey")
     expect(configError({ models: valid.models })).toContain("Missing required option: 'runpod'")
+  })
+
+  it("answers an endpoint url that is no http(s) URL with the option's error, not a parser's TypeError", () => {
+    const endpointUrl = (url: string) => configError({ ...valid, models: { chat: { endpoints: [{ url }] } } })
+    const wrong = "podgate: invalid options. Fix these fields:\n  - 'models.chat.endpoints[0].url' must be an absolute http(s) URL"
+    expect(endpointUrl('nope')).toBe(wrong)
+    expect(endpointUrl('ftp://files.example')).toBe(wrong)
+    expect(endpointUrl('http://example.com')).toContain('uses plain http:// to a host that is not loopback')
+    expect(() => resolveConfig({ ...valid, models: { chat: { endpoints: [{ url: 'http://127.0.0.1:8000' }] } } })).not.toThrow()
   })
 
   it('never quotes a secret: a wrong type, a short one, an unknown key beside it', () => {

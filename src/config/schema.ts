@@ -53,8 +53,8 @@ export const endpointSchema = z.union([
   z.strictObject({
     /** A full base URL for a job API, e.g. `http://127.0.0.1:8000` (runpod-python's local server). Plain `http://` only to loopback. */
     url: z.string().check(
-      z.url({ message: 'must be an absolute http(s) URL' }),
-      z.refine((u) => /^https?:\/\//.test(u), { message: 'must use http or https' }),
+      // `abort`: the loopback test below parses the URL, so it runs only on one that parsed.
+      z.refine((u) => /^https?:\/\//.test(u) && URL.canParse(u), { message: 'must be an absolute http(s) URL', abort: true }),
       z.refine((u) => u.startsWith('https://') || isLoopbackUrl(u), {
         message: 'uses plain http:// to a host that is not loopback: use https://, or http://127.0.0.1 / http://localhost for a local server',
       }),
@@ -160,7 +160,7 @@ export const gatewayOptionsSchema = z.strictObject({
     /** The Runpod API key. Sent only in the `Authorization` header upstream, never logged or returned. */
     apiKey: z.string().check(z.minLength(1, { message: 'is empty: set the RUNPOD_API_KEY secret' })),
     /** Base URL of Runpod's endpoint API. Default `https://api.runpod.ai/v2`. */
-    baseUrl: z._default(z.string().check(z.url()), 'https://api.runpod.ai/v2'),
+    baseUrl: z._default(z.string().check(z.refine((u) => URL.canParse(u), { message: 'must be an absolute URL, e.g. https://api.runpod.ai/v2' })), 'https://api.runpod.ai/v2'),
     /** Upstream request timeout for non-streaming calls, in ms. Default 120000. */
     timeoutMs: z._default(positiveInt(), 120_000),
     /** `?wait=` for native `/runsync`, in ms (1000..300000). Default 90000. */
