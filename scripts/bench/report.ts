@@ -180,6 +180,8 @@ export function renderMarkdown(r: Results, notes: string): string {
       'pipe-tee': 'native pipeTo into an IdentityTransformStream, its readable tee-d: one branch returned, JavaScript reads the other',
       'tee-pipe-drain': 'a tee: one branch piped into an IdentityTransformStream, JavaScript drains the other every 20 ms',
       'tee-pipe-idle': 'a tee: one branch piped into an IdentityTransformStream, the other read by JavaScript only after the end',
+      'tee-pipe-idle-signal': 'the same, piped with the native pipe\'s options (preventClose, preventAbort and an AbortSignal)',
+      'tee-pipe-idle-first': 'the same, the first chunk read before the tee and written by JavaScript first (as the native pipe does)',
       'tee-gather': 'a tee: one branch piped into an IdentityTransformStream, the other piped into a second one that JavaScript reads with readAtLeast (16 KiB blocks)',
       'tee-deflate': 'a tee: one branch piped into an IdentityTransformStream, the other deflated and inflated natively and read with readAtLeast (the native pipe\'s shape until 2026-11-23, without podgate\'s code)',
       'tee-tick': 'a tee: one branch piped into an IdentityTransformStream, the other read by JavaScript every 50 ms, each BYOB read taking all the branch holds (the native pipe\'s shape, without podgate\'s code)',

@@ -193,6 +193,31 @@ async function hop(url: URL, env: Env, ctx: ExecutionContext): Promise<Response>
     })
     stream = readable
   }
+  // `tee-pipe-idle` with one more of the native pipe's habits each: its pipeTo options, its first chunk.
+  if (mode === 'tee-pipe-idle-signal' || mode === 'tee-pipe-idle-first') {
+    const source = stream
+    const { readable, writable } = new IdentityTransformStream()
+    if (mode === 'tee-pipe-idle-first') {
+      const reader = source.getReader()
+      const first = await reader.read()
+      reader.releaseLock()
+      const writer = writable.getWriter()
+      writer.write(first.value!).catch(() => undefined)
+      writer.releaseLock()
+    }
+    const [out, watched] = source.tee()
+    const stop = new AbortController()
+    const ended = out.pipeTo(writable, { preventClose: true, preventAbort: true, ...(mode === 'tee-pipe-idle-signal' ? { signal: stop.signal } : {}) }).then(async () => {
+      const writer = writable.getWriter()
+      await writer.write(encoder.encode(': end\n\n'))
+      await writer.close()
+    })
+    void ended.then(async () => {
+      const reader = watched.getReader()
+      for (;;) if ((await reader.read()).done) break
+    })
+    stream = readable
+  }
   if (mode === 'tee-pipe-drain') {
     const every = 20
     const [out, watched] = stream.tee()
