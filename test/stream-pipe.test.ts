@@ -654,4 +654,14 @@ describe('readTail', () => {
     expect(failed.done).toBe(true)
     expect(failed.error?.message).toBe('The model worker failed: boom')
   })
+
+  it('reads an error or a usage however the JSON is spaced, and takes a chunk that only talks about them for content', () => {
+    const spaced = readTail([bytesOf('data: {"error": {"message": "engine died", "code": null}}\n\ndata: [DONE]\n\n')], true)
+    expect(spaced.error?.message).toBe('The model worker failed: engine died')
+    const legacy = readTail([bytesOf('data: {"object": "error", "message": "boom"}\n\n')], true)
+    expect(legacy).toMatchObject({ done: false, error: { message: 'The model worker failed: boom' } })
+    const talk = 'data: {"choices":[{"index":0,"delta":{"content":"the \\"error\\" and \\"usage\\" fields"}}]}\n\n'
+    const counted = `data: {"choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 9, "total_tokens": 21}}\n\n`
+    expect(readTail([bytesOf(talk + counted + talk + 'data: [DONE]\n\n')], true)).toEqual({ done: true, usage })
+  })
 })

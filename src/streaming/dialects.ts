@@ -36,6 +36,8 @@ export const OPENAI_DIALECT: Dialect = {
       return
     }
     end.done = false
+    // Only an error or a usage changes the ending: the tail's other chunks (most of it) are not parsed.
+    if (!event.data.includes('"error"') && !event.data.includes('"usage"')) return
     const value = parsed(event.data)
     const message = upstreamErrorMessage(value)
     if (message !== undefined) end.error ??= workerFailure(message)
