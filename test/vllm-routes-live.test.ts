@@ -68,6 +68,25 @@ describe('vLLM routes against the emulator', () => {
     expect(text).toBe(answer.content[0]!.text)
   })
 
+  it.each(MODELS)('%s: a /v1/messages tool call streams through as a tool_use block whose input_json fragments join into the JSON answer\'s input', async (model) => {
+    const h = live()
+    const { key } = await h.createKey({ name: 'routes' })
+    const tool = { name: 'get_weather', input_schema: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } }
+    const body = { model, max_tokens: 64, messages: [{ role: 'user', content: 'Weather in Lisbon?' }], tools: [tool] }
+    const send = (extra: Record<string, unknown>) => h.fetch('/v1/messages', { method: 'POST', headers: { 'x-api-key': key, 'content-type': 'application/json' }, body: JSON.stringify({ ...body, ...extra }) })
+    const json = await send({})
+    const answer = (await json.json()) as { content: { type: string; name: string; input: unknown }[]; stop_reason: string }
+    expect(json.status, JSON.stringify(answer)).toBe(200)
+    expect(answer.content).toEqual([{ type: 'tool_use', id: expect.any(String), name: 'get_weather', input: { city: expect.any(String) } }])
+    expect(answer.stop_reason).toBe('tool_use')
+    const streamed = events(await (await send({ stream: true })).text()).filter((e) => e.data !== '[DONE]').map((e) => JSON.parse(e.data) as { type: string; content_block?: { type: string }; delta?: { type: string; partial_json?: string; stop_reason?: string } })
+    expect(streamed.find((e) => e.type === 'content_block_start')?.content_block).toMatchObject({ type: 'tool_use', name: 'get_weather' })
+    const fragments = streamed.filter((e) => e.delta?.type === 'input_json_delta').map((e) => e.delta!.partial_json).join('')
+    expect(JSON.parse(fragments)).toEqual(answer.content[0]!.input)
+    expect(streamed.find((e) => e.type === 'message_delta')?.delta?.stop_reason).toBe('tool_use')
+    expect(streamed.at(-1)?.type).toBe('message_stop')
+  })
+
   it('a stream the emulator cuts mid-answer ends with the dialect\'s error event', async () => {
     const h = live()
     const { key } = await h.createKey({ name: 'routes' })

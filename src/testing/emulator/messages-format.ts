@@ -1,25 +1,40 @@
 /**
- * vLLM's Anthropic routes, `/v1/messages` and `/v1/messages/count_tokens`: the body turned into a
- * plain chat generation (`system` as the system message, text blocks joined), and the answer written
- * back as a `message` object or as Anthropic's named SSE events, followed by vLLM's `data: [DONE]`.
+ * vLLM's Anthropic routes, `/v1/messages` and `/v1/messages/count_tokens`, as vLLM's converter
+ * (`entrypoints/anthropic/serving.py`) runs them: the body turned into a chat generation (`system` as the
+ * system message, text blocks joined, `tool_result` blocks as tool messages, `tools` and `tool_choice`
+ * as function tools, `chat_template_kwargs` as on chat), and the answer written back as a `message`
+ * object or as Anthropic's named SSE events (a block opened on its first delta: thinking, text,
+ * tool_use), followed by vLLM's `data: [DONE]`.
  */
 
 import * as z from 'zod/mini'
 import { ENGLISH } from '../../zod/english.ts'
+import type { PlannedChoice } from './choices.ts'
 import { countPromptTokens, hexId } from './generate.ts'
 import type { ChatMessageText } from './generate.ts'
+import { toolCallId, toolTokens } from './openai-format.ts'
 import type { Completion, CompletionMeta, TimedEvent } from './openai-format.ts'
-import { describeIssue, plainChatRequest } from './requests.ts'
-import type { ParseResult } from './requests.ts'
-import type { JsonObject } from './types.ts'
+import { describeIssue, plainChatRequest, toolChoiceRefusal } from './requests.ts'
+import type { ParseResult, ToolChoice, ToolSpec } from './requests.ts'
+import type { JsonObject, JsonValue } from './types.ts'
 
-const block = z.looseObject({ type: z.string(), text: z.optional(z.string()) })
-/** A string, or content blocks of which only `text` ones are read (images and tool blocks are skipped). */
+const textBlock = z.looseObject({ type: z.string(), text: z.optional(z.string()) })
+/** A content block: `text` and `tool_result` ones are read (images and the rest are skipped). */
+const block = z.looseObject({
+  type: z.string(),
+  text: z.optional(z.string()),
+  content: z.optional(z.union([z.string(), z.array(textBlock)])),
+})
 const text = z.union([z.string(), z.array(block)])
+const tool = z.looseObject({ name: z.string(), input_schema: z.optional(z.unknown()) })
+const toolChoice = z.looseObject({ type: z.enum(['auto', 'any', 'none', 'tool']), name: z.optional(z.string()) })
 const countFields = {
   model: z.string(),
   messages: z.array(z.looseObject({ role: z.enum(['user', 'assistant']), content: text })),
   system: z.nullish(text),
+  tools: z.nullish(z.array(tool)),
+  tool_choice: z.nullish(toolChoice),
+  chat_template_kwargs: z.nullish(z.record(z.string(), z.unknown())),
 }
 export const countTokensBodySchema = z.looseObject(countFields)
 export const messagesBodySchema = z.looseObject({
@@ -30,11 +45,16 @@ export const messagesBodySchema = z.looseObject({
   temperature: z.nullish(z.number()),
 })
 
+type CountBody = z.infer<typeof countTokensBodySchema>
+
 /** Parses a Messages body into the chat generation vLLM runs for it. */
 export function parseMessagesBody(body: unknown): ParseResult {
   const parsed = messagesBodySchema.safeParse(body, ENGLISH)
   if (!parsed.success) return { ok: false, message: describeIssue(parsed.error) }
   const b = parsed.data
+  const { tools, choice } = toolsOf(b)
+  const refusal = toolChoiceRefusal(choice, tools)
+  if (refusal) return { ok: false, message: refusal }
   return {
     ok: true,
     request: plainChatRequest({
@@ -43,15 +63,19 @@ export function parseMessagesBody(body: unknown): ParseResult {
       maxTokens: b.max_tokens,
       stop: b.stop_sequences ?? [],
       stream: b.stream ?? false,
+      tools,
+      toolChoice: choice,
+      thinking: b.chat_template_kwargs?.enable_thinking === true,
     }),
   }
 }
 
-/** `/v1/messages/count_tokens`: the prompt tokens `/v1/messages` would report for the same conversation. */
+/** `/v1/messages/count_tokens`: the prompt tokens `/v1/messages` would report for the same body. */
 export function countTokens(body: unknown): { ok: true; body: JsonObject } | { ok: false; message: string } {
   const parsed = countTokensBodySchema.safeParse(body, ENGLISH)
   if (!parsed.success) return { ok: false, message: describeIssue(parsed.error) }
-  return { ok: true, body: { input_tokens: countPromptTokens({ messages: conversation(parsed.data) }) } }
+  const input = countPromptTokens({ messages: conversation(parsed.data) }) + toolTokens(toolsOf(parsed.data).tools)
+  return { ok: true, body: { input_tokens: input } }
 }
 
 /** `msg_<32 hex>`: a hex suffix (the HTTP route's) as is, any other (a job id) hashed to hex. */
@@ -60,18 +84,25 @@ export function messageId(suffix: string): string {
 }
 
 export function messagesJson(completion: Completion, meta: CompletionMeta): JsonObject {
+  const choice = completion.choices[0]
+  const content: JsonObject[] = []
+  if (choice?.reasoning) content.push({ type: 'thinking', thinking: choice.reasoning, signature: signature(meta) })
+  if (choice?.text) content.push({ type: 'text', text: choice.text })
+  choice?.toolCalls.forEach((call, i) => content.push({ type: 'tool_use', id: toolCallId(meta.id, 0, i), name: call.name, input: JSON.parse(call.arguments) as JsonValue }))
   return {
     ...messageObject(meta),
-    content: [{ type: 'text', text: completion.choices[0]?.text ?? '' }],
-    stop_reason: stopReason(completion),
+    content,
+    stop_reason: stopReason(choice),
     stop_sequence: null,
     usage: { input_tokens: completion.promptTokens, output_tokens: completion.completionTokens },
   }
 }
 
 /**
- * The stream as vLLM writes it: message_start and content_block_start (step 0), one
- * content_block_delta per token, then content_block_stop, message_delta, message_stop and `[DONE]`.
+ * The stream as vLLM writes it: message_start (step 0); each block opened by content_block_start on its
+ * first delta and closed by content_block_stop when the next one opens or the answer ends (a thinking
+ * block after its signature_delta); one content_block_delta per token (`thinking_delta`, `text_delta`,
+ * `input_json_delta`); then message_delta with the usage, message_stop and `[DONE]`.
  */
 export function messagesEvents(completion: Completion, meta: CompletionMeta): TimedEvent[] {
   const events: TimedEvent[] = []
@@ -80,14 +111,46 @@ export function messagesEvents(completion: Completion, meta: CompletionMeta): Ti
   }
   const start = { ...messageObject(meta), content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: completion.promptTokens, output_tokens: 0 } }
   push('message_start', { message: start }, 0, 'chunk')
-  push('content_block_start', { index: 0, content_block: { type: 'text', text: '' } }, 0, 'chunk')
-  completion.choices[0]?.deltas.forEach((delta, index) => {
-    if (delta.kind === 'content') push('content_block_delta', { index: 0, delta: { type: 'text_delta', text: delta.text } }, index + 1, 'chunk')
+  const choice = completion.choices[0]
+  let open: { index: number; type: string } | undefined
+  let next = 0
+  const close = (step: number, kind: TimedEvent['kind']) => {
+    if (!open) return
+    if (open.type === 'thinking') push('content_block_delta', { index: open.index, delta: { type: 'signature_delta', signature: signature(meta) } }, step, kind)
+    push('content_block_stop', { index: open.index }, step, kind)
+    open = undefined
+  }
+  const begin = (block: JsonObject & { type: string }, step: number) => {
+    close(step, 'chunk')
+    open = { index: next++, type: block.type }
+    push('content_block_start', { index: open.index, content_block: block }, step, 'chunk')
+    return open.index
+  }
+  choice?.deltas.forEach((delta, i) => {
+    const step = i + 1
+    switch (delta.kind) {
+      case 'reasoning': {
+        const index = open?.type === 'thinking' ? open.index : begin({ type: 'thinking', thinking: '' }, step)
+        push('content_block_delta', { index, delta: { type: 'thinking_delta', thinking: delta.text } }, step, 'chunk')
+        break
+      }
+      case 'content': {
+        const index = open?.type === 'text' ? open.index : begin({ type: 'text', text: '' }, step)
+        push('content_block_delta', { index, delta: { type: 'text_delta', text: delta.text } }, step, 'chunk')
+        break
+      }
+      case 'tool_start':
+        begin({ type: 'tool_use', id: toolCallId(meta.id, 0, delta.call), name: delta.name, input: {} }, step)
+        break
+      case 'tool_args':
+        push('content_block_delta', { index: open?.index ?? 0, delta: { type: 'input_json_delta', partial_json: delta.text } }, step, 'chunk')
+        break
+    }
   })
   const last = completion.steps
-  push('content_block_stop', { index: 0 }, last, 'close')
+  close(last, 'close')
   push('message_delta', {
-    delta: { stop_reason: stopReason(completion), stop_sequence: null },
+    delta: { stop_reason: stopReason(choice), stop_sequence: null },
     usage: { input_tokens: completion.promptTokens, output_tokens: completion.completionTokens },
   }, last, 'close')
   push('message_stop', {}, last, 'close')
@@ -100,18 +163,46 @@ function messageObject(meta: CompletionMeta): JsonObject {
   return { id: meta.id, type: 'message', role: 'assistant', model: meta.model }
 }
 
-/** vLLM maps finish_reason "length" to "max_tokens" and every other stop to "end_turn". */
-function stopReason(completion: Completion): string {
-  return completion.choices[0]?.finishReason === 'length' ? 'max_tokens' : 'end_turn'
+/** vLLM's map from chat's finish_reason: tool_calls to tool_use, length to max_tokens, the rest to end_turn. */
+function stopReason(choice: PlannedChoice | undefined): string {
+  if (choice?.finishReason === 'tool_calls') return 'tool_use'
+  return choice?.finishReason === 'length' ? 'max_tokens' : 'end_turn'
 }
 
-function conversation(b: z.infer<typeof countTokensBodySchema>): ChatMessageText[] {
+/** A thinking block's signature: vLLM writes a random hex one; the emulator's is stable per message. */
+function signature(meta: CompletionMeta): string {
+  return hexId(`${meta.id}:signature`)
+}
+
+/** Anthropic's tools as function tools, and its tool_choice as chat's (auto, any -> required, none, tool -> named). */
+function toolsOf(b: CountBody): { tools: ToolSpec[]; choice: ToolChoice } {
+  const tools = (b.tools ?? []).map((t): ToolSpec => ({ name: t.name, parameters: t.input_schema }))
+  const c = b.tool_choice
+  const choice: ToolChoice = c == null
+    ? (tools.length > 0 ? 'auto' : 'none')
+    : c.type === 'any' ? 'required' : c.type === 'tool' ? { name: c.name ?? '' } : c.type
+  return { tools, choice }
+}
+
+/**
+ * The conversation vLLM builds: a user's `tool_result` blocks become tool messages ahead of the user's
+ * own text, and a user message that held only tool results is not sent as one, as vLLM's converter does.
+ */
+function conversation(b: CountBody): ChatMessageText[] {
   const messages: ChatMessageText[] = b.system == null ? [] : [{ role: 'system', content: blockText(b.system) }]
-  for (const m of b.messages) messages.push({ role: m.role, content: blockText(m.content) })
+  for (const m of b.messages) {
+    if (typeof m.content === 'string') {
+      messages.push({ role: m.role, content: m.content })
+      continue
+    }
+    if (m.role === 'user') for (const part of m.content) if (part.type === 'tool_result') messages.push({ role: 'tool', content: blockText(part.content ?? '') })
+    const content = blockText(m.content)
+    if (content !== '' || m.role === 'assistant' || !m.content.some((part) => part.type === 'tool_result')) messages.push({ role: m.role, content })
+  }
   return messages
 }
 
-function blockText(content: z.infer<typeof text>): string {
+function blockText(content: string | ReadonlyArray<{ type: string; text?: string }>): string {
   if (typeof content === 'string') return content
   return content.flatMap((b) => (b.type === 'text' && b.text !== undefined ? [b.text] : [])).join('\n')
 }

@@ -206,7 +206,7 @@ function reasoningKeys(meta: CompletionMeta, value: string | null): JsonObject {
 }
 
 /** vLLM's `chatcmpl-tool-<32 hex>`, stable for one response. */
-function toolCallId(completionId: string, choiceIndex: number, callIndex: number): string {
+export function toolCallId(completionId: string, choiceIndex: number, callIndex: number): string {
   const hex = [0, 1, 2, 3].map((part) => hashString(`${completionId}:${choiceIndex}:${callIndex}:${part}`).toString(16).padStart(8, '0'))
   return `chatcmpl-tool-${hex.join('')}`
 }
@@ -222,7 +222,7 @@ function promptLogprobList(completion: Completion, top: number): JsonValue[] {
 }
 
 /** Tool definitions are part of the templated prompt: about one token per four characters of their JSON. */
-function toolTokens(tools: readonly ToolSpec[]): number {
+export function toolTokens(tools: readonly ToolSpec[]): number {
   return tools.length === 0 ? 0 : Math.ceil(JSON.stringify(tools).length / 4)
 }
 

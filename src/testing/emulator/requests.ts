@@ -169,10 +169,8 @@ export function parseOpenAIBody(kind: 'chat' | 'completion', body: unknown): Par
       : typeof b.tool_choice === 'string' ? b.tool_choice : { name: b.tool_choice.function.name }
     const refuse = (message: string): ParseResult => ({ ok: false, message, directives })
     // vLLM's request validators (protocol.py), in their wording.
-    if (choice !== 'none' && tools.length === 0) return refuse('When using `tool_choice`, `tools` must be set.')
-    if (typeof choice === 'object' && !tools.some((t) => t.name === choice.name)) {
-      return refuse(`Tool '${choice.name}' has not been passed in \`tools\`.`)
-    }
+    const toolRefusal = toolChoiceRefusal(choice, tools)
+    if (toolRefusal) return refuse(toolRefusal)
     if (b.top_logprobs != null && b.top_logprobs < 0) return refuse('`top_logprobs` must be a positive value.')
     if (b.top_logprobs != null && b.top_logprobs > 0 && !b.logprobs) {
       return refuse('when using `top_logprobs`, `logprobs` must be set to true.')
@@ -296,11 +294,25 @@ export function parseNativeInput(input: unknown): NativeParse {
   }
 }
 
+/** What vLLM's Responses and Messages routes run once they have turned their body into a conversation. */
+export interface PlainChatOptions {
+  messages: ChatMessageText[]
+  model?: string
+  maxTokens?: number
+  stop?: string[]
+  stream: boolean
+  /** Function tools, already in chat's terms; `toolChoice` defaults as on chat ("auto" with tools). */
+  tools?: ToolSpec[]
+  toolChoice?: ToolChoice
+  /** `chat_template_kwargs.enable_thinking`: reasoning before the answer. */
+  thinking?: boolean
+}
+
 /**
- * A plain chat generation (no tools, guided output, logprobs or reasoning): what vLLM's Responses and
- * Messages routes run once they have turned their body into a conversation.
+ * A chat generation with no guided output or logprobs: what vLLM's Responses and Messages routes run.
  */
-export function plainChatRequest(options: { messages: ChatMessageText[]; model?: string; maxTokens?: number; stop?: string[]; stream: boolean }): GenerationRequest {
+export function plainChatRequest(options: PlainChatOptions): GenerationRequest {
+  const tools = options.tools ?? []
   return {
     kind: 'chat',
     messages: options.messages,
@@ -311,12 +323,19 @@ export function plainChatRequest(options: { messages: ChatMessageText[]; model?:
     stream: options.stream,
     includeUsage: false,
     continuousUsage: false,
-    tools: [],
-    toolChoice: 'none',
-    thinking: false,
+    tools,
+    toolChoice: options.toolChoice ?? (tools.length > 0 ? 'auto' : 'none'),
+    thinking: options.thinking ?? false,
     echo: false,
     directives: parseDirectives(options.messages.map((m) => m.content)),
   }
+}
+
+/** vLLM's refusal of a `tool_choice` its `tools` cannot satisfy (its request validators, in their wording). */
+export function toolChoiceRefusal(choice: ToolChoice, tools: readonly ToolSpec[]): string | undefined {
+  if (choice !== 'none' && tools.length === 0) return 'When using `tool_choice`, `tools` must be set.'
+  if (typeof choice === 'object' && !tools.some((t) => t.name === choice.name)) return `Tool '${choice.name}' has not been passed in \`tools\`.`
+  return undefined
 }
 
 /** The strings of an embeddings `input`, for directives. */

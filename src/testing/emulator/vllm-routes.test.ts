@@ -274,6 +274,109 @@ describe('the non-generating routes', () => {
   })
 })
 
+describe('/v1/messages: tools and thinking, as vLLM converts them to and from chat', () => {
+  const weather = { name: 'get_weather', description: 'The weather in a city', input_schema: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } }
+  const withTools = { ...messagesBody, tools: [weather] }
+  const chatTools = { ...chatBody, tools: [{ type: 'function', function: { name: weather.name, parameters: weather.input_schema } }] }
+  const toolUse = { type: 'tool_use', id: expect.stringMatching(/^chatcmpl-tool-[0-9a-f]{32}$/), name: 'get_weather', input: { city: expect.any(String) } }
+
+  it('answers a tool call as a tool_use block with the arguments chat gives, and stop_reason tool_use', async () => {
+    const { openai } = setup()
+    const chat = (await openai('ep', '/v1/chat/completions', chatTools)).json
+    const { status, json } = await openai('ep', '/v1/messages', withTools)
+    expect(status).toBe(200)
+    expect(json.content).toEqual([toolUse])
+    expect(json.content[0].input).toEqual(JSON.parse(chat.choices[0].message.tool_calls[0].function.arguments))
+    expect(json.stop_reason).toBe('tool_use')
+    // The tool's definition counts as prompt, as on chat; count_tokens agrees.
+    expect(json.usage.input_tokens).toBe(chat.usage.prompt_tokens)
+    const { max_tokens: _, ...countBody } = withTools
+    expect((await openai('ep', '/v1/messages/count_tokens', countBody)).json).toEqual({ input_tokens: json.usage.input_tokens })
+  })
+
+  it('maps tool_choice: tool forces the named call (end_turn, as vLLM finishes a named call), none answers in text, any needs tools', async () => {
+    const { openai } = setup()
+    const second = { name: 'get_time', input_schema: { type: 'object', properties: { zone: { type: 'string' } } } }
+    const named = (await openai('ep', '/v1/messages', { ...withTools, tools: [weather, second], tool_choice: { type: 'tool', name: 'get_time' } })).json
+    expect(named.content).toEqual([{ ...toolUse, name: 'get_time', input: expect.any(Object) }])
+    expect(named.stop_reason).toBe('end_turn')
+    const none = (await openai('ep', '/v1/messages', { ...withTools, tool_choice: { type: 'none' } })).json
+    expect(none.content).toEqual([{ type: 'text', text: expect.any(String) }])
+    expect(await openai('ep', '/v1/messages', { ...messagesBody, tool_choice: { type: 'any' } })).toEqual({
+      status: 400,
+      json: { type: 'error', error: { type: 'invalid_request_error', message: 'When using `tool_choice`, `tools` must be set.' } },
+    })
+    const refused = await openai('ep', '/v1/messages', { ...withTools, tool_choice: { type: 'tool', name: 'nope' } })
+    expect(refused.json.error.message).toBe("Tool 'nope' has not been passed in `tools`.")
+    // "auto" (the default with tools) needs --enable-auto-tool-choice, as on chat.
+    const strict = setup({ endpoints: { strict: { enableAutoToolChoice: false } } })
+    expect((await strict.openai('strict', '/v1/messages', withTools)).status).toBe(400)
+  })
+
+  it('answers a tool_result in text: the result becomes a tool message, as vLLM converts it', async () => {
+    const { openai } = setup()
+    const first = (await openai('ep', '/v1/messages', withTools)).json
+    const followUp = {
+      ...withTools,
+      messages: [
+        ...conversation,
+        { role: 'assistant', content: first.content },
+        { role: 'user', content: [{ type: 'tool_result', tool_use_id: first.content[0].id, content: [{ type: 'text', text: '21 degrees' }] }] },
+      ],
+    }
+    const { json } = await openai('ep', '/v1/messages', followUp)
+    expect(json.content).toEqual([{ type: 'text', text: expect.stringMatching(/^The tool returned: 21 degrees\./) }])
+    expect(json.stop_reason).toBe('end_turn')
+  })
+
+  it('streams a tool call as a tool_use block of input_json_delta fragments that join into the JSON answer\'s input', async () => {
+    const { post, openai } = setup()
+    const { json } = await openai('ep', '/v1/messages', withTools)
+    const events = sseEvents(await (await post('/v2/ep/openai/v1/messages', { ...withTools, stream: true })).text())
+    expect(events.at(-1)).toEqual({ event: undefined, data: '[DONE]' })
+    const payloads = events.slice(0, -1).map((e) => JSON.parse(e.data) as Json)
+    expect(payloads.map((p) => p.type).filter((t) => t !== 'content_block_delta')).toEqual(MESSAGES_STREAM)
+    expect(payloads[1]).toEqual({ type: 'content_block_start', index: 0, content_block: { ...toolUse, input: {} } })
+    const fragments = payloads.filter((p) => p.type === 'content_block_delta')
+    expect(fragments.length).toBeGreaterThan(1)
+    for (const f of fragments) expect(f).toEqual({ type: 'content_block_delta', index: 0, delta: { type: 'input_json_delta', partial_json: expect.any(String) } })
+    expect(JSON.parse(fragments.map((f) => f.delta.partial_json).join(''))).toEqual(json.content[0].input)
+    expect(payloads.find((p) => p.type === 'message_delta')).toEqual({ type: 'message_delta', delta: { stop_reason: 'tool_use', stop_sequence: null }, usage: json.usage })
+  })
+
+  it('answers with a signed thinking block before the text when chat_template_kwargs enables thinking, JSON and streamed', async () => {
+    const { post, openai } = setup()
+    const thinking = { ...messagesBody, chat_template_kwargs: { enable_thinking: true } }
+    const chat = (await openai('ep', '/v1/chat/completions', { ...chatBody, chat_template_kwargs: { enable_thinking: true } })).json
+    const { json } = await openai('ep', '/v1/messages', thinking)
+    expect(json.content).toEqual([
+      { type: 'thinking', thinking: chat.choices[0].message.reasoning, signature: expect.stringMatching(/^[0-9a-f]{32}$/) },
+      { type: 'text', text: chat.choices[0].message.content },
+    ])
+    const payloads = sseEvents(await (await post('/v2/ep/openai/v1/messages', { ...thinking, stream: true })).text()).slice(0, -1).map((e) => JSON.parse(e.data) as Json)
+    expect(payloads.map((p) => (p.type === 'content_block_delta' ? `delta:${p.index}:${p.delta.type}` : p.type)).filter((t, i, all) => t !== all[i - 1])).toEqual([
+      'message_start',
+      'content_block_start', 'delta:0:thinking_delta', 'delta:0:signature_delta', 'content_block_stop',
+      'content_block_start', 'delta:1:text_delta', 'content_block_stop',
+      'message_delta', 'message_stop',
+    ])
+    const deltas = (type: string) => payloads.filter((p) => p.delta?.type === type)
+    expect(deltas('thinking_delta').map((p) => p.delta.thinking).join('')).toBe(json.content[0].thinking)
+    expect(deltas('text_delta').map((p) => p.delta.text).join('')).toBe(json.content[1].text)
+    expect(deltas('signature_delta')[0].delta.signature).toMatch(/^[0-9a-f]{32}$/)
+  })
+
+  it('gives the same tool call through an openai_route job on a current worker', async () => {
+    const { openai, runsync } = setup()
+    const { json } = await openai('ep', '/v1/messages', withTools)
+    const job = await runsync('vllmcurrent', { openai_route: '/v1/messages', openai_input: withTools })
+    expect(job.status).toBe('COMPLETED')
+    const answer = job.output[0]
+    expect(answer.content).toEqual([{ ...toolUse, input: json.content[0].input }])
+    expect(answer.stop_reason).toBe('tool_use')
+  })
+})
+
 describe('openai_route jobs', () => {
   for (const [route, body] of [['/v1/responses', responsesBody], ['/v1/messages', messagesBody]] as const) {
     it(`${route}: a current worker streams the HTTP route's SSE bytes cut across items`, async () => {
