@@ -363,7 +363,7 @@ describe('/v1/messages: tools and thinking, as vLLM converts them to and from ch
     const deltas = (type: string) => payloads.filter((p) => p.delta?.type === type)
     expect(deltas('thinking_delta').map((p) => p.delta.thinking).join('')).toBe(json.content[0].thinking)
     expect(deltas('text_delta').map((p) => p.delta.text).join('')).toBe(json.content[1].text)
-    expect(deltas('signature_delta')[0].delta.signature).toMatch(/^[0-9a-f]{32}$/)
+    expect(deltas('signature_delta')[0]!.delta.signature).toMatch(/^[0-9a-f]{32}$/)
   })
 
   it('gives the same tool call through an openai_route job on a current worker', async () => {
