@@ -87,6 +87,21 @@ describe('vLLM routes against the emulator', () => {
     expect(streamed.at(-1)?.type).toBe('message_stop')
   })
 
+  it.each(MODELS)('%s: a /v1/responses function call streams through, its argument deltas joining into the JSON answer\'s arguments', async (model) => {
+    const h = live()
+    const { key } = await h.createKey({ name: 'routes' })
+    const tool = { type: 'function', name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } }
+    const body = { model, input: 'Weather in Lisbon?', tools: [tool] }
+    const json = await h.fetch('/v1/responses', authed(key, JSON.stringify(body)))
+    const answer = (await json.json()) as { output: { type: string; name: string; arguments: string }[] }
+    expect(json.status, JSON.stringify(answer)).toBe(200)
+    expect(answer.output).toMatchObject([{ type: 'function_call', name: 'get_weather', status: 'completed' }])
+    const streamed = events(await (await h.fetch('/v1/responses', authed(key, JSON.stringify({ ...body, stream: true })))).text())
+    const args = streamed.filter((e) => e.event === 'response.function_call_arguments.delta').map((e) => (JSON.parse(e.data) as { delta: string }).delta).join('')
+    expect(JSON.parse(args)).toEqual(JSON.parse(answer.output[0]!.arguments))
+    expect(streamed.at(-1)!.event).toBe('response.completed')
+  })
+
   it('a stream the emulator cuts mid-answer ends with the dialect\'s error event', async () => {
     const h = live()
     const { key } = await h.createKey({ name: 'routes' })

@@ -377,6 +377,54 @@ describe('/v1/messages: tools and thinking, as vLLM converts them to and from ch
   })
 })
 
+describe('/v1/responses: function tools, as vLLM plans them from chat', () => {
+  const weather = { type: 'function', name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } }
+  const withTools = { ...responsesBody, tools: [weather] }
+  const chatTools = { ...chatBody, tools: [{ type: 'function', function: { name: weather.name, parameters: weather.parameters } }] }
+  const callItem = { type: 'function_call', id: expect.stringMatching(/^fc_[0-9a-f]{32}$/), call_id: expect.stringMatching(/^call_[0-9a-f]{32}$/), name: 'get_weather', arguments: expect.any(String), status: 'completed' }
+
+  it('answers a function_call item with the arguments chat gives', async () => {
+    const { openai } = setup()
+    const chat = (await openai('ep', '/v1/chat/completions', chatTools)).json
+    const { status, json } = await openai('ep', '/v1/responses', withTools)
+    expect(status).toBe(200)
+    expect(json.status).toBe('completed')
+    expect(json.output).toEqual([callItem])
+    expect(JSON.parse(json.output[0].arguments)).toEqual(JSON.parse(chat.choices[0].message.tool_calls[0].function.arguments))
+    expect(json.usage.input_tokens).toBe(chat.usage.prompt_tokens)
+  })
+
+  it('streams the call as output_item.added, function_call_arguments deltas that join into its arguments, .done and output_item.done', async () => {
+    const { post, openai } = setup()
+    const { json } = await openai('ep', '/v1/responses', withTools)
+    const payloads = sseEvents(await (await post('/v2/ep/openai/v1/responses', { ...withTools, stream: true })).text()).map((e) => JSON.parse(e.data) as Json)
+    expect(payloads.map((p) => p.type).filter((t) => t !== 'response.function_call_arguments.delta')).toEqual([
+      'response.created', 'response.in_progress', 'response.output_item.added', 'response.function_call_arguments.done', 'response.output_item.done', 'response.completed',
+    ])
+    payloads.forEach((p, i) => expect(p.sequence_number).toBe(i))
+    expect(payloads[2]!.item).toEqual({ ...callItem, arguments: '', status: 'in_progress' })
+    const deltas = payloads.filter((p) => p.type === 'response.function_call_arguments.delta')
+    expect(deltas.length).toBeGreaterThan(1)
+    for (const d of deltas) expect(d).toMatchObject({ output_index: 0, item_id: payloads[2]!.item.id })
+    const args = deltas.map((d) => d.delta).join('')
+    expect(JSON.parse(args)).toEqual(JSON.parse(json.output[0].arguments))
+    expect(payloads.at(-2)!.item).toEqual({ ...callItem, id: payloads[2]!.item.id, arguments: args })
+    expect(payloads.at(-1)!.response.output).toEqual([payloads.at(-2)!.item])
+  })
+
+  it('answers a function_call_output in text; tool_choice none answers in text; refuses a choice its tools cannot meet', async () => {
+    const { openai } = setup()
+    const first = (await openai('ep', '/v1/responses', withTools)).json
+    const followUp = { ...withTools, input: [...withTools.input, first.output[0], { type: 'function_call_output', call_id: first.output[0].call_id, output: '21 degrees' }] }
+    const { json } = await openai('ep', '/v1/responses', followUp)
+    expect(json.output).toEqual([expect.objectContaining({ type: 'message', content: [expect.objectContaining({ text: expect.stringMatching(/^The tool returned: 21 degrees\./) })] })])
+    expect((await openai('ep', '/v1/responses', { ...withTools, tool_choice: 'none' })).json.output[0].type).toBe('message')
+    const refused = await openai('ep', '/v1/responses', { ...responsesBody, tool_choice: 'required' })
+    expect(refused.status).toBe(400)
+    expect(JSON.stringify(refused.json)).toContain('When using `tool_choice`, `tools` must be set.')
+  })
+})
+
 describe('openai_route jobs', () => {
   for (const [route, body] of [['/v1/responses', responsesBody], ['/v1/messages', messagesBody]] as const) {
     it(`${route}: a current worker streams the HTTP route's SSE bytes cut across items`, async () => {
