@@ -14,7 +14,7 @@ import { countPromptTokens, hexId } from './generate.ts'
 import type { ChatMessageText } from './generate.ts'
 import { toolCallId, toolTokens } from './openai-format.ts'
 import type { Completion, CompletionMeta, TimedEvent } from './openai-format.ts'
-import { describeIssue, plainChatRequest, toolChoiceRefusal } from './requests.ts'
+import { describeIssue, plainChatRequest, toolChoiceOf, toolChoiceRefusal } from './requests.ts'
 import type { ParseResult, ToolChoice, ToolSpec } from './requests.ts'
 import type { JsonObject, JsonValue } from './types.ts'
 
@@ -178,10 +178,8 @@ function signature(meta: CompletionMeta): string {
 function toolsOf(b: CountBody): { tools: ToolSpec[]; choice: ToolChoice } {
   const tools = (b.tools ?? []).map((t): ToolSpec => ({ name: t.name, parameters: t.input_schema }))
   const c = b.tool_choice
-  const choice: ToolChoice = c == null
-    ? (tools.length > 0 ? 'auto' : 'none')
-    : c.type === 'any' ? 'required' : c.type === 'tool' ? { name: c.name ?? '' } : c.type
-  return { tools, choice }
+  const asked: ToolChoice | undefined = c == null ? undefined : c.type === 'any' ? 'required' : c.type === 'tool' ? { name: c.name ?? '' } : c.type
+  return { tools, choice: toolChoiceOf(asked, tools) }
 }
 
 /**

@@ -164,9 +164,7 @@ export function parseOpenAIBody(kind: 'chat' | 'completion', body: unknown): Par
     const messages = b.messages.map(toMessageText)
     const directives = parseDirectives(messages.map((m) => m.content))
     const tools = (b.tools ?? []).map((t): ToolSpec => ({ name: t.function.name, parameters: t.function.parameters }))
-    const choice: ToolChoice = b.tool_choice == null
-      ? (tools.length > 0 ? 'auto' : 'none')
-      : typeof b.tool_choice === 'string' ? b.tool_choice : { name: b.tool_choice.function.name }
+    const choice = toolChoiceOf(b.tool_choice == null ? undefined : typeof b.tool_choice === 'string' ? b.tool_choice : { name: b.tool_choice.function.name }, tools)
     const refuse = (message: string): ParseResult => ({ ok: false, message, directives })
     // vLLM's request validators (protocol.py), in their wording.
     const toolRefusal = toolChoiceRefusal(choice, tools)
@@ -324,11 +322,16 @@ export function plainChatRequest(options: PlainChatOptions): GenerationRequest {
     includeUsage: false,
     continuousUsage: false,
     tools,
-    toolChoice: options.toolChoice ?? (tools.length > 0 ? 'auto' : 'none'),
+    toolChoice: toolChoiceOf(options.toolChoice, tools),
     thinking: options.thinking ?? false,
     echo: false,
     directives: parseDirectives(options.messages.map((m) => m.content)),
   }
+}
+
+/** The `tool_choice` a request asked for, or vLLM's default: "auto" when it sends tools, else "none". */
+export function toolChoiceOf(asked: ToolChoice | undefined, tools: readonly ToolSpec[]): ToolChoice {
+  return asked ?? (tools.length > 0 ? 'auto' : 'none')
 }
 
 /** vLLM's refusal of a `tool_choice` its `tools` cannot satisfy (its request validators, in their wording). */

@@ -11,8 +11,8 @@ import { ENGLISH } from '../../zod/english.ts'
 import type { ChatMessageText } from './generate.ts'
 import { hexId } from './generate.ts'
 import type { Completion, CompletionMeta, TimedEvent } from './openai-format.ts'
-import { describeIssue, plainChatRequest, toolChoiceRefusal } from './requests.ts'
-import type { ParseResult, ToolChoice, ToolSpec } from './requests.ts'
+import { describeIssue, plainChatRequest, toolChoiceOf, toolChoiceRefusal } from './requests.ts'
+import type { ParseResult, ToolSpec } from './requests.ts'
 import type { JsonObject } from './types.ts'
 
 const part = z.looseObject({ type: z.string(), text: z.optional(z.string()) })
@@ -57,7 +57,7 @@ export function parseResponsesBody(body: unknown): ParseResult {
     }
   }
   const tools = (b.tools ?? []).flatMap((t): ToolSpec[] => (t.type === 'function' && t.name !== undefined ? [{ name: t.name, parameters: t.parameters }] : []))
-  const choice: ToolChoice = b.tool_choice == null ? (tools.length > 0 ? 'auto' : 'none') : typeof b.tool_choice === 'string' ? b.tool_choice : { name: b.tool_choice.name }
+  const choice = toolChoiceOf(b.tool_choice == null ? undefined : typeof b.tool_choice === 'string' ? b.tool_choice : { name: b.tool_choice.name }, tools)
   const refusal = toolChoiceRefusal(choice, tools)
   if (refusal) return { ok: false, message: refusal }
   return {
