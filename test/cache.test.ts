@@ -239,8 +239,9 @@ describe('the cold path', () => {
     const gets: string[] = []
     const puts: string[] = []
     const kv = kvHooked({ get: (key) => void gets.push(key), put: (key) => void puts.push(key) })
-    // The gateway scope: another key would find an answer the refused request had stored.
-    const { h, jobs } = await setup({ kv: () => kv, cache: { scope: 'gateway' } })
+    // The gateway scope: another key would find an answer the refused request had stored. The quota's
+    // clock is fixed mid-minute, so both requests fall in one window whenever the test runs.
+    const { h, jobs } = await setup({ kv: () => kv, cache: { scope: 'gateway' }, quota: { now: () => Date.UTC(2026, 0, 1, 12, 0, 30) } })
     const { key } = await h.createKey({ name: 'refused', quota: { requestsPerMinute: 1 } })
     const body = deterministic('chat-current', `refused ${crypto.randomUUID()}`)
     const first = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-current', 'spend the minute')))

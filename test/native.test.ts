@@ -548,7 +548,8 @@ describe('EventSource credentials', () => {
 
 describe('quotas on native jobs', () => {
   it('a job submission counts as a request and reserves its tokens; over the limit is a Runpod-style 429 with no upstream call', async () => {
-    const h = harness({ models: NATIVE_MODELS })
+    // The quota's clock is fixed mid-minute: both submissions fall in one window whenever the test runs.
+    const h = harness({ models: NATIVE_MODELS, quota: { now: () => Date.UTC(2026, 0, 1, 12, 0, 30) } })
     const limited = await h.createKey({ name: 'limited', quota: { requestsPerMinute: 1 } })
     await startJob(h, limited.key, 'chat-classic', chatInput('one [[emulator:tokens=3]]'))
     const second = await h.fetch('/v2/chat-classic/run', post(limited.key, chatInput('two')))
