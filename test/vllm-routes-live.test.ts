@@ -134,6 +134,11 @@ describe('vLLM routes against the emulator', () => {
     expect(tokens.tokens).toHaveLength(tokens.count)
     expect(typeof ((await call('detokenize', { tokens: tokens.tokens })) as { prompt: string }).prompt).toBe('string')
     expect(typeof ((await call('messages/count_tokens', { messages: [{ role: 'user', content: 'Hi' }] })) as { input_tokens: number }).input_tokens).toBe('number')
+    // Cohere's v2 API at podgate's /v2/rerank: the same ranking as /v1/rerank.
+    const v2 = await h.fetch('/v2/rerank', authed(key, JSON.stringify({ model, query: 'edge', documents: ['gpu', 'edge network', 'cat'], top_n: 2 })))
+    const v2Answer = (await v2.json()) as { results: unknown[]; model: string }
+    expect(v2.status, JSON.stringify(v2Answer)).toBe(200)
+    expect(v2Answer).toMatchObject({ model, results: rerank.results })
   })
 
   it('a classic worker refuses the routes it does not serve, and podgate says so', async () => {
@@ -143,5 +148,9 @@ describe('vLLM routes against the emulator', () => {
     const body = (await res.json()) as { error: { message: string } }
     expect(res.status).toBeGreaterThanOrEqual(400)
     expect(body.error.message).toContain('Invalid route')
+    // /v2/rerank too, in OpenAI's error shape (not the native surface's).
+    const v2 = await h.fetch('/v2/rerank', authed(key, JSON.stringify({ model: 'classic', query: 'q', documents: ['a'] })))
+    expect(v2.status).toBeGreaterThanOrEqual(400)
+    expect(((await v2.json()) as { error: { message: string } }).error.message).toContain('Invalid route')
   })
 })

@@ -1,6 +1,6 @@
 /**
  * vLLM's other routes (`/v1/responses`, `/v1/messages`, `/v1/messages/count_tokens`, `/v1/rerank`,
- * `/v1/score`, `/v1/classify`, `/v1/pooling`, `/v1/tokenize`, `/v1/detokenize`): podgate forwards their
+ * `/v1/score`, `/v1/classify`, `/v1/pooling`, `/v1/tokenize`, `/v1/detokenize`, and `/v2/rerank`): podgate forwards their
  * bodies unchanged but for `model` and the output cap, on both upstream modes, counts them against
  * quotas, answers errors in the route's own shape, and ends a cut stream with an error event of the
  * stream's own dialect.
@@ -29,6 +29,7 @@ const ANSWERS: Record<string, Record<string, unknown>> = {
   '/messages': { id: 'msg_1', type: 'message', role: 'assistant', model: SERVED, content: [{ type: 'text', text: 'Hi' }], stop_reason: 'end_turn', stop_sequence: null, usage: { input_tokens: 4, output_tokens: 3 } },
   '/messages/count_tokens': { input_tokens: 4 },
   '/rerank': { id: 'rerank-1', model: SERVED, usage: { total_tokens: 9 }, results: [{ index: 1, document: { text: 'b' }, relevance_score: 0.9 }] },
+  '/v2/rerank': { id: 'rerank-2', model: SERVED, usage: { total_tokens: 9 }, results: [{ index: 1, document: { text: 'b' }, relevance_score: 0.9 }] },
   '/score': { id: 'score-1', object: 'list', created: 1, model: SERVED, data: [{ index: 0, object: 'score', score: 0.5 }], usage: { prompt_tokens: 6, total_tokens: 6, completion_tokens: 0 } },
   '/tokenize': { count: 2, max_model_len: 8192, tokens: [1, 2], token_strs: null },
   '/detokenize': { prompt: 'Hi there' },
@@ -133,6 +134,25 @@ describe('vLLM routes: JSON answers, forwarded as written', () => {
     expect(rerank.status).toBe(200)
     expect(calls[0]!.body).toMatchObject({ input: { openai_route: '/v1/rerank' } })
     expect(await usageOf(h, key)).toEqual(expect.objectContaining({ requests: 2, tokens: 21 }))
+  })
+
+  it("/v2/rerank, Cohere's v2 API, goes as an openai_route job to vLLM's /v2/rerank with the model from the body, counted; its refusals are OpenAI's", async () => {
+    const { h, calls } = setup()
+    const { key } = await h.createKey({ name: 'routes', quota: { tokensPerMinute: 100_000 } })
+    const body = { model: 'openai', query: 'q', documents: ['a', 'b'], top_n: 1, max_tokens_per_doc: 512 }
+    const res = await h.fetch('/v2/rerank', authed(key, JSON.stringify(body)))
+    expect(res.status).toBe(200)
+    expect(await res.json()).toEqual({ ...ANSWERS['/v2/rerank'], model: 'openai' })
+    expect(calls[0]).toEqual({ op: 'run', body: { input: { openai_route: '/v2/rerank', openai_input: { ...body, model: SERVED } } } })
+    expect(await usageOf(h, key)).toEqual(expect.objectContaining({ requests: 1, tokens: 9 }))
+    calls.length = 0
+    const chatOnly = await h.fetch('/v2/rerank', authed(key, JSON.stringify({ ...body, model: 'chat-only' })))
+    expect(chatOnly.status).toBe(400)
+    expect(await chatOnly.json()).toMatchObject({ error: { param: 'model', type: 'invalid_request_error' } })
+    const keyless = await h.fetch('/v2/rerank', { method: 'POST', body: JSON.stringify(body) })
+    expect(keyless.status).toBe(401)
+    expect(await keyless.json()).toMatchObject({ error: { type: 'authentication_error' } })
+    expect(calls).toHaveLength(0)
   })
 
   it('Runpod\'s URL shape serves them too: /v2/<model>/openai/v1/responses', async () => {

@@ -26,12 +26,12 @@ export function errorResponse(error: GatewayError, format: ErrorFormat, requestI
 }
 
 /**
- * The surface a path belongs to decides the error format: Runpod's `/v2/<model>/openai/v1/*` is the
- * OpenAI surface, and `/v1/messages` (and its `count_tokens`) Anthropic's.
+ * The surface a path belongs to decides the error format: Runpod's `/v2/<model>/openai/v1/*` and vLLM's
+ * `/v2/rerank` are the OpenAI surface, and `/v1/messages` (and its `count_tokens`) Anthropic's.
  */
 export function formatForPath(path: string): ErrorFormat {
   if (/\/v1\/messages(\/count_tokens)?$/.test(path)) return 'anthropic'
-  return /\/v2\//.test(path) && !/\/v2\/[^/]+\/openai\/v1(\/|$)/.test(path) ? 'runpod' : 'openai'
+  return /\/v2\//.test(path) && !/\/v2\/([^/]+\/openai\/v1(\/|$)|rerank$)/.test(path) ? 'runpod' : 'openai'
 }
 
 /** Hono `onError`: logs unexpected errors (without secrets) and answers in the caller's format. */

@@ -37,6 +37,9 @@ export const VLLM_ROUTES: Readonly<Record<string, VllmRoute>> = {
   detokenize: { path: '/detokenize' },
 }
 
+/** vLLM's `/v2/rerank`, Cohere's v2 API (vLLM answers it as `/v1/rerank`), served at podgate's `/v2/rerank`. */
+export const COHERE_RERANK: VllmRoute = { path: '/v2/rerank', kind: 'embedding' }
+
 /**
  * @example
  * normalizeRouteRequest({ model: 'llama-8b', input: 'Hi' }, config.models['llama-8b'], 'llama-8b', VLLM_ROUTES.responses!)

@@ -9,7 +9,7 @@ import { Hono } from 'hono/tiny'
 import type { Context } from 'hono'
 import { GatewayError } from '../errors/index.ts'
 import { readJsonBody } from '../http/body.ts'
-import { assertJsonObject, normalizeChatRequest, normalizeCompletionRequest, normalizeEmbeddingRequest, normalizeRouteRequest, VLLM_ROUTES } from '../normalize/index.ts'
+import { assertJsonObject, COHERE_RERANK, normalizeChatRequest, normalizeCompletionRequest, normalizeEmbeddingRequest, normalizeRouteRequest, VLLM_ROUTES } from '../normalize/index.ts'
 import type { NormalizedRequest, RequestKind } from '../normalize/index.ts'
 import { composeStages, createCompletionContext } from '../pipeline/index.ts'
 import type { CompletionHandler, CompletionStage } from '../pipeline/index.ts'
@@ -45,7 +45,7 @@ export function openaiRoutes(options: OpenAIRoutesOptions): Hono<GatewayEnv> {
 /**
  * `/v2/<model>/openai/v1/*` (mount at `/v2`): Runpod's URL shape, which `@runpod/ai-sdk-provider` and
  * clients pointed at `api.runpod.ai` use. The path names the model; the body's `model` may be that
- * alias or its served model name.
+ * alias or its served model name. Also `/v2/rerank`, vLLM's Cohere v2 rerank, the model from the body.
  */
 export function runpodOpenAIRoutes(options: OpenAIRoutesOptions): Hono<GatewayEnv> {
   return surface(options, (c, body) => {
@@ -57,20 +57,21 @@ export function runpodOpenAIRoutes(options: OpenAIRoutesOptions): Hono<GatewayEn
     // The normalizer reads the alias; the upstream body gets the served name as on `/v1`.
     body.model = model.alias
     return model
-  }, '/:model/openai/v1')
+  }, '/:model/openai/v1', (c, body) => modelFor(options.models, body.model, c.get('principal')))
 }
 
 type ModelResolver = (c: Context<GatewayEnv>, body: Record<string, unknown>) => ResolvedModel
 
-function surface(options: OpenAIRoutesOptions, resolve: ModelResolver, prefix: string): Hono<GatewayEnv> {
+/** `byBody`, on the `/v2` mount: also serve vLLM's `/v2/rerank` (Cohere's v2 API), the model from the body. */
+function surface(options: OpenAIRoutesOptions, resolve: ModelResolver, prefix: string, byBody?: ModelResolver): Hono<GatewayEnv> {
   const app = new Hono<GatewayEnv>()
   const run = composeStages(options.stages, options.dispatch)
   const runRoute = options.routeStages ? composeStages(options.routeStages, options.dispatch) : run
 
-  async function complete(c: Context<GatewayEnv>, normalize: Normalize, serve = run): Promise<Response> {
+  async function complete(c: Context<GatewayEnv>, normalize: Normalize, serve = run, modelOf = resolve): Promise<Response> {
     const body = await readJsonBody(c.req.raw, options.maxBodyBytes)
     assertJsonObject(body)
-    const model = resolve(c, body)
+    const model = modelOf(c, body)
     return serve(createCompletionContext(c, normalize(body, model.config, model.alias), model))
   }
 
@@ -81,6 +82,7 @@ function surface(options: OpenAIRoutesOptions, resolve: ModelResolver, prefix: s
   for (const [name, route] of Object.entries(VLLM_ROUTES)) {
     app.post(`${prefix}/${name}`, (c) => complete(c, (body, config, alias) => normalizeRouteRequest(body, config, alias, route), runRoute))
   }
+  if (byBody) app.post('/rerank', (c) => complete(c, (body, config, alias) => normalizeRouteRequest(body, config, alias, COHERE_RERANK), runRoute, byBody))
 
   app.get(`${prefix}/models`, (c) => {
     const allowed = c.get('principal').models

@@ -119,6 +119,12 @@ for (const [name, route] of Object.entries(VLLM_ROUTES)) {
   OPERATIONS[`POST /v1/${name}`] = spec
   OPERATIONS[`POST /v2/:model/openai/v1/${name}`] = { ...spec, summary: `${spec.summary} (Runpod's URL shape)` }
 }
+OPERATIONS['POST /v2/rerank'] = {
+  summary: 'vLLM /v2/rerank (Cohere v2)',
+  description: "Forwarded to vLLM's `/v2/rerank` as written, `model` (a podgate alias) rewritten to the served name; vLLM answers it as `/v1/rerank`.",
+  tag: 'OpenAI',
+  security: 'key',
+}
 
 /** JSON Schemas of request bodies, from the validating zod schemas (their input side: what callers send). */
 export function requestSchemas(): Record<string, unknown> {

@@ -1,5 +1,5 @@
 /**
- * vLLM's routes that generate nothing: `/v1/embeddings`, `/v1/messages/count_tokens`, `/v1/rerank`,
+ * vLLM's routes that generate nothing: `/v1/embeddings`, `/v1/messages/count_tokens`, `/v1/rerank` (and `/v2/rerank`),
  * `/v1/score`, `/classify`, `/pooling`, `/tokenize` and `/detokenize`. Each answer is a pure function
  * of the body (scores and labels from a hash of the texts), so the HTTP route and a job agree.
  */
@@ -18,6 +18,7 @@ export type UtilityRoute =
   | '/v1/embeddings'
   | '/v1/messages/count_tokens'
   | '/v1/rerank'
+  | '/v2/rerank'
   | '/v1/score'
   | '/classify'
   | '/pooling'
@@ -62,17 +63,9 @@ const ROUTES: Record<UtilityRoute, Answer> = {
     const counted = countTokens(body)
     return counted.ok ? answered(counted.body) : badRequest(counted.message)
   },
-  '/v1/rerank': (body, o) => parsed(rerankSchema, body, (b) => {
-    const scored = b.documents.map((text, index) => ({ index, document: { text }, relevance_score: relevance(b.query, text) }))
-    scored.sort((x, y) => y.relevance_score - x.relevance_score)
-    const tokens = b.documents.reduce((sum, doc) => sum + words(b.query) + words(doc), 0)
-    return answered({
-      id: `rerank-${o.idSuffix}`,
-      model: o.model,
-      usage: { prompt_tokens: tokens, total_tokens: tokens },
-      results: b.top_n ? scored.slice(0, b.top_n) : scored,
-    })
-  }),
+  '/v1/rerank': rerank,
+  // Cohere's v2 API: vLLM answers it with the same handler (worker-vllm v2.24+ reaches it as a job only).
+  '/v2/rerank': rerank,
   '/v1/score': (body, o) => parsed(scoreSchema, body, (b) => {
     const left = list(b.text_1)
     const right = list(b.text_2)
@@ -109,6 +102,21 @@ const ROUTES: Record<UtilityRoute, Answer> = {
   '/detokenize': (body) => parsed(detokenizeSchema, body, (b) => answered({
     prompt: b.tokens.length === 0 ? '' : generateCompletion({ prompt: `detokenize:${b.tokens.join(',')}`, tokens: b.tokens.length }).text,
   })),
+}
+
+/** `/v1/rerank` (and `/v2/rerank`): documents by a hash-based relevance to the query, best first. */
+function rerank(body: unknown, o: UtilityOptions): UtilityResult {
+  return parsed(rerankSchema, body, (b) => {
+    const scored = b.documents.map((text, index) => ({ index, document: { text }, relevance_score: relevance(b.query, text) }))
+    scored.sort((x, y) => y.relevance_score - x.relevance_score)
+    const tokens = b.documents.reduce((sum, doc) => sum + words(b.query) + words(doc), 0)
+    return answered({
+      id: `rerank-${o.idSuffix}`,
+      model: o.model,
+      usage: { prompt_tokens: tokens, total_tokens: tokens },
+      results: b.top_n ? scored.slice(0, b.top_n) : scored,
+    })
+  })
 }
 
 export function isUtilityRoute(route: string): route is UtilityRoute {
