@@ -1,7 +1,8 @@
 /**
  * `npm run deploy`: deploys wrangler.toml's top-level (production) Worker, after refusing a config that
  * was never edited: the placeholder endpoint id or KV namespace id (a `--dry-run` only warns). Extra
- * arguments go to wrangler (`npm run deploy -- --dry-run --outdir /tmp/x`).
+ * arguments go to wrangler (`npm run deploy -- --dry-run --outdir /tmp/x`); `-- --config <file>` checks
+ * and deploys another config (`workers/composed.wrangler.toml`).
  */
 import { spawnSync } from 'node:child_process'
 import { readFileSync, realpathSync } from 'node:fs'
@@ -18,9 +19,9 @@ export function topLevel(toml: string): string {
 }
 
 /** What still needs editing before a deploy, as messages (empty: ready). */
-export function placeholderProblems(toml: string): string[] {
+export function placeholderProblems(toml: string, file = 'wrangler.toml'): string[] {
   const top = topLevel(toml)
-  return PLACEHOLDERS.filter(([text]) => top.includes(text)).map(([text, fix]) => `wrangler.toml still holds the placeholder "${text}": ${fix}.`)
+  return PLACEHOLDERS.filter(([text]) => top.includes(text)).map(([text, fix]) => `${file} still holds the placeholder "${text}": ${fix}.`)
 }
 
 // Run as a script (also through a symlinked checkout, where argv[1] is not the real path).
@@ -28,7 +29,7 @@ if (process.argv[1] !== undefined && import.meta.filename === realpathSync(proce
   const args = process.argv.slice(2)
   const configAt = args.indexOf('--config')
   const config = configAt >= 0 ? args[configAt + 1]! : 'wrangler.toml'
-  const problems = placeholderProblems(readFileSync(config, 'utf8'))
+  const problems = placeholderProblems(readFileSync(config, 'utf8'), config)
   if (problems.length > 0 && !args.includes('--dry-run')) {
     console.error(`[podgate] not deploying:\n  ${problems.join('\n  ')}\n  (README "Deploy in five steps")`)
     process.exit(1)

@@ -1,7 +1,7 @@
 /**
  * `apiKeyAuth`: resolves the caller's credential to a Principal, or answers 401.
  *
- * Three credentials (README "Keys and tokens"):
+ * Three credentials (docs/keys-and-browsers.md):
  *   - secret keys (`pg_sk_`), for servers: refused when the request carries a browser `Origin` the key
  *     does not list, so a secret pasted into a web page fails loudly;
  *   - publishable keys (`pg_pk_`): accepted only with an `Origin` the key lists;

@@ -37,6 +37,17 @@ describe('optionsFromEnv', () => {
     expect(resolved).toMatchObject({ maxBodyBytes: 65536, keyCacheTtlMs: 2000, cors: { maxAgeSeconds: 60 } })
   })
 
+  it("PODGATE_QUOTA_CONFIG sets quota fields over PODGATE_CONFIG's quota, keeping the fields it does not name", () => {
+    const options = optionsFromEnv({
+      ...base,
+      PODGATE_MODELS: JSON.stringify(MODELS),
+      PODGATE_CONFIG: JSON.stringify({ quota: { store: 'strict', flushIntervalMs: 5000, defaults: { requestsPerMinute: 10 } } }),
+      PODGATE_QUOTA_CONFIG: JSON.stringify({ defaults: { requestsPerMinute: 60, tokensPerDay: 1000 } }),
+    })
+    expect(resolveConfig(options).quota).toEqual({ store: 'strict', flushIntervalMs: 5000, defaults: { requestsPerMinute: 60, tokensPerDay: 1000 } })
+    expect(resolveConfig(optionsFromEnv({ ...base, PODGATE_MODELS: JSON.stringify(MODELS), PODGATE_QUOTA_CONFIG: '{"store":"strict"}' })).quota).toEqual({ store: 'strict', flushIntervalMs: 1000 })
+  })
+
   it('takes models from PODGATE_CONFIG alone, and a wrong value fails at startup naming the field', () => {
     const options = optionsFromEnv({ ...base, PODGATE_CONFIG: { models: MODELS, runpod: { maxPollsPerStream: 0 } } })
     expect(() => createGateway(options)).toThrow(/'runpod\.maxPollsPerStream' must be at least 1/)

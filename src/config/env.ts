@@ -76,7 +76,9 @@ export function optionsFromEnv(env: PodgateWorkerEnv): GatewayOptions {
   if (models === undefined) throw new ConfigError('podgate: no models. Set PODGATE_MODELS (or "models" in PODGATE_CONFIG) under [vars] in wrangler.toml.')
   refusePlaceholder(models)
   const withKeys = endpointKeysFromEnv(models, env)
-  const quota = parseJsonObject('PODGATE_QUOTA_CONFIG', env.PODGATE_QUOTA_CONFIG) ?? base.quota
+  // Field by field over PODGATE_CONFIG's quota, as RUNPOD_BASE_URL and PODGATE_TOKEN_MAX_TTL are.
+  const quotaVar = parseJsonObject('PODGATE_QUOTA_CONFIG', env.PODGATE_QUOTA_CONFIG)
+  const quota = quotaVar ? { ...(base.quota as Record<string, unknown> | undefined), ...quotaVar } : base.quota
   const tokens = env.PODGATE_TOKEN_MAX_TTL ? { ...(base.tokens as Record<string, unknown> | undefined), maxTtlSeconds: Number(env.PODGATE_TOKEN_MAX_TTL) } : base.tokens
   // Validated by createGateway's schema: JSON gives `unknown`, the schema gives the field-named errors.
   return {
