@@ -14,28 +14,32 @@ import { parseRequest } from '../normalize/zod-errors.ts'
 import { quotaPolicySchema } from '../quota/policy.ts'
 import type { QuotaPolicy } from '../quota/policy.ts'
 import type { GatewayEnv } from '../types.ts'
+import { lazily } from '../zod/lazily.ts'
 import { positiveInt } from '../zod/numbers.ts'
 
-const scopeFields = {
+const scopeFields = lazily(() => ({
   name: z.string().check(z.trim(), z.minLength(1), z.maxLength(100)),
   models: z.nullable(z.array(z.string().check(z.minLength(1), z.maxLength(128))).check(z.maxLength(256))),
-  origins: z.array(originSchema).check(z.maxLength(100)),
+  origins: z.array(originSchema()).check(z.maxLength(100)),
   metadata: z.record(z.string().check(z.maxLength(64)), z.string().check(z.maxLength(512))),
   quota: z.nullable(quotaPolicySchema),
   expiresAt: z.nullable(positiveInt()),
-}
+}))
 
-export const createKeySchema = z.strictObject({
-  ...scopeFields,
-  kind: z._default(z.enum(['secret', 'publishable']), 'secret'),
-  models: z.optional(scopeFields.models),
-  origins: z.optional(scopeFields.origins),
-  metadata: z.optional(scopeFields.metadata),
-  quota: z.optional(scopeFields.quota),
-  expiresAt: z.optional(scopeFields.expiresAt),
+export const createKeySchema = lazily(() => {
+  const fields = scopeFields()
+  return z.strictObject({
+    ...fields,
+    kind: z._default(z.enum(['secret', 'publishable']), 'secret'),
+    models: z.optional(fields.models),
+    origins: z.optional(fields.origins),
+    metadata: z.optional(fields.metadata),
+    quota: z.optional(fields.quota),
+    expiresAt: z.optional(fields.expiresAt),
+  })
 })
 
-export const updateKeySchema = z.partial(z.strictObject(scopeFields))
+export const updateKeySchema = lazily(() => z.partial(z.strictObject(scopeFields())))
 
 export interface KeysRoutesOptions {
   store: (c: Context<GatewayEnv>) => KeyStore
@@ -51,7 +55,7 @@ export function keysRoutes(options: KeysRoutesOptions): Hono<GatewayEnv> {
   const app = new Hono<GatewayEnv>()
 
   app.post('/', async (c) => {
-    const input = parseRequest(createKeySchema, await readJsonBody(c.req.raw, options.maxBodyBytes))
+    const input = parseRequest(createKeySchema(), await readJsonBody(c.req.raw, options.maxBodyBytes))
     checkScopes(input, options)
     options.checkQuota?.(c, input.quota)
     if (input.kind === 'publishable' && !input.origins?.length) {
@@ -73,7 +77,7 @@ export function keysRoutes(options: KeysRoutesOptions): Hono<GatewayEnv> {
   })
 
   app.patch('/:id', async (c) => {
-    const input = parseRequest(updateKeySchema, await readJsonBody(c.req.raw, options.maxBodyBytes))
+    const input = parseRequest(updateKeySchema(), await readJsonBody(c.req.raw, options.maxBodyBytes))
     const record = await findLiveKey(c, options)
     checkScopes(input, options)
     options.checkQuota?.(c, input.quota)

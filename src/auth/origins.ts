@@ -3,6 +3,7 @@
  * plain string comparison with the `Origin` header (which browsers send already serialized this way).
  */
 import * as z from 'zod/mini'
+import { lazily } from '../zod/lazily.ts'
 
 /**
  * `https://App.Example.com:443/` -> `https://app.example.com`; null for anything that is not a bare
@@ -21,7 +22,7 @@ export function canonicalOrigin(text: string): string | null {
   return url.origin
 }
 
-export const originSchema = z.pipe(
+export const originSchema = lazily(() => z.pipe(
   z.string().check(z.maxLength(256)),
   z.transform((text: string, ctx) => {
     const origin = canonicalOrigin(text)
@@ -31,7 +32,7 @@ export const originSchema = z.pipe(
     }
     return origin
   }),
-)
+))
 
 /** How a request presents itself: from a browser page (and which origin), or from a server. */
 export interface RequestOrigin {

@@ -13,18 +13,19 @@ import { parseRequest } from '../normalize/zod-errors.ts'
 import { quotaPolicySchema } from '../quota/policy.ts'
 import type { QuotaPolicy } from '../quota/policy.ts'
 import type { GatewayEnv } from '../types.ts'
+import { lazily } from '../zod/lazily.ts'
 import { positiveInt } from '../zod/numbers.ts'
 import { generateTokenId } from './keys.ts'
 import { originSchema } from './origins.ts'
 import type { TokenSigner } from './tokens.ts'
 
-export const mintTokenSchema = z.strictObject({
+export const mintTokenSchema = lazily(() => z.strictObject({
   models: z.optional(z.array(z.string().check(z.minLength(1), z.maxLength(128))).check(z.minLength(1), z.maxLength(256))),
-  origin: z.optional(originSchema),
+  origin: z.optional(originSchema()),
   ttlSeconds: z.optional(positiveInt()),
   quota: z.optional(quotaPolicySchema),
   sub: z.optional(z.string().check(z.regex(/^[\x21-\x7e]{1,128}$/, { message: 'must be 1-128 printable ASCII characters without spaces, e.g. your user id' }))),
-})
+}))
 
 export interface TokenRoutesOptions {
   signer: TokenSigner
@@ -53,7 +54,7 @@ export function tokenRoutes(options: TokenRoutesOptions): Hono<GatewayEnv> {
     if (principal.credential !== 'secret') {
       throw new GatewayError('permission_denied', 'Only a secret key can mint tokens: call POST /v1/tokens from your backend, not from a browser.')
     }
-    const input = parseRequest(mintTokenSchema, await readJsonBody(c.req.raw, options.maxBodyBytes))
+    const input = parseRequest(mintTokenSchema(), await readJsonBody(c.req.raw, options.maxBodyBytes))
     const ttlSeconds = input.ttlSeconds ?? defaultTtl
     if (ttlSeconds > options.maxTtlSeconds) {
       throw new GatewayError('invalid_request', `ttlSeconds may be at most ${options.maxTtlSeconds} (the gateway's tokens.maxTtlSeconds).`, { param: 'ttlSeconds' })

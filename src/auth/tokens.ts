@@ -9,6 +9,7 @@
  * through the key cache, as it reads keys.
  */
 import * as z from 'zod/mini'
+import { lazily } from '../zod/lazily.ts'
 import { base64url, fromBase64url, sign, signingKey, verify } from '../crypto/signing.ts'
 import { quotaPolicySchema } from '../quota/policy.ts'
 import type { QuotaPolicy } from '../quota/policy.ts'
@@ -18,7 +19,7 @@ export const TOKEN_PREFIX = 'pg_tk_'
 /** Token sizes stay far below header limits; anything longer is not ours. */
 const MAX_TOKEN_LENGTH = 4096
 
-const claimsSchema = z.object({
+const claimsSchema = lazily(() => z.object({
   v: z.literal(1),
   /** Token id, for logs and per-token quota counters. */
   jti: z.string(),
@@ -34,9 +35,10 @@ const claimsSchema = z.object({
   quota: z.nullable(quotaPolicySchema),
   /** The end user the token stands for, named by the minting backend; absent on tokens minted without one. */
   sub: z.optional(z.string()),
-})
+}))
 
-export type TokenClaims = z.infer<typeof claimsSchema>
+
+export type TokenClaims = z.infer<ReturnType<typeof claimsSchema>>
 
 export type TokenCheck =
   | { ok: true; claims: TokenClaims }
@@ -102,7 +104,7 @@ export class TokenSigner {
     } catch {
       return { ok: false, reason: 'malformed' }
     }
-    const parsed = claimsSchema.safeParse(json)
+    const parsed = claimsSchema().safeParse(json)
     if (!parsed.success) return { ok: false, reason: 'malformed' }
     if (parsed.data.exp * 1000 <= now) return { ok: false, reason: 'expired', claims: parsed.data }
     return { ok: true, claims: parsed.data }

@@ -9,6 +9,7 @@
 import { Hono } from 'hono/tiny'
 import type { Context } from 'hono'
 import * as z from 'zod/mini'
+import { lazily } from '../zod/lazily.ts'
 import { GatewayError } from '../errors/index.ts'
 import { readJsonBody } from '../http/body.ts'
 import { waitUntilOf } from '../http/context.ts'
@@ -17,12 +18,12 @@ import type { GatewayEnv } from '../types.ts'
 import { kvPrefix } from './key.ts'
 import type { GenerationCache } from './store.ts'
 
-export const purgeSchema = z
+export const purgeSchema = lazily(() => z
   .strictObject({
     model: z.optional(z.string().check(z.minLength(1), z.maxLength(128))),
     keyId: z.optional(z.string().check(z.minLength(1), z.maxLength(64))),
   })
-  .check(z.refine((body) => body.model !== undefined || body.keyId !== undefined, { message: 'give `model`, `keyId` or both' }))
+  .check(z.refine((body) => body.model !== undefined || body.keyId !== undefined, { message: 'give `model`, `keyId` or both' })))
 
 export interface CacheRoutesOptions {
   kv: (c: Context<GatewayEnv>) => KVNamespace
@@ -45,7 +46,7 @@ export function cacheRoutes(options: CacheRoutesOptions): Hono<GatewayEnv> {
   const app = new Hono<GatewayEnv>()
 
   app.post('/purge', async (c) => {
-    const { model, keyId } = parseRequest(purgeSchema, await readJsonBody(c.req.raw, options.maxBodyBytes))
+    const { model, keyId } = parseRequest(purgeSchema(), await readJsonBody(c.req.raw, options.maxBodyBytes))
     if (keyId !== undefined && options.scope === 'gateway') {
       throw new GatewayError('invalid_request', 'Cached answers are shared by every key (cache.scope is "gateway"): purge by model.', { param: 'keyId' })
     }

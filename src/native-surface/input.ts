@@ -7,6 +7,7 @@
  * `passthrough: true` serve other handlers: their `input` is any JSON object and is sent as is.
  */
 import * as z from 'zod/mini'
+import { lazily } from '../zod/lazily.ts'
 import { GatewayError } from '../errors/index.ts'
 import { assertNativeSampling, normalizeChatRequest, normalizeCompletionRequest, parseRequest, SAMPLING_KEYS, toNativeInput } from '../normalize/index.ts'
 import type { NormalizedRequest } from '../normalize/index.ts'
@@ -28,24 +29,24 @@ const refused = (what: string) =>
 
 const DAY_MS = 24 * 60 * 60_000
 
-const policySchema = z.strictObject({
+const policyShape = () => z.strictObject({
   executionTimeout: z.optional(z.number().check(z.int(), z.minimum(5_000), z.maximum(7 * DAY_MS))),
   ttl: z.optional(z.number().check(z.int(), z.minimum(10_000), z.maximum(7 * DAY_MS))),
   lowPriority: z.optional(z.boolean()),
 })
-type JobPolicy = z.infer<typeof policySchema>
+type JobPolicy = z.infer<ReturnType<typeof policyShape>>
 
-const runBodySchema = z.strictObject({
+const runBodySchema = lazily(() => z.strictObject({
   input: z.record(z.string(), z.unknown()),
-  policy: z.optional(policySchema),
+  policy: z.optional(policyShape()),
   // Runpod would call these with its own job id and results, past podgate's keys and normalization.
   webhook: refused('webhook'),
   webhookV2: refused('webhookV2'),
   s3Config: refused('s3Config'),
-})
+}))
 
 /** worker-vllm's input (runpod-api.md §2). `messages`, `prompt` and the sampling values are checked by the normalizer. */
-const vllmInputSchema = z.strictObject({
+const vllmInputSchema = lazily(() => z.strictObject({
   messages: z.optional(z.unknown()),
   prompt: z.optional(z.unknown()),
   sampling_params: z.optional(z.partialRecord(z.enum(SAMPLING_KEYS, { error: 'is not a sampling parameter podgate accepts' }), z.unknown())),
@@ -54,7 +55,7 @@ const vllmInputSchema = z.strictObject({
   max_batch_size: z.optional(z.number().check(z.int(), z.minimum(1), z.maximum(1_000))),
   min_batch_size: z.optional(z.number().check(z.int(), z.minimum(0), z.maximum(1_000))),
   batch_size_growth_factor: z.optional(z.number().check(z.minimum(0), z.maximum(100))),
-})
+}))
 
 /** The normalizer reads this input as worker-vllm's own: its params go to the worker as written. */
 const NATIVE_INPUT = { nativeInput: true } as const
@@ -67,11 +68,11 @@ const BATCH_KEYS = ['apply_chat_template', 'max_batch_size', 'min_batch_size', '
  * const job = await client.run(endpoint, body)
  */
 export function normalizeJobBody(raw: unknown, model: ResolvedModel): JobRequest {
-  const envelope = located(() => parseRequest(runBodySchema, raw), '')
+  const envelope = located(() => parseRequest(runBodySchema(), raw), '')
   const policy = envelope.policy === undefined ? {} : { policy: envelope.policy }
   if (model.config.passthrough) return { kind: 'raw', body: { input: envelope.input, ...policy } }
 
-  const input = located(() => parseRequest(vllmInputSchema, envelope.input), 'input.')
+  const input = located(() => parseRequest(vllmInputSchema(), envelope.input), 'input.')
   const kind = input.messages !== undefined ? 'chat' : 'completion'
   if (input.messages !== undefined && input.prompt !== undefined) {
     throw new GatewayError('invalid_request', "Send either 'input.messages' or 'input.prompt', not both.")

@@ -90,26 +90,26 @@ function refusal(schema: Parameters<typeof parseRequest>[0], body: unknown): [st
 
 describe('admin, token and cache-purge bodies', () => {
   it('returns the parsed body, defaults applied', () => {
-    expect(parseRequest(createKeySchema, { name: ' ci ' })).toEqual({ name: 'ci', kind: 'secret' })
+    expect(parseRequest(createKeySchema(), { name: ' ci ' })).toEqual({ name: 'ci', kind: 'secret' })
   })
 
   it('are worded as completion requests are, with the field as an OpenAI param', () => {
-    expect(refusal(createKeySchema, 'key')).toEqual([null, 'The request body must be a JSON object'])
-    expect(refusal(createKeySchema, {})).toEqual(['name', "Missing required parameter: 'name'"])
-    expect(refusal(createKeySchema, { name: 'ci', extra: 1 })).toEqual(['extra', 'Unrecognized request argument supplied: extra'])
-    expect(refusal(createKeySchema, { name: ' ' })).toEqual(['name', "'name' must be at least 1 character long, got 0 characters"])
-    expect(refusal(createKeySchema, { name: 'ci', kind: 'public' })).toEqual(['kind', "Invalid value for 'kind': expected 'secret', 'publishable', got 'public'"])
-    expect(refusal(updateKeySchema, { quota: { requestsPerDay: 1.5 } })).toEqual(['quota.requestsPerDay', "Invalid type for 'quota.requestsPerDay': expected an integer, got 1.5"])
-    expect(refusal(updateKeySchema, { metadata: { a: 'x'.repeat(513) } })).toEqual(['metadata.a', "'metadata.a' must be at most 512 characters long, got 513 characters"])
-    expect(refusal(mintTokenSchema, { models: [] })).toEqual(['models', "'models' must have at least 1 item, got 0 items"])
-    expect(refusal(mintTokenSchema, { ttlSeconds: 0 })).toEqual(['ttlSeconds', "'ttlSeconds' must be greater than 0, got 0"])
+    expect(refusal(createKeySchema(), 'key')).toEqual([null, 'The request body must be a JSON object'])
+    expect(refusal(createKeySchema(), {})).toEqual(['name', "Missing required parameter: 'name'"])
+    expect(refusal(createKeySchema(), { name: 'ci', extra: 1 })).toEqual(['extra', 'Unrecognized request argument supplied: extra'])
+    expect(refusal(createKeySchema(), { name: ' ' })).toEqual(['name', "'name' must be at least 1 character long, got 0 characters"])
+    expect(refusal(createKeySchema(), { name: 'ci', kind: 'public' })).toEqual(['kind', "Invalid value for 'kind': expected 'secret', 'publishable', got 'public'"])
+    expect(refusal(updateKeySchema(), { quota: { requestsPerDay: 1.5 } })).toEqual(['quota.requestsPerDay', "Invalid type for 'quota.requestsPerDay': expected an integer, got 1.5"])
+    expect(refusal(updateKeySchema(), { metadata: { a: 'x'.repeat(513) } })).toEqual(['metadata.a', "'metadata.a' must be at most 512 characters long, got 513 characters"])
+    expect(refusal(mintTokenSchema(), { models: [] })).toEqual(['models', "'models' must have at least 1 item, got 0 items"])
+    expect(refusal(mintTokenSchema(), { ttlSeconds: 0 })).toEqual(['ttlSeconds', "'ttlSeconds' must be greater than 0, got 0"])
   })
 
   it('name the field before the words a schema writes itself', () => {
-    expect(refusal(createKeySchema, { name: 'ci', origins: ['https://app.example.com/path'] })).toEqual([
+    expect(refusal(createKeySchema(), { name: 'ci', origins: ['https://app.example.com/path'] })).toEqual([
       'origins[0]', "'origins[0]' must be a browser origin such as https://app.example.com (scheme, host and optional port; no path or wildcard)",
     ])
-    expect(refusal(mintTokenSchema, { sub: 'a user' })).toEqual(['sub', "'sub' must be 1-128 printable ASCII characters without spaces, e.g. your user id"])
-    expect(refusal(purgeSchema, {})).toEqual([null, 'Invalid request: give `model`, `keyId` or both'])
+    expect(refusal(mintTokenSchema(), { sub: 'a user' })).toEqual(['sub', "'sub' must be 1-128 printable ASCII characters without spaces, e.g. your user id"])
+    expect(refusal(purgeSchema(), {})).toEqual([null, 'Invalid request: give `model`, `keyId` or both'])
   })
 })

@@ -70,16 +70,16 @@ const SCHEMAS: Array<[z.ZodMiniType, Descriptions]> = [
     controlPerMinute: 'Control calls (job status, status-sync, JSON stream polls, cancel, health, purge-queue, token minting) per UTC clock minute. Default 600.',
     strict: 'Exact enforcement on a Durable Object instead of the KV store.',
   }],
-  [createKeySchema, { ...KEY_SCOPE, kind: '`secret` (pg_sk_) for servers, `publishable` (pg_pk_) for web pages.' }],
-  [updateKeySchema, KEY_SCOPE],
-  [mintTokenSchema, {
+  [createKeySchema(), { ...KEY_SCOPE, kind: '`secret` (pg_sk_) for servers, `publishable` (pg_pk_) for web pages.' }],
+  [updateKeySchema(), KEY_SCOPE],
+  [mintTokenSchema(), {
     models: "Model aliases the token may use, within the key's; omit for all of the key's.",
     origin: 'The one browser origin the token works from; omit for any.',
     ttlSeconds: 'Lifetime in seconds, at most `tokens.maxTtlSeconds`; default `tokens.defaultTtlSeconds`.',
     quota: "Limits of the token's own, on top of the key's.",
     sub: "The end user the token is for (your user id). Cached answers are kept per sub, so two users of one key never read each other's; without it the token shares the key's cache.",
   }],
-  [purgeSchema, {
+  [purgeSchema(), {
     model: "A model alias: purge its answers (in every scope, or in keyId's).",
     keyId: 'A key id: purge the answers cached in its scope.',
   }],

@@ -136,10 +136,10 @@ export function requestSchemas(): Record<string, unknown> {
     ChatCompletionRequest: toSchema(chatCompletionRequestSchema),
     CompletionRequest: toSchema(completionRequestSchema),
     EmbeddingRequest: toSchema(embeddingRequestSchema),
-    CreateKeyRequest: toSchema(createKeySchema),
-    UpdateKeyRequest: toSchema(updateKeySchema),
-    MintTokenRequest: toSchema(mintTokenSchema),
-    PurgeCacheRequest: toSchema(purgeSchema),
+    CreateKeyRequest: toSchema(createKeySchema()),
+    UpdateKeyRequest: toSchema(updateKeySchema()),
+    MintTokenRequest: toSchema(mintTokenSchema()),
+    PurgeCacheRequest: toSchema(purgeSchema()),
   }
 }
 
