@@ -66,7 +66,8 @@ const TOOLS_AND_LOGPROBS = { tools: TOOLS, tool_choice: 'auto', logprobs: true, 
  * The rows over the main servers. Targets and the bodies they send (JSON calls: upstream answers after
  * 10 ms as in the main table; streams: 10 events, the first after 10 ms, for the first byte):
  * the floor; the floor with an upstream that answers at once (what a cache hit competes with); podgate
- * with the typical call on the KV quota store and on the strict store; podgate with the call the cache
+ * with a new deterministic call (`typicalChat`'s seed: lookup, miss, store) on the KV quota store and on
+ * the strict store; podgate with the call the cache
  * skips; podgate answering from its cache; and the least gateways (scripts/bench/least-gateway/), the lower
  * bounds of what any gateway on this stack adds, with none of podgate's code.
  */
