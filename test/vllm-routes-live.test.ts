@@ -51,6 +51,25 @@ describe('vLLM routes against the emulator', () => {
     expect(usage.windows.minute).toMatchObject({ requests: 2, tokens: 2 * perCall })
   })
 
+  it.each(['openai', 'current'] as const)('%s: /v1/responses with reasoning: the reasoning item and its reasoning_text events reach the caller unchanged, its tokens counted', async (model) => {
+    const h = live()
+    const { key } = await h.createKey({ name: 'routes', quota: { tokensPerMinute: 1_000_000 } })
+    const body = { model, input: 'Why is the sky blue?', reasoning: { effort: 'low' }, max_output_tokens: 500 }
+    const json = await h.fetch('/v1/responses', authed(key, JSON.stringify(body)))
+    const answer = (await json.json()) as { status: string; output: { type: string; content: { type: string; text: string }[] }[]; usage: { input_tokens: number; output_tokens: number; output_tokens_details: { reasoning_tokens: number } } }
+    expect(json.status, JSON.stringify(answer)).toBe(200)
+    expect(answer.status).toBe('completed')
+    expect(answer.output.map((item) => item.type)).toEqual(['reasoning', 'message'])
+    expect(answer.usage.output_tokens_details.reasoning_tokens).toBeGreaterThan(0)
+    const streamed = events(await (await h.fetch('/v1/responses', authed(key, JSON.stringify({ ...body, stream: true })))).text())
+    const thought = streamed.filter((e) => e.event === 'response.reasoning_text.delta').map((e) => (JSON.parse(e.data) as { delta: string }).delta).join('')
+    expect(thought).toBe(answer.output[0]!.content[0]!.text)
+    expect(streamed.at(-1)!.event).toBe('response.completed')
+    await h.settle()
+    const usage = (await (await h.fetch('/v1/usage', authed(key))).json()) as { windows: { minute: { tokens: number } } }
+    expect(usage.windows.minute.tokens).toBe(2 * (answer.usage.input_tokens + answer.usage.output_tokens))
+  })
+
   it.each(MODELS)('%s: /v1/messages answers JSON and an Anthropic stream that ends with message_stop', async (model) => {
     const h = live()
     const { key } = await h.createKey({ name: 'routes' })

@@ -1,9 +1,11 @@
 /**
  * vLLM's `/v1/responses` (the OpenAI Responses API): the body turned into a chat generation
  * (`instructions` as the system message, `input` as the conversation, `function_call_output` items as
- * tool messages, function `tools` and `tool_choice` as chat's), and the answer written back as a
- * `response` object or as its named SSE events (a message item, or `function_call` items whose
- * arguments stream as `response.function_call_arguments.delta`), with no `[DONE]` at the end.
+ * tool messages, function `tools` and `tool_choice` as chat's, `reasoning` as thinking), and the answer
+ * written back as a `response` object or as its named SSE events (a `reasoning` item whose text streams
+ * as `response.reasoning_text.delta`, then a message item, or `function_call` items whose arguments
+ * stream as `response.function_call_arguments.delta`; each item opened on its first delta), with no
+ * `[DONE]` at the end.
  */
 
 import * as z from 'zod/mini'
@@ -35,6 +37,8 @@ export const responsesBodySchema = z.looseObject({
   temperature: z.nullish(z.number()),
   tools: z.nullish(z.array(tool)),
   tool_choice: z.nullish(toolChoice),
+  reasoning: z.nullish(z.looseObject({ effort: z.nullish(z.string()) })),
+  chat_template_kwargs: z.nullish(z.record(z.string(), z.unknown())),
 })
 
 const TEXT_PARTS: readonly string[] = ['input_text', 'output_text', 'text']
@@ -60,9 +64,13 @@ export function parseResponsesBody(body: unknown): ParseResult {
   const choice = toolChoiceOf(b.tool_choice == null ? undefined : typeof b.tool_choice === 'string' ? b.tool_choice : { name: b.tool_choice.name }, tools)
   const refusal = toolChoiceRefusal(choice, tools)
   if (refusal) return { ok: false, message: refusal }
+  // The model thinks when asked to: `reasoning` with an effort other than "none", or the chat route's
+  // `chat_template_kwargs.enable_thinking` (which wins when it says false).
+  const enableThinking = b.chat_template_kwargs?.enable_thinking
+  const thinking = typeof enableThinking === 'boolean' ? enableThinking : b.reasoning != null && b.reasoning.effort !== 'none'
   return {
     ok: true,
-    request: plainChatRequest({ messages, model: b.model ?? undefined, maxTokens: b.max_output_tokens ?? undefined, stream: b.stream ?? false, tools, toolChoice: choice }),
+    request: plainChatRequest({ messages, model: b.model ?? undefined, maxTokens: b.max_output_tokens ?? undefined, stream: b.stream ?? false, tools, toolChoice: choice, thinking }),
   }
 }
 
@@ -77,14 +85,12 @@ export function responsesJson(completion: Completion, meta: CompletionMeta): Jso
 }
 
 /**
- * The stream as vLLM writes it: created, in_progress, the message item and its text part opened
- * (step 0), one `response.output_text.delta` per token, then the closing events and
- * `response.completed` (or `response.incomplete`) carrying the whole answer.
+ * The stream as vLLM writes it: created, in_progress, then each output item opened on its first delta
+ * (a reasoning item's text part, one `response.reasoning_text.delta` per token, closed when the answer
+ * begins; the message item's text part, one `response.output_text.delta` per token), then the closing
+ * events and `response.completed` (or `response.incomplete`) carrying the whole answer.
  */
 export function responsesEvents(completion: Completion, meta: CompletionMeta): TimedEvent[] {
-  const text = completion.choices[0]?.text ?? ''
-  const itemId = messageItemId(meta.id)
-  const at = { item_id: itemId, output_index: 0, content_index: 0 }
   const events: TimedEvent[] = []
   const push = (type: string, fields: JsonObject, step: number, kind: TimedEvent['kind']) => {
     events.push({ event: type, kind, step, data: JSON.stringify({ type, ...fields, sequence_number: events.length }) })
@@ -117,15 +123,32 @@ export function responsesEvents(completion: Completion, meta: CompletionMeta): T
     push(final.status === 'incomplete' ? 'response.incomplete' : 'response.completed', { response: final }, completion.steps, 'close')
     return events
   }
-  push('response.output_item.added', { output_index: 0, item: messageItem(itemId, '', 'in_progress') }, 0, 'chunk')
-  push('response.content_part.added', { ...at, part: outputText('') }, 0, 'chunk')
-  completion.choices[0]?.deltas.forEach((delta, index) => {
-    if (delta.kind === 'content') push('response.output_text.delta', { ...at, delta: delta.text }, index + 1, 'chunk')
+  // A text answer: the reasoning item (when the model thinks), then the message item.
+  const items = textItems(completion, meta)
+  let open: { item: TextItem; at: JsonObject; text: string } | undefined
+  const close = (step: number, kind: TimedEvent['kind']) => {
+    if (!open) return
+    const { item, at, text } = open
+    push(item.reasoning ? 'response.reasoning_text.done' : 'response.output_text.done', { ...at, text }, step, kind)
+    push('response.content_part.done', { ...at, part: item.part(text) }, step, kind)
+    push('response.output_item.done', { output_index: item.index, item: item.done(text) }, step, kind)
+    open = undefined
+  }
+  completion.choices[0]?.deltas.forEach((delta, i) => {
+    if (delta.kind !== 'reasoning' && delta.kind !== 'content') return
+    const item = delta.kind === 'reasoning' ? items.reasoning! : items.message
+    const step = i + 1
+    if (open?.item !== item) {
+      close(step, 'chunk')
+      open = { item, at: { item_id: item.id, output_index: item.index, content_index: 0 }, text: '' }
+      push('response.output_item.added', { output_index: item.index, item: item.added }, step, 'chunk')
+      push('response.content_part.added', { ...open.at, part: item.part('') }, step, 'chunk')
+    }
+    open.text += delta.text
+    push(item.reasoning ? 'response.reasoning_text.delta' : 'response.output_text.delta', { ...open.at, delta: delta.text }, step, 'chunk')
   })
   const last = completion.steps
-  push('response.output_text.done', { ...at, text }, last, 'close')
-  push('response.content_part.done', { ...at, part: outputText(text) }, last, 'close')
-  push('response.output_item.done', { output_index: 0, item: messageItem(itemId, text, 'completed') }, last, 'close')
+  close(last, 'close')
   const final = responseObject(completion, meta, true)
   push(final.status === 'incomplete' ? 'response.incomplete' : 'response.completed', { response: final }, last, 'close')
   return events
@@ -146,30 +169,89 @@ function responseObject(completion: Completion, meta: CompletionMeta, done: bool
     max_output_tokens: completion.request.maxTokens ?? null,
     output: !done ? [] : (choice?.toolCalls.length ?? 0) > 0
       ? choice!.toolCalls.map((call, i) => functionCallItem(meta.id, i, call, 'completed'))
-      : [messageItem(messageItemId(meta.id), choice?.text ?? '', 'completed')],
+      : textOutput(completion, meta),
     usage: done
       ? {
           input_tokens: input,
           input_tokens_details: { cached_tokens: 0 },
           output_tokens: output,
-          output_tokens_details: { reasoning_tokens: 0 },
+          output_tokens_details: { reasoning_tokens: choice?.deltas.filter((d) => d.kind === 'reasoning').length ?? 0 },
           total_tokens: input + output,
         }
       : null,
   }
 }
 
+/** An output item of a text answer, as the stream opens, fills and closes it. */
+interface TextItem {
+  reasoning: boolean
+  id: string
+  index: number
+  added: JsonObject
+  part(text: string): JsonObject
+  done(text: string): JsonObject
+}
+
+/** The items a text answer streams: its reasoning item at output index 0 when the model thought, its message after. */
+function textItems(completion: Completion, meta: CompletionMeta): { reasoning?: TextItem; message: TextItem } {
+  const thought = (completion.choices[0]?.reasoning ?? '') !== ''
+  const reasoningId = reasoningItemId(meta.id)
+  const messageId = messageItemId(meta.id)
+  const message: TextItem = {
+    reasoning: false,
+    id: messageId,
+    index: thought ? 1 : 0,
+    added: messageItem(messageId, '', 'in_progress'),
+    part: outputText,
+    done: (text) => messageItem(messageId, text, 'completed'),
+  }
+  if (!thought) return { message }
+  return {
+    message,
+    reasoning: {
+      reasoning: true,
+      id: reasoningId,
+      index: 0,
+      added: { id: reasoningId, type: 'reasoning', summary: [], status: 'in_progress' },
+      part: reasoningText,
+      done: (text) => reasoningItem(reasoningId, text, 'completed'),
+    },
+  }
+}
+
+/** The output of a whole text answer: as vLLM writes it, only the last item has a status. */
+function textOutput(completion: Completion, meta: CompletionMeta): JsonObject[] {
+  const choice = completion.choices[0]
+  const message = messageItem(messageItemId(meta.id), choice?.text ?? '', 'completed')
+  if (!choice?.reasoning) return [message]
+  // vLLM leaves out an empty message after reasoning.
+  return [reasoningItem(reasoningItemId(meta.id), choice.reasoning, null), ...(choice.text === '' ? [] : [message])]
+}
+
 function messageItem(id: string, text: string, status: 'in_progress' | 'completed'): JsonObject {
   return { id, type: 'message', role: 'assistant', status, content: status === 'completed' ? [outputText(text)] : [] }
+}
+
+function reasoningItem(id: string, text: string, status: 'completed' | null): JsonObject {
+  return { id, type: 'reasoning', summary: [], content: [reasoningText(text)], encrypted_content: null, status }
 }
 
 function outputText(text: string): JsonObject {
   return { type: 'output_text', text, annotations: [] }
 }
 
+function reasoningText(text: string): JsonObject {
+  return { type: 'reasoning_text', text }
+}
+
 /** `msg_<32 hex>`, stable for one response. */
 function messageItemId(responseId: string): string {
   return `msg_${hexId(`${responseId}:item`)}`
+}
+
+/** `rs_<32 hex>`, stable for one response. */
+function reasoningItemId(responseId: string): string {
+  return `rs_${hexId(`${responseId}:reasoning`)}`
 }
 
 /** A `function_call` output item: `fc_<hex>` and `call_<hex>`, stable for one response and call. */

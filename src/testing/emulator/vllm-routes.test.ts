@@ -63,6 +63,7 @@ function normalize(text: string): string {
   return text
     .replace(/resp_[0-9a-f]{32}/g, 'RESP')
     .replace(/msg_[0-9a-f]{32}/g, 'MSG')
+    .replace(/rs_[0-9a-f]{32}/g, 'RS')
     .replace(/"created(_at)?":\d+/g, '"created":0')
 }
 
@@ -118,6 +119,44 @@ describe('/v1/responses', () => {
     expect(deltas.map((d) => d.delta).join('')).toBe(final.output[0].content[0].text)
     const { json } = await openai('ep', '/v1/responses', responsesBody)
     expect(normalize(JSON.stringify(final))).toBe(normalize(JSON.stringify(json)))
+  })
+
+  it('with reasoning asked for, answers a reasoning item before the message, in JSON and streamed, each item opened on its first delta', async () => {
+    const { post, openai } = setup()
+    const thinking = { ...responsesBody, reasoning: { effort: 'low' } }
+    const chat = (await openai('ep', '/v1/chat/completions', { ...chatBody, chat_template_kwargs: { enable_thinking: true } })).json
+    const { json } = await openai('ep', '/v1/responses', thinking)
+    expect(json.output).toEqual([
+      { id: expect.stringMatching(/^rs_[0-9a-f]{32}$/), type: 'reasoning', summary: [], content: [{ type: 'reasoning_text', text: chat.choices[0].message.reasoning }], encrypted_content: null, status: null },
+      { id: expect.stringMatching(/^msg_[0-9a-f]{32}$/), type: 'message', role: 'assistant', status: 'completed', content: [{ type: 'output_text', text: chat.choices[0].message.content, annotations: [] }] },
+    ])
+    const reasoningTokens = chat.usage.completion_tokens - (await openai('ep', '/v1/responses', responsesBody)).json.usage.output_tokens
+    expect(reasoningTokens).toBeGreaterThan(0)
+    expect(json.usage).toMatchObject({ output_tokens: chat.usage.completion_tokens, output_tokens_details: { reasoning_tokens: reasoningTokens } })
+
+    const payloads = sseEvents(await (await post('/v2/ep/openai/v1/responses', { ...thinking, stream: true })).text()).map((e) => JSON.parse(e.data) as Json)
+    const [reasoning, message] = (payloads.at(-1)!.response as Json).output as Json[]
+    const names = payloads.map((p) => p.type as string).filter((n) => !n.endsWith('_text.delta'))
+    expect(names).toEqual([
+      'response.created', 'response.in_progress',
+      'response.output_item.added', 'response.content_part.added', 'response.reasoning_text.done', 'response.content_part.done', 'response.output_item.done',
+      ...RESPONSES_STREAM.slice(2),
+    ])
+    const reasoningAt = { item_id: reasoning.id, output_index: 0, content_index: 0 }
+    expect(payloads[2]).toMatchObject({ output_index: 0, item: { id: reasoning.id, type: 'reasoning', summary: [], status: 'in_progress' } })
+    expect(payloads[3]).toMatchObject({ ...reasoningAt, part: { type: 'reasoning_text', text: '' } })
+    const thoughts = payloads.filter((p) => p.type === 'response.reasoning_text.delta')
+    expect(thoughts).toHaveLength(reasoningTokens)
+    expect(thoughts[0]).toMatchObject(reasoningAt)
+    expect(thoughts.map((p) => p.delta).join('')).toBe(reasoning.content[0].text)
+    expect(payloads.find((p) => p.type === 'response.output_item.done')).toMatchObject({ output_index: 0, item: { ...reasoning, status: 'completed' } })
+    const text = payloads.filter((p) => p.type === 'response.output_text.delta')
+    expect(text[0]).toMatchObject({ item_id: message.id, output_index: 1, content_index: 0 })
+    expect(text.map((p) => p.delta).join('')).toBe(message.content[0].text)
+    expect(normalize(JSON.stringify(payloads.at(-1)!.response))).toBe(normalize(JSON.stringify(json)))
+    // The chat route's switch turns it off again.
+    expect((await openai('ep', '/v1/responses', { ...thinking, chat_template_kwargs: { enable_thinking: false } })).json.output.map((i: Json) => i.type)).toEqual(['message'])
+    expect((await openai('ep', '/v1/responses', { ...responsesBody, reasoning: { effort: 'none' } })).json.output.map((i: Json) => i.type)).toEqual(['message'])
   })
 
   it('a cut stream ends with response.incomplete', async () => {
