@@ -86,9 +86,10 @@ export function responsesJson(completion: Completion, meta: CompletionMeta): Jso
 
 /**
  * The stream as vLLM writes it: created, in_progress, then each output item opened on its first delta
- * (a reasoning item's text part, one `response.reasoning_text.delta` per token, closed when the answer
- * begins; the message item's text part, one `response.output_text.delta` per token), then the closing
- * events and `response.completed` (or `response.incomplete`) carrying the whole answer.
+ * and closed when the next one opens or the answer ends: a reasoning item (its text part, one
+ * `response.reasoning_text.delta` per token), then the message item (one `response.output_text.delta`
+ * per token) or one `function_call` item per call (its arguments in fragments), then
+ * `response.completed` (or `response.incomplete`) carrying the whole answer.
  */
 export function responsesEvents(completion: Completion, meta: CompletionMeta): TimedEvent[] {
   const events: TimedEvent[] = []
@@ -98,59 +99,59 @@ export function responsesEvents(completion: Completion, meta: CompletionMeta): T
   const pending = responseObject(completion, meta, false)
   push('response.created', { response: pending }, 0, 'chunk')
   push('response.in_progress', { response: pending }, 0, 'chunk')
-  const calls = completion.choices[0]?.toolCalls ?? []
-  if (calls.length > 0) {
-    // A tool answer: one function_call item per call, opened on its name, its arguments in fragments.
-    let current: { index: number; call: number } | undefined
-    const done = (step: number) => {
-      if (!current) return
-      const call = calls[current.call]!
-      const itemId = functionCallId(meta.id, current.call)
-      push('response.function_call_arguments.done', { output_index: current.index, item_id: itemId, arguments: call.arguments, name: call.name }, step, 'close')
-      push('response.output_item.done', { output_index: current.index, item: functionCallItem(meta.id, current.call, call, 'completed') }, step, 'close')
-    }
-    completion.choices[0]!.deltas.forEach((delta, index) => {
-      if (delta.kind === 'tool_start') {
-        done(index + 1)
-        current = { index: current ? current.index + 1 : 0, call: delta.call }
-        push('response.output_item.added', { output_index: current.index, item: functionCallItem(meta.id, delta.call, { name: delta.name, arguments: '' }, 'in_progress') }, index + 1, 'chunk')
-      } else if (delta.kind === 'tool_args' && current) {
-        push('response.function_call_arguments.delta', { output_index: current.index, item_id: functionCallId(meta.id, delta.call), delta: delta.text }, index + 1, 'chunk')
-      }
-    })
-    done(completion.steps)
-    const final = responseObject(completion, meta, true)
-    push(final.status === 'incomplete' ? 'response.incomplete' : 'response.completed', { response: final }, completion.steps, 'close')
-    return events
-  }
-  // A text answer: the reasoning item (when the model thinks), then the message item.
-  const items = textItems(completion, meta)
-  let open: { item: TextItem; at: JsonObject; text: string } | undefined
+  const choice = completion.choices[0]
+  const texts = textItems(meta)
+  /** The item being written: its output index, and what writes its closing events. */
+  let open: { index: number; text?: { item: TextItem; at: JsonObject; text: string }; close(step: number, kind: TimedEvent['kind']): void } | undefined
+  let opened = 0
   const close = (step: number, kind: TimedEvent['kind']) => {
-    if (!open) return
-    const { item, at, text } = open
-    push(item.reasoning ? 'response.reasoning_text.done' : 'response.output_text.done', { ...at, text }, step, kind)
-    push('response.content_part.done', { ...at, part: item.part(text) }, step, kind)
-    push('response.output_item.done', { output_index: item.index, item: item.done(text) }, step, kind)
+    open?.close(step, kind)
     open = undefined
   }
-  completion.choices[0]?.deltas.forEach((delta, i) => {
-    if (delta.kind !== 'reasoning' && delta.kind !== 'content') return
-    const item = delta.kind === 'reasoning' ? items.reasoning! : items.message
+  choice?.deltas.forEach((delta, i) => {
     const step = i + 1
-    if (open?.item !== item) {
+    if (delta.kind === 'tool_start') {
       close(step, 'chunk')
-      open = { item, at: { item_id: item.id, output_index: item.index, content_index: 0 }, text: '' }
-      push('response.output_item.added', { output_index: item.index, item: item.added }, step, 'chunk')
-      push('response.content_part.added', { ...open.at, part: item.part('') }, step, 'chunk')
+      const index = opened++
+      const { call } = delta
+      push('response.output_item.added', { output_index: index, item: functionCallItem(meta.id, call, { name: delta.name, arguments: '' }, 'in_progress') }, step, 'chunk')
+      open = {
+        index,
+        close: (at, kind) => {
+          const done = choice.toolCalls[call]!
+          push('response.function_call_arguments.done', { output_index: index, item_id: functionCallId(meta.id, call), arguments: done.arguments, name: done.name }, at, kind)
+          push('response.output_item.done', { output_index: index, item: functionCallItem(meta.id, call, done, 'completed') }, at, kind)
+        },
+      }
+      return
     }
-    open.text += delta.text
-    push(item.reasoning ? 'response.reasoning_text.delta' : 'response.output_text.delta', { ...open.at, delta: delta.text }, step, 'chunk')
+    if (delta.kind === 'tool_args') {
+      if (open) push('response.function_call_arguments.delta', { output_index: open.index, item_id: functionCallId(meta.id, delta.call), delta: delta.text }, step, 'chunk')
+      return
+    }
+    const item = delta.kind === 'reasoning' ? texts.reasoning : texts.message
+    if (open?.text?.item !== item) {
+      close(step, 'chunk')
+      const index = opened++
+      const text = { item, at: { item_id: item.id, output_index: index, content_index: 0 }, text: '' }
+      push('response.output_item.added', { output_index: index, item: item.added }, step, 'chunk')
+      push('response.content_part.added', { ...text.at, part: item.part('') }, step, 'chunk')
+      open = {
+        index,
+        text,
+        close: (at, kind) => {
+          push(item.reasoning ? 'response.reasoning_text.done' : 'response.output_text.done', { ...text.at, text: text.text }, at, kind)
+          push('response.content_part.done', { ...text.at, part: item.part(text.text) }, at, kind)
+          push('response.output_item.done', { output_index: index, item: item.done(text.text) }, at, kind)
+        },
+      }
+    }
+    open.text!.text += delta.text
+    push(item.reasoning ? 'response.reasoning_text.delta' : 'response.output_text.delta', { ...open.text!.at, delta: delta.text }, step, 'chunk')
   })
-  const last = completion.steps
-  close(last, 'close')
+  close(completion.steps, 'close')
   const final = responseObject(completion, meta, true)
-  push(final.status === 'incomplete' ? 'response.incomplete' : 'response.completed', { response: final }, last, 'close')
+  push(final.status === 'incomplete' ? 'response.incomplete' : 'response.completed', { response: final }, completion.steps, 'close')
   return events
 }
 
@@ -167,9 +168,7 @@ function responseObject(completion: Completion, meta: CompletionMeta, done: bool
     status: !done ? 'in_progress' : cut ? 'incomplete' : 'completed',
     incomplete_details: cut ? { reason: 'max_output_tokens' } : null,
     max_output_tokens: completion.request.maxTokens ?? null,
-    output: !done ? [] : (choice?.toolCalls.length ?? 0) > 0
-      ? choice!.toolCalls.map((call, i) => functionCallItem(meta.id, i, call, 'completed'))
-      : textOutput(completion, meta),
+    output: !done ? [] : outputItems(completion, meta),
     usage: done
       ? {
           input_tokens: input,
@@ -186,46 +185,41 @@ function responseObject(completion: Completion, meta: CompletionMeta, done: bool
 interface TextItem {
   reasoning: boolean
   id: string
-  index: number
   added: JsonObject
   part(text: string): JsonObject
   done(text: string): JsonObject
 }
 
-/** The items a text answer streams: its reasoning item at output index 0 when the model thought, its message after. */
-function textItems(completion: Completion, meta: CompletionMeta): { reasoning?: TextItem; message: TextItem } {
-  const thought = (completion.choices[0]?.reasoning ?? '') !== ''
+/** The text items an answer may stream: its reasoning item (when the model thinks) and its message. */
+function textItems(meta: CompletionMeta): { reasoning: TextItem; message: TextItem } {
   const reasoningId = reasoningItemId(meta.id)
   const messageId = messageItemId(meta.id)
-  const message: TextItem = {
-    reasoning: false,
-    id: messageId,
-    index: thought ? 1 : 0,
-    added: messageItem(messageId, '', 'in_progress'),
-    part: outputText,
-    done: (text) => messageItem(messageId, text, 'completed'),
-  }
-  if (!thought) return { message }
   return {
-    message,
     reasoning: {
       reasoning: true,
       id: reasoningId,
-      index: 0,
       added: { id: reasoningId, type: 'reasoning', summary: [], status: 'in_progress' },
       part: reasoningText,
       done: (text) => reasoningItem(reasoningId, text, 'completed'),
     },
+    message: {
+      reasoning: false,
+      id: messageId,
+      added: messageItem(messageId, '', 'in_progress'),
+      part: outputText,
+      done: (text) => messageItem(messageId, text, 'completed'),
+    },
   }
 }
 
-/** The output of a whole text answer: as vLLM writes it, only the last item has a status. */
-function textOutput(completion: Completion, meta: CompletionMeta): JsonObject[] {
+/** The output of a whole answer: its reasoning, then its message or calls. As vLLM writes it, only the last item has a status. */
+function outputItems(completion: Completion, meta: CompletionMeta): JsonObject[] {
   const choice = completion.choices[0]
-  const message = messageItem(messageItemId(meta.id), choice?.text ?? '', 'completed')
-  if (!choice?.reasoning) return [message]
+  const reasoning = choice?.reasoning ? [reasoningItem(reasoningItemId(meta.id), choice.reasoning, null)] : []
+  if (choice && choice.toolCalls.length > 0) return [...reasoning, ...choice.toolCalls.map((call, i) => functionCallItem(meta.id, i, call, 'completed'))]
   // vLLM leaves out an empty message after reasoning.
-  return [reasoningItem(reasoningItemId(meta.id), choice.reasoning, null), ...(choice.text === '' ? [] : [message])]
+  if (reasoning.length > 0 && !choice?.text) return reasoning
+  return [...reasoning, messageItem(messageItemId(meta.id), choice?.text ?? '', 'completed')]
 }
 
 function messageItem(id: string, text: string, status: 'in_progress' | 'completed'): JsonObject {

@@ -451,6 +451,27 @@ describe('/v1/responses: function tools, as vLLM plans them from chat', () => {
     expect(payloads.at(-1)!.response.output).toEqual([payloads.at(-2)!.item])
   })
 
+  it('with reasoning, the reasoning item comes first (output index 0) and the call after it, in JSON and streamed', async () => {
+    const { post, openai } = setup()
+    const thinking = { ...withTools, reasoning: { effort: 'medium' } }
+    const { json } = await openai('ep', '/v1/responses', thinking)
+    expect(json.output).toEqual([expect.objectContaining({ type: 'reasoning', status: null }), callItem])
+    expect(json.usage.output_tokens_details.reasoning_tokens).toBeGreaterThan(0)
+    const payloads = sseEvents(await (await post('/v2/ep/openai/v1/responses', { ...thinking, stream: true })).text()).map((e) => JSON.parse(e.data) as Json)
+    expect(payloads.map((p) => p.type).filter((t) => !t.endsWith('.delta'))).toEqual([
+      'response.created', 'response.in_progress',
+      'response.output_item.added', 'response.content_part.added', 'response.reasoning_text.done', 'response.content_part.done', 'response.output_item.done',
+      'response.output_item.added', 'response.function_call_arguments.done', 'response.output_item.done', 'response.completed',
+    ])
+    payloads.forEach((p, i) => expect(p.sequence_number).toBe(i))
+    const added = payloads.filter((p) => p.type === 'response.output_item.added')
+    expect(added.map((p) => [p.output_index, p.item.type])).toEqual([[0, 'reasoning'], [1, 'function_call']])
+    for (const d of payloads.filter((p) => p.type === 'response.function_call_arguments.delta')) expect(d.output_index).toBe(1)
+    const final = payloads.at(-1)!.response as Json
+    expect(final.output.map((item: Json) => item.type)).toEqual(['reasoning', 'function_call'])
+    expect(normalize(JSON.stringify(final)).replace(/(fc|call)_[0-9a-f]{32}/g, '$1')).toBe(normalize(JSON.stringify(json)).replace(/(fc|call)_[0-9a-f]{32}/g, '$1'))
+  })
+
   it('answers a function_call_output in text; tool_choice none answers in text; refuses a choice its tools cannot meet', async () => {
     const { openai } = setup()
     const first = (await openai('ep', '/v1/responses', withTools)).json
