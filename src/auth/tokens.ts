@@ -9,10 +9,10 @@
  * through the key cache, as it reads keys.
  */
 import * as z from 'zod/mini'
-import { lazily } from '../zod/lazily.ts'
 import { base64url, fromBase64url, sign, signingKey, verify } from '../crypto/signing.ts'
 import { quotaPolicySchema } from '../quota/policy.ts'
 import type { QuotaPolicy } from '../quota/policy.ts'
+import { lazily } from '../zod/lazily.ts'
 
 export const TOKEN_PREFIX = 'pg_tk_'
 
@@ -36,7 +36,6 @@ const claimsSchema = lazily(() => z.object({
   /** The end user the token stands for, named by the minting backend; absent on tokens minted without one. */
   sub: z.optional(z.string()),
 }))
-
 
 export type TokenClaims = z.infer<ReturnType<typeof claimsSchema>>
 

@@ -9,12 +9,12 @@
 import { Hono } from 'hono/tiny'
 import type { Context } from 'hono'
 import * as z from 'zod/mini'
-import { lazily } from '../zod/lazily.ts'
 import { GatewayError } from '../errors/index.ts'
 import { readJsonBody } from '../http/body.ts'
 import { waitUntilOf } from '../http/context.ts'
 import { parseRequest } from '../normalize/zod-errors.ts'
 import type { GatewayEnv } from '../types.ts'
+import { lazily } from '../zod/lazily.ts'
 import { kvPrefix } from './key.ts'
 import type { GenerationCache } from './store.ts'
 

@@ -7,11 +7,11 @@
  * `passthrough: true` serve other handlers: their `input` is any JSON object and is sent as is.
  */
 import * as z from 'zod/mini'
-import { lazily } from '../zod/lazily.ts'
 import { GatewayError } from '../errors/index.ts'
 import { assertNativeSampling, normalizeChatRequest, normalizeCompletionRequest, parseRequest, SAMPLING_KEYS, toNativeInput } from '../normalize/index.ts'
 import type { NormalizedRequest } from '../normalize/index.ts'
 import type { ResolvedModel } from '../routing/models.ts'
+import { lazily } from '../zod/lazily.ts'
 import type { JobKind } from './job-id.ts'
 
 export interface JobRequest {

@@ -39,7 +39,7 @@ const NORMALIZE: Record<RequestKind, Normalize> = {
 
 /** `/v1/*`: the model is the body's `model`, a podgate alias. */
 export function openaiRoutes(options: OpenAIRoutesOptions): Hono<GatewayEnv> {
-  return surface(options, (c, body) => modelFor(options.models, body.model, c.get('principal')), '')
+  return surface(options, bodyModel(options.models), '')
 }
 
 /**
@@ -57,10 +57,13 @@ export function runpodOpenAIRoutes(options: OpenAIRoutesOptions): Hono<GatewayEn
     // The normalizer reads the alias; the upstream body gets the served name as on `/v1`.
     body.model = model.alias
     return model
-  }, '/:model/openai/v1', (c, body) => modelFor(options.models, body.model, c.get('principal')))
+  }, '/:model/openai/v1', bodyModel(options.models))
 }
 
 type ModelResolver = (c: Context<GatewayEnv>, body: Record<string, unknown>) => ResolvedModel
+
+/** The model the body's `model` names (a podgate alias), if the caller may use it. */
+const bodyModel = (models: ModelTable): ModelResolver => (c, body) => modelFor(models, body.model, c.get('principal'))
 
 /** `byBody`, on the `/v2` mount: also serve vLLM's `/v2/rerank` (Cohere's v2 API), the model from the body. */
 function surface(options: OpenAIRoutesOptions, resolve: ModelResolver, prefix: string, byBody?: ModelResolver): Hono<GatewayEnv> {

@@ -135,7 +135,7 @@ describe('/v1/responses', () => {
     expect(json.usage).toMatchObject({ output_tokens: chat.usage.completion_tokens, output_tokens_details: { reasoning_tokens: reasoningTokens } })
 
     const payloads = sseEvents(await (await post('/v2/ep/openai/v1/responses', { ...thinking, stream: true })).text()).map((e) => JSON.parse(e.data) as Json)
-    const [reasoning, message] = (payloads.at(-1)!.response as Json).output as Json[]
+    const [reasoning, message] = (payloads.at(-1)!.response as Json).output as [Json, Json]
     const names = payloads.map((p) => p.type as string).filter((n) => !n.endsWith('_text.delta'))
     expect(names).toEqual([
       'response.created', 'response.in_progress',
