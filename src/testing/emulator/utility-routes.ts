@@ -1,7 +1,8 @@
 /**
- * vLLM's routes that generate nothing: `/v1/embeddings`, `/v1/messages/count_tokens`, `/v1/rerank` (and `/v2/rerank`),
- * `/v1/score`, `/classify`, `/pooling`, `/tokenize` and `/detokenize`. Each answer is a pure function
- * of the body (scores and labels from a hash of the texts), so the HTTP route and a job agree.
+ * vLLM's routes that generate nothing: `/v1/embeddings`, `/v1/messages/count_tokens`, `/v1/rerank`
+ * (and `/v2/rerank`), `/v1/score`, `/classify`, `/pooling`, `/tokenize` and `/detokenize`. Each answer
+ * is a pure function of the body (scores and labels from a hash of the texts), so the HTTP route and a
+ * job agree.
  */
 
 import * as z from 'zod/mini'
