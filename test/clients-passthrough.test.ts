@@ -11,6 +11,7 @@ import OpenAI from 'openai'
 import { zodResponseFormat } from 'openai/helpers/zod'
 import { describe, expect, it } from 'vitest'
 import * as z from 'zod'
+import { MEDIA_PART_TOKENS } from '../src/testing/emulator/generate.ts'
 import { EMBEDDING_MODELS, harness, MODEL_NAMES } from './helpers.ts'
 
 const CHAT_MODELS = MODEL_NAMES
@@ -125,6 +126,21 @@ describe('openai client: structured output, reasoning, logprobs, prompt arrays',
     const res = await openai.chat.completions.parse({ model, messages: [{ role: 'user', content: 'Alice and Bob meet on Friday.' }], response_format: zodResponseFormat(Event, 'event') })
     const parsed = res.choices[0]!.message.parsed
     expect(Event.safeParse(parsed).success).toBe(true)
+  })
+
+  it.each(CHAT_MODELS)('%s: an image part reaches the model, its prompt tokens counted in the usage and the key\'s quota', async (model) => {
+    // The quota's clock is fixed mid-day: both calls fall in one window whenever the test runs.
+    const h = harness({ quota: { now: () => Date.UTC(2026, 0, 1, 12, 0, 30) } })
+    const { key } = await h.createKey({ name: 'images', quota: { tokensPerDay: 1_000_000 } })
+    const openai = new OpenAI({ apiKey: key, baseURL: 'http://podgate/v1', fetch: h.clientFetch, maxRetries: 0 })
+    const text = { type: 'text' as const, text: 'What is in this picture?' }
+    const plain = await openai.chat.completions.create({ model, messages: [{ role: 'user', content: [text] }] })
+    const pictured = await openai.chat.completions.create({ model, messages: [{ role: 'user', content: [text, { type: 'image_url', image_url: { url: 'data:image/png;base64,iVBORw0KGgo=', detail: 'low' } }] }] })
+    expect(pictured.usage!.prompt_tokens - plain.usage!.prompt_tokens).toBe(MEDIA_PART_TOKENS)
+    expect(pictured.choices[0]!.message.content).toBe(plain.choices[0]!.message.content)
+    await h.settle()
+    const usage = (await (await h.fetch('/v1/usage', { headers: { authorization: `Bearer ${key}` } })).json()) as { windows: { day: { tokens: number } } }
+    expect(usage.windows.day.tokens).toBe(plain.usage!.total_tokens + pictured.usage!.total_tokens)
   })
 
   it.each(CHAT_MODELS)('%s: json_object output is JSON', async (model) => {

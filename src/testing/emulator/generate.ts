@@ -8,6 +8,24 @@ export interface ChatMessageText {
   role: string
   /** The message's text: string content, or the text parts of array content joined. */
   content: string
+  /** Its media parts (images, audio, video), which the prompt counts MEDIA_PART_TOKENS each. */
+  media?: number
+}
+
+/**
+ * Prompt tokens of one image, audio or video part: a fixed number, where a vision model spends
+ * hundreds, by the media's size. The text the answer is made from does not see the media.
+ */
+export const MEDIA_PART_TOKENS = 256
+
+/** Part and block types that carry media, in chat (vLLM's), Responses and Anthropic's Messages. */
+const MEDIA_TYPES: ReadonlySet<string> = new Set(['image_url', 'input_audio', 'audio_url', 'video_url', 'image_embeds', 'audio_embeds', 'input_image', 'image'])
+
+/** How many of `parts` carry media; a chat part without `type` is typed by its key, as vLLM does. */
+export function mediaParts(parts: ReadonlyArray<{ type?: string }> | string | null | undefined): number {
+  if (!Array.isArray(parts)) return 0
+  const isMedia = (part: { type?: string }) => (part.type !== undefined ? MEDIA_TYPES.has(part.type) : Object.keys(part).some((key) => MEDIA_TYPES.has(key)))
+  return parts.filter(isMedia).length
 }
 
 export interface GenerateOptions {
@@ -89,11 +107,11 @@ function stopAt(tokens: readonly string[], cut: number): GeneratedText {
 
 /**
  * The deterministic prompt token count: whitespace-separated words, plus 3 per chat message
- * (role and template markers).
+ * (role and template markers) and MEDIA_PART_TOKENS per media part.
  */
 export function countPromptTokens(input: { messages?: readonly ChatMessageText[]; prompt?: string }): number {
   if (input.messages) {
-    return input.messages.reduce((sum, m) => sum + countWords(m.content) + 3, 0)
+    return input.messages.reduce((sum, m) => sum + countWords(m.content) + 3 + (m.media ?? 0) * MEDIA_PART_TOKENS, 0)
   }
   return Math.max(1, countWords(input.prompt ?? ''))
 }

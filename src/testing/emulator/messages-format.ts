@@ -10,7 +10,7 @@
 import * as z from 'zod/mini'
 import { ENGLISH } from '../../zod/english.ts'
 import type { PlannedChoice } from './choices.ts'
-import { countPromptTokens, hexId } from './generate.ts'
+import { countPromptTokens, hexId, mediaParts } from './generate.ts'
 import type { ChatMessageText } from './generate.ts'
 import { toolCallId, toolTokens } from './openai-format.ts'
 import type { Completion, CompletionMeta, TimedEvent } from './openai-format.ts'
@@ -19,7 +19,7 @@ import type { ParseResult, ToolChoice, ToolSpec } from './requests.ts'
 import type { JsonObject, JsonValue } from './types.ts'
 
 const textBlock = z.looseObject({ type: z.string(), text: z.optional(z.string()) })
-/** A content block: `text` and `tool_result` ones are read (images and the rest are skipped). */
+/** A content block: `text` and `tool_result` ones are read, `image` ones counted as media (the rest are skipped). */
 const block = z.looseObject({
   type: z.string(),
   text: z.optional(z.string()),
@@ -195,7 +195,8 @@ function conversation(b: CountBody): ChatMessageText[] {
     }
     if (m.role === 'user') for (const part of m.content) if (part.type === 'tool_result') messages.push({ role: 'tool', content: blockText(part.content ?? '') })
     const content = blockText(m.content)
-    if (content !== '' || m.role === 'assistant' || !m.content.some((part) => part.type === 'tool_result')) messages.push({ role: m.role, content })
+    const media = mediaParts(m.content)
+    if (content !== '' || media > 0 || m.role === 'assistant' || !m.content.some((part) => part.type === 'tool_result')) messages.push(media > 0 ? { role: m.role, content, media } : { role: m.role, content })
   }
   return messages
 }

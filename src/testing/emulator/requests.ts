@@ -8,6 +8,7 @@ import * as z from 'zod/mini'
 import { ENGLISH } from '../../zod/english.ts'
 import { parseDirectives } from './directives.ts'
 import type { Directives } from './directives.ts'
+import { mediaParts } from './generate.ts'
 import type { ChatMessageText } from './generate.ts'
 
 /** A function tool the request offers. */
@@ -79,7 +80,8 @@ export const DEFAULT_BATCHING: BatchSizing = { max: 50, min: 1, growth: 3 }
 /** The classic handler's max_tokens default; the OpenAI route has no cap beyond the model's context. */
 const NATIVE_DEFAULT_MAX_TOKENS = 100
 
-const contentPart = z.looseObject({ type: z.string(), text: z.optional(z.string()) })
+/** A content part; vLLM infers a missing `type` from the part's key (`text`, `image_url`, ...). */
+const contentPart = z.looseObject({ type: z.optional(z.string()), text: z.optional(z.string()) })
 /** A chat message: `content` is a string, text parts, or null (an assistant's tool call). */
 export const chatMessageSchema = z.looseObject({
   role: z.string(),
@@ -348,12 +350,13 @@ export function embeddingTexts(body: unknown): string[] {
   return Array.isArray(input) ? input.filter((x): x is string => typeof x === 'string') : []
 }
 
-/** A chat message's text: string content, or its text parts joined by newlines. */
+/** A chat message's text (string content, or its text parts joined by newlines) and its media parts. */
 export function toMessageText(m: z.infer<typeof chatMessageSchema>): ChatMessageText {
   const content = typeof m.content === 'string'
     ? m.content
-    : (m.content ?? []).flatMap((part) => (part.type === 'text' && part.text !== undefined ? [part.text] : [])).join('\n')
-  return { role: m.role, content }
+    : (m.content ?? []).flatMap((part) => ((part.type ?? 'text') === 'text' && part.text !== undefined ? [part.text] : [])).join('\n')
+  const media = mediaParts(m.content)
+  return media > 0 ? { role: m.role, content, media } : { role: m.role, content }
 }
 
 function toStops(value: string | string[] | null | undefined): string[] {

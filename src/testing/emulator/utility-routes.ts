@@ -8,7 +8,8 @@
 import * as z from 'zod/mini'
 import { ENGLISH } from '../../zod/english.ts'
 import { embed, embeddingsResponse } from './embeddings.ts'
-import { generateCompletion, hashString } from './generate.ts'
+import { generateCompletion, hashString, MEDIA_PART_TOKENS } from './generate.ts'
+import type { ChatMessageText } from './generate.ts'
 import { errorDialect } from './openai-format.ts'
 import { countTokens } from './messages-format.ts'
 import { chatMessageSchema, describeIssue, embeddingTexts, toMessageText } from './requests.ts'
@@ -145,10 +146,11 @@ export function utilityTexts(route: UtilityRoute, body: unknown): string[] {
 
 /**
  * Tokens of a conversation as the emulator counts them (generate.ts `countPromptTokens`): per message a
- * start marker, its role, its words and an end marker.
+ * start marker, its role, a placeholder per media token, its words and an end marker.
  */
-function chatTokens(messages: ReadonlyArray<{ role: string; content: string }>): Array<{ id: number; text: string }> {
-  return messages.flatMap((m) => [{ id: 1, text: '<|start|>' }, token(m.role), ...wordTokens(m.content), { id: 2, text: '<|end|>' }])
+function chatTokens(messages: readonly ChatMessageText[]): Array<{ id: number; text: string }> {
+  const media = (m: ChatMessageText) => Array.from({ length: (m.media ?? 0) * MEDIA_PART_TOKENS }, () => ({ id: 3, text: '<|media|>' }))
+  return messages.flatMap((m) => [{ id: 1, text: '<|start|>' }, token(m.role), ...media(m), ...wordTokens(m.content), { id: 2, text: '<|end|>' }])
 }
 
 function wordTokens(text: string): Array<{ id: number; text: string }> {

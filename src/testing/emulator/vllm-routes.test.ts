@@ -6,6 +6,7 @@
 import { createParser } from 'eventsource-parser'
 import { describe, expect, it } from 'vitest'
 import { createRunpodEmulator } from './index.ts'
+import { MEDIA_PART_TOKENS } from './generate.ts'
 import type { EmulatorOptions } from './types.ts'
 
 type Json = Record<string, any>
@@ -482,6 +483,39 @@ describe('/v1/responses: function tools, as vLLM plans them from chat', () => {
     const refused = await openai('ep', '/v1/responses', { ...responsesBody, tool_choice: 'required' })
     expect(refused.status).toBe(400)
     expect(JSON.stringify(refused.json)).toContain('When using `tool_choice`, `tools` must be set.')
+  })
+})
+
+describe('media parts: each counts MEDIA_PART_TOKENS prompt tokens on every route, and the answer is the text\'s', () => {
+  const image = 'data:image/png;base64,iVBORw0KGgo='
+  it('chat, Responses, Messages, count_tokens and tokenize agree on an image\'s tokens', async () => {
+    const { openai } = setup()
+    const text = { type: 'text', text: 'Tell me about the river.' }
+    const chatWith = (parts: Json[]) => ({ model: 'm', messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: parts }] })
+    const plain = (await openai('ep', '/v1/chat/completions', chatWith([text]))).json
+    const pictured = (await openai('ep', '/v1/chat/completions', chatWith([text, { type: 'image_url', image_url: { url: image } }, { type: 'input_audio', input_audio: { data: 'AAAA', format: 'wav' } }]))).json
+    expect(pictured.usage.prompt_tokens - plain.usage.prompt_tokens).toBe(2 * MEDIA_PART_TOKENS)
+    expect(pictured.choices[0].message.content).toBe(plain.choices[0].message.content)
+    // vLLM types a part without `type` by its key.
+    const untyped = (await openai('ep', '/v1/chat/completions', chatWith([{ text: 'Tell me about the river.' }, { image_url: { url: image } }]))).json
+    expect(untyped.usage.prompt_tokens - plain.usage.prompt_tokens).toBe(MEDIA_PART_TOKENS)
+    expect(untyped.choices[0].message.content).toBe(plain.choices[0].message.content)
+    const tokenized = (await openai('ep', '/tokenize', chatWith([text, { type: 'image_url', image_url: { url: image } }]))).json
+    expect(tokenized.count).toBe(plain.usage.prompt_tokens + MEDIA_PART_TOKENS)
+
+    const responses = (input: Json[]) => openai('ep', '/v1/responses', { model: 'm', instructions: 'Be brief.', input: [{ role: 'user', content: input }] })
+    const rText = { type: 'input_text', text: 'Tell me about the river.' }
+    const rPlain = (await responses([rText])).json
+    const rPictured = (await responses([rText, { type: 'input_image', image_url: image }])).json
+    expect(rPictured.usage.input_tokens - rPlain.usage.input_tokens).toBe(MEDIA_PART_TOKENS)
+
+    const messages = (content: Json[]) => ({ model: 'm', max_tokens: 50, system: 'Be brief.', messages: [{ role: 'user', content }] })
+    const mText = { type: 'text', text: 'Tell me about the river.' }
+    const mImage = { type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'iVBORw0KGgo=' } }
+    const mPlain = (await openai('ep', '/v1/messages', messages([mText]))).json
+    const mPictured = (await openai('ep', '/v1/messages', messages([mImage, mText]))).json
+    expect(mPictured.usage.input_tokens - mPlain.usage.input_tokens).toBe(MEDIA_PART_TOKENS)
+    expect((await openai('ep', '/v1/messages/count_tokens', messages([mImage, mText]))).json.input_tokens).toBe(mPictured.usage.input_tokens)
   })
 })
 
