@@ -22,10 +22,16 @@ export const MEDIA_PART_TOKENS = 256
 const MEDIA_TYPES: ReadonlySet<string> = new Set(['image_url', 'input_audio', 'audio_url', 'video_url', 'image_embeds', 'audio_embeds', 'input_image', 'image'])
 
 /** How many of `parts` carry media; a chat part without `type` is typed by its key, as vLLM does. */
-export function mediaParts(parts: ReadonlyArray<{ type?: string }> | string | null | undefined): number {
+function mediaParts(parts: ReadonlyArray<{ type?: string }> | string | null | undefined): number {
   if (!Array.isArray(parts)) return 0
   const isMedia = (part: { type?: string }) => (part.type !== undefined ? MEDIA_TYPES.has(part.type) : Object.keys(part).some((key) => MEDIA_TYPES.has(key)))
   return parts.filter(isMedia).length
+}
+
+/** A message as the emulator reads it: its role, its text, and the media parts among `parts`. */
+export function messageText(role: string, content: string, parts?: Parameters<typeof mediaParts>[0]): ChatMessageText {
+  const media = mediaParts(parts)
+  return media > 0 ? { role, content, media } : { role, content }
 }
 
 export interface GenerateOptions {

@@ -10,7 +10,7 @@
 import * as z from 'zod/mini'
 import { ENGLISH } from '../../zod/english.ts'
 import type { PlannedChoice } from './choices.ts'
-import { countPromptTokens, hexId, mediaParts } from './generate.ts'
+import { countPromptTokens, hexId, messageText } from './generate.ts'
 import type { ChatMessageText } from './generate.ts'
 import { toolCallId, toolTokens } from './openai-format.ts'
 import type { Completion, CompletionMeta, TimedEvent } from './openai-format.ts'
@@ -195,8 +195,8 @@ function conversation(b: CountBody): ChatMessageText[] {
     }
     if (m.role === 'user') for (const part of m.content) if (part.type === 'tool_result') messages.push({ role: 'tool', content: blockText(part.content ?? '') })
     const content = blockText(m.content)
-    const media = mediaParts(m.content)
-    if (content !== '' || media > 0 || m.role === 'assistant' || !m.content.some((part) => part.type === 'tool_result')) messages.push(media > 0 ? { role: m.role, content, media } : { role: m.role, content })
+    const message = messageText(m.role, content, m.content)
+    if (content !== '' || message.media || m.role === 'assistant' || !m.content.some((part) => part.type === 'tool_result')) messages.push(message)
   }
   return messages
 }

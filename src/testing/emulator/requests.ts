@@ -8,7 +8,7 @@ import * as z from 'zod/mini'
 import { ENGLISH } from '../../zod/english.ts'
 import { parseDirectives } from './directives.ts'
 import type { Directives } from './directives.ts'
-import { mediaParts } from './generate.ts'
+import { messageText } from './generate.ts'
 import type { ChatMessageText } from './generate.ts'
 
 /** A function tool the request offers. */
@@ -355,8 +355,7 @@ export function toMessageText(m: z.infer<typeof chatMessageSchema>): ChatMessage
   const content = typeof m.content === 'string'
     ? m.content
     : (m.content ?? []).flatMap((part) => ((part.type ?? 'text') === 'text' && part.text !== undefined ? [part.text] : [])).join('\n')
-  const media = mediaParts(m.content)
-  return media > 0 ? { role: m.role, content, media } : { role: m.role, content }
+  return messageText(m.role, content, m.content)
 }
 
 function toStops(value: string | string[] | null | undefined): string[] {

@@ -11,7 +11,7 @@
 import * as z from 'zod/mini'
 import { ENGLISH } from '../../zod/english.ts'
 import type { ChatMessageText } from './generate.ts'
-import { hexId, mediaParts } from './generate.ts'
+import { hexId, messageText } from './generate.ts'
 import type { Completion, CompletionMeta, TimedEvent } from './openai-format.ts'
 import { describeIssue, plainChatRequest, toolChoiceOf, toolChoiceRefusal } from './requests.ts'
 import type { ParseResult, ToolSpec } from './requests.ts'
@@ -57,8 +57,7 @@ export function parseResponsesBody(body: unknown): ParseResult {
       const content = typeof entry.content === 'string'
         ? entry.content
         : (entry.content ?? []).flatMap((p) => (TEXT_PARTS.includes(p.type) && p.text !== undefined ? [p.text] : [])).join('\n')
-      const media = mediaParts(entry.content)
-      messages.push(media > 0 ? { role: entry.role, content, media } : { role: entry.role, content })
+      messages.push(messageText(entry.role, content, entry.content))
     }
   }
   const tools = (b.tools ?? []).flatMap((t): ToolSpec[] => (t.type === 'function' && t.name !== undefined ? [{ name: t.name, parameters: t.parameters }] : []))
