@@ -165,8 +165,10 @@ function retryRequest(model: ResolvedModel): NormalizedRequest {
   return { ...request, sampling: { max_tokens: Math.min(config.defaultMaxTokens ?? config.defaults.max_tokens ?? FALLBACK_MAX_TOKENS, config.maxTokensCap) }, estimate: { promptTokens: 0, sequences: 1 } }
 }
 
-/** `?wait=` in ms, within Runpod's bounds; absent means podgate's configured wait. */
-/** `?wait=` in ms, clamped to Runpod's bounds; a malformed one is a 400 (checked before a control call counts). */
+/**
+ * `?wait=` in ms, clamped to Runpod's bounds; absent, podgate's configured wait (`fallback`). A malformed
+ * one is a 400 (checked before a control call counts).
+ */
 export function waitParam(c: Context, fallback: number): number {
   const raw = c.req.query('wait')
   if (raw === undefined) return fallback
