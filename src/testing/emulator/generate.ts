@@ -18,13 +18,16 @@ export interface ChatMessageText {
  */
 export const MEDIA_PART_TOKENS = 256
 
-/** Part and block types that carry media, in chat (vLLM's), Responses and Anthropic's Messages. */
-const MEDIA_TYPES: ReadonlySet<string> = new Set(['image_url', 'input_audio', 'audio_url', 'video_url', 'image_embeds', 'audio_embeds', 'input_image', 'image'])
+/** Chat's media part types (vLLM's chat_utils.py), which also type a part without `type` by its key. */
+export const CHAT_MEDIA_TYPES: readonly string[] = ['image_url', 'input_image', 'image_embeds', 'image_pil', 'audio_embeds', 'audio_url', 'input_audio', 'video_url']
+/** Media in chat, Responses (`input_image`) and Anthropic's Messages (`image` blocks). */
+const MEDIA_TYPES: ReadonlySet<string> = new Set([...CHAT_MEDIA_TYPES, 'image'])
 
 /** How many of `parts` carry media; a chat part without `type` is typed by its key, as vLLM does. */
-function mediaParts(parts: ReadonlyArray<{ type?: string }> | string | null | undefined): number {
+function mediaParts(parts: ReadonlyArray<string | { type?: string }> | string | null | undefined): number {
   if (!Array.isArray(parts)) return 0
-  const isMedia = (part: { type?: string }) => (part.type !== undefined ? MEDIA_TYPES.has(part.type) : Object.keys(part).some((key) => MEDIA_TYPES.has(key)))
+  const isMedia = (part: string | { type?: string }) =>
+    typeof part !== 'string' && (part.type !== undefined ? MEDIA_TYPES.has(part.type) : Object.keys(part).some((key) => MEDIA_TYPES.has(key)))
   return parts.filter(isMedia).length
 }
 

@@ -8,7 +8,7 @@ import * as z from 'zod/mini'
 import { ENGLISH } from '../../zod/english.ts'
 import { parseDirectives } from './directives.ts'
 import type { Directives } from './directives.ts'
-import { messageText } from './generate.ts'
+import { CHAT_MEDIA_TYPES, messageText } from './generate.ts'
 import type { ChatMessageText } from './generate.ts'
 
 /** A function tool the request offers. */
@@ -80,8 +80,14 @@ export const DEFAULT_BATCHING: BatchSizing = { max: 50, min: 1, growth: 3 }
 /** The classic handler's max_tokens default; the OpenAI route has no cap beyond the model's context. */
 const NATIVE_DEFAULT_MAX_TOKENS = 100
 
-/** A content part; vLLM infers a missing `type` from the part's key (`text`, `image_url`, ...). */
-const contentPart = z.looseObject({ type: z.optional(z.string()), text: z.optional(z.string()) })
+/** A content part: a string (text), or an object; vLLM types one without `type` by its media key (`image_url`, ...). */
+const contentPart = z.union([z.string(), z.looseObject({ type: z.optional(z.string()), text: z.optional(z.string()) })])
+/** The part types whose `text` is the message's text. */
+const TEXT_PART_TYPES: readonly string[] = ['text', 'input_text', 'output_text']
+/** The keys vLLM types a part without `type` by. */
+const TYPED_BY_KEY: readonly string[] = ['image_url', 'image_pil', 'image_embeds', 'audio_embeds', 'prompt_embeds', 'audio_url', 'input_audio', 'video_url', 'tool_reference']
+/** Every part type vLLM's chat accepts, sorted as its refusal lists them. */
+const CHAT_PART_TYPES: readonly string[] = [...CHAT_MEDIA_TYPES, ...TEXT_PART_TYPES, 'prompt_embeds', 'refusal', 'thinking', 'tool_reference'].sort()
 /** A chat message: `content` is a string, text parts, or null (an assistant's tool call). */
 export const chatMessageSchema = z.looseObject({
   role: z.string(),
@@ -163,6 +169,8 @@ export function parseOpenAIBody(kind: 'chat' | 'completion', body: unknown): Par
     const parsed = chatBodySchema.safeParse(body, ENGLISH)
     if (!parsed.success) return { ok: false, message: describeIssue(parsed.error) }
     const b = parsed.data
+    const partRefusal = contentPartRefusal(b.messages)
+    if (partRefusal) return { ok: false, message: partRefusal }
     const messages = b.messages.map(toMessageText)
     const directives = parseDirectives(messages.map((m) => m.content))
     const tools = (b.tools ?? []).map((t): ToolSpec => ({ name: t.function.name, parameters: t.function.parameters }))
@@ -354,8 +362,27 @@ export function embeddingTexts(body: unknown): string[] {
 export function toMessageText(m: z.infer<typeof chatMessageSchema>): ChatMessageText {
   const content = typeof m.content === 'string'
     ? m.content
-    : (m.content ?? []).flatMap((part) => ((part.type ?? 'text') === 'text' && part.text !== undefined ? [part.text] : [])).join('\n')
+    : (m.content ?? []).flatMap((part) => (typeof part === 'string' ? [part] : part.type !== undefined && TEXT_PART_TYPES.includes(part.type) && part.text !== undefined ? [part.text] : [])).join('\n')
   return messageText(m.role, content, m.content)
+}
+
+/**
+ * vLLM's refusal of a chat content part it cannot type or does not take (chat_utils.py), in its wording;
+ * undefined when every part is one it takes.
+ */
+export function contentPartRefusal(messages: ReadonlyArray<z.infer<typeof chatMessageSchema>>): string | undefined {
+  for (const m of messages) {
+    if (!Array.isArray(m.content)) continue
+    for (const part of m.content) {
+      if (typeof part === 'string') continue
+      if (part.type === undefined) {
+        if (!Object.keys(part).some((key) => TYPED_BY_KEY.includes(key))) return "Missing 'type' field in multimodal part."
+      } else if (!CHAT_PART_TYPES.includes(part.type)) {
+        return `Unsupported chat content part type: '${part.type}'. Supported types: ${CHAT_PART_TYPES.join(', ')}.`
+      }
+    }
+  }
+  return undefined
 }
 
 function toStops(value: string | string[] | null | undefined): string[] {

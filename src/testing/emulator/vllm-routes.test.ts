@@ -496,10 +496,18 @@ describe('media parts: each counts MEDIA_PART_TOKENS prompt tokens on every rout
     const pictured = (await openai('ep', '/v1/chat/completions', chatWith([text, { type: 'image_url', image_url: { url: image } }, { type: 'input_audio', input_audio: { data: 'AAAA', format: 'wav' } }]))).json
     expect(pictured.usage.prompt_tokens - plain.usage.prompt_tokens).toBe(2 * MEDIA_PART_TOKENS)
     expect(pictured.choices[0].message.content).toBe(plain.choices[0].message.content)
-    // vLLM types a part without `type` by its key.
-    const untyped = (await openai('ep', '/v1/chat/completions', chatWith([{ text: 'Tell me about the river.' }, { image_url: { url: image } }]))).json
+    // A string part is text, and vLLM types a media part without `type` by its key.
+    const untyped = (await openai('ep', '/v1/chat/completions', chatWith(['Tell me about the river.', { image_url: { url: image } }] as unknown as Json[]))).json
     expect(untyped.usage.prompt_tokens - plain.usage.prompt_tokens).toBe(MEDIA_PART_TOKENS)
     expect(untyped.choices[0].message.content).toBe(plain.choices[0].message.content)
+    // ...but not a text part without `type`, and it takes no part type it does not know, in vLLM's words.
+    expect(await openai('ep', '/v1/chat/completions', chatWith([{ text: 'Tell me about the river.' }]))).toEqual({
+      status: 400,
+      json: { error: { message: "Missing 'type' field in multimodal part.", type: 'BadRequestError', param: null, code: 400 } },
+    })
+    const file = await openai('ep', '/v1/chat/completions', chatWith([text, { type: 'file', file: { file_data: 'JVBERi0=' } }]))
+    expect(file.status).toBe(400)
+    expect(file.json.error.message).toBe("Unsupported chat content part type: 'file'. Supported types: audio_embeds, audio_url, image_embeds, image_pil, image_url, input_audio, input_image, input_text, output_text, prompt_embeds, refusal, text, thinking, tool_reference, video_url.")
     const tokenized = (await openai('ep', '/tokenize', chatWith([text, { type: 'image_url', image_url: { url: image } }]))).json
     expect(tokenized.count).toBe(plain.usage.prompt_tokens + MEDIA_PART_TOKENS)
 
