@@ -174,7 +174,8 @@ function responseObject(completion: Completion, meta: CompletionMeta, done: bool
           input_tokens: input,
           input_tokens_details: { cached_tokens: 0 },
           output_tokens: output,
-          output_tokens_details: { reasoning_tokens: choice?.deltas.filter((d) => d.kind === 'reasoning').length ?? 0 },
+          // vLLM's simple (non-gpt-oss) Responses path never fills it in: the reasoning counts in output_tokens only.
+          output_tokens_details: { reasoning_tokens: 0 },
           total_tokens: input + output,
         }
       : null,
