@@ -64,6 +64,20 @@ describe('quota stage', () => {
     expect(await usageOf(h, key)).toEqual(before)
   })
 
+  it('an error after admission (a refusal the upstream sent) carries the rate-limit headers too: the request counted', async () => {
+    const { h } = clockedHarness()
+    const { key } = await h.createKey({ name: 'q', quota: { requestsPerMinute: 5 } })
+    const refused = await chat(h, key, 'Say hello [[emulator:fault=http,status=400]]')
+    expect(refused.status).toBe(400)
+    expect(refused.headers.get('ratelimit')).toBe('"rpm";r=4;t=50')
+    expect(refused.headers.get('x-ratelimit-remaining-requests')).toBe('4')
+    // Each error has headers of its own: the next refusal says 3, not what the first one was given.
+    const again = await chat(h, key, 'Say hello [[emulator:fault=http,status=400]]')
+    expect(again.headers.get('x-ratelimit-remaining-requests')).toBe('3')
+    await h.settle()
+    expect((await usageOf(h, key)).windows?.minute.requests).toBe(2)
+  })
+
   it('sends the tokens trio and both IETF items when tokens are limited too', async () => {
     const { h } = clockedHarness()
     const { key } = await h.createKey({ name: 'q', quota: { requestsPerDay: 100, tokensPerMinute: 10_000 } })

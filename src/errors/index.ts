@@ -86,7 +86,8 @@ export class GatewayError extends Error {
     this.status = options.status ?? entry.status
     this.type = entry.type
     this.param = options.param ?? null
-    this.headers = options.headers ?? {}
+    // Its own copy: a stage adds its headers to an error that passes through it (the quota's).
+    this.headers = { ...options.headers }
   }
 }
 

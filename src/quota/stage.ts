@@ -50,7 +50,16 @@ export function quotaStage(service: QuotaService): CompletionStage {
         .catch(() => undefined),
     )
 
-    return withHeaders(await next(ctx), rateLimitHeaders(policy, result.usage, now))
+    // On the answer, and on an error after admission (an upstream 502, a relayed vLLM 400): it counted.
+    const headers = rateLimitHeaders(policy, result.usage, now)
+    let response: Response
+    try {
+      response = await next(ctx)
+    } catch (error) {
+      if (error instanceof GatewayError) Object.assign(error.headers, headers)
+      throw error
+    }
+    return withHeaders(response, headers)
   }
 }
 
