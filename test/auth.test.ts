@@ -209,6 +209,18 @@ describe('tokens', () => {
     expect(h.emulator.calls).toHaveLength(4)
   })
 
+  it('a token within its own quota refused by its key\'s: the 429 names the key\'s limit in its headers, not the token\'s', async () => {
+    const h = harness({ quota: { now: () => Date.UTC(2026, 0, 1, 12, 0, 30) } })
+    const { key } = await h.createKey({ name: 'backend', quota: { requestsPerMinute: 1 } })
+    const { token } = await mint(h, key, { quota: { requestsPerMinute: 10 } })
+    expect((await h.fetch('/v1/chat/completions', authed(token, chatBody('chat-openai')))).status).toBe(200)
+    const limited = await h.fetch('/v1/chat/completions', authed(token, chatBody('chat-openai')))
+    expect(limited.status).toBe(429)
+    expect(limited.headers.get('x-ratelimit-limit-requests')).toBe('1')
+    expect(limited.headers.get('x-ratelimit-remaining-requests')).toBe('0')
+    expect(((await limited.json()) as { error: { message: string } }).error.message).toContain('1 request')
+  })
+
   it('stop working when the parent key is revoked, rotated or narrowed', async () => {
     const h = harness()
     const a = await h.createKey({ name: 'a' })

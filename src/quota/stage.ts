@@ -51,12 +51,13 @@ export function quotaStage(service: QuotaService): CompletionStage {
     )
 
     // On the answer, and on an error after admission (an upstream 502, a relayed vLLM 400): it counted.
+    // A 429 from a stage inside this one (the key's, under a token's) keeps the fields of the limit it names.
     const headers = rateLimitHeaders(policy, result.usage, now)
     let response: Response
     try {
       response = await next(ctx)
     } catch (error) {
-      if (error instanceof GatewayError) Object.assign(error.headers, headers)
+      if (error instanceof GatewayError && error.code !== 'rate_limited') Object.assign(error.headers, headers)
       throw error
     }
     return withHeaders(response, headers)
