@@ -18,17 +18,22 @@ export interface ChatMessageText {
  */
 export const MEDIA_PART_TOKENS = 256
 
-/** Chat's media part types (vLLM's chat_utils.py), which also type a part without `type` by its key. */
+/** Chat's media part types (vLLM's chat_utils.py). */
 export const CHAT_MEDIA_TYPES: readonly string[] = ['image_url', 'input_image', 'image_embeds', 'image_pil', 'audio_embeds', 'audio_url', 'input_audio', 'video_url']
+/** The keys vLLM's chat types a part without `type` by (chat_utils.py); a typeless part with none is refused. */
+export const TYPED_BY_KEY: readonly string[] = ['image_url', 'image_pil', 'image_embeds', 'audio_embeds', 'prompt_embeds', 'audio_url', 'input_audio', 'video_url', 'tool_reference']
 /** Media in chat, Responses (`input_image`) and Anthropic's Messages (`image` blocks). */
 const MEDIA_TYPES: ReadonlySet<string> = new Set([...CHAT_MEDIA_TYPES, 'image'])
 
-/** How many of `parts` carry media; a chat part without `type` is typed by its key, as vLLM does. */
+/** The type of a part: its `type`, or for a chat part without one, its first key vLLM types parts by. */
+export function partType(part: { type?: string }): string | undefined {
+  return part.type ?? Object.keys(part).find((key) => TYPED_BY_KEY.includes(key))
+}
+
+/** How many of `parts` carry media. */
 function mediaParts(parts: ReadonlyArray<string | { type?: string }> | string | null | undefined): number {
   if (!Array.isArray(parts)) return 0
-  const isMedia = (part: string | { type?: string }) =>
-    typeof part !== 'string' && (part.type !== undefined ? MEDIA_TYPES.has(part.type) : Object.keys(part).some((key) => MEDIA_TYPES.has(key)))
-  return parts.filter(isMedia).length
+  return parts.filter((part) => typeof part !== 'string' && MEDIA_TYPES.has(partType(part) ?? '')).length
 }
 
 /** A message as the emulator reads it: its role, its text, and the media parts among `parts`. */

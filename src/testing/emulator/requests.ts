@@ -8,7 +8,7 @@ import * as z from 'zod/mini'
 import { ENGLISH } from '../../zod/english.ts'
 import { parseDirectives } from './directives.ts'
 import type { Directives } from './directives.ts'
-import { CHAT_MEDIA_TYPES, messageText } from './generate.ts'
+import { CHAT_MEDIA_TYPES, messageText, partType } from './generate.ts'
 import type { ChatMessageText } from './generate.ts'
 
 /** A function tool the request offers. */
@@ -84,8 +84,6 @@ const NATIVE_DEFAULT_MAX_TOKENS = 100
 const contentPart = z.union([z.string(), z.looseObject({ type: z.optional(z.string()), text: z.optional(z.string()) })])
 /** The part types whose `text` is the message's text. */
 const TEXT_PART_TYPES: readonly string[] = ['text', 'input_text', 'output_text']
-/** The keys vLLM types a part without `type` by. */
-const TYPED_BY_KEY: readonly string[] = ['image_url', 'image_pil', 'image_embeds', 'audio_embeds', 'prompt_embeds', 'audio_url', 'input_audio', 'video_url', 'tool_reference']
 /** Every part type vLLM's chat accepts, sorted as its refusal lists them. */
 const CHAT_PART_TYPES: readonly string[] = [...CHAT_MEDIA_TYPES, ...TEXT_PART_TYPES, 'prompt_embeds', 'refusal', 'thinking', 'tool_reference'].sort()
 /** A chat message: `content` is a string, text parts, or null (an assistant's tool call). */
@@ -375,11 +373,9 @@ export function contentPartRefusal(messages: ReadonlyArray<z.infer<typeof chatMe
     if (!Array.isArray(m.content)) continue
     for (const part of m.content) {
       if (typeof part === 'string') continue
-      if (part.type === undefined) {
-        if (!Object.keys(part).some((key) => TYPED_BY_KEY.includes(key))) return "Missing 'type' field in multimodal part."
-      } else if (!CHAT_PART_TYPES.includes(part.type)) {
-        return `Unsupported chat content part type: '${part.type}'. Supported types: ${CHAT_PART_TYPES.join(', ')}.`
-      }
+      const type = partType(part)
+      if (type === undefined) return "Missing 'type' field in multimodal part."
+      if (!CHAT_PART_TYPES.includes(type)) return `Unsupported chat content part type: '${type}'. Supported types: ${CHAT_PART_TYPES.join(', ')}.`
     }
   }
   return undefined
