@@ -43,9 +43,15 @@ import type { CopyEnd } from '../pipeline/stage.ts'
 import { registerStreamControl } from './stream-control.ts'
 
 export interface OpenAIPipeOptions {
-  /** The upstream body, produced by the runtime (a fetch body): the caller receives exactly its bytes. */
-  body: ReadableStream<Uint8Array>
-  /** Bytes already read from `body` (the caller waited for the first chunk before answering), sent first. */
+  /**
+   * The upstream body, produced by the runtime (a fetch body): the caller receives exactly its bytes. Or
+   * that body already split by `splitBody`, when the first chunk was read from its copy.
+   */
+  body: ReadableStream<Uint8Array> | SplitBody
+  /**
+   * Bytes already read (the caller waited for the first chunk before answering): from a whole `body`, and
+   * then JavaScript sends them first; or from a split body's copy, whose other branch still holds them.
+   */
   first?: Uint8Array
   /** Aborts the upstream request: stops the model when the caller went away. */
   abortUpstream(reason: GatewayError): void
@@ -68,6 +74,30 @@ export interface OpenAIPipeOptions {
   onCopyEnd?(end: CopyEnd): void
   /** How the stream ends, and podgate's error event in it. Default: OpenAI's (`[DONE]`). */
   dialect?: Dialect
+}
+
+/** The upstream body as the pipe reads it: `out` piped to the caller natively, `copy` read by JavaScript. */
+export interface SplitBody {
+  out: ReadableStream<Uint8Array>
+  copy: ReadableStream<Uint8Array>
+}
+
+/**
+ * Splits an upstream body before its first chunk is read, so that the first chunk can be read from the
+ * copy: the caller's branch then carries every byte natively, and JavaScript writes none of them (a
+ * chunk written by JavaScript costs a wake-up when the caller takes it). Cancels both branches when the
+ * stream is not piped after all (`cancel`): the upstream is cancelled only once both are.
+ */
+export function splitBody(body: ReadableStream<Uint8Array>): SplitBody & { cancel(reason?: unknown): void } {
+  const [out, copy] = body.tee()
+  return {
+    out,
+    copy,
+    cancel(reason) {
+      out.cancel(reason).catch(ignore)
+      copy.cancel(reason).catch(ignore)
+    },
+  }
 }
 
 /** The tail read for the ending: at least this much of the answer's end, in bytes. */
@@ -93,8 +123,11 @@ const ignore = () => undefined
 
 /**
  * @example
+ * const split = splitBody(upstream.body)
+ * const reader = split.copy.getReader()
  * const first = await reader.read() // the first chunk, then the reader's lock released
- * return new Response(pipeOpenAIStream({ body: upstream.body, first: first.value, abortUpstream, onEnd }), { headers: SSE_HEADERS })
+ * reader.releaseLock()
+ * return new Response(pipeOpenAIStream({ body: split, first: first.value, abortUpstream, onEnd }), { headers: SSE_HEADERS })
  */
 export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uint8Array> {
   const { body, first } = options
@@ -206,8 +239,10 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
         force(error, dialect.errorEvent(error))
       }, Math.max(0, totalDeadline - Date.now()))
     }
-    // The first chunk, read before the tee, goes to the caller first; then the rest, piped.
-    const [out, copy] = body.tee()
+    // A split body's first chunk is in its caller's branch; a whole body's, read before the tee, goes to
+    // the caller first, then the rest, piped.
+    const split = 'copy' in body ? body : undefined
+    const { out, copy } = split ?? splitBody(body as ReadableStream<Uint8Array>)
     let copyBroke = false
     const reading: CopyReading = { onText: options.onText, pace: pace.wait, onBreak: () => (copyBroke = true), onDoneRead: (done) => (doneRead = done), stop: copyStop.signal, dialect }
     if (idleMs !== Infinity) reading.watch = watched
@@ -222,7 +257,7 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
       return end
     })
     copyEnding = ending
-    if (first) {
+    if (first && !split) {
       const writer = writable.getWriter()
       // Queued, not awaited: the write settles only once the caller reads it, and a caller who leaves
       // before that would hold the relay here for good. The pipe's writes queue behind it.
@@ -301,8 +336,8 @@ function settledWithin(promise: Promise<unknown> | undefined, ms: number): Promi
 /** How `tailOf` reads the copy. */
 interface CopyReading {
   onText?: (piece: string) => void
-  /** Waits before the next read once the copy is drained, given the bytes that drain brought. */
-  pace: (drained: number) => Promise<void>
+  /** Waits before the next read once the copy is drained, given the bytes that drain brought (none: the first wait). */
+  pace: (drained?: number) => Promise<void>
   /** Wraps each read (the idle timeout), given when the last read that brought bytes settled. */
   watch?: <T>(read: Promise<T>, since: number) => Promise<T>
   /** Called when the copy broke (the upstream did). */
@@ -354,6 +389,9 @@ async function tailOf(rest: ReadableStream<Uint8Array>, first: Uint8Array | unde
       // the next one waits for a tick, so no read waits on the copy meanwhile and a chunk wakes nothing.
       let buffer = new ArrayBuffer(READ_BYTES)
       let drained = 0
+      // The first read waits for a tick too: a read left waiting now would wake JavaScript for the next
+      // chunk alone (each wake-up of a short stream costs more than its events do: NOTES.md).
+      await reading.pace()
       for (;;) {
         const next = await watch(reader.read(new Uint8Array(buffer)), since)
         if (next.done || !next.value) return finish()
@@ -455,15 +493,16 @@ const LF = 0x0a
  * and doubles after one of under a quarter of that, within TICK_MIN_MS..`longest`; once hurried (the
  * caller's pipe is over), no wait lasts.
  */
-function pacer(longest: number): { wait(drained: number): Promise<void>; hurry(): void } {
+function pacer(longest: number): { wait(drained?: number): Promise<void>; hurry(): void } {
   let tick = TICK_MIN_MS
   let hurried = false
   let wake: (() => void) | undefined
   return {
     wait(drained) {
       if (hurried) return Promise.resolve()
-      if (drained >= READ_BYTES) tick = Math.max(TICK_MIN_MS, tick / 2)
-      else if (drained < READ_BYTES / 4) tick = Math.min(longest, tick * 2)
+      // The first wait (no drain yet) keeps the shortest tick.
+      if (drained !== undefined && drained >= READ_BYTES) tick = Math.max(TICK_MIN_MS, tick / 2)
+      else if (drained !== undefined && drained < READ_BYTES / 4) tick = Math.min(longest, tick * 2)
       return new Promise<void>((resolve) => {
         const timer = setTimeout(done, tick)
         function done() {

@@ -13,7 +13,7 @@
 import { toOpenAIBody } from '../normalize/index.ts'
 import { createOpenAIRelay } from '../streaming/openai-relay.ts'
 import type { RelayOutcome } from '../streaming/openai-relay.ts'
-import { pipeOpenAIStream } from '../streaming/openai-pipe.ts'
+import { pipeOpenAIStream, splitBody } from '../streaming/openai-pipe.ts'
 import { GatewayError } from '../errors/index.ts'
 import { jsonAnswerResponse } from '../pipeline/json-answer.ts'
 import { retryableFailure } from './retry.ts'
@@ -88,17 +88,26 @@ async function openaiRouteStream(call: CompletionCall, path: string, body: Recor
     // Decided before the first read: a BYOB reader can only be tried on an unlocked stream.
     // Another dialect's stream is always piped: only OpenAI's has a JavaScript relay, which rewrites it.
     const piped = upstream && (dialect !== undefined || isByteStream(stream)) ? upstream : undefined
-    const reader = stream.getReader()
-    const first = await readWithin(reader, firstByteMs(), FIRST_TOKEN_MESSAGE).catch(brokeBeforeFirstByte)
-    if (first.done) throw retryableFailure(new GatewayError('upstream_error', ENDED_MESSAGE))
-    return { stream, reader, first: first.value, piped }
+    // A piped stream is split first and its first chunk read from the copy, so that every byte reaches
+    // the caller natively (openai-pipe.ts); both branches are cancelled if the attempt fails.
+    const split = piped ? splitBody(stream) : undefined
+    const reader = (split?.copy ?? stream).getReader()
+    const first = await readWithin(reader, firstByteMs(), FIRST_TOKEN_MESSAGE).catch((error: unknown) => {
+      split?.cancel(error)
+      return brokeBeforeFirstByte(error)
+    })
+    if (first.done) {
+      split?.cancel()
+      throw retryableFailure(new GatewayError('upstream_error', ENDED_MESSAGE))
+    }
+    return { reader, first: first.value, piped, split }
   })
-  const { stream, reader, first, piped } = opened
-  if (piped) {
+  const { reader, first, piped, split } = opened
+  if (piped && split) {
     reader.releaseLock()
     const { copy } = call
     if (copy) copy.piped = true
-    const native = pipeOpenAIStream({ body: stream, first, abortUpstream: (reason) => piped.abort(reason), totalDeadline: started + timeouts.totalMs, idleMs: timeouts.idleMs, onUsage, onEnd, dialect, ...(copy ? { onText: copy.text, onCopyEnd: copy.end } : {}) })
+    const native = pipeOpenAIStream({ body: split, first, abortUpstream: (reason) => piped.abort(reason), totalDeadline: started + timeouts.totalMs, idleMs: timeouts.idleMs, onUsage, onEnd, dialect, ...(copy ? { onText: copy.text, onCopyEnd: copy.end } : {}) })
     return new Response(native, { status: 200, headers: SSE_HEADERS })
   }
   const relay = createOpenAIRelay({

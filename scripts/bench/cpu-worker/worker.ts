@@ -18,7 +18,7 @@ import type { GatewayEnv } from '../../../src/index.ts'
 import type { Hono } from 'hono'
 import { chatBody, closingEvents, completionJson, contentEvent, parseScenario } from '../wire.ts'
 import { createOpenAIRelay } from '../../../src/streaming/openai-relay.ts'
-import { pipeOpenAIStream } from '../../../src/streaming/openai-pipe.ts'
+import { splitBody, pipeOpenAIStream } from '../../../src/streaming/openai-pipe.ts'
 import { memoryCache, memoryKv } from './memory-stores.ts'
 
 // The quota store's Durable Object class, bound by wrangler.toml [env.dev]; unused with the default KV store.
@@ -178,10 +178,12 @@ async function hop(url: URL, env: Env, ctx: ExecutionContext): Promise<Response>
     let ended!: () => void
     if (mode === 'pipe-waituntil') ctx.waitUntil(new Promise<void>((resolve) => (ended = resolve)))
     // The bench stream never times out or loses its caller: nothing to abort.
-    const reader = stream.getReader()
+    // As podgate's OpenAI route does: split first, the first chunk read from the copy.
+    const split = splitBody(stream)
+    const reader = split.copy.getReader()
     const first = await reader.read()
     reader.releaseLock()
-    stream = pipeOpenAIStream({ body: stream, first: first.value, abortUpstream: () => undefined, totalDeadline: Date.now() + 600_000, onEnd: () => ended?.() })
+    stream = pipeOpenAIStream({ body: split, first: first.value, abortUpstream: () => undefined, totalDeadline: Date.now() + 600_000, onEnd: () => ended?.() })
   }
   if (mode === 'tee-pipe-idle') {
     const [out, watched] = stream.tee()
