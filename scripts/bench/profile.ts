@@ -104,8 +104,10 @@ async function main(): Promise<void> {
 
   const at = (served: Served): Target => ({ name: 'profiled', url: `${served.server.url}/v1/chat/completions`, headers: { authorization: `Bearer ${served.key}` } })
   const json = (body: () => string) => (served: Served) => async () => (await timeJson(at(served), body()), 1)
-  const stream = (body: (scenario: Traffic, stream: boolean) => string) => (served: Served) => async () =>
-    (await timeStream(at(served), body({ events: 2000, first: 0, gap: 0 }, true))).events
+  const stream = (body: (scenario: Traffic, stream: boolean) => string, traffic: Traffic = { events: 2000, first: 0, gap: 0 }) => (served: Served) => async () =>
+    (await timeStream(at(served), body(traffic, true))).events
+  // The target row's stream: 100 events 1 ms apart, the first after 10 ms (run.ts's stream latency round).
+  const paced: Traffic = { events: 100, first: 10, gap: 1 }
   const sampled = (scenario: Traffic, isStream: boolean) => chatBody('bench', scenario, isStream)
   const cacheable = (scenario: Traffic, isStream: boolean) => typicalChat('bench', scenario, isStream)
   const loop = (query: string, units: number) => (served: Served) => async () => {
@@ -119,6 +121,8 @@ async function main(): Promise<void> {
     { name: 'http-json-bypass', what: 'podgate over HTTP: a JSON call the cache skips (temperature 0.7, no seed), one at a time', server: 'podgate', unit: 'request', work: json(() => chatBody('bench', { first: 0 })) },
     { name: 'http-stream', what: 'podgate over HTTP: the typical streamed call (sampled: the native pipe), 2000 events written as fast as the socket takes them, one stream at a time', server: 'podgate', unit: 'event', work: stream(sampled) },
     { name: 'http-stream-cacheable', what: 'podgate over HTTP: a cacheable streamed call (new seed: the cache captures it), 2000 events, one stream at a time', server: 'podgate', unit: 'event', work: stream(cacheable) },
+    { name: 'http-stream-paced', what: 'podgate over HTTP: the typical streamed call at a model\'s pace (the target row\'s: 100 events 1 ms apart), one stream at a time', server: 'podgate', unit: 'event', work: stream(sampled, paced) },
+    { name: 'floor-stream-paced', what: 'the floor under the load of http-stream-paced', server: 'floor', unit: 'event', work: stream(sampled, paced) },
     { name: 'floor-json', what: 'the floor (pass-through Worker) under the load of http-json', server: 'floor', unit: 'request', work: json(() => typicalChat('bench', { first: 0 })) },
     { name: 'floor-stream', what: 'the floor under the load of http-stream', server: 'floor', unit: 'event', work: stream(sampled) },
     { name: 'micro-json', what: 'CPU bench loop: the typical JSON call through createGateway(...).fetch in process (in-memory KV and cache, an upstream answering at once), 100 per step', server: 'micro', unit: 'request', work: loop('target=gateway&n=100&cache=miss', 100) },
