@@ -93,6 +93,9 @@ function corpus(key: string): Case[] {
       ['stream a string', JSON.stringify({ ...valid, stream: 'yes' })],
       ['deeply nested array', deep(100_000)],
       ['deeply nested field', JSON.stringify({ ...valid, user: null }).replace('null', deep(50_000))],
+      // Forwarded as written, and walked for the cache key when the request is cacheable.
+      ['deeply nested forwarded field, cacheable', JSON.stringify({ ...valid, temperature: 0, vllm_xargs: null }).replace('null', deep(20_000))],
+      ['forwarded field nested past the bound, cacheable', JSON.stringify({ ...valid, seed: 1, vllm_xargs: null }).replace('null', deep(1_100))],
       ['huge body', JSON.stringify({ ...valid, padding: 'x'.repeat(11 * 1024 * 1024) })],
       ['invalid utf-8', new Uint8Array([...encoder.encode('{"model":"chat-openai","prompt":"'), 0xff, 0xfe, 0xc3, ...encoder.encode('"}')])],
       ['__proto__', '{"__proto__":{"admin":true},' + JSON.stringify(valid).slice(1)],

@@ -5,6 +5,7 @@
  * (`user`) are left out, so one entry serves every form of the same question. The scope and the purge
  * generation are folded in, so entries never cross scopes and a purge changes every key at once.
  */
+import { GatewayError } from '../errors/index.ts'
 import { FRAMING_FIELDS } from '../normalize/reads.ts'
 import type { NormalizedRequest } from '../normalize/types.ts'
 
@@ -61,18 +62,26 @@ export function kvPrefix(scope: string, model?: string): string {
   return model === undefined ? `cache:${scope}:` : `cache:${scope}:${model}:`
 }
 
-/** JSON with object keys sorted at every level and `undefined` members left out. */
-export function stableJson(value: unknown): string {
+/**
+ * JSON with object keys sorted at every level and `undefined` members left out. A value nested deeper
+ * than MAX_DEPTH is the caller's error (400), not a stack overflow (500). vLLM's server parses bodies
+ * with Python's `json`, which gives up before that depth (Python's recursion limit, 1000 frames), so no
+ * request an endpoint could serve is refused.
+ */
+export function stableJson(value: unknown, depth = 0): string {
   if (value === null || typeof value !== 'object') return JSON.stringify(value) ?? 'null'
-  if (Array.isArray(value)) return `[${value.map((item) => (item === undefined ? 'null' : stableJson(item))).join(',')}]`
+  if (depth >= MAX_DEPTH) throw new GatewayError('invalid_request', `The request nests JSON more than ${MAX_DEPTH} levels deep.`)
+  if (Array.isArray(value)) return `[${value.map((item) => (item === undefined ? 'null' : stableJson(item, depth + 1))).join(',')}]`
   const record = value as Record<string, unknown>
   const members: string[] = []
   for (const name of Object.keys(record).sort()) {
     const member = record[name]
-    if (member !== undefined) members.push(`${JSON.stringify(name)}:${stableJson(member)}`)
+    if (member !== undefined) members.push(`${JSON.stringify(name)}:${stableJson(member, depth + 1)}`)
   }
   return `{${members.join(',')}}`
 }
+
+const MAX_DEPTH = 1000
 
 function toHex(bytes: Uint8Array): string {
   let out = ''
