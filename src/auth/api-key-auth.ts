@@ -125,6 +125,8 @@ export function apiKeyAuth(options: ApiKeyAuthOptions): MiddlewareHandler<Gatewa
     const body = c.res.body
     if (body && (c.res.headers.get('content-type') ?? '').startsWith('text/event-stream')) {
       const stillValid = async () => {
+        // A token's own expiry ends its stream as its key's revocation does.
+        if (principal.tokenExpiresAt !== null && Date.now() >= principal.tokenExpiresAt) return false
         const record = await store.lookupById(principal.keyId)
         return record !== null && isLive(record) && keyGeneration(record) === principal.keyGeneration
       }
@@ -134,7 +136,7 @@ export function apiKeyAuth(options: ApiKeyAuthOptions): MiddlewareHandler<Gatewa
   }
 }
 
-const REVOKED_MESSAGE = 'This stream ended: its API key was revoked, rotated or expired while it was open.'
+const REVOKED_MESSAGE = 'This stream ended: its API key (or token) was revoked, rotated or expired while it was open.'
 
 /** The surface's in-stream error event: OpenAI's `data: {"error":...}`, the job stream's `event: error`, or a dialect's. */
 function revokedEvent(path: string): string {
@@ -197,6 +199,7 @@ async function tokenPrincipal(credential: string, where: OriginCheck, store: Key
     models: intersect(claims.models, parent.models),
     tokenId: claims.jti,
     tokenQuota: claims.quota,
+    tokenExpiresAt: claims.exp * 1000,
     subject: claims.sub ?? null,
   }
 }

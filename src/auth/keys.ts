@@ -79,6 +79,8 @@ export interface Principal {
    * own. Null otherwise.
    */
   tokenQuota: QuotaPolicy | null
+  /** For a token, when it expires (ms since the epoch): an open stream ends then. Null otherwise. */
+  tokenExpiresAt: number | null
   /** A prefix of the key secret's hash: names the secret's generation in minted tokens, reveals nothing. */
   keyGeneration: string
   /**
@@ -141,7 +143,7 @@ export async function timingSafeEqualText(a: string, b: string): Promise<boolean
 }
 
 export function toPrincipal(record: KeyRecord): Principal {
-  return { keyId: record.id, name: record.name, kind: record.kind, credential: record.kind, models: record.models, quota: record.quota ?? null, tokenId: null, tokenQuota: null, keyGeneration: keyGeneration(record), subject: null }
+  return { keyId: record.id, name: record.name, kind: record.kind, credential: record.kind, models: record.models, quota: record.quota ?? null, tokenId: null, tokenQuota: null, tokenExpiresAt: null, keyGeneration: keyGeneration(record), subject: null }
 }
 
 export function keyGeneration(record: KeyRecord): string {

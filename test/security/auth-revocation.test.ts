@@ -89,6 +89,20 @@ describe('L8 revocation ends open streams', () => {
     expect(Date.now() - revoked).toBeLessThan(5_000)
   })
 
+  it('auth-revocation: an open stream answered to a token ends with an error event once the token expires', async () => {
+    const h = harness()
+    const { key } = await h.createKey()
+    const minted = (await (await h.fetch('/v1/tokens', authed(key, JSON.stringify({ ttlSeconds: 1 })))).json()) as { token: string; expiresAt: number }
+    const res = await h.fetch('/v1/chat/completions', authed(minted.token, chatBody('chat-openai', 'hold [[emulator:fault=stall,after=3]]', { stream: true, max_tokens: 50 })))
+    expect(res.status).toBe(200)
+    // The stream stalls after 3 tokens: only the token's expiry (plus one 1 s check) can end it.
+    const events = await readSSE(res)
+    expect(Date.now()).toBeGreaterThanOrEqual(minted.expiresAt)
+    expect(Date.now() - minted.expiresAt).toBeLessThan(3_000)
+    expect(events.at(-1)).toMatchObject({ error: { code: 'invalid_api_key' } })
+    expect(events).not.toContain('[DONE]')
+  })
+
   it('auth-revocation: an open /v2 job event stream of a revoked key ends with event: error', async () => {
     const h = harness({ keyCacheTtlMs: 0 })
     const { id, key } = await h.createKey({ name: 'job streaming' })
