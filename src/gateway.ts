@@ -21,7 +21,7 @@ import { podgateCors } from './cors/index.ts'
 import type { GatewayOptionsInput } from './config/schema.ts'
 import { GatewayError } from './errors/index.ts'
 import { setAnswerHeader } from './http/headers.ts'
-import { createLogger } from './http/log.ts'
+import { createLogger, secretScrubber } from './http/log.ts'
 import type { LogSink } from './http/log.ts'
 import { createErrorHandler, errorResponse, formatForPath } from './http/respond.ts'
 import { openaiRoutes, runpodOpenAIRoutes } from './openai/routes.ts'
@@ -98,7 +98,8 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
   const { edgeCache, now: cacheNow, ...cacheConfig } = cacheOption ?? {}
   const config = resolveConfig({ ...(quotaOption ? { ...input, quota: quotaConfig } : input), cache: cacheConfig })
   const endpointKeys = Object.values(config.models).flatMap((m) => m.endpoints.flatMap((e) => ('apiKey' in e && e.apiKey ? [e.apiKey] : [])))
-  const log = createLogger({ secrets: [config.runpod.apiKey, config.adminToken ?? '', config.signingSecret ?? '', ...endpointKeys], sink: logSink })
+  const secrets = [config.runpod.apiKey, config.adminToken ?? '', config.signingSecret ?? '', ...endpointKeys]
+  const log = createLogger({ secrets, sink: logSink })
   const client = new RunpodClient({ apiKey: config.runpod.apiKey, timeoutMs: config.runpod.timeoutMs, fetch: fetchOption })
   const models = resolveModels(config)
   const kv = kvOption ?? defaultKv
@@ -109,7 +110,7 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
   const streamCheckMs = 1_000
 
   const app = new Hono<GatewayEnv>()
-  app.onError(createErrorHandler(log))
+  app.onError(createErrorHandler(log, secretScrubber(secrets)))
   app.notFound((c) => errorResponse(new GatewayError('not_found', `No route for ${c.req.method} ${c.req.path}.`), formatForPath(c.req.path), c.get('requestId')))
 
   app.use(async function requestId(c, next) {

@@ -77,6 +77,30 @@ describe('no secret leaks', () => {
     expect(h.logs.length).toBeGreaterThan(0)
   })
 
+  it.each(['text', 'json'] as const)('an upstream 400 (%s) that echoes the Authorization header never shows the Runpod key to the caller', async (shape) => {
+    // A proxy, a firewall or a `url:` server whose error page quotes the request's headers.
+    const echoing = async (input: RequestInfo | URL, init?: RequestInit) => {
+      const auth = new Request(input, init).headers.get('authorization') ?? ''
+      return shape === 'text'
+        ? new Response(`Bad Request: unexpected header "authorization: ${auth}"`, { status: 400, headers: { 'content-type': 'text/plain' } })
+        : Response.json({ error: { message: `invalid request headers: authorization=${auth}` } }, { status: 400 })
+    }
+    const h = harness({
+      models: { 'm-openai': { endpoints: [{ endpointId: 'abc123' }], mode: 'openai' }, 'm-native': { endpoints: [{ endpointId: 'def456' }], mode: 'native' } },
+      fetch: echoing,
+    })
+    const { key } = await h.createKey()
+    const answers = [await h.fetch('/v1/chat/completions', authed(key, chatBody('m-openai'))), await h.fetch('/v2/m-native/run', authed(key, JSON.stringify({ input: { prompt: 'hi' } })))]
+    for (const res of answers) {
+      const body = await res.text()
+      // Still the upstream's refusal, relayed as the caller's 400, with the key taken out.
+      expect(res.status).toBe(400)
+      expect(body).toContain('authorization')
+      expect(body).toContain('[redacted]')
+      expect(body).not.toContain(RUNPOD_KEY)
+    }
+  })
+
   it('the logger scrubs any podgate credential and the signing secret even when code logs them', async () => {
     let failure = ''
     const h = harness({

@@ -15,11 +15,24 @@ export interface LoggerOptions {
 }
 
 export function createLogger(options: LoggerOptions): (line: LogLine) => void {
-  const secrets = options.secrets.filter((s) => s.length >= 8)
+  const scrub = secretScrubber(options.secrets)
   const sink = options.sink ?? ((line: string) => console.log(line))
   return function log(line: LogLine): void {
-    let text = JSON.stringify(line)
-    for (const secret of secrets) text = text.replaceAll(secret, '[redacted]')
-    sink(text.replace(CREDENTIAL_PATTERN, (found) => `${found.slice(0, 6)}[redacted]`))
+    sink(scrub(JSON.stringify(line)).replace(CREDENTIAL_PATTERN, (found) => `${found.slice(0, 6)}[redacted]`))
+  }
+}
+
+/**
+ * Replaces each secret in a text with `[redacted]`. Secrets shorter than 8 characters are left alone:
+ * they would match ordinary text.
+ *
+ * @example
+ * secretScrubber(['rp_0123456789'])('key rp_0123456789') // 'key [redacted]'
+ */
+export function secretScrubber(secrets: readonly string[]): (text: string) => string {
+  const known = secrets.filter((secret) => secret.length >= 8)
+  return (text) => {
+    for (const secret of known) text = text.replaceAll(secret, '[redacted]')
+    return text
   }
 }

@@ -17,12 +17,13 @@ function anthropicErrorBody(error: GatewayError): { type: 'error'; error: { type
   return { type: 'error', error: { type: error.type, message: error.message } }
 }
 
-export function errorResponse(error: GatewayError, format: ErrorFormat, requestId?: string): Response {
+/** `scrub` takes the operator's secrets out of the body: a message may quote an upstream's answer. */
+export function errorResponse(error: GatewayError, format: ErrorFormat, requestId?: string, scrub?: (text: string) => string): Response {
   const headers = new Headers(error.headers)
   headers.set('content-type', 'application/json; charset=utf-8')
   if (requestId) headers.set('x-request-id', requestId)
-  const body = format === 'runpod' ? runpodErrorBody(error) : format === 'anthropic' ? anthropicErrorBody(error) : openAIErrorBody(error)
-  return new Response(JSON.stringify(body), { status: error.status, headers })
+  const body = JSON.stringify(format === 'runpod' ? runpodErrorBody(error) : format === 'anthropic' ? anthropicErrorBody(error) : openAIErrorBody(error))
+  return new Response(scrub ? scrub(body) : body, { status: error.status, headers })
 }
 
 /**
@@ -34,8 +35,11 @@ export function formatForPath(path: string): ErrorFormat {
   return /\/v2\//.test(path) && !/\/v2\/([^/]+\/openai\/v1(\/|$)|rerank$)/.test(path) ? 'runpod' : 'openai'
 }
 
-/** Hono `onError`: logs unexpected errors (without secrets) and answers in the caller's format. */
-export function createErrorHandler(log: (line: Record<string, unknown>) => void) {
+/**
+ * Hono `onError`: logs unexpected errors (without secrets) and answers in the caller's format, with
+ * `scrub` taking the operator's secrets out of the answer.
+ */
+export function createErrorHandler(log: (line: Record<string, unknown>) => void, scrub?: (text: string) => string) {
   return function onError(err: Error, c: Context): Response {
     const error = toGatewayError(err)
     const requestId = c.get('requestId') as string | undefined
@@ -43,6 +47,6 @@ export function createErrorHandler(log: (line: Record<string, unknown>) => void)
       const cause = error.cause instanceof Error ? `${error.cause.name}: ${error.cause.message}` : undefined
       log({ level: 'error', request_id: requestId, code: error.code, message: error.message, cause })
     }
-    return errorResponse(error, formatForPath(c.req.path), requestId)
+    return errorResponse(error, formatForPath(c.req.path), requestId, scrub)
   }
 }

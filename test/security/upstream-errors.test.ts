@@ -4,6 +4,7 @@
  */
 import { describe, expect, it } from 'vitest'
 import { createRunpodEmulator } from '../../src/testing/index.ts'
+import { upstreamHttpError } from '../../src/upstream/runpod/client.ts'
 import { authed, chatBody, harness, MODELS, RUNPOD_KEY } from '../helpers.ts'
 
 const post = (key: string, body: unknown): RequestInit => authed(key, JSON.stringify(body))
@@ -96,4 +97,13 @@ describe('item 11: runpod-python local server output, as the handler returned it
       expect(upstream.paths).toEqual(['/run'])
     })
   }
+})
+
+describe('an upstream error page that quotes the request', () => {
+  it('loses the key the call carried before it becomes the caller\'s message, even where no error handler runs (a stream\'s error event)', async () => {
+    const page = new Response(`400 Bad Request: header authorization="Bearer ${RUNPOD_KEY}" not allowed`, { status: 400 })
+    const error = await upstreamHttpError(page, { url: 'https://api.runpod.ai/v2/abc/stream/1', jobOp: true, secret: RUNPOD_KEY })
+    expect(error.code).toBe('invalid_request')
+    expect(error.message).toBe('400 Bad Request: header authorization="Bearer [redacted]" not allowed')
+  })
 })

@@ -8,6 +8,7 @@
 import { GatewayError } from '../../errors/index.ts'
 import type { EndpointConfig } from '../../config/schema.ts'
 import { isRefusalStatus, refusalError, upstreamRefusal } from '../../streaming/vllm.ts'
+import { secretScrubber } from '../../http/log.ts'
 
 export type JobState = 'IN_QUEUE' | 'IN_PROGRESS' | 'RUNNING' | 'COMPLETED' | 'FAILED' | 'CANCELLED' | 'TIMED_OUT'
 
@@ -182,7 +183,7 @@ export class RunpodClient {
     const { response, clear } = await this.#send(endpoint, `openai/v1${path}`, body === undefined ? { method: 'GET' } : { method: 'POST', body }, options)
     if (!response.ok) {
       clear()
-      throw await upstreamHttpError(response, { url: `${endpoint.base}/openai/v1${path}`, jobOp: false })
+      throw await upstreamHttpError(response, { url: `${endpoint.base}/openai/v1${path}`, jobOp: false, secret: this.#bearer(endpoint) })
     }
     if (options.headersTimeoutOnly || !response.body) {
       clear()
@@ -201,7 +202,7 @@ export class RunpodClient {
   async openaiJson(endpoint: Endpoint, path: string, body: unknown, options: CallOptions = {}): Promise<unknown> {
     const { response, clear } = await this.#send(endpoint, `openai/v1${path}`, { method: 'POST', body }, options)
     try {
-      if (!response.ok) throw await upstreamHttpError(response, { url: `${endpoint.base}/openai/v1${path}`, jobOp: false })
+      if (!response.ok) throw await upstreamHttpError(response, { url: `${endpoint.base}/openai/v1${path}`, jobOp: false, secret: this.#bearer(endpoint) })
       return await response.json()
     } catch (cause) {
       if (cause instanceof GatewayError) throw cause
@@ -214,7 +215,7 @@ export class RunpodClient {
   async #json(endpoint: Endpoint, path: string, init: { method: string; body?: unknown }, options: CallOptions): Promise<unknown> {
     const { response, clear } = await this.#send(endpoint, path, init, options)
     try {
-      if (!response.ok) throw await upstreamHttpError(response, { url: `${endpoint.base}/${path}`, jobOp: JOB_OPS.test(path) })
+      if (!response.ok) throw await upstreamHttpError(response, { url: `${endpoint.base}/${path}`, jobOp: JOB_OPS.test(path), secret: this.#bearer(endpoint) })
       return await response.json()
     } catch (cause) {
       if (cause instanceof GatewayError) throw cause
@@ -225,13 +226,18 @@ export class RunpodClient {
     }
   }
 
+  /** The key an endpoint's calls carry, if any. */
+  #bearer(endpoint: Endpoint): string | undefined {
+    return endpoint.credential.kind === 'runpod' ? this.#apiKey : endpoint.credential.kind === 'own' ? endpoint.credential.apiKey : undefined
+  }
+
   /** Sends one call under a timeout; the caller ends the timer with `clear` once it has read what it needs. */
   async #send(endpoint: Endpoint, path: string, init: { method: string; body?: unknown }, options: CallOptions): Promise<{ response: Response; clear: () => void }> {
     const timeout = new AbortController()
     const timer = setTimeout(() => timeout.abort(), options.timeoutMs ?? this.#timeoutMs)
     const signal = options.signal ? AbortSignal.any([options.signal, timeout.signal]) : timeout.signal
     const headers: Record<string, string> = { accept: 'application/json, text/event-stream' }
-    const bearer = endpoint.credential.kind === 'runpod' ? this.#apiKey : endpoint.credential.kind === 'own' ? endpoint.credential.apiKey : undefined
+    const bearer = this.#bearer(endpoint)
     if (bearer !== undefined) headers.authorization = `Bearer ${bearer}`
     if (init.body !== undefined) headers['content-type'] = 'application/json'
     try {
@@ -254,10 +260,13 @@ export class RunpodClient {
 /**
  * Maps an upstream HTTP failure to a GatewayError. vLLM's own 400s (e.g. a prompt longer than the context)
  * are the caller's to fix, so their message passes through; auth and routing failures are the operator's,
- * so the caller only learns that the upstream refused podgate.
+ * so the caller only learns that the upstream refused podgate. The key the call carried (`secret`) is
+ * taken out of the upstream's text first: a proxy or server that echoes request headers in its error
+ * page would otherwise show it to the caller.
  */
-export async function upstreamHttpError(response: Response, options: { url: string; jobOp: boolean }): Promise<GatewayError> {
-  const text = await response.text().catch(() => '')
+export async function upstreamHttpError(response: Response, options: { url: string; jobOp: boolean; secret?: string | undefined }): Promise<GatewayError> {
+  const raw = await response.text().catch(() => '')
+  const text = options.secret ? secretScrubber([options.secret])(raw) : raw
   const status = response.status
   const retryAfter = response.headers.get('retry-after')
   const retryAfterSeconds = retryAfter && /^\d{1,6}$/.test(retryAfter) ? Number(retryAfter) : undefined
