@@ -179,11 +179,10 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
     waitParam(c, 0)
     await next()
   })
-  for (const op of ['status/:id', 'status-sync/:id', 'cancel/:id', 'health']) app.use(`/v2/:model/${op}`, control)
-  // A JSON stream page is a poll; an event stream is admitted once and polls upstream itself.
-  app.use('/v2/:model/stream/:id', function streamPollQuota(c, next) {
-    return (c.req.header('accept') ?? '').includes('text/event-stream') ? next() : control(c, next)
-  })
+  // A JSON stream page is a poll. So is opening an event stream (which the completion stages also admit,
+  // for its stream slot): without a count, a key over its control limit could reopen one, each time
+  // making an upstream call, as often as it liked.
+  for (const op of ['status/:id', 'status-sync/:id', 'cancel/:id', 'health', 'stream/:id']) app.use(`/v2/:model/${op}`, control)
   // Runpod's URL shape for the OpenAI surface (`/v2/<model>/openai/v1/*`): the same stages, cache included.
   app.route('/v2', runpodOpenAIRoutes(openai))
   app.route('/v2', nativeRoutes({ models, client, runpod: config.runpod, secret: config.signingSecret ?? config.runpod.apiKey, maxBodyBytes: config.maxBodyBytes, stages: uncached }))

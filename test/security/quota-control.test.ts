@@ -92,11 +92,27 @@ describe('M4 control calls count against controlPerMinute', () => {
     expect((await h.fetch(`/v2/chat-current/status/${id}`, authed(key))).status).toBe(200)
     expect((await h.fetch(`/v2/chat-current/status/${id}`, authed(key))).status).toBe(200)
     expect((await h.fetch(`/v2/chat-current/status/${id}`, authed(key))).status).toBe(429)
-    // The job's event stream is not a control call: it is admitted and polls upstream itself.
-    const events = await h.fetch(`/v2/chat-current/stream/${id}`, call(key, 'GET', 'text/event-stream'))
-    expect(events.status).toBe(200)
-    const text = await events.text()
-    expect(text, text).toContain('event: done')
+  })
+
+  it('quota-control: opening a job event stream is a control call: a key over its limit cannot reopen one to poll upstream', async () => {
+    const h = harness({ quota: { defaults: { controlPerMinute: 2 }, now: () => START } })
+    const { key } = await h.createKey({ name: 'poller' })
+    const id = await startJob(h, key)
+    const open = () => h.fetch(`/v2/chat-current/stream/${id}?detach=true`, call(key, 'GET', 'text/event-stream'))
+    const first = await open()
+    expect(first.status).toBe(200)
+    expect(await first.text()).toContain('event: done')
+    expect((await h.fetch(`/v2/chat-current/status/${id}`, authed(key))).status).toBe(200)
+    await h.settle()
+    const before = h.emulator.calls.length
+    for (let i = 0; i < 5; i++) {
+      const res = await open()
+      expect(res.status).toBe(429)
+      expect(res.headers.get('ratelimit-policy')).toContain('"control"')
+      await res.text()
+    }
+    await h.settle()
+    expect(h.emulator.calls.length).toBe(before)
   })
 
   it('quota-control: a per-model controlPerMinute applies to that model', async () => {
