@@ -189,6 +189,28 @@ describe('quota stage', () => {
     const usage = await usageOf(h, key)
     expect(usage.windows?.minute).toMatchObject({ requests: 2, tokens: answer.usage.total_tokens })
   })
+
+  it('a cache HIT is answered to a key whose token quota has no room for the call\'s reservation: it costs no tokens', async () => {
+    const { h } = clockedHarness()
+    const { key } = await h.createKey({ name: 'hit-tpm', quota: { requestsPerMinute: 10, tokensPerMinute: 300 } })
+    // Reserves ~8 + 200 tokens and uses ~156: the second call's reservation no longer fits in 300.
+    const first = await chat(h, key, 'cache me [[emulator:tokens=150]]', { temperature: 0, max_tokens: 200 })
+    expect(first.headers.get('x-podgate-cache')).toBe('MISS')
+    await first.text()
+    await h.settle()
+    const second = await chat(h, key, 'cache me [[emulator:tokens=150]]', { temperature: 0, max_tokens: 200 })
+    expect(second.status, await second.clone().text()).toBe(200)
+    expect(second.headers.get('x-podgate-cache')).toBe('HIT')
+    // Its rate-limit headers count no reservation for it.
+    const used = (await usageOf(h, key)).windows!.minute.tokens
+    expect(Number(second.headers.get('x-ratelimit-remaining-tokens'))).toBe(300 - used)
+    // A new question still needs room for its reservation.
+    const third = await chat(h, key, 'new question [[emulator:tokens=5]]', { temperature: 0, max_tokens: 200 })
+    expect(third.status).toBe(429)
+    await third.text()
+    await h.settle()
+    expect((await usageOf(h, key)).windows?.minute).toMatchObject({ requests: 2, tokens: used })
+  })
 })
 
 describe("a token's own quota", () => {

@@ -16,6 +16,7 @@ import { decideCaching } from './policy.ts'
 import type { CacheDecision } from './policy.ts'
 import { replay, withCacheHeaders } from './replay.ts'
 import { readEntry } from './store.ts'
+import type { CacheEntry } from './store.ts'
 
 export type { CacheRun, CacheStageOptions, Plan } from './run.ts'
 
@@ -37,7 +38,7 @@ export function cacheStage(options: CacheStageOptions): CompletionStage {
     const { c, request } = ctx
     const decision = decideCaching({ request, headers: c.req.raw.headers, settings: options.settings(ctx.model) })
     const keyId = scopeKeyId(options, ctx)
-    let plan: Prepared = { keyId }
+    let ready: Prepared = { keyId }
     if (decision.cacheable && !(options.scope === 'key' && keyId === undefined)) {
       let generation: Promise<string>
       try {
@@ -46,44 +47,41 @@ export function cacheStage(options: CacheStageOptions): CompletionStage {
         // A binding that throws is this read's failure, met by the stage.
         generation = Promise.reject(error)
       }
+      // A token minted with a `sub` reads and writes its end user's entries only; a purge of the key covers them.
+      const subject = c.get('principal')?.subject
+      const scope = keyId === undefined ? 'shared' : subject ? `key:${keyId}:sub:${subject}` : `key:${keyId}`
       // Awaited by the stage; a stage ahead of it that refuses the request leaves it unawaited.
       generation.catch(() => undefined)
-      plan = { keyId, cacheable: { decision, generation } }
+      // The key and the lookup run once, when first asked for: by this stage, or before it by the quota
+      // stage, whose token limit refuses a call only if it is not a hit (a hit costs no tokens). A request
+      // refused for anything else is never looked up.
+      let plan: Promise<Plan> | undefined
+      let hit: Promise<FreshHit | undefined> | undefined
+      const planned = () => (plan ??= generation.then(async (generation) => ({ key: await cacheKey({ request, scope, generation }), ttlSeconds: decision.ttlSeconds })))
+      const found = () => (hit ??= decision.lookup ? planned().then((plan) => freshHit(run, ctx, plan, decision)) : Promise.resolve(undefined))
+      ctx.withoutUpstream = () => found().then((entry) => entry !== undefined, () => false)
+      ready = { keyId, cacheable: { decision, generation, plan: planned, hit: found } }
     }
-    prepared.set(ctx, plan)
-    return plan
+    prepared.set(ctx, ready)
+    return ready
   }
 
   async function cache(ctx: CompletionContext, next: CompletionHandler): Promise<Response> {
-    const { c, request } = ctx
-    const { keyId, cacheable } = prepare(ctx)
+    const { cacheable } = prepare(ctx)
     if (!cacheable) return withCacheHeaders(await next(ctx), 'BYPASS')
-    const { decision } = cacheable
-
-    let generation: string
     try {
-      generation = await cacheable.generation
+      await cacheable.generation
     } catch (error) {
       // Without the purge generation a lookup could serve a purged answer: serve this one uncached.
       run.log({ level: 'warn', message: 'cache generation read failed', cause: String(error) })
       return withCacheHeaders(await next(ctx), 'BYPASS')
     }
-    // A token minted with a `sub` reads and writes its end user's entries only; a purge of the key covers them.
-    const subject = c.get('principal')?.subject
-    const scope = keyId === undefined ? 'shared' : subject ? `key:${keyId}:sub:${subject}` : `key:${keyId}`
-    const key = await cacheKey({ request, scope, generation })
-    const plan: Plan = { key, ttlSeconds: decision.ttlSeconds }
-
-    if (decision.lookup) {
-      const hit = await lookup(run, ctx, plan)
-      if (hit) {
-        const age = Math.max(0, options.now() - hit.storedAt)
-        const fresh = age <= decision.ttlSeconds * 1000 && (decision.maxAgeSeconds === undefined || age <= decision.maxAgeSeconds * 1000)
-        if (fresh) {
-          ctx.settle({ ok: true, usage: hit.answer.usage, cached: true })
-          return replay(hit.answer, request, 'HIT', age)
-        }
-      }
+    // A body the key cannot be made of (nested too deep) is refused here.
+    const plan = await cacheable.plan()
+    const hit = await cacheable.hit()
+    if (hit) {
+      ctx.settle({ ok: true, usage: hit.entry.answer.usage, cached: true })
+      return replay(hit.entry.answer, ctx.request, 'HIT', hit.age)
     }
     return coalesceOrLead(run, ctx, next, plan, false)
   }
@@ -102,9 +100,20 @@ export function cacheStage(options: CacheStageOptions): CompletionStage {
 
 interface Prepared {
   keyId: string | undefined
-  /** Set when the request is cacheable in its scope: the decision, and the purge generation's read. */
-  cacheable?: { decision: Extract<CacheDecision, { cacheable: true }>; generation: Promise<string> }
+  /**
+   * Set when the request is cacheable in its scope: the decision, the purge generation's read, the key
+   * made with it, and the lookup (a fresh entry and its age, or undefined).
+   */
+  cacheable?: { decision: CacheableDecision; generation: Promise<string>; plan: () => Promise<Plan>; hit: () => Promise<FreshHit | undefined> }
 }
+
+/** A stored answer fresh enough for the request, and its age in ms. */
+interface FreshHit {
+  entry: CacheEntry
+  age: number
+}
+
+type CacheableDecision = Extract<CacheDecision, { cacheable: true }>
 
 /**
  * Whose entries a request reads and writes: the caller's key (`scope: 'key'`), or `undefined` for the
@@ -114,11 +123,14 @@ function scopeKeyId(options: CacheStageOptions, ctx: CompletionContext): string 
   return options.scope === 'key' ? ctx.c.get('principal')?.keyId : undefined
 }
 
-/** The stored entry for the plan's key, or undefined; a storage failure is a miss. */
-async function lookup(run: CacheRun, ctx: CompletionContext, plan: Plan) {
+/** The stored entry for the plan's key if it is fresh for this request, with its age; a storage failure is a miss. */
+async function freshHit(run: CacheRun, ctx: CompletionContext, plan: Plan, decision: CacheableDecision): Promise<FreshHit | undefined> {
   const hit = await readEntry(run.options.tiers(ctx.c), plan.key, waitUntilOf(ctx.c)).catch((error: unknown) => {
     run.log({ level: 'warn', message: 'cache lookup failed', cause: String(error) })
     return undefined
   })
-  return hit?.entry
+  if (!hit) return undefined
+  const age = Math.max(0, run.options.now() - hit.entry.storedAt)
+  const fresh = age <= decision.ttlSeconds * 1000 && (decision.maxAgeSeconds === undefined || age <= decision.maxAgeSeconds * 1000)
+  return fresh ? { entry: hit.entry, age } : undefined
 }

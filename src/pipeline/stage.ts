@@ -46,6 +46,13 @@ export interface CompletionContext {
    * caller reads; the stage records from that instead of reading the body.
    */
   copy?: StreamCopy
+  /**
+   * Set by a stage's `warm` that may answer without the upstream (the cache): whether it will (a fresh
+   * hit), found out once, when first called (the stage's own lookup). A stage ahead of it that would
+   * refuse the call for the upstream's work (the quota's token limits) asks first: a cached answer costs
+   * no tokens.
+   */
+  withoutUpstream?: () => Promise<boolean>
 }
 
 export interface StreamCopy {

@@ -35,8 +35,13 @@ export function quotaStage(service: QuotaService): CompletionStage {
     const store = service.storeFor(ctx.c, policy)
     const now = service.now()
     const background = waitUntilOf(ctx.c)
-    const cost: QuotaCost = { tokens: estimateTokens(ctx.request), stream: ctx.request.stream }
-    const result = await store.reserve({ keyId: principal.keyId, policy, cost, now, background })
+    let cost: QuotaCost = { tokens: estimateTokens(ctx.request), stream: ctx.request.stream }
+    let result = await store.reserve({ keyId: principal.keyId, policy, cost, now, background })
+    // Refused for its tokens: a cached answer costs none (the request and a stream slot only).
+    if (!result.ok && (result.exceeded === 'tpm' || result.exceeded === 'tpd') && (await ctx.withoutUpstream?.())) {
+      cost = { ...cost, tokens: 0 }
+      result = await store.reserve({ keyId: principal.keyId, policy, cost, now, background })
+    }
     // The token stage runs this stage with the token as the principal: its refusals name the token's limits.
     const holder = principal.tokenId !== null && principal.keyId === principal.tokenId ? 'token' : 'key'
     if (!result.ok) throw rateLimited({ policy, usage: result.usage, exceeded: result.exceeded, cost, now, holder })
