@@ -6,7 +6,7 @@ import { describe, expect, it } from 'vitest'
 import { env, listDurableObjectIds } from 'cloudflare:test'
 import { tokensToCharge } from '../src/quota/stage.ts'
 import { GatewayError } from '../src/errors/index.ts'
-import { ADMIN_TOKEN, MODEL_NAMES, MODELS, authed, chatBody, harness, readSSE } from './helpers.ts'
+import { ADMIN_TOKEN, MODEL_NAMES, MODELS, authed, chatBody, harness, readSSE, readSome, scriptedUpstream } from './helpers.ts'
 import type { Harness } from './helpers.ts'
 import { recordingKv } from './quota-sim.ts'
 
@@ -30,6 +30,12 @@ async function usageOf(h: Harness, key: string): Promise<UsageReport> {
   const res = await h.fetch('/v1/usage', authed(key))
   expect(res.status).toBe(200)
   return (await res.json()) as UsageReport
+}
+
+/** The minute window of the key, once every settle has landed. */
+async function minuteOf(h: Harness, key: string): Promise<{ requests: number; tokens: number }> {
+  await h.settle()
+  return (await usageOf(h, key)).windows!.minute
 }
 
 const chat = (h: Harness, key: string, content = 'Say hello [[emulator:tokens=7]]', extra: Record<string, unknown> = {}, model = 'chat-openai') =>
@@ -173,6 +179,8 @@ describe('quota stage', () => {
     const error = new GatewayError('upstream_error', 'x')
     expect(tokensToCharge({ ok: false, error, producedOutput: true, usage: { prompt_tokens: 5, completion_tokens: 3, total_tokens: 8 } }, 90)).toBe(8)
     expect(tokensToCharge({ ok: false, error, producedOutput: false }, 90)).toBe(0)
+    // A coalesced twin's end is not its own call: free, whatever reached its caller.
+    expect(tokensToCharge({ ok: false, error, producedOutput: true, cached: true }, 90, 10)).toBe(0)
   })
 
   it('a cache HIT through the gateway counts the request, not its tokens', async () => {
@@ -210,6 +218,92 @@ describe('quota stage', () => {
     await third.text()
     await h.settle()
     expect((await usageOf(h, key)).windows?.minute).toMatchObject({ requests: 2, tokens: used })
+  })
+})
+
+describe('coalesced twins', () => {
+  // docs/caching.md "Quotas": a coalesced answer counts as a request, never against token quotas,
+  // however the twin's stream ends.
+  it('a COALESCED streaming twin that hangs up mid-stream is charged no tokens (it used no GPU time)', async () => {
+    const { h } = clockedHarness()
+    const { key } = await h.createKey({ name: 'twins', quota: { requestsPerMinute: 100, tokensPerMinute: 1_000_000 } })
+    // Native endpoint: podgate reads the stream itself, so a streaming twin follows the leader live.
+    const body = chatBody('chat-current', 'twin leaves [[emulator:delay=20,tokens=20]]', { temperature: 0, max_tokens: 2000, stream: true, stream_options: { include_usage: true } })
+    const leader = await h.fetch('/v1/chat/completions', authed(key, body))
+    expect(leader.headers.get('x-podgate-cache')).toBe('MISS')
+    const twin = await h.fetch('/v1/chat/completions', authed(key, body))
+    expect(twin.headers.get('x-podgate-cache')).toBe('COALESCED')
+    const reader = await readSome(twin, 1)
+    await reader.cancel()
+    const events = await readSSE(leader)
+    expect(events.at(-1)).toBe('[DONE]')
+    const leaderUsage = (events.at(-2) as { usage: { total_tokens: number } }).usage
+    const minute = await minuteOf(h, key)
+    expect(minute.requests).toBe(2)
+    // Only the leader's real usage.
+    expect(minute.tokens).toBe(leaderUsage.total_tokens)
+  })
+
+  it('when a shared stream breaks mid-way, each COALESCED twin is not charged its whole reservation', async () => {
+    const { h } = clockedHarness()
+    const { key } = await h.createKey({ name: 'twins-fail', quota: { requestsPerMinute: 100, tokensPerMinute: 1_000_000 } })
+    const body = chatBody('chat-current', 'shared break [[emulator:delay=20,tokens=20,fault=mid_stream,after=5]]', { temperature: 0, max_tokens: 2000, stream: true })
+    const leader = await h.fetch('/v1/chat/completions', authed(key, body))
+    const twins = await Promise.all([0, 1, 2].map(() => h.fetch('/v1/chat/completions', authed(key, body))))
+    expect(twins.map((t) => t.headers.get('x-podgate-cache'))).toEqual(['COALESCED', 'COALESCED', 'COALESCED'])
+    await Promise.all([leader, ...twins].map((r) => r.text()))
+    const minute = await minuteOf(h, key)
+    expect(minute.requests).toBe(4)
+    // One upstream call broke after 5 tokens. The leader may keep its own reservation (docs/quotas.md: "a
+    // failure after some output counts the usage reported, else keeps the reservation"), but the three
+    // twins spent no GPU time: the key must not be charged 4 x (prompt + 2000).
+    expect(minute.tokens).toBeLessThan(2 * 2000)
+  })
+
+  it('a twin that asks on its own after the leader left is charged that call like any other', async () => {
+    // The gateway scope: two keys share one flight, so each key's minute shows only its own charge.
+    const { h } = clockedHarness({ cache: { scope: 'gateway' } })
+    const first = await h.createKey({ name: 'leader', quota: { tokensPerMinute: 1_000_000 } })
+    const second = await h.createKey({ name: 'twin', quota: { tokensPerMinute: 1_000_000 } })
+    const body = chatBody('chat-current', 'leader leaves [[emulator:cold=100,tokens=9]]', { temperature: 0, max_tokens: 2000 })
+    const abort = new AbortController()
+    const leader = h.fetch('/v1/chat/completions', { ...authed(first.key, body), signal: abort.signal }).catch((error: unknown) => error)
+    await new Promise((r) => setTimeout(r, 10))
+    const twin = h.fetch('/v1/chat/completions', authed(second.key, body))
+    await new Promise((r) => setTimeout(r, 10))
+    abort.abort()
+    await leader
+    const res = await twin
+    expect(res.headers.get('x-podgate-cache')).toBe('MISS')
+    const answer = (await res.json()) as { usage: { total_tokens: number } }
+    expect(await minuteOf(h, second.key)).toMatchObject({ requests: 1, tokens: answer.usage.total_tokens })
+  })
+
+  it('a COALESCED streaming twin of a natively piped leader that hangs up while waiting is charged no tokens', async () => {
+    const SERVED = 'Served-Model-8B'
+    const head = `"id":"chatcmpl-up","object":"chat.completion.chunk","created":1700000000,"model":"${SERVED}"`
+    const usage = { prompt_tokens: 12, completion_tokens: 9, total_tokens: 21 }
+    const pieces = [
+      `data: {${head},"choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}\n\n`,
+      `data: {${head},"choices":[{"index":0,"delta":{"content":"Hello"},"logprobs":null,"finish_reason":"stop","stop_reason":null}]}\n\n`,
+      `data: {${head},"choices":[],"usage":${JSON.stringify(usage)}}\n\n`,
+      'data: [DONE]\n\n',
+    ]
+    // The upstream holds its connection 300 ms after [DONE]: the flight stays open while the twin joins.
+    const upstream = scriptedUpstream(() => [...pieces], { holdMs: 300 })
+    const h = harness({ models: { [SERVED]: { endpoints: [{ endpointId: 'epsame' }], mode: 'openai' } }, fetch: upstream.fetch, quota: { now: () => START } })
+    const { key } = await h.createKey({ name: 'piped-twin', quota: { tokensPerMinute: 1_000_000 } })
+    const body = chatBody(SERVED, 'Hi', { stream: true, temperature: 0, max_tokens: 2000, stream_options: { include_usage: true } })
+    const leader = await h.fetch('/v1/chat/completions', authed(key, body))
+    expect(leader.headers.get('x-podgate-cache')).toBe('MISS')
+    const twin = await h.fetch('/v1/chat/completions', authed(key, body))
+    expect(twin.headers.get('x-podgate-cache')).toBe('COALESCED')
+    await twin.body!.cancel()
+    await leader.text()
+    const minute = await minuteOf(h, key)
+    expect(upstream.calls.length).toBe(1)
+    expect(minute.requests).toBe(2)
+    expect(minute.tokens).toBe(usage.total_tokens)
   })
 })
 

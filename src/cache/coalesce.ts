@@ -20,13 +20,24 @@ export function coalesceOrLead(run: CacheRun, ctx: CompletionContext, next: Comp
   return flight ? join(run, flight, { ctx, next, plan, retried }) : lead(run, ctx, next, plan)
 }
 
+/**
+ * How a joiner settles an end it got from the flight, not from an upstream call of its own (the answer,
+ * the flight's failure, or its caller leaving while it waited or followed): always `cached`, so quota
+ * counts the request and never its tokens, whatever the leader is charged. A joiner that asks on its own
+ * goes through `lead` with its context untouched: the dispatcher settles that call as any other.
+ */
+function settleFromFlight(ctx: CompletionContext): CompletionContext['settle'] {
+  return (outcome) => ctx.settle({ ...outcome, cached: true })
+}
+
 async function join(run: CacheRun, flight: Flight, call: { ctx: CompletionContext; next: CompletionHandler; plan: Plan; retried: boolean }): Promise<Response> {
   const { ctx, next, plan, retried } = call
   const { request } = ctx
+  const settle = settleFromFlight(ctx)
   const failed = (): Promise<Response> => {
     if (flight.abandoned && !retried) return coalesceOrLead(run, ctx, next, plan, true)
     const error = flight.error ?? new GatewayError('upstream_error', 'The shared upstream call failed.')
-    ctx.settle({ ok: false, error, producedOutput: false })
+    settle({ ok: false, error, producedOutput: false })
     throw error
   }
 
@@ -42,7 +53,7 @@ async function join(run: CacheRun, flight: Flight, call: { ctx: CompletionContex
         flight.leave()
         return failed()
       }
-      return withCacheHeaders(new Response(follow(flight, reader, request, ctx.settle), { headers: SSE_HEADERS }), 'COALESCED', 0)
+      return withCacheHeaders(new Response(follow(flight, reader, request, settle), { headers: SSE_HEADERS }), 'COALESCED', 0)
     }
     // Piped natively, or over with nothing to follow: the whole answer (or this caller's own call) below.
     flight.unread(reader)
@@ -58,12 +69,12 @@ async function join(run: CacheRun, flight: Flight, call: { ctx: CompletionContex
   if (flight.state === 'failed') return failed()
   const meta = { id: flight.meta?.id ?? completionId(request.kind), created: flight.meta?.created ?? nowSeconds(), model: request.model }
   if (!request.stream && flight.json !== undefined) {
-    ctx.settle({ ok: true, usage: flight.usage, cached: true })
+    settle({ ok: true, usage: flight.usage })
     return withCacheHeaders(new Response(flight.json, { headers: { 'content-type': 'application/json' } }), 'COALESCED', 0)
   }
   // The leader's answer could not be captured (too large, or nothing podgate replays): ask alone.
   if (!flight.answer) return retried ? lead(run, ctx, next, plan) : coalesceOrLead(run, ctx, next, plan, true)
-  ctx.settle({ ok: true, usage: flight.usage, cached: true })
+  settle({ ok: true, usage: flight.usage })
   return render(flight.answer, request, meta, 'COALESCED', 0)
 }
 
@@ -85,9 +96,12 @@ const HEARTBEAT = new TextEncoder().encode(': keep-alive\n\n')
 function awaitPiped(run: CacheRun, flight: Flight, call: { ctx: CompletionContext; next: CompletionHandler; plan: Plan; retried: boolean }): ReadableStream<Uint8Array> {
   const { ctx, next, plan, retried } = call
   const { request } = ctx
+  const settle = settleFromFlight(ctx)
   flight.followers++
   let waiting = true
   let cancelled = false
+  /** This caller's own call was started: from then on its dispatcher settles it, not the flight. */
+  let asking = false
   let beat = Date.now()
   const deadline = deadlineOf(ctx)
   let own: ReadableStreamDefaultReader<Uint8Array> | undefined
@@ -96,8 +110,7 @@ function awaitPiped(run: CacheRun, flight: Flight, call: { ctx: CompletionContex
     waiting = false
     flight.leave()
   }
-  const fail = (controller: ReadableStreamDefaultController<Uint8Array>, error: GatewayError, producedOutput: boolean): undefined => {
-    ctx.settle({ ok: false, error, producedOutput })
+  const fail = (controller: ReadableStreamDefaultController<Uint8Array>, error: GatewayError): undefined => {
     controller.enqueue(sseErrorEvent({ message: error.message, type: error.type, code: error.code }))
     controller.close()
     return undefined
@@ -121,7 +134,8 @@ function awaitPiped(run: CacheRun, flight: Flight, call: { ctx: CompletionContex
         cancelled = true
         stopWaiting()
         if (own) return own.cancel(reason)
-        ctx.settle({ ok: false, error: new GatewayError('upstream_error', 'The caller went away.'), producedOutput: true })
+        // While its own call is being made, that call settles: `untilEnded` cancels it once it answers.
+        if (!asking) settle({ ok: false, error: new GatewayError('upstream_error', 'The caller went away.'), producedOutput: true })
       },
     },
     { highWaterMark: 0 },
@@ -141,20 +155,28 @@ function awaitPiped(run: CacheRun, flight: Flight, call: { ctx: CompletionContex
     stopWaiting()
     if (cancelled) return undefined
     if (flight.state === 'ok' && flight.answer) {
-      ctx.settle({ ok: true, usage: flight.usage, cached: true })
+      settle({ ok: true, usage: flight.usage })
       const meta = { id: flight.meta?.id ?? completionId(request.kind), created: flight.meta?.created ?? nowSeconds(), model: request.model }
       controller.enqueue(new Uint8Array(await render(flight.answer, request, meta, 'COALESCED', 0).arrayBuffer()))
       controller.close()
       return undefined
     }
-    if (flight.state === 'failed' && !flight.abandoned) return fail(controller, flight.error ?? new GatewayError('upstream_error', 'The shared upstream call failed.'), true)
+    if (flight.state === 'failed' && !flight.abandoned) {
+      const error = flight.error ?? new GatewayError('upstream_error', 'The shared upstream call failed.')
+      settle({ ok: false, error, producedOutput: true })
+      return fail(controller, error)
+    }
     // The leader's caller left, its answer cannot be shared, or it did not end in time: this caller's own call, relayed.
+    asking = true
     try {
       const response = retried ? await lead(run, ctx, next, plan) : await coalesceOrLead(run, ctx, next, plan, true)
       if (response.status !== 200 || !response.body) throw await errorOf(response)
       return response.body.getReader()
     } catch (error) {
-      return fail(controller, toGatewayError(error), false)
+      const failure = toGatewayError(error)
+      // Settled by its dispatcher already when the call was made; else (it never went upstream) here.
+      ctx.settle({ ok: false, error: failure, producedOutput: false })
+      return fail(controller, failure)
     }
   }
 }

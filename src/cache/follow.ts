@@ -14,7 +14,8 @@ const HEARTBEAT_TEXT = ': keep-alive\n\n'
 
 /**
  * A caller's stream: the flight's events so far, then live, with the caller's own usage preference.
- * The leader passes no `settle`: its dispatcher settles its outcome.
+ * The leader passes no `settle`: its dispatcher settles its outcome. A coalesced twin passes the settle
+ * coalesce.ts gives it, which marks every end `cached` (the answer is not its own call).
  */
 export function follow(flight: Flight, reader: FlightReader, request: NormalizedRequest, settle?: CompletionContext['settle']): ReadableStream<Uint8Array> {
   if (!settle) flight.followers++
@@ -50,7 +51,7 @@ export function follow(flight: Flight, reader: FlightReader, request: Normalized
             controller.enqueue(encoder.encode(out + DONE_TEXT))
             controller.close()
             leave()
-            settle?.({ ok: true, usage: flight.usage, cached: true })
+            settle?.({ ok: true, usage: flight.usage })
             return
           }
           if (flight.state === 'failed') {

@@ -19,8 +19,12 @@ export interface TokenUsage {
   total_tokens: number
 }
 
+/**
+ * `cached`, on either kind of end: the answer was not this request's own upstream call (a hit from
+ * podgate's cache, or a coalesced twin served from another caller's call), so quota counts the
+ * request and never its tokens, however it ended: finished, failed, or left by its caller.
+ */
 export type CompletionOutcome =
-  /** `cached`: answered from podgate's cache, no upstream work (quota counts the request, not its tokens). */
   | { ok: true; usage: TokenUsage | undefined; cached?: boolean }
   /**
    * `producedOutput`: some of the answer reached the caller before the failure. `reachedUpstream`: the
@@ -28,7 +32,7 @@ export type CompletionOutcome =
    * `refused`: a later stage refused the request before it went upstream (the key's quota, after a
    * token's own): it counts as never made.
    */
-  | { ok: false; error: GatewayError; producedOutput: boolean; usage?: TokenUsage; reachedUpstream?: boolean; refused?: boolean }
+  | { ok: false; error: GatewayError; producedOutput: boolean; usage?: TokenUsage; reachedUpstream?: boolean; refused?: boolean; cached?: boolean }
 
 export interface CompletionContext {
   c: Context<GatewayEnv>
