@@ -463,6 +463,30 @@ describe('coalescing', () => {
     expect(((await res.json()) as { choices: unknown[] }).choices.length).toBe(1)
     await h.settle()
   })
+  it('a JSON joiner of a relayed stream asks again as soon as the answer is over maxEntryBytes, not after the stream ends', async () => {
+    const { h, key, jobs } = await setup({ cache: { maxEntryBytes: 1024 } })
+    // Native endpoint: podgate reads the leader's stream itself (not piped).
+    const content = 'long answer [[emulator:delay=25,tokens=60]]'
+    const leader = await h.fetch('/v1/chat/completions', authed(key, deterministic('chat-current', content, { max_tokens: 100, stream: true })))
+    expect(leader.headers.get('x-podgate-cache')).toBe('MISS')
+    const follower = await h.fetch('/v1/chat/completions', authed(key, deterministic('chat-current', content, { max_tokens: 100, stream: true })))
+    expect(follower.headers.get('x-podgate-cache')).toBe('COALESCED')
+    const joiner = h.fetch('/v1/chat/completions', authed(key, deterministic('chat-current', content, { max_tokens: 100 })))
+    const [led, followed] = await Promise.all([readSSE(leader), readSSE(follower)])
+    // The answer passed 1024 bytes after a few of its 60 tokens: by the leader's end the JSON joiner's
+    // own call had started (docs/caching.md "Coalescing").
+    const jobsWhenLeaderEnded = jobs()
+    // The streaming joiner was following live: it read on to the end of the shared call.
+    expect(followed.at(-1)).toBe('[DONE]')
+    expect(streamedText(followed)).toBe(streamedText(led))
+    const res = await joiner
+    expect(res.status).toBe(200)
+    expect(res.headers.get('x-podgate-cache')).toBe('MISS')
+    await res.text()
+    await h.settle()
+    expect(jobsWhenLeaderEnded).toBe(2)
+    expect(jobs()).toBe(2)
+  })
 })
 
 describe('purge', () => {

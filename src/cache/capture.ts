@@ -4,8 +4,9 @@
  * code piped natively, from the text of the pipe's copy (joiners then get the answer when it is whole).
  *
  * Memory is bounded whatever the answer's size. The capture keeps at most `maxEntryBytes` of events:
- * past that the answer is not stored, no one else may join, and the shared buffer keeps only what some
- * reader has not read yet, at most `maxEntryBytes` before the upstream reads wait for the slowest reader.
+ * past that the answer is not stored, no one else may join, joiners waiting for the whole answer ask on
+ * their own at once, and the shared buffer keeps only what some reader has not read yet, at most
+ * `maxEntryBytes` before the upstream reads wait for the slowest reader.
  * The caller's own bytes never wait on the capture.
  */
 import { createParser } from 'eventsource-parser'
@@ -157,7 +158,9 @@ function streamRecorder(leader: Leader): StreamRecorder {
     capture = undefined
     release()
     flight.seal()
-    // A piped flight has no live readers: its joiners need not wait for the end to learn it.
+    // Joiners waiting for the whole answer need not wait for the end to learn it; live readers read on.
+    flight.unshare()
+    // A piped flight has no live readers: it is over for joiners, and nothing more needs recording.
     if (copy.piped) {
       gaveUp = true
       flight.stopStreaming()

@@ -62,10 +62,10 @@ async function join(run: CacheRun, flight: Flight, call: { ctx: CompletionContex
   if (request.stream && flight.state === 'open') return withCacheHeaders(new Response(awaitPiped(run, flight, call), { headers: SSE_HEADERS }), 'COALESCED', 0)
 
   flight.followers++
-  await flight.ended(deadlineOf(ctx))
+  await flight.whole(deadlineOf(ctx))
   flight.leave()
-  // The leader never finished in the time its own call had: ask alone.
-  if (flight.state === 'open') return retried ? lead(run, ctx, next, plan) : coalesceOrLead(run, ctx, next, plan, true)
+  // The answer turned out too large to share, or the leader never finished in the time its own call had: ask alone.
+  if (flight.state === 'open' || !flight.shareable) return retried ? lead(run, ctx, next, plan) : coalesceOrLead(run, ctx, next, plan, true)
   if (flight.state === 'failed') return failed()
   const meta = { id: flight.meta?.id ?? completionId(request.kind), created: flight.meta?.created ?? nowSeconds(), model: request.model }
   if (!request.stream && flight.json !== undefined) {
@@ -143,7 +143,7 @@ function awaitPiped(run: CacheRun, flight: Flight, call: { ctx: CompletionContex
 
   /** A heartbeat, or the flight's end written out; or, to relay, the reader of this caller's own call. */
   async function untilEnded(controller: ReadableStreamDefaultController<Uint8Array>): Promise<ReadableStreamDefaultReader<Uint8Array> | undefined> {
-    while (flight.state === 'open' && Date.now() < deadline) {
+    while (flight.state === 'open' && flight.shareable && Date.now() < deadline) {
       await flight.changed(1_000)
       if (cancelled) return undefined
       if (flight.state === 'open' && Date.now() - beat >= HEARTBEAT_MS) {
@@ -161,7 +161,7 @@ function awaitPiped(run: CacheRun, flight: Flight, call: { ctx: CompletionContex
       controller.close()
       return undefined
     }
-    if (flight.state === 'failed' && !flight.abandoned) {
+    if (flight.state === 'failed' && !flight.abandoned && flight.shareable) {
       const error = flight.error ?? new GatewayError('upstream_error', 'The shared upstream call failed.')
       settle({ ok: false, error, producedOutput: true })
       return fail(controller, error)

@@ -44,6 +44,11 @@ export class Flight {
   error: GatewayError | undefined
   /** The leader's caller went away (or its answer cannot serve joiners): joiners serve themselves. */
   abandoned = false
+  /**
+   * The whole answer may still be shared; false once it cannot (over `maxEntryBytes`, or it could not be
+   * recorded): joiners waiting for the whole answer ask on their own at once, live readers read on.
+   */
+  shareable = true
   /** The normalized answer, when the leader's answer could be captured. */
   answer: CachedAnswer | undefined
   usage: Usage | undefined
@@ -131,6 +136,12 @@ export class Flight {
     this.#notify()
   }
 
+  /** The whole answer will not be shared: joiners waiting for it are woken to ask on their own. */
+  unshare(): void {
+    this.shareable = false
+    this.#notify()
+  }
+
   fail(error: GatewayError, abandoned: boolean): void {
     if (this.state !== 'open') return
     this.state = 'failed'
@@ -167,9 +178,12 @@ export class Flight {
     })
   }
 
-  /** Waits for the end, or until `deadline` (epoch ms); then the state says which. */
-  async ended(deadline = Infinity): Promise<void> {
-    while (this.state === 'open' && Date.now() < deadline) await this.changed()
+  /**
+   * Waits for the whole answer: until the end, until it turns out it cannot be shared, or until
+   * `deadline` (epoch ms); then `state` and `shareable` say which.
+   */
+  async whole(deadline = Infinity): Promise<void> {
+    while (this.state === 'open' && this.shareable && Date.now() < deadline) await this.changed()
   }
 
   #notify(): void {
