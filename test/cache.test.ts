@@ -372,6 +372,30 @@ describe('stream replay', () => {
     expect(jobs()).toBe(2)
   })
 
+  it('a streamed request vLLM refuses (prompt_logprobs with stream) is not answered 200 from a JSON entry', async () => {
+    const h = harness()
+    const { key } = await h.createKey()
+    const json = chatBody('chat-openai', 'prompt logprobs', { temperature: 0, max_tokens: 8, prompt_logprobs: 1 })
+    const streamed = chatBody('chat-openai', 'prompt logprobs', { temperature: 0, max_tokens: 8, prompt_logprobs: 1, stream: true })
+    // Live, the streamed form is a 400 (vLLM: "`prompt_logprobs` are not available when `stream=True`.").
+    const live = await h.fetch('/v1/chat/completions', { ...authed(key, streamed), headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'cache-control': 'no-store' } })
+    expect(live.status).toBe(400)
+    await live.text()
+    const first = await h.fetch('/v1/chat/completions', authed(key, json))
+    expect(first.status).toBe(200)
+    await first.text()
+    await h.settle()
+    const res = await h.fetch('/v1/chat/completions', authed(key, streamed))
+    await h.settle()
+    // Asked upstream, which refuses it as live. (An error podgate relays carries no x-podgate-cache header.)
+    expect({ status: res.status, cache: res.headers.get('x-podgate-cache') }).toEqual({ status: 400, cache: null })
+    expect(await res.text()).toContain('`prompt_logprobs` are not available when `stream=True`.')
+    // The JSON form still shares its entry.
+    const again = await h.fetch('/v1/chat/completions', authed(key, json))
+    expect(again.headers.get('x-podgate-cache')).toBe('HIT')
+    await again.text()
+  })
+
   it('failed, partial and cancelled streams are never stored', async () => {
     const { h, chat, jobs, key } = await setup()
     const broken = deterministic('chat-current', 'break [[emulator:fault=mid_stream,after=3]]', { stream: true })

@@ -2,7 +2,8 @@
  * The canonical cache key: model alias + kind + every field podgate forwards (tools, tool_choice,
  * response_format, logprobs, template kwargs, content parts, unknown fields: the whole body), as stable
  * JSON, hashed with SHA-256. How the answer is delivered (`stream`, `stream_options`) and who asked
- * (`user`) are left out, so one entry serves every form of the same question. The scope and the purge
+ * (`user`) are left out, so one entry serves every form of the same question (but `stream` with
+ * `prompt_logprobs`, see below). The scope and the purge
  * generation are folded in, so entries never cross scopes and a purge changes every key at once.
  */
 import { GatewayError } from '../errors/index.ts'
@@ -41,6 +42,9 @@ export async function cacheKey(input: CacheKeyInput): Promise<CacheKey> {
     model: request.model,
     kind: request.kind,
     body: keyedFields(request.body),
+    // A JSON answer holds prompt logprobs a stream cannot, and vLLM refuses a stream asking for them:
+    // with `prompt_logprobs` the two forms never share (left out otherwise, so other keys are unchanged).
+    stream: request.stream && request.body.prompt_logprobs != null ? true : undefined,
   })
   const digest = await crypto.subtle.digest('SHA-256', encoder.encode(canonical))
   const hash = toHex(new Uint8Array(digest))

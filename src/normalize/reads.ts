@@ -34,5 +34,5 @@ export const PODGATE_READS: readonly ReadField[] = [
   { field: 'tools, functions, response_format, structured_outputs, guided_*', kinds: GENERATE, why: 'not validated: their JSON size is added to the reservation' },
 ]
 
-/** Fields that frame the answer rather than choose it: never part of a cache key. */
+/** Fields that frame the answer rather than choose it: left out of a cache key (but `stream` with `prompt_logprobs`: see `cacheKey`). */
 export const FRAMING_FIELDS: readonly string[] = ['stream', 'stream_options', 'user']
