@@ -147,6 +147,18 @@ describe('answer capture', () => {
     expect(renderStream(answer, meta, true)).toContain('"usage":')
   })
 
+  it('top-level answer fields (vLLM return_token_ids: prompt_token_ids) survive replay in the other form', () => {
+    // Streamed: vLLM puts prompt_token_ids on the first chunk.
+    const capture = createAnswerCapture('chat')
+    capture.accept({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'm', choices: [{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }], prompt_token_ids: [1, 2, 3] })
+    capture.accept({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'm', choices: [{ index: 0, delta: { content: 'hi' }, logprobs: null, finish_reason: 'stop' }] })
+    const asJson = renderJson(capture.result(usage)!, meta)
+    // JSON: vLLM puts prompt_token_ids at the top level of the body.
+    const body = { id: 'c', object: 'chat.completion', created: 1, model: 'm', choices: [{ index: 0, message: { role: 'assistant', content: 'hi' }, logprobs: null, finish_reason: 'stop' }], usage, prompt_token_ids: [1, 2, 3] }
+    const asStream = renderStream(captureJsonAnswer('chat', body)!, meta, false)
+    expect({ jsonHasIds: 'prompt_token_ids' in asJson, streamHasIds: asStream.includes('prompt_token_ids') }).toEqual({ jsonHasIds: true, streamHasIds: true })
+  })
+
   it('completions keep each choice\'s index and logprobs; embeddings are kept whole', () => {
     const capture = createAnswerCapture('completion')
     const text = (index: number, t: string, finish: string | null) => ({ id: 'c1', object: 'text_completion', created: 1, model: 'm', choices: [{ index, text: t, logprobs: { tokens: [t], token_logprobs: [-1] }, finish_reason: finish }] })
