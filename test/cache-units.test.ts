@@ -159,6 +159,29 @@ describe('answer capture', () => {
     expect({ jsonHasIds: 'prompt_token_ids' in asJson, streamHasIds: asStream.includes('prompt_token_ids') }).toEqual({ jsonHasIds: true, streamHasIds: true })
   })
 
+  it('each form gets the top-level fields where vLLM puts them, and none that belong to the other form', () => {
+    // A stream with continuous usage: usage on every chunk, prompt_token_ids on each choice's first chunk.
+    const capture = createAnswerCapture('chat')
+    const step = (index: number, choice: Record<string, unknown>, top: Record<string, unknown>) => capture.accept({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'm', choices: [{ index, logprobs: null, finish_reason: null, ...choice }], ...top })
+    step(0, { delta: { role: 'assistant', content: '' } }, { prompt_token_ids: [1, 2], usage: { prompt_tokens: 2, completion_tokens: 0, total_tokens: 2 } })
+    step(1, { delta: { role: 'assistant', content: '' } }, { prompt_token_ids: [1, 2], usage: { prompt_tokens: 2, completion_tokens: 0, total_tokens: 2 } })
+    step(0, { delta: { content: 'a' }, finish_reason: 'stop' }, { usage: { prompt_tokens: 2, completion_tokens: 1, total_tokens: 3 } })
+    step(1, { delta: { content: 'b' }, finish_reason: 'stop' }, { usage: { prompt_tokens: 2, completion_tokens: 1, total_tokens: 3 } })
+    const streamed = capture.result(usage)!
+    // JSON: once at the top level; the body's usage is the answer's, not a chunk's.
+    expect(renderJson(streamed, meta)).toMatchObject({ usage, prompt_token_ids: [1, 2] })
+    const events = (sse: string) => sse.split('\n\n').filter((line) => line.startsWith('data: {')).map((line) => JSON.parse(line.slice(6)) as Record<string, unknown>)
+    // A stream that did not ask for continuous usage gets none; one that did gets each chunk's own.
+    expect(events(renderStream(streamed, meta, true)).map((e) => e.usage)).toEqual([undefined, undefined, undefined, undefined, usage])
+    expect(events(renderStream(streamed, meta, 'continuous')).map((e) => (e.usage as { completion_tokens: number }).completion_tokens)).toEqual([0, 1, 0, 1, 2])
+    expect(events(renderStream(streamed, meta, false)).map((e) => e.prompt_token_ids)).toEqual([[1, 2], undefined, [1, 2], undefined])
+    // From JSON: prompt_token_ids on each choice's first chunk; the JSON-only fields (null
+    // prompt_logprobs, kv_transfer_params) stay out of the stream.
+    const body = { id: 'c', object: 'chat.completion', created: 1, model: 'm', choices: [0, 1].map((index) => ({ index, message: { role: 'assistant', content: 'x' }, logprobs: null, finish_reason: 'stop' })), usage, prompt_logprobs: null, kv_transfer_params: { remote: 1 }, prompt_token_ids: [1, 2] }
+    const fromJson = events(renderStream(captureJsonAnswer('chat', body)!, meta, false))
+    expect(fromJson.map(({ id: _id, object: _object, created: _created, model: _model, choices: _choices, ...top }) => top)).toEqual([{ prompt_token_ids: [1, 2] }, {}, { prompt_token_ids: [1, 2] }, {}])
+  })
+
   it('completions keep each choice\'s index and logprobs; embeddings are kept whole', () => {
     const capture = createAnswerCapture('completion')
     const text = (index: number, t: string, finish: string | null) => ({ id: 'c1', object: 'text_completion', created: 1, model: 'm', choices: [{ index, text: t, logprobs: { tokens: [t], token_logprobs: [-1] }, finish_reason: finish }] })

@@ -372,6 +372,47 @@ describe('stream replay', () => {
     expect(jobs()).toBe(2)
   })
 
+  it('a stream that did not ask for continuous_usage_stats gets no usage on every chunk from a HIT', async () => {
+    const h = harness()
+    const { key } = await h.createKey()
+    const base = { temperature: 0, max_tokens: 12, stream: true }
+    const content = 'continuous usage [[emulator:tokens=6]]'
+    // Live, without stream_options: no chunk with choices carries usage.
+    const live = await readSSE(await h.fetch('/v1/chat/completions', { ...authed(key, chatBody('chat-openai', content, base)), headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'cache-control': 'no-store' } }))
+    expect(live.filter((e) => typeof e === 'object' && (e as { usage?: unknown }).usage !== undefined)).toEqual([])
+    await h.settle()
+    // Someone else asks the same question with continuous usage: stored.
+    const first = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai', content, { ...base, stream_options: { include_usage: true, continuous_usage_stats: true } })))
+    expect(first.headers.get('x-podgate-cache')).toBe('MISS')
+    await first.text()
+    await h.settle()
+    const hit = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai', content, base)))
+    expect(hit.headers.get('x-podgate-cache')).toBe('HIT')
+    const replayed = await readSSE(hit)
+    expect(replayed.filter((e) => typeof e === 'object' && (e as { usage?: unknown }).usage !== undefined)).toEqual([])
+  })
+
+  it('a stream that asks for continuous_usage_stats gets usage on every chunk, as live, whatever the entry holds', async () => {
+    const { chat, jobs } = await setup()
+    const continuous = { stream: true, stream_options: { include_usage: true, continuous_usage_stats: true } }
+    const usageOf = (events: unknown[]) => events.map((e) => (e as { usage?: unknown }).usage)
+    // A JSON entry and a stream entry without per-chunk usage cannot give it: the caller's own call does.
+    await (await chat(deterministic('chat-openai', 'per chunk'))).text()
+    const asked = await chat(deterministic('chat-openai', 'per chunk', continuous))
+    expect(asked.headers.get('x-podgate-cache')).toBe('MISS')
+    const live = await readSSE(asked)
+    expect(usageOf(live.slice(0, -1)).every((usage) => usage !== undefined)).toBe(true)
+    // That answer is stored: the same question replays it, per-chunk usage included.
+    const hit = await chat(deterministic('chat-openai', 'per chunk', continuous))
+    expect(hit.headers.get('x-podgate-cache')).toBe('HIT')
+    const replayed = await readSSE(hit)
+    expect(usageOf(replayed)).toEqual(usageOf(live))
+    // Only include_usage: the usage chunk alone.
+    const final = await readSSE(await chat(deterministic('chat-openai', 'per chunk', { stream: true, stream_options: { include_usage: true } })))
+    expect(usageOf(final).filter((usage) => usage !== undefined)).toEqual([usageOf(live).at(-2)])
+    expect(jobs()).toBe(2)
+  })
+
   it('a streamed request vLLM refuses (prompt_logprobs with stream) is not answered 200 from a JSON entry', async () => {
     const h = harness()
     const { key } = await h.createKey()
@@ -418,6 +459,19 @@ describe('stream replay', () => {
 })
 
 describe('coalescing', () => {
+  it.each(MODEL_NAMES)('%s: a stream asking for usage on every chunk shares a call only with streams asking the same', async (model) => {
+    const { h, key, jobs } = await setup()
+    const content = 'continuous burst [[emulator:delay=20,tokens=6]]'
+    const continuous = { stream: true, stream_options: { include_usage: true, continuous_usage_stats: true } }
+    const forms = [{ stream: true }, continuous, { stream: true, stream_options: { include_usage: true } }, continuous]
+    const responses = await Promise.all(forms.map((extra) => h.fetch('/v1/chat/completions', authed(key, deterministic(model, content, extra)))))
+    expect(responses.map((r) => r.headers.get('x-podgate-cache'))).toEqual(['MISS', 'MISS', 'COALESCED', 'COALESCED'])
+    const perChunk = await Promise.all(responses.map(async (res) => (await readSSE(res)).filter((e) => (e as { choices?: unknown[] }).choices?.length).map((e) => (e as { usage?: unknown }).usage !== undefined)))
+    // As live: usage on every chunk of the streams that asked, on none of the others.
+    expect(perChunk.map((chunks) => (chunks.every(Boolean) ? 'every' : chunks.some(Boolean) ? 'some' : 'none'))).toEqual(['none', 'every', 'none', 'every'])
+    expect(jobs()).toBe(2)
+  })
+
   it.each(MODEL_NAMES)('%s: N concurrent identical requests make one upstream job and get the same answer', async (model) => {
     const { h, key, jobs } = await setup()
     const content = 'burst [[emulator:delay=20,tokens=8]]'
