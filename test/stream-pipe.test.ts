@@ -12,7 +12,7 @@ import { describe, expect, it } from 'vitest'
 import type { GatewayOptions } from '../src/index.ts'
 import { createRunpodEmulator } from '../src/testing/index.ts'
 import { bytesOf, cutRandom } from '../src/streaming/__fixtures__/vllm.ts'
-import { pipeOpenAIStream, readTail } from '../src/streaming/openai-pipe.ts'
+import { pipeOpenAIStream, readTail, splitBody } from '../src/streaming/openai-pipe.ts'
 import { streamControl } from '../src/streaming/stream-control.ts'
 import type { RelayOutcome } from '../src/streaming/openai-relay.ts'
 import type { Usage } from '../src/streaming/openai-chunks.ts'
@@ -493,13 +493,14 @@ async function pipeOutcome(pieces: string[]) {
   })
   let end: RelayOutcome | undefined
   let seen: Usage | undefined
-  // The first chunk is read by the caller of the pipe (the route waits for it before answering).
-  const reader = body.getReader()
+  // The first chunk is read by the caller of the pipe (the route waits for it before answering), from the copy.
+  const split = splitBody(body)
+  const reader = split.copy.getReader()
   const first = await reader.read()
   expect(first.done).toBe(false)
   reader.releaseLock()
   // Nothing to stop: the body ends by itself.
-  const stream = pipeOpenAIStream({ body, first: first.value, abortUpstream: () => undefined, onEnd: (outcome) => (end = outcome), onUsage: (u) => (seen = u) })
+  const stream = pipeOpenAIStream({ body: split, first: first.value, abortUpstream: () => undefined, onEnd: (outcome) => (end = outcome), onUsage: (u) => (seen = u) })
   const text = await new Response(stream).text()
   await expect.poll(() => end, { timeout: 1_000 }).toBeDefined()
   return { text, end: end!, usage: seen }
@@ -514,13 +515,13 @@ async function pipedFromEmulator(prompt: string, extra: { idleMs?: number } = {}
     body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: prompt }], stream: true, stream_options: { include_usage: true }, max_tokens: 64 }),
     signal: upstream.signal,
   })
-  const body = res.body!
-  const reader = body.getReader()
+  const split = splitBody(res.body!)
+  const reader = split.copy.getReader()
   const first = await reader.read()
   reader.releaseLock()
   const seen: { end?: RelayOutcome; usage?: Usage; copyEnd?: unknown } = {}
   const stream = pipeOpenAIStream({
-    body,
+    body: split,
     first: first.value,
     abortUpstream: (reason) => upstream.abort(reason),
     ...extra,
@@ -612,11 +613,12 @@ describe('pipeOpenAIStream', () => {
         cancelled = true
       },
     })
-    const reader = body.getReader()
+    const split = splitBody(body)
+    const reader = split.copy.getReader()
     const first = await reader.read()
     reader.releaseLock()
     let end: RelayOutcome | undefined
-    const stream = pipeOpenAIStream({ body, first: first.value, abortUpstream: (reason) => void body.cancel(reason).catch(() => undefined), onEnd: (outcome) => (end = outcome) })
+    const stream = pipeOpenAIStream({ body: split, first: first.value, abortUpstream: (reason) => split.cancel(reason), onEnd: (outcome) => (end = outcome) })
     await new Promise((resolve) => setTimeout(resolve, 50))
     await stream.cancel()
     await expect.poll(() => end, { timeout: 2_000 }).toMatchObject({ ok: false })

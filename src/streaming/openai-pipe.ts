@@ -42,17 +42,14 @@ import type { RelayOutcome } from './openai-relay.ts'
 import type { CopyEnd } from '../pipeline/stage.ts'
 import { registerStreamControl } from './stream-control.ts'
 
-export interface OpenAIPipeOptions {
-  /**
-   * The upstream body, produced by the runtime (a fetch body): the caller receives exactly its bytes. Or
-   * that body already split by `splitBody`, when the first chunk was read from its copy.
-   */
-  body: ReadableStream<Uint8Array> | SplitBody
-  /**
-   * Bytes already read (the caller waited for the first chunk before answering): from a whole `body`, and
-   * then JavaScript sends them first; or from a split body's copy, whose other branch still holds them.
-   */
-  first?: Uint8Array
+/**
+ * The upstream body, produced by the runtime (a fetch body): the caller receives exactly its bytes. Either
+ * whole, or split by `splitBody` with its first chunk (`first`) already read from the copy (the caller
+ * waited for it before answering), which the caller's branch still holds.
+ */
+export type OpenAIPipeOptions = PipeOptions & ({ body: ReadableStream<Uint8Array>; first?: undefined } | { body: SplitBody; first: Uint8Array | undefined })
+
+interface PipeOptions {
   /** Aborts the upstream request: stops the model when the caller went away. */
   abortUpstream(reason: GatewayError): void
   /** Time (epoch ms) after which an unfinished stream ends with `upstream_timeout`. Default: no limit. */
@@ -239,10 +236,8 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
         force(error, dialect.errorEvent(error))
       }, Math.max(0, totalDeadline - Date.now()))
     }
-    // A split body's first chunk is in its caller's branch; a whole body's, read before the tee, goes to
-    // the caller first, then the rest, piped.
-    const split = 'copy' in body ? body : undefined
-    const { out, copy } = split ?? splitBody(body as ReadableStream<Uint8Array>)
+    // A split body's first chunk, read from its copy, is still in its caller's branch.
+    const { out, copy } = 'copy' in body ? body : splitBody(body)
     let copyBroke = false
     const reading: CopyReading = { onText: options.onText, pace: pace.wait, onBreak: () => (copyBroke = true), onDoneRead: (done) => (doneRead = done), stop: copyStop.signal, dialect }
     if (idleMs !== Infinity) reading.watch = watched
@@ -257,13 +252,6 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
       return end
     })
     copyEnding = ending
-    if (first && !split) {
-      const writer = writable.getWriter()
-      // Queued, not awaited: the write settles only once the caller reads it, and a caller who leaves
-      // before that would hold the relay here for good. The pipe's writes queue behind it.
-      writer.write(first).catch(ignore)
-      writer.releaseLock()
-    }
     // preventAbort: the caller's body stays writable for the closing event whatever ended the pipe.
     const piped = await out.pipeTo(writable, { preventClose: true, preventAbort: true, signal: stop.signal }).then(
       () => true,
