@@ -64,6 +64,23 @@ describe('the canonical key', () => {
     }
   })
 
+  it('a stream that asks for usage on every chunk has keys of its own; every other form keeps the plain key', async () => {
+    const hash = async (stream: boolean, includeUsage: boolean, options?: Record<string, unknown>) => {
+      const framed = request({ temperature: 0 })
+      framed.stream = stream
+      framed.includeUsage = includeUsage
+      if (options) framed.body = { ...framed.body, stream: stream, stream_options: options }
+      return (await cacheKey({ request: framed, scope: 'key:a', generation: '0' })).hash
+    }
+    const plain = await hash(false, false)
+    expect(await hash(true, false)).toBe(plain)
+    expect(await hash(true, true, { include_usage: true })).toBe(plain)
+    expect(await hash(true, true, { include_usage: true, continuous_usage_stats: false })).toBe(plain)
+    expect(await hash(true, true, { include_usage: true, continuous_usage_stats: null })).toBe(plain)
+    const continuous = await hash(true, true, { include_usage: true, continuous_usage_stats: true })
+    expect(continuous).not.toBe(plain)
+  })
+
   it('every forwarded field is in the key: tools, formats, logprobs, template kwargs, parts, unknown fields', async () => {
     const base = request({ temperature: 0 })
     const key = (body: Record<string, unknown>) => cacheKey({ request: { ...base, body: { ...base.body, ...body } }, scope: 'key:a', generation: '0' }).then((k) => k.hash)
@@ -171,9 +188,8 @@ describe('answer capture', () => {
     // JSON: once at the top level; the body's usage is the answer's, not a chunk's.
     expect(renderJson(streamed, meta)).toMatchObject({ usage, prompt_token_ids: [1, 2] })
     const events = (sse: string) => sse.split('\n\n').filter((line) => line.startsWith('data: {')).map((line) => JSON.parse(line.slice(6)) as Record<string, unknown>)
-    // A stream that did not ask for continuous usage gets none; one that did gets each chunk's own.
-    expect(events(renderStream(streamed, meta, true)).map((e) => e.usage)).toEqual([undefined, undefined, undefined, undefined, usage])
-    expect(events(renderStream(streamed, meta, 'continuous')).map((e) => (e.usage as { completion_tokens: number }).completion_tokens)).toEqual([0, 1, 0, 1, 2])
+    // A stream replays each chunk's own usage as recorded (such an entry is keyed for streams that asked for it), then the usage chunk.
+    expect(events(renderStream(streamed, meta, true)).map((e) => (e.usage as { completion_tokens: number }).completion_tokens)).toEqual([0, 1, 0, 1, 2])
     expect(events(renderStream(streamed, meta, false)).map((e) => e.prompt_token_ids)).toEqual([[1, 2], undefined, [1, 2], undefined])
     // From JSON: prompt_token_ids on each choice's first chunk; the JSON-only fields (null
     // prompt_logprobs, kv_transfer_params) stay out of the stream.

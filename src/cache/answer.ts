@@ -7,8 +7,7 @@
  * objects. Rendering the other form converts: chunks are merged the way clients reassemble them
  * (strings and lists appended, tool calls joined by `index`), a JSON choice becomes a role chunk and one
  * delta chunk. Embeddings (JSON only) are kept whole. Top-level fields go where vLLM puts them in each
- * form: once in a JSON body, on each choice's first chunk of a stream (`prompt_token_ids`, `prompt_text`);
- * a chunk's own `usage` (`continuous_usage_stats`) only to a stream that asked for it.
+ * form: once in a JSON body, on each choice's first chunk of a stream (`prompt_token_ids`, `prompt_text`).
  */
 import type { RequestKind } from '../normalize/types.ts'
 import { DONE_TEXT } from '../streaming/openai-chunks.ts'
@@ -141,22 +140,10 @@ export function renderJson(answer: CachedAnswer, meta: RenderMeta): Json {
 }
 
 /**
- * Whether a stream asking for `usage` gets it exactly from this answer: usage on every chunk
- * (`continuous_usage_stats`) only comes from a stream that carried it.
- */
-export function rendersUsage(answer: CachedAnswer, usage: StreamUsage): boolean {
-  return usage !== 'continuous' || answer.choices.every((choice) => choice.chunks?.every((_, at) => choice.tops?.[at]?.usage != null))
-}
-
-/** The usage a stream carries: `true`, the usage chunk (`include_usage`); `'continuous'`, also each chunk's own (`continuous_usage_stats`). */
-export type StreamUsage = boolean | 'continuous'
-
-/**
  * The answer as the SSE text of a live stream: each choice's chunks as they came (a JSON answer: a role
- * chunk and one chunk holding the whole message), the usage chunk when asked for, then `[DONE]`. A
- * chunk's own usage stays only for `'continuous'` (see `rendersUsage`).
+ * chunk and one chunk holding the whole message), the usage chunk when asked for, then `[DONE]`.
  */
-export function renderStream(answer: CachedAnswer, meta: RenderMeta, usage: StreamUsage): string {
+export function renderStream(answer: CachedAnswer, meta: RenderMeta, includeUsage: boolean): string {
   const object = answer.kind === 'chat' ? 'chat.completion.chunk' : 'text_completion'
   const head = `{"id":${JSON.stringify(meta.id)},"object":"${object}","created":${meta.created},"model":${JSON.stringify(meta.model)},"choices":[`
   const first: Json = {}
@@ -166,11 +153,11 @@ export function renderStream(answer: CachedAnswer, meta: RenderMeta, usage: Stre
     const chunks = choice.chunks ?? split(answer.kind, choice.whole ?? {})
     chunks.forEach((chunk, at) => {
       const top = choice.chunks ? choice.tops?.[at] : at === 0 ? first : undefined
-      const tail = top ? JSON.stringify(usage === 'continuous' ? top : { ...top, usage: undefined }).slice(1, -1) : ''
+      const tail = top ? JSON.stringify(top).slice(1, -1) : ''
       out += `data: ${head}${JSON.stringify({ index, ...chunk })}]${tail && `,${tail}`}}\n\n`
     })
   })
-  if (usage && answer.usage) out += `data: ${head}],"usage":${JSON.stringify(answer.usage)}}\n\n`
+  if (includeUsage && answer.usage) out += `data: ${head}],"usage":${JSON.stringify(answer.usage)}}\n\n`
   return out + DONE_TEXT
 }
 

@@ -38,7 +38,7 @@ interface Leader {
 export async function lead(run: CacheRun, ctx: CompletionContext, next: CompletionHandler, plan: Plan): Promise<Response> {
   const { options, flights, log } = run
   const flight = new Flight(ctx.request.stream)
-  const hash = plan.flight
+  const hash = plan.key.hash
   if (options.coalesce) flights.set(hash, flight)
   const leader: Leader = {
     run,

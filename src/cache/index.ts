@@ -21,7 +21,7 @@ export type { CacheDecision, CacheStatus, ModelCacheSettings } from './policy.ts
 export { cacheKey, stableJson } from './key.ts'
 export type { CacheKey } from './key.ts'
 export { captureJsonAnswer, createAnswerCapture, renderJson, renderStream } from './answer.ts'
-export type { CachedAnswer, CachedChoice, StreamUsage } from './answer.ts'
+export type { CachedAnswer, CachedChoice } from './answer.ts'
 export { GenerationCache, readEntry, writeEntry } from './store.ts'
 export type { CacheEntry, CacheTiers } from './store.ts'
 export { cacheStage } from './stage.ts'

@@ -45,11 +45,21 @@ export async function cacheKey(input: CacheKeyInput): Promise<CacheKey> {
     // A JSON answer holds prompt logprobs a stream cannot, and vLLM refuses a stream asking for them:
     // with `prompt_logprobs` the two forms never share (left out otherwise, so other keys are unchanged).
     stream: request.stream && request.body.prompt_logprobs != null ? true : undefined,
+    // vLLM puts usage on every chunk of a stream that asks for it (podgate forwards the switch only with
+    // `include_usage`): such streams keep entries of their own, so the others never get that usage and
+    // they always get it (left out otherwise, so other keys are unchanged).
+    continuous: request.includeUsage ? continuousUsage(request.body) : undefined,
   })
   const digest = await crypto.subtle.digest('SHA-256', encoder.encode(canonical))
   const hash = toHex(new Uint8Array(digest))
   const model = encodeURIComponent(request.model)
   return { hash, kvKey: `${kvPrefix(scope, request.model)}${hash}`, url: `https://podgate-cache.invalid/${encodeURIComponent(scope)}/${model}/${hash}` }
+}
+
+/** `stream_options.continuous_usage_stats` when it asks (vLLM reads any value but false and null as yes). */
+function continuousUsage(body: Record<string, unknown>): unknown {
+  const asked = (body.stream_options as { continuous_usage_stats?: unknown } | undefined)?.continuous_usage_stats
+  return asked === false || asked === null ? undefined : asked
 }
 
 /** The forwarded body without its framing fields; `model` is the alias (the served name is config). */

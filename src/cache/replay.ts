@@ -6,7 +6,7 @@ import { withHeaders } from '../http/headers.ts'
 import type { NormalizedRequest } from '../normalize/types.ts'
 import { completionId, SSE_HEADERS } from '../upstream/types.ts'
 import { renderJson, renderStream } from './answer.ts'
-import type { CachedAnswer, RenderMeta, StreamUsage } from './answer.ts'
+import type { CachedAnswer, RenderMeta } from './answer.ts'
 import { CACHE_HEADER } from './policy.ts'
 import type { CacheStatus } from './policy.ts'
 
@@ -20,18 +20,8 @@ export function render(answer: CachedAnswer, request: NormalizedRequest, meta: R
   const headers = new Headers(request.stream ? SSE_HEADERS : { 'content-type': 'application/json' })
   headers.set(CACHE_HEADER, status)
   headers.set('age', String(Math.floor(ageMs / 1000)))
-  if (request.stream) return new Response(renderStream(answer, meta, streamUsage(request)), { headers })
+  if (request.stream) return new Response(renderStream(answer, meta, request.includeUsage), { headers })
   return new Response(JSON.stringify(renderJson(answer, meta)), { headers })
-}
-
-/**
- * The usage a streamed request gets live: vLLM honours `continuous_usage_stats` only with
- * `include_usage`, and podgate forwards it only then. Any value but `false` or `null` counts as asking
- * (vLLM also reads `1` or `"true"` as yes): such a request may miss, but never gets less usage than live.
- */
-export function streamUsage(request: NormalizedRequest): StreamUsage {
-  const options = request.body.stream_options as { continuous_usage_stats?: unknown } | undefined
-  return request.includeUsage && options?.continuous_usage_stats != null && options.continuous_usage_stats !== false ? 'continuous' : request.includeUsage
 }
 
 export function withCacheHeaders(response: Response, status: CacheStatus, ageSeconds?: number): Response {

@@ -34,8 +34,6 @@ export interface CacheStageOptions {
 export interface Plan {
   key: CacheKey
   ttlSeconds: number
-  /** What identical requests in the air share: the key's hash, set apart for streams asking for usage on every chunk, which the others' chunks lack. */
-  flight: string
 }
 
 /** What the stage's parts share: its options, the flights in the air in this isolate, its log. */

@@ -10,12 +10,11 @@
 import { waitUntilOf } from '../http/context.ts'
 import type { CompletionContext, CompletionHandler, CompletionStage } from '../pipeline/index.ts'
 import type { CacheRun, CacheStageOptions, Plan } from './run.ts'
-import { rendersUsage } from './answer.ts'
 import { coalesceOrLead } from './coalesce.ts'
 import { cacheKey } from './key.ts'
 import { decideCaching } from './policy.ts'
 import type { CacheDecision } from './policy.ts'
-import { replay, streamUsage, withCacheHeaders } from './replay.ts'
+import { replay, withCacheHeaders } from './replay.ts'
 import { readEntry } from './store.ts'
 import type { CacheEntry } from './store.ts'
 
@@ -58,14 +57,8 @@ export function cacheStage(options: CacheStageOptions): CompletionStage {
       // refused for anything else is never looked up.
       let plan: Promise<Plan> | undefined
       let hit: Promise<FreshHit | undefined> | undefined
-      // A stream that asked for usage on every chunk is served only what can render it, and shares a call only with its like.
-      const usage = streamUsage(request)
-      const planned = () =>
-        (plan ??= generation.then(async (generation) => {
-          const key = await cacheKey({ request, scope, generation })
-          return { key, ttlSeconds: decision.ttlSeconds, flight: usage === 'continuous' ? `${key.hash}:continuous` : key.hash }
-        }))
-      const found = () => (hit ??= decision.lookup ? planned().then((plan) => freshHit(run, ctx, plan, decision, usage)) : Promise.resolve(undefined))
+      const planned = () => (plan ??= generation.then(async (generation) => ({ key: await cacheKey({ request, scope, generation }), ttlSeconds: decision.ttlSeconds })))
+      const found = () => (hit ??= decision.lookup ? planned().then((plan) => freshHit(run, ctx, plan, decision)) : Promise.resolve(undefined))
       ctx.withoutUpstream = () => found().then((entry) => entry !== undefined, () => false)
       ready = { keyId, cacheable: { decision, generation, plan: planned, hit: found } }
     }
@@ -130,8 +123,8 @@ function scopeKeyId(options: CacheStageOptions, ctx: CompletionContext): string 
   return options.scope === 'key' ? ctx.c.get('principal')?.keyId : undefined
 }
 
-/** The stored entry for the plan's key if it is fresh for this request and can render what it asked for (`usage`), with its age; a storage failure is a miss. */
-async function freshHit(run: CacheRun, ctx: CompletionContext, plan: Plan, decision: CacheableDecision, usage: ReturnType<typeof streamUsage>): Promise<FreshHit | undefined> {
+/** The stored entry for the plan's key if it is fresh for this request, with its age; a storage failure is a miss. */
+async function freshHit(run: CacheRun, ctx: CompletionContext, plan: Plan, decision: CacheableDecision): Promise<FreshHit | undefined> {
   const hit = await readEntry(run.options.tiers(ctx.c), plan.key, waitUntilOf(ctx.c)).catch((error: unknown) => {
     run.log({ level: 'warn', message: 'cache lookup failed', cause: String(error) })
     return undefined
@@ -139,5 +132,5 @@ async function freshHit(run: CacheRun, ctx: CompletionContext, plan: Plan, decis
   if (!hit) return undefined
   const age = Math.max(0, run.options.now() - hit.entry.storedAt)
   const fresh = age <= decision.ttlSeconds * 1000 && (decision.maxAgeSeconds === undefined || age <= decision.maxAgeSeconds * 1000)
-  return fresh && rendersUsage(hit.entry.answer, usage) ? { entry: hit.entry, age } : undefined
+  return fresh ? { entry: hit.entry, age } : undefined
 }
