@@ -136,7 +136,7 @@ export function apiKeyAuth(options: ApiKeyAuthOptions): MiddlewareHandler<Gatewa
   }
 }
 
-const REVOKED_MESSAGE = 'This stream ended: its API key (or token) was revoked, rotated or expired while it was open.'
+const REVOKED_MESSAGE = 'This stream ended: its credential was revoked, rotated or expired while it was open.'
 
 /** The surface's in-stream error event: OpenAI's `data: {"error":...}`, the job stream's `event: error`, or a dialect's. */
 function revokedEvent(path: string): string {

@@ -133,10 +133,9 @@ export function renderJson(answer: CachedAnswer, meta: RenderMeta): Json {
   if (answer.kind === 'embedding') return { ...answer.extra, model: meta.model, usage: answer.usage ?? null }
   const choices = answer.choices.map((choice, index) => ({ index, ...(choice.whole ?? assembled(answer.kind, choice.chunks ?? [])) }))
   const object = answer.kind === 'chat' ? 'chat.completion' : 'text_completion'
-  // A stream's top-level fields, once each; a chunk's own usage is not the answer's.
-  const tops: Json = {}
-  for (const choice of answer.choices) for (const top of Object.values(choice.tops ?? {})) for (const [name, value] of Object.entries(top)) if (name !== 'usage' && !(name in tops)) tops[name] = value
-  return { id: meta.id, object, created: meta.created, model: meta.model, choices, usage: answer.usage ?? null, ...tops, ...answer.extra }
+  // A stream's top-level fields, once each (each choice's chunks repeat them); the answer's usage, not a chunk's own.
+  const tops: Json = Object.assign({}, ...answer.choices.flatMap((choice) => Object.values(choice.tops ?? {})))
+  return { id: meta.id, object, created: meta.created, model: meta.model, choices, ...tops, usage: answer.usage ?? null, ...answer.extra }
 }
 
 /**

@@ -48,18 +48,13 @@ export async function cacheKey(input: CacheKeyInput): Promise<CacheKey> {
     // vLLM puts usage on every chunk of a stream that asks for it (podgate forwards the switch only with
     // `include_usage`): such streams keep entries of their own, so the others never get that usage and
     // they always get it (left out otherwise, so other keys are unchanged).
-    continuous: request.includeUsage ? continuousUsage(request.body) : undefined,
+    // (vLLM reads any value but false and null as yes; a falsy one keys as absent).
+    continuous: (request.includeUsage && (request.body.stream_options as { continuous_usage_stats?: unknown } | undefined)?.continuous_usage_stats) || undefined,
   })
   const digest = await crypto.subtle.digest('SHA-256', encoder.encode(canonical))
   const hash = toHex(new Uint8Array(digest))
   const model = encodeURIComponent(request.model)
   return { hash, kvKey: `${kvPrefix(scope, request.model)}${hash}`, url: `https://podgate-cache.invalid/${encodeURIComponent(scope)}/${model}/${hash}` }
-}
-
-/** `stream_options.continuous_usage_stats` when it asks (vLLM reads any value but false and null as yes). */
-function continuousUsage(body: Record<string, unknown>): unknown {
-  const asked = (body.stream_options as { continuous_usage_stats?: unknown } | undefined)?.continuous_usage_stats
-  return asked === false || asked === null ? undefined : asked
 }
 
 /** The forwarded body without its framing fields; `model` is the alias (the served name is config). */
@@ -84,7 +79,7 @@ export function kvPrefix(scope: string, model?: string): string {
  */
 export function stableJson(value: unknown, depth = 0): string {
   if (value === null || typeof value !== 'object') return JSON.stringify(value) ?? 'null'
-  if (depth >= MAX_DEPTH) throw new GatewayError('invalid_request', `The request nests JSON more than ${MAX_DEPTH} levels deep.`)
+  if (depth >= MAX_DEPTH) throw new GatewayError('invalid_request', `JSON nested over ${MAX_DEPTH} levels deep.`)
   if (Array.isArray(value)) return `[${value.map((item) => (item === undefined ? 'null' : stableJson(item, depth + 1))).join(',')}]`
   const record = value as Record<string, unknown>
   const members: string[] = []

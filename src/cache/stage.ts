@@ -29,16 +29,16 @@ export type { CacheRun, CacheStageOptions, Plan } from './run.ts'
  */
 export function cacheStage(options: CacheStageOptions): CompletionStage {
   const run: CacheRun = { options, flights: new Map(), log: options.log ?? (() => undefined) }
-  const prepared = new WeakMap<CompletionContext, Prepared>()
+  const prepared = new WeakMap<CompletionContext, Prepared | null>()
 
-  /** What the stage decides and reads before it looks up, worked out once per request. */
-  function prepare(ctx: CompletionContext): Prepared {
-    const known = prepared.get(ctx)
-    if (known) return known
+  /** What the stage decides and reads before it looks up, worked out once per request; null: not cacheable. */
+  function prepare(ctx: CompletionContext): Prepared | null {
+    let ready = prepared.get(ctx)
+    if (ready !== undefined) return ready
+    ready = null
     const { c, request } = ctx
     const decision = decideCaching({ request, headers: c.req.raw.headers, settings: options.settings(ctx.model) })
     const keyId = scopeKeyId(options, ctx)
-    let ready: Prepared = { keyId }
     if (decision.cacheable && !(options.scope === 'key' && keyId === undefined)) {
       let generation: Promise<string>
       try {
@@ -60,14 +60,14 @@ export function cacheStage(options: CacheStageOptions): CompletionStage {
       const planned = () => (plan ??= generation.then(async (generation) => ({ key: await cacheKey({ request, scope, generation }), ttlSeconds: decision.ttlSeconds })))
       const found = () => (hit ??= decision.lookup ? planned().then((plan) => freshHit(run, ctx, plan, decision)) : Promise.resolve(undefined))
       ctx.withoutUpstream = () => found().then((entry) => entry !== undefined, () => false)
-      ready = { keyId, cacheable: { decision, generation, plan: planned, hit: found } }
+      ready = { generation, plan: planned, hit: found }
     }
     prepared.set(ctx, ready)
     return ready
   }
 
   async function cache(ctx: CompletionContext, next: CompletionHandler): Promise<Response> {
-    const { cacheable } = prepare(ctx)
+    const cacheable = prepare(ctx)
     if (!cacheable) return withCacheHeaders(await next(ctx), 'BYPASS')
     try {
       await cacheable.generation
@@ -98,13 +98,11 @@ export function cacheStage(options: CacheStageOptions): CompletionStage {
   return cache
 }
 
+/** A request cacheable in its scope: the purge generation's read, the key made with it, and the lookup (a fresh entry and its age, or undefined). */
 interface Prepared {
-  keyId: string | undefined
-  /**
-   * Set when the request is cacheable in its scope: the decision, the purge generation's read, the key
-   * made with it, and the lookup (a fresh entry and its age, or undefined).
-   */
-  cacheable?: { decision: CacheableDecision; generation: Promise<string>; plan: () => Promise<Plan>; hit: () => Promise<FreshHit | undefined> }
+  generation: Promise<string>
+  plan: () => Promise<Plan>
+  hit: () => Promise<FreshHit | undefined>
 }
 
 /** A stored answer fresh enough for the request, and its age in ms. */

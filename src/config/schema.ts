@@ -219,7 +219,8 @@ export const gatewayOptionsSchema = z.strictObject({
   /** Quotas (docs/quotas.md). Default: no limits unless a key or model sets some. */
   quota: z.optional(quotaConfigSchema),
   /** Caching of answers (docs/caching.md). Default: on for deterministic requests, per key. */
-  cache: z.prefault(cacheConfigSchema, {}),
+  // Every field at its default when left out (a function: the schema fills them in).
+  cache: z._default(cacheConfigSchema, () => cacheConfigSchema.parse({})),
 })
 export type GatewayOptionsInput = z.input<typeof gatewayOptionsSchema>
 export type ResolvedOptions = z.output<typeof gatewayOptionsSchema>

@@ -508,6 +508,13 @@ function pacer(longest: number): { wait(drained?: number): Promise<void>; hurry(
   }
 }
 
+/** Whether a stream takes a BYOB reader: one the runtime produces (a fetch body), not a JavaScript stream. */
+export function isByteStream(stream: ReadableStream<Uint8Array>): boolean {
+  const reader = byobReader(stream)
+  reader?.releaseLock()
+  return reader !== undefined
+}
+
 /** workerd's BYOB reader, on a stream the runtime produces; undefined for a JavaScript stream. */
 function byobReader(stream: ReadableStream<Uint8Array>): ReadableStreamBYOBReader | undefined {
   try {

@@ -13,7 +13,7 @@
 import { toOpenAIBody } from '../normalize/index.ts'
 import { createOpenAIRelay } from '../streaming/openai-relay.ts'
 import type { RelayOutcome } from '../streaming/openai-relay.ts'
-import { pipeOpenAIStream, splitBody } from '../streaming/openai-pipe.ts'
+import { isByteStream, pipeOpenAIStream, splitBody } from '../streaming/openai-pipe.ts'
 import { GatewayError } from '../errors/index.ts'
 import { jsonAnswerResponse } from '../pipeline/json-answer.ts'
 import { retryableFailure } from './retry.ts'
@@ -87,6 +87,13 @@ async function openaiRouteStream(call: CompletionCall, path: string, body: Recor
     const stream = await open(endpoint, signal)
     // Decided before the first read: a BYOB reader can only be tried on an unlocked stream.
     // Another dialect's stream is always piped: only OpenAI's has a JavaScript relay, which rewrites it.
+    // Only a byte stream (a fetch body: it takes a BYOB reader) is piped natively: workerd cannot abort a
+    // pipe from a JavaScript stream while its read is pending, so a timeout could not end a stalled one
+    // (in-process upstreams such as `podgate/testing`'s emulator take the JavaScript relay instead). A
+    // JavaScript stream of `type: 'bytes'` from a custom `fetch` passes: if it stalls, the timeout still
+    // settles the request at once, and the caller's stream ends when its pending read does; if it errors,
+    // its `tee` drops what the pipe's copy had not read yet, so a break just after `[DONE]` settles as
+    // failed (docs/passthrough.md).
     const piped = upstream && (dialect !== undefined || isByteStream(stream)) ? upstream : undefined
     // A piped stream is split first and its first chunk read from the copy, so that every byte reaches
     // the caller natively (openai-pipe.ts); both branches are cancelled if the attempt fails.
@@ -125,24 +132,6 @@ async function openaiRouteStream(call: CompletionCall, path: string, body: Recor
 
 const FIRST_TOKEN_MESSAGE = 'The model produced no first token in time.'
 const ENDED_MESSAGE = 'The upstream stream ended before its first byte.'
-
-/**
- * A byte stream (a fetch body) accepts a BYOB reader; a default JavaScript `ReadableStream` does not.
- * Only byte streams are piped natively: workerd cannot abort a pipe from a JavaScript stream while its
- * read is pending, so a timeout could not end a stalled one (in-process upstreams such as
- * `podgate/testing`'s emulator take the JavaScript relay instead). A JavaScript stream of `type: 'bytes'`
- * from a custom `fetch` passes this test: if it stalls, the timeout still settles the request at once,
- * and the caller's stream ends when its pending read does; if it errors, its `tee` drops what the pipe's
- * copy had not read yet, so a break just after `[DONE]` settles as failed (docs/passthrough.md).
- */
-function isByteStream(body: ReadableStream<Uint8Array>): boolean {
-  try {
-    body.getReader({ mode: 'byob' }).releaseLock()
-    return true
-  } catch {
-    return false
-  }
-}
 
 /** A first-byte timeout stays one; any other failure before the first byte is worth another endpoint. */
 function brokeBeforeFirstByte(error: unknown): never {
