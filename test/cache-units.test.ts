@@ -64,6 +64,18 @@ describe('the canonical key', () => {
     }
   })
 
+  it('a body whose two forms differ (prompt logprobs, token ids) keys its stream apart from its JSON form', async () => {
+    const hash = async (stream: boolean, body: Record<string, unknown>) => {
+      const framed = request({ temperature: 0, ...body })
+      framed.stream = stream
+      return (await cacheKey({ request: framed, scope: 'key:a', generation: '0' })).hash
+    }
+    for (const body of [{ prompt_logprobs: 1 }, { return_token_ids: true }]) expect(await hash(true, body)).not.toBe(await hash(false, body))
+    // Otherwise one entry serves both forms.
+    expect(await hash(true, { return_token_ids: false })).toBe(await hash(false, { return_token_ids: false }))
+    expect(await hash(true, { logprobs: true })).toBe(await hash(false, { logprobs: true }))
+  })
+
   it('a stream that asks for usage on every chunk has keys of its own; every other form keeps the plain key', async () => {
     const hash = async (stream: boolean, includeUsage: boolean, options?: Record<string, unknown>) => {
       const framed = request({ temperature: 0 })
@@ -164,38 +176,21 @@ describe('answer capture', () => {
     expect(renderStream(answer, meta, true)).toContain('"usage":')
   })
 
-  it('top-level answer fields (vLLM return_token_ids: prompt_token_ids) survive replay in the other form', () => {
-    // Streamed: vLLM puts prompt_token_ids on the first chunk.
-    const capture = createAnswerCapture('chat')
-    capture.accept({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'm', choices: [{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }], prompt_token_ids: [1, 2, 3] })
-    capture.accept({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'm', choices: [{ index: 0, delta: { content: 'hi' }, logprobs: null, finish_reason: 'stop' }] })
-    const asJson = renderJson(capture.result(usage)!, meta)
-    // JSON: vLLM puts prompt_token_ids at the top level of the body.
-    const body = { id: 'c', object: 'chat.completion', created: 1, model: 'm', choices: [{ index: 0, message: { role: 'assistant', content: 'hi' }, logprobs: null, finish_reason: 'stop' }], usage, prompt_token_ids: [1, 2, 3] }
-    const asStream = renderStream(captureJsonAnswer('chat', body)!, meta, false)
-    expect({ jsonHasIds: 'prompt_token_ids' in asJson, streamHasIds: asStream.includes('prompt_token_ids') }).toEqual({ jsonHasIds: true, streamHasIds: true })
-  })
-
-  it('each form gets the top-level fields where vLLM puts them, and none that belong to the other form', () => {
-    // A stream with continuous usage: usage on every chunk, prompt_token_ids on each choice's first chunk.
+  it('an answer replays its top-level fields in the form it was recorded in, where vLLM put them', () => {
+    // Streamed: prompt_token_ids on each choice's first chunk (and, for a stream that asked, usage on every chunk).
     const capture = createAnswerCapture('chat')
     const step = (index: number, choice: Record<string, unknown>, top: Record<string, unknown>) => capture.accept({ id: 'c', object: 'chat.completion.chunk', created: 1, model: 'm', choices: [{ index, logprobs: null, finish_reason: null, ...choice }], ...top })
     step(0, { delta: { role: 'assistant', content: '' } }, { prompt_token_ids: [1, 2], usage: { prompt_tokens: 2, completion_tokens: 0, total_tokens: 2 } })
     step(1, { delta: { role: 'assistant', content: '' } }, { prompt_token_ids: [1, 2], usage: { prompt_tokens: 2, completion_tokens: 0, total_tokens: 2 } })
     step(0, { delta: { content: 'a' }, finish_reason: 'stop' }, { usage: { prompt_tokens: 2, completion_tokens: 1, total_tokens: 3 } })
     step(1, { delta: { content: 'b' }, finish_reason: 'stop' }, { usage: { prompt_tokens: 2, completion_tokens: 1, total_tokens: 3 } })
-    const streamed = capture.result(usage)!
-    // JSON: once at the top level; the body's usage is the answer's, not a chunk's.
-    expect(renderJson(streamed, meta)).toMatchObject({ usage, prompt_token_ids: [1, 2] })
     const events = (sse: string) => sse.split('\n\n').filter((line) => line.startsWith('data: {')).map((line) => JSON.parse(line.slice(6)) as Record<string, unknown>)
-    // A stream replays each chunk's own usage as recorded (such an entry is keyed for streams that asked for it), then the usage chunk.
-    expect(events(renderStream(streamed, meta, true)).map((e) => (e.usage as { completion_tokens: number }).completion_tokens)).toEqual([0, 1, 0, 1, 2])
-    expect(events(renderStream(streamed, meta, false)).map((e) => e.prompt_token_ids)).toEqual([[1, 2], undefined, [1, 2], undefined])
-    // From JSON: prompt_token_ids on each choice's first chunk; the JSON-only fields (null
-    // prompt_logprobs, kv_transfer_params) stay out of the stream.
-    const body = { id: 'c', object: 'chat.completion', created: 1, model: 'm', choices: [0, 1].map((index) => ({ index, message: { role: 'assistant', content: 'x' }, logprobs: null, finish_reason: 'stop' })), usage, prompt_logprobs: null, kv_transfer_params: { remote: 1 }, prompt_token_ids: [1, 2] }
-    const fromJson = events(renderStream(captureJsonAnswer('chat', body)!, meta, false))
-    expect(fromJson.map(({ id: _id, object: _object, created: _created, model: _model, choices: _choices, ...top }) => top)).toEqual([{ prompt_token_ids: [1, 2] }, {}, { prompt_token_ids: [1, 2] }, {}])
+    const streamed = events(renderStream(capture.result(usage)!, meta, true))
+    expect(streamed.map((e) => e.prompt_token_ids)).toEqual([[1, 2], undefined, [1, 2], undefined, undefined])
+    expect(streamed.map((e) => (e.usage as { completion_tokens: number }).completion_tokens)).toEqual([0, 1, 0, 1, 2])
+    // JSON: at the top level of the body, the JSON-only ones included.
+    const body = { id: 'c', object: 'chat.completion', created: 1, model: 'm', choices: [{ index: 0, message: { role: 'assistant', content: 'x' }, logprobs: null, finish_reason: 'stop' }], usage, prompt_logprobs: [null, { 5: { logprob: -1 } }], kv_transfer_params: { remote: 1 }, prompt_token_ids: [1, 2] }
+    expect(renderJson(captureJsonAnswer('chat', body)!, meta)).toMatchObject({ usage, prompt_logprobs: body.prompt_logprobs, kv_transfer_params: { remote: 1 }, prompt_token_ids: [1, 2] })
   })
 
   it('completions keep each choice\'s index and logprobs; embeddings are kept whole', () => {

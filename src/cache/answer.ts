@@ -6,8 +6,7 @@
  * in order (a replayed stream is the live one, chunk for chunk); a JSON answer as its whole choice
  * objects. Rendering the other form converts: chunks are merged the way clients reassemble them
  * (strings and lists appended, tool calls joined by `index`), a JSON choice becomes a role chunk and one
- * delta chunk. Embeddings (JSON only) are kept whole. Top-level fields go where vLLM puts them in each
- * form: once in a JSON body, on each choice's first chunk of a stream (`prompt_token_ids`, `prompt_text`).
+ * delta chunk. Embeddings (JSON only) are kept whole.
  */
 import type { RequestKind } from '../normalize/types.ts'
 import { DONE_TEXT } from '../streaming/openai-chunks.ts'
@@ -44,8 +43,6 @@ export interface RenderMeta {
 const MAX_CHOICES = 1_024
 const BODY_FIELDS = new Set(['id', 'object', 'created', 'model', 'choices', 'usage'])
 const CHUNK_FIELDS = new Set(['id', 'object', 'created', 'model', 'choices'])
-/** Top-level fields of a JSON body that vLLM's stream sends on each choice's first chunk; the others (`prompt_logprobs`, `kv_transfer_params`) a stream never has. */
-const FIRST_CHUNK_FIELDS = ['prompt_token_ids', 'prompt_text']
 /** Fields a stream repeats rather than continues: the latest value stands. */
 const REPLACED = new Set(['role', 'type', 'id', 'name', 'index', 'finish_reason', 'stop_reason'])
 
@@ -133,9 +130,7 @@ export function renderJson(answer: CachedAnswer, meta: RenderMeta): Json {
   if (answer.kind === 'embedding') return { ...answer.extra, model: meta.model, usage: answer.usage ?? null }
   const choices = answer.choices.map((choice, index) => ({ index, ...(choice.whole ?? assembled(answer.kind, choice.chunks ?? [])) }))
   const object = answer.kind === 'chat' ? 'chat.completion' : 'text_completion'
-  // A stream's top-level fields, once each (each choice's chunks repeat them); the answer's usage, not a chunk's own.
-  const tops: Json = Object.assign({}, ...answer.choices.flatMap((choice) => Object.values(choice.tops ?? {})))
-  return { id: meta.id, object, created: meta.created, model: meta.model, choices, ...tops, usage: answer.usage ?? null, ...answer.extra }
+  return { id: meta.id, object, created: meta.created, model: meta.model, choices, usage: answer.usage ?? null, ...answer.extra }
 }
 
 /**
@@ -145,15 +140,13 @@ export function renderJson(answer: CachedAnswer, meta: RenderMeta): Json {
 export function renderStream(answer: CachedAnswer, meta: RenderMeta, includeUsage: boolean): string {
   const object = answer.kind === 'chat' ? 'chat.completion.chunk' : 'text_completion'
   const head = `{"id":${JSON.stringify(meta.id)},"object":"${object}","created":${meta.created},"model":${JSON.stringify(meta.model)},"choices":[`
-  const first: Json = {}
-  for (const name of FIRST_CHUNK_FIELDS) if (answer.extra?.[name] != null) first[name] = answer.extra[name]
   let out = ''
   answer.choices.forEach((choice, index) => {
     const chunks = choice.chunks ?? split(answer.kind, choice.whole ?? {})
     chunks.forEach((chunk, at) => {
-      const top = choice.chunks ? choice.tops?.[at] : at === 0 ? first : undefined
-      const tail = top ? JSON.stringify(top).slice(1, -1) : ''
-      out += `data: ${head}${JSON.stringify({ index, ...chunk })}]${tail && `,${tail}`}}\n\n`
+      const top = choice.tops?.[at]
+      const tail = top ? `,${JSON.stringify(top).slice(1, -1)}` : ''
+      out += `data: ${head}${JSON.stringify({ index, ...chunk })}]${tail}}\n\n`
     })
   })
   if (includeUsage && answer.usage) out += `data: ${head}],"usage":${JSON.stringify(answer.usage)}}\n\n`

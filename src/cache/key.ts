@@ -42,9 +42,11 @@ export async function cacheKey(input: CacheKeyInput): Promise<CacheKey> {
     model: request.model,
     kind: request.kind,
     body: keyedFields(request.body),
-    // A JSON answer holds prompt logprobs a stream cannot, and vLLM refuses a stream asking for them:
-    // with `prompt_logprobs` the two forms never share (left out otherwise, so other keys are unchanged).
-    stream: request.stream && request.body.prompt_logprobs != null ? true : undefined,
+    // The two forms of an answer differ in more than their framing when the body asks for prompt logprobs
+    // (a JSON answer holds them, vLLM refuses them in a stream) or token ids (`return_token_ids`: the
+    // prompt's ids at the top of a JSON body, on a stream's first chunks): then the forms never share an
+    // entry, and each replays exactly what it recorded (left out otherwise, so other keys are unchanged).
+    stream: request.stream && (request.body.prompt_logprobs != null || request.body.return_token_ids) ? true : undefined,
     // vLLM puts usage on every chunk of a stream that asks for it (podgate forwards the switch only with
     // `include_usage`): such streams keep entries of their own, so the others never get that usage and
     // they always get it (left out otherwise, so other keys are unchanged).
