@@ -91,7 +91,7 @@ export function keysRoutes(options: KeysRoutesOptions): Hono<GatewayEnv> {
     const record = await findLiveKey(c, options)
     const rotated = await options.store(c).rotate(record)
     if (!rotated) {
-      throw new GatewayError('invalid_request', 'Another rotation of this key ran at the same time and its new secret is the one in force; this one was not issued. Rotate again if you do not hold that secret.')
+      throw new GatewayError('invalid_request', 'Another rotation of this key won the race: its new secret is in force, and this one was not issued. Rotate again if you do not hold that secret.')
     }
     return c.json({ ...publicKeyView(rotated.record), key: rotated.key }, 200, { 'cache-control': 'no-store' })
   })

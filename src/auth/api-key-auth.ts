@@ -114,7 +114,7 @@ export function apiKeyAuth(options: ApiKeyAuthOptions): MiddlewareHandler<Gatewa
     if (!fromRequest && !SAFE_METHODS.has(c.req.method) && !isSameOriginRequest(c.req.raw, credentialOrigins)) {
       throw new GatewayError(
         'permission_denied',
-        'Cross-site request refused: this request is signed in by a session (its credential comes from the app, not the request), so it must come from a page of the same origin. List other origins of your own in `credentialOrigins`.',
+        'Cross-site request refused: a request signed in by a session must come from a page of the same origin (or one listed in `credentialOrigins`).',
       )
     }
     const origin: OriginCheck = fromRequest ? requestOrigin(c.req.raw) : 'host'

@@ -55,12 +55,14 @@ export function cacheStage(options: CacheStageOptions): CompletionStage {
       // The key and the lookup run once, when first asked for: by this stage, or before it by the quota
       // stage, whose token limit refuses a call only if it is not a hit (a hit costs no tokens). A request
       // refused for anything else is never looked up.
-      let plan: Promise<Plan> | undefined
-      let hit: Promise<FreshHit | undefined> | undefined
-      const planned = () => (plan ??= generation.then(async (generation) => ({ key: await cacheKey({ request, scope, generation }), ttlSeconds: decision.ttlSeconds })))
-      const found = () => (hit ??= decision.lookup ? planned().then((plan) => freshHit(run, ctx, plan, decision)) : Promise.resolve(undefined))
-      ctx.withoutUpstream = () => found().then((entry) => entry !== undefined, () => false)
-      ready = { generation, plan: planned, hit: found }
+      let looked: ReturnType<Prepared['lookup']> | undefined
+      const lookup = () =>
+        (looked ??= generation.then(async (generation) => {
+          const plan = { key: await cacheKey({ request, scope, generation }), ttlSeconds: decision.ttlSeconds }
+          return { plan, hit: decision.lookup ? await freshHit(run, ctx, plan, decision) : undefined }
+        }))
+      ctx.withoutUpstream = () => lookup().then((found) => found.hit !== undefined, () => false)
+      ready = { generation, lookup }
     }
     prepared.set(ctx, ready)
     return ready
@@ -77,8 +79,7 @@ export function cacheStage(options: CacheStageOptions): CompletionStage {
       return withCacheHeaders(await next(ctx), 'BYPASS')
     }
     // A body the key cannot be made of (nested too deep) is refused here.
-    const plan = await cacheable.plan()
-    const hit = await cacheable.hit()
+    const { plan, hit } = await cacheable.lookup()
     if (hit) {
       ctx.settle({ ok: true, usage: hit.entry.answer.usage, cached: true })
       return replay(hit.entry.answer, ctx.request, 'HIT', hit.age)
@@ -98,11 +99,10 @@ export function cacheStage(options: CacheStageOptions): CompletionStage {
   return cache
 }
 
-/** A request cacheable in its scope: the purge generation's read, the key made with it, and the lookup (a fresh entry and its age, or undefined). */
+/** A request cacheable in its scope: the purge generation's read, then its key and lookup (a fresh entry and its age, or none). */
 interface Prepared {
   generation: Promise<string>
-  plan: () => Promise<Plan>
-  hit: () => Promise<FreshHit | undefined>
+  lookup: () => Promise<{ plan: Plan; hit: FreshHit | undefined }>
 }
 
 /** A stored answer fresh enough for the request, and its age in ms. */

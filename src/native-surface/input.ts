@@ -99,7 +99,7 @@ export function normalizeJobBody(raw: unknown, model: ResolvedModel): JobRequest
     located(() => assertNativeSampling(request.body), 'input.', (param) => `sampling_params.${param}`)
     // The OpenAI surface serves tools, media parts and other fields (as an `openai_route` job on native endpoints).
     located(() => {
-      throw new GatewayError('invalid_request', `worker-vllm's native input carries text messages in the system, user and assistant roles only: send tools, media parts and other OpenAI fields to /v2/${model.alias}/openai/v1/chat/completions`, { param: 'messages' })
+      throw new GatewayError('invalid_request', `worker-vllm's native input takes text messages (system, user, assistant) only: send tools, media and other OpenAI fields to /v2/${model.alias}/openai/v1/chat/completions`, { param: 'messages' })
     }, 'input.')
   }
   const upstream = toNativeInput(request)

@@ -63,7 +63,7 @@ function refused(limit: number, holder: 'key' | 'token', headers: Record<string,
   const retryAfter = Math.max(1, Math.ceil(((usage.minute + 1) * 60_000 - now) / 1000))
   return new GatewayError(
     'rate_limited',
-    `Control call limit reached: this ${holder} may make ${limit} control calls (job status, stream polls, cancel, health, token minting) per minute. Retry after ${retryAfter}s, or follow a job with one event stream (Accept: text/event-stream) instead of polling.`,
+    `Control call limit reached: this ${holder} may make ${limit} control calls (status, polls, cancel, health, token minting) a minute. Retry after ${retryAfter}s, or follow the job with one event stream (Accept: text/event-stream).`,
     { headers: { ...headers, 'retry-after': String(retryAfter) } },
   )
 }

@@ -75,7 +75,7 @@ export function createQuotaService(options: QuotaServiceOptions): QuotaService {
       if (policy.strict ?? gatewayStrict) {
         const namespace = objects(c)
         if (!namespace) {
-          throw new ConfigError('podgate: a strict quota needs a Durable Object namespace. Bind QuotaObject as PODGATE_QUOTA in wrangler.toml (see docs/quotas.md), or pass `quota: { objects: (c) => ... }` to createGateway.')
+          throw new ConfigError('podgate: a strict quota needs a Durable Object: bind QuotaObject as PODGATE_QUOTA in wrangler.toml (docs/quotas.md), or pass `quota: { objects }` to createGateway.')
         }
         let store = strictStores.get(namespace)
         if (!store) strictStores.set(namespace, (store = new StrictQuotaStore(namespace)))
