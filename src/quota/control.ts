@@ -1,12 +1,13 @@
 /**
- * `controlQuota`: counts a key's control calls (the native surface's `status`, `status-sync`, JSON
- * `stream`, `cancel`, `health`, and `POST /v1/tokens`) against its `controlPerMinute`
+ * `controlQuota`: counts a key's control calls (the native surface's `status`, `status-sync`, `stream`
+ * (each JSON poll, and each opening of an event stream), `cancel`, `health`, and `POST /v1/tokens`) against its `controlPerMinute`
  * (default 600). Each of them costs an upstream call or a signature, so none is free; over the limit
  * the call gets a 429 with `Retry-After` and the `RateLimit` fields, before anything goes upstream.
  *
  * Control calls are counted apart from completions (under `ctl:<keyId>` in the key's store), so polling
  * a job never uses up the key's `requestsPerMinute`. A job event stream's own polls are not control
- * calls: the stream was admitted once, and its polls are bounded by `runpod.maxPollsPerStream`.
+ * calls: its opening counted one, the completion stages admitted it as a stream, and its polls are bounded
+ * by `runpod.maxPollsPerStream`.
  */
 import type { Context, MiddlewareHandler } from 'hono'
 import { GatewayError } from '../errors/index.ts'
@@ -83,7 +84,8 @@ export function controlQuota(service: QuotaService, known: (model: string) => bo
     if (model === undefined || !known(model) || (allowed !== null && !allowed.includes(model))) return next()
     const headers = await countControl(service, c, model)
     await next()
-    for (const [name, value] of Object.entries(headers)) c.res.headers.set(name, value)
+    // Appended: an event stream's completion stages set these fields for the limits they hold it to (a 429 of theirs names one).
+    for (const [name, value] of Object.entries(headers)) c.res.headers.append(name, value)
   }
 }
 

@@ -94,6 +94,21 @@ describe('M4 control calls count against controlPerMinute', () => {
     expect((await h.fetch(`/v2/chat-current/status/${id}`, authed(key))).status).toBe(429)
   })
 
+  it('quota-control: a job event stream refused by requestsPerMinute names that limit in its RateLimit fields; the control limit is listed after', async () => {
+    const h = harness({ quota: { now: () => START } })
+    const { key } = await h.createKey({ name: 'events', quota: { requestsPerMinute: 2 } })
+    const id = await startJob(h, key)
+    const open = () => h.fetch(`/v2/chat-current/stream/${id}?detach=true`, call(key, 'GET', 'text/event-stream'))
+    const first = await open()
+    expect(first.status).toBe(200)
+    await first.text()
+    expect(first.headers.get('ratelimit-policy')).toBe('"rpm";q=2;w=60, "control";q=600;w=60')
+    const refused = await open()
+    await refused.text()
+    expect(refused.status).toBe(429)
+    expect(refused.headers.get('ratelimit')).toMatch(/^"rpm";r=0;t=\d+, "control";r=598;t=\d+$/)
+  })
+
   it('quota-control: opening a job event stream is a control call: a key over its limit cannot reopen one to poll upstream', async () => {
     const h = harness({ quota: { defaults: { controlPerMinute: 2 }, now: () => START } })
     const { key } = await h.createKey({ name: 'poller' })
