@@ -57,8 +57,9 @@ export function emptyUsage(now: number): QuotaUsage {
 export function exceededLimit(policy: QuotaPolicy, usage: QuotaUsage, cost: QuotaCost): LimitName | null {
   if (policy.requestsPerMinute !== undefined && usage.minuteCounts.requests + 1 > policy.requestsPerMinute) return 'rpm'
   if (policy.requestsPerDay !== undefined && usage.dayCounts.requests + 1 > policy.requestsPerDay) return 'rpd'
-  if (policy.tokensPerMinute !== undefined && usage.minuteCounts.tokens + cost.tokens > policy.tokensPerMinute) return 'tpm'
-  if (policy.tokensPerDay !== undefined && usage.dayCounts.tokens + cost.tokens > policy.tokensPerDay) return 'tpd'
+  // A call that costs no tokens (a cache hit, a passthrough job) is not held to the token limits, even past them.
+  if (cost.tokens > 0 && policy.tokensPerMinute !== undefined && usage.minuteCounts.tokens + cost.tokens > policy.tokensPerMinute) return 'tpm'
+  if (cost.tokens > 0 && policy.tokensPerDay !== undefined && usage.dayCounts.tokens + cost.tokens > policy.tokensPerDay) return 'tpd'
   if (cost.stream && policy.maxConcurrentStreams !== undefined && usage.streams + 1 > policy.maxConcurrentStreams) return 'streams'
   return null
 }
