@@ -26,6 +26,20 @@ describe('admin keys API', () => {
     expect(JSON.stringify(list)).not.toContain(created.key)
   })
 
+  it('trims a key\'s name on create and update; a name of spaces is refused as empty', async () => {
+    const h = harness()
+    const admin = (method: string, body: unknown): RequestInit => ({ method, headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify(body) })
+    const created = await h.fetch('/admin/keys', admin('POST', { name: '  ops  ' }))
+    expect(created.status).toBe(201)
+    const { id } = (await created.json()) as { id: string; name: string }
+    expect((await (await h.fetch(`/admin/keys/${id}`, authed(ADMIN_TOKEN))).json()) as { name: string }).toMatchObject({ name: 'ops' })
+    const patched = await h.fetch(`/admin/keys/${id}`, admin('PATCH', { name: ' batch ' }))
+    expect(((await patched.json()) as { name: string }).name).toBe('batch')
+    const blank = await h.fetch('/admin/keys', admin('POST', { name: '   ' }))
+    expect(blank.status).toBe(400)
+    expect(await blank.json()).toMatchObject({ error: { param: 'name' } })
+  })
+
   it('revoking a key makes it fail with 401 (same isolate: at once)', async () => {
     const h = harness()
     const { id, key } = await h.createKey()

@@ -18,7 +18,7 @@ import { lazily } from '../zod/lazily.ts'
 import { positiveInt } from '../zod/numbers.ts'
 
 const scopeFields = lazily(() => ({
-  name: z.string().check(z.trim(), z.minLength(1), z.maxLength(100)),
+  name: z.string().check(z.minLength(1), z.maxLength(100)),
   models: z.nullable(z.array(z.string().check(z.minLength(1), z.maxLength(128))).check(z.maxLength(256))),
   origins: z.array(originSchema()).check(z.maxLength(100)),
   metadata: z.record(z.string().check(z.maxLength(64)), z.string().check(z.maxLength(512))),
@@ -51,11 +51,19 @@ export interface KeysRoutesOptions {
 
 const KEY_ID = /^key_[A-Za-z0-9]{16}$/
 
+/** A key body with its `name` trimmed, before it is checked (a name of spaces is empty). */
+async function keyBody(request: Request, maxBodyBytes: number): Promise<unknown> {
+  const body = await readJsonBody(request, maxBodyBytes)
+  const record = body as { name?: unknown } | null
+  if (typeof record?.name === 'string') record.name = record.name.trim()
+  return body
+}
+
 export function keysRoutes(options: KeysRoutesOptions): Hono<GatewayEnv> {
   const app = new Hono<GatewayEnv>()
 
   app.post('/', async (c) => {
-    const input = parseRequest(createKeySchema(), await readJsonBody(c.req.raw, options.maxBodyBytes))
+    const input = parseRequest(createKeySchema(), await keyBody(c.req.raw, options.maxBodyBytes))
     checkScopes(input, options)
     options.checkQuota?.(c, input.quota)
     if (input.kind === 'publishable' && !input.origins?.length) {
@@ -77,7 +85,7 @@ export function keysRoutes(options: KeysRoutesOptions): Hono<GatewayEnv> {
   })
 
   app.patch('/:id', async (c) => {
-    const input = parseRequest(updateKeySchema(), await readJsonBody(c.req.raw, options.maxBodyBytes))
+    const input = parseRequest(updateKeySchema(), await keyBody(c.req.raw, options.maxBodyBytes))
     const record = await findLiveKey(c, options)
     checkScopes(input, options)
     options.checkQuota?.(c, input.quota)
