@@ -100,6 +100,18 @@ describe('publishable keys', () => {
     expect(((await scoped.json()) as { error: { type: string } }).error.type).toBe('permission_error')
   })
 
+  it('keep their origins, and tokens theirs, in one canonical spelling, on create, update and mint', async () => {
+    const h = harness()
+    const created = await h.createKey({ name: 'site', kind: 'publishable', origins: [APP] })
+    const patched = await h.fetch(`/admin/keys/${created.id}`, admin('PATCH', { origins: ['HTTPS://App.Example.COM:443/', 'http://localhost:8080'] }))
+    expect(((await patched.json()) as { origins: string[] }).origins).toEqual([APP, 'http://localhost:8080'])
+    const server = await h.createKey({ name: 'server' })
+    const minted = await h.fetch('/v1/tokens', authed(server.key, JSON.stringify({ origin: 'https://App.Example.com:443/' })))
+    const { token, origin } = (await minted.json()) as { token: string; origin: string }
+    expect(origin).toBe(APP)
+    expect((await h.fetch('/v1/models', withOrigin(authed(token), APP))).status).toBe(200)
+  })
+
   it('need an origin and cannot mint tokens', async () => {
     const h = harness()
     const none = await h.fetch('/admin/keys', admin('POST', { name: 'site', kind: 'publishable' }))

@@ -7,7 +7,7 @@ import type { Context } from 'hono'
 import * as z from 'zod/mini'
 import { publicKeyView } from '../auth/keys.ts'
 import type { KeyRecord, KeyStore } from '../auth/keys.ts'
-import { originSchema } from '../auth/origins.ts'
+import { canonicalOrigins, originSchema } from '../auth/origins.ts'
 import { GatewayError } from '../errors/index.ts'
 import { readJsonBody } from '../http/body.ts'
 import { parseRequest } from '../normalize/zod-errors.ts'
@@ -51,19 +51,21 @@ export interface KeysRoutesOptions {
 
 const KEY_ID = /^key_[A-Za-z0-9]{16}$/
 
-/** A key body with its `name` trimmed, before it is checked (a name of spaces is empty). */
-async function keyBody(request: Request, maxBodyBytes: number): Promise<unknown> {
+/** A key body, checked: its `name` trimmed first (a name of spaces is empty), its origins in canonical spelling. */
+async function parseKeyBody<S extends z.ZodMiniType<{ origins?: string[] | undefined }>>(schema: S, request: Request, maxBodyBytes: number): Promise<z.output<S>> {
   const body = await readJsonBody(request, maxBodyBytes)
   const record = body as { name?: unknown } | null
   if (typeof record?.name === 'string') record.name = record.name.trim()
-  return body
+  const input = parseRequest(schema, body)
+  if (input.origins) input.origins = canonicalOrigins(input.origins)
+  return input
 }
 
 export function keysRoutes(options: KeysRoutesOptions): Hono<GatewayEnv> {
   const app = new Hono<GatewayEnv>()
 
   app.post('/', async (c) => {
-    const input = parseRequest(createKeySchema(), await keyBody(c.req.raw, options.maxBodyBytes))
+    const input = await parseKeyBody(createKeySchema(), c.req.raw, options.maxBodyBytes)
     checkScopes(input, options)
     options.checkQuota?.(c, input.quota)
     if (input.kind === 'publishable' && !input.origins?.length) {
@@ -85,7 +87,7 @@ export function keysRoutes(options: KeysRoutesOptions): Hono<GatewayEnv> {
   })
 
   app.patch('/:id', async (c) => {
-    const input = parseRequest(updateKeySchema(), await keyBody(c.req.raw, options.maxBodyBytes))
+    const input = await parseKeyBody(updateKeySchema(), c.req.raw, options.maxBodyBytes)
     const record = await findLiveKey(c, options)
     checkScopes(input, options)
     options.checkQuota?.(c, input.quota)

@@ -22,17 +22,22 @@ export function canonicalOrigin(text: string): string | null {
   return url.origin
 }
 
-export const originSchema = lazily(() => z.pipe(
-  z.string().check(z.maxLength(256)),
-  z.transform((text: string, ctx) => {
-    const origin = canonicalOrigin(text)
-    if (origin === null) {
-      ctx.issues.push({ code: 'custom', message: 'must be a browser origin such as https://app.example.com (scheme, host and optional port; no path or wildcard)', input: text })
-      return z.NEVER
-    }
-    return origin
-  }),
-))
+/**
+ * A browser origin as a field accepts it: checked here, stored as `canonicalOrigin` spells it (the
+ * routes map the parsed value). A check, not a transform: zod's pipe and transform would add ~0.35 KiB
+ * to the bundle for these two fields.
+ */
+export const originSchema = lazily(() =>
+  z.string().check(
+    z.maxLength(256),
+    z.refine((text) => canonicalOrigin(text) !== null, { message: 'must be a browser origin such as https://app.example.com (scheme, host and optional port; no path or wildcard)' }),
+  ),
+)
+
+/** Origins that passed `originSchema`, in their canonical spelling. */
+export function canonicalOrigins(origins: string[]): string[] {
+  return origins.map((origin) => canonicalOrigin(origin) ?? origin)
+}
 
 /** How a request presents itself: from a browser page (and which origin), or from a server. */
 export interface RequestOrigin {

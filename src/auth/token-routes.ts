@@ -16,7 +16,7 @@ import type { GatewayEnv } from '../types.ts'
 import { lazily } from '../zod/lazily.ts'
 import { positiveInt } from '../zod/numbers.ts'
 import { generateTokenId } from './keys.ts'
-import { originSchema } from './origins.ts'
+import { canonicalOrigin, originSchema } from './origins.ts'
 import type { TokenSigner } from './tokens.ts'
 
 export const mintTokenSchema = lazily(() => z.strictObject({
@@ -73,7 +73,7 @@ export function tokenRoutes(options: TokenRoutesOptions): Hono<GatewayEnv> {
       keyGeneration: principal.keyGeneration,
       ttlSeconds,
       models: input.models ? [...new Set(input.models)] : null,
-      origin: input.origin ?? null,
+      origin: input.origin === undefined ? null : (canonicalOrigin(input.origin) ?? input.origin),
       quota: input.quota ?? null,
       ...(input.sub === undefined ? {} : { subject: input.sub }),
     })
