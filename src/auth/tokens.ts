@@ -20,7 +20,8 @@ export const TOKEN_PREFIX = 'pg_tk_'
 const MAX_TOKEN_LENGTH = 4096
 
 const claimsSchema = lazily(() => z.object({
-  v: z.literal(1),
+  /** The claims' version: 1 (`verify` refuses any other). */
+  v: z.number(),
   /** Token id, for logs and per-token quota counters. */
   jti: z.string(),
   /** Parent key id. */
@@ -104,7 +105,7 @@ export class TokenSigner {
       return { ok: false, reason: 'malformed' }
     }
     const parsed = claimsSchema().safeParse(json)
-    if (!parsed.success) return { ok: false, reason: 'malformed' }
+    if (!parsed.success || parsed.data.v !== 1) return { ok: false, reason: 'malformed' }
     if (parsed.data.exp * 1000 <= now) return { ok: false, reason: 'expired', claims: parsed.data }
     return { ok: true, claims: parsed.data }
   }

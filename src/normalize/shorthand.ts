@@ -36,7 +36,7 @@ const nativeSamplingSchema = z.strictObject({
   repetition_penalty: optionalNumber(z.gt(0)),
   use_beam_search: z.optional(z.boolean()),
   length_penalty: optionalNumber(),
-  early_stopping: z.optional(z.union([z.boolean(), z.literal('never')])),
+  early_stopping: z.optional(z.union([z.boolean(), z.enum(['never'])])),
   stop: z.optional(z.union([stopString, z.array(stopString).check(z.maxLength(MAX_STOP_SEQUENCES))])),
   stop_token_ids: z.optional(z.array(z.number().check(z.int(), z.minimum(0))).check(z.maxLength(MAX_STOP_TOKEN_IDS))),
   ignore_eos: z.optional(z.boolean()),
