@@ -2,8 +2,8 @@
  * The canonical cache key: model alias + kind + every field podgate forwards (tools, tool_choice,
  * response_format, logprobs, template kwargs, content parts, unknown fields: the whole body), as stable
  * JSON, hashed with SHA-256. How the answer is delivered (`stream`, `stream_options`) and who asked
- * (`user`) are left out, so one entry serves every form of the same question (but `stream` with
- * `prompt_logprobs`, see below). The scope and the purge
+ * (`user`) are left out, so one entry serves every form of the same question (but see `cacheKey` for
+ * the bodies whose forms differ, and streams with usage on every chunk). The scope and the purge
  * generation are folded in, so entries never cross scopes and a purge changes every key at once.
  */
 import { GatewayError } from '../errors/index.ts'
@@ -48,9 +48,9 @@ export async function cacheKey(input: CacheKeyInput): Promise<CacheKey> {
     // entry, and each replays exactly what it recorded (left out otherwise, so other keys are unchanged).
     stream: request.stream && (request.body.prompt_logprobs != null || request.body.return_token_ids) ? true : undefined,
     // vLLM puts usage on every chunk of a stream that asks for it (podgate forwards the switch only with
-    // `include_usage`): such streams keep entries of their own, so the others never get that usage and
-    // they always get it (left out otherwise, so other keys are unchanged).
-    // (vLLM reads any value but false and null as yes; a falsy one keys as absent).
+    // `include_usage`; vLLM reads any value but false and null as yes): such streams keep entries of
+    // their own, so the others never get that usage and they always get it (a falsy value, or none, keys
+    // as absent, so other keys are unchanged).
     continuous: (request.includeUsage && (request.body.stream_options as { continuous_usage_stats?: unknown } | undefined)?.continuous_usage_stats) || undefined,
   })
   const digest = await crypto.subtle.digest('SHA-256', encoder.encode(canonical))
