@@ -3,6 +3,8 @@ import { GatewayError } from '../errors/index.ts'
 import { modelSchema } from '../config/schema.ts'
 import type { ModelInput } from '../config/schema.ts'
 import { normalizeChatRequest } from './chat.ts'
+import { normalizeCompletionRequest } from './completion.ts'
+import { toNativeInput } from './upstream-bodies.ts'
 
 const modelOf = (extra: Partial<ModelInput> = {}) => modelSchema.parse({ endpoints: [{ endpointId: 'abc123' }], ...extra })
 const MODEL = modelOf()
@@ -94,19 +96,33 @@ describe('normalizeChatRequest: mapping', () => {
     expect(req.user).toBeUndefined()
   })
 
-  it('maps developer to system and keeps name', () => {
-    const req = chat({ messages: [
+  it('keeps a developer message as sent: an OpenAI-surface request with one goes as an openai_route job; native input maps it to system', () => {
+    const messages = [
       { role: 'developer', content: 'Be brief' },
       { role: 'system', content: 'S' },
       { role: 'user', content: 'Q', name: 'ann' },
       { role: 'assistant', content: 'A' },
-    ] })
-    expect(req.messages).toEqual([
+    ]
+    const req = chat({ messages })
+    expect(req.shorthand).toBe(false)
+    expect(req.body.messages).toEqual(messages)
+    const native = normalizeChatRequest({ model: 'llama', messages }, MODEL, 'llama', { nativeInput: true })
+    expect(native.messages).toEqual([
       { role: 'system', content: 'Be brief' },
       { role: 'system', content: 'S' },
       { role: 'user', content: 'Q', name: 'ann' },
       { role: 'assistant', content: 'A' },
     ])
+  })
+
+  it('leaves the shorthand when the model has a served name of its own (the shorthand names no model)', () => {
+    const lora = modelOf({ servedModelName: 'sql-lora', kinds: ['chat', 'completion'] })
+    const req = normalizeChatRequest({ model: 'llama', messages: [{ role: 'user', content: 'Q' }] }, lora, 'llama')
+    expect(req.shorthand).toBe(false)
+    expect(toNativeInput(req, 'sql-lora')).toMatchObject({ openai_route: '/v1/chat/completions', openai_input: { model: 'sql-lora' } })
+    expect(normalizeCompletionRequest({ model: 'llama', prompt: 'Once' }, lora, 'llama').shorthand).toBe(false)
+    // Native input names no model: the caller wrote it for the worker's default.
+    expect(normalizeChatRequest({ model: 'llama', messages: [{ role: 'user', content: 'Q' }] }, lora, 'llama', { nativeInput: true }).shorthand).toBe(true)
   })
 
   it('flattens text parts with newlines', () => {
@@ -198,9 +214,10 @@ describe('normalizeChatRequest: streaming', () => {
     expect(chat({ stream: true, stream_options: { include_usage: false } }).includeUsage).toBe(false)
   })
 
-  it('refuses stream_options without stream: true', () => {
+  it('refuses stream_options without stream: true, unless it is empty (vLLM serves that)', () => {
     for (const stream of [undefined, false]) {
       expect(refused({ ...base, stream, stream_options: { include_usage: true } })[0]).toBe('stream_options')
+      expect(chat({ stream, stream_options: {} })).toMatchObject({ stream: false, includeUsage: false })
     }
   })
 
@@ -280,7 +297,9 @@ describe('normalizeChatRequest: rejections', () => {
     expect(chat({ top_p: 0, stop: 5 }).shorthand).toBe(false)
     expect(refused({ ...base, stream: 'yes' })[0]).toBe('stream')
     expect(refused({ ...base, model: 5 })).toEqual(['model', "Invalid type for 'model': expected a string, got a number"])
-    expect(refused({ ...base, seed: 2 ** 60 })[0]).toBe('seed')
+    // vLLM takes any 64-bit seed, beyond JavaScript's safe integers; past 64 bits it is refused here.
+    expect(chat({ seed: 2 ** 60 }).body.seed).toBe(2 ** 60)
+    expect(refused({ ...base, seed: 2 ** 64 })).toEqual(['seed', "'seed' must be a 64-bit integer"])
   })
 
   it('reports the first issue in schema order', () => {

@@ -6,7 +6,7 @@ import type { ModelConfig } from '../config/schema.ts'
 import { chatPromptTokens } from './estimate.ts'
 import { chatCompletionRequestSchema } from './schemas.ts'
 import { assertKind, resolveLimits, resolveStream, withDefaults } from './sampling.ts'
-import { shorthandMessages, shorthandSampling } from './shorthand.ts'
+import { mayShorthand, shorthandMessages, shorthandSampling } from './shorthand.ts'
 import type { ShorthandOptions } from './shorthand.ts'
 import { parseBounded } from './bounded.ts'
 import { assertJsonObject } from './zod-errors.ts'
@@ -28,8 +28,8 @@ export function normalizeChatRequest(body: unknown, model: ModelConfig, alias: s
   const limits = resolveLimits(req, model, alias)
   const forwarded = withDefaults(body, model, limits.maxTokens)
   const promptTokens = chatPromptTokens(forwarded, req.messages)
-  const sampling = shorthandSampling(forwarded, limits.maxTokens, options)
-  const messages = sampling ? shorthandMessages(req.messages) : undefined
+  const sampling = mayShorthand(model, options) ? shorthandSampling(forwarded, limits.maxTokens, options) : undefined
+  const messages = sampling ? shorthandMessages(req.messages, options) : undefined
   const normalized: NormalizedRequest = {
     kind: 'chat',
     model: alias,

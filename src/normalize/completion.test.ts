@@ -24,6 +24,13 @@ function refused(body: unknown, model = MODEL): [string | null, string] {
 }
 
 describe('normalizeCompletionRequest', () => {
+  it('sends max_completion_tokens as max_tokens, the only name vLLM\'s completions read (16 tokens when absent)', () => {
+    const req = completion({ max_completion_tokens: 300 })
+    expect(req.body.max_tokens).toBe(300)
+    expect(req.body).not.toHaveProperty('max_completion_tokens')
+    expect(req.sampling.max_tokens).toBe(300)
+  })
+
   it('normalizes a minimal request', () => {
     expect(completion({})).toEqual({
       kind: 'completion',

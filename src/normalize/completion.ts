@@ -9,7 +9,7 @@ import { readSampling } from './chat.ts'
 import { textOrTokensCost, jsonFieldChars, CHARS_PER_TOKEN } from './estimate.ts'
 import { completionRequestSchema } from './schemas.ts'
 import { assertKind, resolveLimits, resolveStream, withDefaults } from './sampling.ts'
-import { shorthandSampling } from './shorthand.ts'
+import { mayShorthand, shorthandSampling } from './shorthand.ts'
 import type { ShorthandOptions } from './shorthand.ts'
 import { parseBounded } from './bounded.ts'
 import { assertJsonObject } from './zod-errors.ts'
@@ -38,11 +38,16 @@ export function normalizeCompletionRequest(body: unknown, model: ModelConfig, al
   const { stream, includeUsage } = resolveStream(req)
   const limits = resolveLimits(req, model, alias)
   const forwarded = withDefaults(body, model, limits.maxTokens)
+  // vLLM's completions read only `max_tokens` (16 when absent): the chat alias is sent under that name.
+  if (forwarded.max_completion_tokens != null) {
+    forwarded.max_tokens = limits.maxTokens
+    delete forwarded.max_completion_tokens
+  }
   // Prompt embeddings are sized by the upstream's usage when the answer settles: podgate cannot count their tokens.
   const cost = req.prompt == null ? { tokens: 0, count: Array.isArray(body.prompt_embeds) ? body.prompt_embeds.length : 1 } : textOrTokensCost(req.prompt, 'prompt')
   // Only one string prompt has a native form; several prompts, token ids or embeddings go as an `openai_route` job.
   const prompt = typeof req.prompt === 'string' ? req.prompt : req.prompt?.length === 1 && typeof req.prompt[0] === 'string' ? req.prompt[0] : undefined
-  const sampling = prompt === undefined ? undefined : shorthandSampling(forwarded, limits.maxTokens, options)
+  const sampling = prompt === undefined || !mayShorthand(model, options) ? undefined : shorthandSampling(forwarded, limits.maxTokens, options)
   const normalized: NormalizedRequest = {
     kind: 'completion',
     model: alias,

@@ -30,10 +30,10 @@ interface StreamFields {
   stream_options?: { include_usage?: boolean | null } | null
 }
 
-/** `stream_options` without `stream: true` is a 400, as on OpenAI. */
+/** `stream_options` without `stream: true` is a 400, as on OpenAI and vLLM; an empty one is not (vLLM serves it). */
 export function resolveStream(req: StreamFields): StreamFlags {
   const stream = req.stream === true
-  if (req.stream_options != null && !stream) {
+  if (req.stream_options != null && Object.keys(req.stream_options).length > 0 && !stream) {
     throw new GatewayError(
       'invalid_request',
       "The 'stream_options' parameter is only allowed when 'stream' is enabled.",

@@ -9,6 +9,10 @@
  */
 import * as z from 'zod/mini'
 
+
+/** vLLM's seed: any 64-bit integer (`ge=INT64_MIN, le=INT64_MAX`), wider than JavaScript's safe integers. */
+export const seed = () => z.number().check(z.refine((v) => Number.isInteger(v) && Math.abs(v) <= 2 ** 63, { message: 'must be a 64-bit integer' }))
+
 /** Longest text podgate accepts, per string and summed over a request's messages or prompt. */
 export const MAX_TEXT_CHARS = 1_000_000
 /**
@@ -43,7 +47,7 @@ const readShape = {
   n: choices(),
   best_of: choices(),
   temperature: z.nullish(z.number().check(z.minimum(0))),
-  seed: z.nullish(z.number().check(z.int())),
+  seed: z.nullish(seed()),
   user: z.nullish(chars(256)),
 }
 

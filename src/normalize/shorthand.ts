@@ -8,8 +8,9 @@
  * request goes as an `openai_route` job instead, so nothing is dropped on the way.
  */
 import * as z from 'zod/mini'
-import { MAX_STOP_SEQUENCES } from './schemas.ts'
+import { MAX_STOP_SEQUENCES, seed } from './schemas.ts'
 import type { NormalizedMessage, SamplingParams } from './types.ts'
+import type { ModelConfig } from '../config/schema.ts'
 import { parseRequest } from './zod-errors.ts'
 
 const stopString = z.string().check(z.minLength(1), z.maxLength(1_000))
@@ -45,7 +46,7 @@ const nativeSamplingSchema = z.strictObject({
   spaces_between_special_tokens: z.optional(z.boolean()),
   include_stop_str_in_output: z.optional(z.boolean()),
   truncate_prompt_tokens: optionalInt(z.minimum(-1)),
-  seed: optionalInt(),
+  seed: z.optional(seed()),
 })
 
 /** Every sampling param, in the order native inputs list them. */
@@ -98,6 +99,15 @@ export interface ShorthandOptions {
 }
 
 /**
+ * Whether an OpenAI-surface request may take the shorthand at all: the shorthand names no model (the
+ * worker runs its default), so a model with a served name of its own (a LoRA adapter, a second
+ * `--served-model-name`) goes as an `openai_route` job, which names it. Native input names no model either.
+ */
+export function mayShorthand(model: ModelConfig, options: ShorthandOptions): boolean {
+  return options.nativeInput === true || model.servedModelName === undefined
+}
+
+/**
  * The native sampling params of `body` (max_tokens resolved), or undefined when a field has no native
  * equivalent. Null members count as not sent.
  */
@@ -136,14 +146,18 @@ export function assertNativeSampling(body: Record<string, unknown>): void {
   parseRequest(nativeSamplingSchema, picked)
 }
 
-/** Text-only messages in the shorthand's form, or undefined when one carries anything else. */
-export function shorthandMessages(messages: readonly unknown[]): NormalizedMessage[] | undefined {
+/**
+ * Text-only messages in the shorthand's form, or undefined when one carries anything else. A `developer`
+ * message is native input's `system` (classic workers' chat templates know no other); on the OpenAI
+ * surface it goes as an `openai_route` job instead, where vLLM keeps the role it was sent.
+ */
+export function shorthandMessages(messages: readonly unknown[], options: ShorthandOptions = {}): NormalizedMessage[] | undefined {
   const out: NormalizedMessage[] = []
   for (const message of messages) {
     if (typeof message !== 'object' || message === null) return undefined
     const { role, content, name, ...rest } = message as Record<string, unknown>
     if (Object.values(rest).some((v) => v !== null && v !== undefined)) return undefined
-    if (typeof role !== 'string' || !NATIVE_ROLES.has(role)) return undefined
+    if (typeof role !== 'string' || !NATIVE_ROLES.has(role) || (role === 'developer' && !options.nativeInput)) return undefined
     if (name !== undefined && name !== null && typeof name !== 'string') return undefined
     let text: string
     if (typeof content === 'string') text = content
@@ -157,7 +171,6 @@ export function shorthandMessages(messages: readonly unknown[]): NormalizedMessa
       }
       text = parts.join('\n')
     } else return undefined
-    // vLLM's chat templates know `system`; `developer` is OpenAI's newer name for the same role.
     const normalized: NormalizedMessage = { role: role === 'developer' ? 'system' : (role as NormalizedMessage['role']), content: text }
     if (typeof name === 'string') normalized.name = name
     out.push(normalized)

@@ -45,7 +45,7 @@ describe('toOpenAIBody', () => {
 
 describe('toNativeInput', () => {
   it('builds the shorthand with every set sampling param, in SAMPLING_KEYS order', () => {
-    const req = normalizeChatRequest({ model: 'llama', messages: [{ role: 'developer', content: 'S' }, { name: 'ann', content: [{ type: 'text', text: 'Q' }], role: 'user' }], seed: 1, temperature: 0.5, stop: 'END', max_tokens: 100 }, MODEL, 'llama')
+    const req = normalizeChatRequest({ model: 'llama', messages: [{ role: 'system', content: 'S' }, { name: 'ann', content: [{ type: 'text', text: 'Q' }], role: 'user' }], seed: 1, temperature: 0.5, stop: 'END', max_tokens: 100 }, MODEL, 'llama')
     const input = toNativeInput(req)
     expect(input).toEqual({
       messages: [{ role: 'system', content: 'S' }, { role: 'user', content: 'Q', name: 'ann' }],
