@@ -190,3 +190,36 @@ describe('native jobs: cancels', () => {
     expect(emulator.calls.filter((call) => call.op === 'run' || call.op === 'runsync')).toHaveLength(1)
   })
 })
+
+describe('native jobs: refused polls and late failures', () => {
+  it('a refused /status-sync poll (429) is asked again: the healthy job is neither cancelled nor run twice', async () => {
+    const h = harness()
+    const { key } = await h.createKey()
+    h.emulator.configure('vllmclassic', { fault: { kind: 'http', status: 429, ops: ['status-sync'], times: 1 } })
+    const res = await h.fetch('/v1/chat/completions', post(key, { model: 'chat-classic', max_tokens: 100, messages: [{ role: 'user', content: 'x [[emulator:tokens=40,delay=10]]' }] }))
+    expect(res.status).toBe(200)
+    await res.text()
+    await h.settle()
+    expect(h.emulator.calls.filter((c) => c.op === 'status-sync' && c.status === 429)).toHaveLength(1)
+    expect(h.emulator.calls.filter((c) => c.op === 'cancel')).toHaveLength(0)
+    expect(h.emulator.calls.filter((c) => c.op === 'run')).toHaveLength(1)
+  })
+
+  // One endpoint cold past both budgets whose job then FAILED: the other endpoint of the same mode still answers.
+  const models: GatewayOptions['models'] = {
+    two: { endpoints: [{ endpointId: 'coldbadclassic', weight: 1_000_000 }, { endpointId: 'goodclassic', weight: 0.000001 }], mode: 'native', resilience: { retries: { budgetMs: 300 }, ttftBudgetMs: 300 } },
+  }
+  for (const stream of [true, false]) {
+    it(`a job that FAILED after a cold start longer than the retry budget runs on the model's other endpoint (stream: ${stream})`, async () => {
+      const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY, endpoints: { coldbadclassic: { coldStartMs: 800, fault: { kind: 'job_failed' } } } })
+      const h = harness({ models }, emulator)
+      const { key } = await h.createKey()
+      const res = await h.fetch('/v1/chat/completions', post(key, { model: 'two', max_tokens: 50, stream, messages: [{ role: 'user', content: 'x [[emulator:tokens=5]]' }] }))
+      const text = await res.text()
+      await h.settle()
+      expect(res.status).toBe(200)
+      expect(emulator.calls.filter((c) => c.op === 'run').map((c) => c.endpointId)).toEqual(['coldbadclassic', 'goodclassic'])
+      if (stream) expect(text.trim().endsWith('data: [DONE]')).toBe(true)
+    })
+  }
+})

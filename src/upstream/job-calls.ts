@@ -4,9 +4,10 @@
  *
  * - `cancelJob`: only `/cancel`, `executionTimeout` and `ttl` stop a job, so a cancel that was refused,
  *   failed or never arrived is sent again, or the GPU runs (and bills) for nobody.
- * - `streamPage`: a `/stream` poll Runpod refused (429, or a 5xx) handed out no items, so it is asked
- *   again instead of ending a healthy answer. A poll that broke off without a status is not asked again:
- *   its page may have been handed out and lost, and a second poll would silently skip those items.
+ * - `streamPage` (and `polled`, for `/status` and `/status-sync`): a poll Runpod refused (429, or a 5xx)
+ *   handed out nothing, so it is asked again instead of ending (or cancelling) a healthy job. A `/stream`
+ *   poll that broke off without a status is not asked again: its page may have been handed out and lost,
+ *   and a second poll would silently skip those items.
  */
 import { GatewayError } from '../errors/index.ts'
 import { sleep } from './retry.ts'
@@ -56,15 +57,26 @@ export async function cancelJob(client: RunpodClient, endpoint: Endpoint, id: st
  * a 5xx; `onRetry` counts each extra poll against the caller's budget. Throws the last refusal, or at
  * once any other failure.
  */
-export async function streamPage(
+export function streamPage(
   client: RunpodClient,
   endpoint: Endpoint,
   id: string,
   options: { waitMs?: number; signal?: AbortSignal; onRetry?: () => void },
 ): Promise<JobStream> {
+  return polled(() => client.stream(endpoint, id, { ...(options.waitMs === undefined ? {} : { waitMs: options.waitMs }), ...(options.signal ? { signal: options.signal } : {}) }), options)
+}
+
+/**
+ * One poll of a job (`ask`), asked again (up to POLL_TRIES in all) while Runpod refuses it with a 429 or
+ * a 5xx; `onRetry` counts each extra poll. Throws the last refusal, or at once any other failure.
+ *
+ * @example
+ * job = await polled(() => client.status(endpoint, job.id, { signal }), { signal })
+ */
+export async function polled<T>(ask: () => Promise<T>, options: { signal?: AbortSignal | undefined; onRetry?: () => void }): Promise<T> {
   for (let tried = 1; ; tried++) {
     try {
-      return await client.stream(endpoint, id, { ...(options.waitMs === undefined ? {} : { waitMs: options.waitMs }), ...(options.signal ? { signal: options.signal } : {}) })
+      return await ask()
     } catch (error) {
       const status = statusOf(error)
       if (status === undefined || (status !== 429 && status < 500) || tried >= POLL_TRIES || options.signal?.aborted) throw error

@@ -15,7 +15,7 @@ import { GatewayError } from '../errors/index.ts'
 import { toNativeInput } from '../normalize/index.ts'
 import { codedRefusal, errorItemFailure, isRecord, isRefusal, readUsage, workerFailure } from '../streaming/vllm.ts'
 import { routeUsage } from '../streaming/dialects.ts'
-import { cancelJob } from './job-calls.ts'
+import { cancelJob, polled } from './job-calls.ts'
 import { retryableFailure, sleep } from './retry.ts'
 import { nativeOutputToOpenAI } from './runpod/output.ts'
 import { isTerminal } from './runpod/client.ts'
@@ -48,13 +48,14 @@ export async function nativeJson(call: CompletionCall): Promise<Response> {
         if (endpoint.credential.kind === 'runpod') {
           // Runpod's hosted API waits for the job server-side (the op runpod-sdk uses after `/runsync`).
           if (left < 1_000) throw new GatewayError('upstream_timeout', 'The model did not finish in time.')
-          job = await client.statusSync(endpoint, job.id, { waitMs: Math.min(runpod.runsyncWaitMs, left), signal: call.signal })
+          // A refused poll is asked again: cancelling a healthy job for it would bill its work for nothing.
+          job = await polled(() => client.statusSync(endpoint, job.id, { waitMs: Math.min(runpod.runsyncWaitMs, left), signal: call.signal }), { signal: call.signal })
           continue
         }
         if (delay > left) throw new GatewayError('upstream_timeout', 'The model did not finish in time.')
         await sleep(delay, call.signal)
         delay = Math.min(delay * 2, 2_000)
-        job = await client.status(endpoint, job.id, { signal: call.signal })
+        job = await polled(() => client.status(endpoint, job.id, { signal: call.signal }), { signal: call.signal })
       }
     } catch (error) {
       cancel(job.id)

@@ -103,7 +103,10 @@ export class RetryPlan {
     const nextEndpoint = endpoints[this.#tried % endpoints.length]
     const asked = retryAfterMs(error)
     if (asked !== undefined && nextEndpoint?.base === endpoint.base) delay = Math.max(delay, asked)
-    if (Date.now() - this.#started + delay > budgetMs) return false
+    // The time budget bounds retries of transient faults (a network error, a 429, a 5xx). An attempt that
+    // ended before any output (a FAILED job) fails over whenever it comes, within `attempts`: nothing runs
+    // twice, and a caller who waited out a cold start is better served by the next endpoint than by the error.
+    if (!failedOver.has(error as GatewayError) && Date.now() - this.#started + delay > budgetMs) return false
     await sleep(delay, signal)
     return !signal?.aborted
   }
