@@ -300,3 +300,30 @@ describe('settle reports how a broken stream ended', () => {
     expect(outcomes).toEqual([expect.objectContaining({ ok: false, producedOutput: false })])
   })
 })
+
+describe('Runpod OpenAI-route requests, run by Runpod as jobs', () => {
+  for (const stream of [false, true]) {
+    it(`one whose connection broke after Runpod took it is not sent again: it may be running (stream: ${stream})`, async () => {
+      const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+      let dropped = false
+      const h = harness({
+        fetch: async (input, init) => {
+          const request = new Request(input, init)
+          const answer = emulator.fetch(request)
+          if (!dropped && new URL(request.url).pathname.includes('/openai/v1/')) {
+            dropped = true
+            await answer
+            throw new TypeError('Network connection lost.')
+          }
+          return answer
+        },
+      }, emulator)
+      const { key } = await h.createKey()
+      const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai', 'x [[emulator:tokens=20]]', { max_tokens: 100, stream })))
+      expect(res.status).toBe(502)
+      expect(await res.text()).toContain('may be running')
+      await h.settle()
+      expect(emulator.calls.filter((c) => c.op === 'openai')).toHaveLength(1)
+    })
+  }
+})

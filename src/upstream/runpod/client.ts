@@ -180,7 +180,9 @@ export class RunpodClient {
    * with `openaiJson`, which needs no stream stage to end its timer.
    */
   async openai(endpoint: Endpoint, path: string, body: unknown, options: CallOptions = {}): Promise<Response> {
-    const { response, clear } = await this.#send(endpoint, `openai/v1${path}`, body === undefined ? { method: 'GET' } : { method: 'POST', body }, options)
+    // Runpod runs an OpenAI-route POST as a job, as it does `/run`: a broken connection is not retried either.
+    const sent = this.#send(endpoint, `openai/v1${path}`, body === undefined ? { method: 'GET' } : { method: 'POST', body }, options)
+    const { response, clear } = await (body === undefined ? sent : sent.catch((error: unknown) => queuedMaybe(error, endpoint)))
     if (!response.ok) {
       clear()
       throw await upstreamHttpError(response, { url: `${endpoint.base}/openai/v1${path}`, jobOp: false, secret: this.#bearer(endpoint) })
@@ -200,7 +202,7 @@ export class RunpodClient {
    * non-2xx answer or a body that is not JSON.
    */
   async openaiJson(endpoint: Endpoint, path: string, body: unknown, options: CallOptions = {}): Promise<unknown> {
-    const { response, clear } = await this.#send(endpoint, `openai/v1${path}`, { method: 'POST', body }, options)
+    const { response, clear } = await this.#send(endpoint, `openai/v1${path}`, { method: 'POST', body }, options).catch((error: unknown) => queuedMaybe(error, endpoint))
     try {
       if (!response.ok) throw await upstreamHttpError(response, { url: `${endpoint.base}/openai/v1${path}`, jobOp: false, secret: this.#bearer(endpoint) })
       return await response.json()
