@@ -21,6 +21,7 @@ const SERVED = 'org/Served-Model-8B'
 const MODELS: GatewayOptions['models'] = {
   openai: { endpoints: [{ endpointId: 'epopenai' }], mode: 'openai', servedModelName: SERVED },
   native: { endpoints: [{ endpointId: 'epnative' }], mode: 'native', servedModelName: SERVED },
+  plainnative: { endpoints: [{ endpointId: 'epnative' }], mode: 'native' },
   twice: { endpoints: [{ endpointId: 'epone' }, { endpointId: 'eptwo' }], mode: 'openai', servedModelName: SERVED },
   // The weights make the first pick (nearly) certain: the failing endpoint is tried first.
   nativefirst: { endpoints: [{ endpointId: 'epmixa', mode: 'native', weight: 1e6 }, { endpointId: 'epmixb', mode: 'openai', weight: 1e-6 }], servedModelName: SERVED },
@@ -137,14 +138,17 @@ describe('requests pass through', () => {
     )
   })
 
-  it('a native endpoint gets an openai_route job carrying the same body; plain requests keep the shorthand', async () => {
+  it('a native endpoint gets an openai_route job carrying the same body; plain requests keep the shorthand unless the model names a served model', async () => {
     const { h, calls } = setup({ job: () => ({ status: 'COMPLETED', output: [{ id: 'x', object: 'chat.completion', created: 1, model: SERVED, choices: [{ index: 0, message: { role: 'assistant', content: 'hi' }, finish_reason: 'stop' }], usage }] }) })
     const { key } = await h.createKey()
     const res = await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ ...CHAT_BODY, model: 'native' })))
     expect(res.status).toBe(200)
     expect(calls[0]).toMatchObject({ op: 'run', body: { input: { openai_route: '/v1/chat/completions', openai_input: { ...CHAT_BODY, model: SERVED } } } })
+    // The shorthand names no model: a model with a served name of its own (a LoRA adapter...) always names it.
     await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ model: 'native', messages: [{ role: 'user', content: 'hi' }], temperature: 0.5 })))
-    expect(calls.filter((call) => call.op === 'run')[1]!.body).toEqual({ input: { messages: [{ role: 'user', content: 'hi' }], sampling_params: { max_tokens: 512, temperature: 0.5 }, stream: false } })
+    expect(calls.filter((call) => call.op === 'run')[1]!.body).toMatchObject({ input: { openai_route: '/v1/chat/completions', openai_input: { model: SERVED, temperature: 0.5 } } })
+    await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ model: 'plainnative', messages: [{ role: 'user', content: 'hi' }], temperature: 0.5 })))
+    expect(calls.filter((call) => call.op === 'run')[2]!.body).toEqual({ input: { messages: [{ role: 'user', content: 'hi' }], sampling_params: { max_tokens: 512, temperature: 0.5 }, stream: false } })
   })
 })
 
@@ -379,13 +383,14 @@ describe('failover across modes', () => {
     const models = Object.fromEntries(Object.entries(MODELS).map(([alias, m]) => [alias, { ...m, resilience }]))
     const { h, calls } = setup({
       openai: (call) => (call.endpoint === 'epmixc' ? new Response('down', { status: 503 }) : call.body?.stream ? sse(TOOL_SSE) : Response.json(answer)),
-      job: (call) => (call.endpoint === 'epmixa' ? { status: 'FAILED', error: 'CUDA out of memory' } : { status: 'COMPLETED', output: call.body && (call.body.input as { stream?: boolean }).stream ? [TOOL_SSE] : [answer] }),
+      // These models name a served model, so their native jobs are openai_route jobs: the stream flag is in openai_input.
+      job: (call) => (call.endpoint === 'epmixa' ? { status: 'FAILED', error: 'CUDA out of memory' } : { status: 'COMPLETED', output: (call.body?.input as { openai_input?: { stream?: boolean } } | undefined)?.openai_input?.stream ? [TOOL_SSE] : [answer] }),
     }, { models })
     const { key } = await h.createKey({ name: 'q', quota: { tokensPerMinute: 100_000, strict: true } })
     for (const stream of [false, true]) {
       calls.length = 0
       const res = await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ model, messages: [{ role: 'user', content: 'hi' }], stream })))
-      expect(res.status).toBe(200)
+      expect(res.status, await res.clone().text()).toBe(200)
       await res.text()
       expect(new Set(calls.filter((c) => c.op !== 'cancel' && !c.op.startsWith('stream/')).map((c) => c.endpoint)).size).toBe(2)
     }
