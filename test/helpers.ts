@@ -77,6 +77,24 @@ export function harness(overrides: Partial<GatewayOptions> = {}, emulator: Runpo
   return h
 }
 
+/**
+ * A fetch to the emulator whose first call to a matching path breaks after the emulator took it: the
+ * connection to Runpod's API dropped once the request had arrived (its job may be running).
+ */
+export function droppingFetch(emulator: RunpodEmulator, matches: (path: string) => boolean): typeof fetch {
+  let dropped = false
+  return async (input, init) => {
+    const request = new Request(input, init)
+    const answer = emulator.fetch(request)
+    if (!dropped && matches(new URL(request.url).pathname)) {
+      dropped = true
+      await answer
+      throw new TypeError('Network connection lost.')
+    }
+    return answer
+  }
+}
+
 export function chatBody(model: string, content = 'Say hello', extra: Record<string, unknown> = {}): string {
   return JSON.stringify({ model, messages: [{ role: 'user', content }], ...extra })
 }

@@ -9,7 +9,7 @@ import type { EventSourceMessage } from 'eventsource-parser'
 import { describe, expect, it } from 'vitest'
 import type { GatewayOptions } from '../src/index.ts'
 import { createRunpodEmulator } from '../src/testing/index.ts'
-import { harness, MODELS, readSome, readSSE, RUNPOD_KEY } from './helpers.ts'
+import { droppingFetch, harness, MODELS, readSome, readSSE, RUNPOD_KEY } from './helpers.ts'
 
 const post = (key: string, body: unknown, extra: RequestInit = {}): RequestInit => ({
   method: 'POST',
@@ -169,19 +169,9 @@ describe('native jobs: cancels', () => {
 
   it('a /run whose connection broke is not sent again: the job may be queued, and a second would run it twice', async () => {
     const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
-    let dropped = false
     const h = harness({
       models: { two: { endpoints: [{ endpointId: 'vllmclassic' }, { endpointId: 'vllmclassic2' }], mode: 'native' } },
-      fetch: async (input, init) => {
-        const request = new Request(input, init)
-        const answer = emulator.fetch(request)
-        if (!dropped && /\/run$/.test(new URL(request.url).pathname)) {
-          dropped = true
-          await answer
-          throw new TypeError('Network connection lost.')
-        }
-        return answer
-      },
+      fetch: droppingFetch(emulator, (path) => /\/run$/.test(path)),
     }, emulator)
     const { key } = await h.createKey()
     const res = await h.fetch('/v1/chat/completions', post(key, chat('two', 'x [[emulator:tokens=50,delay=20]]', { max_tokens: 100 })))

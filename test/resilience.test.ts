@@ -15,7 +15,7 @@ import { resolveModels } from '../src/routing/models.ts'
 import { createDispatcher } from '../src/upstream/dispatch.ts'
 import { RunpodClient } from '../src/upstream/runpod/client.ts'
 import { createRunpodEmulator } from '../src/testing/index.ts'
-import { authed, chatBody, harness, readSSE, RUNPOD_KEY, streamedText } from './helpers.ts'
+import { authed, chatBody, droppingFetch, harness, readSSE, RUNPOD_KEY, streamedText } from './helpers.ts'
 
 type OpenAIError = { error: { code: string; message: string } }
 type Resilience = NonNullable<GatewayOptions['models'][string]['resilience']>
@@ -305,19 +305,7 @@ describe('Runpod OpenAI-route requests, run by Runpod as jobs', () => {
   for (const stream of [false, true]) {
     it(`one whose connection broke after Runpod took it is not sent again: it may be running (stream: ${stream})`, async () => {
       const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
-      let dropped = false
-      const h = harness({
-        fetch: async (input, init) => {
-          const request = new Request(input, init)
-          const answer = emulator.fetch(request)
-          if (!dropped && new URL(request.url).pathname.includes('/openai/v1/')) {
-            dropped = true
-            await answer
-            throw new TypeError('Network connection lost.')
-          }
-          return answer
-        },
-      }, emulator)
+      const h = harness({ fetch: droppingFetch(emulator, (path) => path.includes('/openai/v1/')) }, emulator)
       const { key } = await h.createKey()
       const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai', 'x [[emulator:tokens=20]]', { max_tokens: 100, stream })))
       expect(res.status).toBe(502)
