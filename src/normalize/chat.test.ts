@@ -300,6 +300,9 @@ describe('normalizeChatRequest: rejections', () => {
     // vLLM takes any 64-bit seed, beyond JavaScript's safe integers; past 64 bits it is refused here.
     expect(chat({ seed: 2 ** 60 }).body.seed).toBe(2 ** 60)
     expect(refused({ ...base, seed: 2 ** 64 })).toEqual(['seed', "'seed' must be a 64-bit integer"])
+    // INT64_MAX is 2^63 - 1: 2^63 itself is one past it, -2^63 is INT64_MIN.
+    expect(refused({ ...base, seed: 2 ** 63 })[0]).toBe('seed')
+    expect(chat({ seed: -(2 ** 63) }).body.seed).toBe(-(2 ** 63))
   })
 
   it('reports the first issue in schema order', () => {

@@ -11,7 +11,7 @@ import * as z from 'zod/mini'
 
 
 /** vLLM's seed: any 64-bit integer (`ge=INT64_MIN, le=INT64_MAX`), wider than JavaScript's safe integers. */
-export const seed = () => z.number().check(z.refine((v) => Number.isInteger(v) && Math.abs(v) <= 2 ** 63, { message: 'must be a 64-bit integer' }))
+export const seed = () => z.number().check(z.refine((v) => Number.isInteger(v) && v >= -(2 ** 63) && v < 2 ** 63, { message: 'must be a 64-bit integer' }))
 
 /** Longest text podgate accepts, per string and summed over a request's messages or prompt. */
 export const MAX_TEXT_CHARS = 1_000_000
