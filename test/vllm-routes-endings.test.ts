@@ -116,7 +116,7 @@ describe('openai-pipe tailBlocks: a long last event that begins on a 16 KiB bloc
   })
 })
 
-describe('openai-pipe: a Responses upstream that holds its connection open after response.completed', () => {
+describe('openai-pipe: a Responses or Messages upstream that holds its connection open after its last event', () => {
   // OpenAI's dialect has `doneAtEnd`, so a stream whose [DONE] was read is never cut by a timeout; the
   // Responses dialect has none, so the idle timeout cuts an answer that was already whole, appends an
   // error event after response.completed and settles it as failed.
@@ -127,6 +127,28 @@ describe('openai-pipe: a Responses upstream that holds its connection open after
     const { key } = await h.createKey({ name: 'held', quota: { tokensPerMinute: 100_000 } })
     const text = await (await h.fetch('/v1/responses', authed(key, JSON.stringify({ model: 'held', input: 'Hi', stream: true })))).text()
     expect(text).toBe(pieces.join(''))
+    await h.settle()
+    const report = (await (await h.fetch('/v1/usage', authed(key))).json()) as { windows: { minute: { tokens: number } } }
+    expect(report.windows.minute.tokens).toBe(12)
+  })
+
+  // Current vLLM (anthropic/serving.py) ends a Messages stream with `message_stop` and no `[DONE]`: the
+  // same held connection cut that answer, appended `event: error` after message_stop (which the Anthropic
+  // SDK throws on) and charged the reserved max_tokens instead of the usage it read.
+  it('a Messages stream ending with message_stop and no [DONE], held past the idle timeout: whole, nothing after message_stop, usage from the answer', async () => {
+    const pieces = [
+      `event: message_start\ndata: ${JSON.stringify({ type: 'message_start', message: { id: 'msg_1', type: 'message', role: 'assistant', model: SERVED, content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: 5, output_tokens: 0 } } })}\n\n`,
+      'event: content_block_start\ndata: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}\n\n',
+      'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}}\n\n',
+      'event: content_block_stop\ndata: {"type":"content_block_stop","index":0}\n\n',
+      'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"input_tokens":5,"output_tokens":7}}\n\n',
+      'event: message_stop\ndata: {"type":"message_stop"}\n\n',
+    ]
+    const upstream = scriptedUpstream(() => pieces, { holdMs: 3_000 })
+    const h = harness({ models: MODELS, fetch: upstream.fetch, quota: { now: () => Date.UTC(2026, 0, 1, 12, 0, 30) } }, createRunpodEmulator({ apiKey: RUNPOD_KEY }))
+    const { key } = await h.createKey({ name: 'held', quota: { tokensPerMinute: 100_000 } })
+    const res = await h.fetch('/v1/messages', { method: 'POST', headers: { 'x-api-key': key, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'held', max_tokens: 500, messages: [{ role: 'user', content: 'Hi' }], stream: true }) })
+    expect(await res.text()).toBe(pieces.join(''))
     await h.settle()
     const report = (await (await h.fetch('/v1/usage', authed(key))).json()) as { windows: { minute: { tokens: number } } }
     expect(report.windows.minute.tokens).toBe(12)

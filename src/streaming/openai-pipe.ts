@@ -529,8 +529,8 @@ type TailEnd = StreamEnding
 
 const decoder = new TextDecoder()
 const EVENT_BREAK = /\r\n\r\n|\n\n|\r\r/
-/** How many of the last bytes read a dialect's `doneAtEnd` sees. */
-const DONE_WINDOW = 32
+/** How many of the last bytes read a dialect's `doneAtEnd` sees: `data: {"type":"message_stop"}` and CRLFs fit. */
+const DONE_WINDOW = 40
 
 /**
  * Reads the ending from the tail chunks: parsed once per stream, from the first event boundary in the
