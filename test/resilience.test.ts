@@ -15,7 +15,7 @@ import { resolveModels } from '../src/routing/models.ts'
 import { createDispatcher } from '../src/upstream/dispatch.ts'
 import { RunpodClient } from '../src/upstream/runpod/client.ts'
 import { createRunpodEmulator } from '../src/testing/index.ts'
-import { authed, chatBody, droppingFetch, harness, readSSE, RUNPOD_KEY, streamedText } from './helpers.ts'
+import { authed, chatBody, droppingFetch, harness, readSSE, RUNPOD_KEY, scriptedUpstream, streamedText } from './helpers.ts'
 
 type OpenAIError = { error: { code: string; message: string } }
 type Resilience = NonNullable<GatewayOptions['models'][string]['resilience']>
@@ -298,6 +298,29 @@ describe('settle reports how a broken stream ended', () => {
     expect(res.status).toBe(502)
     await new Promise((r) => setTimeout(r, 50))
     expect(outcomes).toEqual([expect.objectContaining({ ok: false, producedOutput: false })])
+  })
+})
+
+describe('a model with endpoints of both modes, OpenAI route first', () => {
+  // Found in review: the dispatcher dropped every settle without output from a group that is not the
+  // last, so that the other mode could still be tried; but a stream the OpenAI route had already
+  // answered cannot be, and its outcome was never settled: the stream slot stayed taken (30 minutes under
+  // strict quotas), the reservation was kept, and a cache's coalesced twins waited on it.
+  it('a stream that breaks after its first bytes but before a whole event still settles: its stream slot is free again', async () => {
+    const partial = 'data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":1,"model":"m","choices":[{"index":0,"del'
+    const upstream = scriptedUpstream(() => [partial, new Error('connection reset')])
+    const models: GatewayOptions['models'] = { mixed: { endpoints: [{ endpointId: 'epmixo', mode: 'openai', weight: 1e6 }, { endpointId: 'epmixn', mode: 'native', weight: 1e-6 }] } }
+    const h = harness({ models, fetch: upstream.fetch }, createRunpodEmulator({ apiKey: RUNPOD_KEY }))
+    const { key } = await h.createKey({ name: 'mixed', quota: { maxConcurrentStreams: 1, tokensPerMinute: 100_000, strict: true } })
+    const open = () => h.fetch('/v1/chat/completions', authed(key, chatBody('mixed', 'Hi', { stream: true, max_tokens: 16 })))
+    const first = await open()
+    expect(first.status).toBe(200)
+    expect((await readSSE(first)).at(-1)).toMatchObject({ error: { code: 'upstream_error' } })
+    await expect.poll(async () => {
+      const next = await open()
+      await next.body?.cancel()
+      return next.status
+    }, { timeout: 3_000 }).toBe(200)
   })
 })
 

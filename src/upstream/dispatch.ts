@@ -37,6 +37,8 @@ export function createDispatcher(options: DispatchOptions): CompletionHandler {
     for (let i = 0; ; i++) {
       const { mode, endpoints } = groups[i]!
       const last = i === groups.length - 1
+      /** This group answered (a stream it opened): nothing else will be tried, so every outcome is the request's. */
+      let answered = false
       const call: CompletionCall = {
         client: options.client,
         runpod: options.runpod,
@@ -47,13 +49,15 @@ export function createDispatcher(options: DispatchOptions): CompletionHandler {
         signal,
         waitUntil: waitUntilOf(ctx.c),
         // A group that failed before any output may be followed by the other mode's: its failure is not
-        // the outcome yet (and if it is, the pipeline settles the error this throws).
-        settle: last ? ctx.settle : (outcome) => (outcome.ok || outcome.producedOutput ? ctx.settle(outcome) : undefined),
+        // the outcome yet (and if it is, the pipeline settles the error this throws). Once it answered,
+        // a stream that ends before its first event is the outcome.
+        settle: last ? ctx.settle : (outcome) => (answered || outcome.ok || outcome.producedOutput ? ctx.settle(outcome) : undefined),
         ...(ctx.copy ? { copy: ctx.copy } : {}),
       }
       try {
-        if (mode === 'openai' && !jobOnly(ctx.request)) return await openaiRouteCompletion(call)
-        return await (ctx.request.stream ? nativeStream(call) : nativeJson(call))
+        const response = await (mode === 'openai' && !jobOnly(ctx.request) ? openaiRouteCompletion(call) : ctx.request.stream ? nativeStream(call) : nativeJson(call))
+        answered = true
+        return response
       } catch (error) {
         // A caller who hung up after a request went upstream is charged its prompt (quota stage).
         if (signal.aborted && call.plan.attempted > 0) ctx.settle({ ok: false, error: toGatewayError(error), producedOutput: false, reachedUpstream: true })
