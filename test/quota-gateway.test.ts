@@ -365,6 +365,23 @@ describe("a token's own quota", () => {
     advance(60_000)
     expect(await refusal(token)).toMatch(/^Rate limit reached: 2 requests per day for this token\./)
   })
+
+  it('GET /v1/usage called with such a token reports the limits that hold the token, not its key', async () => {
+    const { h } = clockedHarness()
+    const { key } = await h.createKey({ name: 'backend' })
+    const minted = (await (await h.fetch('/v1/tokens', authed(key, JSON.stringify({ quota: { requestsPerMinute: 5 } })))).json()) as { id: string; token: string }
+    await (await chat(h, minted.token)).text()
+    await h.settle()
+    expect(await usageOf(h, minted.token)).toMatchObject({
+      key_id: minted.id,
+      store: 'kv',
+      limits: [{ name: 'rpm', limit: 5, used: 1, remaining: 4 }],
+      windows: { minute: { requests: 1 } },
+    })
+    // A token minted without a quota of its own shares its key's, and reports it.
+    const shared = (await (await h.fetch('/v1/tokens', authed(key, '{}'))).json()) as { token: string }
+    expect(await usageOf(h, shared.token)).toMatchObject({ store: null, limits: [] })
+  })
 })
 
 describe('policy layers', () => {

@@ -1,5 +1,5 @@
 /**
- * Usage API: `GET /v1/usage` (the calling key) and `GET /admin/keys/:id/usage` (operators).
+ * Usage API: `GET /v1/usage` (the calling key, or a token with a quota of its own) and `GET /admin/keys/:id/usage` (operators).
  *
  * Mount at the gateway root, after the `/v1/*` key auth and `/admin/*` admin auth middleware. Both
  * report the key's own policy over the gateway defaults; a model's defaults apply when that model is called.
@@ -25,8 +25,9 @@ export function quotaRoutes(options: QuotaRoutesOptions): Hono<GatewayEnv> {
   const app = new Hono<GatewayEnv>()
 
   app.get('/v1/usage', async (c) => {
-    const principal = c.get('principal')
-    return c.json(await usageReport(c, options.service, principal.keyId, principal.quota))
+    // A token minted with a quota of its own is held to it, counted under the token's id: report that.
+    const { keyId, quota, tokenId, tokenQuota } = c.get('principal')
+    return c.json(await usageReport(c, options.service, tokenQuota ? tokenId! : keyId, tokenQuota ?? quota))
   })
 
   app.get('/admin/keys/:id/usage', async (c) => {
