@@ -128,6 +128,8 @@ describe('the packed package', () => {
     expect(files).toContain('dist/testing/index.d.ts')
     expect(files).toContain('dist/worker.d.ts')
     expect(files.filter((f) => f.endsWith('.ts') && !f.endsWith('.d.ts'))).toEqual([])
+    // The README links to docs/*.md, and package.json names a licence: both ship with the package.
+    expect(files).toEqual(expect.arrayContaining(['LICENSE', 'README.md', 'docs/configuration.md', 'docs/api.md']))
     expect(readdirSync(join(scratch, 'node_modules', 'podgate'))).toContain('dist')
 
     run(process.execPath, [join(scratch, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.json'], { cwd: scratch })
