@@ -188,7 +188,11 @@ describe('vLLM routes: refusals, in the route\'s shape, with nothing sent upstre
     expect(await capped.json()).toEqual({ type: 'error', error: { type: 'invalid_request_error', message: expect.stringContaining("'max_tokens' must be at most 1000") } })
     const unknown = await send({ model: 'nope', max_tokens: 5, messages: [] })
     expect(unknown.status).toBe(404)
-    expect(await unknown.json()).toMatchObject({ type: 'error', error: { type: 'invalid_request_error' } })
+    // Anthropic's type for a 404, where OpenAI's is invalid_request_error.
+    expect(await unknown.json()).toMatchObject({ type: 'error', error: { type: 'not_found_error' } })
+    const big = await h.fetch('/v1/messages', { method: 'POST', headers: { 'x-api-key': key, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'openai', max_tokens: 5, messages: [{ role: 'user', content: 'x'.repeat(11 << 20) }] }) })
+    expect(big.status).toBe(413)
+    expect(await big.json()).toMatchObject({ type: 'error', error: { type: 'request_too_large' } })
     const anonymous = await send({ model: 'openai', max_tokens: 5, messages: [] }, {})
     expect(anonymous.status).toBe(401)
     expect(await anonymous.json()).toMatchObject({ type: 'error', error: { type: 'authentication_error' } })

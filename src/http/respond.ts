@@ -12,9 +12,14 @@ export function runpodErrorBody(error: GatewayError): { error: string; code: str
 
 export type ErrorFormat = 'openai' | 'runpod' | 'anthropic'
 
-/** Anthropic's error body, for `/v1/messages` (vLLM's Anthropic route): its SDKs read this shape. */
+/**
+ * Anthropic's error body, for `/v1/messages` (vLLM's Anthropic route): its SDKs read this shape. Its
+ * types follow the status where they differ from OpenAI's: every 404 is `not_found_error` (an unknown
+ * model too), a 413 `request_too_large`.
+ */
 function anthropicErrorBody(error: GatewayError): { type: 'error'; error: { type: string; message: string } } {
-  return { type: 'error', error: { type: error.type, message: error.message } }
+  const type = error.status === 404 ? 'not_found_error' : error.status === 413 ? 'request_too_large' : error.type
+  return { type: 'error', error: { type, message: error.message } }
 }
 
 /** `scrub` takes the operator's secrets out of the body: a message may quote an upstream's answer. */
