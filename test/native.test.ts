@@ -448,6 +448,33 @@ describe('cancel on disconnect', () => {
     expect(h.emulator.activeJobs()).toEqual([])
   })
 
+  it.each(['run', 'runsync'])('a caller who left while /%s was out has the job it queued cancelled: no one else has its id', async (op) => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    let arrived!: () => void
+    const queued = new Promise<void>((resolve) => (arrived = resolve))
+    const h = harness({
+      models: NATIVE_MODELS,
+      // Runpod takes the job, then its answer is slow to come back.
+      fetch: async (input, init) => {
+        const request = new Request(input, init)
+        const late = new URL(request.url).pathname.endsWith(`/${op}`)
+        if (late) setTimeout(arrived, 50)
+        const answer = await emulator.fetch(request)
+        if (late) await new Promise((resolve) => setTimeout(resolve, 200))
+        return answer
+      },
+    }, emulator)
+    const { key } = await h.createKey()
+    const abort = new AbortController()
+    const answered = h.fetch(`/v2/chat-current/${op}?wait=1000`, { ...post(key, chatInput('forever [[emulator:tokens=400,delay=25]]', { stream: true, sampling_params: { max_tokens: 1000 } })), signal: abort.signal }).catch((error: unknown) => error)
+    await queued
+    abort.abort()
+    await answered
+    await h.settle()
+    expect(emulator.calls.filter((c) => c.op === 'cancel')).toHaveLength(1)
+    expect(emulator.activeJobs()).toEqual([])
+  })
+
   it('?detach=true leaves the job running', async () => {
     const h = harness({ models: NATIVE_MODELS })
     const { key } = await h.createKey()

@@ -14,7 +14,9 @@ import { waitUntilOf } from '../http/context.ts'
 import type { ResolvedOptions } from '../config/schema.ts'
 import { modelFor, pickEndpoint } from '../routing/models.ts'
 import type { ModelTable, ResolvedModel } from '../routing/models.ts'
+import { isTerminal } from '../upstream/runpod/client.ts'
 import type { RunpodClient } from '../upstream/runpod/client.ts'
+import { cancelJob } from '../upstream/job-calls.ts'
 import { composeStages, createCompletionContext } from '../pipeline/index.ts'
 import type { CompletionContext, CompletionStage } from '../pipeline/index.ts'
 import { FALLBACK_MAX_TOKENS } from '../normalize/index.ts'
@@ -77,9 +79,11 @@ export function nativeRoutes(options: NativeRoutesOptions): Hono<GatewayEnv> {
     const queue = composeStages(options.stages ?? [], async (ctx: CompletionContext) => {
       const endpoint = pickEndpoint(binding.model)
       const signal = c.req.raw.signal
-      const result = via === 'run'
-        ? await client.run(endpoint, request.body, { signal })
-        : await client.runsync(endpoint, request.body, { signal, waitMs })
+      // Not under the caller's signal: a caller who leaves before the job's id reaches it leaves a job no
+      // one can find, so its id, once it comes, cancels it (from `waitUntil`, which outlives the caller).
+      const queued = via === 'run' ? client.run(endpoint, request.body) : client.runsync(endpoint, request.body, { waitMs })
+      waitUntilOf(c)(queued.then((job) => (signal.aborted && !isTerminal(job.status) ? cancelJob(client, endpoint, job.id) : undefined), () => undefined))
+      const result = await queued
       ctx.settle({ ok: true, usage: undefined })
       return answer(c, result, { kind: request.kind, endpoint, upstreamId: result.id }, binding)
     })
