@@ -590,6 +590,23 @@ describe('quotas on native jobs', () => {
     expect(((await big.json()) as { error: string }).error).toContain('max_tokens')
     expect(h.emulator.calls.filter((c) => c.op === 'run' || c.op === 'runsync')).toHaveLength(1)
   })
+
+  it('runpod-sdk\'s stream (JSON /stream polls in a tight loop) of a current worker\'s answer stays within the control limit', async () => {
+    const h = harness({ models: NATIVE_MODELS, quota: { now: () => Date.UTC(2026, 0, 1, 12, 0, 30) } })
+    const { key } = await h.createKey({ name: 'sdk', quota: { controlPerMinute: 30 } })
+    // A current worker yields about a token an item, and Runpod's long poll answers at the first item.
+    const id = await startJob(h, key, 'chat-current', chatInput('sdk [[emulator:tokens=100,delay=10]]', { stream: true, sampling_params: { max_tokens: 100 } }))
+    const items: unknown[] = []
+    for (let polls = 0; polls < 200; polls++) {
+      const res = await h.fetch(`/v2/chat-current/stream/${id}`, get(key))
+      expect(res.status, await res.clone().text()).toBe(200)
+      const page = await json(res)
+      items.push(...(page.stream ?? []).map((s) => s.output))
+      if (page.status === 'COMPLETED') break
+    }
+    const status = await json(await h.fetch(`/v2/chat-current/status/${id}`, get(key)))
+    expect(items).toEqual(status.output)
+  })
 })
 
 describe('job SSE never makes a broken answer look whole', () => {

@@ -17,6 +17,7 @@ import type { ModelTable, ResolvedModel } from '../routing/models.ts'
 import { isTerminal } from '../upstream/runpod/client.ts'
 import type { RunpodClient } from '../upstream/runpod/client.ts'
 import { cancelJob } from '../upstream/job-calls.ts'
+import { sleep } from '../upstream/retry.ts'
 import { composeStages, createCompletionContext } from '../pipeline/index.ts'
 import type { CompletionContext, CompletionStage } from '../pipeline/index.ts'
 import { FALLBACK_MAX_TOKENS } from '../normalize/index.ts'
@@ -122,7 +123,12 @@ export function nativeRoutes(options: NativeRoutesOptions): Hono<GatewayEnv> {
       }))
       return admitted(createCompletionContext(c, { ...passthroughRequest(binding.model.alias), stream: true }, binding.model))
     }
+    const started = Date.now()
     const page = await client.stream(job.endpoint, job.upstreamId, { signal: c.req.raw.signal, waitMs: runpod.streamWaitMs })
+    // runpod-sdk polls again at once and Runpod's long poll answers at the first item (about a token on a
+    // current worker): a page of a running job is held to 200 ms, so items come batched and following a
+    // job costs a few control calls a second, not one a token.
+    if (page.stream.length > 0 && !isTerminal(page.status)) await sleep(started + 200 - Date.now(), c.req.raw.signal)
     // `stream` is always an array: runpod-sdk iterates it unguarded.
     return answer(c, { ...page, stream: page.stream }, job, binding)
   })
