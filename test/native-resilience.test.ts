@@ -212,4 +212,22 @@ describe('native jobs: refused polls and late failures', () => {
       if (stream) expect(text.trim().endsWith('data: [DONE]')).toBe(true)
     })
   }
+
+  it('a job that COMPLETED with a stream podgate could not read is not run again: it ran to the end, and a second run bills it twice', async () => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    // A handler that returns its answer instead of yielding it: `/stream` carries nothing, the job COMPLETED.
+    const h = harness({
+      fetch: async (input, init) => {
+        const request = new Request(input, init)
+        const response = await emulator.fetch(request)
+        if (!/\/stream\//.test(new URL(request.url).pathname)) return response
+        return Response.json({ ...((await response.json()) as object), stream: [] })
+      },
+    }, emulator)
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', post(key, chat('chat-classic', 'x [[emulator:tokens=5]]', { stream: true })))
+    expect(res.status).toBe(502)
+    await h.settle()
+    expect(emulator.calls.filter((c) => c.op === 'run')).toHaveLength(1)
+  })
 })

@@ -312,8 +312,9 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
           winnerFailed(attempt)
           throw error
         }
-        // Nothing of this attempt reached the caller: another endpoint may run the request afresh.
-        const failure = result.ok && !isRefusal(error) ? retryableFailure(toGatewayError(error)) : error
+        // Nothing of this attempt reached the caller: another endpoint may run the request afresh, unless
+        // the job COMPLETED (it ran to the end, billed; its output was unreadable, and a rerun bills it twice).
+        const failure = result.ok && result.page.status !== 'COMPLETED' && !isRefusal(error) ? retryableFailure(toGatewayError(error)) : error
         drop(attempt)
         if (live.size > 0) {
           plan.recordFailure(failure, attempt.endpoint)
