@@ -212,6 +212,8 @@ describe('native job API: input normalization', () => {
     ['max_tokens over the cap', { messages: [{ role: 'user', content: 'x' }], sampling_params: { max_tokens: 99_999 } }, 'input.sampling_params.max_tokens'],
     ['n over maxChoices', { prompt: 'x', sampling_params: { n: 9 } }, 'input.sampling_params.n'],
     ['an unknown sampling parameter', { prompt: 'x', sampling_params: { logit_bias: { '1': 5 } } }, 'input.sampling_params.logit_bias'],
+    ['sampling parameters that are not an object', { prompt: 'x', sampling_params: [1] }, "Invalid type for 'sampling_params': expected an object, got an array (at 'input.sampling_params')"],
+    ['an input that is not an object', ['x'], "Invalid type for 'input': expected an object, got an array"],
     ['a sampling value out of vLLM\'s bounds', { prompt: 'x', sampling_params: { top_p: 0 } }, 'input.sampling_params.top_p'],
     ['a message the native input cannot carry', { messages: [{ role: 'tool', content: 'x' }] }, "(at 'input.messages')"],
     ['a message of the wrong shape', { messages: [{ role: 'user', content: 5 }] }, 'input.messages[0].content'],

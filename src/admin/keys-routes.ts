@@ -16,12 +16,13 @@ import type { QuotaPolicy } from '../quota/policy.ts'
 import type { GatewayEnv } from '../types.ts'
 import { lazily } from '../zod/lazily.ts'
 import { positiveInt } from '../zod/numbers.ts'
+import { recordOf } from '../zod/records.ts'
 
 const scopeFields = lazily(() => ({
   name: z.string().check(z.minLength(1), z.maxLength(100)),
   models: z.nullable(z.array(z.string().check(z.minLength(1), z.maxLength(128))).check(z.maxLength(256))),
   origins: z.array(originSchema()).check(z.maxLength(100)),
-  metadata: z.record(z.string().check(z.maxLength(64)), z.string().check(z.maxLength(512))),
+  metadata: recordOf(z.string().check(z.maxLength(512))).check(z.refine((m) => Object.keys(m).every((key) => key.length <= 64), 'must have keys of at most 64 characters')),
   quota: z.nullable(quotaPolicySchema),
   expiresAt: z.nullable(positiveInt()),
 }))

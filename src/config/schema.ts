@@ -5,6 +5,7 @@
  */
 import * as z from 'zod/mini'
 import { intIn, positiveInt } from '../zod/numbers.ts'
+import { recordOf } from '../zod/records.ts'
 import { quotaPolicySchema, quotaStoreKindSchema } from '../quota/policy.ts'
 import { cacheConfigSchema, modelCacheSchema } from '../cache/config.ts'
 
@@ -155,7 +156,7 @@ export const quotaConfigSchema = z.strictObject({
 
 export const gatewayOptionsSchema = z.strictObject({
   /** Model alias -> model config. At least one. */
-  models: z.record(z.string(), modelSchema).check(z.refine((m) => Object.keys(m).length > 0, { message: 'needs at least one model' })),
+  models: recordOf(modelSchema).check(z.refine((m) => Object.keys(m).length > 0, { message: 'needs at least one model' })),
   runpod: z.strictObject({
     /** The Runpod API key. Sent only in the `Authorization` header upstream, never logged or returned. */
     apiKey: z.string().check(z.minLength(1, { message: 'is empty: set the RUNPOD_API_KEY secret' })),

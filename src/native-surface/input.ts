@@ -12,6 +12,7 @@ import { assertNativeSampling, normalizeChatRequest, normalizeCompletionRequest,
 import type { NormalizedRequest } from '../normalize/index.ts'
 import type { ResolvedModel } from '../routing/models.ts'
 import { lazily } from '../zod/lazily.ts'
+import { keysIn } from '../zod/records.ts'
 import type { JobKind } from './job-id.ts'
 
 export interface JobRequest {
@@ -37,7 +38,7 @@ const policyShape = () => z.strictObject({
 type JobPolicy = z.infer<ReturnType<typeof policyShape>>
 
 const runBodySchema = lazily(() => z.strictObject({
-  input: z.record(z.string(), z.unknown()),
+  input: z.looseObject({}),
   policy: z.optional(policyShape()),
   // Runpod would call these with its own job id and results, past podgate's keys and normalization.
   webhook: refused('webhook'),
@@ -49,7 +50,7 @@ const runBodySchema = lazily(() => z.strictObject({
 const vllmInputSchema = lazily(() => z.strictObject({
   messages: z.optional(z.unknown()),
   prompt: z.optional(z.unknown()),
-  sampling_params: z.optional(z.partialRecord(z.enum(SAMPLING_KEYS, { error: 'is not a sampling parameter podgate accepts' }), z.unknown())),
+  sampling_params: z.optional(keysIn(SAMPLING_KEYS)),
   stream: z.optional(z.boolean()),
   apply_chat_template: z.optional(z.boolean()),
   max_batch_size: z.optional(z.number().check(z.int(), z.minimum(1), z.maximum(1_000))),
