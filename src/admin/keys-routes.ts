@@ -16,6 +16,7 @@ import type { QuotaPolicy } from '../quota/policy.ts'
 import type { GatewayEnv } from '../types.ts'
 import { lazily } from '../zod/lazily.ts'
 import { positiveInt } from '../zod/numbers.ts'
+import { optionalFields } from '../zod/optional-fields.ts'
 import { recordOf } from '../zod/records.ts'
 
 const scopeFields = lazily(() => ({
@@ -40,7 +41,7 @@ export const createKeySchema = lazily(() => {
   })
 })
 
-export const updateKeySchema = lazily(() => z.partial(z.strictObject(scopeFields())))
+export const updateKeySchema = lazily(() => z.strictObject(optionalFields(scopeFields())))
 
 export interface KeysRoutesOptions {
   store: (c: Context<GatewayEnv>) => KeyStore

@@ -5,6 +5,7 @@
  */
 import * as z from 'zod/mini'
 import { intIn, positiveInt } from '../zod/numbers.ts'
+import { optionalFields } from '../zod/optional-fields.ts'
 import { recordOf } from '../zod/records.ts'
 import { quotaPolicySchema, quotaStoreKindSchema } from '../quota/policy.ts'
 import { cacheConfigSchema, modelCacheSchema } from '../cache/config.ts'
@@ -19,8 +20,8 @@ export const upstreamModeSchema = z.enum(['openai', 'native'])
 export type UpstreamMode = z.infer<typeof upstreamModeSchema>
 
 /** Sampling parameters in worker-vllm's names (runpod-api.md §2); used for per-model defaults. */
-export const samplingDefaultsSchema = z.partial(
-  z.strictObject({
+export const samplingDefaultsSchema = z.strictObject(
+  optionalFields({
     temperature: z.number().check(z.minimum(0)),
     top_p: z.number().check(z.gt(0), z.maximum(1)),
     top_k: z.number().check(z.int(), z.minimum(-1)),

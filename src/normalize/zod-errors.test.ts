@@ -92,6 +92,10 @@ describe('admin, token and cache-purge bodies', () => {
   it('returns the parsed body, defaults applied', () => {
     // The route trims the name before this check (test/admin.test.ts).
     expect(parseRequest(createKeySchema(), { name: 'ci' })).toEqual({ name: 'ci', kind: 'secret' })
+    // An update names only what changes, and never `kind`.
+    expect(parseRequest(updateKeySchema(), {})).toEqual({})
+    expect(parseRequest(updateKeySchema(), { metadata: { team: 'ml' }, expiresAt: null })).toEqual({ metadata: { team: 'ml' }, expiresAt: null })
+    expect(refusal(updateKeySchema(), { kind: 'publishable' })).toEqual(['kind', 'Unrecognized request argument supplied: kind'])
   })
 
   it('are worded as completion requests are, with the field as an OpenAI param', () => {
