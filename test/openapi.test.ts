@@ -117,6 +117,12 @@ describe('GET /openapi.json', () => {
     expect(chat).toContain('any type vLLM serves')
     expect(JSON.stringify(schemas.CompletionRequest)).toContain('`0` only with `echo: true`')
     expect(JSON.stringify(schemas)).toContain('Requests per UTC clock minute.')
+    // Constraints the schemas check in code (a refine) are shown as JSON Schema keywords all the same.
+    const properties = (name: string) => (schemas[name] as { properties: Record<string, Record<string, unknown>> }).properties
+    expect(properties('MintTokenRequest').sub).toMatchObject({ type: 'string', pattern: '^[\\x21-\\x7e]{1,128}$' })
+    for (const name of ['CreateKeyRequest', 'UpdateKeyRequest']) {
+      expect(properties(name).metadata).toMatchObject({ type: 'object', propertyNames: { type: 'string', maxLength: 64 }, additionalProperties: { type: 'string', maxLength: 512 } })
+    }
   })
 
   it('the documented request schema accepts what the gateway accepts and rejects what it rejects', async () => {

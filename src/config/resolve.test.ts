@@ -46,6 +46,9 @@ describe('resolveConfig', () => {
     expect(configError({ ...valid, models: {}, runpod: { apiKey: '' } })).toBe(
       "podgate: invalid options. Fix these fields:\n  - 'models' needs at least one model\n  - 'runpod.apiKey' is empty: set the RUNPOD_API_KEY secret",
     )
+    expect(configError({ ...valid, models: { chat: { endpoints: [{ endpointId: 'ABC-1' }] } } })).toBe(
+      "podgate: invalid options. Fix these fields:\n  - 'models.chat.endpoints[0].endpointId' must be a Runpod endpoint id: lowercase letters and digits only",
+    )
   })
 
   it('reports the field a union member sent with a wrong type, not one it left out; and words options as options', () => {

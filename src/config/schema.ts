@@ -47,9 +47,7 @@ const endpointBase = {
 export const endpointSchema = z.union([
   z.strictObject({
     /** A Runpod Serverless endpoint id, e.g. `abc123xyz`. */
-    endpointId: z.string().check(z.regex(ENDPOINT_ID_PATTERN, {
-      message: 'must be a Runpod endpoint id: lowercase letters and digits only',
-    })),
+    endpointId: z.string().check(z.refine((id) => ENDPOINT_ID_PATTERN.test(id), 'must be a Runpod endpoint id: lowercase letters and digits only')),
     ...endpointBase,
   }),
   z.strictObject({

@@ -4,16 +4,18 @@
  * production Worker, which serves no document, does not ship their text (about 3 KB, issue 14's bundle
  * budget). A description names its field by path (`messages[].content[].type`); a path that no longer
  * exists in its schema throws when the document is built, so a stale one fails `test/openapi.test.ts`.
+ * A description may carry JSON Schema keywords too, for a constraint the schema checks in code (a refine,
+ * which `z.toJSONSchema` cannot show) where zod's own check would ship more code in the Worker.
  */
 import * as z from 'zod/mini'
 import { createKeySchema, updateKeySchema } from '../admin/keys-routes.ts'
-import { mintTokenSchema } from '../auth/token-routes.ts'
+import { mintTokenSchema, SUB_PATTERN } from '../auth/token-routes.ts'
 import { purgeSchema } from '../cache/routes.ts'
 import { chatCompletionRequestSchema, completionRequestSchema, embeddingRequestSchema } from '../normalize/index.ts'
 import { quotaPolicySchema } from '../quota/policy.ts'
 
-/** Path (`''` the schema itself, `a.b` a field, `a[]` an array's item) -> description. */
-type Descriptions = Record<string, string>
+/** Path (`''` the schema itself, `a.b` a field, `a[]` an array's item) -> description, or it with JSON Schema keywords. */
+type Descriptions = Record<string, string | { description: string; [keyword: string]: unknown }>
 
 const READ_FIELDS: Descriptions = {
   model: 'The podgate model alias (or, under `/v2/<model>/openai/v1`, the served model name).',
@@ -44,7 +46,7 @@ const KEY_SCOPE: Descriptions = {
   name: 'A label for people: who or what uses the key.',
   models: 'Model aliases the key may use; null for all.',
   origins: 'Browser origins the key may be used from, e.g. https://app.example.com.',
-  metadata: 'Free-form string pairs for the operator.',
+  metadata: { description: 'Free-form string pairs for the operator.', propertyNames: { type: 'string', maxLength: 64 } },
   quota: 'Limits for this key; null for the gateway defaults.',
   expiresAt: 'When the key stops working, in ms since the epoch; null for never.',
 }
@@ -77,7 +79,10 @@ const SCHEMAS: Array<[z.ZodMiniType, Descriptions]> = [
     origin: 'The one browser origin the token works from; omit for any.',
     ttlSeconds: 'Lifetime in seconds, at most `tokens.maxTtlSeconds`; default `tokens.defaultTtlSeconds`.',
     quota: "Limits of the token's own, on top of the key's.",
-    sub: "The end user the token is for (your user id). Cached answers are kept per sub, so two users of one key never read each other's; without it the token shares the key's cache.",
+    sub: {
+      description: "The end user the token is for (your user id). Cached answers are kept per sub, so two users of one key never read each other's; without it the token shares the key's cache.",
+      pattern: SUB_PATTERN.source,
+    },
   }],
   [purgeSchema(), {
     model: "A model alias: purge its answers (in every scope, or in keyId's).",
@@ -91,7 +96,7 @@ let registered = false
 export function registerDescriptions(): void {
   if (registered) return
   for (const [schema, descriptions] of SCHEMAS) {
-    for (const [path, description] of Object.entries(descriptions)) z.globalRegistry.add(at(schema, path), { description })
+    for (const [path, meta] of Object.entries(descriptions)) z.globalRegistry.add(at(schema, path), typeof meta === 'string' ? { description: meta } : meta)
   }
   registered = true
 }
