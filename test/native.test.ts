@@ -215,6 +215,7 @@ describe('native job API: input normalization', () => {
     ['sampling parameters that are not an object', { prompt: 'x', sampling_params: [1] }, "Invalid type for 'sampling_params': expected an object, got an array (at 'input.sampling_params')"],
     ['an input that is not an object', ['x'], "Invalid type for 'input': expected an object, got an array"],
     ['a sampling value out of vLLM\'s bounds', { prompt: 'x', sampling_params: { top_p: 0 } }, 'input.sampling_params.top_p'],
+    ['an early_stopping that is neither a boolean nor never', { prompt: 'x', sampling_params: { early_stopping: 'soon' } }, "expected 'never', got 'soon'"],
     ['a message the native input cannot carry', { messages: [{ role: 'tool', content: 'x' }] }, "(at 'input.messages')"],
     ['a message of the wrong shape', { messages: [{ role: 'user', content: 5 }] }, 'input.messages[0].content'],
     ['the OpenAI passthrough input', { openai_route: '/v1/chat/completions', openai_input: {} }, 'openai_route'],

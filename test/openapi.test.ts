@@ -117,8 +117,9 @@ describe('GET /openapi.json', () => {
     expect(chat).toContain('any type vLLM serves')
     expect(JSON.stringify(schemas.CompletionRequest)).toContain('`0` only with `echo: true`')
     expect(JSON.stringify(schemas)).toContain('Requests per UTC clock minute.')
-    // Constraints the schemas check in code (a refine) are shown as JSON Schema keywords all the same.
+    // Constraints the schemas check in code (a refine, oneOf) are shown as JSON Schema keywords all the same.
     const properties = (name: string) => (schemas[name] as { properties: Record<string, Record<string, unknown>> }).properties
+    expect(properties('CreateKeyRequest').kind).toMatchObject({ type: 'string', enum: ['secret', 'publishable'], default: 'secret' })
     expect(properties('MintTokenRequest').sub).toMatchObject({ type: 'string', pattern: '^[\\x21-\\x7e]{1,128}$' })
     for (const name of ['CreateKeyRequest', 'UpdateKeyRequest']) {
       expect(properties(name).metadata).toMatchObject({ type: 'object', propertyNames: { type: 'string', maxLength: 64 }, additionalProperties: { type: 'string', maxLength: 512 } })

@@ -16,6 +16,7 @@ import type { QuotaPolicy } from '../quota/policy.ts'
 import type { GatewayEnv } from '../types.ts'
 import { lazily } from '../zod/lazily.ts'
 import { positiveInt } from '../zod/numbers.ts'
+import { oneOf } from '../zod/one-of.ts'
 import { optionalFields } from '../zod/optional-fields.ts'
 import { recordOf } from '../zod/records.ts'
 
@@ -32,7 +33,7 @@ export const createKeySchema = lazily(() => {
   const fields = scopeFields()
   return z.strictObject({
     ...fields,
-    kind: z._default(z.enum(['secret', 'publishable']), 'secret'),
+    kind: z._default(oneOf(['secret', 'publishable']), 'secret'),
     models: z.optional(fields.models),
     origins: z.optional(fields.origins),
     metadata: z.optional(fields.metadata),

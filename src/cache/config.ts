@@ -4,12 +4,13 @@
  */
 import * as z from 'zod/mini'
 import { intIn } from '../zod/numbers.ts'
+import { oneOf } from '../zod/one-of.ts'
 
 export const cacheConfigSchema = z.strictObject({
   /** Cache answers at all. Default true (deterministic requests only, unless a model or caller opts in). */
   enabled: z._default(z.boolean(), true),
   /** `key`: entries are per credential and never cross keys; `gateway`: shared by every caller. Default `key`. */
-  scope: z._default(z.enum(['key', 'gateway']), 'key'),
+  scope: z._default(oneOf(['key', 'gateway']), 'key'),
   /** How long an answer stays cached, in seconds, for models that set no `cache.ttlSeconds`. Default 300. */
   ttlSeconds: z._default(intIn(1, 365 * 24 * 3600), 300),
   /** Largest entry stored, in bytes of JSON; larger answers are served but not stored. Default 1 MiB. */

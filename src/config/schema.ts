@@ -5,6 +5,7 @@
  */
 import * as z from 'zod/mini'
 import { intIn, positiveInt } from '../zod/numbers.ts'
+import { oneOf } from '../zod/one-of.ts'
 import { optionalFields } from '../zod/optional-fields.ts'
 import { recordOf } from '../zod/records.ts'
 import { quotaPolicySchema, quotaStoreKindSchema } from '../quota/policy.ts'
@@ -16,7 +17,7 @@ export const ENDPOINT_ID_PATTERN = /^[a-z0-9]{1,64}$/
 /** Model aliases: what callers send as `model` and what appears in `/v2/{model}/...` paths. */
 export const MODEL_ALIAS_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/
 
-export const upstreamModeSchema = z.enum(['openai', 'native'])
+export const upstreamModeSchema = oneOf(['openai', 'native'])
 export type UpstreamMode = z.infer<typeof upstreamModeSchema>
 
 /** Sampling parameters in worker-vllm's names (runpod-api.md §2); used for per-model defaults. */
@@ -132,7 +133,7 @@ export const modelSchema = z.strictObject({
   /** Largest `n` a caller may ask for. Default 4. */
   maxChoices: z._default(positiveInt(16), 4),
   /** `chat` models accept `messages` (`/chat/completions`), `completion` models `prompt` (`/completions`), `embedding` models `input` (`/embeddings`); all three by default (vLLM refuses what the served model cannot do). */
-  kinds: z._default(z.array(z.enum(['chat', 'completion', 'embedding'])).check(z.minLength(1)), ['chat', 'completion', 'embedding']),
+  kinds: z._default(z.array(oneOf(['chat', 'completion', 'embedding'])).check(z.minLength(1)), ['chat', 'completion', 'embedding']),
   /** Native surface (`/v2/{model}/run`): send the job `input` unchanged, for handlers other than worker-vllm. Default false: the input must be worker-vllm's and is normalized and capped. */
   passthrough: z._default(z.boolean(), false),
   /** Retries, failover, cold-start hedging, timeouts and breaker. Default: see `resilienceSchema`. */
@@ -210,7 +211,7 @@ export const gatewayOptionsSchema = z.strictObject({
       /** Write the caller's alias as `model` in every streamed chunk when the endpoint serves another name (`servedModelName`). Default true. */
       rewriteModel: z._default(z.boolean(), true),
       /** `requested`: the usage chunk (which podgate always asks vLLM for, to settle quotas) reaches only callers that asked with `stream_options.include_usage`, as in OpenAI's API. `always`: every stream ends with it. Default `requested`. */
-      usage: z._default(z.enum(['requested', 'always']), 'requested'),
+      usage: z._default(oneOf(['requested', 'always']), 'requested'),
     }),
     { rewriteModel: true, usage: 'requested' },
   ),

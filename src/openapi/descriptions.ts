@@ -5,7 +5,7 @@
  * budget). A description names its field by path (`messages[].content[].type`); a path that no longer
  * exists in its schema throws when the document is built, so a stale one fails `test/openapi.test.ts`.
  * A description may carry JSON Schema keywords too, for a constraint the schema checks in code (a refine,
- * which `z.toJSONSchema` cannot show) where zod's own check would ship more code in the Worker.
+ * or src/zod/one-of.ts, which `z.toJSONSchema` cannot show) where zod's own would ship more code in the Worker.
  */
 import * as z from 'zod/mini'
 import { createKeySchema, updateKeySchema } from '../admin/keys-routes.ts'
@@ -72,7 +72,10 @@ const SCHEMAS: Array<[z.ZodMiniType, Descriptions]> = [
     controlPerMinute: 'Control calls (job status, status-sync, JSON stream polls, cancel, health, purge-queue, token minting) per UTC clock minute. Default 600.',
     strict: 'Exact enforcement on a Durable Object instead of the KV store.',
   }],
-  [createKeySchema(), { ...KEY_SCOPE, kind: '`secret` (pg_sk_) for servers, `publishable` (pg_pk_) for web pages.' }],
+  [createKeySchema(), {
+    ...KEY_SCOPE,
+    kind: { description: '`secret` (pg_sk_) for servers, `publishable` (pg_pk_) for web pages.', type: 'string', enum: ['secret', 'publishable'] },
+  }],
   [updateKeySchema(), KEY_SCOPE],
   [mintTokenSchema(), {
     models: "Model aliases the token may use, within the key's; omit for all of the key's.",

@@ -7,6 +7,7 @@
  */
 import * as z from 'zod/mini'
 import { positiveInt } from '../zod/numbers.ts'
+import { oneOf } from '../zod/one-of.ts'
 
 /** A limit: a positive integer (described for the OpenAPI document in src/openapi/descriptions.ts). */
 const limit = () => z.optional(positiveInt())
@@ -24,7 +25,7 @@ export const quotaPolicySchema = z.strictObject({
 export type QuotaPolicy = z.infer<typeof quotaPolicySchema>
 
 /** Which store enforces a policy: `kv` (approximate, no coordination) or `strict` (a Durable Object per key). */
-export const quotaStoreKindSchema = z.enum(['kv', 'strict'])
+export const quotaStoreKindSchema = oneOf(['kv', 'strict'])
 export type QuotaStoreKind = z.infer<typeof quotaStoreKindSchema>
 
 /**
