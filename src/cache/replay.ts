@@ -28,13 +28,6 @@ export function withCacheHeaders(response: Response, status: CacheStatus, ageSec
   return withHeaders(response, ageSeconds === undefined ? { [CACHE_HEADER]: status } : { [CACHE_HEADER]: status, age: String(ageSeconds) })
 }
 
-export function parseJson(text: string): unknown {
-  try {
-    return JSON.parse(text)
-  } catch {
-    return undefined
-  }
-}
 
 export function metaOf(body: unknown): { id: string; created: number } | undefined {
   if (typeof body !== 'object' || body === null) return undefined

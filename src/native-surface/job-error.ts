@@ -4,6 +4,8 @@
  * answers keep Runpod's shape, a string of that JSON, with only the type and the message in it: the
  * traceback (file paths, code, internals) stays upstream, as on the job SSE and OpenAI surfaces.
  */
+import { parseJson } from '../http/json.ts'
+import { isRecord } from '../streaming/vllm.ts'
 
 const PUBLIC_FIELDS = ['error_type', 'error_message'] as const
 const TRACEBACK_START = /\n?\s*Traceback \(most recent call last\):[\s\S]*$/
@@ -34,11 +36,6 @@ function publicFields(record: Record<string, unknown>): Record<string, unknown> 
 }
 
 function parseObject(text: string): Record<string, unknown> | undefined {
-  if (!text.startsWith('{')) return undefined
-  try {
-    const value: unknown = JSON.parse(text)
-    return typeof value === 'object' && value !== null && !Array.isArray(value) ? (value as Record<string, unknown>) : undefined
-  } catch {
-    return undefined
-  }
+  const value = text.startsWith('{') ? parseJson(text) : undefined
+  return isRecord(value) ? value : undefined
 }

@@ -10,6 +10,7 @@ import type { EventSourceMessage } from 'eventsource-parser'
 import type { GatewayError } from '../errors/index.ts'
 import type { CopyEnd } from '../pipeline/stage.ts'
 import type { StreamDialect } from '../normalize/route.ts'
+import { parseJson } from '../http/json.ts'
 import { sseErrorText } from './openai-chunks.ts'
 import { isCount, isRecord, readUsage, upstreamErrorMessage, workerFailure } from './vllm.ts'
 import type { Usage } from './openai-chunks.ts'
@@ -39,7 +40,7 @@ export const OPENAI_DIALECT: Dialect = {
     end.done = false
     // Only an error or a usage changes the ending: the tail's other chunks (most of it) are not parsed.
     if (!event.data.includes('"error"') && !event.data.includes('"usage"')) return
-    const value = parsed(event.data)
+    const value = parseJson(event.data)
     const message = upstreamErrorMessage(value)
     if (message !== undefined) end.error ??= workerFailure(message)
     else if (isRecord(value)) {
@@ -55,7 +56,7 @@ export const OPENAI_DIALECT: Dialect = {
 
 const RESPONSES_DIALECT: Dialect = {
   read(event, end) {
-    const value = parsed(event.data)
+    const value = parseJson(event.data)
     const type = event.event ?? (isRecord(value) ? value.type : undefined)
     end.done = type === 'response.completed' || type === 'response.incomplete'
     if (!isRecord(value)) return
@@ -80,7 +81,7 @@ const MESSAGES_DIALECT: Dialect = {
   read(event, end) {
     // Older vLLM follows `message_stop` with `[DONE]`; current vLLM and Anthropic's own API do not.
     if (event.data === '[DONE]') return
-    const value = parsed(event.data)
+    const value = parseJson(event.data)
     const type = event.event ?? (isRecord(value) ? value.type : undefined)
     end.done = type === 'message_stop'
     const message = upstreamErrorMessage(value)
@@ -117,14 +118,6 @@ function toInputOutput(usage: Usage | undefined): Record<string, number> {
 
 function count(value: unknown): number | undefined {
   return isCount(value) ? value : undefined
-}
-
-function parsed(data: string): unknown {
-  try {
-    return JSON.parse(data)
-  } catch {
-    return undefined
-  }
 }
 
 /** The dialect of the stream a path answers, when it is not OpenAI's. */

@@ -4,6 +4,7 @@
  * three agree on what counts as a failure.
  */
 import { GatewayError } from '../errors/index.ts'
+import { parseJson } from '../http/json.ts'
 import type { Usage } from './openai-chunks.ts'
 
 /** Default cap on the characters one SSE event may buffer: 4 Mi (a Runpod stream chunk is at most 1 MB). */
@@ -119,13 +120,8 @@ export function upstreamRefusal(message: string): GatewayError | undefined {
 
 /** The `invalid_request` error for a vLLM 4xx whose body is `body` (vLLM's JSON error, or text). */
 export function refusalError(status: number, body: string): GatewayError {
-  let message: string | undefined
-  try {
-    message = upstreamErrorMessage(JSON.parse(body))
-  } catch {
-    message = body.trim() || undefined
-  }
-  return refusal(status, message)
+  const value = parseJson(body)
+  return refusal(status, value === undefined ? body.trim() || undefined : upstreamErrorMessage(value))
 }
 
 function refusal(status: number, message: string | undefined): GatewayError {

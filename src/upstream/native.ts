@@ -12,6 +12,7 @@
  * `retry.ts`).
  */
 import { GatewayError } from '../errors/index.ts'
+import { parseJson } from '../http/json.ts'
 import { toNativeInput } from '../normalize/index.ts'
 import { codedRefusal, errorItemFailure, isRecord, isRefusal, readUsage, workerFailure } from '../streaming/vllm.ts'
 import { routeUsage } from '../streaming/dialects.ts'
@@ -145,25 +146,13 @@ function pythonReprError(text: string): Record<string, unknown> | undefined {
   return { code: Number(code[1]), message: escaped.replace(/\\(.)/g, (_, c: string) => (c === 'n' ? '\n' : c === 't' ? '\t' : c)) }
 }
 
-function parseJson(text: string): unknown {
-  try {
-    return JSON.parse(text)
-  } catch {
-    return undefined
-  }
-}
 
 /**
  * runpod-python reports a handler exception as a JSON string with `error_message` and a Python
  * traceback. Callers get the message; the traceback (paths, internals) stays upstream.
  */
 function handlerErrorMessage(error: string): string {
-  if (!error.startsWith('{')) return error
-  try {
-    return errorMessageOf(JSON.parse(error)) ?? error
-  } catch {
-    return error
-  }
+  return (error.startsWith('{') ? errorMessageOf(parseJson(error)) : undefined) ?? error
 }
 
 function errorMessageOf(value: unknown): string | undefined {

@@ -8,6 +8,7 @@
 import { GatewayError } from '../../errors/index.ts'
 import type { EndpointConfig } from '../../config/schema.ts'
 import { isRefusalStatus, refusalError, upstreamRefusal } from '../../streaming/vllm.ts'
+import { parseJson } from '../../http/json.ts'
 import { secretScrubber } from '../../http/log.ts'
 
 export type JobState = 'IN_QUEUE' | 'IN_PROGRESS' | 'RUNNING' | 'COMPLETED' | 'FAILED' | 'CANCELLED' | 'TIMED_OUT'
@@ -320,27 +321,17 @@ function upstreamPath(url: string): string {
 }
 
 function isRouteMiss(text: string): boolean {
-  try {
-    const body = JSON.parse(text) as { detail?: unknown }
-    return body.detail === 'Not Found'
-  } catch {
-    return false
-  }
+  return (parseJson(text) as { detail?: unknown } | null | undefined)?.detail === 'Not Found'
 }
 
 /** Extracts vLLM's / OpenAI's error message from an error body, bounded in length. */
 function upstreamMessage(text: string): string | undefined {
-  try {
-    const body = JSON.parse(text) as { message?: unknown; error?: { message?: unknown } | unknown }
-    const message = typeof body.message === 'string'
-      ? body.message
-      : typeof body.error === 'object' && body.error !== null && typeof (body.error as { message?: unknown }).message === 'string'
-        ? (body.error as { message: string }).message
-        : undefined
-    return message
-  } catch {
-    return undefined
-  }
+  const body = parseJson(text) as { message?: unknown; error?: { message?: unknown } | unknown } | null | undefined
+  return typeof body?.message === 'string'
+    ? body.message
+    : typeof body?.error === 'object' && body.error !== null && typeof (body.error as { message?: unknown }).message === 'string'
+      ? (body.error as { message: string }).message
+      : undefined
 }
 
 function asJobStatus(value: unknown): JobStatus {
