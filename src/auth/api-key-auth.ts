@@ -27,8 +27,8 @@ import { GatewayError } from '../errors/index.ts'
 import type { GatewayEnv } from '../types.ts'
 import { isLive, keyGeneration, toPrincipal } from './keys.ts'
 import type { KeyRecord, KeyStore, Principal } from './keys.ts'
-import { formatForPath } from '../http/respond.ts'
-import { dialectOf } from '../streaming/dialects.ts'
+import { formatForPath, runpodErrorBody } from '../http/respond.ts'
+import { dialectOf, OPENAI_DIALECT } from '../streaming/dialects.ts'
 import { revocableStream } from './stream-revocation.ts'
 import { isSameOriginRequest, requestOrigin } from './origins.ts'
 import type { RequestOrigin } from './origins.ts'
@@ -140,10 +140,10 @@ const REVOKED_MESSAGE = 'This stream ended: its credential was revoked, rotated 
 
 /** The surface's in-stream error event: OpenAI's `data: {"error":...}`, the job stream's `event: error`, or a dialect's. */
 function revokedEvent(path: string): string {
+  const error = new GatewayError('invalid_api_key', REVOKED_MESSAGE)
   const dialect = dialectOf(path)
-  if (dialect) return dialect.errorEvent(new GatewayError('invalid_api_key', REVOKED_MESSAGE))
-  if (formatForPath(path) === 'runpod') return `event: error\ndata: ${JSON.stringify({ error: REVOKED_MESSAGE, code: 'invalid_api_key' })}\n\n`
-  return `data: ${JSON.stringify({ error: { message: REVOKED_MESSAGE, type: 'authentication_error', param: null, code: 'invalid_api_key' } })}\n\n`
+  if (!dialect && formatForPath(path) === 'runpod') return `event: error\ndata: ${JSON.stringify(runpodErrorBody(error))}\n\n`
+  return (dialect ?? OPENAI_DIALECT).errorEvent(error)
 }
 
 /** Where the request comes from, to check a credential against, or `host`: supplied by the host app, not checked. */

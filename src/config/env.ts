@@ -8,6 +8,7 @@
  */
 import type { GatewayOptions } from '../gateway.ts'
 import type { QuotaObject } from '../quota/durable-object.ts'
+import { isRecord } from '../http/json.ts'
 import { ConfigError } from './resolve.ts'
 
 /** The endpoint id in the shipped `wrangler.toml`: a config that still holds it was never edited. */
@@ -102,10 +103,10 @@ function parseJsonObject(name: string, value: string | Record<string, unknown> |
       throw new ConfigError(`podgate: ${name} is not valid JSON. Check the [vars] block in wrangler.toml.`)
     }
   }
-  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) {
+  if (!isRecord(parsed)) {
     throw new ConfigError(`podgate: ${name} must be a JSON object.`)
   }
-  return parsed as Record<string, unknown>
+  return parsed
 }
 
 /**

@@ -1,7 +1,12 @@
 /**
  * Lenient JSON reading for text that may not be JSON (upstream bodies, stream events, error fields):
- * one helper where each reader had its own try/catch.
+ * one helper where each reader had its own try/catch, and the one test for a JSON object.
  */
+
+/** A JSON object: not null, not an array. */
+export function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value)
+}
 
 /** `text` parsed, or undefined when it is not JSON (which never parses to undefined). */
 export function parseJson(text: string): unknown {

@@ -4,8 +4,7 @@
  * answers keep Runpod's shape, a string of that JSON, with only the type and the message in it: the
  * traceback (file paths, code, internals) stays upstream, as on the job SSE and OpenAI surfaces.
  */
-import { parseJson } from '../http/json.ts'
-import { isRecord } from '../streaming/vllm.ts'
+import { isRecord, parseJson } from '../http/json.ts'
 
 const PUBLIC_FIELDS = ['error_type', 'error_message'] as const
 const TRACEBACK_START = /\n?\s*Traceback \(most recent call last\):[\s\S]*$/
@@ -19,7 +18,7 @@ export function publicJobError(error: unknown): unknown {
     const parsed = parseObject(error)
     return parsed ? JSON.stringify(publicFields(parsed)) : error.replace(TRACEBACK_START, '')
   }
-  if (typeof error === 'object' && error !== null && !Array.isArray(error)) return publicFields(error as Record<string, unknown>)
+  if (isRecord(error)) return publicFields(error)
   return error
 }
 

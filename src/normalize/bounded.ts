@@ -10,6 +10,7 @@
  */
 import type * as z from 'zod/mini'
 import { GatewayError } from '../errors/index.ts'
+import { isRecord } from '../http/json.ts'
 import { MAX_MESSAGES, MAX_TEXT_CHARS, MAX_TOKEN_IDS } from './schemas.ts'
 import { parseRequest } from './zod-errors.ts'
 
@@ -63,7 +64,6 @@ function renumbered(error: GatewayError, { field, at }: { field: string; at: num
 const isText = (value: unknown): boolean => typeof value === 'string' && value.length <= MAX_TEXT_CHARS
 const isShortText = (value: unknown): boolean => typeof value === 'string' && value.length >= 1 && value.length <= 64
 const isTokenId = (value: unknown): boolean => typeof value === 'number' && Number.isSafeInteger(value) && value >= 0
-const isRecord = (value: unknown): value is Record<string, unknown> => typeof value === 'object' && value !== null && !Array.isArray(value)
 
 function cutMessages(messages: unknown[]): unknown[] | undefined {
   if (messages.length > MAX_MESSAGES) return messages.slice(0, MAX_MESSAGES + 1)

@@ -8,6 +8,7 @@
  */
 import type * as z from 'zod/mini'
 import { GatewayError } from '../errors/index.ts'
+import { isRecord } from '../http/json.ts'
 
 type Issue = z.core.$ZodIssue
 type PathKey = PropertyKey
@@ -34,7 +35,7 @@ export function parseRequest<S extends z.ZodMiniType>(schema: S, body: unknown):
 
 /** A request body must be a JSON object; arrays, strings and null are refused before any schema work. */
 export function assertJsonObject(body: unknown): asserts body is Record<string, unknown> {
-  if (typeof body !== 'object' || body === null || Array.isArray(body)) {
+  if (!isRecord(body)) {
     throw new GatewayError('invalid_request', 'The request body must be a JSON object')
   }
   // Bodies are copied and forwarded member by member: a member that would become a prototype is refused.

@@ -4,7 +4,7 @@
  * three agree on what counts as a failure.
  */
 import { GatewayError } from '../errors/index.ts'
-import { parseJson } from '../http/json.ts'
+import { isRecord, parseJson } from '../http/json.ts'
 import type { Usage } from './openai-chunks.ts'
 
 /** Default cap on the characters one SSE event may buffer: 4 Mi (a Runpod stream chunk is at most 1 MB). */
@@ -21,9 +21,7 @@ export function refuseOversizedEvent(error: { type: string }): void {
 /** Upstream text shown to callers is cut to this many characters. */
 const MAX_UPSTREAM_MESSAGE = 300
 
-export function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value)
-}
+export { isRecord }
 
 /**
  * The message of an upstream error object, or `undefined` when `value` is not one. Recognizes

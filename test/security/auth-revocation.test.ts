@@ -72,7 +72,7 @@ describe('L8 revocation ends open streams', () => {
       chunks.push(next.value)
     }
     const events = await readSSE(new Response(new Blob(chunks)))
-    expect(events.at(-1)).toMatchObject({ error: { code: 'invalid_api_key' } })
+    expect(events.at(-1)).toEqual({ error: { message: 'This stream ended: its credential was revoked, rotated or expired while it was open.', type: 'authentication_error', param: null, code: 'invalid_api_key' } })
     expect(events).not.toContain('[DONE]')
   })
 
@@ -125,7 +125,7 @@ describe('L8 revocation ends open streams', () => {
       if (next.done) break
       text += decoder.decode(next.value, { stream: true })
     }
-    expect(text.trimEnd().split('\n\n').at(-1)).toMatch(/^event: error\ndata: .*"code":"invalid_api_key"/)
+    expect(text.trimEnd().split('\n\n').at(-1)).toBe('event: error\ndata: {"error":"This stream ended: its credential was revoked, rotated or expired while it was open.","code":"invalid_api_key"}')
     await h.settle()
     // The job is cancelled upstream, as on a caller's disconnect.
     expect(h.emulator.calls.some((c) => c.op === 'cancel')).toBe(true)
