@@ -111,7 +111,7 @@ function awaitPiped(run: CacheRun, flight: Flight, call: { ctx: CompletionContex
     flight.leave()
   }
   const fail = (controller: ReadableStreamDefaultController<Uint8Array>, error: GatewayError): undefined => {
-    controller.enqueue(sseErrorEvent({ message: error.message, type: error.type, code: error.code }))
+    controller.enqueue(sseErrorEvent(error))
     controller.close()
     return undefined
   }

@@ -56,7 +56,7 @@ export function follow(flight: Flight, reader: FlightReader, request: Normalized
           }
           if (flight.state === 'failed') {
             const error = flight.error ?? new GatewayError('upstream_error', 'The shared upstream call failed.')
-            if (!errorSent) controller.enqueue(sseErrorEvent({ message: error.message, type: error.type, code: error.code }))
+            if (!errorSent) controller.enqueue(sseErrorEvent(error))
             controller.close()
             leave()
             settle?.({ ok: false, error, producedOutput: true })

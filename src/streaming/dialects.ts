@@ -48,7 +48,7 @@ export const OPENAI_DIALECT: Dialect = {
       if (usage) end.usage = usage
     }
   },
-  errorEvent: (error) => sseErrorText({ message: error.message, type: error.type, code: error.code }),
+  errorEvent: sseErrorText,
   // Shared with the Messages dialect, whose stream current vLLM ends with `message_stop` and no `[DONE]`
   // (anthropic/serving.py): one pattern costs fewer bundle bytes than two, and no OpenAI stream ends so.
   doneAtEnd: /(?:^|[\r\n])data: ?(?:\[DONE\]|\{"type":"message_stop"\})(?:\r\n|\r|\n)(?:\r\n|\r|\n)\s*$/,

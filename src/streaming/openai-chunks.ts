@@ -87,12 +87,11 @@ export interface TextCompletion {
   usage: Usage
 }
 
-/** The body of an in-stream error event, OpenAI style. */
+/** What an in-stream error event, OpenAI style, says (a GatewayError is one); its `param` is always null. */
 export interface SSEError {
   message: string
   type: string
   code: string | null
-  param?: string | null
 }
 
 const encoder = new TextEncoder()
@@ -115,7 +114,7 @@ export function encodeSSEData(json: string): Uint8Array {
 
 /** The text of an OpenAI-style in-stream error event. */
 export function sseErrorText(error: SSEError): string {
-  const body = { error: { message: error.message, type: error.type, param: error.param ?? null, code: error.code } }
+  const body = { error: { message: error.message, type: error.type, param: null, code: error.code } }
   return `data: ${JSON.stringify(body)}\n\n`
 }
 
@@ -124,7 +123,7 @@ export function sseErrorText(error: SSEError): string {
  * after output began ends with this and no `[DONE]`, so no client mistakes a cut answer for a whole one.
  *
  * @example
- * controller.enqueue(sseErrorEvent({ message: failure.message, type: failure.type, code: failure.code }))
+ * controller.enqueue(sseErrorEvent(failure))
  * controller.close()
  */
 export function sseErrorEvent(error: SSEError): Uint8Array {

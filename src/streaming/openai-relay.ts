@@ -182,7 +182,7 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
   function fail(error: unknown): void {
     if (ended) return
     const failure = toGatewayError(error)
-    out += sseErrorText({ message: failure.message, type: failure.type, code: failure.code })
+    out += sseErrorText(failure)
     ended = true
     report({ ok: false, error: failure, started })
   }
