@@ -5,9 +5,11 @@
 import { env } from 'cloudflare:test'
 import { Hono } from 'hono'
 import { describe, expect, it } from 'vitest'
+import { adminAuth } from '../src/admin/admin-auth.ts'
 import { apiKeyAuth, bearerCredential } from '../src/auth/api-key-auth.ts'
 import { KeyStore } from '../src/auth/keys.ts'
 import { TokenSigner } from '../src/auth/tokens.ts'
+import { podgateCors } from '../src/cors/index.ts'
 import { createErrorHandler } from '../src/http/respond.ts'
 import type { GatewayEnv } from '../src/types.ts'
 import { ADMIN_TOKEN, RUNPOD_KEY, authed, chatBody, harness, readSSE, streamedText } from './helpers.ts'
@@ -278,6 +280,33 @@ describe('access_token in the URL', () => {
     expect(await expect401(await open.request(`/events?access_token=${token}`, { method: 'POST', headers: sse }, env))).toMatch(/only on GET event-stream/)
     expect(await expect401(await sseApp(false).request(`/events?access_token=${token}`, { headers: sse }, env))).toMatch(/only on GET event-stream/)
     expect(await expect401(await h.fetch(`/v1/models?access_token=${token}`, { headers: sse }))).toMatch(/only on GET event-stream/)
+  })
+})
+
+describe('the middleware on its own', () => {
+  it('refuses with its own status in OpenAI error JSON in a Hono app with no onError of podgate\'s, CORS headers included', async () => {
+    const app = new Hono<GatewayEnv>()
+    app.use('/api/*', podgateCors(), apiKeyAuth({ store: () => new KeyStore(env.PODGATE_KV, { cacheTtlMs: 0 }) }))
+    app.get('/api/hello', (c) => c.json({ key: c.get('principal').keyId }))
+    app.use('/ops/*', adminAuth({ token: ADMIN_TOKEN }))
+    app.get('/ops/status', (c) => c.text('ok'))
+    app.use('/closed/*', adminAuth({ token: undefined }))
+    app.get('/closed/status', (c) => c.text('ok'))
+    const h = harness()
+    const { id, key } = await h.createKey({ name: 'server' })
+
+    expect(await (await app.request('/api/hello', authed(key), env)).json()).toEqual({ key: id })
+    expect(await expect401(await app.request('/api/hello', {}, env))).toMatch(/Missing API key/)
+    expect(await expect401(await app.request('/api/hello', authed('pg_sk_unknown'), env))).toMatch(/Invalid API key/)
+    const fromPage = await app.request('/api/hello', withOrigin(authed(key), APP), env)
+    expect(fromPage.headers.get('access-control-allow-origin')).toBe(APP)
+    expect(await expect401(fromPage)).toMatch(/Secret keys belong on servers/)
+    const wrongAdmin = await app.request('/ops/status', authed('not-the-token'), env)
+    expect(wrongAdmin.status).toBe(401)
+    expect(wrongAdmin.headers.get('www-authenticate')).toBe('Bearer realm="podgate-admin"')
+    expect(((await wrongAdmin.json()) as { error: { code: string } }).error.code).toBe('invalid_api_key')
+    expect(await (await app.request('/ops/status', authed(ADMIN_TOKEN), env)).text()).toBe('ok')
+    expect((await app.request('/closed/status', authed(ADMIN_TOKEN), env)).status).toBe(404)
   })
 })
 

@@ -89,6 +89,15 @@ export class GatewayError extends Error {
     // Its own copy: a stage adds its headers to an error that passes through it (the quota's).
     this.headers = { ...options.headers }
   }
+
+  /**
+   * The error as OpenAI error JSON. Hono's default `onError` answers with `getResponse()`, so `apiKeyAuth`
+   * and `adminAuth` refuse with their own status (401, 403, 404) in a Hono app that has no podgate
+   * `onError`, rather than with a 500.
+   */
+  getResponse(): Response {
+    return Response.json(openAIErrorBody(this), { status: this.status, headers: this.headers })
+  }
 }
 
 /** The status podgate answers for `code`, for docs and tests. */
