@@ -111,7 +111,8 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
 
   const app = new Hono<GatewayEnv>()
   app.onError(createErrorHandler(log, secretScrubber(secrets)))
-  app.notFound((c) => errorResponse(new GatewayError('not_found', `No route for ${c.req.method} ${c.req.path}.`), formatForPath(c.req.path), c.get('requestId')))
+  const notFound = (c: Context<GatewayEnv>) => errorResponse(new GatewayError('not_found', `No route for ${c.req.method} ${c.req.path}.`), formatForPath(c.req.path), c.get('requestId'))
+  app.notFound(notFound)
 
   app.use(async function requestId(c, next) {
     const id = crypto.randomUUID()
@@ -191,6 +192,9 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
   app.route('/admin/keys', keysRoutes({ store, models: new Set(models.keys()), maxBodyBytes: config.maxBodyBytes, checkQuota: (c, policy) => assertEnforceable(quota, c, policy, 'quota') }))
   app.route('/admin/cache', cache.routes)
   app.route('/', quotaRoutes({ service: quota, keys: store }))
+  // Hono answers a mounted app's unknown paths with the host's notFound (text): under its own prefixes
+  // podgate keeps its error format. Registered last, after every route.
+  for (const path of ['/v1/*', '/v2/*', '/admin/*']) app.all(path, notFound)
 
   return app
 }

@@ -114,6 +114,21 @@ describe('podgate mounted under /ai in a Hono app with session auth', () => {
     expect(doc.servers).toEqual([{ url: '/ai' }])
   })
 
+  it('an unknown route under /ai answers in podgate\'s error format of its surface, not with the host app\'s 404', async () => {
+    const cookie = await login('hank')
+    const openai = await call('/ai/v1/audio/speech', chat('hi'), cookie)
+    expect(openai.status).toBe(404)
+    expect(await openai.json()).toMatchObject({ error: { type: 'not_found_error', code: 'not_found' } })
+    const native = await call('/ai/v2/chat-classic/nope', {}, cookie)
+    expect(native.status).toBe(404)
+    expect(await native.json()).toMatchObject({ code: 'not_found' })
+    const adminRoute = await call('/ai/admin/nope', { headers: { authorization: `Bearer ${env.PODGATE_ADMIN_TOKEN}` } })
+    expect(adminRoute.status).toBe(404)
+    expect(await adminRoute.json()).toMatchObject({ error: { code: 'not_found' } })
+    // The host's own paths keep the host's answers.
+    expect(await (await call('/nope')).text()).toBe('404 Not Found')
+  })
+
   it('signing out ends the session', async () => {
     const cookie = await login('gina')
     const out = await call('/logout', { method: 'POST' }, cookie)
