@@ -6,7 +6,9 @@ import { createParser } from 'eventsource-parser'
 import type { EventSourceMessage } from 'eventsource-parser'
 import { Hono } from 'hono'
 import type { Context } from 'hono'
+import { env } from 'cloudflare:test'
 import { describe, expect, it } from 'vitest'
+import * as podgate from '../src/index.ts'
 import { createRunpodEmulator } from '../src/testing/index.ts'
 import { harness, MODELS, readSome, RUNPOD_KEY } from './helpers.ts'
 import type { Harness } from './helpers.ts'
@@ -169,6 +171,22 @@ describe('native job API: Runpod shapes', () => {
     const denied = await h.fetch('/v2/chat-classic/run', post(scoped.key, chatInput('x')))
     expect(denied.status).toBe(403)
     expect(h.emulator.calls.filter((c) => c.op === 'run')).toEqual([])
+  })
+})
+
+describe('nativeRoutes on its own', () => {
+  it('mounts in a Hono app built from the package\'s exports alone, as its @example shows', async () => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    const config = podgate.resolveConfig({ models: MODELS, runpod: { apiKey: RUNPOD_KEY, baseUrl: 'http://emulator.test/v2' } })
+    const client = new podgate.RunpodClient({ apiKey: RUNPOD_KEY, timeoutMs: config.runpod.timeoutMs, fetch: (input, init) => emulator.fetch(new Request(input, init)) })
+    const store = () => new podgate.KeyStore(env.PODGATE_KV, { cacheTtlMs: 0 })
+    const app = new Hono<podgate.GatewayEnv>()
+    app.use('/v2/*', podgate.apiKeyAuth({ store }))
+    app.route('/v2', podgate.nativeRoutes({ models: podgate.resolveModels(config), client, runpod: config.runpod, secret: 'a-secret-of-this-app-0123456789', maxBodyBytes: 1 << 20 }))
+    const { key } = await store().create({ name: 'app' })
+    const run = await app.request('/v2/chat-classic/runsync', post(key, chatInput('standalone')), env)
+    expect(run.status).toBe(200)
+    expect((await json(run)).status).toBe('COMPLETED')
   })
 })
 

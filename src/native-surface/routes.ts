@@ -50,8 +50,9 @@ const MAX_WAIT_MS = 300_000
 
 /**
  * @example
+ * const config = resolveConfig(options)
  * app.use('/v2/*', apiKeyAuth({ store }))
- * app.route('/v2', nativeRoutes({ models, client, runpod: config.runpod, secret, maxBodyBytes: 1 << 20 }))
+ * app.route('/v2', nativeRoutes({ models: resolveModels(config), client, runpod: config.runpod, secret, maxBodyBytes: 1 << 20 }))
  */
 export function nativeRoutes(options: NativeRoutesOptions): Hono<GatewayEnv> {
   const { models, client, runpod } = options

@@ -19,6 +19,13 @@ export interface ResolvedModel {
 
 export type ModelTable = ReadonlyMap<string, ResolvedModel>
 
+/**
+ * The model table `nativeRoutes` routes by, from resolved options.
+ *
+ * @example
+ * const config = resolveConfig(options)
+ * app.route('/v2', nativeRoutes({ models: resolveModels(config), client, runpod: config.runpod, secret, maxBodyBytes: 1 << 20 }))
+ */
 export function resolveModels(options: ResolvedOptions): ModelTable {
   const table = new Map<string, ResolvedModel>()
   for (const [alias, config] of Object.entries(options.models)) {
