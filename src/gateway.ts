@@ -115,6 +115,9 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
   app.notFound(notFound)
 
   app.use(async function requestId(c, next) {
+    // A host app's middleware that read the body through Hono (`c.req.json()`, cached for later readers)
+    // used up the raw body podgate reads: it gets Hono's copy back.
+    if (c.req.raw.bodyUsed) c.req.raw = new Request(c.req.raw, { body: await c.req.arrayBuffer() })
     const id = crypto.randomUUID()
     c.set('requestId', id)
     await next()

@@ -4,9 +4,11 @@
  * bindings (miniflare KV, the HTTP emulator from global-setup.ts as RUNPOD_BASE_URL).
  */
 import { env } from 'cloudflare:test'
+import { Hono } from 'hono'
 import OpenAI from 'openai'
 import { describe, expect, it } from 'vitest'
 import { callComposed as call, loginComposed } from './composed-app.ts'
+import { authed, chatBody, harness } from './helpers.ts'
 
 async function login(user: string): Promise<string> {
   const { status, setCookie, cookie } = await loginComposed(user)
@@ -133,5 +135,23 @@ describe('podgate mounted under /ai in a Hono app with session auth', () => {
     const cookie = await login('gina')
     const out = await call('/logout', { method: 'POST' }, cookie)
     expect(out.headers.get('set-cookie')).toMatch(/Max-Age=0/)
+  })
+})
+
+describe('a host app\'s own middleware before the gateway', () => {
+  it('a middleware that read the body with Hono\'s c.req.json() (cached for later readers) leaves podgate a body to read', async () => {
+    const h = harness()
+    const { key } = await h.createKey({ name: 'host' })
+    const app = new Hono()
+    const seen: unknown[] = []
+    app.use('/ai/*', async (c, next) => {
+      if (c.req.method === 'POST') seen.push(((await c.req.json()) as { model?: unknown }).model)
+      await next()
+    })
+    app.route('/ai', h.app)
+    const res = await app.request('/ai/v1/chat/completions', authed(key, chatBody('chat-openai', 'read twice')), env)
+    expect(res.status).toBe(200)
+    expect(((await res.json()) as { choices: unknown[] }).choices).toHaveLength(1)
+    expect(seen).toEqual(['chat-openai'])
   })
 })
