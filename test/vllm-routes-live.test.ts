@@ -8,12 +8,13 @@ import { createParser } from 'eventsource-parser'
 import { describe, expect, it } from 'vitest'
 import { authed, harness, RUNPOD_KEY } from './helpers.ts'
 
-const live = () =>
+/** `prefix` picks the emulator's endpoints: `routesold` ones are configured as an older vLLM (see below). */
+const live = (prefix = 'routes') =>
   harness({
     models: {
-      openai: { endpoints: [{ endpointId: 'routesopenai' }], mode: 'openai' },
-      current: { endpoints: [{ endpointId: 'routescurrent' }], mode: 'native' },
-      classic: { endpoints: [{ endpointId: 'routesclassic' }], mode: 'native' },
+      openai: { endpoints: [{ endpointId: `${prefix}openai` }], mode: 'openai' },
+      current: { endpoints: [{ endpointId: `${prefix}current` }], mode: 'native' },
+      classic: { endpoints: [{ endpointId: `${prefix}classic` }], mode: 'native' },
     },
     runpod: { apiKey: RUNPOD_KEY, baseUrl: env.RUNPOD_BASE_URL },
     fetch: undefined,
@@ -70,8 +71,17 @@ describe('vLLM routes against the emulator', () => {
     expect(usage.windows.minute.tokens).toBe(2 * (answer.usage.input_tokens + answer.usage.output_tokens))
   })
 
-  it.each(MODELS)('%s: /v1/messages answers JSON and an Anthropic stream that ends with message_stop', async (model) => {
-    const h = live()
+  // Current vLLM ends a Messages stream with message_stop; older vLLM wrote `data: [DONE]` after it
+  // (the emulator's `messagesDone`). The caller gets the upstream's ending either way.
+  it.each(MODELS.flatMap((model) => [[model, 'current'], [model, 'older']] as const))('%s, %s vLLM: /v1/messages answers JSON and an Anthropic stream that ends with message_stop', async (model, vllm) => {
+    const older = vllm === 'older'
+    if (older) {
+      for (const kind of MODELS) {
+        const res = await fetch(`${env.RUNPOD_BASE_URL.replace(/\/v2$/, '')}/__emulator/configure`, { method: 'POST', body: JSON.stringify({ endpointId: `routesold${kind}`, behaviour: { messagesDone: true } }) })
+        expect(res.status).toBe(200)
+      }
+    }
+    const h = live(older ? 'routesold' : 'routes')
     const { key } = await h.createKey({ name: 'routes' })
     const body = { model, max_tokens: 10, system: 'Be brief.', messages: [{ role: 'user', content: 'Hello there' }] }
     const send = (extra: Record<string, unknown>) => h.fetch('/v1/messages', { method: 'POST', headers: { 'x-api-key': key, 'content-type': 'application/json' }, body: JSON.stringify({ ...body, ...extra }) })
@@ -82,7 +92,7 @@ describe('vLLM routes against the emulator', () => {
     const streamed = events(await (await send({ stream: true })).text())
     const names = streamed.map((e) => e.event ?? e.data)
     expect(names[0]).toBe('message_start')
-    expect(names.slice(-2)).toEqual(['message_stop', '[DONE]'])
+    expect(names.slice(-2)).toEqual(older ? ['message_stop', '[DONE]'] : ['message_delta', 'message_stop'])
     const text = streamed.filter((e) => e.event === 'content_block_delta').map((e) => (JSON.parse(e.data) as { delta: { text: string } }).delta.text).join('')
     expect(text).toBe(answer.content[0]!.text)
   })

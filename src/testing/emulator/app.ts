@@ -55,6 +55,7 @@ export const configureBodySchema = z.object({
     maxLogprobs: z.optional(z.number().check(z.int(), z.minimum(0))),
     reasoningFields: z.optional(z.array(z.enum(['reasoning', 'reasoning_content']))),
     embeddingDimensions: z.optional(z.number().check(z.int(), z.minimum(1), z.maximum(8192))),
+    messagesDone: z.optional(z.boolean()),
   }),
 })
 

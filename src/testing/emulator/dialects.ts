@@ -6,7 +6,7 @@
 
 import { completionEvents, completionId, completionJson } from './openai-format.ts'
 import type { Completion, CompletionMeta, TimedEvent } from './openai-format.ts'
-import { messageId, messagesEvents, messagesJson, parseMessagesBody } from './messages-format.ts'
+import { messagesEvents, messagesJson, parseMessagesBody } from './messages-format.ts'
 import { DEFAULT_BATCHING, parseOpenAIBody } from './requests.ts'
 import type { BatchSizing, GenerationRequest, ParseResult } from './requests.ts'
 import { parseResponsesBody, responseId, responsesEvents, responsesJson } from './responses-format.ts'
@@ -50,7 +50,8 @@ export const DIALECTS: Record<GenerationRoute, Dialect> = {
   },
   '/v1/messages': {
     parse: parseMessagesBody,
-    id: messageId,
+    // vLLM answers with the id of the chat completion it ran.
+    id: (suffix) => completionId('chat', suffix),
     json: messagesJson,
     events: messagesEvents,
     classicBatching: ONE_EVENT_PER_ITEM,

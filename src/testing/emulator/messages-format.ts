@@ -4,7 +4,9 @@
  * system message, text blocks joined, `tool_result` blocks as tool messages, `tools` and `tool_choice`
  * as function tools, `chat_template_kwargs` as on chat), and the answer written back as a `message`
  * object or as Anthropic's named SSE events (a block opened on its first delta: thinking, text,
- * tool_use), followed by vLLM's `data: [DONE]`.
+ * tool_use), ending with `message_stop` (older vLLM added `data: [DONE]`: the `messagesDone` option).
+ * As vLLM does, the answer keeps the chat completion's id (`chatcmpl-…`) and writes its pydantic models
+ * without unset or null fields (no `stop_sequence: null`; `message_start` without `type` and `role`).
  */
 
 import * as z from 'zod/mini'
@@ -75,12 +77,7 @@ export function countTokens(body: unknown): { ok: true; body: JsonObject } | { o
   const parsed = countTokensBodySchema.safeParse(body, ENGLISH)
   if (!parsed.success) return { ok: false, message: describeIssue(parsed.error) }
   const input = countPromptTokens({ messages: conversation(parsed.data) }) + toolTokens(toolsOf(parsed.data).tools)
-  return { ok: true, body: { input_tokens: input } }
-}
-
-/** `msg_<32 hex>`: a hex suffix (the HTTP route's) as is, any other (a job id) hashed to hex. */
-export function messageId(suffix: string): string {
-  return `msg_${/^[0-9a-f]{32}$/.test(suffix) ? suffix : hexId(suffix)}`
+  return { ok: true, body: { input_tokens: input, context_management: { original_input_tokens: input } } }
 }
 
 export function messagesJson(completion: Completion, meta: CompletionMeta): JsonObject {
@@ -89,11 +86,14 @@ export function messagesJson(completion: Completion, meta: CompletionMeta): Json
   if (choice?.reasoning) content.push({ type: 'thinking', thinking: choice.reasoning, signature: signature(meta) })
   if (choice?.text) content.push({ type: 'text', text: choice.text })
   choice?.toolCalls.forEach((call, i) => content.push({ type: 'tool_use', id: toolCallId(meta.id, 0, i), name: call.name, input: JSON.parse(call.arguments) as JsonValue }))
+  // vLLM's `model_dump(exclude_none=True)`: `stop_sequence` is always None, so never written.
   return {
-    ...messageObject(meta),
+    id: meta.id,
+    type: 'message',
+    role: 'assistant',
     content,
+    model: meta.model,
     stop_reason: stopReason(choice),
-    stop_sequence: null,
     usage: { input_tokens: completion.promptTokens, output_tokens: completion.completionTokens },
   }
 }
@@ -102,14 +102,16 @@ export function messagesJson(completion: Completion, meta: CompletionMeta): Json
  * The stream as vLLM writes it: message_start (step 0); each block opened by content_block_start on its
  * first delta and closed by content_block_stop when the next one opens or the answer ends (a thinking
  * block after its signature_delta); one content_block_delta per token (`thinking_delta`, `text_delta`,
- * `input_json_delta`); then message_delta with the usage, message_stop and `[DONE]`.
+ * `input_json_delta`); then message_delta with the usage and message_stop (and `[DONE]` with
+ * `meta.messagesDone`, as older vLLM wrote). Events are vLLM's `model_dump_json(exclude_unset=True)`:
+ * only the fields its converter set.
  */
 export function messagesEvents(completion: Completion, meta: CompletionMeta): TimedEvent[] {
   const events: TimedEvent[] = []
   const push = (type: string, fields: JsonObject, step: number, kind: TimedEvent['kind']) => {
     events.push({ event: type, kind, step, data: JSON.stringify({ type, ...fields }) })
   }
-  const start = { ...messageObject(meta), content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: completion.promptTokens, output_tokens: 0 } }
+  const start = { id: meta.id, content: [], model: meta.model, stop_reason: null, stop_sequence: null, usage: { input_tokens: completion.promptTokens, output_tokens: 0 } }
   push('message_start', { message: start }, 0, 'chunk')
   const choice = completion.choices[0]
   let open: { index: number; type: string } | undefined
@@ -150,17 +152,12 @@ export function messagesEvents(completion: Completion, meta: CompletionMeta): Ti
   const last = completion.steps
   close(last, 'close')
   push('message_delta', {
-    delta: { stop_reason: stopReason(choice), stop_sequence: null },
+    delta: { stop_reason: stopReason(choice) },
     usage: { input_tokens: completion.promptTokens, output_tokens: completion.completionTokens },
   }, last, 'close')
   push('message_stop', {}, last, 'close')
-  // vLLM's Messages route ends its stream as its OpenAI routes do.
-  events.push({ data: '[DONE]', kind: 'done', step: last })
+  if (meta.messagesDone) events.push({ data: '[DONE]', kind: 'done', step: last })
   return events
-}
-
-function messageObject(meta: CompletionMeta): JsonObject {
-  return { id: meta.id, type: 'message', role: 'assistant', model: meta.model }
 }
 
 /** vLLM's map from chat's finish_reason: tool_calls to tool_use, length to max_tokens, the rest to end_turn. */

@@ -28,6 +28,8 @@ export interface CompletionMeta {
   model: string
   /** The keys reasoning goes under. Default both `reasoning` and `reasoning_content`. */
   reasoningFields?: EndpointBehaviour['reasoningFields']
+  /** `/v1/messages` streams end with `data: [DONE]` after `message_stop`, as older vLLM wrote them. */
+  messagesDone?: boolean
 }
 
 /** An SSE event's `data` payload (a JSON text, or `[DONE]`) and the step after which it exists. */

@@ -77,6 +77,7 @@ async function generation(c: Context<EmulatorEnv>, context: EmulatorContext, rou
     created: Math.floor(now / 1000),
     model: served ?? request.model ?? DEFAULT_MODEL_NAME,
     reasoningFields: behaviour.reasoningFields,
+    messagesDone: behaviour.messagesDone,
   }
   context.endpoints.keepWarm(endpointId, now + queueMs + completion.steps * delayMs)
   const signal = c.req.raw.signal

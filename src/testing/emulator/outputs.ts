@@ -47,7 +47,7 @@ export interface JobScriptOptions {
   /** Unix seconds for the `created` field of OpenAI bodies. */
   created: number
   /** How the endpoint's vLLM was started. */
-  served: Pick<EndpointBehaviour, 'enableAutoToolChoice' | 'maxLogprobs' | 'reasoningFields' | 'embeddingDimensions'>
+  served: Pick<EndpointBehaviour, 'enableAutoToolChoice' | 'maxLogprobs' | 'reasoningFields' | 'embeddingDimensions' | 'messagesDone'>
 }
 
 const MAX_CUT_BYTES = 200
@@ -103,6 +103,7 @@ export function buildJobScript(options: JobScriptOptions): JobScript {
     created: options.created,
     model: servedModelName ?? req.model ?? DEFAULT_MODEL_NAME,
     reasoningFields: options.served.reasoningFields,
+    messagesDone: options.served.messagesDone,
   }
   const cutoff =
     fault?.kind === 'stall' || fault?.kind === 'mid_stream' ? Math.min(fault.afterTokens, completion.steps) : undefined

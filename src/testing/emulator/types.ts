@@ -74,6 +74,11 @@ export interface EndpointBehaviour {
   reasoningFields: ReadonlyArray<'reasoning' | 'reasoning_content'>
   /** Length of embedding vectors when the request names no `dimensions`. Default 384. */
   embeddingDimensions: number
+  /**
+   * Older vLLM: a `/v1/messages` stream ends with `data: [DONE]` after `message_stop`. Default false:
+   * current vLLM's Anthropic route (`entrypoints/anthropic/serving.py`) ends with `message_stop`.
+   */
+  messagesDone: boolean
 }
 
 export const DEFAULT_BEHAVIOUR: Omit<EndpointBehaviour, 'generation'> = {
@@ -88,6 +93,7 @@ export const DEFAULT_BEHAVIOUR: Omit<EndpointBehaviour, 'generation'> = {
   maxLogprobs: 20,
   reasoningFields: ['reasoning', 'reasoning_content'],
   embeddingDimensions: 384,
+  messagesDone: false,
 }
 
 export interface EmulatorOptions {

@@ -64,6 +64,7 @@ function normalize(text: string): string {
   return text
     .replace(/resp_[0-9a-f]{32}/g, 'RESP')
     .replace(/msg_[0-9a-f]{32}/g, 'MSG')
+    .replace(/chatcmpl-(tool-)?[\w-]+/g, 'CHATCMPL')
     .replace(/rs_[0-9a-f]{32}/g, 'RS')
     .replace(/"created(_at)?":\d+/g, '"created":0')
 }
@@ -202,37 +203,49 @@ describe('/v1/messages', () => {
     const chat = (await openai('ep', '/v1/chat/completions', chatBody)).json
     const { status, json } = await openai('ep', '/v1/messages', messagesBody)
     expect(status).toBe(200)
+    // vLLM's converter keeps the chat completion's id and drops None fields (`stop_sequence`).
     expect(json).toEqual({
-      id: expect.stringMatching(/^msg_[0-9a-f]{32}$/),
+      id: expect.stringMatching(/^chatcmpl-[0-9a-f]{32}$/),
       type: 'message',
       role: 'assistant',
-      model: 'm',
       content: [{ type: 'text', text: chat.choices[0].message.content }],
+      model: 'm',
       stop_reason: 'end_turn',
-      stop_sequence: null,
       usage: { input_tokens: chat.usage.prompt_tokens, output_tokens: chat.usage.completion_tokens },
     })
     expect((await openai('ep', '/v1/messages', { ...messagesBody, max_tokens: 1 })).json.stop_reason).toBe('max_tokens')
   })
 
-  it('streams Anthropic\'s events, one content_block_delta per token, then data: [DONE]', async () => {
+  it('streams Anthropic\'s events, one content_block_delta per token, ending with message_stop and no [DONE]', async () => {
     const { post } = setup()
     const text = await (await post('/v2/ep/openai/v1/messages', { ...messagesBody, stream: true })).text()
-    expect(text.endsWith('event: message_stop\ndata: {"type":"message_stop"}\n\ndata: [DONE]\n\n')).toBe(true)
-    const events = sseEvents(text)
-    expect(events.at(-1)).toEqual({ event: undefined, data: '[DONE]' })
-    const named = events.slice(0, -1)
+    // Current vLLM's anthropic/serving.py turns chat's [DONE] into message_stop and writes nothing after it.
+    expect(text.endsWith('event: message_stop\ndata: {"type":"message_stop"}\n\n')).toBe(true)
+    expect(text).not.toContain('[DONE]')
+    const named = sseEvents(text)
     expect(named.map((e) => e.event).filter((n) => n !== 'content_block_delta')).toEqual(MESSAGES_STREAM)
     const payloads = named.map((e) => JSON.parse(e.data) as Json)
     payloads.forEach((p, i) => expect(p.type).toBe(named[i]!.event))
     const { json } = await setup().openai('ep', '/v1/messages', messagesBody)
-    expect(payloads[0]).toEqual({ type: 'message_start', message: { ...json, id: payloads[0]!.message.id, content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: json.usage.input_tokens, output_tokens: 0 } } })
+    // exclude_unset: message_start's message has no `type` or `role` (their defaults were never set).
+    expect(payloads[0]).toEqual({ type: 'message_start', message: { id: payloads[0]!.message.id, content: [], model: 'm', stop_reason: null, stop_sequence: null, usage: { input_tokens: json.usage.input_tokens, output_tokens: 0 } } })
+    expect(payloads[0]!.message.id).toMatch(/^chatcmpl-[0-9a-f]{32}$/)
     expect(payloads[1]).toEqual({ type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } })
     const deltas = payloads.filter((p) => p.type === 'content_block_delta')
     expect(deltas).toHaveLength(json.usage.output_tokens)
     expect(deltas.map((d) => d.delta.text).join('')).toBe(json.content[0].text)
     expect(deltas[0]).toEqual({ type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: expect.any(String) } })
-    expect(payloads.find((p) => p.type === 'message_delta')).toEqual({ type: 'message_delta', delta: { stop_reason: 'end_turn', stop_sequence: null }, usage: json.usage })
+    expect(payloads.find((p) => p.type === 'message_delta')).toEqual({ type: 'message_delta', delta: { stop_reason: 'end_turn' }, usage: json.usage })
+  })
+
+  it('with messagesDone (older vLLM), writes data: [DONE] after message_stop, over HTTP and in jobs', async () => {
+    const { post, streamJob } = setup({ defaults: { messagesDone: true } })
+    const direct = await (await post('/v2/ep/openai/v1/messages', { ...messagesBody, stream: true })).text()
+    expect(direct.endsWith('event: message_stop\ndata: {"type":"message_stop"}\n\ndata: [DONE]\n\n')).toBe(true)
+    for (const endpoint of ['vllmcurrent', 'vllmclassic']) {
+      const job = await streamJob(endpoint, { openai_route: '/v1/messages', openai_input: { ...messagesBody, stream: true } })
+      expect(normalize((job.items as string[]).join(''))).toBe(normalize(direct))
+    }
   })
 
   it('answers errors in Anthropic\'s shape', async () => {
@@ -247,7 +260,8 @@ describe('/v1/messages', () => {
     const { openai } = setup()
     const { max_tokens: _, ...body } = messagesBody
     const counted = await openai('ep', '/v1/messages/count_tokens', body)
-    expect(counted).toEqual({ status: 200, json: { input_tokens: (await openai('ep', '/v1/messages', messagesBody)).json.usage.input_tokens } })
+    const input = (await openai('ep', '/v1/messages', messagesBody)).json.usage.input_tokens
+    expect(counted).toEqual({ status: 200, json: { input_tokens: input, context_management: { original_input_tokens: input } } })
   })
 })
 
@@ -332,7 +346,7 @@ describe('/v1/messages: tools and thinking, as vLLM converts them to and from ch
     // The tool's definition counts as prompt, as on chat; count_tokens agrees.
     expect(json.usage.input_tokens).toBe(chat.usage.prompt_tokens)
     const { max_tokens: _, ...countBody } = withTools
-    expect((await openai('ep', '/v1/messages/count_tokens', countBody)).json).toEqual({ input_tokens: json.usage.input_tokens })
+    expect((await openai('ep', '/v1/messages/count_tokens', countBody)).json.input_tokens).toBe(json.usage.input_tokens)
   })
 
   it('maps tool_choice: tool forces the named call (end_turn, as vLLM finishes a named call), none answers in text, any needs tools', async () => {
@@ -374,15 +388,15 @@ describe('/v1/messages: tools and thinking, as vLLM converts them to and from ch
     const { post, openai } = setup()
     const { json } = await openai('ep', '/v1/messages', withTools)
     const events = sseEvents(await (await post('/v2/ep/openai/v1/messages', { ...withTools, stream: true })).text())
-    expect(events.at(-1)).toEqual({ event: undefined, data: '[DONE]' })
-    const payloads = events.slice(0, -1).map((e) => JSON.parse(e.data) as Json)
+    expect(events.at(-1)!.event).toBe('message_stop')
+    const payloads = events.map((e) => JSON.parse(e.data) as Json)
     expect(payloads.map((p) => p.type).filter((t) => t !== 'content_block_delta')).toEqual(MESSAGES_STREAM)
     expect(payloads[1]).toEqual({ type: 'content_block_start', index: 0, content_block: { ...toolUse, input: {} } })
     const fragments = payloads.filter((p) => p.type === 'content_block_delta')
     expect(fragments.length).toBeGreaterThan(1)
     for (const f of fragments) expect(f).toEqual({ type: 'content_block_delta', index: 0, delta: { type: 'input_json_delta', partial_json: expect.any(String) } })
     expect(JSON.parse(fragments.map((f) => f.delta.partial_json).join(''))).toEqual(json.content[0].input)
-    expect(payloads.find((p) => p.type === 'message_delta')).toEqual({ type: 'message_delta', delta: { stop_reason: 'tool_use', stop_sequence: null }, usage: json.usage })
+    expect(payloads.find((p) => p.type === 'message_delta')).toEqual({ type: 'message_delta', delta: { stop_reason: 'tool_use' }, usage: json.usage })
   })
 
   it('answers with a signed thinking block before the text when chat_template_kwargs enables thinking, JSON and streamed', async () => {
@@ -394,7 +408,7 @@ describe('/v1/messages: tools and thinking, as vLLM converts them to and from ch
       { type: 'thinking', thinking: chat.choices[0].message.reasoning, signature: expect.stringMatching(/^[0-9a-f]{32}$/) },
       { type: 'text', text: chat.choices[0].message.content },
     ])
-    const payloads = sseEvents(await (await post('/v2/ep/openai/v1/messages', { ...thinking, stream: true })).text()).slice(0, -1).map((e) => JSON.parse(e.data) as Json)
+    const payloads = sseEvents(await (await post('/v2/ep/openai/v1/messages', { ...thinking, stream: true })).text()).map((e) => JSON.parse(e.data) as Json)
     expect(payloads.map((p) => (p.type === 'content_block_delta' ? `delta:${p.index}:${p.delta.type}` : p.type)).filter((t, i, all) => t !== all[i - 1])).toEqual([
       'message_start',
       'content_block_start', 'delta:0:thinking_delta', 'delta:0:signature_delta', 'content_block_stop',
@@ -548,7 +562,7 @@ describe('openai_route jobs', () => {
       expect(job.items.length).toBe(sseEvents(direct).length)
       for (const item of job.items) expect(item).toMatch(/^(event: [\w.]+\n)?data: .*\n\n$/)
       expect(normalize((job.items as string[]).join(''))).toBe(normalize(direct))
-      if (route === '/v1/messages') expect(job.items.at(-1)).toBe('data: [DONE]\n\n')
+      if (route === '/v1/messages') expect(job.items.at(-1)).toBe('event: message_stop\ndata: {"type":"message_stop"}\n\n')
     })
 
     it(`${route}: non-stream, the JSON answer once, through /runsync, /status and /status-sync, on both generations`, async () => {
@@ -558,7 +572,7 @@ describe('openai_route jobs', () => {
         const sync = await runsync(endpoint, { openai_route: route, openai_input: body })
         expect(sync.status).toBe('COMPLETED')
         expect(sync.output).toHaveLength(1)
-        expect(sync.output[0].id).toMatch(/^(resp|msg)_[0-9a-f]{32}$/)
+        expect(sync.output[0].id).toMatch(route === '/v1/messages' ? /^chatcmpl-/ : /^resp_[0-9a-f]{32}$/)
         expect(normalize(JSON.stringify(sync.output[0]))).toBe(normalize(JSON.stringify(json)))
         const job = await streamJob(endpoint, { openai_route: route, openai_input: body })
         for (const op of ['status', 'status-sync']) {
