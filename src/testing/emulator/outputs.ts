@@ -15,6 +15,7 @@ import { complete, DEFAULT_MODEL_NAME, modelList, refusalBody, sseEvent, wrongMo
 import type { Completion, CompletionMeta, TimedEvent } from './openai-format.ts'
 import type { BatchSizing, Refusal } from './requests.ts'
 import { servedRefusal } from './requests.ts'
+import { pythonStr } from './python-str.ts'
 import { answerUtility } from './utility-routes.ts'
 import type { EndpointBehaviour, Fault, JsonObject, JsonValue, WorkerGeneration } from './types.ts'
 
@@ -55,17 +56,21 @@ const MAX_CUT_BYTES = 200
 /** Builds everything a job will ever yield. */
 export function buildJobScript(options: JobScriptOptions): JobScript {
   const { request, generation, fault } = options
-  const fail = (message: string, step = 0, items: TimedItem[] = []): JobScript => ({
-    items: [...items, { output: errorItem(generation, message), step }],
-    ending: { kind: 'failed', step, error: message },
+  // runpod-python (since 1.7.6, Dec 2024; worker-vllm pins 1.11 and 1.12) ends a job at the first dict
+  // item with a truthy `error`: that item is not streamed nor kept in `output`, and the job's `error`
+  // is Python's `str()` of it: the text itself, or a dict's repr (`{'message': …, 'code': None}`).
+  const failWith = (item: JsonObject, step = 0, items: TimedItem[] = []): JobScript => ({
+    items,
+    ending: { kind: 'failed', step, error: pythonStr(item.error) },
   })
+  const fail = (message: string, step = 0, items: TimedItem[] = []): JobScript => failWith(errorItem(generation, message), step, items)
 
   // vLLM's refusals: the current worker wraps vLLM's HTTP error body into its own error item (its
   // status is lost); the classic worker runs vLLM in-process and yields the error body itself, whose
-  // error object, code and all, runpod-python then reports as the job's error.
+  // error object, code and all, becomes the job's error.
   const refuse = (refusal: Refusal): JobScript => {
     const body = refusalBody(refusal)
-    if (generation === 'classic') return { items: [{ output: body, step: 0 }], ending: { kind: 'failed', step: 0, error: JSON.stringify(body.error) } }
+    if (generation === 'classic') return failWith(body)
     return fail(`vLLM returned HTTP ${refusal.status}: ${JSON.stringify(body)}`)
   }
   if (request.shape === 'invalid') return fail(request.message)
