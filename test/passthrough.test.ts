@@ -254,9 +254,13 @@ describe("Runpod's URL shape /v2/<model>/openai/v1", () => {
   }
 })
 
-/** How Python prints a dict of strings, numbers and None: `str()` of vLLM's error object. */
+/** How Python prints a dict of strings, numbers and None: `str()` of vLLM's (or the worker's) error object. */
 function pythonRepr(value: Record<string, unknown>): string {
-  const item = (v: unknown) => (v === null ? 'None' : typeof v === 'string' ? (v.includes("'") ? `"${v}"` : `'${v}'`) : String(v))
+  const text = (v: string) => {
+    const quote = v.includes("'") && !v.includes('"') ? '"' : "'"
+    return quote + v.replaceAll('\\', '\\\\').replaceAll(quote, `\\${quote}`) + quote
+  }
+  const item = (v: unknown) => (v === null ? 'None' : typeof v === 'string' ? text(v) : String(v))
   return `{${Object.entries(value).map(([k, v]) => `'${k}': ${item(v)}`).join(', ')}}`
 }
 
@@ -288,6 +292,8 @@ describe('upstream refusals', () => {
   it.each([
     ["current worker-vllm's wrapped refusal: a wrapped error item of a COMPLETED job", () => ({ status: 'COMPLETED', output: [wrapped] })],
     ["current worker-vllm's wrapped refusal: a FAILED job whose error is the wrapped refusal", () => ({ status: 'FAILED', error: JSON.stringify(wrapped.error) })],
+    // runpod-python (>= 1.7.6) ends the job at the error item and reports str() of its error object.
+    ["current worker-vllm's wrapped refusal: a FAILED job whose error is the wrapped error object's Python repr", () => ({ status: 'FAILED', error: pythonRepr(wrapped.error) })],
     // Classic worker-vllm yields vLLM's own error object, code 400 included.
     ['classic: its error item, then the job FAILED with the error object', () => ({ status: 'FAILED', output: [vllm400], error: JSON.stringify(vllm400.error) })],
     ['classic: a FAILED job whose error is the error object', () => ({ status: 'FAILED', error: JSON.stringify(vllm400.error) })],
@@ -331,18 +337,18 @@ describe('upstream refusals', () => {
     }
   })
 
-  // The emulator's classic worker refuses what vLLM refuses, as worker-vllm <= v2.23 reports it.
-  it.each([
+  // The emulator's workers refuse what vLLM refuses, as worker-vllm reports it through runpod-python.
+  it.each(['chat-classic', 'chat-current'].flatMap((model) => [
     ['"auto" tool choice without --enable-auto-tool-choice', { messages: [{ role: 'user', content: 'x [[emulator:auto_tool_choice=0]]' }], tools: CHAT_BODY.tools }, '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'],
     ['more top_logprobs than --max-logprobs', { messages: [{ role: 'user', content: 'x' }], logprobs: true, top_logprobs: 22 }, 'Requested sample logprobs of 22, which is greater than max allowed: 20'],
     ['a named tool_choice not in tools', { messages: [{ role: 'user', content: 'x' }], tools: CHAT_BODY.tools, tool_choice: { type: 'function', function: { name: 'nope' } } }, undefined],
-  ])('chat-classic (emulator), %s: 400 invalid_request with vLLM\'s message, one job, JSON and stream; refunded, no breaker count', async (_name, body, message) => {
+  ].map(([name, body, message]) => [model, name, body, message] as [string, string, Record<string, unknown>, string | undefined])))('%s (emulator), %s: 400 invalid_request with vLLM\'s message, one job, JSON and stream; refunded, no breaker count', async (model, _name, body, message) => {
     const h = harness({ quota: QUOTA_CLOCK })
     const { key } = await h.createKey({ name: 'q', quota: { tokensPerMinute: 100_000, strict: true } })
     for (let i = 0; i < 2; i++) {
       for (const stream of [false, true]) {
         h.emulator.calls.length = 0
-        const res = await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ ...body, model: 'chat-classic', max_tokens: 5, stream })))
+        const res = await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ ...body, model, max_tokens: 5, stream })))
         expect(res.status).toBe(400)
         const error = ((await res.json()) as { error: { message: string; code: string } }).error
         expect(error.code).toBe('invalid_request')
@@ -354,7 +360,7 @@ describe('upstream refusals', () => {
     const report = (await (await h.fetch('/v1/usage', authed(key))).json()) as { windows: { minute: { tokens: number; requests: number } } }
     expect(report.windows.minute).toMatchObject({ requests: 4, tokens: 0 })
     // Four refusals in a row: a breaker counting them (3 failures) would now skip the only endpoint.
-    expect((await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ model: 'chat-classic', messages: [{ role: 'user', content: 'hi' }], max_tokens: 5 })))).status).toBe(200)
+    expect((await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ model, messages: [{ role: 'user', content: 'hi' }], max_tokens: 5 })))).status).toBe(200)
   })
 
   it('a refusal refunds the reservation and does not trip the breaker', async () => {

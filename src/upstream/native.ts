@@ -137,22 +137,25 @@ function errorObjectRefusal(error: unknown): GatewayError | undefined {
   return isRecord(value) ? codedRefusal(value) : undefined
 }
 
-/** `{'message': "…", 'type': 'BadRequestError', 'param': None, 'code': 400}`: its code and message. */
+/**
+ * `{'message': "…", 'type': 'BadRequestError', 'param': None, 'code': 400}`: its message, and its code
+ * when it has one (current worker-vllm's `{'message': 'vLLM returned HTTP 400: …', …, 'code': None}` has none).
+ */
 function pythonReprError(text: string): Record<string, unknown> | undefined {
   const code = /'code': (\d{3})\b/.exec(text)
   const message = /'message': (?:'((?:[^'\\]|\\.)*)'|"((?:[^"\\]|\\.)*)")/.exec(text)
-  if (!code || !message) return undefined
+  if (!message) return undefined
   const escaped = message[1] ?? message[2] ?? ''
-  return { code: Number(code[1]), message: escaped.replace(/\\(.)/g, (_, c: string) => (c === 'n' ? '\n' : c === 't' ? '\t' : c)) }
+  return { code: code && Number(code[1]), message: escaped.replace(/\\(.)/g, (_, c: string) => (c === 'n' ? '\n' : c === 't' ? '\t' : c)) }
 }
-
 
 /**
  * runpod-python reports a handler exception as a JSON string with `error_message` and a Python
- * traceback. Callers get the message; the traceback (paths, internals) stays upstream.
+ * traceback, and a worker's error item as `str()` of its error object (a dict's repr). Callers get the
+ * message; the traceback (paths, internals) stays upstream.
  */
 function handlerErrorMessage(error: string): string {
-  return (error.startsWith('{') ? errorMessageOf(parseJson(error)) : undefined) ?? error
+  return errorMessageOf(error.startsWith('{') ? (parseJson(error) ?? pythonReprError(error)) : undefined) ?? error
 }
 
 function errorMessageOf(value: unknown): string | undefined {
