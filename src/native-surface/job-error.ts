@@ -6,8 +6,9 @@
  */
 import { isRecord, parseJson } from '../http/json.ts'
 
+import { TRACEBACK } from '../streaming/vllm.ts'
+
 const PUBLIC_FIELDS = ['error_type', 'error_message'] as const
-const TRACEBACK_START = /\n?\s*Traceback \(most recent call last\):[\s\S]*$/
 
 /**
  * @example
@@ -16,7 +17,7 @@ const TRACEBACK_START = /\n?\s*Traceback \(most recent call last\):[\s\S]*$/
 export function publicJobError(error: unknown): unknown {
   if (typeof error === 'string') {
     const parsed = parseObject(error)
-    return parsed ? JSON.stringify(publicFields(parsed)) : error.replace(TRACEBACK_START, '')
+    return parsed ? JSON.stringify(publicFields(parsed)) : error.replace(TRACEBACK, '')
   }
   if (isRecord(error)) return publicFields(error)
   return error

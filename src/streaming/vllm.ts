@@ -71,12 +71,19 @@ export function isRefusalStatus(status: number): boolean {
 }
 
 /**
+ * A Python traceback and all after it, with the label runpod-python puts before a generator handler's
+ * (`handler: <message> \ntraceback: Traceback (most recent call last): …`): file paths and code stay upstream.
+ */
+export const TRACEBACK = /\s*(?:traceback: )?Traceback \(most recent call last\):[\s\S]*$/
+
+/**
  * The error podgate raises for a worker or model failure, with the upstream text cut to a safe length.
  * A refusal that current worker-vllm wrapped (`vLLM returned HTTP 400: <body>`) becomes that 4xx again.
  */
 export function workerFailure(message: string): GatewayError {
   const refusal = upstreamRefusal(message)
   if (refusal) return refusal
+  message = message.replace(TRACEBACK, '')
   const detail = message.length > MAX_UPSTREAM_MESSAGE ? `${message.slice(0, MAX_UPSTREAM_MESSAGE)}…` : message
   return new GatewayError('upstream_error', `The model worker failed: ${detail}`)
 }

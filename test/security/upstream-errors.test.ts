@@ -107,3 +107,20 @@ describe('an upstream error page that quotes the request', () => {
     expect(error.message).toBe('400 Bad Request: header authorization="Bearer [redacted]" not allowed')
   })
 })
+
+describe('a generator handler that raised (worker-vllm\'s handlers are async generators)', () => {
+  // runpod-python's run_job_generator reports the exception as one string, its traceback inside it.
+  const error = 'handler: Unclosed connection \ntraceback: Traceback (most recent call last):\n  File "/src/handler.py", line 147, in handler\n    yield await resp.json(content_type=None)\njson.decoder.JSONDecodeError: Expecting value: line 1 column 1 (char 0)\n'
+  it('upstream-generator-traceback: the OpenAI surface names the failure, never the traceback, JSON and stream', async () => {
+    const upstream = fakeUpstream((path) => Response.json(path === '/run' ? { id: 'local-1', status: 'IN_QUEUE' } : { id: 'local-1', status: 'FAILED', error }))
+    const h = harness({ models: { local: { endpoints: [{ url: 'http://127.0.0.1:8000' }], mode: 'native' } }, fetch: upstream.fetch })
+    const { key } = await h.createKey()
+    for (const stream of [false, true]) {
+      const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('local', 'Say hello', { stream })))
+      const text = await res.text()
+      expect(res.status).toBe(502)
+      expect(text).toContain('Unclosed connection')
+      expect(text).not.toMatch(/Traceback|handler\.py|JSONDecodeError/)
+    }
+  })
+})
