@@ -37,8 +37,10 @@ describe('Vercel AI SDK', () => {
     expect(parts.join('')).toBe(full.text)
     expect(await streamed.finishReason).toBe(full.finishReason)
     const usage = await streamed.usage
-    expect(usage.inputTokens).toBe(full.usage.inputTokens)
-    expect(usage.outputTokens).toBe(full.usage.outputTokens)
+    // A current worker's shorthand stream carries no usage (worker-vllm asks vLLM for none): podgate sends none, not a count of its own.
+    const reported = model === 'chat-current' ? { inputTokens: undefined, outputTokens: undefined } : full.usage
+    expect(usage.inputTokens).toBe(reported.inputTokens)
+    expect(usage.outputTokens).toBe(reported.outputTokens)
     await h.settle()
     expect(h.emulator.activeJobs()).toEqual([])
   })

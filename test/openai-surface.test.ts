@@ -94,9 +94,15 @@ describe('streams on the wire', () => {
     expect(first.choices[0]?.delta.role).toBe('assistant')
 
     const withUsage = await readSSE(await h.fetch('/v1/chat/completions', authed(key, chatBody(model, 'hi', { stream: true, stream_options: { include_usage: true } }))))
-    const usageChunk = withUsage.at(-2) as { choices: unknown[]; usage: { total_tokens: number } }
-    expect(usageChunk.choices).toEqual([])
-    expect(usageChunk.usage.total_tokens).toBeGreaterThan(0)
+    expect(withUsage.at(-1)).toBe('[DONE]')
+    const usageChunk = withUsage.at(-2) as { choices: unknown[]; usage?: { total_tokens: number } }
+    if (model === 'chat-current') {
+      // The native shorthand reaches vLLM with no stream_options (worker-vllm >= v2.24): no usage, and podgate sends no count of its own.
+      expect(withUsage.some((e) => typeof e === 'object' && e !== null && 'usage' in e)).toBe(false)
+    } else {
+      expect(usageChunk.choices).toEqual([])
+      expect(usageChunk.usage?.total_tokens).toBeGreaterThan(0)
+    }
     expect(streamedText(withUsage)).toBe(streamedText(events))
   })
 

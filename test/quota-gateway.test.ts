@@ -130,7 +130,7 @@ describe('quota stage', () => {
     const { h } = clockedHarness()
     const { key } = await h.createKey({ name: 'q', quota: { tokensPerMinute: 5000, strict: true } })
     const full = await chat(h, key, 'Count [[emulator:tokens=7]]', {}, model)
-    const usage = ((await full.json()) as { usage: { total_tokens: number } }).usage
+    const usage = ((await full.json()) as { usage: { completion_tokens: number; total_tokens: number } }).usage
     await h.settle()
     expect((await usageOf(h, key)).windows?.minute.tokens).toBe(usage.total_tokens)
 
@@ -140,7 +140,49 @@ describe('quota stage', () => {
     const events = await readSSE(streamed)
     expect(events.some((e) => typeof e === 'object' && e !== null && (e as { usage?: unknown }).usage)).toBe(false)
     await h.settle()
-    expect((await usageOf(h, key)).windows?.minute).toMatchObject({ requests: 2, tokens: 2 * usage.total_tokens })
+    // A current worker's shorthand stream reports no usage: its prompt estimate plus the tokens podgate counted.
+    const streamedCost = model === 'chat-current' ? Math.ceil('Count [[emulator:tokens=7]]'.length / 4) + usage.completion_tokens : usage.total_tokens
+    expect((await usageOf(h, key)).windows?.minute).toMatchObject({ requests: 2, tokens: usage.total_tokens + streamedCost })
+  })
+
+  // worker-vllm >= v2.24 posts the native shorthand to vLLM as `{...sampling_params, stream}`, with no
+  // stream_options: vLLM sends no usage chunk. Classic token items carry usage of their own.
+  it.each([
+    ['chat-classic', true],
+    ['chat-current', false],
+  ])('%s: a shorthand stream that asks for usage gets the worker\'s own or none, never a count of podgate\'s; quota charges the usage, or the prompt estimate plus the tokens counted', async (model, reports) => {
+    const { h } = clockedHarness()
+    const { key } = await h.createKey({ name: 'q', quota: { tokensPerMinute: 5000, strict: true } })
+    const content = 'Count to twelve [[emulator:tokens=12]]'
+    const prompt = Math.ceil(content.length / 4)
+    const ask = (extra: Record<string, unknown>) => chat(h, key, content, { temperature: 0, ...extra }, model)
+    const usageIn = (events: unknown[]) => events.flatMap((e) => (typeof e === 'object' && e !== null && 'usage' in e ? [(e as { usage: { prompt_tokens: number; total_tokens: number } }).usage] : []))
+
+    const res = await ask({ stream: true, stream_options: { include_usage: true } })
+    expect(res.headers.get('x-podgate-cache')).toBe('MISS')
+    const events = await readSSE(res)
+    expect(events.at(-1)).toBe('[DONE]')
+    const usage = usageIn(events)
+    const minute = await minuteOf(h, key)
+    if (reports) {
+      expect(usage).toHaveLength(1)
+      expect(usage[0]?.prompt_tokens).toBeGreaterThan(0)
+      expect(minute.tokens).toBe(usage[0]?.total_tokens)
+    } else {
+      expect(usage).toEqual([])
+      expect((events.at(-2) as { choices: { finish_reason: string | null }[] }).choices[0]?.finish_reason).toBe('stop')
+      // Neither a prompt of 0 nor the whole reservation (prompt + max_tokens 100): the estimate plus the 12 tokens streamed.
+      expect(minute.tokens).toBe(prompt + 12)
+    }
+
+    // The cache recorded the answer with the usage the worker reported, or none: a replay shows no count of its own either.
+    const replay = await ask({ stream: true, stream_options: { include_usage: true } })
+    expect(replay.headers.get('x-podgate-cache')).toBe('HIT')
+    expect(usageIn(await readSSE(replay))).toEqual(usage)
+    const json = await ask({})
+    expect(json.headers.get('x-podgate-cache')).toBe('HIT')
+    expect(((await json.json()) as { usage: unknown }).usage).toEqual(usage[0] ?? null)
+    expect((await minuteOf(h, key)).tokens).toBe(minute.tokens)
   })
 
   it.each([
@@ -176,6 +218,10 @@ describe('quota stage', () => {
   it('tokensToCharge: cached answers charge nothing, failures what they produced', () => {
     expect(tokensToCharge({ ok: true, usage: { prompt_tokens: 5, completion_tokens: 5, total_tokens: 10 }, cached: true }, 90)).toBe(0)
     expect(tokensToCharge({ ok: true, usage: undefined }, 90)).toBe(90)
+    // Usage podgate counted (none reported): the prompt estimate plus the output counted, not the reservation; reported usage wins.
+    const estimate = { prompt_tokens: 0, completion_tokens: 12, total_tokens: 12 }
+    expect(tokensToCharge({ ok: true, usage: undefined, estimate }, 90, 10)).toBe(22)
+    expect(tokensToCharge({ ok: true, usage: { prompt_tokens: 5, completion_tokens: 5, total_tokens: 10 }, estimate }, 90, 10)).toBe(10)
     const error = new GatewayError('upstream_error', 'x')
     expect(tokensToCharge({ ok: false, error, producedOutput: true, usage: { prompt_tokens: 5, completion_tokens: 3, total_tokens: 8 } }, 90)).toBe(8)
     expect(tokensToCharge({ ok: false, error, producedOutput: false }, 90)).toBe(0)
@@ -270,11 +316,12 @@ describe('coalesced twins', () => {
     await reader.cancel()
     const events = await readSSE(leader)
     expect(events.at(-1)).toBe('[DONE]')
-    const leaderUsage = (events.at(-2) as { usage: { total_tokens: number } }).usage
+    // A current worker's shorthand stream carries no usage chunk (worker-vllm asks vLLM for none), and podgate sends none of its own.
+    expect(events.some((e) => typeof e === 'object' && e !== null && 'usage' in e)).toBe(false)
     const minute = await minuteOf(h, key)
     expect(minute.requests).toBe(2)
-    // Only the leader's real usage.
-    expect(minute.tokens).toBe(leaderUsage.total_tokens)
+    // Only the leader's call: its prompt estimate plus the 20 tokens podgate counted.
+    expect(minute.tokens).toBe(Math.ceil('twin leaves [[emulator:delay=20,tokens=20]]'.length / 4) + 20)
   })
 
   it('when a shared stream breaks mid-way, each COALESCED twin is not charged its whole reservation', async () => {

@@ -250,7 +250,8 @@ function createItemText(kind: JobRef['kind']): ItemText {
         if (choice.finish_reason) reasons[choice.index] = choice.finish_reason
       }
     },
-    onUsage: (reported) => (usage = reported),
+    // A count podgate made (a current worker's shorthand stream reports none) is not the worker's usage.
+    onUsage: (reported, { estimated }) => (usage = estimated ? undefined : reported),
   })
 
   function read(item: unknown): void {

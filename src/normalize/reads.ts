@@ -23,7 +23,7 @@ export const PODGATE_READS: readonly ReadField[] = [
   { field: 'prompt', kinds: ['completion'], why: 'shape (string | string[] | int[] | int[][]); length and count size the reservation' },
   { field: 'input', kinds: ['embedding'], why: 'shape (string | string[] | int[] | int[][]); length sizes the reservation' },
   { field: 'stream', kinds: GENERATE, why: 'JSON or SSE answer' },
-  { field: 'stream_options', kinds: GENERATE, why: '`include_usage`: podgate always asks upstream for usage, and strips the usage chunk if the caller did not ask' },
+  { field: 'stream_options', kinds: GENERATE, why: '`include_usage`: podgate asks upstream for usage wherever the job input can carry it (not the native shorthand), and strips the usage chunk if the caller did not ask' },
   { field: 'max_tokens', kinds: GENERATE, why: 'capped per model (`maxTokensCap`); set to the model default when absent; sizes the reservation' },
   { field: 'max_completion_tokens', kinds: GENERATE, why: 'alias of max_tokens, same cap' },
   { field: 'n', kinds: GENERATE, why: 'capped per model (`maxChoices`); multiplies the reservation' },

@@ -57,7 +57,7 @@ export interface NormalizedRequest {
   /** The podgate model alias the caller named. */
   model: string
   stream: boolean
-  /** The caller asked for `stream_options.include_usage`. podgate always asks upstream for usage. */
+  /** The caller asked for `stream_options.include_usage`. podgate asks upstream for usage wherever the input can carry it (not the native shorthand). */
   includeUsage: boolean
   /** The body podgate forwards, `model` still the alias (`toOpenAIBody` writes the served name). */
   body: Record<string, unknown>

@@ -25,7 +25,12 @@ export interface TokenUsage {
  * request and never its tokens, however it ended: finished, failed, or left by its caller.
  */
 export type CompletionOutcome =
-  | { ok: true; usage: TokenUsage | undefined; cached?: boolean }
+  /**
+   * `estimate`: the upstream reported no usage (a current worker-vllm's native shorthand stream) and
+   * podgate counted the output (`prompt_tokens` 0). Quota charges it with the prompt estimate; it is
+   * never shown to a caller, cached or shared, which is why it is not `usage`.
+   */
+  | { ok: true; usage: TokenUsage | undefined; estimate?: TokenUsage; cached?: boolean }
   /**
    * `producedOutput`: some of the answer reached the caller before the failure. `reachedUpstream`: the
    * caller went away after the request reached the upstream, so the prompt was processed and is paid for.

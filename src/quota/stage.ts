@@ -3,7 +3,8 @@
  * from the real result once `ctx.outcome` resolves (after the last byte of a stream).
  *
  * Settling: an answer that was not the request's own upstream call (a cache hit, a coalesced twin,
- * however it ended) counts the request, no tokens; a success counts its real `usage`; a
+ * however it ended) counts the request, no tokens; a success counts its real `usage`, or, when the
+ * upstream reported none, the prompt estimate plus the output podgate counted (`estimate`); a
  * failure before any output refunds the tokens, unless the caller hung up after the prompt reached the
  * upstream (then the prompt and any reported output count); a failure after some output counts what
  * the upstream reported, else keeps the reservation. Requests are never refunded once they went upstream;
@@ -84,12 +85,14 @@ export function estimateTokens(request: NormalizedRequest): number {
  * What an answer costs. Not its own upstream call (`cached`: a hit, or a coalesced twin that finished,
  * failed with the shared call, or left): free. Nothing reached the caller: free, unless the caller hung
  * up after the prompt reached the upstream (it was processed on a GPU), which costs the prompt plus
- * what the upstream reports generated. An upstream that counted no prompt tokens is charged the prompt estimate.
+ * what the upstream reports generated. An upstream that counted no prompt tokens, or an answer whose usage
+ * podgate counted itself (`estimate`), is charged the prompt estimate plus the completion tokens.
  */
 export function tokensToCharge(outcome: CompletionOutcome, reserved: number, promptEstimate = 0): number {
   if (outcome.cached) return 0
-  if (outcome.ok || outcome.producedOutput) return outcome.usage ? charged(outcome.usage, promptEstimate) : reserved
-  if (outcome.reachedUpstream) return outcome.usage ? charged(outcome.usage, promptEstimate) : promptEstimate
+  const usage = outcome.usage ?? (outcome.ok ? outcome.estimate : undefined)
+  if (outcome.ok || outcome.producedOutput) return usage ? charged(usage, promptEstimate) : reserved
+  if (outcome.reachedUpstream) return usage ? charged(usage, promptEstimate) : promptEstimate
   return 0
 }
 

@@ -16,7 +16,9 @@ import { DEFAULT_MAX_EVENT_CHARS, errorItemFailure, isCount, isRecord, readUsage
 export interface UsageMeta {
   /**
    * `true` when the upstream never reported usage and podgate counted instead: `prompt_tokens` is 0 and
-   * `completion_tokens` is the number of content deltas (SSE) or generation steps (classic).
+   * `completion_tokens` is the number of content deltas (SSE) or generation steps (classic). A current
+   * worker-vllm's shorthand stream always ends so (its body to vLLM asks for no usage chunk). Such a
+   * count is for the quota only: no caller may be shown it as usage.
    */
   estimated: boolean
 }

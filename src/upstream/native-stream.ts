@@ -44,6 +44,11 @@ interface Attempt {
   /** SSE text decoded but not yet sent: a page's events go out as one write, not one per token. */
   pending: string
   usage: TokenUsage | undefined
+  /**
+   * Set instead of `usage` when the worker reported none (current worker-vllm's shorthand asks vLLM for
+   * no usage chunk): podgate's count, for the quota only. No caller is sent it.
+   */
+  estimate: TokenUsage | undefined
   /** vLLM's own usage chunk, relayed as is when the caller asked for usage. */
   usageChunk: Record<string, unknown> | undefined
   /** A terminal status was seen: nothing to cancel upstream. */
@@ -157,6 +162,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
       status,
       pending: '',
       usage: undefined,
+      estimate: undefined,
       usageChunk: undefined,
       ended: false,
       completed: false,
@@ -183,7 +189,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
           if (attempt.chunks++ === 0) attempt.firstChunkAt = Date.now()
           attempt.pending += `data: ${JSON.stringify(chunk)}\n\n`
         },
-        onUsage: (u) => (attempt.usage = { prompt_tokens: u.prompt_tokens, completion_tokens: u.completion_tokens, total_tokens: u.total_tokens }),
+        onUsage: (u, { estimated }) => (attempt[estimated ? 'estimate' : 'usage'] = { prompt_tokens: u.prompt_tokens, completion_tokens: u.completion_tokens, total_tokens: u.total_tokens }),
         onUsageChunk: (chunk) => (attempt.usageChunk = chunk),
       }),
     }
@@ -382,7 +388,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
       }
       if (winner.pending.length === 0) heartbeat()
     }
-    call.settle({ ok: true, usage })
+    call.settle({ ok: true, usage, estimate: winner.estimate })
     // A dialect's stream ends with its own last event, relayed already.
     if (!dialect) {
       if (usage && request.includeUsage) emit(encodeSSEData(JSON.stringify(winner.usageChunk ?? { id, object, created, model: model.alias, choices: [], usage })))

@@ -121,7 +121,7 @@ export function buildJobScript(options: JobScriptOptions): JobScript {
   } else if (generation === 'classic' && request.shape === 'native') {
     items = classicBatches(completion, request.batching, cutoff)
   } else {
-    // Native shorthand on the current worker always streams usage (its request says so); OpenAI input only when asked.
+    // A usage chunk only when the body asked for one: OpenAI input with `stream_options.include_usage` (never the shorthand).
     let events = dialect.events(completion, meta)
     if (cutoff !== undefined) events = events.filter((e) => e.step <= cutoff && e.kind === 'chunk')
     items =

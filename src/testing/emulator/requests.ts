@@ -41,7 +41,7 @@ export interface GenerationRequest {
   stop: string[]
   seed?: number
   stream: boolean
-  /** `stream_options.include_usage` (OpenAI bodies); native shorthand streams always carry usage. */
+  /** `stream_options.include_usage` (OpenAI bodies); never on native shorthand, whose body has no `stream_options`. */
   includeUsage: boolean
   /** `stream_options.continuous_usage_stats` (with include_usage, as in vLLM): usage on every chunk. */
   continuousUsage: boolean
@@ -272,7 +272,9 @@ export function parseNativeInput(input: unknown): NativeParse {
     stop: toStops(sampling.stop),
     seed: sampling.seed ?? undefined,
     stream: b.stream ?? false,
-    includeUsage: true,
+    // worker-vllm >= v2.24 posts `{...sampling_params, stream}` and asks for no usage chunk (vLLM sends
+    // one only with --enable-force-include-usage); classic token items carry usage of their own.
+    includeUsage: false,
     continuousUsage: false,
     tools: [],
     toolChoice: 'none' as const,
