@@ -68,7 +68,8 @@ export interface ChatCompletion {
   created: number
   model: string
   choices: ChatCompletionChoice[]
-  usage: Usage
+  /** null when the upstream reported none (podgate never shows a count of its own). */
+  usage: Usage | null
 }
 
 export interface TextCompletionChoice {
@@ -84,7 +85,7 @@ export interface TextCompletion {
   created: number
   model: string
   choices: TextCompletionChoice[]
-  usage: Usage
+  usage: Usage | null
 }
 
 /** What an in-stream error event, OpenAI style, says (a GatewayError is one); its `param` is always null. */

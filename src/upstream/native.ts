@@ -74,7 +74,7 @@ export async function nativeJson(call: CompletionCall): Promise<Response> {
     call.settle({ ok: true, usage })
     return Response.json(body)
   }
-  const { body, usage } = nativeOutputToOpenAI(job.output, {
+  const { body, usage, estimate } = nativeOutputToOpenAI(job.output, {
     kind: request.kind,
     model: model.alias,
     id: completionId(request.kind),
@@ -82,7 +82,7 @@ export async function nativeJson(call: CompletionCall): Promise<Response> {
     maxTokens: request.sampling.max_tokens,
     n: request.sampling.n ?? 1,
   })
-  call.settle({ ok: true, usage })
+  call.settle({ ok: true, usage, estimate })
   return Response.json(body)
 }
 

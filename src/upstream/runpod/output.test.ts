@@ -20,7 +20,6 @@ describe('nativeOutputToOpenAI, classic output', () => {
         usage: { prompt_tokens: 3, completion_tokens: 11, total_tokens: 14 },
       },
       usage: { prompt_tokens: 3, completion_tokens: 11, total_tokens: 14 },
-      estimated: false,
     })
   })
 
@@ -69,18 +68,18 @@ describe('nativeOutputToOpenAI, current output', () => {
   }
 
   it('passes vLLM JSON on with model, id and created rewritten', () => {
-    const { body, usage, estimated } = nativeOutputToOpenAI([structuredClone(vllmBody)], CHAT)
+    const { body, usage, estimate } = nativeOutputToOpenAI([structuredClone(vllmBody)], CHAT)
     expect(body).toEqual({ ...vllmBody, id: 'chatcmpl-1', model: 'llama-8b', created: 1_800_000_000 })
     expect(usage).toEqual({ prompt_tokens: 5, completion_tokens: 11, total_tokens: 16 })
-    expect(estimated).toBe(false)
+    expect(estimate).toBeUndefined()
   })
 
-  it('tolerates a bare object and estimates missing usage', () => {
+  it('tolerates a bare object and estimates missing usage for the quota, never in the body', () => {
     const { usage: _, ...withoutUsage } = structuredClone(vllmBody)
     const result = nativeOutputToOpenAI(withoutUsage, CHAT)
-    expect(result.estimated).toBe(true)
-    expect(result.usage.completion_tokens).toBe(Math.ceil(TEXT.length / 4))
-    expect(result.body.usage).toEqual(result.usage)
+    expect(result.usage).toBeUndefined()
+    expect(result.estimate).toEqual({ prompt_tokens: 0, completion_tokens: Math.ceil(TEXT.length / 4), total_tokens: Math.ceil(TEXT.length / 4) })
+    expect(result.body.usage).toBeUndefined()
   })
 
   it('refuses a body of the other kind, or several bodies', () => {
@@ -93,6 +92,13 @@ describe('nativeOutputToOpenAI, current output', () => {
     expect(body.choices).toEqual([{ index: 0, message: { role: 'assistant', content: TEXT }, logprobs: null, finish_reason: 'stop' }])
     expect(usage).toEqual({ prompt_tokens: PROMPT_TOKENS, completion_tokens: PIECES.length, total_tokens: PROMPT_TOKENS + PIECES.length })
     expect(failure(() => nativeOutputToOpenAI(vllmEvents({ done: false }), CHAT)).message).toMatch(/ended before/)
+  })
+
+  it('shows no usage of its own when the SSE text carries none (a current worker\'s shorthand): its count is for the quota', () => {
+    const result = nativeOutputToOpenAI(vllmEvents({ usage: false }), CHAT)
+    expect(result.body.usage).toBeNull()
+    expect(result.usage).toBeUndefined()
+    expect(result.estimate).toEqual({ prompt_tokens: 0, completion_tokens: PIECES.length, total_tokens: PIECES.length })
   })
 })
 

@@ -35,15 +35,17 @@ export interface NativeOutputOptions {
 }
 
 export interface NativeOutput {
+  /** Its `usage` is the worker's, or null when the worker reported none: podgate shows no count of its own. */
   body: ChatCompletion | TextCompletion
-  usage: Usage
-  /** `true` when the worker reported no usage and podgate counted instead (see `UsageMeta`). */
-  estimated: boolean
+  /** The worker's usage, if it reported any. */
+  usage?: Usage
+  /** When the worker reported no usage: podgate's count (`prompt_tokens` 0), for the quota only (see `UsageMeta`). */
+  estimate?: Usage
 }
 
 /**
  * @example
- * const { body, usage } = nativeOutputToOpenAI(job.output, { kind: 'chat', model: 'llama-8b',
+ * const { body, usage, estimate } = nativeOutputToOpenAI(job.output, { kind: 'chat', model: 'llama-8b',
  *   id: 'chatcmpl-1', created: 1_700_000_000, maxTokens: 256, n: 1 })
  */
 export function nativeOutputToOpenAI(output: unknown, options: NativeOutputOptions): NativeOutput {
@@ -88,21 +90,18 @@ function fromCompletionBody(body: Record<string, unknown>, options: NativeOutput
   body.id = options.id
   body.model = options.model
   body.created = options.created
-  let usage = readUsage(body.usage)
-  const estimated = usage === undefined
-  if (!usage) {
-    // No usage from vLLM: about four characters a token, so quotas still move.
-    let chars = 0
-    for (const choice of body.choices as Record<string, unknown>[]) {
-      const text = isRecord(choice.message) ? choice.message.content : choice.text
-      if (typeof text === 'string') chars += text.length
-    }
-    const completion = Math.ceil(chars / 4)
-    usage = { prompt_tokens: 0, completion_tokens: completion, total_tokens: completion }
-    body.usage = usage
-  }
   // Checked above as far as podgate relies on; every other field is vLLM's, passed on as written.
-  return { body: body as unknown as ChatCompletion | TextCompletion, usage, estimated }
+  const answer = body as unknown as ChatCompletion | TextCompletion
+  const usage = readUsage(body.usage)
+  if (usage) return { body: answer, usage }
+  // No usage from vLLM: about four characters a token, so quotas still move.
+  let chars = 0
+  for (const choice of body.choices as Record<string, unknown>[]) {
+    const text = isRecord(choice.message) ? choice.message.content : choice.text
+    if (typeof text === 'string') chars += text.length
+  }
+  const completion = Math.ceil(chars / 4)
+  return { body: answer, estimate: { prompt_tokens: 0, completion_tokens: completion, total_tokens: completion } }
 }
 
 /** Classic token items, or SSE text a streaming worker yielded: decoded like a stream, then joined. */
@@ -111,7 +110,7 @@ function fromStreamItems(items: unknown[], options: NativeOutputOptions): Native
   const texts: string[][] = []
   const reasons: (FinishReason | null)[] = []
   let usage: Usage | undefined
-  let estimated = false
+  let estimate: Usage | undefined
   const decoder = createNativeStreamDecoder({
     kind,
     model,
@@ -126,9 +125,9 @@ function fromStreamItems(items: unknown[], options: NativeOutputOptions): Native
         if (choice.finish_reason !== null && choice.finish_reason !== undefined) reasons[choice.index] = choice.finish_reason
       }
     },
-    onUsage(reported, meta) {
-      usage = reported
-      estimated = meta.estimated
+    onUsage(reported, { estimated }) {
+      if (estimated) estimate = reported
+      else usage = reported
     },
   })
   try {
@@ -139,7 +138,6 @@ function fromStreamItems(items: unknown[], options: NativeOutputOptions): Native
     if (error instanceof GatewayError && error.message.includes('streamed')) throw new GatewayError(error.code, error.message.replace('streamed', 'returned'), { cause: error })
     throw error
   }
-  if (!usage) throw new GatewayError('internal_error', 'The stream decoder finished without usage.')
 
   const chatChoices: ChatCompletionChoice[] = []
   const textChoices: TextCompletionChoice[] = []
@@ -151,7 +149,7 @@ function fromStreamItems(items: unknown[], options: NativeOutputOptions): Native
   })
   const body: ChatCompletion | TextCompletion =
     kind === 'chat'
-      ? { id, object: 'chat.completion', created, model, choices: chatChoices, usage }
-      : { id, object: 'text_completion', created, model, choices: textChoices, usage }
-  return { body, usage, estimated }
+      ? { id, object: 'chat.completion', created, model, choices: chatChoices, usage: usage ?? null }
+      : { id, object: 'text_completion', created, model, choices: textChoices, usage: usage ?? null }
+  return { body, usage, estimate }
 }
