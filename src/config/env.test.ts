@@ -55,6 +55,15 @@ describe('optionsFromEnv', () => {
     expect(() => createGateway(optionsFromEnv({ ...base, PODGATE_CONFIG: { models: MODELS, unknownOption: 1 } }))).toThrow(/unknownOption/)
   })
 
+  it('refuses the options only code sets (they would fail every request), naming the field', () => {
+    // `kv: false` (meant as cache.kv) and a gateway-wide `breaker` (meant as a model's resilience.breaker)
+    // were taken, and every call failed with a 500: "kv is not a function", "breaker.isOpen is not a function".
+    for (const key of ['kv', 'breaker', 'credential', 'fetch', 'logSink', 'extras', 'credentialOrigins']) {
+      const config = { models: MODELS, [key]: key === 'kv' ? false : key === 'breaker' ? { failures: 5 } : [] }
+      expect(() => optionsFromEnv({ ...base, PODGATE_CONFIG: JSON.stringify(config) }), key).toThrow(`PODGATE_CONFIG cannot set ${key}: no such option, or one only code sets`)
+    }
+  })
+
   it('refuses secrets in PODGATE_CONFIG, bad JSON, no models, and the placeholder endpoint id', () => {
     expect(() => optionsFromEnv({ ...base, PODGATE_CONFIG: { models: MODELS, adminToken: 'x'.repeat(20) } })).toThrow(/PODGATE_CONFIG\.adminToken .*wrangler secret put PODGATE_ADMIN_TOKEN/)
     expect(() => optionsFromEnv({ ...base, PODGATE_CONFIG: { models: MODELS, runpod: { apiKey: 'k' } } })).toThrow(/wrangler secret put RUNPOD_API_KEY/)

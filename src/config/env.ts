@@ -2,7 +2,7 @@
  * Gateway options from a Worker's environment (`wrangler.toml` vars and secrets): what the shipped
  * Worker uses, exported as `podgate/worker` so a composed app reads the same variables.
  *
- * Every option that JSON can express is settable through `PODGATE_CONFIG`; the older single-purpose
+ * Every option of the config schema is settable through `PODGATE_CONFIG` (not those only code sets); the older single-purpose
  * variables still work and win over the same field in it. The merged options are validated by the
  * same zod schema as `createGateway()` options, so an error names the field (`runpod.maxPollsPerStream`).
  */
@@ -10,6 +10,7 @@ import type { GatewayOptions } from '../gateway.ts'
 import type { QuotaObject } from '../quota/durable-object.ts'
 import { isRecord } from '../http/json.ts'
 import { ConfigError } from './resolve.ts'
+import { gatewayOptionsSchema } from './schema.ts'
 
 /** The endpoint id in the shipped `wrangler.toml`: a config that still holds it was never edited. */
 export const PLACEHOLDER_ENDPOINT_ID = 'your0endpoint0id'
@@ -71,6 +72,11 @@ export function optionsFromEnv(env: PodgateWorkerEnv): GatewayOptions {
     if (value !== undefined) {
       throw new ConfigError(`podgate: PODGATE_CONFIG.${field} holds a secret in a plain-text variable. Remove it and run \`npx wrangler secret put ${variable}\`.`)
     }
+  }
+  // createGateway takes the options that hold code (kv, breaker, fetch...) out before its schema sees them,
+  // so from JSON they would fail every request ("kv is not a function"): refused here, by name.
+  for (const key in base) {
+    if (!(key in gatewayOptionsSchema.shape)) throw new ConfigError(`podgate: PODGATE_CONFIG cannot set ${key}: no such option, or one only code sets (docs/configuration.md).`)
   }
   const runpod = { ...(base.runpod as Record<string, unknown> | undefined), apiKey: env.RUNPOD_API_KEY, ...(env.RUNPOD_BASE_URL ? { baseUrl: env.RUNPOD_BASE_URL } : {}) }
   const models = parseJsonObject('PODGATE_MODELS', env.PODGATE_MODELS) ?? base.models
