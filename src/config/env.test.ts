@@ -71,6 +71,11 @@ describe('optionsFromEnv', () => {
     expect(() => optionsFromEnv({ ...base, PODGATE_CONFIG: '[]' })).toThrow(/PODGATE_CONFIG must be a JSON object/)
     expect(() => optionsFromEnv(base)).toThrow(/no models\. Set PODGATE_MODELS/)
     expect(() => optionsFromEnv({ ...base, RUNPOD_API_KEY: undefined, PODGATE_MODELS: MODELS })).toThrow(/RUNPOD_API_KEY is not set/)
+    // An endpoint's own key is a secret too: in PODGATE_MODELS (or PODGATE_CONFIG's models) it sat in plain text.
+    const keyed = { chat: { endpoints: [{ url: 'https://worker.example', apiKey: 'plain_text_worker_key_123' }] } }
+    for (const env of [{ PODGATE_MODELS: JSON.stringify(keyed) }, { PODGATE_CONFIG: { models: keyed } }]) {
+      expect(() => optionsFromEnv({ ...base, ...env })).toThrow(`podgate: models.chat: an endpoint's apiKey is a secret in a plain-text variable. Name a secret instead: "apiKeyEnv": "NAME"`)
+    }
     const placeholder = { 'llama-3.1-8b': { endpoints: [{ endpointId: 'your0endpoint0id' }] } }
     expect(() => optionsFromEnv({ ...base, PODGATE_MODELS: JSON.stringify(placeholder) })).toThrow(/placeholder endpoint id "your0endpoint0id"/)
   })

@@ -125,7 +125,9 @@ function endpointKeysFromEnv(models: unknown, env: PodgateWorkerEnv): unknown {
   return Object.fromEntries(Object.entries(models).map(([alias, model]) => {
     if (typeof model !== 'object' || model === null || !Array.isArray((model as { endpoints?: unknown }).endpoints)) return [alias, model]
     const endpoints = ((model as { endpoints: unknown[] }).endpoints).map((endpoint) => {
-      if (typeof endpoint !== 'object' || endpoint === null || !('apiKeyEnv' in endpoint)) return endpoint
+      if (typeof endpoint !== 'object' || endpoint === null) return endpoint
+      if ('apiKey' in endpoint) throw new ConfigError(`podgate: models.${alias}: an endpoint's apiKey is a secret in a plain-text variable. Name a secret instead: "apiKeyEnv": "NAME", and \`npx wrangler secret put NAME\`.`)
+      if (!('apiKeyEnv' in endpoint)) return endpoint
       const { apiKeyEnv, ...rest } = endpoint as { apiKeyEnv: unknown }
       const value = typeof apiKeyEnv === 'string' ? secrets[apiKeyEnv] : undefined
       if (typeof value !== 'string' || value === '') {
