@@ -4,19 +4,18 @@
  */
 import { existsSync, readFileSync, rmSync, writeFileSync, mkdirSync } from 'node:fs'
 import { join } from 'node:path'
+import { parseEnv } from 'node:util'
 
 const STATE_FILE = join('.wrangler', 'podgate-dev.json')
 
-/** `.dev.vars` as NAME -> value (wrangler's dotenv subset: NAME="value" or NAME=value lines). */
+/**
+ * `.dev.vars` as NAME -> value, read as wrangler reads it (dotenv: 'single', "double" or unquoted values,
+ * `# comments`, `export NAME=`), so the token the scripts send is the one the Worker was given.
+ */
 export function readDevVars(dir: string): Record<string, string> {
   const file = join(dir, '.dev.vars')
   if (!existsSync(file)) return {}
-  const vars: Record<string, string> = {}
-  for (const line of readFileSync(file, 'utf8').split('\n')) {
-    const match = /^\s*([A-Z0-9_]+)\s*=\s*"?([^"]*)"?\s*$/.exec(line)
-    if (match) vars[match[1]!] = match[2]!
-  }
-  return vars
+  return parseEnv(readFileSync(file, 'utf8')) as Record<string, string>
 }
 
 /** The URL of the dev server started from `dir`, while it runs. */

@@ -118,4 +118,21 @@ describe('npm run keys', () => {
       rmSync(dir, { recursive: true, force: true })
     }
   })
+
+  it('reads .dev.vars as wrangler does: a hand-edited token in single quotes, with a comment, is the one the Worker got', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'podgate-keys-dotenv-'))
+    try {
+      // The old reader kept the quotes (and an unquoted value's comment): the CLI sent another token, and got 401.
+      for (const line of [`PODGATE_ADMIN_TOKEN='${server.adminToken}'`, `export PODGATE_ADMIN_TOKEN=${server.adminToken} # mine`]) {
+        writeFileSync(join(dir, '.dev.vars'), `${line}\n`)
+        let out = ''
+        let err = ''
+        const code = await runKeysCli(['create', '--name', 'hand-edited', '--url', server.url], { env: {}, out: (t) => (out += t), err: (t) => (err += t), fetch, devDir: dir })
+        expect(code, err).toBe(0)
+        expect((await models((JSON.parse(out) as { key: string }).key)).status).toBe(200)
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
 })
