@@ -25,6 +25,35 @@ describe('npm run deploy', () => {
     expect(placeholderProblems(edited)).toEqual([])
   })
 
+  it('checks the environment that is deployed: --env <name> reads [env.<name>] tables, the top level reads the others', () => {
+    const shipped = readFileSync(join(ROOT, 'wrangler.toml'), 'utf8')
+    expect(placeholderProblems(shipped, 'wrangler.toml', 'dev')).toEqual([])
+    const staging = `${shipped.replace('your0endpoint0id', 'abc123xyz').replace('id = "00000000000000000000000000000000"', 'id = "4f1c0ffee4f1c0ffee4f1c0ffee4f1c0"')}
+[env.staging.vars]
+PODGATE_MODELS = '{"m":{"endpoints":[{"endpointId":"your0endpoint0id"}]}}'
+`
+    expect(placeholderProblems(staging)).toEqual([])
+    expect(placeholderProblems(staging, 'wrangler.toml', 'staging')).toEqual([expect.stringMatching(/"your0endpoint0id"/)])
+  })
+
+  it('checks the file wrangler deploys, in any of its spellings of --config', () => {
+    for (const args of [['--config=workers/composed.wrangler.toml'], ['-c', 'workers/composed.wrangler.toml']]) {
+      const result = spawnSync('node', ['scripts/deploy.ts', ...args], { cwd: ROOT, encoding: 'utf8', env: { ...process.env, WRANGLER_SEND_METRICS: 'false' } })
+      expect(result.status).toBe(1)
+      // It read wrangler.toml: an edited wrangler.toml would have let the composed app's placeholders through.
+      expect(result.stderr).toMatch(/not deploying:\n  workers\/composed\.wrangler\.toml still holds the placeholder "your0endpoint0id"/)
+    }
+  })
+
+  it('passes --env on to wrangler alone (a second --env was refused: "expects a single value")', { timeout: 90_000 }, () => {
+    const out = join(outdir, 'dev')
+    const result = spawnSync('npm', ['run', 'deploy', '--', '--dry-run', '--env', 'dev', '--outdir', out], { cwd: ROOT, encoding: 'utf8', timeout: 90_000 })
+    const output = `${result.stdout}\n${result.stderr}`
+    expect(result.status, output).toBe(0)
+    expect(output).not.toMatch(/placeholder/)
+    expect(readdirSync(out)).toContain('dev.js')
+  })
+
   it('a real deploy with the placeholders stops before wrangler runs', () => {
     const result = spawnSync('node', ['scripts/deploy.ts'], { cwd: ROOT, encoding: 'utf8', env: { ...process.env, WRANGLER_SEND_METRICS: 'false' } })
     expect(result.status).toBe(1)
