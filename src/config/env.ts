@@ -86,7 +86,10 @@ export function optionsFromEnv(env: PodgateWorkerEnv): GatewayOptions {
   // Field by field over PODGATE_CONFIG's quota, as RUNPOD_BASE_URL and PODGATE_TOKEN_MAX_TTL are.
   const quotaVar = parseJsonObject('PODGATE_QUOTA_CONFIG', env.PODGATE_QUOTA_CONFIG)
   const quota = quotaVar ? { ...(base.quota as Record<string, unknown> | undefined), ...quotaVar } : base.quota
-  const tokens = env.PODGATE_TOKEN_MAX_TTL ? { ...(base.tokens as Record<string, unknown> | undefined), maxTtlSeconds: Number(env.PODGATE_TOKEN_MAX_TTL) } : base.tokens
+  const ttl = env.PODGATE_TOKEN_MAX_TTL
+  // `1h` or `3600s` are NaN, which the schema would report as "expected a number, got a number".
+  if (ttl && Number.isNaN(+ttl)) throw new ConfigError(`podgate: PODGATE_TOKEN_MAX_TTL must be seconds, e.g. "3600", got "${ttl}".`)
+  const tokens = ttl ? { ...(base.tokens as Record<string, unknown> | undefined), maxTtlSeconds: +ttl } : base.tokens
   // Validated by createGateway's schema: JSON gives `unknown`, the schema gives the field-named errors.
   return {
     ...base,
