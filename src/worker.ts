@@ -43,7 +43,7 @@ export function createPodgateWorker(options: PodgateWorkerOptions = {}): Exporte
         ...optionsFromEnv(env),
         ...(options.extras ? { extras: options.extras } : {}),
         // Without `extras.playground` (the production entry) this refuses to start: a dev tool stays in dev.
-        ...(env.PODGATE_PLAYGROUND === 'true' ? { playground: true } : {}),
+        ...(String(env.PODGATE_PLAYGROUND) === 'true' ? { playground: true } : {}),
       })
       return gateway.fetch(request, env, ctx)
     },

@@ -7,6 +7,9 @@ import { env } from 'cloudflare:test'
 import OpenAI from 'openai'
 import { describe, expect, it } from 'vitest'
 import { MODEL_NAMES } from './helpers.ts'
+import { openApiHandler, playgroundHandler } from '../src/index.ts'
+import { createPodgateWorker } from '../src/worker.ts'
+import type { PodgateWorkerEnv } from '../src/worker.ts'
 
 const worker = (exports as unknown as { default: Fetcher }).default
 const workerFetch = ((input: RequestInfo | URL, init?: RequestInit) => worker.fetch(new Request(input, init))) as typeof fetch
@@ -46,5 +49,16 @@ describe('the podgate Worker over a real HTTP upstream', () => {
       expect(body).not.toContain(env.RUNPOD_API_KEY)
       expect(body).not.toContain(env.PODGATE_ADMIN_TOKEN)
     }
+  })
+})
+
+describe('createPodgateWorker', () => {
+  const ctx = { waitUntil: () => undefined, passThroughOnException: () => undefined } as unknown as ExecutionContext
+  // wrangler.toml may give a var as a TOML boolean (`PODGATE_PLAYGROUND = true`): it reaches the Worker as a boolean.
+  it.each([['"true"', 'true'], ['a TOML boolean', true]])('PODGATE_PLAYGROUND = %s serves the playground', async (_, value) => {
+    const handler = createPodgateWorker({ extras: { openapi: openApiHandler, playground: playgroundHandler } })
+    const res = await handler.fetch!(new Request('http://podgate/playground') as Parameters<NonNullable<typeof handler.fetch>>[0], { ...env, PODGATE_PLAYGROUND: value } as unknown as PodgateWorkerEnv, ctx)
+    expect(res.status).toBe(200)
+    expect(res.headers.get('content-type')).toContain('text/html')
   })
 })

@@ -43,7 +43,7 @@ export interface PodgateWorkerEnv {
   RUNPOD_BASE_URL?: string
   PODGATE_TOKEN_MAX_TTL?: string
   PODGATE_QUOTA_CONFIG?: string | Record<string, unknown>
-  PODGATE_PLAYGROUND?: string
+  PODGATE_PLAYGROUND?: string | boolean
 }
 
 /** Fields that hold secrets: they come from `wrangler secret put`, never from a plain-text var. */
