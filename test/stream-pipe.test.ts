@@ -182,6 +182,19 @@ describe('native relay: endings', () => {
     expect(outcome.end).toMatchObject({ ok: false, started: true, error: { message: 'The model worker failed: CUDA out of memory' } })
   })
 
+  // Found in the accounting review: any event, a vLLM error included, counted as output, so a stream
+  // that failed before generating anything kept its whole reservation (prompt + max_tokens).
+  it('a stream whose first event is a vLLM error is charged its prompt, not max_tokens, piped or rewritten', async () => {
+    const vllmError = 'data: {"error":{"message":"CUDA out of memory","type":"InternalServerError","param":null,"code":500}}\n\n'
+    const { stream, minute } = await setup(scripted(() => [vllmError, 'data: [DONE]\n\n']))
+    for (const model of [SERVED, 'renamed']) {
+      const text = await (await stream(model, { ...WITH_USAGE, max_tokens: 1_000 })).text()
+      expect(text).toContain('CUDA out of memory')
+    }
+    // Two prompts of 'Hi': about a token each, reached the upstream.
+    expect(await minute()).toMatchObject({ requests: 2, tokens: 2 })
+  })
+
   it('an endpoint whose stream breaks before the first byte is failed over', async () => {
     const upstream = scripted((endpoint) => (endpoint === 'epone' ? [new Error('reset before any byte')] : [UPSTREAM_SSE]))
     const { stream } = await setup(upstream)
@@ -649,12 +662,14 @@ describe('readTail', () => {
       let bytes = 0
       let from = chunks.length
       while (from > 0 && bytes < 16 * 1024) bytes += chunks[--from]!.byteLength
-      expect(readTail(chunks.slice(from), from === 0)).toEqual({ done: true, usage })
+      expect(readTail(chunks.slice(from), from === 0)).toEqual({ done: true, usage, output: true })
     }
-    expect(readTail([bytesOf(UPSTREAM_SSE.slice(0, -14))], true)).toEqual({ done: false, usage })
+    expect(readTail([bytesOf(UPSTREAM_SSE.slice(0, -14))], true)).toEqual({ done: false, usage, output: true })
     const failed = readTail([bytesOf('data: {"object":"error","message":"boom"}\n\ndata: [DONE]\n\n')], true)
     expect(failed.done).toBe(true)
     expect(failed.error?.message).toBe('The model worker failed: boom')
+    // An error before any other event: the answer never started.
+    expect(failed.output).toBe(false)
   })
 
   it('reads an error or a usage however the JSON is spaced, and takes a chunk that only talks about them for content', () => {
@@ -664,6 +679,6 @@ describe('readTail', () => {
     expect(legacy).toMatchObject({ done: false, error: { message: 'The model worker failed: boom' } })
     const talk = 'data: {"choices":[{"index":0,"delta":{"content":"the \\"error\\" and \\"usage\\" fields"}}]}\n\n'
     const counted = `data: {"choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 9, "total_tokens": 21}}\n\n`
-    expect(readTail([bytesOf(talk + counted + talk + 'data: [DONE]\n\n')], true)).toEqual({ done: true, usage })
+    expect(readTail([bytesOf(talk + counted + talk + 'data: [DONE]\n\n')], true)).toEqual({ done: true, usage, output: true })
   })
 })

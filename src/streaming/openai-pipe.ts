@@ -202,7 +202,7 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
         void copyEnding?.then((end) => {
           // Decided as the ending below decides it: the tail, parsed, has the last word over the bytes' look.
           const failure = end.error ?? (end.done ? undefined : new GatewayError('upstream_error', CUT_MESSAGE))
-          report(failure ? { ok: false, error: failure, started: true } : { ok: true }, end.usage)
+          report(failure ? { ok: false, error: failure, started: !!end.output } : { ok: true }, end.usage)
           stop.abort(error)
         })
       })
@@ -288,7 +288,7 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
       if (!delivered && !forced) error = new GatewayError('upstream_error', CALLER_GONE)
     }
     // Settled before the caller's body closes: once it has, the request may end, and with it this code.
-    report(error ? { ok: false, error, started: true } : { ok: true }, end.usage)
+    report(error ? { ok: false, error, started: !!end.output } : { ok: true }, end.usage)
     await writer.close().catch(ignore)
   }
 
@@ -524,8 +524,11 @@ function byobReader(stream: ReadableStream<Uint8Array>): ReadableStreamBYOBReade
   }
 }
 
-/** How the answer ended, as its last events tell: `[DONE]`, the usage, any vLLM error event. */
-type TailEnd = StreamEnding
+/**
+ * How the answer ended, as its last events tell: `[DONE]`, the usage, any vLLM error event; `output`: an
+ * event came before any error (or the tail was cut: more came), so the answer started.
+ */
+type TailEnd = StreamEnding & { output?: boolean }
 
 const decoder = new TextDecoder()
 const EVENT_BREAK = /\r\n\r\n|\n\n|\r\r/
@@ -544,8 +547,13 @@ export function readTail(chunks: readonly Uint8Array[], whole: boolean, dialect:
     const boundary = EVENT_BREAK.exec(text)
     text = boundary ? text.slice(boundary.index + boundary[0].length) : ''
   }
-  const end: TailEnd = { done: false }
-  createParser({ onEvent: (event) => dialect.read(event, end) }).feed(text)
+  const end: TailEnd = { done: false, output: !whole }
+  createParser({
+    onEvent(event) {
+      dialect.read(event, end)
+      end.output ||= !end.error
+    },
+  }).feed(text)
   return end
 }
 

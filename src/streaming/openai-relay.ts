@@ -33,7 +33,7 @@ export interface OpenAIRelayOptions {
   includeUsage: boolean
   /** Called at most once, when the upstream usage chunk arrives (whether or not it is relayed). */
   onUsage?(usage: Usage): void
-  /** Called once, when the first upstream event arrives. */
+  /** Called once, when the first upstream chunk is relayed (not an error event). */
   onFirstEvent?(): void
   /** Called once when the relay ends: `[DONE]` relayed (ok), or an error event written / the caller gone. */
   onEnd?(outcome: RelayOutcome): void
@@ -130,10 +130,6 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
 
   function relayEvent(event: EventSourceMessage): void {
     if (ended) return
-    if (!started) {
-      started = true
-      onFirstEvent?.()
-    }
     const data = event.data
     if (data === '[DONE]') {
       out += DONE_TEXT
@@ -144,6 +140,11 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
     const fast = rewriteChunkText(data, modelText, idText)
     if (fast !== undefined) out += `data: ${fast}\n\n`
     else relayParsed(data)
+    // Reached only by a chunk: an error event (thrown above) is no output, and costs no max_tokens.
+    if (!started) {
+      started = true
+      onFirstEvent?.()
+    }
   }
 
   function relayParsed(data: string): void {
