@@ -195,6 +195,21 @@ describe('native relay: endings', () => {
     expect(await minute()).toMatchObject({ requests: 2, tokens: 2 })
   })
 
+  it.each([
+    ['the idle timeout', { idleMs: 300, totalMs: 20_000 }],
+    ['the total timeout', { idleMs: 20_000, totalMs: 600 }],
+  ])('a stream cut by %s after its usage chunk, before [DONE], is charged that usage, piped or rewritten', async (_name, timeouts) => {
+    const held = { resilience: { timeouts } }
+    const models = { ...MODELS, [SERVED]: { ...MODELS[SERVED]!, ...held }, renamed: { ...MODELS.renamed!, ...held } }
+    const beforeDone = UPSTREAM_SSE.slice(0, UPSTREAM_SSE.indexOf('data: [DONE]'))
+    const { stream, minute } = await setup(scripted(() => [beforeDone], { holdMs: 1_500 }), { models })
+    for (const model of [SERVED, 'renamed']) {
+      const text = await (await stream(model, { ...WITH_USAGE, max_tokens: 1_000 })).text()
+      expect(text).toContain('upstream_timeout')
+    }
+    expect(await minute()).toMatchObject({ requests: 2, tokens: 2 * usage.total_tokens })
+  })
+
   it('an endpoint whose stream breaks before the first byte is failed over', async () => {
     const upstream = scripted((endpoint) => (endpoint === 'epone' ? [new Error('reset before any byte')] : [UPSTREAM_SSE]))
     const { stream } = await setup(upstream)

@@ -147,6 +147,8 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
   let doneRead = false
   /** Stops the copy's reads: its ending is then what it read. */
   const copyStop = new AbortController()
+  /** The answer's last bytes, as the copy reads them. */
+  const tail = tailBlocks(dialect)
 
   /** Settles once: the usage, the outcome, then the close listeners (the revocation check's timer). */
   function report(outcome: RelayOutcome, usage?: Usage): void {
@@ -182,9 +184,10 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
   }
 
   /**
-   * Ends the stream now: the caller's pipe stops and `event` goes out last. It settles at once: the
-   * event waits for the pipe to let go of the caller's body, which a runtime-produced upstream body does
-   * at once, and a JavaScript-produced one only after its pending read.
+   * Ends the stream now: the caller's pipe stops and `event` goes out last. It settles at once, from
+   * what the copy read (its usage chunk, if one came): the event waits for the pipe to let go of the
+   * caller's body, which a runtime-produced upstream body does at once, and a JavaScript-produced one
+   * only after its pending read.
    */
   function cut(error: GatewayError, event: string): void {
     if (forced || over || upstreamDone) return
@@ -213,7 +216,9 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
     stop.abort(error)
     options.abortUpstream(error)
     pace.hurry()
-    report({ ok: false, error, started: true })
+    // Settled from what the copy read so far: a usage chunk already in hand is what the answer cost.
+    const end = tail.end()
+    report({ ok: false, error, started: !!end.output }, end.usage)
   }
 
   /**
@@ -239,7 +244,7 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
     // A split body's first chunk, read from its copy, is still in its caller's branch.
     const { out, copy } = 'copy' in body ? body : splitBody(body)
     let copyBroke = false
-    const reading: CopyReading = { onText: options.onText, pace: pace.wait, onBreak: () => (copyBroke = true), onDoneRead: (done) => (doneRead = done), stop: copyStop.signal, dialect }
+    const reading: CopyReading = { onText: options.onText, pace: pace.wait, onBreak: () => (copyBroke = true), onDoneRead: (done) => (doneRead = done), stop: copyStop.signal, dialect, tail }
     if (idleMs !== Infinity) reading.watch = watched
     const ending = tailOf(copy, first, reading).then((end) => {
       upstreamDone = true
@@ -335,12 +340,13 @@ interface CopyReading {
   /** Aborted: the copy stops reading and ends with what it read. */
   stop: AbortSignal
   dialect: Dialect
+  /** Where the read bytes' tail is kept (the pipe reads it too, to settle a stream it cuts). */
+  tail: Tail
 }
 
 /** The ending read from the answer's last bytes: `first`, then `rest` (read to its end or its break). */
 async function tailOf(rest: ReadableStream<Uint8Array>, first: Uint8Array | undefined, reading: CopyReading): Promise<TailEnd> {
-  const { dialect } = reading
-  const tail = tailBlocks(dialect)
+  const { dialect, tail } = reading
   let text = reading.onText ? new TextDecoder() : undefined
   // The recorder's failure is its own: the caller's stream and its ending go on without it.
   const feed = (piece: string) => {
@@ -410,7 +416,7 @@ async function tailOf(rest: ReadableStream<Uint8Array>, first: Uint8Array | unde
  * The answer's last bytes (at least TAIL_BYTES of them when it has that many), copied into reused blocks;
  * for a dialect whose last event is long, from where the last event began (up to LONG_EVENT_BYTES).
  */
-function tailBlocks(dialect: Dialect): { append(chunk: Uint8Array): void; end(): TailEnd; lastEventStartsWith(prefix: string): boolean } {
+function tailBlocks(dialect: Dialect): Tail {
   const blocks: Array<{ bytes: Uint8Array; length: number }> = []
   const free: Uint8Array[] = []
   let size = 0
@@ -472,6 +478,12 @@ function tailBlocks(dialect: Dialect): { append(chunk: Uint8Array): void; end():
       return true
     },
   }
+}
+
+interface Tail {
+  append(chunk: Uint8Array): void
+  end(): TailEnd
+  lastEventStartsWith(prefix: string): boolean
 }
 
 const LF = 0x0a
