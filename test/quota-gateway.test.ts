@@ -431,6 +431,47 @@ describe("a token's own quota", () => {
   })
 })
 
+describe('native jobs (/v2)', () => {
+  const job = (h: Harness, key: string, model: string, via: 'run' | 'runsync', stream: boolean, n = 1) =>
+    h.fetch(`/v2/${model}/${via}`, authed(key, JSON.stringify({ input: { messages: [{ role: 'user', content: 'x [[emulator:tokens=7]]' }], sampling_params: { max_tokens: 1_000, n }, stream } })))
+
+  /** What the job's output reports it cost: classic items' usage, vLLM's JSON, or the usage chunk in its SSE text. */
+  function reported(output: unknown[]): number {
+    const last = output.at(-1)
+    type Counts = { input?: number; output?: number; total_tokens?: number }
+    const usage = typeof last === 'string' ? (JSON.parse(/"usage":(\{[^}]*\})/.exec(output.join(''))![1]!) as Counts) : (last as { usage: Counts }).usage
+    return usage.total_tokens ?? usage.input! + usage.output!
+  }
+
+  // Found in the accounting review: a COMPLETED /runsync had its output and usage in hand and still kept
+  // the whole reservation (prompt estimate + max_tokens × n), as a /run, whose result podgate never sees, does.
+  it.each([
+    ['chat-classic', false, 1],
+    ['chat-classic', true, 2],
+    ['chat-current', false, 2],
+    ['chat-current', true, 1],
+  ] as const)('a COMPLETED %s /runsync (stream %s, n %s) settles from the usage in its output', async (model, stream, n) => {
+    const { h } = clockedHarness()
+    const { key } = await h.createKey({ name: 'sync', quota: { tokensPerMinute: 1_000_000 } })
+    const answer = (await (await job(h, key, model, 'runsync', stream, n)).json()) as { status: string; output: unknown[] }
+    expect(answer.status).toBe('COMPLETED')
+    expect(await minuteOf(h, key)).toMatchObject({ requests: 1, tokens: reported(answer.output) })
+  })
+
+  it('a /runsync whose output reports no usage, or that is still running, keeps the reservation of a /run', async () => {
+    // Classic items without `usage`; then a job the wait left IN_PROGRESS.
+    const answers = [{ id: 'j1', status: 'COMPLETED', output: [{ choices: [{ tokens: ['hi'] }] }] }, { id: 'j2', status: 'IN_PROGRESS' }, { id: 'j3', status: 'IN_QUEUE' }]
+    const upstream = (async () => Response.json(answers.shift())) as typeof fetch
+    const { h } = clockedHarness({ fetch: upstream })
+    const keys = await Promise.all(['bare', 'running', 'run'].map((name) => h.createKey({ name, quota: { tokensPerMinute: 1_000_000 } })))
+    for (const [i, via] of (['runsync', 'runsync', 'run'] as const).entries()) expect((await job(h, keys[i]!.key, 'chat-classic', via, false)).status).toBe(200)
+    const reservation = (await minuteOf(h, keys[2]!.key)).tokens
+    expect(reservation).toBeGreaterThan(1_000)
+    expect((await minuteOf(h, keys[0]!.key)).tokens).toBe(reservation)
+    expect((await minuteOf(h, keys[1]!.key)).tokens).toBe(reservation)
+  })
+})
+
 describe('policy layers', () => {
   it('key limits win over model defaults, which win over gateway defaults', async () => {
     const models = { ...MODELS, 'chat-openai': { ...MODELS['chat-openai']!, quota: { requestsPerMinute: 1 } } }

@@ -15,6 +15,7 @@ import type { ResolvedOptions } from '../config/schema.ts'
 import { modelFor, pickEndpoint } from '../routing/models.ts'
 import type { ModelTable, ResolvedModel } from '../routing/models.ts'
 import { isTerminal } from '../upstream/runpod/client.ts'
+import { reportedUsage } from '../upstream/runpod/output.ts'
 import type { RunpodClient } from '../upstream/runpod/client.ts'
 import { cancelJob } from '../upstream/job-calls.ts'
 import { sleep } from '../upstream/retry.ts'
@@ -39,7 +40,8 @@ export interface NativeRoutesOptions {
   /**
    * Stages a job submission (`run`, `runsync`) passes through, e.g. quota. A job's usage is not known
    * when `/run` answers, so its outcome settles at once with nothing reported: a quota counts the
-   * request and keeps its token reservation (prompt estimate + max_tokens x n). Default: none.
+   * request and keeps its token reservation (prompt estimate + max_tokens x n). A COMPLETED `runsync`
+   * settles from the usage its output reports, when it reports one. Default: none.
    */
   stages?: readonly CompletionStage[]
 }
@@ -86,7 +88,9 @@ export function nativeRoutes(options: NativeRoutesOptions): Hono<GatewayEnv> {
       const queued = via === 'run' ? client.run(endpoint, request.body) : client.runsync(endpoint, request.body, { waitMs })
       waitUntilOf(c)(queued.then((job) => (signal.aborted && !isTerminal(job.status) ? cancelJob(client, endpoint, job.id) : undefined), () => undefined))
       const result = await queued
-      ctx.settle({ ok: true, usage: undefined })
+      // A COMPLETED `runsync` holds its output: it counts what that reports, else keeps the reservation.
+      const normalized = result.status === 'COMPLETED' ? request.normalized : undefined
+      ctx.settle({ ok: true, usage: normalized && reportedUsage(result.output, normalized.kind, normalized.sampling.max_tokens) })
       return answer(c, result, { kind: request.kind, endpoint, upstreamId: result.id }, binding)
     })
     return queue(createCompletionContext(c, normalized, binding.model))

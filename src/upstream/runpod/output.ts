@@ -67,6 +67,25 @@ export function nativeOutputToOpenAI(output: unknown, options: NativeOutputOptio
 }
 
 /**
+ * The usage a COMPLETED job's `output` reports (classic items' `usage`, vLLM's JSON or its SSE usage
+ * chunk), or undefined when it reports none or is no answer podgate reads. Leaves `output` unchanged.
+ *
+ * @example
+ * const usage = reportedUsage(job.output, 'chat', 256) // a `/runsync` settles its quota from it
+ */
+export function reportedUsage(output: unknown, kind: RequestKind, maxTokens: number): Usage | undefined {
+  const items: unknown[] = Array.isArray(output) ? output.flat() : [output]
+  // Read in place: nativeOutputToOpenAI rewrites a whole answer's id and model, which the caller gets.
+  if (isCompletionBody(items[0])) return readUsage(items[0].usage)
+  try {
+    const { usage, estimated } = nativeOutputToOpenAI(items, { kind, model: '', id: '', created: 0, maxTokens, n: 0 })
+    return estimated ? undefined : usage
+  } catch {
+    return undefined
+  }
+}
+
+/**
  * Whether an output item is a whole answer (current worker-vllm's `stream: false` output, vLLM's
  * `chat.completion` or `text_completion`) rather than a stream item; `nativeOutputToOpenAI` reads it.
  */
