@@ -153,6 +153,24 @@ describe('openai-pipe: a Responses or Messages upstream that holds its connectio
     const report = (await (await h.fetch('/v1/usage', authed(key))).json()) as { windows: { minute: { tokens: number } } }
     expect(report.windows.minute.tokens).toBe(12)
   })
+
+  // Found in the accounting review: message_start's usage (the prompt's count, output_tokens 0) was taken
+  // for the answer's, so a Messages stream cut after its output, before message_delta, was charged the prompt only.
+  it('a Messages stream cut after some output, before message_delta, keeps its reservation, not message_start\'s prompt count', async () => {
+    const pieces = [
+      `event: message_start\ndata: ${JSON.stringify({ type: 'message_start', message: { id: 'msg_1', type: 'message', role: 'assistant', model: SERVED, content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: 5, output_tokens: 0 } } })}\n\n`,
+      'event: content_block_start\ndata: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}\n\n',
+      'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}}\n\n',
+    ]
+    const upstream = scriptedUpstream(() => pieces)
+    const h = harness({ models: MODELS, fetch: upstream.fetch, quota: { now: () => Date.UTC(2026, 0, 1, 12, 0, 30) } }, createRunpodEmulator({ apiKey: RUNPOD_KEY }))
+    const { key } = await h.createKey({ name: 'cut', quota: { tokensPerMinute: 100_000 } })
+    const res = await h.fetch('/v1/messages', { method: 'POST', headers: { 'x-api-key': key, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'held', max_tokens: 500, messages: [{ role: 'user', content: 'Hi' }], stream: true }) })
+    expect(await res.text()).toContain('event: error')
+    await h.settle()
+    const report = (await (await h.fetch('/v1/usage', authed(key))).json()) as { windows: { minute: { tokens: number } } }
+    expect(report.windows.minute.tokens).toBeGreaterThan(500)
+  })
 })
 
 describe('native job streams of a dialect (current worker: SSE text cut anywhere)', () => {

@@ -15,8 +15,11 @@ import { sseErrorText } from './openai-chunks.ts'
 import { isCount, isRecord, readUsage, upstreamErrorMessage, workerFailure } from './vllm.ts'
 import type { Usage } from './openai-chunks.ts'
 
-/** How a stream ended, as its events tell: whole or not, its usage, an error the upstream sent. */
-export type StreamEnding = Omit<CopyEnd, 'stopped'>
+/**
+ * How a stream ended, as its events tell: whole or not, its usage, an error the upstream sent; `prompt`:
+ * the prompt's count a Messages stream sends first, not the answer's usage until `message_delta` adds the output's.
+ */
+export type StreamEnding = Omit<CopyEnd, 'stopped'> & { prompt?: Usage }
 
 export interface Dialect {
   /** Reads one event into the ending so far. */
@@ -88,7 +91,7 @@ const MESSAGES_DIALECT: Dialect = {
     if (message !== undefined) end.error ??= workerFailure(message)
     // `message_start` holds the prompt's count; `message_delta` the output's (vLLM's also the prompt's).
     const usage = isRecord(value) ? (type === 'message_start' && isRecord(value.message) ? value.message.usage : value.usage) : undefined
-    if (isRecord(usage)) end.usage = routeUsage({ ...toInputOutput(end.usage), ...usage })
+    if (isRecord(usage)) end[type === 'message_start' ? 'prompt' : 'usage'] = routeUsage({ ...toInputOutput(end.usage ?? end.prompt), ...usage })
   },
   errorEvent: (error) => `event: error\ndata: ${JSON.stringify({ type: 'error', error: { type: error.type, message: error.message } })}\n\n`,
   // `message_stop`, or the `[DONE]` older vLLM writes after it: a held connection is then not cut.
