@@ -449,7 +449,6 @@ describe('native jobs (/v2)', () => {
     ['chat-classic', false, 1],
     ['chat-classic', true, 2],
     ['chat-current', false, 2],
-    ['chat-current', true, 1],
   ] as const)('a COMPLETED %s /runsync (stream %s, n %s) settles from the usage in its output', async (model, stream, n) => {
     const { h } = clockedHarness()
     const { key } = await h.createKey({ name: 'sync', quota: { tokensPerMinute: 1_000_000 } })
@@ -458,9 +457,21 @@ describe('native jobs (/v2)', () => {
     expect(await minuteOf(h, key)).toMatchObject({ requests: 1, tokens: reported(answer.output) })
   })
 
-  it('a /runsync whose output reports no usage, or that is still running, keeps the reservation of a /run', async () => {
-    // Classic items without `usage`; then a job the wait left IN_PROGRESS.
-    const answers = [{ id: 'j1', status: 'COMPLETED', output: [{ choices: [{ tokens: ['hi'] }] }] }, { id: 'j2', status: 'IN_PROGRESS' }, { id: 'j3', status: 'IN_QUEUE' }]
+  it('a COMPLETED /runsync whose output reports no usage is charged the prompt estimate and the tokens counted, as on the OpenAI surface', async () => {
+    // A current worker's shorthand stream (no usage chunk: its body asks for none), and classic items without `usage`.
+    const { h } = clockedHarness()
+    const keys = await Promise.all(['current', 'run'].map((name) => h.createKey({ name, quota: { tokensPerMinute: 1_000_000 } })))
+    const answer = (await (await job(h, keys[0]!.key, 'chat-current', 'runsync', true)).json()) as { status: string; output: unknown[] }
+    expect(answer.status).toBe('COMPLETED')
+    expect(JSON.stringify(answer.output)).not.toContain('usage')
+    expect((await job(h, keys[1]!.key, 'chat-current', 'run', true)).status).toBe(200)
+    const prompt = (await minuteOf(h, keys[1]!.key)).tokens - 1_000
+    expect((await minuteOf(h, keys[0]!.key)).tokens).toBe(prompt + 7)
+  })
+
+  it('a /runsync whose output is not an answer podgate reads, or that is still running, keeps the reservation of a /run', async () => {
+    // Output of no shape podgate knows; then a job the wait left IN_PROGRESS.
+    const answers = [{ id: 'j1', status: 'COMPLETED', output: [{ image: 'a.png' }] }, { id: 'j2', status: 'IN_PROGRESS' }, { id: 'j3', status: 'IN_QUEUE' }]
     const upstream = (async () => Response.json(answers.shift())) as typeof fetch
     const { h } = clockedHarness({ fetch: upstream })
     const keys = await Promise.all(['bare', 'running', 'run'].map((name) => h.createKey({ name, quota: { tokensPerMinute: 1_000_000 } })))
@@ -469,6 +480,16 @@ describe('native jobs (/v2)', () => {
     expect(reservation).toBeGreaterThan(1_000)
     expect((await minuteOf(h, keys[0]!.key)).tokens).toBe(reservation)
     expect((await minuteOf(h, keys[1]!.key)).tokens).toBe(reservation)
+  })
+
+  it('a COMPLETED classic /runsync whose items carry no usage is charged the prompt estimate and the tokens counted', async () => {
+    const upstream = (async () => Response.json({ id: 'j1', status: 'COMPLETED', output: [{ choices: [{ tokens: ['hi', ' there'] }] }] })) as typeof fetch
+    const { h } = clockedHarness({ fetch: upstream })
+    const { key } = await h.createKey({ name: 'bare', quota: { tokensPerMinute: 1_000_000 } })
+    expect((await job(h, key, 'chat-classic', 'runsync', false)).status).toBe(200)
+    const { tokens } = await minuteOf(h, key)
+    expect(tokens).toBeGreaterThan(2)
+    expect(tokens).toBeLessThan(1_000)
   })
 })
 

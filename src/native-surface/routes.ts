@@ -88,9 +88,9 @@ export function nativeRoutes(options: NativeRoutesOptions): Hono<GatewayEnv> {
       const queued = via === 'run' ? client.run(endpoint, request.body) : client.runsync(endpoint, request.body, { waitMs })
       waitUntilOf(c)(queued.then((job) => (signal.aborted && !isTerminal(job.status) ? cancelJob(client, endpoint, job.id) : undefined), () => undefined))
       const result = await queued
-      // A COMPLETED `runsync` holds its output: it counts what that reports, else keeps the reservation.
+      // A COMPLETED `runsync` holds its output: it counts what that reports (or podgate's count of it), else keeps the reservation.
       const normalized = result.status === 'COMPLETED' ? request.normalized : undefined
-      ctx.settle({ ok: true, usage: normalized && reportedUsage(result.output, normalized.kind, normalized.sampling.max_tokens) })
+      ctx.settle({ ok: true, usage: undefined, ...(normalized && reportedUsage(result.output, normalized.kind, normalized.sampling.max_tokens)) })
       return answer(c, result, { kind: request.kind, endpoint, upstreamId: result.id }, binding)
     })
     return queue(createCompletionContext(c, normalized, binding.model))

@@ -68,20 +68,21 @@ export function nativeOutputToOpenAI(output: unknown, options: NativeOutputOptio
 
 /**
  * The usage a COMPLETED job's `output` reports (classic items' `usage`, vLLM's JSON or its SSE usage
- * chunk), or undefined when it reports none or is no answer podgate reads. Leaves `output` unchanged.
+ * chunk), or, when it reports none, podgate's count of its output (`estimate`, which the quota charges
+ * with the prompt estimate); neither when it is no answer podgate reads. Leaves `output` unchanged.
  *
  * @example
- * const usage = reportedUsage(job.output, 'chat', 256) // a `/runsync` settles its quota from it
+ * const { usage, estimate } = reportedUsage(job.output, 'chat', 256) // a `/runsync` settles its quota from it
  */
-export function reportedUsage(output: unknown, kind: RequestKind, maxTokens: number): Usage | undefined {
+export function reportedUsage(output: unknown, kind: RequestKind, maxTokens: number): Pick<NativeOutput, 'usage' | 'estimate'> {
   const items: unknown[] = Array.isArray(output) ? output.flat() : [output]
   // Read in place: nativeOutputToOpenAI rewrites a whole answer's id and model, which the caller gets.
-  if (isCompletionBody(items[0])) return readUsage(items[0].usage)
+  if (isCompletionBody(items[0])) return { usage: readUsage(items[0].usage) }
   try {
-    const { usage, estimated } = nativeOutputToOpenAI(items, { kind, model: '', id: '', created: 0, maxTokens, n: 0 })
-    return estimated ? undefined : usage
+    const { usage, estimate } = nativeOutputToOpenAI(items, { kind, model: '', id: '', created: 0, maxTokens, n: 0 })
+    return { usage, estimate }
   } catch {
-    return undefined
+    return {}
   }
 }
 
