@@ -171,6 +171,24 @@ describe('openai-pipe: a Responses or Messages upstream that holds its connectio
     const report = (await (await h.fetch('/v1/usage', authed(key))).json()) as { windows: { minute: { tokens: number } } }
     expect(report.windows.minute.tokens).toBeGreaterThan(500)
   })
+
+  // vLLM's anthropic/serving.py writes message_start at the chat stream's first chunk (its role chunk,
+  // before any token) and an error event when generation then fails: no output came, so, as an OpenAI
+  // stream whose first event is an error, it counts the prompt (message_start's count), not the reserved max_tokens.
+  it('a Messages stream whose message_start is followed by an error counts its prompt only', async () => {
+    const pieces = [
+      `event: message_start\ndata: ${JSON.stringify({ type: 'message_start', message: { id: 'msg_1', type: 'message', role: 'assistant', model: SERVED, content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: 5, output_tokens: 0 } } })}\n\n`,
+      'event: error\ndata: {"type":"error","error":{"type":"internal_error","message":"CUDA out of memory"}}\n\n',
+    ]
+    const upstream = scriptedUpstream(() => pieces)
+    const h = harness({ models: MODELS, fetch: upstream.fetch, quota: { now: () => Date.UTC(2026, 0, 1, 12, 0, 30) } }, createRunpodEmulator({ apiKey: RUNPOD_KEY }))
+    const { key } = await h.createKey({ name: 'failed', quota: { tokensPerMinute: 100_000 } })
+    const res = await h.fetch('/v1/messages', { method: 'POST', headers: { 'x-api-key': key, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'held', max_tokens: 500, messages: [{ role: 'user', content: 'Hi' }], stream: true }) })
+    expect(await res.text()).toContain('CUDA out of memory')
+    await h.settle()
+    const report = (await (await h.fetch('/v1/usage', authed(key))).json()) as { windows: { minute: { tokens: number } } }
+    expect(report.windows.minute.tokens).toBe(5)
+  })
 })
 
 describe('native job streams of a dialect (current worker: SSE text cut anywhere)', () => {
@@ -190,7 +208,7 @@ describe('native job streams of a dialect (current worker: SSE text cut anywhere
       if (op.startsWith('cancel/')) return Response.json({ id: 'job1', status: 'CANCELLED' })
       return new Response('not found', { status: 404 })
     }
-    return harness({ models: MODELS, fetch: fetchFake as typeof fetch }, createRunpodEmulator({ apiKey: RUNPOD_KEY }))
+    return harness({ models: MODELS, fetch: fetchFake as typeof fetch, quota: { now: () => Date.UTC(2026, 0, 1, 12, 0, 30) } }, createRunpodEmulator({ apiKey: RUNPOD_KEY }))
   }
   const whole = [created, delta('Hel', 1), delta('lo', 2), completed('Hello', 3)].join('')
   const body = JSON.stringify({ model: 'native', input: 'Hi', stream: true })
@@ -214,6 +232,19 @@ describe('native job streams of a dialect (current worker: SSE text cut anywhere
     const events = eventsOf(text)
     expect(events.at(-1)?.event).toBe('error')
     expect(JSON.parse(events.at(-1)!.data)).toMatchObject({ type: 'error', code: 'upstream_error' })
+  })
+
+  // As on the pipe (above): vLLM writes message_start at the role chunk, before any token; an error then
+  // is a failure before output, which counts the prompt (message_start's count), not the reservation.
+  it('a Messages job whose message_start is followed by an error counts its prompt only', async () => {
+    const start = `event: message_start\ndata: ${JSON.stringify({ type: 'message_start', message: { id: 'msg_1', type: 'message', role: 'assistant', model: SERVED, content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: 5, output_tokens: 0 } } })}\n\n`
+    const h = jobUpstream([start, 'event: error\ndata: {"type":"error","error":{"type":"internal_error","message":"CUDA out of memory"}}\n\n'])
+    const { key } = await h.createKey({ name: 'failed', quota: { tokensPerMinute: 100_000 } })
+    const res = await h.fetch('/v1/messages', { method: 'POST', headers: { 'x-api-key': key, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'native', max_tokens: 500, messages: [{ role: 'user', content: 'Hi' }], stream: true }) })
+    expect(await res.text()).toContain('CUDA out of memory')
+    await h.settle()
+    const report = (await (await h.fetch('/v1/usage', authed(key))).json()) as { windows: { minute: { tokens: number } } }
+    expect(report.windows.minute.tokens).toBe(5)
   })
 
   it('a job that FAILS mid-event ends with an error event of its own', async () => {

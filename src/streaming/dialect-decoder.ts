@@ -31,10 +31,13 @@ export function wasRelayed(error: unknown): boolean {
 export function createDialectDecoder(options: DialectDecoderOptions): NativeStreamDecoder {
   const { dialect } = options
   const ending: StreamEnding = { done: false }
+  /** An event other than message_start came before any error (as the pipe's tail reads it). */
+  let output = false
   const parser = createParser({
     onEvent(event) {
       options.onEvent?.()
       dialect.read(event, ending)
+      output ||= !ending.error && event.event !== 'message_start'
     },
     onError: refuseOversizedEvent,
     maxBufferSize: DEFAULT_MAX_EVENT_CHARS,
@@ -50,7 +53,9 @@ export function createDialectDecoder(options: DialectDecoderOptions): NativeStre
       options.onText(text)
     },
     finish() {
-      if (ending.usage) options.onUsage?.(ending.usage)
+      // A Messages stream that failed before any token: its prompt's count is what it cost.
+      const usage = ending.usage ?? (output ? undefined : ending.prompt)
+      if (usage) options.onUsage?.(usage)
       if (ending.error) {
         relayed.add(ending.error)
         throw ending.error

@@ -538,7 +538,7 @@ function byobReader(stream: ReadableStream<Uint8Array>): ReadableStreamBYOBReade
 
 /**
  * How the answer ended, as its last events tell: `[DONE]`, the usage, any vLLM error event; `output`: an
- * event came before any error (or the tail was cut: more came), so the answer started.
+ * event other than `message_start` came before any error (or the tail was cut: more came), so the answer started.
  */
 type TailEnd = StreamEnding & { output?: boolean }
 
@@ -563,9 +563,12 @@ export function readTail(chunks: readonly Uint8Array[], whole: boolean, dialect:
   createParser({
     onEvent(event) {
       dialect.read(event, end)
-      end.output ||= !end.error
+      // A Messages stream's message_start comes with the chat stream's role chunk, before any token.
+      end.output ||= !end.error && event.event !== 'message_start'
     },
   }).feed(text)
+  // A Messages stream that failed before any token: its prompt's count is what it cost.
+  if (!end.output) end.usage ??= end.prompt
   return end
 }
 
