@@ -227,6 +227,15 @@ describe('error and unknown items', () => {
     expect(error.message).toBe('The model worker failed: boom')
   })
 
+  it('strips a traceback in time linear in the message: a long run of spaces is no quadratic search', () => {
+    // `\s*Traceback…` was tried from every space of a run: 100k spaces took seconds of the Worker's CPU.
+    const started = performance.now()
+    const error = failure(() => decode([{ error: `boom${' '.repeat(100_000)}!` }]))
+    expect(performance.now() - started).toBeLessThan(500)
+    expect(error.message).toMatch(/^The model worker failed: boom {296}…$/)
+    expect(failure(() => decode([{ error: 'boom \ntraceback: Traceback (most recent call last):\n  File "/src/handler.py"' }])).message).toBe('The model worker failed: boom')
+  })
+
   it.each([[42], [null], [[1, 2]], [{ choices: [{ text: 'hi' }] }], [{ output: 'hi' }], [{ choices: [{ tokens: [1] }] }]])(
     'never drops unknown item %j',
     (item) => {

@@ -73,8 +73,9 @@ export function isRefusalStatus(status: number): boolean {
 /**
  * A Python traceback and all after it, with the label runpod-python puts before a generator handler's
  * (`handler: <message> \ntraceback: Traceback (most recent call last): …`): file paths and code stay upstream.
+ * Tried only where a run of spaces begins (the lookbehind): from each of its spaces, it was quadratic.
  */
-export const TRACEBACK = /\s*(?:traceback: )?Traceback \(most recent call last\):[\s\S]*$/
+export const TRACEBACK = /(?<!\s)\s*(?:traceback: )?Traceback \(most recent call last\):[\s\S]*$/
 
 /**
  * The error podgate raises for a worker or model failure, with the upstream text cut to a safe length.
