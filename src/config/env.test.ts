@@ -62,6 +62,12 @@ describe('optionsFromEnv', () => {
       const config = { models: MODELS, [key]: key === 'kv' ? false : key === 'breaker' ? { failures: 5 } : [] }
       expect(() => optionsFromEnv({ ...base, PODGATE_CONFIG: JSON.stringify(config) }), key).toThrow(`PODGATE_CONFIG cannot set ${key}: no such option, or one only code sets`)
     }
+    // Nested ones too (`–` and `binding` in configuration.md): createGateway takes them out before its schema,
+    // and `{"cache":{"edgeCache":false}}` failed every cacheable call with "edgeCache is not a function".
+    for (const [name, key] of [['cache', 'edgeCache'], ['cache', 'now'], ['quota', 'objects'], ['quota', 'now']]) {
+      expect(() => optionsFromEnv({ ...base, PODGATE_CONFIG: JSON.stringify({ models: MODELS, [name!]: { [key!]: false } }) }), `${name}.${key}`).toThrow(`podgate: PODGATE_CONFIG cannot set ${name}.${key}: no such option, or one only code sets`)
+    }
+    expect(() => optionsFromEnv({ ...base, PODGATE_MODELS: JSON.stringify(MODELS), PODGATE_QUOTA_CONFIG: '{"objects":"PODGATE_QUOTA"}' })).toThrow('podgate: PODGATE_CONFIG cannot set quota.objects')
   })
 
   it('refuses secrets in PODGATE_CONFIG, bad JSON, no models, and the placeholder endpoint id', () => {

@@ -76,7 +76,7 @@ export function optionsFromEnv(env: PodgateWorkerEnv): GatewayOptions {
   // createGateway takes the options that hold code (kv, breaker, fetch...) out before its schema sees them,
   // so from JSON they would fail every request ("kv is not a function"): refused here, by name.
   for (const key in base) {
-    if (!(key in gatewayOptionsSchema.shape)) throw new ConfigError(`podgate: PODGATE_CONFIG cannot set ${key}: no such option, or one only code sets (docs/configuration.md).`)
+    if (!(key in gatewayOptionsSchema.shape)) refuseCodeOption(key)
   }
   const runpod = { ...(base.runpod as Record<string, unknown> | undefined), apiKey: env.RUNPOD_API_KEY, ...(env.RUNPOD_BASE_URL ? { baseUrl: env.RUNPOD_BASE_URL } : {}) }
   const models = parseJsonObject('PODGATE_MODELS', env.PODGATE_MODELS) ?? base.models
@@ -86,6 +86,10 @@ export function optionsFromEnv(env: PodgateWorkerEnv): GatewayOptions {
   // Field by field over PODGATE_CONFIG's quota, as RUNPOD_BASE_URL and PODGATE_TOKEN_MAX_TTL are.
   const quotaVar = parseJsonObject('PODGATE_QUOTA_CONFIG', env.PODGATE_QUOTA_CONFIG)
   const quota = quotaVar ? { ...(base.quota as Record<string, unknown> | undefined), ...quotaVar } : base.quota
+  // As kv and breaker above: createGateway takes these out before its schema.
+  for (const [name, value] of Object.entries({ quota, cache: base.cache })) {
+    for (const key of ['objects', 'now', 'edgeCache']) if (isRecord(value) && key in value) refuseCodeOption(`${name}.${key}`)
+  }
   const ttl = env.PODGATE_TOKEN_MAX_TTL
   // `1h` or `3600s` are NaN, which the schema would report as "expected a number, got a number".
   if (ttl && Number.isNaN(+ttl)) throw new ConfigError(`podgate: PODGATE_TOKEN_MAX_TTL must be seconds, e.g. "3600", got "${ttl}".`)
@@ -100,6 +104,10 @@ export function optionsFromEnv(env: PodgateWorkerEnv): GatewayOptions {
     ...(env.PODGATE_ADMIN_TOKEN ? { adminToken: env.PODGATE_ADMIN_TOKEN } : {}),
     ...(env.PODGATE_SIGNING_SECRET ? { signingSecret: env.PODGATE_SIGNING_SECRET } : {}),
   } as GatewayOptions
+}
+
+function refuseCodeOption(key: string): never {
+  throw new ConfigError(`podgate: PODGATE_CONFIG cannot set ${key}: no such option, or one only code sets (docs/configuration.md).`)
 }
 
 function parseJsonObject(name: string, value: string | Record<string, unknown> | undefined): Record<string, unknown> | undefined {
