@@ -88,6 +88,21 @@ function responsesWithLastEventAt(at: number, finalText: string, eol = '\n'): st
   return chunks
 }
 
+/** message_start as vLLM writes it: the prompt's count, no output yet. */
+const MESSAGE_START = `event: message_start\ndata: ${JSON.stringify({ type: 'message_start', message: { id: 'msg_1', type: 'message', role: 'assistant', model: SERVED, content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: 5, output_tokens: 0 } } })}\n\n`
+
+/** A `/v1/messages` stream (max_tokens 500) over an upstream that sends `pieces` (then holds its connection `holdMs`): what the caller read, and the tokens its key was charged. */
+async function messagesStream(pieces: string[], holdMs?: number): Promise<{ text: string; tokens: number }> {
+  const upstream = scriptedUpstream(() => pieces, holdMs === undefined ? {} : { holdMs })
+  const h = harness({ models: MODELS, fetch: upstream.fetch, quota: { now: () => Date.UTC(2026, 0, 1, 12, 0, 30) } }, createRunpodEmulator({ apiKey: RUNPOD_KEY }))
+  const { key } = await h.createKey({ name: 'messages', quota: { tokensPerMinute: 100_000 } })
+  const res = await h.fetch('/v1/messages', { method: 'POST', headers: { 'x-api-key': key, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'held', max_tokens: 500, messages: [{ role: 'user', content: 'Hi' }], stream: true }) })
+  const text = await res.text()
+  await h.settle()
+  const report = (await (await h.fetch('/v1/usage', authed(key))).json()) as { windows: { minute: { tokens: number } } }
+  return { text, tokens: report.windows.minute.tokens }
+}
+
 describe('openai-pipe tailBlocks: a long last event that begins on a 16 KiB block boundary', () => {
   // The tail drops whole 16 KiB blocks that end at or before the last event's start, then readTail (whole =
   // false) skips everything up to the FIRST blank line, assuming its first event was cut. When the kept
@@ -137,39 +152,29 @@ describe('openai-pipe: a Responses or Messages upstream that holds its connectio
   // SDK throws on) and charged the reserved max_tokens instead of the usage it read.
   it('a Messages stream ending with message_stop and no [DONE], held past the idle timeout: whole, nothing after message_stop, usage from the answer', async () => {
     const pieces = [
-      `event: message_start\ndata: ${JSON.stringify({ type: 'message_start', message: { id: 'msg_1', type: 'message', role: 'assistant', model: SERVED, content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: 5, output_tokens: 0 } } })}\n\n`,
+      MESSAGE_START,
       'event: content_block_start\ndata: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}\n\n',
       'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}}\n\n',
       'event: content_block_stop\ndata: {"type":"content_block_stop","index":0}\n\n',
       'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"input_tokens":5,"output_tokens":7}}\n\n',
       'event: message_stop\ndata: {"type":"message_stop"}\n\n',
     ]
-    const upstream = scriptedUpstream(() => pieces, { holdMs: 3_000 })
-    const h = harness({ models: MODELS, fetch: upstream.fetch, quota: { now: () => Date.UTC(2026, 0, 1, 12, 0, 30) } }, createRunpodEmulator({ apiKey: RUNPOD_KEY }))
-    const { key } = await h.createKey({ name: 'held', quota: { tokensPerMinute: 100_000 } })
-    const res = await h.fetch('/v1/messages', { method: 'POST', headers: { 'x-api-key': key, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'held', max_tokens: 500, messages: [{ role: 'user', content: 'Hi' }], stream: true }) })
-    expect(await res.text()).toBe(pieces.join(''))
-    await h.settle()
-    const report = (await (await h.fetch('/v1/usage', authed(key))).json()) as { windows: { minute: { tokens: number } } }
-    expect(report.windows.minute.tokens).toBe(12)
+    const { text, tokens } = await messagesStream(pieces, 3_000)
+    expect(text).toBe(pieces.join(''))
+    expect(tokens).toBe(12)
   })
 
   // Found in the accounting review: message_start's usage (the prompt's count, output_tokens 0) was taken
   // for the answer's, so a Messages stream cut after its output, before message_delta, was charged the prompt only.
   it('a Messages stream cut after some output, before message_delta, keeps its reservation, not message_start\'s prompt count', async () => {
     const pieces = [
-      `event: message_start\ndata: ${JSON.stringify({ type: 'message_start', message: { id: 'msg_1', type: 'message', role: 'assistant', model: SERVED, content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: 5, output_tokens: 0 } } })}\n\n`,
+      MESSAGE_START,
       'event: content_block_start\ndata: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}\n\n',
       'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}}\n\n',
     ]
-    const upstream = scriptedUpstream(() => pieces)
-    const h = harness({ models: MODELS, fetch: upstream.fetch, quota: { now: () => Date.UTC(2026, 0, 1, 12, 0, 30) } }, createRunpodEmulator({ apiKey: RUNPOD_KEY }))
-    const { key } = await h.createKey({ name: 'cut', quota: { tokensPerMinute: 100_000 } })
-    const res = await h.fetch('/v1/messages', { method: 'POST', headers: { 'x-api-key': key, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'held', max_tokens: 500, messages: [{ role: 'user', content: 'Hi' }], stream: true }) })
-    expect(await res.text()).toContain('event: error')
-    await h.settle()
-    const report = (await (await h.fetch('/v1/usage', authed(key))).json()) as { windows: { minute: { tokens: number } } }
-    expect(report.windows.minute.tokens).toBeGreaterThan(500)
+    const { text, tokens } = await messagesStream(pieces)
+    expect(text).toContain('event: error')
+    expect(tokens).toBeGreaterThan(500)
   })
 
   // vLLM's anthropic/serving.py writes message_start at the chat stream's first chunk (its role chunk,
@@ -177,17 +182,12 @@ describe('openai-pipe: a Responses or Messages upstream that holds its connectio
   // stream whose first event is an error, it counts the prompt (message_start's count), not the reserved max_tokens.
   it('a Messages stream whose message_start is followed by an error counts its prompt only', async () => {
     const pieces = [
-      `event: message_start\ndata: ${JSON.stringify({ type: 'message_start', message: { id: 'msg_1', type: 'message', role: 'assistant', model: SERVED, content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: 5, output_tokens: 0 } } })}\n\n`,
+      MESSAGE_START,
       'event: error\ndata: {"type":"error","error":{"type":"internal_error","message":"CUDA out of memory"}}\n\n',
     ]
-    const upstream = scriptedUpstream(() => pieces)
-    const h = harness({ models: MODELS, fetch: upstream.fetch, quota: { now: () => Date.UTC(2026, 0, 1, 12, 0, 30) } }, createRunpodEmulator({ apiKey: RUNPOD_KEY }))
-    const { key } = await h.createKey({ name: 'failed', quota: { tokensPerMinute: 100_000 } })
-    const res = await h.fetch('/v1/messages', { method: 'POST', headers: { 'x-api-key': key, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'held', max_tokens: 500, messages: [{ role: 'user', content: 'Hi' }], stream: true }) })
-    expect(await res.text()).toContain('CUDA out of memory')
-    await h.settle()
-    const report = (await (await h.fetch('/v1/usage', authed(key))).json()) as { windows: { minute: { tokens: number } } }
-    expect(report.windows.minute.tokens).toBe(5)
+    const { text, tokens } = await messagesStream(pieces)
+    expect(text).toContain('CUDA out of memory')
+    expect(tokens).toBe(5)
   })
 })
 
@@ -237,7 +237,7 @@ describe('native job streams of a dialect (current worker: SSE text cut anywhere
   // As on the pipe (above): vLLM writes message_start at the role chunk, before any token; an error then
   // is a failure before output, which counts the prompt (message_start's count), not the reservation.
   it('a Messages job whose message_start is followed by an error counts its prompt only', async () => {
-    const start = `event: message_start\ndata: ${JSON.stringify({ type: 'message_start', message: { id: 'msg_1', type: 'message', role: 'assistant', model: SERVED, content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: 5, output_tokens: 0 } } })}\n\n`
+    const start = MESSAGE_START
     const h = jobUpstream([start, 'event: error\ndata: {"type":"error","error":{"type":"internal_error","message":"CUDA out of memory"}}\n\n'])
     const { key } = await h.createKey({ name: 'failed', quota: { tokensPerMinute: 100_000 } })
     const res = await h.fetch('/v1/messages', { method: 'POST', headers: { 'x-api-key': key, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'native', max_tokens: 500, messages: [{ role: 'user', content: 'Hi' }], stream: true }) })
