@@ -116,6 +116,10 @@ describe('GET /openapi.json', () => {
     expect(chat).toContain('A message, forwarded unchanged')
     expect(chat).toContain('any type vLLM serves')
     expect(JSON.stringify(schemas.CompletionRequest)).toContain('`0` only with `echo: true`')
+    // An answer whose upstream reported no usage carries `usage: null` (a current worker's native shorthand).
+    for (const answer of ['ChatCompletion', 'Completion']) {
+      expect((schemas[answer] as { properties: { usage: unknown } }).properties.usage).toEqual({ oneOf: [{ $ref: '#/components/schemas/Usage' }, { type: 'null' }] })
+    }
     expect(JSON.stringify(schemas)).toContain('Requests per UTC clock minute.')
     // Constraints the schemas check in code (a refine, oneOf) are shown as JSON Schema keywords all the same.
     const properties = (name: string) => (schemas[name] as { properties: Record<string, Record<string, unknown>> }).properties

@@ -194,7 +194,8 @@ export const RESPONSE_SCHEMAS: Record<string, unknown> = {
           },
         },
       },
-      usage: { $ref: '#/components/schemas/Usage' },
+      // null when the upstream reported none (a current worker-vllm's native shorthand answer, replayed or not).
+      usage: { oneOf: [{ $ref: '#/components/schemas/Usage' }, { type: 'null' }] },
     },
   },
   Completion: {
@@ -208,7 +209,8 @@ export const RESPONSE_SCHEMAS: Record<string, unknown> = {
         type: 'array',
         items: { type: 'object', properties: { index: { type: 'integer' }, text: { type: 'string' }, finish_reason: { type: ['string', 'null'] } } },
       },
-      usage: { $ref: '#/components/schemas/Usage' },
+      // null when the upstream reported none (a current worker-vllm's native shorthand answer, replayed or not).
+      usage: { oneOf: [{ $ref: '#/components/schemas/Usage' }, { type: 'null' }] },
     },
   },
   ModelList: {
