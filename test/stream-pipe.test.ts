@@ -62,6 +62,18 @@ async function setup(upstream: Upstream, overrides: Partial<GatewayOptions> = {}
 
 const WITH_USAGE = { stream_options: { include_usage: true } }
 
+/** An upstream holding its connection open meets the idle timeout, or the total one. */
+const HELD_TIMEOUTS = [
+  ['the idle timeout', { idleMs: 300, totalMs: 20_000 }],
+  ['the total timeout', { idleMs: 20_000, totalMs: 600 }],
+] as const
+
+/** MODELS with these timeouts on the piped model and the renamed one (the rewriting relay). */
+function withTimeouts(timeouts: { idleMs: number; totalMs: number }): typeof MODELS {
+  const held = { resilience: { timeouts } }
+  return { ...MODELS, [SERVED]: { ...MODELS[SERVED]!, ...held }, renamed: { ...MODELS.renamed!, ...held } }
+}
+
 describe('native relay: the caller gets the upstream bytes', () => {
   it('alias = served name and the caller asked for usage: byte for byte, usage settles the quota', async () => {
     await fc.assert(
@@ -132,12 +144,8 @@ describe('native relay: endings', () => {
     expect(await minute()).toMatchObject({ requests: 1, tokens: usage.total_tokens })
   })
 
-  it.each([
-    ['the idle timeout', { idleMs: 300, totalMs: 20_000 }],
-    ['the total timeout', { idleMs: 20_000, totalMs: 600 }],
-  ])('an upstream that keeps its connection open after [DONE] past %s: a whole answer, nothing written after [DONE]', async (_name, timeouts) => {
-    const held = { resilience: { timeouts } }
-    const models = { ...MODELS, [SERVED]: { ...MODELS[SERVED]!, ...held }, renamed: { ...MODELS.renamed!, ...held } }
+  it.each(HELD_TIMEOUTS)('an upstream that keeps its connection open after [DONE] past %s: a whole answer, nothing written after [DONE]', async (_name, timeouts) => {
+    const models = withTimeouts(timeouts)
     const { stream, minute } = await setup(scripted(() => [UPSTREAM_SSE], { holdMs: 5_000 }), { models })
     // The pipe, and the rewriting relay as a control. The pipe ends at the timeout, not when the upstream lets go.
     const started = Date.now()
@@ -195,12 +203,8 @@ describe('native relay: endings', () => {
     expect(await minute()).toMatchObject({ requests: 2, tokens: 2 })
   })
 
-  it.each([
-    ['the idle timeout', { idleMs: 300, totalMs: 20_000 }],
-    ['the total timeout', { idleMs: 20_000, totalMs: 600 }],
-  ])('a stream cut by %s after its usage chunk, before [DONE], is charged that usage, piped or rewritten', async (_name, timeouts) => {
-    const held = { resilience: { timeouts } }
-    const models = { ...MODELS, [SERVED]: { ...MODELS[SERVED]!, ...held }, renamed: { ...MODELS.renamed!, ...held } }
+  it.each(HELD_TIMEOUTS)('a stream cut by %s after its usage chunk, before [DONE], is charged that usage, piped or rewritten', async (_name, timeouts) => {
+    const models = withTimeouts(timeouts)
     const beforeDone = UPSTREAM_SSE.slice(0, UPSTREAM_SSE.indexOf('data: [DONE]'))
     const { stream, minute } = await setup(scripted(() => [beforeDone], { holdMs: 1_500 }), { models })
     for (const model of [SERVED, 'renamed']) {
