@@ -34,6 +34,7 @@ const ANSWERS: Record<string, Record<string, unknown>> = {
   '/tokenize': { count: 2, max_model_len: 8192, tokens: [1, 2], token_strs: null },
   '/detokenize': { prompt: 'Hi there' },
   '/classify': { id: 'classify-1', object: 'list', created: 1, model: SERVED, data: [{ index: 0, label: 'positive', probs: [0.8, 0.2], num_classes: 2 }], usage: { prompt_tokens: 3, total_tokens: 3, completion_tokens: 0 } },
+  '/chat/completions': { id: 'chatcmpl-1', object: 'chat.completion', created: 1, model: SERVED, choices: [{ index: 0, message: { role: 'assistant', content: 'A dot' }, finish_reason: 'stop' }], usage: { prompt_tokens: 1030, completion_tokens: 3, total_tokens: 1033 } },
   '/pooling': { id: 'pool-1', object: 'list', created: 1, model: SERVED, data: [{ index: 0, object: 'pooling', data: [0.25] }], usage: { prompt_tokens: 3, total_tokens: 3, completion_tokens: 0 } },
 }
 
@@ -161,6 +162,24 @@ describe('vLLM routes: JSON answers, forwarded as written', () => {
     const res = await h.fetch('/v2/openai/openai/v1/responses', authed(key, JSON.stringify({ input: 'Hi' })))
     expect(res.status).toBe(200)
     expect(calls[0]).toEqual({ op: 'openai/v1/responses', body: { input: 'Hi', model: SERVED, max_output_tokens: 64 } })
+  })
+})
+
+describe('vLLM routes: an image reserves what it does on chat', () => {
+  // 100,000 base64 characters (a 75 KB image): 25,000 tokens as text, more than the key's whole minute.
+  const data = 'A'.repeat(100_000)
+  const bodies: Record<string, Record<string, unknown>> = {
+    messages: { model: 'openai', max_tokens: 64, messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'base64', media_type: 'image/png', data } }, { type: 'text', text: 'What is this?' }] }] },
+    responses: { model: 'openai', input: [{ role: 'user', content: [{ type: 'input_image', image_url: `data:image/png;base64,${data}` }, { type: 'input_text', text: 'What is this?' }] }] },
+    'chat/completions': { model: 'openai', messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: `data:image/png;base64,${data}` } }, { type: 'text', text: 'What is this?' }] }] },
+  }
+
+  it.each(Object.keys(bodies))('/v1/%s with a base64 image is admitted under a 20,000 tokens-a-minute key, as chat is (1,024 tokens a media part)', async (route) => {
+    const { h, calls } = setup()
+    const { key } = await h.createKey({ name: 'images', quota: { tokensPerMinute: 20_000 } })
+    const res = await h.fetch(`/v1/${route}`, authed(key, JSON.stringify(bodies[route])))
+    expect(res.status, await res.clone().text()).toBe(200)
+    expect(calls).toHaveLength(1)
   })
 })
 

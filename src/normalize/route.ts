@@ -8,7 +8,7 @@
  */
 import type { ModelConfig } from '../config/schema.ts'
 import { GatewayError } from '../errors/index.ts'
-import { CHARS_PER_TOKEN } from './estimate.ts'
+import { CHARS_PER_TOKEN, MEDIA_PART_TOKENS } from './estimate.ts'
 import { assertKind, outputCap } from './sampling.ts'
 import type { NormalizedRequest, RequestKind } from './types.ts'
 
@@ -76,20 +76,27 @@ export function normalizeRouteRequest(body: Record<string, unknown>, model: Mode
 }
 
 /**
- * The prompt a body of any shape may hold: its text at ~4 characters a token and its token ids one each,
- * `model` left out. An upper bound (field names and ids count too); the upstream's usage settles it.
+ * The prompt a body of any shape may hold: its text at ~4 characters a token, its token ids one each, and
+ * an inline image (a base64 `data:` URL, Anthropic's `base64` source) a media part, as on chat: as text,
+ * a 75 KB image would reserve 25,000 tokens. `model` left out; the upstream's usage settles it.
  */
 function promptTokensOf(body: Record<string, unknown>): number {
   let chars = 0
   let ids = 0
+  let media = 0
   const stack: unknown[] = Object.entries(body).flatMap(([name, value]) => (name === 'model' ? [] : [value]))
   while (stack.length > 0) {
     const value = stack.pop()
-    if (typeof value === 'string') chars += value.length
-    else if (typeof value === 'number') ids++
+    if (typeof value === 'string') {
+      if (/^data:[^,]{0,200};base64,/.test(value)) media++
+      else chars += value.length
+    } else if (typeof value === 'number') ids++
     // One push per item: spreading a million token ids into one call would overflow the stack.
     else if (Array.isArray(value)) for (const item of value) stack.push(item)
-    else if (typeof value === 'object' && value !== null) for (const key in value) stack.push((value as Record<string, unknown>)[key])
+    else if (typeof value === 'object' && value !== null) {
+      if ((value as Record<string, unknown>).type === 'base64') media++
+      else for (const key in value) stack.push((value as Record<string, unknown>)[key])
+    }
   }
-  return Math.ceil(chars / CHARS_PER_TOKEN) + ids
+  return Math.ceil(chars / CHARS_PER_TOKEN) + ids + media * MEDIA_PART_TOKENS
 }
