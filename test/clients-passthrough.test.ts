@@ -2,9 +2,10 @@
  * Issue 13 through real clients: what people do with a vLLM endpoint every day (tools, structured output,
  * reasoning, logprobs, prompt arrays, embeddings) works through podgate exactly as against the endpoint,
  * on every upstream shape, with the official `openai` client, the Vercel AI SDK and Runpod's own AI SDK
- * provider at Runpod's URL shape (`/v2/<model>/openai/v1`).
+ * provider at Runpod's URL shape (`/v2/<model>/openai/v1`), and vLLM's Anthropic Messages API with Anthropic's own client.
  */
 import { createOpenAICompatible } from '@ai-sdk/openai-compatible'
+import Anthropic from '@anthropic-ai/sdk'
 import { createRunpod } from '@runpod/ai-sdk-provider'
 import { embedMany, generateText, jsonSchema, Output, stepCountIs, streamText, tool } from 'ai'
 import OpenAI from 'openai'
@@ -320,5 +321,49 @@ describe("Runpod's URL shape: /v2/<model>/openai/v1", () => {
     expect(error.param).toBe('model')
     expect(error.message).toContain('chat-classic')
     expect(error.message).toContain('chat-openai')
+  })
+})
+
+describe('Anthropic client: /v1/messages', () => {
+  const anthropic = (h: Awaited<ReturnType<typeof setup>>['h'], key: string) => new Anthropic({ apiKey: key, baseURL: 'http://podgate', fetch: h.clientFetch, maxRetries: 0 })
+  const params = (model: string): Anthropic.MessageCreateParamsNonStreaming => ({
+    model,
+    max_tokens: 24,
+    system: [{ type: 'text', text: 'Be brief.' }],
+    stop_sequences: ['\n\n\n'],
+    metadata: { user_id: 'u1' },
+    messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'iVBORw0KGgo=' } }, { type: 'text', text: 'Hello' }] }],
+  })
+
+  it.each(CHAT_MODELS)('%s: create and stream answer the same message (system blocks, an image, stop_sequences, metadata sent); the stream\'s usage is the JSON one', async (model) => {
+    const { h, key } = await setup()
+    const client = anthropic(h, key)
+    const full = await client.messages.create(params(model))
+    expect(full.model).toBe(model)
+    expect(full.content[0]!.type).toBe('text')
+    expect(full.stop_reason).toMatch(/^(end_turn|max_tokens)$/)
+    // The image counts as a media part upstream (the emulator's 1,024 tokens, as vLLM counts its own).
+    expect(full.usage.input_tokens).toBeGreaterThan(MEDIA_PART_TOKENS)
+    const final = await client.messages.stream(params(model)).finalMessage()
+    expect(final.content).toEqual(full.content)
+    expect(final.stop_reason).toBe(full.stop_reason)
+    expect(final.usage).toMatchObject({ input_tokens: full.usage.input_tokens, output_tokens: full.usage.output_tokens })
+  })
+
+  it.each(['chat-openai', 'chat-current'])('%s: countTokens counts what create reports as its input', async (model) => {
+    const { h, key } = await setup()
+    const client = anthropic(h, key)
+    const { max_tokens: _, stop_sequences: __, metadata: ___, ...count } = params(model)
+    const counted = await client.messages.countTokens(count)
+    const created = await client.messages.create(params(model))
+    expect(counted.input_tokens).toBe(created.usage.input_tokens)
+  })
+
+  it("podgate's refusals are the SDK's typed errors", async () => {
+    const { h, key } = await setup()
+    const client = anthropic(h, key)
+    await expect(client.messages.create({ ...params('chat-openai'), model: 'nope' })).rejects.toBeInstanceOf(Anthropic.NotFoundError)
+    await expect(client.messages.create({ ...params('chat-openai'), max_tokens: 20_000 })).rejects.toBeInstanceOf(Anthropic.BadRequestError)
+    await expect(anthropic(h, 'pg_wrong').messages.create(params('chat-openai'))).rejects.toBeInstanceOf(Anthropic.AuthenticationError)
   })
 })
