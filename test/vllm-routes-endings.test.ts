@@ -91,6 +91,10 @@ function responsesWithLastEventAt(at: number, finalText: string, eol = '\n'): st
 /** message_start as vLLM writes it: the prompt's count, no output yet. */
 const MESSAGE_START = `event: message_start\ndata: ${JSON.stringify({ type: 'message_start', message: { id: 'msg_1', type: 'message', role: 'assistant', model: SERVED, content: [], stop_reason: null, stop_sequence: null, usage: { input_tokens: 5, output_tokens: 0 } } })}\n\n`
 
+/** response.in_progress as vLLM writes it, right after response.created, before the model runs. */
+const inProgress = event('response.in_progress', { response: { id: 'resp_1', object: 'response', status: 'in_progress', output: [], usage: null }, sequence_number: 1 })
+/** A GenerationError in a Responses stream, as vLLM writes it (OpenAI's ResponseErrorEvent). */
+const RESPONSES_ERROR = event('error', { code: 'internal_error', message: 'CUDA out of memory', param: null, sequence_number: 2 })
 /** A `/v1/messages` stream (max_tokens 500) over an upstream that sends `pieces` (then holds its connection `holdMs`): what the caller read, and the tokens its key was charged. */
 async function messagesStream(pieces: string[], holdMs?: number): Promise<{ text: string; tokens: number }> {
   const upstream = scriptedUpstream(() => pieces, holdMs === undefined ? {} : { holdMs })
@@ -189,6 +193,20 @@ describe('openai-pipe: a Responses or Messages upstream that holds its connectio
     expect(text).toContain('CUDA out of memory')
     expect(tokens).toBe(5)
   })
+
+  // vLLM's responses/serving.py writes response.created and response.in_progress before it runs the model,
+  // and a GenerationError as an `error` event: no output came, so the stream counts its prompt (the
+  // estimate: no event holds vLLM's count), not the reserved max_output_tokens.
+  it('a Responses stream whose response.created and response.in_progress are followed by an error counts its prompt only', async () => {
+    const upstream = scriptedUpstream(() => [created, inProgress, RESPONSES_ERROR])
+    const h = harness({ models: MODELS, fetch: upstream.fetch, quota: { now: () => Date.UTC(2026, 0, 1, 12, 0, 30) } }, createRunpodEmulator({ apiKey: RUNPOD_KEY }))
+    const { key } = await h.createKey({ name: 'responses', quota: { tokensPerMinute: 100_000 } })
+    const res = await h.fetch('/v1/responses', authed(key, JSON.stringify({ model: 'held', input: 'Hi', max_output_tokens: 500, stream: true })))
+    expect(await res.text()).toContain('CUDA out of memory')
+    await h.settle()
+    const report = (await (await h.fetch('/v1/usage', authed(key))).json()) as { windows: { minute: { tokens: number } } }
+    expect(report.windows.minute.tokens).toBeLessThan(10)
+  })
 })
 
 describe('native job streams of a dialect (current worker: SSE text cut anywhere)', () => {
@@ -245,6 +263,16 @@ describe('native job streams of a dialect (current worker: SSE text cut anywhere
     await h.settle()
     const report = (await (await h.fetch('/v1/usage', authed(key))).json()) as { windows: { minute: { tokens: number } } }
     expect(report.windows.minute.tokens).toBe(5)
+  })
+
+  it('a Responses job whose response.created and response.in_progress are followed by an error counts its prompt only', async () => {
+    const h = jobUpstream([created + inProgress, RESPONSES_ERROR])
+    const { key } = await h.createKey({ name: 'failed', quota: { tokensPerMinute: 100_000 } })
+    const res = await h.fetch('/v1/responses', authed(key, JSON.stringify({ model: 'native', input: 'Hi', max_output_tokens: 500, stream: true })))
+    expect(await res.text()).toContain('CUDA out of memory')
+    await h.settle()
+    const report = (await (await h.fetch('/v1/usage', authed(key))).json()) as { windows: { minute: { tokens: number } } }
+    expect(report.windows.minute.tokens).toBeLessThan(10)
   })
 
   it('a job that FAILS mid-event ends with an error event of its own', async () => {

@@ -5,6 +5,7 @@
  */
 import { createParser } from 'eventsource-parser'
 import { GatewayError } from '../errors/index.ts'
+import { BEFORE_OUTPUT } from './dialects.ts'
 import type { Dialect, StreamEnding } from './dialects.ts'
 import type { NativeStreamDecoder } from './native-decoder.ts'
 import type { Usage } from './openai-chunks.ts'
@@ -31,13 +32,13 @@ export function wasRelayed(error: unknown): boolean {
 export function createDialectDecoder(options: DialectDecoderOptions): NativeStreamDecoder {
   const { dialect } = options
   const ending: StreamEnding = { done: false }
-  /** An event other than message_start came before any error (as the pipe's tail reads it). */
+  /** An event other than those `BEFORE_OUTPUT` names came before any error (as the pipe's tail reads it). */
   let output = false
   const parser = createParser({
     onEvent(event) {
       options.onEvent?.()
       dialect.read(event, ending)
-      output ||= !ending.error && event.event !== 'message_start'
+      output ||= !ending.error && !BEFORE_OUTPUT.test(event.event ?? '')
     },
     onError: refuseOversizedEvent,
     maxBufferSize: DEFAULT_MAX_EVENT_CHARS,
@@ -53,8 +54,9 @@ export function createDialectDecoder(options: DialectDecoderOptions): NativeStre
       options.onText(text)
     },
     finish() {
-      // A Messages stream that failed before any token: its prompt's count is what it cost.
-      const usage = ending.usage ?? (output ? undefined : ending.prompt)
+      // A stream that failed before any token: its prompt is what it cost, message_start's count, else (a
+      // Responses stream's events hold none) the quota's estimate, which a count of 0 stands for.
+      const usage = ending.usage ?? (output ? undefined : (ending.prompt ?? { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 }))
       if (usage) options.onUsage?.(usage)
       if (ending.error) {
         relayed.add(ending.error)

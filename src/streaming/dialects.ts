@@ -98,6 +98,13 @@ const MESSAGES_DIALECT: Dialect = {
   doneAtEnd: OPENAI_DIALECT.doneAtEnd,
 }
 
+/**
+ * Events vLLM writes before the model's first token: Messages' `message_start` (with the chat stream's
+ * role chunk), Responses' `response.created` and `response.in_progress` (before the model runs). A
+ * stream that fails after them produced no output: it costs its prompt, not its reservation.
+ */
+export const BEFORE_OUTPUT = /^(?:message_start|response\.(?:created|in_progress))$/
+
 export const DIALECTS: Readonly<Record<StreamDialect, Dialect>> = { responses: RESPONSES_DIALECT, messages: MESSAGES_DIALECT }
 
 /**

@@ -35,7 +35,7 @@
  */
 import { createParser } from 'eventsource-parser'
 import { GatewayError } from '../errors/index.ts'
-import { OPENAI_DIALECT } from './dialects.ts'
+import { BEFORE_OUTPUT, OPENAI_DIALECT } from './dialects.ts'
 import type { Dialect, StreamEnding } from './dialects.ts'
 import type { Usage } from './openai-chunks.ts'
 import type { RelayOutcome } from './openai-relay.ts'
@@ -538,7 +538,7 @@ function byobReader(stream: ReadableStream<Uint8Array>): ReadableStreamBYOBReade
 
 /**
  * How the answer ended, as its last events tell: `[DONE]`, the usage, any vLLM error event; `output`: an
- * event other than `message_start` came before any error (or the tail was cut: more came), so the answer started.
+ * event other than those `BEFORE_OUTPUT` names came before any error (or the tail was cut: more came), so the answer started.
  */
 type TailEnd = StreamEnding & { output?: boolean }
 
@@ -563,8 +563,7 @@ export function readTail(chunks: readonly Uint8Array[], whole: boolean, dialect:
   createParser({
     onEvent(event) {
       dialect.read(event, end)
-      // A Messages stream's message_start comes with the chat stream's role chunk, before any token.
-      end.output ||= !end.error && event.event !== 'message_start'
+      end.output ||= !end.error && !BEFORE_OUTPUT.test(event.event ?? '')
     },
   }).feed(text)
   // A Messages stream that failed before any token: its prompt's count is what it cost.
