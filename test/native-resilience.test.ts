@@ -88,6 +88,22 @@ describe('native streams: polls', () => {
     expect(events.at(-1)?.event).toBe('done')
   })
 
+  it.each(['openai stream', 'job event stream'])('refused polls asked again count within the poll budget, never past it (%s)', async (surface) => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY, endpoints: { vllmcurrent: { fault: { kind: 'http', status: 429, ops: ['stream'] } } } })
+    const h = harness({ runpod: { apiKey: RUNPOD_KEY, baseUrl: 'http://emulator.test/v2', maxPollsPerStream: 2 } }, emulator)
+    const { key } = await h.createKey()
+    const content = 'x [[emulator:tokens=5]]'
+    if (surface === 'openai stream') {
+      await (await h.fetch('/v1/chat/completions', post(key, chat('chat-current', content, { stream: true })))).text()
+    } else {
+      const { id } = (await (await h.fetch('/v2/chat-current/run', post(key, { input: { messages: [{ role: 'user', content }], stream: true } }))).json()) as { id: string }
+      await (await h.fetch(`/v2/chat-current/stream/${id}`, { headers: { authorization: `Bearer ${key}`, accept: 'text/event-stream' } })).text()
+    }
+    await h.settle()
+    // Every poll Runpod refused was a subrequest: asking again must not make 2 polls 4 or more.
+    expect(emulator.calls.filter((call) => call.op === 'stream').length).toBe(2)
+  })
+
   it('a job that FAILED reports the handler\'s message on a stream as it does on a JSON answer', async () => {
     const h = harness()
     const { key } = await h.createKey()

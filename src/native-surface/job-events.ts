@@ -142,7 +142,7 @@ export function jobEventStream(options: JobEventsOptions): Response {
   }
 
   async function liveStep(): Promise<void> {
-    const page = await streamPage(client, job.endpoint, job.upstreamId, { waitMs, ...(signal ? { signal } : {}), onRetry: () => polls++ })
+    const page = await streamPage(client, job.endpoint, job.upstreamId, { waitMs, ...(signal ? { signal } : {}), onRetry: () => ++polls <= maxPolls })
     noteStatus(page.status)
     for (const item of page.stream) send(event('output', text.push(item.output), ++sent))
     if (isTerminal(page.status)) {

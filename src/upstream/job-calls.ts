@@ -54,35 +54,35 @@ export async function cancelJob(client: RunpodClient, endpoint: Endpoint, id: st
 
 /**
  * One `/stream` page, asked again (up to POLL_TRIES in all) while Runpod refuses the poll with a 429 or
- * a 5xx; `onRetry` counts each extra poll against the caller's budget. Throws the last refusal, or at
- * once any other failure.
+ * a 5xx and `onRetry` (which counts each extra poll against the caller's budget) answers true. Throws the
+ * last refusal, or at once any other failure.
  */
 export function streamPage(
   client: RunpodClient,
   endpoint: Endpoint,
   id: string,
-  options: { waitMs?: number; signal?: AbortSignal; onRetry?: () => void },
+  options: { waitMs?: number; signal?: AbortSignal; onRetry?: () => boolean },
 ): Promise<JobStream> {
   return polled(() => client.stream(endpoint, id, { ...(options.waitMs === undefined ? {} : { waitMs: options.waitMs }), ...(options.signal ? { signal: options.signal } : {}) }), options)
 }
 
 /**
  * One poll of a job (`ask`), asked again (up to POLL_TRIES in all) while Runpod refuses it with a 429 or
- * a 5xx; `onRetry` counts each extra poll. Throws the last refusal, or at once any other failure.
+ * a 5xx; `onRetry` counts each extra poll, and false (the caller's poll budget is spent) asks no more.
+ * Throws the last refusal, or at once any other failure.
  *
  * @example
  * job = await polled(() => client.status(endpoint, job.id, { signal }), { signal })
  */
-export async function polled<T>(ask: () => Promise<T>, options: { signal?: AbortSignal | undefined; onRetry?: () => void }): Promise<T> {
+export async function polled<T>(ask: () => Promise<T>, options: { signal?: AbortSignal | undefined; onRetry?: () => boolean }): Promise<T> {
   for (let tried = 1; ; tried++) {
     try {
       return await ask()
     } catch (error) {
       const status = statusOf(error)
-      if (status === undefined || (status !== 429 && status < 500) || tried >= POLL_TRIES || options.signal?.aborted) throw error
+      if (status === undefined || (status !== 429 && status < 500) || tried >= POLL_TRIES || options.signal?.aborted || options.onRetry?.() === false) throw error
       await sleep(delayFor(error, tried), options.signal)
       if (options.signal?.aborted) throw error
-      options.onRetry?.()
     }
   }
 }

@@ -254,7 +254,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
       const wait = Math.max(attempt.emptyDelay, attempt.lastPollAt + pace(attempt) - Date.now())
       if (wait > 0) await sleep(wait, pollSignal)
       const begun = (attempt.lastPollAt = Date.now())
-      let page = await streamPage(client, attempt.endpoint, attempt.jobId, { waitMs, signal: pollSignal, onRetry: () => polls++ })
+      let page = await streamPage(client, attempt.endpoint, attempt.jobId, { waitMs, signal: pollSignal, onRetry: () => ++polls <= runpod.maxPollsPerStream })
       // `/stream` answers carry no `error`: one `/status` call fetches the handler's message.
       if (isTerminal(page.status) && page.status !== 'COMPLETED' && page.error === undefined) {
         const state = await client.status(attempt.endpoint, attempt.jobId, { signal: pollSignal }).catch(() => undefined)
