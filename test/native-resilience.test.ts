@@ -104,6 +104,63 @@ describe('native streams: polls', () => {
     expect(emulator.calls.filter((call) => call.op === 'stream').length).toBe(2)
   })
 
+  /** A Runpod that hands out at most 2 items a `/stream` page, reporting the job's status even while items wait. */
+  function pagedStream(emulator: ReturnType<typeof createRunpodEmulator>): GatewayOptions['fetch'] {
+    const held = new Map<string, unknown[]>()
+    return async (input, init) => {
+      const request = new Request(input, init)
+      const response = await emulator.fetch(request)
+      const job = /\/stream\/([^/?]+)/.exec(new URL(request.url).pathname)?.[1]
+      if (!job) return response
+      const page = (await response.json()) as { stream: unknown[] }
+      const items = [...(held.get(job) ?? []), ...page.stream]
+      held.set(job, items.slice(2))
+      return Response.json({ ...page, stream: items.slice(0, 2) })
+    }
+  }
+
+  it.each(['openai stream', 'job event stream'])('a terminal /stream page that is not the last loses no output: podgate polls on, as runpod-python does (%s)', async (surface) => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    const h = harness({ fetch: pagedStream(emulator) }, emulator)
+    const { key } = await h.createKey()
+    const content = 'paged [[emulator:tokens=40]]'
+    if (surface === 'openai stream') {
+      const events = await readSSE(await h.fetch('/v1/chat/completions', post(key, chat('chat-classic', content, { stream: true, max_tokens: 100, stream_options: { include_usage: true } }))))
+      expect(events.at(-1)).toBe('[DONE]')
+      // Classic items carry the cumulative usage: a cut answer would report the tokens of its first page (1 + 3).
+      expect((events.at(-2) as { usage: { completion_tokens: number } }).usage.completion_tokens).toBe(40)
+      return
+    }
+    const { id } = (await (await h.fetch('/v2/chat-classic/run', post(key, { input: { messages: [{ role: 'user', content }], stream: true, sampling_params: { max_tokens: 100 } } }))).json()) as { id: string }
+    const events: EventSourceMessage[] = []
+    const parser = createParser({ onEvent: (event) => events.push(event) })
+    parser.feed(await (await h.fetch(`/v2/chat-classic/stream/${id}`, { headers: { authorization: `Bearer ${key}`, accept: 'text/event-stream' } })).text())
+    const status = (await (await h.fetch(`/v2/chat-classic/status/${id}`, post(key, {}))).json()) as { output: unknown[] }
+    expect(events.at(-1)?.event).toBe('done')
+    expect(events.filter((event) => event.event === 'output')).toHaveLength(status.output.length)
+    expect(status.output.length).toBeGreaterThan(2)
+  })
+
+  it('a local server that forgets a streamed job (FAILED "Job ID not found" on the next poll) still ends the answer COMPLETED', async () => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    const streamed = new Set<string>()
+    const h = harness({
+      fetch: async (input, init) => {
+        const request = new Request(input, init)
+        const job = /\/stream\/([^/?]+)/.exec(new URL(request.url).pathname)?.[1]
+        if (job && streamed.has(job)) return Response.json({ id: job, status: 'FAILED', error: 'Job ID not found' })
+        const response = await emulator.fetch(request)
+        if (!job) return response
+        const page = (await response.json()) as { status: string }
+        if (page.status === 'COMPLETED') streamed.add(job)
+        return Response.json(page)
+      },
+    }, emulator)
+    const { key } = await h.createKey()
+    const events = await readSSE(await h.fetch('/v1/chat/completions', post(key, chat('chat-current', 'local [[emulator:tokens=9]]', { stream: true, max_tokens: 100 }))))
+    expect(events.at(-1)).toBe('[DONE]')
+  })
+
   it('a job that FAILED reports the handler\'s message on a stream as it does on a JSON answer', async () => {
     const h = harness()
     const { key } = await h.createKey()

@@ -11,7 +11,7 @@
  */
 import { GatewayError } from '../errors/index.ts'
 import { sleep } from './retry.ts'
-import { UpstreamStatus } from './runpod/client.ts'
+import { isTerminal, UpstreamStatus } from './runpod/client.ts'
 import type { Endpoint, JobStream, RunpodClient } from './runpod/client.ts'
 
 /** Tries of one cancel, in all. */
@@ -56,14 +56,26 @@ export async function cancelJob(client: RunpodClient, endpoint: Endpoint, id: st
  * One `/stream` page, asked again (up to POLL_TRIES in all) while Runpod refuses the poll with a 429 or
  * a 5xx and `onRetry` (which counts each extra poll against the caller's budget) answers true. Throws the
  * last refusal, or at once any other failure.
+ *
+ * A terminal page that held items is followed by more polls until one holds none, their items added to
+ * it: runpod-python's `stream()` does so, as a terminal page need not hand out a job's last items.
  */
-export function streamPage(
+export async function streamPage(
   client: RunpodClient,
   endpoint: Endpoint,
   id: string,
   options: { waitMs?: number; signal?: AbortSignal; onRetry?: () => boolean },
 ): Promise<JobStream> {
-  return polled(() => client.stream(endpoint, id, { ...(options.waitMs === undefined ? {} : { waitMs: options.waitMs }), ...(options.signal ? { signal: options.signal } : {}) }), options)
+  const ask = (waitMs = 0) => polled(() => client.stream(endpoint, id, { waitMs, ...(options.signal ? { signal: options.signal } : {}) }), options)
+  const page = await ask(options.waitMs)
+  while (isTerminal(page.status) && page.stream.length > 0 && options.onRetry?.() !== false) {
+    // No `?wait=`: the job has ended. A failed follow-up, or runpod-python's local server (it forgets a
+    // streamed job: FAILED "Job ID not found", no items), ends with what the pages held.
+    const more = (await ask().catch(() => undefined))?.stream ?? []
+    if (more.length === 0) break
+    page.stream.push(...more)
+  }
+  return page
 }
 
 /**
