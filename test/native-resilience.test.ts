@@ -286,6 +286,33 @@ describe('native jobs: refused polls and late failures', () => {
     })
   }
 
+  for (const stream of [true, false]) {
+    it(`a job someone else CANCELLED before any output is not run again: the caller gets the error, and no tokens are charged (stream: ${stream})`, async () => {
+      const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY, endpoints: { coldbadclassic: { coldStartMs: 800 } } })
+      const h = harness({ models }, emulator)
+      const { key } = await h.createKey({ name: 'cancelled', quota: { tokensPerDay: 100_000 } })
+      const answer = h.fetch('/v1/chat/completions', post(key, { model: 'two', max_tokens: 50, stream, messages: [{ role: 'user', content: 'x [[emulator:tokens=5]]' }] }))
+      let job: string | undefined
+      for (let i = 0; i < 50 && !job; i++) {
+        await pause(20)
+        job = emulator.calls.find((c) => c.op === 'run')?.jobId
+      }
+      // An operator cancels the queued job in Runpod's console (or Runpod does).
+      const cancelled = await emulator.fetch(new Request(`http://emulator.test/v2/coldbadclassic/cancel/${job}`, { method: 'POST', headers: { authorization: `Bearer ${RUNPOD_KEY}` } }))
+      expect(((await cancelled.json()) as { status: string }).status).toBe('CANCELLED')
+      const res = await answer
+      const text = await res.text()
+      await h.settle()
+      expect(emulator.calls.filter((c) => c.op === 'run').map((c) => c.endpointId)).toEqual(['coldbadclassic'])
+      // Past ttftBudgetMs a stream is open: the error comes as its last event, in OpenAI's format.
+      if (stream && res.status === 200) expect(text).toContain('"code":"upstream_error"')
+      else expect(res.status).toBe(502)
+      expect(text).toContain('cancelled upstream')
+      const usage = (await (await h.fetch('/v1/usage', { headers: { authorization: `Bearer ${key}` } })).json()) as { windows: { day: { tokens: number } } }
+      expect(usage.windows.day.tokens).toBe(0)
+    })
+  }
+
   it('a job that COMPLETED with a stream podgate could not read is not run again: it ran to the end, and a second run bills it twice', async () => {
     const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
     // A handler that returns its answer instead of yielding it: `/stream` carries nothing, the job COMPLETED.

@@ -16,10 +16,9 @@ import { createDialectDecoder, wasRelayed } from '../streaming/dialect-decoder.t
 import { DIALECTS, OPENAI_DIALECT } from '../streaming/dialects.ts'
 import type { NativeStreamDecoder } from '../streaming/native-decoder.ts'
 import { DONE, encodeSSEData } from '../streaming/openai-chunks.ts'
-import { jobFailure } from './native.ts'
-import { isRefusal } from '../streaming/vllm.ts'
+import { failedOver, jobFailure } from './native.ts'
 import { cancelJob, streamPage } from './job-calls.ts'
-import { retryableFailure, sleep } from './retry.ts'
+import { sleep } from './retry.ts'
 import { isTerminal } from './runpod/client.ts'
 import type { Endpoint, JobStream } from './runpod/client.ts'
 import { completionId, SSE_HEADERS } from './types.ts'
@@ -318,9 +317,8 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
           winnerFailed(attempt)
           throw error
         }
-        // Nothing of this attempt reached the caller: another endpoint may run the request afresh, unless
-        // the job COMPLETED (it ran to the end, billed; its output was unreadable, and a rerun bills it twice).
-        const failure = result.ok && result.page.status !== 'COMPLETED' && !isRefusal(error) ? retryableFailure(toGatewayError(error)) : error
+        // Nothing of this attempt reached the caller: another endpoint may run the request afresh (see `failedOver`).
+        const failure = result.ok ? failedOver(result.page.status, toGatewayError(error)) : error
         drop(attempt)
         if (live.size > 0) {
           plan.recordFailure(failure, attempt.endpoint)

@@ -86,10 +86,19 @@ export async function nativeJson(call: CompletionCall): Promise<Response> {
   return Response.json(body)
 }
 
-/** A job that ended without output: retried on the next endpoint, unless vLLM refused the request. */
+/** A job that ended without output: retried on the next endpoint, unless `failedOver` says otherwise. */
 export function failedJob(job: Pick<JobStatus, 'status' | 'error'>): GatewayError {
-  const failure = jobFailure(job)
-  return isRefusal(failure) ? failure : retryableFailure(failure)
+  return failedOver(job.status, jobFailure(job))
+}
+
+/**
+ * `failure`, of a job that ended with `status` before any output, marked to be run on the next endpoint
+ * unless vLLM refused the request, the job COMPLETED (it ran to the end, billed: a rerun bills it twice)
+ * or someone (an operator, Runpod) CANCELLED it: podgate cancels only jobs it gave up on, and a job
+ * stopped on purpose is not started again elsewhere.
+ */
+export function failedOver(status: string, failure: GatewayError): GatewayError {
+  return isRefusal(failure) || status === 'COMPLETED' || status === 'CANCELLED' ? failure : retryableFailure(failure)
 }
 
 function refusalIn(output: unknown): GatewayError | undefined {
