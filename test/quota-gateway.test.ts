@@ -199,6 +199,21 @@ describe('quota stage', () => {
     expect((await usageOf(h, key)).windows?.day).toMatchObject({ requests: 1, tokens: 0 })
   })
 
+  it.each(['chat-current', 'chat-classic'])('%s: a native stream that breaks after output is charged what it produced, not its whole reservation', async (model) => {
+    const { h } = clockedHarness()
+    const { key } = await h.createKey({ name: 'q', quota: { tokensPerMinute: 5000, strict: true } })
+    const content = 'Break [[emulator:tokens=20,fault=mid_stream,after=5]]'
+    const events = await readSSE(await chat(h, key, content, { stream: true }, model))
+    expect(events.at(-1)).not.toBe('[DONE]')
+    const prompt = Math.ceil(content.length / 4)
+    const { tokens } = await minuteOf(h, key)
+    // A current worker's shorthand reports no usage: the prompt estimate plus the 5 tokens counted, as a
+    // completed one is charged. Classic items report usage as they go: the last one counts.
+    if (model === 'chat-current') expect(tokens).toBe(prompt + 5)
+    else expect(tokens).toBeGreaterThan(5)
+    expect(tokens).toBeLessThan(prompt + 100)
+  })
+
   it('holds strict concurrent streams to the limit until a stream ends', async () => {
     const { h } = clockedHarness()
     const { key } = await h.createKey({ name: 'q', quota: { maxConcurrentStreams: 1, strict: true } })
@@ -225,6 +240,8 @@ describe('quota stage', () => {
     const error = new GatewayError('upstream_error', 'x')
     expect(tokensToCharge({ ok: false, error, producedOutput: true, usage: { prompt_tokens: 5, completion_tokens: 3, total_tokens: 8 } }, 90)).toBe(8)
     expect(tokensToCharge({ ok: false, error, producedOutput: false }, 90)).toBe(0)
+    // A cut answer whose output podgate counted (none reported) is charged as a completed one.
+    expect(tokensToCharge({ ok: false, error, producedOutput: true, estimate }, 90, 10)).toBe(22)
     // A coalesced twin's end is not its own call: free, whatever reached its caller.
     expect(tokensToCharge({ ok: false, error, producedOutput: true, cached: true }, 90, 10)).toBe(0)
   })
@@ -334,9 +351,8 @@ describe('coalesced twins', () => {
     await Promise.all([leader, ...twins].map((r) => r.text()))
     const minute = await minuteOf(h, key)
     expect(minute.requests).toBe(4)
-    // One upstream call broke after 5 tokens. The leader may keep its own reservation (docs/quotas.md: "a
-    // failure after some output counts the usage reported, else keeps the reservation"), but the three
-    // twins spent no GPU time: the key must not be charged 4 x (prompt + 2000).
+    // One upstream call broke after 5 tokens. The leader is charged what it produced (docs/quotas.md), and
+    // the three twins spent no GPU time: the key must not be charged 4 x (prompt + 2000).
     expect(minute.tokens).toBeLessThan(2 * 2000)
   })
 

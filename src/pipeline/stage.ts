@@ -35,9 +35,9 @@ export type CompletionOutcome =
    * `producedOutput`: some of the answer reached the caller before the failure. `reachedUpstream`: the
    * caller went away after the request reached the upstream, so the prompt was processed and is paid for.
    * `refused`: a later stage refused the request before it went upstream (the key's quota, after a
-   * token's own): it counts as never made.
+   * token's own): it counts as never made. `estimate`: as on success, podgate's count of the output so far.
    */
-  | { ok: false; error: GatewayError; producedOutput: boolean; usage?: TokenUsage; reachedUpstream?: boolean; refused?: boolean; cached?: boolean }
+  | { ok: false; error: GatewayError; producedOutput: boolean; usage?: TokenUsage; estimate?: TokenUsage; reachedUpstream?: boolean; refused?: boolean; cached?: boolean }
 
 export interface CompletionContext {
   c: Context<GatewayEnv>

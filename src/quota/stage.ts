@@ -7,7 +7,8 @@
  * upstream reported none, the prompt estimate plus the output podgate counted (`estimate`); a
  * failure before any output refunds the tokens, unless the caller hung up after the prompt reached the
  * upstream (then the prompt and any reported output count); a failure after some output counts what
- * the upstream reported, else keeps the reservation. Requests are never refunded once they went upstream;
+ * the upstream reported (or, as on success, the prompt estimate plus the output counted), else keeps the
+ * reservation. Requests are never refunded once they went upstream;
  * one that a later stage refused before that (the key's quota, after a token's own) is taken back.
  * A key with no limits costs one policy merge and no store access.
  */
@@ -90,7 +91,7 @@ export function estimateTokens(request: NormalizedRequest): number {
  */
 export function tokensToCharge(outcome: CompletionOutcome, reserved: number, promptEstimate = 0): number {
   if (outcome.cached) return 0
-  const usage = outcome.usage ?? (outcome.ok ? outcome.estimate : undefined)
+  const usage = outcome.usage ?? outcome.estimate
   if (outcome.ok || outcome.producedOutput) return usage ? charged(usage, promptEstimate) : reserved
   if (outcome.reachedUpstream) return usage ? charged(usage, promptEstimate) : promptEstimate
   return 0

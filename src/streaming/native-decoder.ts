@@ -54,6 +54,12 @@ export interface NativeStreamDecoder {
   push(item: unknown): void
   /** The job reached COMPLETED: emits the closing chunks, or throws if the answer is incomplete. */
   finish(): void
+  /**
+   * The answer broke off before `finish()`: reports the usage so far through `onUsage` unless reported
+   * already (a classic worker's last count, else podgate's, flagged `estimated`), so a cut answer is
+   * charged what it produced.
+   */
+  cut?(): void
 }
 
 interface ClassicItem {
@@ -171,19 +177,22 @@ export function createNativeStreamDecoder(options: NativeDecoderOptions): Native
     // Streamed batches give per-choice step counts; a `/runsync`-style item (one full-text token per
     // choice) does not, and only the total across choices is left.
     const perChoiceSteps = classicChoices.some((choice) => choice.steps > 1)
-    let steps = 0
     for (let index = 0; index < classicChoices.length; index++) {
       const state = classicChoices[index] as ClassicChoice
-      steps += state.steps
       const reason = classicFinishReason(state, { choiceCount, total, perChoiceSteps, maxTokens })
       onChunk(kind === 'chat' ? chatChunk(index, {}, reason) : textChunk(index, '', reason))
     }
+    reportSoFar()
+  }
+
+  /** The usage known so far: classic items' last `usage`, else podgate's count (classic steps, SSE content deltas). */
+  function reportSoFar(): void {
     if (classicUsage) {
       const { input, output } = classicUsage
-      reportUsage({ prompt_tokens: input, completion_tokens: output, total_tokens: input + output }, false)
-    } else {
-      reportUsage({ prompt_tokens: 0, completion_tokens: steps, total_tokens: steps }, true)
+      return reportUsage({ prompt_tokens: input, completion_tokens: output, total_tokens: input + output }, false)
     }
+    const counted = shape === 'classic' ? classicChoices.reduce((steps, choice) => steps + choice.steps, 0) : contentDeltas
+    reportUsage({ prompt_tokens: 0, completion_tokens: counted, total_tokens: counted }, true)
   }
 
   function acceptEvent(event: EventSourceMessage): void {
@@ -248,7 +257,7 @@ export function createNativeStreamDecoder(options: NativeDecoderOptions): Native
     if (!sawDone || done === 0 || open > 0) {
       throw new GatewayError('upstream_error', 'The model stream ended before the model finished.')
     }
-    if (!usageReported) reportUsage({ prompt_tokens: 0, completion_tokens: contentDeltas, total_tokens: contentDeltas }, true)
+    reportSoFar()
   }
 
   function reportUsage(usage: Usage, estimated: boolean): void {
@@ -265,7 +274,7 @@ export function createNativeStreamDecoder(options: NativeDecoderOptions): Native
     return { id, object: 'text_completion', created, model, choices: [{ index, text, logprobs: null, finish_reason: reason }] }
   }
 
-  return { push, finish }
+  return { push, finish, cut: reportSoFar }
 }
 
 /**

@@ -85,7 +85,8 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
   let closed = false
   let opened = false
   let producedOutput = false
-  let usage: TokenUsage | undefined
+  /** The attempt whose output reached the caller. */
+  let won: Attempt | undefined
   let polls = 0
   /** A job was queued upstream: the prompt reached a worker. */
   let launched = false
@@ -337,7 +338,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
     openResponse()
     if (attempt.pending.length > 0) emitText(attempt.pending)
     attempt.pending = ''
-    usage = attempt.usage
+    won = attempt
   }
 
   /** The next poll result of any live attempt, or undefined after `ms`. */
@@ -354,6 +355,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
   async function streamRest(winner: Attempt): Promise<void> {
     for (const other of [...live]) if (other !== winner) drop(other)
     plan.succeeded(winner.endpoint)
+    won = winner
     const totalDeadline = started + timeouts.totalMs
     let lastOutput = Date.now()
     for (;;) {
@@ -363,7 +365,6 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
         winner.pending = ''
         lastOutput = Date.now()
       }
-      usage = winner.usage
       if (winner.completed) break
       if (signal.aborted) throw new GatewayError('upstream_error', 'The caller went away.')
       const now = Date.now()
@@ -386,6 +387,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
       }
       if (winner.pending.length === 0) heartbeat()
     }
+    const { usage } = winner
     call.settle({ ok: true, usage, estimate: winner.estimate })
     // A dialect's stream ends with its own last event, relayed already.
     if (!dialect) {
@@ -405,8 +407,10 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
       const gone = callerGone.signal.aborted || call.signal?.aborted === true
       const failure = gone ? new GatewayError('upstream_error', 'The caller went away.') : toGatewayError(error)
       for (const attempt of [...live]) drop(attempt)
-      // A caller who hangs up once a job ran has had its prompt processed: quota charges it.
-      call.settle({ ok: false, error: failure, producedOutput, usage, ...(gone && launched ? { reachedUpstream: true } : {}) })
+      // A caller who hangs up once a job ran has had its prompt processed: quota charges it. A cut answer
+      // is charged what it produced: the worker's usage so far, else podgate's count.
+      won?.decoder.cut?.()
+      call.settle({ ok: false, error: failure, producedOutput, usage: won?.usage, estimate: won?.estimate, ...(gone && launched ? { reachedUpstream: true } : {}) })
       if (!opened) return refuse(failure)
       if (!wasRelayed(failure)) emit(encoder.encode(`${atEventBoundary() ? '' : '\n\n'}${(dialect ?? OPENAI_DIALECT).errorEvent(failure)}`))
       if (!closed) {
