@@ -183,6 +183,33 @@ describe('vLLM routes: an image reserves what it does on chat', () => {
   })
 })
 
+describe('vLLM routes: counting tokens costs a request, no tokens', () => {
+  // 40,000 characters: 10,000 tokens as text, more than the key's whole minute.
+  const text = 'word '.repeat(8_000)
+  const bodies: Record<string, Record<string, unknown>> = {
+    'messages/count_tokens': { model: 'openai', messages: [{ role: 'user', content: text }] },
+    tokenize: { model: 'openai', prompt: text },
+    detokenize: { model: 'openai', tokens: Array.from({ length: 12_000 }, (_, i) => i) },
+  }
+
+  it.each(Object.keys(bodies))('/v1/%s of a body larger than a 5,000 tokens-a-minute key\'s limit is admitted and charged no tokens (only the tokenizer runs)', async (route) => {
+    const { h, calls } = setup()
+    const { key } = await h.createKey({ name: 'counting', quota: { tokensPerMinute: 5_000 } })
+    const res = await h.fetch(`/v1/${route}`, authed(key, JSON.stringify(bodies[route])))
+    expect(res.status, await res.clone().text()).toBe(200)
+    expect(calls.length).toBeGreaterThan(0)
+    expect(await usageOf(h, key)).toEqual(expect.objectContaining({ requests: 1, tokens: 0 }))
+  })
+
+  it('a route that runs the model (/v1/score) still reserves its input', async () => {
+    const { h, calls } = setup()
+    const { key } = await h.createKey({ name: 'counting', quota: { tokensPerMinute: 5_000 } })
+    const res = await h.fetch('/v1/score', authed(key, JSON.stringify({ model: 'openai', text_1: text, text_2: 'b' })))
+    expect(res.status).toBe(429)
+    expect(calls).toHaveLength(0)
+  })
+})
+
 describe('vLLM routes: refusals, in the route\'s shape, with nothing sent upstream', () => {
   it('an output cap over the model\'s maxTokensCap, or not an integer, is a 400 naming the field', async () => {
     const { h, calls } = setup()

@@ -18,7 +18,10 @@ export type StreamDialect = 'responses' | 'messages'
 export interface VllmRoute {
   /** vLLM's path: what `openai_route` names, and what follows `/openai` on Runpod's OpenAI route. */
   path: string
-  /** The kind a model must accept (`kinds` in its config) to be called on this route, if any. */
+  /**
+   * The kind a model must accept (`kinds` in its config) to be called on this route. Routes without one
+   * (`count_tokens`, `/tokenize`, `/detokenize`) run only the tokenizer: they cost a request, no tokens.
+   */
   kind?: RequestKind
   /** Set on routes that generate: the body's output cap field and the stream's dialect. */
   generates?: { maxField: 'max_output_tokens' | 'max_tokens'; dialect: StreamDialect }
@@ -70,7 +73,7 @@ export function normalizeRouteRequest(body: Record<string, unknown>, model: Mode
     body: forwarded,
     shorthand: false,
     sampling: { max_tokens: maxTokens },
-    estimate: { promptTokens: promptTokensOf(body), sequences: generates ? 1 : 0 },
+    estimate: { promptTokens: route.kind ? promptTokensOf(body) : 0, sequences: generates ? 1 : 0 },
     route,
   }
 }
