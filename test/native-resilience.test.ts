@@ -88,7 +88,7 @@ describe('native streams: polls', () => {
     expect(events.at(-1)?.event).toBe('done')
   })
 
-  it.each(['openai stream', 'job event stream'])('refused polls asked again count within the poll budget, never past it (%s)', async (surface) => {
+  it.each(['openai stream', 'job event stream'])('refused polls asked again count within the poll budget, never past it, and a job event stream then pauses (%s)', async (surface) => {
     const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY, endpoints: { vllmcurrent: { fault: { kind: 'http', status: 429, ops: ['stream'] } } } })
     const h = harness({ runpod: { apiKey: RUNPOD_KEY, baseUrl: 'http://emulator.test/v2', maxPollsPerStream: 2 } }, emulator)
     const { key } = await h.createKey()
@@ -97,7 +97,10 @@ describe('native streams: polls', () => {
       await (await h.fetch('/v1/chat/completions', post(key, chat('chat-current', content, { stream: true })))).text()
     } else {
       const { id } = (await (await h.fetch('/v2/chat-current/run', post(key, { input: { messages: [{ role: 'user', content }], stream: true } }))).json()) as { id: string }
-      await (await h.fetch(`/v2/chat-current/stream/${id}`, { headers: { authorization: `Bearer ${key}`, accept: 'text/event-stream' } })).text()
+      const events = await (await h.fetch(`/v2/chat-current/stream/${id}`, { headers: { authorization: `Bearer ${key}`, accept: 'text/event-stream' } })).text()
+      // The job goes on: the caller is told to reconnect (EventSource does), not that it failed.
+      expect(events).toContain('event: pause')
+      expect(events).not.toContain('event: error')
     }
     await h.settle()
     // Every poll Runpod refused was a subrequest: asking again must not make 2 polls 4 or more.

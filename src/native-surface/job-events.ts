@@ -90,6 +90,11 @@ export function jobEventStream(options: JobEventsOptions): Response {
     end()
   }
   const text = createItemText(job.kind)
+  const pause = () => {
+    ended = true
+    send(event('pause', { reason: 'poll_budget', resume: 'reconnect with Last-Event-ID' }))
+    close()
+  }
 
   const cancelUpstream = () => {
     if (ended || options.detach) return
@@ -106,11 +111,7 @@ export function jobEventStream(options: JobEventsOptions): Response {
       },
       async pull() {
         try {
-          if (polls >= maxPolls) {
-            ended = true
-            send(event('pause', { reason: 'poll_budget', resume: 'reconnect with Last-Event-ID' }))
-            return close()
-          }
+          if (polls >= maxPolls) return pause()
           polls++
           const started = Date.now()
           if (replay) await replayStep()
@@ -119,6 +120,8 @@ export function jobEventStream(options: JobEventsOptions): Response {
           if (Date.now() - started < minInterval) await sleep(minInterval - (Date.now() - started), signal)
         } catch (error) {
           if (closed || signal?.aborted) return
+          // A refused poll whose retry the budget had no room for: the job goes on, the caller reconnects.
+          if (polls > maxPolls) return pause()
           // podgate lost track of the job (upstream unreachable, job expired); the job itself may go on.
           const failure = toGatewayError(error)
           ended = true
