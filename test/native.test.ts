@@ -7,11 +7,12 @@ import type { EventSourceMessage } from 'eventsource-parser'
 import { Hono } from 'hono'
 import type { Context } from 'hono'
 import { env } from 'cloudflare:test'
-import { describe, expect, it } from 'vitest'
+import { describe, expect, it, vi } from 'vitest'
 import * as podgate from '../src/index.ts'
 import { createRunpodEmulator } from '../src/testing/index.ts'
 import { harness, MODELS, readSome, RUNPOD_KEY } from './helpers.ts'
 import type { Harness } from './helpers.ts'
+import type { GatewayOptions } from '../src/index.ts'
 
 const NATIVE_MODELS = { ...MODELS, 'raw-handler': { endpoints: [{ endpointId: 'rawhandler' }], mode: 'native' as const, passthrough: true } }
 
@@ -494,6 +495,47 @@ describe('cancel on disconnect', () => {
     const abort = new AbortController()
     const answered = h.fetch(`/v2/chat-current/${op}?wait=1000`, { ...post(key, chatInput('forever [[emulator:tokens=400,delay=25]]', { stream: true, sampling_params: { max_tokens: 1000 } })), signal: abort.signal }).catch((error: unknown) => error)
     await queued
+    abort.abort()
+    await answered
+    await h.settle()
+    expect(emulator.calls.filter((c) => c.op === 'cancel')).toHaveLength(1)
+    expect(emulator.activeJobs()).toEqual([])
+  })
+
+  /** A Runpod whose `/runsync` wait runs out at once: it takes the job and answers IN_QUEUE, recording each `?wait=`. */
+  function waitRunsOut(emulator: ReturnType<typeof createRunpodEmulator>, waits: string[]): GatewayOptions['fetch'] {
+    return async (input, init) => {
+      const request = new Request(input, init)
+      const url = new URL(request.url)
+      const op = /\/(runsync|status-sync)\b/.exec(url.pathname)?.[1]
+      if (op) waits.push(`${op} ${url.searchParams.get('wait')}`)
+      if (op !== 'runsync') return emulator.fetch(request)
+      url.pathname = url.pathname.replace(/runsync$/, 'run')
+      return emulator.fetch(new Request(url, request))
+    }
+  }
+
+  it('a runsync wait longer than 25 s waits upstream in legs of at most 25 s (the job id comes back within waitUntil\'s 30 s), and answers the finished job', async () => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    const waits: string[] = []
+    const h = harness({ models: NATIVE_MODELS, fetch: waitRunsOut(emulator, waits) }, emulator)
+    const { key } = await h.createKey()
+    const done = await json(await h.fetch('/v2/chat-classic/runsync?wait=60000', post(key, chatInput('quick [[emulator:tokens=5]]'))))
+    expect(done.status).toBe('COMPLETED')
+    expect(done.output).toHaveLength(1)
+    expect(waits[0]).toBe('runsync 25000')
+    expect(waits.length).toBeGreaterThan(1)
+    expect(waits.slice(1).every((wait) => /^status-sync \d+$/.test(wait) && Number(wait.split(' ')[1]) <= 25_000)).toBe(true)
+  })
+
+  it('a caller who leaves a long runsync wait after its job id came back has the job cancelled at once', async () => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    const waits: string[] = []
+    const h = harness({ models: NATIVE_MODELS, fetch: waitRunsOut(emulator, waits) }, emulator)
+    const { key } = await h.createKey()
+    const abort = new AbortController()
+    const answered = h.fetch('/v2/chat-current/runsync?wait=60000', { ...post(key, chatInput('forever [[emulator:tokens=400,delay=25]]', { stream: true, sampling_params: { max_tokens: 1000 } })), signal: abort.signal }).catch((error: unknown) => error)
+    await vi.waitFor(() => expect(waits.some((wait) => wait.startsWith('status-sync'))).toBe(true))
     abort.abort()
     await answered
     await h.settle()

@@ -49,6 +49,12 @@ export interface NativeRoutesOptions {
 /** Runpod's bounds for `?wait=` on `/runsync` and `/status-sync`. */
 const MIN_WAIT_MS = 1_000
 const MAX_WAIT_MS = 300_000
+/**
+ * Longest single upstream wait of a `/runsync`: a longer one goes on as `/status-sync` waits. Its job's
+ * id comes back within this, inside the 30 s `waitUntil` lives past a caller who left, so that caller's
+ * job is cancelled (a single 90 s wait returned the id too late, and the job ran on, billed).
+ */
+const LEG_MS = 25_000
 
 /**
  * @example
@@ -85,9 +91,20 @@ export function nativeRoutes(options: NativeRoutesOptions): Hono<GatewayEnv> {
       const signal = c.req.raw.signal
       // Not under the caller's signal: a caller who leaves before the job's id reaches it leaves a job no
       // one can find, so its id, once it comes, cancels it (from `waitUntil`, which outlives the caller).
-      const queued = via === 'run' ? client.run(endpoint, request.body) : client.runsync(endpoint, request.body, { waitMs })
+      const deadline = Date.now() + (waitMs ?? 0)
+      const queued = via === 'run' ? client.run(endpoint, request.body) : client.runsync(endpoint, request.body, { waitMs: Math.min(waitMs!, LEG_MS) })
       waitUntilOf(c)(queued.then((job) => (signal.aborted && !isTerminal(job.status) ? cancelJob(client, endpoint, job.id) : undefined), () => undefined))
-      const result = await queued
+      let result = await queued
+      // The rest of a longer wait, under the caller's signal: the id is known, so leaving cancels the job at once.
+      const cancel = () => waitUntilOf(c)(cancelJob(client, endpoint, result.id))
+      signal.addEventListener('abort', cancel)
+      try {
+        for (let left; !isTerminal(result.status) && (left = deadline - Date.now()) >= MIN_WAIT_MS; ) {
+          result = await client.statusSync(endpoint, result.id, { signal, waitMs: Math.min(left, LEG_MS) })
+        }
+      } finally {
+        signal.removeEventListener('abort', cancel)
+      }
       // A COMPLETED `runsync` holds its output: it counts what that reports (or podgate's count of it), else keeps the reservation.
       const normalized = result.status === 'COMPLETED' ? request.normalized : undefined
       ctx.settle({ ok: true, usage: undefined, ...(normalized && reportedUsage(result.output, normalized.kind, normalized.sampling.max_tokens)) })
