@@ -155,6 +155,17 @@ describe('native relay: endings', () => {
     expect(await minute()).toMatchObject({ requests: 2, tokens: 2 * usage.total_tokens })
   })
 
+  // Found in the held-connection review: the pipe took an answer for whole only when the last bytes read
+  // were `[DONE]`, so a proxy's keep-alive comment (or blank line) after it made the timeout cut a whole
+  // answer: podgate's error event after [DONE], and the stream settled as failed.
+  it.each(HELD_TIMEOUTS)('an upstream that sends keep-alives after [DONE] and holds its connection past %s: a whole answer, nothing of podgate\'s after it', async (_name, timeouts) => {
+    const after = ': keep-alive\n\n\n'
+    const { stream, minute } = await setup(scripted(() => [UPSTREAM_SSE, ': keep-alive\n\n', '\n'], { holdMs: 5_000 }), { models: withTimeouts(timeouts) })
+    expect(await (await stream(SERVED, WITH_USAGE)).text()).toBe(UPSTREAM_SSE + after)
+    expect((await readSSE(await stream('renamed', WITH_USAGE))).at(-1)).toBe('[DONE]')
+    expect(await minute()).toMatchObject({ requests: 2, tokens: 2 * usage.total_tokens })
+  })
+
   it('a JavaScript byte stream from a custom fetch that holds its connection after [DONE] and ignores the abort: the timeout still settles it as whole', async () => {
     // docs/passthrough.md: such a body is piped. Here it sends the whole answer, then neither closes nor errors.
     const held = (async () => {

@@ -136,9 +136,9 @@ describe('openai-pipe tailBlocks: a long last event that begins on a 16 KiB bloc
 })
 
 describe('openai-pipe: a Responses or Messages upstream that holds its connection open after its last event', () => {
-  // OpenAI's dialect has `doneAtEnd`, so a stream whose [DONE] was read is never cut by a timeout; the
-  // Responses dialect has none, so the idle timeout cuts an answer that was already whole, appends an
-  // error event after response.completed and settles it as failed.
+  // Found in review: the Responses dialect had no check of its last bytes for its ending, so the idle
+  // timeout cut an answer that was already whole, appended an error event after response.completed and
+  // settled it as failed.
   it('past the idle timeout: a whole answer, nothing written after response.completed, usage from the answer', async () => {
     const pieces = [created, delta('Hel', 1), delta('lo', 2), completed('Hello', 3)]
     const upstream = scriptedUpstream(() => pieces, { holdMs: 3_000 })
@@ -149,6 +149,28 @@ describe('openai-pipe: a Responses or Messages upstream that holds its connectio
     await h.settle()
     const report = (await (await h.fetch('/v1/usage', authed(key))).json()) as { windows: { minute: { tokens: number } } }
     expect(report.windows.minute.tokens).toBe(12)
+  })
+
+  // Found in the held-connection review: a keep-alive comment or a blank line from a proxy after the last
+  // event hid it from the pipe, so the timeout cut the whole answer and wrote podgate's error event after it.
+  it('keep-alives after the last event of a held Responses or Messages stream: whole, nothing of podgate\'s after them, usage from the answer', async () => {
+    const keepAlives = [': keep-alive\n\n', '\n']
+    const responses = [created, delta('Hel', 1), delta('lo', 2), completed('Hello', 3), ...keepAlives]
+    const upstream = scriptedUpstream(() => responses, { holdMs: 3_000 })
+    const h = harness({ models: MODELS, fetch: upstream.fetch, quota: { now: () => Date.UTC(2026, 0, 1, 12, 0, 30) } }, createRunpodEmulator({ apiKey: RUNPOD_KEY }))
+    const { key } = await h.createKey({ name: 'held', quota: { tokensPerMinute: 100_000 } })
+    expect(await (await h.fetch('/v1/responses', authed(key, JSON.stringify({ model: 'held', input: 'Hi', stream: true })))).text()).toBe(responses.join(''))
+    await h.settle()
+    const report = (await (await h.fetch('/v1/usage', authed(key))).json()) as { windows: { minute: { tokens: number } } }
+    expect(report.windows.minute.tokens).toBe(12)
+    const messages = [
+      MESSAGE_START,
+      'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"Hello"}}\n\n',
+      'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"input_tokens":5,"output_tokens":7}}\n\n',
+      'event: message_stop\ndata: {"type":"message_stop"}\n\n',
+      ...keepAlives,
+    ]
+    expect(await messagesStream(messages, 3_000)).toEqual({ text: messages.join(''), tokens: 12 })
   })
 
   // Current vLLM (anthropic/serving.py) ends a Messages stream with `message_stop` and no `[DONE]`: the

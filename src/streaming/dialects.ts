@@ -26,12 +26,8 @@ export interface Dialect {
   read(event: EventSourceMessage, end: StreamEnding): void
   /** podgate's own error event in this dialect, for a stream it ends. */
   errorEvent(error: GatewayError): string
-  /** Matches the last bytes read when they end the stream: a cheap check made on every read. */
-  doneAtEnd?: RegExp
   /** The stream's last event repeats the whole answer: the tail keeps it whole to read it. */
   longLastEvent?: boolean
-  /** With `longLastEvent`: the `event:` names of a last event that ends the stream whole. */
-  doneEvents?: readonly string[]
 }
 
 export const OPENAI_DIALECT: Dialect = {
@@ -52,9 +48,6 @@ export const OPENAI_DIALECT: Dialect = {
     }
   },
   errorEvent: sseErrorText,
-  // Shared with the Messages dialect, whose stream current vLLM ends with `message_stop` and no `[DONE]`
-  // (anthropic/serving.py): one pattern costs fewer bundle bytes than two, and no OpenAI stream ends so.
-  doneAtEnd: /(?:^|[\r\n])data: ?(?:\[DONE\]|\{"type":"message_stop"\})(?:\r\n|\r|\n)(?:\r\n|\r|\n)\s*$/,
 }
 
 const RESPONSES_DIALECT: Dialect = {
@@ -77,7 +70,6 @@ const RESPONSES_DIALECT: Dialect = {
   },
   errorEvent: (error) => `event: error\ndata: ${JSON.stringify({ type: 'error', code: error.code, message: error.message, param: null })}\n\n`,
   longLastEvent: true,
-  doneEvents: ['response.completed', 'response.incomplete'],
 }
 
 const MESSAGES_DIALECT: Dialect = {
@@ -94,8 +86,6 @@ const MESSAGES_DIALECT: Dialect = {
     if (isRecord(usage)) end[type === 'message_start' ? 'prompt' : 'usage'] = routeUsage({ ...toInputOutput(end.usage ?? end.prompt), ...usage })
   },
   errorEvent: (error) => `event: error\ndata: ${JSON.stringify({ type: 'error', error: { type: error.type, message: error.message } })}\n\n`,
-  // `message_stop`, or the `[DONE]` older vLLM writes after it: a held connection is then not cut.
-  doneAtEnd: OPENAI_DIALECT.doneAtEnd,
 }
 
 /**

@@ -143,8 +143,6 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
   let timer: ReturnType<typeof setTimeout> | undefined
   /** Why podgate stopped the upstream, when it did. */
   let stopped: CopyEnd['stopped']
-  /** What the copy has read so far ends with `[DONE]`: the answer is whole, whatever the connection does next. */
-  let doneRead = false
   /** Stops the copy's reads: its ending is then what it read. */
   const copyStop = new AbortController()
   /** The answer's last bytes, as the copy reads them. */
@@ -191,7 +189,9 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
    */
   function cut(error: GatewayError, event: string): void {
     if (forced || over || upstreamDone) return
-    if (doneRead) {
+    // What the copy read so far, parsed (not its last bytes matched: a proxy's keep-alives may follow `[DONE]`).
+    const read = tail.end()
+    if (read.done) {
       // The upstream sent `[DONE]` and kept its connection open: only the connection is ended. A fetch
       // body then breaks after the whole answer, both branches keep what they hold, and the stream ends
       // as whole. A body that ignores the abort (a JavaScript stream from a custom fetch) is settled here a
@@ -203,7 +203,7 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
         if (upstreamDone || over) return
         copyStop.abort()
         void copyEnding?.then((end) => {
-          // Decided as the ending below decides it: the tail, parsed, has the last word over the bytes' look.
+          // Decided as the ending below decides it, from all the copy read.
           const failure = end.error ?? (end.done ? undefined : new GatewayError('upstream_error', CUT_MESSAGE))
           report(failure ? { ok: false, error: failure, started: !!end.output } : { ok: true }, end.usage)
           stop.abort(error)
@@ -217,8 +217,7 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
     options.abortUpstream(error)
     pace.hurry()
     // Settled from what the copy read so far: a usage chunk already in hand is what the answer cost.
-    const end = tail.end()
-    report({ ok: false, error, started: !!end.output }, end.usage)
+    report({ ok: false, error, started: !!read.output }, read.usage)
   }
 
   /**
@@ -244,7 +243,7 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
     // A split body's first chunk, read from its copy, is still in its caller's branch.
     const { out, copy } = 'copy' in body ? body : splitBody(body)
     let copyBroke = false
-    const reading: CopyReading = { onText: options.onText, pace: pace.wait, onBreak: () => (copyBroke = true), onDoneRead: (done) => (doneRead = done), stop: copyStop.signal, dialect, tail }
+    const reading: CopyReading = { onText: options.onText, pace: pace.wait, onBreak: () => (copyBroke = true), stop: copyStop.signal, dialect, tail }
     if (idleMs !== Infinity) reading.watch = watched
     const ending = tailOf(copy, first, reading).then((end) => {
       upstreamDone = true
@@ -335,8 +334,6 @@ interface CopyReading {
   watch?: <T>(read: Promise<T>, since: number) => Promise<T>
   /** Called when the copy broke (the upstream did). */
   onBreak: () => void
-  /** Called after each read with whether the bytes read so far end with a `[DONE]` event. */
-  onDoneRead: (done: boolean) => void
   /** Aborted: the copy stops reading and ends with what it read. */
   stop: AbortSignal
   dialect: Dialect
@@ -356,15 +353,9 @@ async function tailOf(rest: ReadableStream<Uint8Array>, first: Uint8Array | unde
       text = undefined
     }
   }
-  // The last bytes read, as Latin-1 text: enough to tell whether they end with a `[DONE]` event.
-  let last = ''
   const take = (chunk: Uint8Array) => {
     if (text) feed(text.decode(chunk, { stream: true }))
     tail.append(chunk)
-    if (dialect.doneEvents) reading.onDoneRead(dialect.doneEvents.some((name) => tail.lastEventStartsWith(`event: ${name}\n`)))
-    if (!dialect.doneAtEnd) return
-    last = (last + String.fromCharCode(...chunk.subarray(-DONE_WINDOW))).slice(-DONE_WINDOW)
-    reading.onDoneRead(dialect.doneAtEnd.test(last))
   }
   const watch = reading.watch ?? (<T>(read: Promise<T>) => read)
   let since = Date.now()
@@ -467,23 +458,12 @@ function tailBlocks(dialect: Dialect): Tail {
       }
     },
     end: () => readTail(blocks.map((block) => block.bytes.subarray(0, block.length)), whole, dialect),
-    /** The bytes read end with a whole event (a blank line) that begins with `prefix` (ASCII). */
-    lastEventStartsWith(prefix) {
-      if (!dialect.longLastEvent || lastStart !== appended || eventStart < kept) return false
-      let at = eventStart - kept
-      for (let i = 0; i < prefix.length; i++, at++) {
-        const block = blocks[Math.floor(at / BLOCK_BYTES)]
-        if (!block || at % BLOCK_BYTES >= block.length || block.bytes[at % BLOCK_BYTES] !== prefix.charCodeAt(i)) return false
-      }
-      return true
-    },
   }
 }
 
 interface Tail {
   append(chunk: Uint8Array): void
   end(): TailEnd
-  lastEventStartsWith(prefix: string): boolean
 }
 
 const LF = 0x0a
@@ -544,8 +524,6 @@ type TailEnd = StreamEnding & { output?: boolean }
 
 const decoder = new TextDecoder()
 const EVENT_BREAK = /\r\n\r\n|\n\n|\r\r/
-/** How many of the last bytes read a dialect's `doneAtEnd` sees: `data: {"type":"message_stop"}` and CRLFs fit. */
-const DONE_WINDOW = 40
 
 /**
  * Reads the ending from the tail chunks: parsed once per stream, from the first event boundary in the
