@@ -120,6 +120,17 @@ describe('openai-pipe tailBlocks: a long last event that begins on a 16 KiB bloc
     expect(text).toBe(chunks.join(''))
   })
 
+  // Found in the held-connection review: the last event was taken to begin after the second-to-last blank
+  // line, so a keep-alive comment or a blank line after a response.completed longer than the tail moved it
+  // there and the tail let go of the event's start: a whole answer was read as cut, with no usage.
+  it.each([': keep-alive\n\n', '\n', '\r\n', ': a\n\n: b\n\n\n'])('a long response.completed followed by %j is whole, with its usage', async (after) => {
+    const chunks = [...responsesWithLastEventAt(40_000, 'x'.repeat(40_000)), after]
+    const { text, end, usage: seen } = await pipe(chunks)
+    expect(end).toEqual({ ok: true })
+    expect(seen).toEqual({ prompt_tokens: 5, completion_tokens: 7, total_tokens: 12 })
+    expect(text).toBe(chunks.join(''))
+  })
+
   it('control: the same stream with the last event 2 bytes later is whole', async () => {
     const { end } = await pipe(responsesWithLastEventAt(32_770, 'x'.repeat(20_000)))
     expect(end).toEqual({ ok: true })

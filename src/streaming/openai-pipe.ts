@@ -412,29 +412,26 @@ function tailBlocks(dialect: Dialect): Tail {
   const free: Uint8Array[] = []
   let size = 0
   let whole = true
-  /**
-   * Bytes appended, and where the last two events began (after the last two blank lines), from the start:
-   * a stream that ends whole ends with a blank line, so its last event began at the one before.
-   */
+  /** Bytes appended, and where the last event began (after a blank line), from the start. */
   let appended = 0
-  let lastStart = 0
   let eventStart = 0
+  /** The two bytes before the chunk: the last one in the low byte. */
   let previous = 0
   /** Where the first block kept begins, from the start. */
   let kept = 0
   return {
     append(chunk) {
       if (dialect.longLastEvent) {
-        // The last two `\n\n` in what is read so far (vLLM frames events so).
-        let found = 0
-        for (let i = chunk.byteLength - 1; i >= 0 && found < 2; i--) {
-          if (chunk[i] === LF && (i > 0 ? chunk[i - 1] : previous) === LF) {
-            const at = appended + i + 1
-            if (found++ > 0) eventStart = at
-            else [eventStart, lastStart] = [lastStart, at]
+        // An event begins with a field's name (a letter, above `:`): a comment or a blank line after the
+        // last event (a proxy's keep-alive) begins none, and the last event stays whole.
+        const byte = (i: number) => (i >= 0 ? chunk[i]! : (previous >> (-1 - i) * 8) & 255)
+        for (let i = chunk.byteLength - 1; i >= 0; i--) {
+          if (chunk[i]! > COLON && byte(i - 1) === LF && byte(i - 2) === LF) {
+            eventStart = appended + i
+            break
           }
         }
-        previous = chunk[chunk.byteLength - 1] ?? previous
+        previous = (byte(chunk.byteLength - 2) << 8) | byte(chunk.byteLength - 1)
         appended += chunk.byteLength
       }
       for (let offset = 0; offset < chunk.byteLength; ) {
@@ -467,6 +464,7 @@ interface Tail {
 }
 
 const LF = 0x0a
+const COLON = 0x3a
 
 /**
  * Paces the copy's reads: each wait lasts one tick, which halves after a drain of a read's worth or more
