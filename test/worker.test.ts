@@ -54,6 +54,14 @@ describe('the podgate Worker over a real HTTP upstream', () => {
 
 describe('createPodgateWorker', () => {
   const ctx = { waitUntil: () => undefined, passThroughOnException: () => undefined } as unknown as ExecutionContext
+  // Found in the held-connection review: the Worker started, an admin created keys, and then every call
+  // that a quota counted (every control call included) was a 500.
+  it("quota.store 'strict' with no PODGATE_QUOTA binding refuses to start, naming the binding", () => {
+    const handler = createPodgateWorker()
+    const unbound = { ...env, PODGATE_QUOTA: undefined, PODGATE_PLAYGROUND: undefined, PODGATE_QUOTA_CONFIG: '{"store":"strict"}' } as unknown as PodgateWorkerEnv
+    expect(() => handler.fetch!(new Request('http://podgate/v1/models') as Parameters<NonNullable<typeof handler.fetch>>[0], unbound, ctx)).toThrow(/PODGATE_QUOTA/)
+  })
+
   // wrangler.toml may give a var as a TOML boolean (`PODGATE_PLAYGROUND = true`): it reaches the Worker as a boolean.
   it.each([['"true"', 'true'], ['a TOML boolean', true]])('PODGATE_PLAYGROUND = %s serves the playground', async (_, value) => {
     const handler = createPodgateWorker({ extras: { openapi: openApiHandler, playground: playgroundHandler } })

@@ -35,6 +35,8 @@ export type ControlPolicy = QuotaPolicy & { controlPerMinute: number }
 
 export interface QuotaService {
   now: () => number
+  /** The store of a policy that does not set `strict` is the strict one (`quota.store`). */
+  strict: boolean
   /** The limits for a key calling `model` (or the key's own view when no model), or null when none apply. */
   policyFor(keyPolicy: QuotaPolicy | null, model?: string): QuotaPolicy | null
   /**
@@ -56,6 +58,7 @@ export function createQuotaService(options: QuotaServiceOptions): QuotaService {
 
   return {
     now,
+    strict: gatewayStrict,
     policyFor(keyPolicy, model) {
       // The common unlimited case: no merge, no allocation.
       if (!keyPolicy && !hasDefaults) return null
@@ -94,16 +97,16 @@ function defaultObjects(c: Context<GatewayEnv>): DurableObjectNamespace<QuotaObj
 }
 
 /**
- * Refuses, as the caller's input, a quota whose store this gateway cannot run: `strict` with no Durable
- * Object bound. Checked where a key or token is given its quota, so the mistake is a 400 there rather
- * than a 500 on every later call.
+ * Refuses, as the caller's input, a quota whose store this gateway cannot run: strict (its own `strict`,
+ * or else `quota.store`) with no Durable Object bound. Checked where a key or token is given its quota, so
+ * the mistake is a 400 there rather than a 500 on every later call.
  */
 export function assertEnforceable(service: QuotaService, c: Context<GatewayEnv>, policy: QuotaPolicy | null | undefined, param: string): void {
-  if (!policy?.strict) return
+  if (!policy || !(policy.strict ?? service.strict)) return
   try {
     service.storeFor(c, policy)
   } catch (error) {
     if (!(error instanceof ConfigError)) throw error
-    throw new GatewayError('invalid_request', "This gateway enforces no strict quotas: it has no Durable Object for them (QuotaObject bound as PODGATE_QUOTA). Leave out 'strict', or bind one.", { param: `${param}.strict` })
+    throw new GatewayError('invalid_request', "This gateway enforces no strict quotas: it has no Durable Object for them (QuotaObject bound as PODGATE_QUOTA). Set 'strict': false, or bind one.", { param: `${param}.strict` })
   }
 }
