@@ -76,6 +76,20 @@ describe('secret keys', () => {
     await expect401(await h.fetch('/v1/models', withOrigin(authed(key), APP)))
   })
 
+  // Found in the held-connection review: credentialOrigins was used as written, so an origin spelled with
+  // a trailing slash, a default port or capitals never matched a browser's Origin (every session POST a
+  // 403), and a path or a wildcard was taken without a word.
+  it('credentialOrigins are canonical origins: spelled loosely they still match, and anything else refuses to start, naming the entry', async () => {
+    const setup = harness()
+    const { key } = await setup.createKey({ name: 'user 42' })
+    const h = harness({ credential: (c) => (c.req.header('cookie') === 'session=s42' ? key : undefined), credentialOrigins: ['https://App.Example.com:443/'] })
+    const res = await h.fetch('/v1/chat/completions', { method: 'POST', headers: { cookie: 'session=s42', origin: APP, 'content-type': 'application/json' }, body: chatBody('chat-openai') })
+    expect(res.status).toBe(200)
+    for (const bad of ['https://app.example.com/app', 'https://*.example.com', 'app.example.com']) {
+      expect(() => harness({ credentialOrigins: [APP, bad] })).toThrow(`credentialOrigins: ${JSON.stringify(bad)} must be a browser origin`)
+    }
+  })
+
   it('stop working after expiresAt', async () => {
     const h = harness()
     const { id, key } = await h.createKey({ name: 'short', expiresAt: Date.now() + 60_000 })

@@ -30,7 +30,8 @@ import type { KeyRecord, KeyStore, Principal } from './keys.ts'
 import { formatForPath, runpodErrorBody } from '../http/respond.ts'
 import { dialectOf, OPENAI_DIALECT } from '../streaming/dialects.ts'
 import { revocableStream } from './stream-revocation.ts'
-import { isSameOriginRequest, requestOrigin } from './origins.ts'
+import { canonicalOrigin, isSameOriginRequest, requestOrigin } from './origins.ts'
+import { ConfigError } from '../config/resolve.ts'
 import type { RequestOrigin } from './origins.ts'
 import { TOKEN_PREFIX } from './tokens.ts'
 import type { TokenSigner } from './tokens.ts'
@@ -62,7 +63,8 @@ export interface ApiKeyAuthOptions {
   streamCheckMs?: number
   /**
    * Origins, besides the request's own, whose pages may make state-changing calls with a credential
-   * the `credential` hook supplies (e.g. from a cookie session). Default: none, same origin only.
+   * the `credential` hook supplies (e.g. from a cookie session), such as `https://app.example.com`; an
+   * entry that is not a browser origin throws `ConfigError`. Default: none, same origin only.
    */
   credentialOrigins?: readonly string[]
 }
@@ -101,7 +103,12 @@ export function apiKeyAuth(options: ApiKeyAuthOptions): MiddlewareHandler<Gatewa
   const resolve = options.credential ?? bearerCredential
   const queryToken = options.queryToken ?? false
   const streamCheckMs = options.streamCheckMs ?? 10_000
-  const credentialOrigins = options.credentialOrigins ?? []
+  // Compared with the `Origin` header as browsers spell it: checked and spelled so once, as a key's origins are.
+  const credentialOrigins = (options.credentialOrigins ?? []).map((origin) => {
+    const canonical = canonicalOrigin(origin)
+    if (!canonical) throw new ConfigError(`podgate: credentialOrigins: ${JSON.stringify(origin)} must be a browser origin such as https://app.example.com (scheme, host and optional port; no path or wildcard).`)
+    return canonical
+  })
   return async function apiKeyAuth(c, next) {
     const resolved = await resolve(c)
     const credential = resolved ?? queryCredential(c, queryToken)
