@@ -43,6 +43,7 @@ interface Script {
 function fakeUpstream(script: Script) {
   const calls: Call[] = []
   const jobs = new Map<string, ReturnType<NonNullable<Script['job']>>>()
+  const streamed = new Set<string>()
   async function fetchFake(input: RequestInfo | URL, init?: RequestInit): Promise<Response> {
     const request = new Request(input, init)
     const url = new URL(request.url)
@@ -61,7 +62,12 @@ function fakeUpstream(script: Script) {
     }
     const [verb, id = ''] = op.split('/')
     const job = jobs.get(id)
-    if (verb === 'stream' && job) return Response.json({ id, status: job.status, stream: (job.output ?? []).map((output) => ({ output })), error: job.error })
+    // As Runpod does, a page hands out the items produced since the last one: all of them once, then none.
+    if (verb === 'stream' && job) {
+      const items = streamed.has(id) ? [] : (job.output ?? [])
+      streamed.add(id)
+      return Response.json({ id, status: job.status, stream: items.map((output) => ({ output })), error: job.error })
+    }
     if ((verb === 'status' || verb === 'status-sync') && job) return Response.json({ id, status: job.status, output: job.output, error: job.error })
     if (verb === 'cancel') return Response.json({ id, status: 'CANCELLED' })
     return new Response('not found', { status: 404 })
