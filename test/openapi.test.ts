@@ -125,6 +125,7 @@ describe('GET /openapi.json', () => {
     const properties = (name: string) => (schemas[name] as { properties: Record<string, Record<string, unknown>> }).properties
     expect(properties('CreateKeyRequest').kind).toMatchObject({ type: 'string', enum: ['secret', 'publishable'], default: 'secret' })
     expect(properties('MintTokenRequest').sub).toMatchObject({ type: 'string', pattern: '^[\\x21-\\x7e]{1,128}$' })
+    expect(properties('ChatCompletionRequest').seed).toMatchObject({ type: ['integer', 'null'], format: 'int64' })
     for (const name of ['CreateKeyRequest', 'UpdateKeyRequest']) {
       expect(properties(name).metadata).toMatchObject({ type: 'object', propertyNames: { type: 'string', maxLength: 64 }, additionalProperties: { type: 'string', maxLength: 512 } })
     }

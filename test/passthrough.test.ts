@@ -32,6 +32,8 @@ interface Call {
   endpoint: string
   op: string
   body: Record<string, unknown> | undefined
+  /** The body as it arrived, for what parsing would change (integers past 2^53). */
+  text: string
 }
 
 /** What the fake answers: per OpenAI-route call a Response, per native job its status and items. */
@@ -50,7 +52,7 @@ function fakeUpstream(script: Script) {
     const [, , endpoint = '', ...rest] = url.pathname.split('/')
     const op = rest.join('/')
     const text = request.method === 'POST' ? await request.text() : ''
-    const call: Call = { endpoint, op, body: text ? (JSON.parse(text) as Record<string, unknown>) : undefined }
+    const call: Call = { endpoint, op, text, body: text ? (JSON.parse(text) as Record<string, unknown>) : undefined }
     calls.push(call)
     if (op.startsWith('openai/v1/')) return script.openai!(call)
     if (op === 'run' || op === 'runsync') {
@@ -155,6 +157,36 @@ describe('requests pass through', () => {
     expect(calls.filter((call) => call.op === 'run')[1]!.body).toMatchObject({ input: { openai_route: '/v1/chat/completions', openai_input: { model: SERVED, temperature: 0.5 } } })
     await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ model: 'plainnative', messages: [{ role: 'user', content: 'hi' }], temperature: 0.5 })))
     expect(calls.filter((call) => call.op === 'run')[2]!.body).toEqual({ input: { messages: [{ role: 'user', content: 'hi' }], sampling_params: { max_tokens: 512, temperature: 0.5 }, stream: false } })
+  })
+})
+
+describe('integers past 2^53 keep their digits', () => {
+  const completed = () => ({ status: 'COMPLETED', output: [{ id: 'x', object: 'chat.completion', created: 1, model: SERVED, choices: [{ index: 0, message: { role: 'assistant', content: 'hi' }, finish_reason: 'stop' }], usage }] })
+  const answer = () => Response.json(completed().output[0])
+  // Written as text: JSON.stringify of a JavaScript number would round them before podgate saw them.
+  const body = (model: string, seed: string) => `{"model":"${model}","messages":[{"role":"user","content":"hi"}],"seed":${seed},"vllm_xargs":{"id":12345678901234567890}}`
+
+  it.each(['openai', 'native', 'plainnative'])('a 64-bit seed, and any other wide integer, reach the %s endpoint as the caller wrote them', async (model) => {
+    const { h, calls } = setup({ openai: answer, job: completed })
+    const { key } = await h.createKey()
+    for (const seed of ['9007199254740993', '9223372036854775807', '-9223372036854775808']) {
+      calls.length = 0
+      const res = await h.fetch('/v1/chat/completions', authed(key, body(model, seed)))
+      expect(res.status, await res.clone().text()).toBe(200)
+      expect(calls[0]!.text).toContain(`"seed":${seed}`)
+      if (model !== 'plainnative') expect(calls[0]!.text).toContain('"id":12345678901234567890')
+    }
+  })
+
+  it('a seed past 64 bits is refused, as vLLM refuses it, with nothing sent upstream', async () => {
+    const { h, calls } = setup({ openai: answer })
+    const { key } = await h.createKey()
+    for (const seed of ['9223372036854775808', '18446744073709551615', '-9223372036854775809']) {
+      const res = await h.fetch('/v1/chat/completions', authed(key, body('openai', seed)))
+      expect(res.status).toBe(400)
+      expect(await res.json()).toMatchObject({ error: { param: 'seed', message: "'seed' must be a 64-bit integer" } })
+    }
+    expect(calls).toHaveLength(0)
   })
 })
 

@@ -27,11 +27,24 @@ export async function readJsonBody(request: Request, maxBytes: number): Promise<
     throw new GatewayError('invalid_json', 'The request body is not valid UTF-8.')
   }
   try {
-    return JSON.parse(text)
+    // A reviver slows the parse: only a body with a 16-digit run may hold an integer past 2^53.
+    return JSON.parse(text, /\d{16}/.test(text) ? keepWideIntegers : undefined)
   } catch {
     throw new GatewayError('invalid_json', 'The request body is not valid JSON.')
   }
 }
+
+/**
+ * An integer past 2^53 (a 64-bit `seed`) parsed as a number would go upstream rounded: it is kept as
+ * the caller wrote it, a raw JSON value that `JSON.stringify` writes as is.
+ */
+function keepWideIntegers(_key: string, value: unknown, context?: { source?: string }): unknown {
+  const source = context?.source
+  return typeof value === 'number' && !Number.isSafeInteger(value) && source && /^-?\d+$/.test(source) ? rawJSON(source) : value
+}
+
+/** `JSON.rawJSON` (ES2026), which TypeScript's lib does not declare yet; `isRawJSON` tells one apart. */
+export const { rawJSON, isRawJSON } = JSON as unknown as { rawJSON(text: string): object; isRawJSON(value: unknown): value is { rawJSON: string } }
 
 /** Reads `body` whole, counting as it comes; past `maxBytes` it stops reading and refuses. */
 async function readCounted(body: ReadableStream<Uint8Array>, maxBytes: number): Promise<Uint8Array> {

@@ -10,7 +10,7 @@ import { mayShorthand, shorthandMessages, shorthandSampling } from './shorthand.
 import type { ShorthandOptions } from './shorthand.ts'
 import { parseBounded } from './bounded.ts'
 import { assertJsonObject } from './zod-errors.ts'
-import type { NormalizedRequest } from './types.ts'
+import type { NormalizedRequest, SamplingParams } from './types.ts'
 
 /**
  * Validates an OpenAI chat completion body for `model` and returns podgate's normalized request.
@@ -51,6 +51,6 @@ export function readSampling(body: Record<string, unknown>, maxTokens: number): 
   if (typeof body.n === 'number') sampling.n = body.n
   if (typeof body.best_of === 'number') sampling.best_of = body.best_of
   if (typeof body.temperature === 'number') sampling.temperature = body.temperature
-  if (typeof body.seed === 'number') sampling.seed = body.seed
+  if (body.seed != null) sampling.seed = body.seed as SamplingParams['seed']
   return sampling
 }

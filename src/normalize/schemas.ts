@@ -8,10 +8,16 @@
  * Optional fields accept `null` as "not sent", as OpenAI's spec marks them nullable.
  */
 import * as z from 'zod/mini'
+import { isRawJSON } from '../http/body.ts'
 
 
-/** vLLM's seed: any 64-bit integer (`ge=INT64_MIN, le=INT64_MAX`), wider than JavaScript's safe integers. */
-export const seed = () => z.number().check(z.refine((v) => Number.isInteger(v) && v >= -(2 ** 63) && v < 2 ** 63, { message: 'must be a 64-bit integer' }))
+/**
+ * vLLM's seed: any 64-bit integer (`ge=INT64_MIN, le=INT64_MAX`), wider than JavaScript's safe integers:
+ * past those, the body reader keeps the caller's digits as a raw JSON value (http/body.ts).
+ */
+export const seed = () => z.unknown().check(z.refine((v) => isRawJSON(v) ? inInt64(BigInt(v.rawJSON)) : Number.isInteger(v) && inInt64(BigInt(v as number)), { message: 'must be a 64-bit integer' }))
+
+const inInt64 = (v: bigint) => v >= -(2n ** 63n) && v < 2n ** 63n
 
 /** Longest text podgate accepts, per string and summed over a request's messages or prompt. */
 export const MAX_TEXT_CHARS = 1_000_000

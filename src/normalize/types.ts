@@ -41,7 +41,8 @@ export interface SamplingParams {
   spaces_between_special_tokens?: boolean
   include_stop_str_in_output?: boolean
   truncate_prompt_tokens?: number
-  seed?: number
+  /** Past 2^53, the caller's digits as a raw JSON value (`JSON.rawJSON`), which serializes as sent. */
+  seed?: number | { rawJSON: string }
 }
 
 /** What the quota reservation is sized from (see docs/passthrough.md "Quota"). */

@@ -27,7 +27,8 @@ const READ_FIELDS: Descriptions = {
   n: "How many choices to generate (at most the model's `maxChoices`).",
   best_of: 'vLLM: generate this many sequences and return the best `n` (at least `n`, at most `maxChoices`). Charged in the reservation.',
   temperature: "Sampling temperature, at least 0 (podgate's only check: the endpoint's vLLM applies its own upper bound, 2 in current releases). `0` makes the answer cacheable.",
-  seed: 'Seed for reproducible sampling; makes the answer cacheable.',
+  // Checked in code (normalize/schemas.ts): integers past 2^53 arrive as the caller wrote them.
+  seed: { description: 'Seed for reproducible sampling; makes the answer cacheable. Any 64-bit integer.', type: ['integer', 'null'], format: 'int64' },
   user: 'An end-user identifier. Forwarded; never part of a cache key.',
 }
 
