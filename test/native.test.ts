@@ -528,6 +528,22 @@ describe('cancel on disconnect', () => {
     expect(waits.slice(1).every((wait) => /^status-sync \d+$/.test(wait) && Number(wait.split(' ')[1]) <= 25_000)).toBe(true)
   })
 
+  it('a Runpod that answers a wait at once, still running, is asked at most as many legs as the wait holds', async () => {
+    const ops: string[] = []
+    const h = harness({
+      models: NATIVE_MODELS,
+      fetch: async (input, init) => {
+        const op = new URL(new Request(input, init).url).pathname.split('/')[3]!
+        ops.push(op)
+        return Response.json({ id: 'job-1', status: 'IN_PROGRESS' })
+      },
+    })
+    const { key } = await h.createKey()
+    const running = await json(await h.fetch('/v2/chat-classic/runsync?wait=60000', post(key, chatInput('x'))))
+    expect(running.status).toBe('IN_PROGRESS')
+    expect(ops).toEqual(['runsync', 'status-sync', 'status-sync'])
+  })
+
   it('a caller who leaves a long runsync wait after its job id came back has the job cancelled at once', async () => {
     const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
     const waits: string[] = []

@@ -487,8 +487,12 @@ describe('native jobs (/v2)', () => {
 
   it('a /runsync whose output is not an answer podgate reads, or that is still running, keeps the reservation of a /run', async () => {
     // Output of no shape podgate knows; then a job the wait left IN_PROGRESS.
-    const answers = [{ id: 'j1', status: 'COMPLETED', output: [{ image: 'a.png' }] }, { id: 'j2', status: 'IN_PROGRESS' }, { id: 'j3', status: 'IN_QUEUE' }]
-    const upstream = (async () => Response.json(answers.shift())) as typeof fetch
+    // The wait runs out at once, and again on each status-sync podgate asks for the rest of it.
+    const runsync = [{ id: 'j1', status: 'COMPLETED', output: [{ image: 'a.png' }] }, { id: 'j2', status: 'IN_PROGRESS' }]
+    const upstream = (async (input: RequestInfo | URL) => {
+      const op = new URL(input instanceof Request ? input.url : input).pathname.split('/')[3]
+      return Response.json(op === 'runsync' ? runsync.shift() : op === 'run' ? { id: 'j3', status: 'IN_QUEUE' } : { id: 'j2', status: 'IN_PROGRESS' })
+    }) as typeof fetch
     const { h } = clockedHarness({ fetch: upstream })
     const keys = await Promise.all(['bare', 'running', 'run'].map((name) => h.createKey({ name, quota: { tokensPerMinute: 1_000_000 } })))
     for (const [i, via] of (['runsync', 'runsync', 'run'] as const).entries()) expect((await job(h, keys[i]!.key, 'chat-classic', via, false)).status).toBe(200)

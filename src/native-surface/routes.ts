@@ -99,7 +99,8 @@ export function nativeRoutes(options: NativeRoutesOptions): Hono<GatewayEnv> {
       const cancel = () => waitUntilOf(c)(cancelJob(client, endpoint, result.id))
       signal.addEventListener('abort', cancel)
       try {
-        for (let left; !isTerminal(result.status) && (left = deadline - Date.now()) >= MIN_WAIT_MS; ) {
+        // As many legs as the wait holds, however soon Runpod answers one: never a tight loop of calls.
+        for (let legs = Math.ceil(waitMs! / LEG_MS) - 1, left; legs-- > 0 && !isTerminal(result.status) && (left = deadline - Date.now()) >= MIN_WAIT_MS; ) {
           result = await client.statusSync(endpoint, result.id, { signal, waitMs: Math.min(left, LEG_MS) })
         }
       } finally {
