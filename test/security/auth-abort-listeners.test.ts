@@ -29,7 +29,8 @@ describe('L9 sleep releases its abort listener', () => {
     const { signal, live } = countingSignal()
     let polls = 0
     const client = {
-      stream: async () => ({ status: ++polls < 40 ? 'IN_PROGRESS' : 'COMPLETED', stream: [{ output: { text: 'x' } }] }),
+      // An item a page, as Runpod hands them out: once, so the page after the terminal one holds none.
+      stream: async () => ({ status: ++polls < 40 ? 'IN_PROGRESS' : 'COMPLETED', stream: polls <= 40 ? [{ output: { text: 'x' } }] : [] }),
       status: async () => ({ status: 'COMPLETED' }),
       cancel: async () => ({ status: 'CANCELLED' }),
     } as unknown as RunpodClient
@@ -44,7 +45,8 @@ describe('L9 sleep releases its abort listener', () => {
     })
     const text = await res.text()
     expect(text).toContain('event: done')
-    expect(polls).toBe(40)
+    // 40 pages, and the one after the terminal page that held an item (runpod-python asks it too).
+    expect(polls).toBe(41)
     // The stream's own cancel-on-abort listener; none per poll.
     expect(live()).toBeLessThanOrEqual(1)
   })
