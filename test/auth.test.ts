@@ -249,6 +249,22 @@ describe('tokens', () => {
     expect(((await limited.json()) as { error: { message: string } }).error.message).toContain('1 request')
   })
 
+  it('with a quota of their own, answer with what is left of the tighter of theirs and their key\'s, limit by limit', async () => {
+    const h = harness({ quota: { now: () => Date.UTC(2026, 0, 1, 12, 0, 30) } })
+    const { key } = await h.createKey({ name: 'backend', quota: { requestsPerMinute: 2, tokensPerDay: 1_000_000 } })
+    const { token } = await mint(h, key, { quota: { requestsPerMinute: 10, tokensPerDay: 5_000 } })
+    const ok = await h.fetch('/v1/chat/completions', authed(token, chatBody('chat-openai')))
+    expect(ok.status).toBe(200)
+    // The key allows one more request this minute (the token nine); the token fewer tokens today than the key.
+    expect(ok.headers.get('x-ratelimit-limit-requests')).toBe('2')
+    expect(ok.headers.get('x-ratelimit-remaining-requests')).toBe('1')
+    expect(ok.headers.get('x-ratelimit-limit-tokens')).toBe('5000')
+    expect(ok.headers.get('ratelimit-policy')).toBe('"rpm";q=2;w=60, "tpd";q=5000;w=86400')
+    expect(ok.headers.get('ratelimit')).toMatch(/^"rpm";r=1;t=30, "tpd";r=\d+;t=\d+$/)
+    expect((await h.fetch('/v1/chat/completions', authed(token, chatBody('chat-openai')))).headers.get('x-ratelimit-remaining-requests')).toBe('0')
+    expect((await h.fetch('/v1/chat/completions', authed(token, chatBody('chat-openai')))).status).toBe(429)
+  })
+
   it('stop working when the parent key is revoked, rotated or narrowed', async () => {
     const h = harness()
     const a = await h.createKey({ name: 'a' })

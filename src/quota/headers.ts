@@ -8,7 +8,11 @@ import type { LimitName, LimitState, QuotaUsage } from './limits.ts'
 import type { QuotaPolicy } from './policy.ts'
 
 export function rateLimitHeaders(policy: QuotaPolicy, usage: QuotaUsage, now: number): Record<string, string> {
-  const states = limitStates(policy, usage, now)
+  return limitHeaders(limitStates(policy, usage, now))
+}
+
+/** The fields for these limits (`rateLimitHeaders` of a policy's; the quota stage's merge of a token's and its key's). */
+export function limitHeaders(states: LimitState[]): Record<string, string> {
   const headers: Record<string, string> = {}
   const windowed = states.filter((s) => s.windowSeconds > 0)
   if (windowed.length > 0) {

@@ -16,12 +16,15 @@ import { GatewayError } from '../errors/index.ts'
 import { waitUntilOf } from '../http/context.ts'
 import { withHeaders } from '../http/headers.ts'
 import type { NormalizedRequest } from '../normalize/types.ts'
-import type { CompletionOutcome, CompletionStage } from '../pipeline/index.ts'
-import { rateLimitHeaders, retryAfterSeconds } from './headers.ts'
+import type { CompletionContext, CompletionOutcome, CompletionStage } from '../pipeline/index.ts'
+import { limitHeaders, rateLimitHeaders, retryAfterSeconds } from './headers.ts'
 import { limitStates } from './limits.ts'
-import type { LimitName, QuotaCost, QuotaUsage } from './limits.ts'
+import type { LimitName, LimitState, QuotaCost, QuotaUsage } from './limits.ts'
 import type { QuotaPolicy } from './policy.ts'
 import type { QuotaService } from './service.ts'
+
+/** The limits a call was admitted under, merged across its quota stages (a token's runs around its key's). */
+const admitted = new WeakMap<CompletionContext, LimitState[]>()
 
 /**
  * @example
@@ -60,15 +63,22 @@ export function quotaStage(service: QuotaService): CompletionStage {
 
     // On the answer, and on an error after admission (an upstream 502, a relayed vLLM 400): it counted.
     // A 429 from a stage inside this one (the key's, under a token's) keeps the fields of the limit it names.
-    const headers = rateLimitHeaders(policy, result.usage, now)
+    // A token's call is held to its own limits and its key's: each limit reported is the tighter of the two.
+    const states = limitStates(policy, result.usage, now)
+    for (const outer of admitted.get(ctx) ?? []) {
+      const i = states.findIndex((s) => s.name === outer.name)
+      if (i < 0) states.push(outer)
+      else if (outer.remaining < states[i]!.remaining) states[i] = outer
+    }
+    admitted.set(ctx, states)
     let response: Response
     try {
       response = await next(ctx)
     } catch (error) {
-      if (error instanceof GatewayError && error.code !== 'rate_limited') Object.assign(error.headers, headers)
+      if (error instanceof GatewayError && error.code !== 'rate_limited') Object.assign(error.headers, limitHeaders(admitted.get(ctx)!))
       throw error
     }
-    return withHeaders(response, headers)
+    return withHeaders(response, limitHeaders(admitted.get(ctx)!))
   }
 }
 
