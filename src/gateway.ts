@@ -21,7 +21,7 @@ import { podgateCors } from './cors/index.ts'
 import type { GatewayOptionsInput } from './config/schema.ts'
 import { GatewayError } from './errors/index.ts'
 import { setAnswerHeader } from './http/headers.ts'
-import { createLogger, secretScrubber } from './http/log.ts'
+import { createLogger, lateFailureLog, secretScrubber } from './http/log.ts'
 import type { LogSink } from './http/log.ts'
 import { createErrorHandler, errorResponse, formatForPath } from './http/respond.ts'
 import { openaiRoutes, runpodOpenAIRoutes } from './openai/routes.ts'
@@ -158,7 +158,8 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
   app.use('/v1/*', apiKeyAuth({ store, credential, credentialOrigins, tokens, streamCheckMs }))
   app.route('/v1/tokens', tokenRoutes({ signer: tokens, models: new Set(models.keys()), maxBodyBytes: config.maxBodyBytes, countControl: (c) => countControl(quota, c), checkQuota: (c, policy) => assertEnforceable(quota, c, policy, 'quota'), ...config.tokens }))
   const dispatch = createDispatcher({ client, runpod: config.runpod, streaming: config.streaming, breaker })
-  const stages: CompletionStage[] = []
+  // First: a stream that fails past its 200 is logged as onError logs a failure before it.
+  const stages: CompletionStage[] = [lateFailureLog(log)]
   // A token minted with a quota of its own is held to it (counted under its token id) before the key's.
   stages.push(tokenQuotaStage(quotaStage(quota)))
   stages.push(quotaStage(quota))

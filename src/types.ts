@@ -16,6 +16,8 @@ export interface GatewayVariables {
   requestId: string
   /** The authenticated caller, set by `apiKeyAuth`. */
   principal: Principal
+  /** The model alias a completion call names, once its pipeline runs: for the log line of its failure. */
+  model?: string
 }
 
 export interface GatewayEnv {

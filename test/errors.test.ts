@@ -6,7 +6,7 @@ import { createExecutionContext, env } from 'cloudflare:test'
 import { Hono } from 'hono'
 import OpenAI from 'openai'
 import { describe, expect, it } from 'vitest'
-import { authed, chatBody, harness, MODEL_NAMES, readSSE } from './helpers.ts'
+import { authed, chatBody, harness, MODEL_NAMES, readSome, readSSE } from './helpers.ts'
 
 interface OpenAIError {
   error: { message: string; type: string; param: string | null; code: string }
@@ -124,6 +124,10 @@ describe('upstream faults', () => {
     const res = await h.fetch('/v1/chat/completions', authed(key, chatBody(model, 'x [[emulator:fault=job_failed]]')))
     expect(res.status).toBe(502)
     expect(((await res.json()) as OpenAIError).error.message).toMatch(/worker failed/)
+    // One log line says which request, call and model failed, and how.
+    expect(h.logs.map((line) => JSON.parse(line) as unknown)).toEqual([
+      expect.objectContaining({ level: 'error', request_id: res.headers.get('x-request-id'), status: 502, path: 'POST /v1/chat/completions', model, code: 'upstream_error', message: expect.stringMatching(/worker failed/) }),
+    ])
   })
 
   it.each(MODEL_NAMES)('%s: a stream that breaks mid-way ends with an error event and no [DONE]', async (model) => {
@@ -135,5 +139,19 @@ describe('upstream faults', () => {
     expect(events).not.toContain('[DONE]')
     const last = events.at(-1) as OpenAIError
     expect(last.error.code).toBe('upstream_error')
+    // Past its 200 no error handler sees the failure: it is still logged, once.
+    await h.settle()
+    expect(h.logs.map((line) => JSON.parse(line) as unknown)).toEqual([
+      expect.objectContaining({ level: 'error', request_id: res.headers.get('x-request-id'), status: 502, path: 'POST /v1/chat/completions', model, code: 'upstream_error', message: last.error.message }),
+    ])
+  })
+
+  it.each(MODEL_NAMES)('%s: a caller who leaves a stream is no failure: nothing is logged', async (model) => {
+    const h = harness()
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody(model, 'x [[emulator:tokens=200]]', { stream: true })))
+    await (await readSome(res, 200)).cancel()
+    await h.settle()
+    expect(h.logs).toEqual([])
   })
 })

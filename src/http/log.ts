@@ -3,6 +3,9 @@
  * Runpod key, the admin token and any presented API key can never reach Workers Logs.
  */
 import { CREDENTIAL_PATTERN } from '../auth/keys.ts'
+import type { Context } from 'hono'
+import type { GatewayError } from '../errors/index.ts'
+import type { CompletionStage } from '../pipeline/index.ts'
 
 export type LogLine = Record<string, unknown>
 export type LogSink = (line: string) => void
@@ -34,5 +37,28 @@ export function secretScrubber(secrets: readonly string[]): (text: string) => st
   return (text) => {
     for (const secret of known) text = text.replaceAll(secret, '[redacted]')
     return text
+  }
+}
+
+/** A failure's one log line: which request, call and model, and what went wrong (never a secret: the logger scrubs). */
+export function failureLine(c: Context, error: GatewayError): LogLine {
+  const cause = error.cause instanceof Error ? `${error.cause.name}: ${error.cause.message}` : undefined
+  return { level: 'error', request_id: c.get('requestId'), status: error.status, path: `${c.req.method} ${c.req.path}`, model: c.get('model'), code: error.code, message: error.message, cause }
+}
+
+/**
+ * The first completion stage: names the call's model for the failure lines, and logs a call that failed
+ * after its answer began (a stream cut, stalled or refused upstream): past its 200 no `onError` sees it.
+ * A failure `onError` logs (thrown before the answer) is not logged twice, and neither is a caller who
+ * left, a revoked key (no 5xx) or a coalesced twin (its leader's line says it).
+ */
+export function lateFailureLog(log: (line: LogLine) => void): CompletionStage {
+  return async function lateFailures(ctx, next) {
+    ctx.c.set('model', ctx.model.alias)
+    const response = await next(ctx)
+    void ctx.outcome.then((outcome) => {
+      if (!outcome.ok && !outcome.cached && outcome.error.status >= 500 && outcome.error.message !== 'The caller went away.') log(failureLine(ctx.c, outcome.error))
+    })
+    return response
   }
 }

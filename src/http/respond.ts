@@ -4,6 +4,7 @@
 import type { Context } from 'hono'
 import { openAIErrorBody, toGatewayError } from '../errors/index.ts'
 import type { GatewayError } from '../errors/index.ts'
+import { failureLine } from './log.ts'
 
 /** Runpod's job API answers errors as `{"error": "<message>"}`; podgate adds its code. */
 export function runpodErrorBody(error: GatewayError): { error: string; code: string } {
@@ -50,10 +51,7 @@ export function createErrorHandler(log: (line: Record<string, unknown>) => void,
   return function onError(err: Error, c: Context): Response {
     const error = toGatewayError(err)
     const requestId = c.get('requestId') as string | undefined
-    if (error.status >= 500) {
-      const cause = error.cause instanceof Error ? `${error.cause.name}: ${error.cause.message}` : undefined
-      log({ level: 'error', request_id: requestId, code: error.code, message: error.message, cause })
-    }
+    if (error.status >= 500) log(failureLine(c, error))
     return errorResponse(error, formatForPath(c.req.path), requestId, scrub)
   }
 }
