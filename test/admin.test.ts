@@ -26,6 +26,26 @@ describe('admin keys API', () => {
     expect(JSON.stringify(list)).not.toContain(created.key)
   })
 
+  it('lists keys a page at a time, following the cursor, and refuses a page size that is not 1 to 1000', async () => {
+    const h = harness()
+    const ids = new Set<string>()
+    for (let i = 0; i < 3; i++) ids.add((await h.createKey({ name: `page ${i}` })).id)
+    const seen: string[] = []
+    let cursor: string | null = null
+    do {
+      const page = (await (await h.fetch(`/admin/keys?limit=2${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`, authed(ADMIN_TOKEN))).json()) as { data: { id: string }[]; cursor: string | null }
+      expect(page.data.length).toBeLessThanOrEqual(2)
+      seen.push(...page.data.map((k) => k.id))
+      cursor = page.cursor
+    } while (cursor)
+    expect(seen.filter((id) => ids.has(id)).sort()).toEqual([...ids].sort())
+    for (const limit of ['0', '-1', '2.5', 'ten', '1001', '']) {
+      const res = await h.fetch(`/admin/keys?limit=${limit}`, authed(ADMIN_TOKEN))
+      expect(res.status).toBe(400)
+      expect(await res.json()).toMatchObject({ error: { code: 'invalid_request', param: 'limit', message: expect.stringMatching(/1 to 1000/) } })
+    }
+  })
+
   it('trims a key\'s name on create and update; a name of spaces is refused as empty', async () => {
     const h = harness()
     const admin = (method: string, body: unknown): RequestInit => ({ method, headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify(body) })

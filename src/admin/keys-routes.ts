@@ -79,7 +79,8 @@ export function keysRoutes(options: KeysRoutesOptions): Hono<GatewayEnv> {
   })
 
   app.get('/', async (c) => {
-    const limit = Math.min(Number(c.req.query('limit') ?? 100) || 100, 1000)
+    const limit = Number(c.req.query('limit') ?? 100)
+    if (!(Number.isInteger(limit) && limit > 0 && limit <= 1000)) throw new GatewayError('invalid_request', 'limit must be a whole number from 1 to 1000.', { param: 'limit' })
     const page = await options.store(c).list({ cursor: c.req.query('cursor'), limit })
     return c.json({ object: 'list', data: page.keys.map(publicKeyView), cursor: page.cursor })
   })
