@@ -6,7 +6,7 @@ import { createExecutionContext, env } from 'cloudflare:test'
 import { Hono } from 'hono'
 import OpenAI from 'openai'
 import { describe, expect, it } from 'vitest'
-import { authed, chatBody, harness, MODEL_NAMES, readSome, readSSE } from './helpers.ts'
+import { authed, chatBody, harness, MODEL_NAMES, MODELS, readSome, readSSE } from './helpers.ts'
 
 interface OpenAIError {
   error: { message: string; type: string; param: string | null; code: string }
@@ -116,6 +116,17 @@ describe('upstream faults', () => {
     const res = await h.fetch('/v1/chat/completions', authed(key, chatBody(model, 'x [[emulator:fault=http,status=429]]')))
     expect(res.status).toBe(429)
     expect(((await res.json()) as OpenAIError).error.code).toBe('upstream_rate_limited')
+  })
+
+  it.each(MODEL_NAMES)('%s: an upstream that refuses podgate\'s credentials is a 502 whose log line names the endpoint\'s path', async (model) => {
+    const h = harness()
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody(model, 'x [[emulator:fault=http,status=401]]')))
+    expect(res.status).toBe(502)
+    expect(((await res.json()) as OpenAIError).error.message).toMatch(/RUNPOD_API_KEY/)
+    // Which endpoint's credential is wrong: the upstream path, never the key.
+    const endpoint = MODELS[model]!.endpoints[0]!
+    expect(h.logs).toEqual([expect.stringContaining(`upstream HTTP 401 at /v2/${'endpointId' in endpoint ? endpoint.endpointId : ''}/`)])
   })
 
   it.each(['chat-classic', 'chat-current'])('%s: a FAILED job is a 502 naming the worker failure', async (model) => {

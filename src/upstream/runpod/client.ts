@@ -284,7 +284,7 @@ export async function upstreamHttpError(response: Response, options: { url: stri
   if (wrapped) return wrapped
   if (isRefusalStatus(status)) return refusalError(status, text)
   if (status === 401 || status === 403) {
-    return new GatewayError('upstream_error', 'The upstream refused podgate\'s credentials. The operator must check RUNPOD_API_KEY.')
+    return new GatewayError('upstream_error', 'The upstream refused podgate\'s credentials. The operator must check RUNPOD_API_KEY.', { cause })
   }
   if (status === 404) {
     // A web framework's route miss (FastAPI: `{"detail":"Not Found"}`) is a wrong URL even on a job op.
