@@ -151,6 +151,7 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
     kv,
     objects: quotaObjects,
     now: quotaNow,
+    onWriteError: (error) => log({ level: 'error', message: 'quota: KV write failed', cause: String(error) }),
   })
   // Control calls (job status and polls, cancel, health, token minting) count against controlPerMinute,
   // once the call is known to be good: a malformed mint or an unknown model counts nothing.

@@ -561,6 +561,30 @@ describe('policy layers', () => {
   })
 })
 
+describe('KV failures', () => {
+  it('quota counter writes KV refuses (its daily write limit) are logged, once per flush, and the answer is unaffected', async () => {
+    const kv = env.PODGATE_KV
+    const failing = new Proxy(kv, {
+      get(target, name) {
+        if (name === 'put') return (key: string, ...rest: unknown[]) => (key.startsWith('quota:') ? Promise.reject(new Error('KV put() limit exceeded for the day.')) : kv.put(key, ...(rest as [string])))
+        const value = Reflect.get(target, name) as unknown
+        return typeof value === 'function' ? (value as (...args: unknown[]) => unknown).bind(target) : value
+      },
+    })
+    const h = harness({ kv: () => failing })
+    const { key } = await h.createKey({ name: 'limited', quota: { requestsPerMinute: 10 } })
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai')))
+    expect(res.status).toBe(200)
+    await h.settle()
+    // Without a line the store would silently count per isolate only, for the rest of the day. One line
+    // per flush (the admission's, then its settle's retry), not one per counter (minute and day).
+    const lines = h.logs.map((line) => JSON.parse(line) as unknown)
+    expect(lines.length).toBeGreaterThanOrEqual(1)
+    expect(lines.length).toBeLessThanOrEqual(2)
+    for (const line of lines) expect(line).toMatchObject({ level: 'error', message: expect.stringMatching(/quota/), cause: expect.stringContaining('limit exceeded for the day') })
+  })
+})
+
 describe('usage API', () => {
   it('GET /v1/usage reports windows, limits and remaining for the calling key', async () => {
     const { h } = clockedHarness()

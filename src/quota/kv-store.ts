@@ -41,6 +41,8 @@ export interface KvQuotaStoreOptions {
   maxKeys?: number
   /** Waits before a paced flush. Default: `setTimeout`. Tests pass one driven by their clock. */
   sleep?: (ms: number) => Promise<void>
+  /** Told once per flush whose writes KV refused (they are retried with the next): for the operator's log. Default: nothing. */
+  onWriteError?: (error: unknown) => void
 }
 
 interface ShardMetadata {
@@ -83,6 +85,7 @@ export class KvQuotaStore implements QuotaStore {
   readonly #now: () => number
   readonly #maxKeys: number
   readonly #sleep: (ms: number) => Promise<void>
+  readonly #onWriteError: ((error: unknown) => void) | undefined
   readonly #keys = new Map<string, KeyState>()
   #lastFlush = Number.NEGATIVE_INFINITY
   #flushScheduled = false
@@ -95,6 +98,7 @@ export class KvQuotaStore implements QuotaStore {
     this.#now = options.now ?? Date.now
     this.#maxKeys = options.maxKeys ?? 10_000
     this.#sleep = options.sleep ?? ((ms) => new Promise((resolve) => setTimeout(resolve, ms)))
+    this.#onWriteError = options.onWriteError
     this.shard = options.shard ?? crypto.randomUUID().replaceAll('-', '').slice(0, 16)
   }
 
@@ -140,6 +144,7 @@ export class KvQuotaStore implements QuotaStore {
     const now = this.#now()
     this.#lastFlush = now
     const writes: Promise<void>[] = []
+    let failure: unknown
     for (const [keyId, state] of this.#keys) {
       for (const id of state.dirty) {
         const counts = state.own.get(id)
@@ -148,11 +153,20 @@ export class KvQuotaStore implements QuotaStore {
         const write = this.#kv.put(shardKey(keyId, id, this.shard), '', { metadata, expirationTtl: ttlSeconds(id, now) })
         state.writing++
         // A failed write (e.g. KV's own rate limit) is retried with the next flush.
-        writes.push(write.catch(() => void state.dirty.add(id)).finally(() => void state.writing--))
+        writes.push(
+          write
+            .catch((error: unknown) => {
+              failure = error
+              state.dirty.add(id)
+            })
+            .finally(() => void state.writing--),
+        )
       }
       state.dirty.clear()
     }
     await Promise.all(writes)
+    // Unpublished counts hold the key's other isolates to their own share only: the operator must know.
+    if (failure !== undefined) this.#onWriteError?.(failure)
   }
 
   #scheduleFlush(background: ReserveInput['background']): void {

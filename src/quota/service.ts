@@ -28,6 +28,8 @@ export interface QuotaServiceOptions {
   flushIntervalMs?: number
   /** Clock deciding windows. Default `Date.now`. */
   now?: () => number
+  /** Told when KV refuses the KV store's counter writes (see `KvQuotaStoreOptions.onWriteError`). Default: nothing. */
+  onWriteError?: (error: unknown) => void
 }
 
 /** A control-call limit: a policy that always names `controlPerMinute`. */
@@ -86,7 +88,7 @@ export function createQuotaService(options: QuotaServiceOptions): QuotaService {
       }
       const kv = options.kv(c)
       let store = kvStores.get(kv)
-      if (!store) kvStores.set(kv, (store = new KvQuotaStore(kv, { now, flushIntervalMs: options.flushIntervalMs })))
+      if (!store) kvStores.set(kv, (store = new KvQuotaStore(kv, { now, flushIntervalMs: options.flushIntervalMs, onWriteError: options.onWriteError })))
       return store
     },
   }
