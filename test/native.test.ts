@@ -544,6 +544,27 @@ describe('cancel on disconnect', () => {
     expect(ops).toEqual(['runsync', 'status-sync', 'status-sync'])
   })
 
+  it('a status-sync leg Runpod refuses answers the running job, as a runsync whose wait ran out, so the caller can still poll or cancel it', async () => {
+    const ops: string[] = []
+    const h = harness({
+      models: NATIVE_MODELS,
+      fetch: async (input, init) => {
+        const op = new URL(new Request(input, init).url).pathname.split('/')[3]!
+        ops.push(op)
+        return op === 'status-sync' ? new Response('upstream connect error', { status: 503 }) : Response.json({ id: 'job-1', status: 'IN_PROGRESS' })
+      },
+    })
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v2/chat-classic/runsync?wait=60000', post(key, chatInput('x')))
+    expect(res.status).toBe(200)
+    const running = await json(res)
+    expect(running.status).toBe('IN_PROGRESS')
+    expect(running.id).toMatch(/\S/)
+    expect(ops).toEqual(['runsync', 'status-sync'])
+    const status = await h.fetch(`/v2/chat-classic/status/${running.id}`, { headers: { authorization: `Bearer ${key}` } })
+    expect(status.status).toBe(200)
+  })
+
   it('a caller who leaves a long runsync wait after its job id came back has the job cancelled at once', async () => {
     const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
     const waits: string[] = []

@@ -101,7 +101,8 @@ export function nativeRoutes(options: NativeRoutesOptions): Hono<GatewayEnv> {
       try {
         // As many legs as the wait holds, however soon Runpod answers one: never a tight loop of calls.
         for (let legs = Math.ceil(waitMs! / LEG_MS) - 1, left; legs-- > 0 && !isTerminal(result.status) && (left = deadline - Date.now()) >= MIN_WAIT_MS; ) {
-          result = await client.statusSync(endpoint, result.id, { signal, waitMs: Math.min(left, LEG_MS) })
+          // A refused leg answers the job as a runsync whose wait ran out: its caller keeps the id, to poll or cancel.
+          result = await client.statusSync(endpoint, result.id, { signal, waitMs: Math.min(left, LEG_MS) }).catch((error: unknown) => (signal.aborted ? Promise.reject(error) : ((legs = 0), result)))
         }
       } finally {
         signal.removeEventListener('abort', cancel)
