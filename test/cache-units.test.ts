@@ -6,6 +6,7 @@ import { describe, expect, it } from 'vitest'
 import { captureJsonAnswer, createAnswerCapture, renderJson, renderStream } from '../src/cache/answer.ts'
 import { cacheKey, stableJson } from '../src/cache/key.ts'
 import { GenerationCache } from '../src/cache/store.ts'
+import { readJsonBody } from '../src/http/body.ts'
 import { decideCaching, parseCacheControl } from '../src/cache/policy.ts'
 import type { NormalizedRequest } from '../src/normalize/types.ts'
 
@@ -105,6 +106,17 @@ describe('the canonical key', () => {
     const hashes = await Promise.all(variants.map(key))
     expect(new Set([plain, ...hashes]).size).toBe(variants.length + 1)
     expect(await key({ stream: false, user: 'x' })).toBe(plain)
+  })
+
+  it('an integer past 2^53, kept as the caller wrote it, keys as its digits: never as an object that spells them', async () => {
+    const base = request({ temperature: 0 })
+    const key = async (text: string) => {
+      const body = (await readJsonBody(new Request('http://podgate/', { method: 'POST', body: text }), 1 << 20)) as Record<string, unknown>
+      return (await cacheKey({ request: { ...base, body: { ...base.body, ...body } }, scope: 'key:a', generation: '0' })).hash
+    }
+    // Two different requests upstream: the first sends the integer, the second an object.
+    expect(await key('{"vllm_xargs":{"id":12345678901234567890}}')).not.toBe(await key('{"vllm_xargs":{"id":{"rawJSON":"12345678901234567890"}}}'))
+    expect(await key('{"seed":9007199254740993}')).not.toBe(await key('{"seed":9007199254740992}'))
   })
 })
 
