@@ -111,7 +111,7 @@ describe('the canonical key', () => {
   it('an integer past 2^53, kept as the caller wrote it, keys as its digits: never as an object that spells them', async () => {
     const base = request({ temperature: 0 })
     const key = async (text: string) => {
-      const body = (await readJsonBody(new Request('http://podgate/', { method: 'POST', body: text }), 1 << 20)) as Record<string, unknown>
+      const body = (await readJsonBody(new Request('http://podgate/', { method: 'POST', body: text }), 1 << 20, true)) as Record<string, unknown>
       return (await cacheKey({ request: { ...base, body: { ...base.body, ...body } }, scope: 'key:a', generation: '0' })).hash
     }
     // Two different requests upstream: the first sends the integer, the second an object.

@@ -90,3 +90,32 @@ describe('readJsonBody without a declared length', () => {
     expect(await refusal(readJsonBody(new Request('http://podgate/v1/chat/completions', { method: 'POST' }), MAX))).toEqual(EMPTY)
   })
 })
+
+describe('integers past 2^53', () => {
+  const read = async (text: string) => JSON.stringify(await readJsonBody(declared(text), 1 << 20, true))
+
+  it('are written upstream as the caller wrote them, wherever JSON puts a number', async () => {
+    const text = '{"seed":9223372036854775807,"ids":[12345678901234567890,-12345678901234567891],"x":{"y":[[18446744073709551615]]}}'
+    expect(await read(text)).toBe(text)
+  })
+
+  it('leave safe integers, decimals, exponents and digits in strings as they were', async () => {
+    const text = '{"a":9007199254740991,"b":1.2345678901234567,"c":1e21,"s":"x:12345678901234567890,","n":12345678901234567890}'
+    expect(JSON.parse(await read(text))).toEqual(JSON.parse(text))
+    // The number keeps its digits; the string, its text.
+    expect(await read(text)).toContain('"n":12345678901234567890}')
+    expect(await read(text)).toContain('"s":"x:12345678901234567890,"')
+  })
+
+  it('stay rounded when two different literals round to the same value (which stood where is not known)', async () => {
+    const text = '{"a":12345678901234567890,"b":12345678901234567891}'
+    expect(JSON.parse(await read(text))).toEqual({ a: 12345678901234567890, b: 12345678901234567891 })
+    expect(await read(text)).toBe(JSON.stringify(JSON.parse(text)))
+  })
+})
+
+describe("podgate's own bodies", () => {
+  it('take numbers as JavaScript does: a quota of 16 nines is a number, not kept raw', async () => {
+    expect(await readJsonBody(declared('{"tokensPerDay":9999999999999999}'), 1 << 20)).toEqual({ tokensPerDay: 1e16 })
+  })
+})

@@ -82,7 +82,7 @@ export function nativeRoutes(options: NativeRoutesOptions): Hono<GatewayEnv> {
 
   async function submit(c: Context<GatewayEnv>, via: 'run' | 'runsync'): Promise<Response> {
     const binding = bindingOf(c)
-    const request = normalizeJobBody(await readJsonBody(c.req.raw, options.maxBodyBytes), binding.model)
+    const request = normalizeJobBody(await readJsonBody(c.req.raw, options.maxBodyBytes, true), binding.model)
     const waitMs = via === 'runsync' ? waitParam(c, runpod.runsyncWaitMs) : undefined
     // Stages see a non-streaming request: a job holds no stream open on podgate.
     const normalized = { ...(request.normalized ?? passthroughRequest(binding.model.alias)), stream: false }

@@ -72,7 +72,7 @@ function surface(options: OpenAIRoutesOptions, resolve: ModelResolver, prefix: s
   const runRoute = options.routeStages ? composeStages(options.routeStages, options.dispatch) : run
 
   async function complete(c: Context<GatewayEnv>, normalize: Normalize, serve = run, modelOf = resolve): Promise<Response> {
-    const body = await readJsonBody(c.req.raw, options.maxBodyBytes)
+    const body = await readJsonBody(c.req.raw, options.maxBodyBytes, true)
     assertJsonObject(body)
     const model = modelOf(c, body)
     return serve(createCompletionContext(c, normalize(body, model.config, model.alias), model))
