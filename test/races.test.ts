@@ -1,12 +1,13 @@
 /**
  * Concurrent admin writes on KV, which has no compare-and-swap and lets the last write win: purges of
  * different targets, a PATCH or a second rotate racing a rotate, and a key lookup in flight while the
- * same isolate revokes. `gatedKv()` fixes the order: it holds the answer of one KV read (the read itself
- * runs at once), as a read served before another request's write and answered after it would be.
+ * same isolate revokes, two PATCHes of one key. `gatedKv()` fixes the order: it holds the answer of one KV
+ * read (the read itself runs at once), as a read served before another request's write and answered after
+ * it would be. `slowPutKv()` holds chosen writes back, as a slow write that lands after later ones would.
  */
 import { env } from 'cloudflare:test'
 import { describe, expect, it } from 'vitest'
-import { KeyStore } from '../src/auth/keys.ts'
+import { KeyStore, sha256Hex } from '../src/auth/keys.ts'
 import { ADMIN_TOKEN, authed, chatBody, harness } from './helpers.ts'
 
 const admin = (method: string, body?: unknown): RequestInit => ({
@@ -49,6 +50,39 @@ function gatedKv(base: KVNamespace) {
       reachedP = new Promise<void>((r) => (reached = r))
       gate = new Promise<void>((r) => (release = r))
       return { reached: () => reachedP, open: () => release() }
+    },
+  }
+}
+
+/** A KV namespace whose chosen `put`s wait, unwritten, until released: a slow write that lands after later ones. */
+function slowPutKv(base: KVNamespace) {
+  const held: { name: string; reached: () => void; gate: Promise<void> }[] = []
+  const kv = new Proxy(base, {
+    get(target, prop) {
+      const value = Reflect.get(target, prop) as unknown
+      if (typeof value !== 'function') return value
+      const method = (value as (...a: unknown[]) => Promise<unknown>).bind(target)
+      if (prop !== 'put') return method
+      return async (name: string, ...rest: unknown[]) => {
+        const i = held.findIndex((h) => h.name === name)
+        if (i >= 0) {
+          const [h] = held.splice(i, 1)
+          h!.reached()
+          await h!.gate
+        }
+        return method(name, ...rest)
+      }
+    },
+  })
+  return {
+    kv,
+    /** The next `put(name)` waits, unwritten, until `open()`. */
+    hold(name: string) {
+      let reached!: () => void
+      let open!: () => void
+      const reachedP = new Promise<void>((r) => (reached = r))
+      held.push({ name, reached, gate: new Promise<void>((r) => (open = r)) })
+      return { reached: () => reachedP, open: () => open() }
     },
   }
 }
@@ -213,5 +247,49 @@ describe('keys: rotation wins every race', () => {
     expect(await reader.lookup(issued[0]!.key)).toMatchObject({ id: record.id, hash: issued[0]!.record.hash })
     // The loser's secret never reached anyone, and key:<id> names the winner's whichever write landed last.
     expect(await reader.get(record.id)).toMatchObject({ hash: issued[0]!.record.hash, hint: issued[0]!.record.hint })
+  })
+})
+
+describe('keys: what a key may do is what the operator sees', () => {
+  it("races: a PATCH's slow write of the secret's record, landing after a later PATCH, does not widen the key again", async () => {
+    const slow = slowPutKv(env.PODGATE_KV)
+    const h = harness({ keyCacheTtlMs: 0, kv: () => slow.kv })
+    const { id, key } = await h.createKey({ name: 'wide' })
+    // PATCH A writes key:<id>; its write of keyhash:<hash> is slow ...
+    const hold = slow.hold(`keyhash:${await sha256Hex(key)}`)
+    const renamed = h.fetch(`/admin/keys/${id}`, admin('PATCH', { name: 'renamed' }))
+    await hold.reached()
+    // ... PATCH B reads A's record, narrows the key and writes both records ...
+    expect((await h.fetch(`/admin/keys/${id}`, admin('PATCH', { models: ['chat-openai'] }))).status).toBe(200)
+    // ... then A's stale keyhash:<hash> lands.
+    hold.open()
+    expect((await renamed).status).toBe(200)
+    const view = (await (await h.fetch(`/admin/keys/${id}`, admin('GET'))).json()) as { name: string; models: string[] | null }
+    expect(view).toMatchObject({ name: 'renamed', models: ['chat-openai'] })
+    expect((await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-classic')))).status).toBe(403)
+    expect((await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai')))).status).toBe(200)
+  })
+
+  it('races: when the two records disagree, the key is held to the operator\'s view even if the other one was written later', async () => {
+    const slow = slowPutKv(env.PODGATE_KV)
+    const h = harness({ keyCacheTtlMs: 0, kv: () => slow.kv })
+    const { id, key } = await h.createKey({ name: 'wide' })
+    // PATCH A narrows the key; its write of key:<id> is slow ...
+    const holdA = slow.hold(`key:${id}`)
+    const narrowed = h.fetch(`/admin/keys/${id}`, admin('PATCH', { models: ['chat-openai'] }))
+    await holdA.reached()
+    await new Promise((r) => setTimeout(r, 5)) // B's updatedAt is later than A's
+    // ... PATCH B read the key before A's write, renames it, and its write of keyhash:<hash> is slow ...
+    const holdB = slow.hold(`keyhash:${await sha256Hex(key)}`)
+    const renamed = h.fetch(`/admin/keys/${id}`, admin('PATCH', { name: 'renamed' }))
+    await holdB.reached()
+    // ... A lands both of its records, then B's keyhash:<hash> lands last: the later, wider record.
+    holdA.open()
+    expect((await narrowed).status).toBe(200)
+    holdB.open()
+    expect((await renamed).status).toBe(200)
+    const view = (await (await h.fetch(`/admin/keys/${id}`, admin('GET'))).json()) as { models: string[] | null }
+    expect(view.models).toEqual(['chat-openai'])
+    expect((await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-classic')))).status).toBe(403)
   })
 })

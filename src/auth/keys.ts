@@ -3,8 +3,10 @@
  *
  * A key is shown once, at creation or rotation; KV only ever holds its SHA-256. Storage schema
  * (docs/storage.md):
- *   `key:<id>`          -> KeyRecord (JSON), the operator's view, looked up by id (and by tokens' parent check)
- *   `keyhash:<sha256>`  -> KeyRecord (JSON), the hot-path view, looked up by the presented key's hash
+ *   `key:<id>`          -> KeyRecord (JSON), the operator's view and what is enforced, looked up by id (and by
+ *                          tokens' parent check, and by a key's lookup once its hash named the id)
+ *   `keyhash:<sha256>`  -> KeyRecord (JSON), looked up by the presented key's hash: names the id, and serves as
+ *                          the record only while `key:<id>` holds another secret (a rotation raced)
  *   `revoked:<id>`      -> { revokedAt }: the revocation tombstone. Written first by a revoke, never
  *                          removed or overwritten by anything else.
  *   `retired:<sha256>`  -> { retiredAt, hash, hint }: a rotated-away secret's tombstone, naming the secret
@@ -12,9 +14,10 @@
  * KV has no compare-and-swap and the last write wins, so a PATCH or rotate racing a revoke can write the
  * record back with `revokedAt: null`, and one racing a rotate can write back the old secret's hash. Every
  * read therefore also checks the tombstones: a revoked key stays revoked, a retired secret stays
- * refused, and a record holding a retired hash is read with the secret that replaced it. A lookup that
- * misses the in-isolate cache (bounded, with a TTL) does three KV reads in two round trips; steady-state
- * traffic does none. Revocation, rotation and scope changes take effect within KV's propagation delay
+ * refused, and a record holding a retired hash is read with the secret that replaced it. Two PATCHes at
+ * once can leave the two records different; a key obeys `key:<id>`, as its tokens and the admin API do.
+ * A lookup that misses the in-isolate cache (bounded, with a TTL) does four KV reads (three by id) in two
+ * round trips; steady-state traffic does none. Revocation, rotation and scope changes take effect within KV's propagation delay
  * (up to ~60 s) plus `keyCacheTtlMs` (at once in the isolate that made them).
  */
 
@@ -299,7 +302,9 @@ export class KeyStore {
   /**
    * The record as it stands, whatever a racing write left: upgraded, revoked when its tombstone says so,
    * and holding the current secret's hash when a rotation retired the one it holds. `liveHash`: a hash
-   * already known not to be retired.
+   * already known not to be retired, `stored` being its `keyhash:` record: then `key:<id>` is read too
+   * and wins while it holds that hash, since a PATCH's slow write of `keyhash:` can land after a later
+   * PATCH's (KV has no compare-and-swap), and the key must obey what the operator and its tokens see.
    */
   async #withTombstones(stored: KeyRecord | null, liveHash?: string): Promise<KeyRecord | null> {
     if (!stored) return null
@@ -307,7 +312,7 @@ export class KeyStore {
     if (record.revokedAt !== null) return record
     const [tombstone, current] = await Promise.all([
       this.#kv.get<{ revokedAt: number }>(`revoked:${record.id}`, 'json'),
-      record.hash === liveHash ? record : this.#currentSecret(record),
+      record.hash === liveHash ? this.#kv.get<KeyRecord>(`key:${record.id}`, 'json').then((byId) => (byId?.hash === liveHash ? upgrade(byId) : record)) : this.#currentSecret(record),
     ])
     return tombstone ? { ...current, revokedAt: tombstone.revokedAt } : current
   }
