@@ -176,6 +176,20 @@ describe('tokens', () => {
     expect((await h.fetch('/v1/tokens', authed(token.token, '{}'))).status).toBe(403)
   })
 
+  it("never outlive their key: expiresAt is capped at the key's own expiry, to the whole second before it", async () => {
+    const h = harness()
+    const keyExpiresAt = Date.now() + 90_500
+    const { key } = await h.createKey({ name: 'short-lived', expiresAt: keyExpiresAt })
+    for (const body of [{}, { ttlSeconds: 3600 }]) {
+      const minted = await mint(h, key, body)
+      expect(minted.expiresAt).toBeLessThanOrEqual(keyExpiresAt)
+      expect(minted.expiresAt).toBeGreaterThan(keyExpiresAt - 2000)
+      expect((await h.fetch('/v1/models', authed(minted.token))).status).toBe(200)
+    }
+    // A token shorter-lived than its key keeps the lifetime it asked for.
+    expect((await mint(h, key, { ttlSeconds: 30 })).expiresAt).toBeLessThanOrEqual(Date.now() + 30_000)
+  })
+
   it('bound to an origin work only from it', async () => {
     const h = harness()
     const { key } = await h.createKey({ name: 'backend' })

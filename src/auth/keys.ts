@@ -84,6 +84,8 @@ export interface Principal {
   tokenQuota: QuotaPolicy | null
   /** For a token, when it expires (ms since the epoch): an open stream ends then. Null otherwise. */
   tokenExpiresAt: number | null
+  /** When the key (for a token: its parent key) expires, in ms since the epoch; null: never. */
+  keyExpiresAt: number | null
   /** A prefix of the key secret's hash: names the secret's generation in minted tokens, reveals nothing. */
   keyGeneration: string
   /**
@@ -146,7 +148,7 @@ export async function timingSafeEqualText(a: string, b: string): Promise<boolean
 }
 
 export function toPrincipal(record: KeyRecord): Principal {
-  return { keyId: record.id, name: record.name, kind: record.kind, credential: record.kind, models: record.models, quota: record.quota ?? null, tokenId: null, tokenQuota: null, tokenExpiresAt: null, keyGeneration: keyGeneration(record), subject: null }
+  return { keyId: record.id, name: record.name, kind: record.kind, credential: record.kind, models: record.models, quota: record.quota ?? null, tokenId: null, tokenQuota: null, tokenExpiresAt: null, keyExpiresAt: record.expiresAt, keyGeneration: keyGeneration(record), subject: null }
 }
 
 export function keyGeneration(record: KeyRecord): string {

@@ -2,7 +2,7 @@
  * `POST /v1/tokens`: an app's backend trades its secret key for a short-lived token a browser may hold.
  *
  * The token's scope can only narrow the key's: a subset of its models, optionally one origin and a
- * quota of its own, for at most `tokens.maxTtlSeconds`.
+ * quota of its own, for at most `tokens.maxTtlSeconds` and never past the key's own `expiresAt`.
  */
 import { Hono } from 'hono/tiny'
 import type { Context } from 'hono'
@@ -75,6 +75,7 @@ export function tokenRoutes(options: TokenRoutesOptions): Hono<GatewayEnv> {
       keyId: principal.keyId,
       keyGeneration: principal.keyGeneration,
       ttlSeconds,
+      keyExpiresAt: principal.keyExpiresAt,
       models: input.models ? [...new Set(input.models)] : null,
       origin: input.origin === undefined ? null : (canonicalOrigin(input.origin) ?? input.origin),
       quota: input.quota ?? null,

@@ -54,6 +54,8 @@ export interface MintInput {
   keyId: string
   keyGeneration: string
   ttlSeconds: number
+  /** The parent key's expiry (ms since the epoch; null: never): the token's `exp` is never later. */
+  keyExpiresAt?: number | null
   models: string[] | null
   origin: string | null
   quota: QuotaPolicy | null
@@ -79,7 +81,8 @@ export class TokenSigner {
       kid: input.keyId,
       gen: input.keyGeneration,
       iat,
-      exp: iat + input.ttlSeconds,
+      // Whole seconds, rounded down: a token never outlives its key, so its `expiresAt` is when to refresh.
+      exp: Math.min(iat + input.ttlSeconds, Math.floor((input.keyExpiresAt ?? Infinity) / 1000)),
       models: input.models,
       origin: input.origin,
       quota: input.quota,

@@ -81,7 +81,7 @@ const SCHEMAS: Array<[z.ZodMiniType, Descriptions]> = [
   [mintTokenSchema(), {
     models: "Model aliases the token may use, within the key's; omit for all of the key's.",
     origin: 'The one browser origin the token works from; omit for any.',
-    ttlSeconds: 'Lifetime in seconds, at most `tokens.maxTtlSeconds`; default `tokens.defaultTtlSeconds`.',
+    ttlSeconds: "Lifetime in seconds, at most `tokens.maxTtlSeconds`; default `tokens.defaultTtlSeconds`. Never past the key's `expiresAt`.",
     quota: "Limits of the token's own, on top of the key's.",
     sub: {
       description: "The end user the token is for (your user id). Cached answers are kept per sub, so two users of one key never read each other's; without it the token shares the key's cache.",
