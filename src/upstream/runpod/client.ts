@@ -202,17 +202,8 @@ export class RunpodClient {
    * covers the body too, so an upstream that stalls mid-body times out. Throws a GatewayError on a
    * non-2xx answer or a body that is not JSON.
    */
-  async openaiJson(endpoint: Endpoint, path: string, body: unknown, options: CallOptions = {}): Promise<unknown> {
-    const { response, clear } = await this.#send(endpoint, `openai/v1${path}`, { method: 'POST', body }, options).catch((error: unknown) => queuedMaybe(error, endpoint))
-    try {
-      if (!response.ok) throw await upstreamHttpError(response, { url: `${endpoint.base}/openai/v1${path}`, jobOp: false, secret: this.#bearer(endpoint) })
-      return await response.json()
-    } catch (cause) {
-      if (cause instanceof GatewayError) throw cause
-      throw new GatewayError('upstream_error', 'The upstream answered with a body that is not JSON, or it broke off.', { cause })
-    } finally {
-      clear()
-    }
+  openaiJson(endpoint: Endpoint, path: string, body: unknown, options: CallOptions = {}): Promise<unknown> {
+    return this.#json(endpoint, `openai/v1${path}`, { method: 'POST', body }, options).catch((error: unknown) => queuedMaybe(error, endpoint))
   }
 
   async #json(endpoint: Endpoint, path: string, init: { method: string; body?: unknown }, options: CallOptions): Promise<unknown> {
