@@ -12,7 +12,7 @@ import type { CopyEnd } from '../pipeline/stage.ts'
 import type { StreamDialect } from '../normalize/route.ts'
 import { parseJson } from '../http/json.ts'
 import { sseErrorText } from './openai-chunks.ts'
-import { isCount, isRecord, readUsage, upstreamErrorMessage, workerFailure } from './vllm.ts'
+import { isRecord, readUsage, upstreamErrorMessage, workerFailure } from './vllm.ts'
 import type { Usage } from './openai-chunks.ts'
 
 /**
@@ -65,7 +65,7 @@ const RESPONSES_DIALECT: Dialect = {
       const error = response.error
       end.error ??= workerFailure(isRecord(error) && typeof error.message === 'string' ? error.message : 'unknown error')
     }
-    const usage = routeUsage(response.usage)
+    const usage = readUsage(response.usage)
     if (usage) end.usage = usage
   },
   errorEvent: (error) => `event: error\ndata: ${JSON.stringify({ type: 'error', code: error.code, message: error.message, param: null })}\n\n`,
@@ -83,7 +83,7 @@ const MESSAGES_DIALECT: Dialect = {
     if (message !== undefined) end.error ??= workerFailure(message)
     // `message_start` holds the prompt's count; `message_delta` the output's (vLLM's also the prompt's).
     const usage = isRecord(value) ? (type === 'message_start' && isRecord(value.message) ? value.message.usage : value.usage) : undefined
-    if (isRecord(usage)) end[type === 'message_start' ? 'prompt' : 'usage'] = routeUsage({ ...toInputOutput(end.usage ?? end.prompt), ...usage })
+    if (isRecord(usage)) end[type === 'message_start' ? 'prompt' : 'usage'] = readUsage({ ...toInputOutput(end.usage ?? end.prompt), ...usage })
   },
   errorEvent: (error) => `event: error\ndata: ${JSON.stringify({ type: 'error', error: { type: error.type, message: error.message } })}\n\n`,
 }
@@ -97,27 +97,8 @@ export const BEFORE_OUTPUT = /^(?:message_start|response\.(?:created|in_progress
 
 export const DIALECTS: Readonly<Record<StreamDialect, Dialect>> = { responses: RESPONSES_DIALECT, messages: MESSAGES_DIALECT }
 
-/**
- * The usage of an answer from any vLLM route, as OpenAI's counts: `prompt_tokens` / `completion_tokens`
- * (OpenAI, pooling routes), `input_tokens` / `output_tokens` (Responses, Anthropic), or only
- * `total_tokens` (rerank, which generates nothing). `undefined` when it counts nothing it can read.
- */
-export function routeUsage(value: unknown): Usage | undefined {
-  if (!isRecord(value)) return undefined
-  const prompt = count(value.prompt_tokens) ?? count(value.input_tokens)
-  const completion = count(value.completion_tokens) ?? count(value.output_tokens) ?? 0
-  const total = count(value.total_tokens)
-  if (prompt === undefined && total === undefined) return undefined
-  const promptTokens = prompt ?? total! - completion
-  return { prompt_tokens: promptTokens, completion_tokens: completion, total_tokens: total ?? promptTokens + completion }
-}
-
 function toInputOutput(usage: Usage | undefined): Record<string, number> {
   return usage ? { input_tokens: usage.prompt_tokens, output_tokens: usage.completion_tokens } : {}
-}
-
-function count(value: unknown): number | undefined {
-  return isCount(value) ? value : undefined
 }
 
 /** The dialect of the stream a path answers, when it is not OpenAI's. */

@@ -90,16 +90,23 @@ export function workerFailure(message: string): GatewayError {
 }
 
 /**
- * OpenAI usage read from an upstream object, extra fields (`prompt_tokens_details`) dropped, or
- * `undefined` when the counts are missing. `total_tokens` is recomputed when absent.
+ * The usage of an answer from any vLLM route, as OpenAI's counts, extra fields (`prompt_tokens_details`)
+ * dropped: `prompt_tokens` / `completion_tokens` (OpenAI, pooling routes), `input_tokens` /
+ * `output_tokens` (Responses, Anthropic), or only `total_tokens` (rerank, which generates nothing).
+ * `total_tokens` is recomputed when absent. `undefined` when it counts nothing it can read.
  */
 export function readUsage(value: unknown): Usage | undefined {
   if (!isRecord(value)) return undefined
-  const prompt = value.prompt_tokens
-  const completion = value.completion_tokens
-  if (!isCount(prompt) || !isCount(completion)) return undefined
-  const total = isCount(value.total_tokens) ? value.total_tokens : prompt + completion
-  return { prompt_tokens: prompt, completion_tokens: completion, total_tokens: total }
+  const prompt = count(value.prompt_tokens) ?? count(value.input_tokens)
+  const completion = count(value.completion_tokens) ?? count(value.output_tokens) ?? 0
+  const total = count(value.total_tokens)
+  if (prompt === undefined && total === undefined) return undefined
+  const promptTokens = prompt ?? total! - completion
+  return { prompt_tokens: promptTokens, completion_tokens: completion, total_tokens: total ?? promptTokens + completion }
+}
+
+function count(value: unknown): number | undefined {
+  return isCount(value) ? value : undefined
 }
 
 export function isCount(value: unknown): value is number {

@@ -15,7 +15,6 @@ import { GatewayError } from '../errors/index.ts'
 import { parseJson } from '../http/json.ts'
 import { toNativeInput } from '../normalize/index.ts'
 import { codedRefusal, errorItemFailure, isRecord, isRefusal, readUsage, workerFailure } from '../streaming/vllm.ts'
-import { routeUsage } from '../streaming/dialects.ts'
 import { cancelJob, polled } from './job-calls.ts'
 import { retryableFailure, sleep } from './retry.ts'
 import { nativeOutputToOpenAI } from './runpod/output.ts'
@@ -125,7 +124,7 @@ function jsonOutput(output: unknown, alias: string, route: boolean): { body: Rec
     throw new GatewayError('upstream_error', `The model worker returned something other than ${route ? 'one JSON answer' : 'an embeddings list'}.`)
   }
   if (!route || typeof body.model === 'string') body.model = alias
-  return { body, usage: route ? routeUsage(body.usage) : readUsage(body.usage) }
+  return { body, usage: readUsage(body.usage) }
 }
 
 export function jobFailure(job: Pick<JobStatus, 'status' | 'error'>): GatewayError {

@@ -17,8 +17,8 @@ import { isByteStream, pipeOpenAIStream, splitBody } from '../streaming/openai-p
 import { GatewayError } from '../errors/index.ts'
 import { jsonAnswerResponse } from '../pipeline/json-answer.ts'
 import { retryableFailure } from './retry.ts'
-import { isRecord, upstreamErrorMessage, workerFailure } from '../streaming/vllm.ts'
-import { DIALECTS, routeUsage } from '../streaming/dialects.ts'
+import { isRecord, readUsage, upstreamErrorMessage, workerFailure } from '../streaming/vllm.ts'
+import { DIALECTS } from '../streaming/dialects.ts'
 import { SSE_HEADERS } from './types.ts'
 import type { CompletionCall, TokenUsage } from './types.ts'
 import type { Endpoint } from './runpod/client.ts'
@@ -44,7 +44,7 @@ export async function openaiRouteCompletion(call: CompletionCall): Promise<Respo
       throw new GatewayError('upstream_error', 'The upstream answered with an unexpected completion shape.')
     }
     if (!request.route || typeof json.model === 'string') json.model = model.alias
-    call.settle({ ok: true, usage: request.route ? routeUsage(json.usage) : (json.usage as TokenUsage | undefined) })
+    call.settle({ ok: true, usage: readUsage(json.usage) })
     return jsonAnswerResponse(json)
   })
 }
