@@ -93,12 +93,6 @@ describe('createOpenAIRelay', () => {
     expect(contentOf(result.data.slice(0, -1))).toEqual(['a\uFFFDb\uFFFD'])
   })
 
-  it('rewrites the id when asked', async () => {
-    const result = await relay([bytesOf(vllmStream())], { id: 'chatcmpl-podgate', includeUsage: true })
-    const chunks = result.data.slice(0, -1).map((data) => JSON.parse(data) as { id: string; model: string })
-    expect(chunks.every((chunk) => chunk.id === 'chatcmpl-podgate' && chunk.model === ALIAS)).toBe(true)
-  })
-
   it('renames models that need escaping, and passes a stream through when the name already matches', async () => {
     const odd = 'my "quoted" model\\ü'
     const result = await relay([bytesOf(vllmStream())], { model: odd })
@@ -450,11 +444,10 @@ describe('rewriteChunkText', () => {
   const chunk = JSON.stringify({ id: 'chatcmpl-1', object: 'chat.completion.chunk', created: 1, model: 'up', choices: [{ index: 0, delta: { content: 'hi' } }] })
   const model = jsonStringContent(ALIAS)
 
-  it('rewrites model and id of the plain vLLM shape', () => {
-    expect(JSON.parse(rewriteChunkText(chunk, model, undefined) ?? '')).toMatchObject({ id: 'chatcmpl-1', model: ALIAS })
-    expect(JSON.parse(rewriteChunkText(chunk, model, 'new-id') ?? '')).toMatchObject({ id: 'new-id', model: ALIAS, choices: [{ index: 0 }] })
+  it('rewrites the model of the plain vLLM shape, and keeps its id', () => {
+    expect(JSON.parse(rewriteChunkText(chunk, model) ?? '')).toMatchObject({ id: 'chatcmpl-1', model: ALIAS, choices: [{ index: 0 }] })
     const same = chunk.replace('"up"', `"${ALIAS}"`)
-    expect(rewriteChunkText(same, model, undefined)).toBe(same)
+    expect(rewriteChunkText(same, model)).toBe(same)
   })
 
   it.each([
@@ -468,7 +461,7 @@ describe('rewriteChunkText', () => {
     ['multi-line data', '{"id":"c",\n"model":"up","choices":[{}]}'],
     ['not an object', '[{"model":"up","choices":[{}]}]'],
   ])('leaves %s to the parser', (_, data) => {
-    expect(rewriteChunkText(data, model, undefined)).toBeUndefined()
+    expect(rewriteChunkText(data, model)).toBeUndefined()
   })
 
   it('can be ended from outside through its StreamControl, kept as Response.body, with the event last and no [DONE]', async () => {

@@ -27,8 +27,6 @@ export interface OpenAIRelayOptions {
   first?: Uint8Array
   /** The podgate alias written into every chunk's `model` (the upstream serves another name). */
   model: string
-  /** When set, replaces every chunk's `id`. Default: vLLM's id passes through. */
-  id?: string
   /** Keep the upstream usage chunk in the output: the caller set `stream_options.include_usage`. */
   includeUsage: boolean
   /** Called at most once, when the upstream usage chunk arrives (whether or not it is relayed). */
@@ -82,7 +80,7 @@ const ignore = () => undefined
  * return new Response(relay, { headers: SSE_HEADERS })
  */
 export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<Uint8Array> {
-  const { source, model, id, includeUsage, onUsage, onFirstEvent, onEnd } = options
+  const { source, model, includeUsage, onUsage, onFirstEvent, onEnd } = options
   const idleMs = options.idleMs ?? Infinity
   const totalDeadline = options.totalDeadline ?? Infinity
   const batchMs = options.batchMs ?? DEFAULT_BATCH_MS
@@ -94,7 +92,6 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
     onEnd?.(outcome)
   }
   const modelText = jsonStringContent(model)
-  const idText = id === undefined ? undefined : jsonStringContent(id)
   const decoder = new TextDecoder()
   const parser = createParser({ onEvent: relayEvent, onError: refuseOversizedEvent, maxBufferSize: options.maxEventChars ?? DEFAULT_MAX_EVENT_CHARS })
 
@@ -137,7 +134,7 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
       report({ ok: true })
       return
     }
-    const fast = rewriteChunkText(data, modelText, idText)
+    const fast = rewriteChunkText(data, modelText)
     if (fast !== undefined) out += `data: ${fast}\n\n`
     else relayParsed(data)
     // Reached only by a chunk: an error event (thrown above) is no output, and costs no max_tokens.
@@ -167,7 +164,6 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
       }
       if (!includeUsage) return
     }
-    if (idText !== undefined) value.id = id
     value.model = model
     out += `data: ${JSON.stringify(value)}\n\n`
   }
@@ -349,20 +345,18 @@ const OPEN_BRACE = 0x7b
 const OPEN_BRACKET = 0x5b
 const MODEL_KEY = '"model":"'
 const CHOICES_AFTER_MODEL = ',"choices":[{'
-const ID_KEY = '{"id":"'
 
 /**
- * Rewrites `model` (and `id` when `idText` is set) in a vLLM chunk's JSON text without parsing it, or
- * returns `undefined` when the text is not the plain shape this can prove safe, so the caller parses it.
- * Both replacements are JSON string contents (escaped, without quotes). Returns `data` itself when the
- * model already matches and no id is set.
+ * Rewrites `model` in a vLLM chunk's JSON text without parsing it, or returns `undefined` when the text
+ * is not the plain shape this can prove safe, so the caller parses it. `modelText` is JSON string content
+ * (escaped, without quotes). Returns `data` itself when the model already matches.
  *
  * vLLM (pydantic) writes `{"id":"…","object":"…","created":N,"model":"…","choices":[{…`; only that
  * prefix is inspected, so the cost does not grow with the content. Usage, error and any other event
  * fails the `"choices":[{` check and is parsed. The rest of the text is passed on unvalidated: it is
  * vLLM's JSON, and the caller's own parser sees it as vLLM wrote it.
  */
-export function rewriteChunkText(data: string, modelText: string, idText: string | undefined): string | undefined {
+export function rewriteChunkText(data: string, modelText: string): string | undefined {
   // A raw newline means a multi-line `data:` event, which a single-line re-framing would corrupt.
   if (data.charCodeAt(0) !== OPEN_BRACE || data.indexOf('\n') !== -1) return undefined
   const keyAt = data.indexOf(MODEL_KEY)
@@ -386,12 +380,6 @@ export function rewriteChunkText(data: string, modelText: string, idText: string
     valueEnd++
   }
   if (!data.startsWith(CHOICES_AFTER_MODEL, valueEnd + 1)) return undefined
-  if (idText !== undefined) {
-    if (!data.startsWith(ID_KEY)) return undefined
-    const idEnd = data.indexOf('"', ID_KEY.length)
-    if (idEnd === -1 || idEnd >= keyAt) return undefined
-    return `${ID_KEY}${idText}${data.slice(idEnd, valueAt)}${modelText}${data.slice(valueEnd)}`
-  }
   if (valueEnd - valueAt === modelText.length && data.startsWith(modelText, valueAt)) return data
   return `${data.slice(0, valueAt)}${modelText}${data.slice(valueEnd)}`
 }
