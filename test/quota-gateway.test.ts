@@ -214,6 +214,27 @@ describe('quota stage', () => {
     expect(tokens).toBeLessThan(prompt + 100)
   })
 
+  // Found in the fairness review: the OpenAI route's stream and a native job's Responses or Messages
+  // stream report usage only at their end, so one cut short kept its whole reservation (prompt + max_tokens).
+  it.each([
+    ['the OpenAI route (the JavaScript relay)', 'chat-openai', '/v1/chat/completions'],
+    ['a native Responses job', 'chat-current', '/v1/responses'],
+    ['a native Messages job', 'chat-current', '/v1/messages'],
+  ])('a stream on %s that breaks after 30 tokens is charged about its prompt + 30, not its whole reservation', async (_name, model, path) => {
+    const { h } = clockedHarness()
+    const { key } = await h.createKey({ name: 'q', quota: { tokensPerMinute: 50_000, strict: true } })
+    const content = 'Break [[emulator:tokens=100,fault=mid_stream,after=30]]'
+    const body = path === '/v1/responses' ? { input: content, max_output_tokens: 4_000 } : { messages: [{ role: 'user', content }], max_tokens: 4_000 }
+    const res = await h.fetch(path, authed(key, JSON.stringify({ model, stream: true, ...body })))
+    expect(res.status).toBe(200)
+    expect(await res.text()).toMatch(/"(?:upstream_error|api_error)"/)
+    const prompt = Math.ceil(content.length / 4)
+    const { tokens } = await minuteOf(h, key)
+    // 30 token events, and the few a dialect writes around them (a role chunk, response.created...).
+    expect(tokens).toBeGreaterThanOrEqual(prompt + 30)
+    expect(tokens).toBeLessThan(prompt + 40)
+  })
+
   it('holds strict concurrent streams to the limit until a stream ends', async () => {
     const { h } = clockedHarness()
     const { key } = await h.createKey({ name: 'q', quota: { maxConcurrentStreams: 1, strict: true } })

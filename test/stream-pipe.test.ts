@@ -15,6 +15,7 @@ import { bytesOf, cutRandom } from '../src/streaming/__fixtures__/vllm.ts'
 import { pipeOpenAIStream, readTail, splitBody } from '../src/streaming/openai-pipe.ts'
 import { streamControl } from '../src/streaming/stream-control.ts'
 import type { RelayOutcome } from '../src/streaming/openai-relay.ts'
+import { countedUsage } from '../src/streaming/openai-chunks.ts'
 import type { Usage } from '../src/streaming/openai-chunks.ts'
 import { env } from 'cloudflare:workers'
 import { authed, chatBody, harness, readSSE, RUNPOD_KEY, scriptedUpstream as scripted, streamedText } from './helpers.ts'
@@ -372,6 +373,40 @@ describe('native relay over a real HTTP upstream (the emulator)', () => {
     expect((await openaiCalls()).length - before).toBe(1)
   })
 
+  // Found in the fairness review: vLLM sends usage only at the end, so a stream cut before it kept its
+  // whole reservation (prompt + max_tokens) however few tokens it produced.
+  it.each([
+    ['breaks', 'fault=mid_stream'],
+    ['stalls past the idle timeout', 'fault=stall'],
+  ])('a stream that %s after N tokens is charged about its prompt + N, not max_tokens, piped or rewritten', async (_name, fault) => {
+    const h = harness({
+      models: { chat: { endpoints: [{ endpointId: 'vllmopenai' }], mode: 'openai', resilience: { timeouts: { idleMs: 300, totalMs: 20_000 } } } },
+      runpod: { apiKey: RUNPOD_KEY, baseUrl: env.RUNPOD_BASE_URL },
+      fetch: undefined,
+      quota: QUOTA_CLOCK,
+    })
+    const { key } = await h.createKey({ name: 'cut', quota: { tokensPerMinute: 1_000_000, strict: true } })
+    const minuteTokens = async () => {
+      await h.settle()
+      return ((await (await h.fetch('/v1/usage', authed(key))).json()) as { windows: { minute: { tokens: number } } }).windows.minute.tokens
+    }
+    // 400 events of ~170 bytes: the piped copy's tail (16 to 32 KiB) holds only the last of them.
+    const prompt = `Go [[emulator:${fault},after=400,tokens=1000,delay=0]]`
+    const promptTokens = Math.ceil(prompt.length / 4)
+    let charged = 0
+    // With include_usage the bytes are piped natively; without it the relay strips the usage chunk.
+    for (const extra of [WITH_USAGE, {}]) {
+      const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat', prompt, { stream: true, max_tokens: 4_000, ...extra })))
+      const events = await readSSE(res)
+      expect(events.at(-1)).toMatchObject({ error: {} })
+      const tokens = (await minuteTokens()) - charged
+      charged += tokens
+      // Each event is about a token: 400 of them (and the role chunk), within a few percent.
+      expect(tokens).toBeGreaterThan(promptTokens + 380)
+      expect(tokens).toBeLessThan(promptTokens + 420)
+    }
+  })
+
   it('a worker failure mid-stream ends with podgate\'s error event, no [DONE]', async () => {
     const h = live()
     const { key } = await h.createKey({ name: 'live' })
@@ -612,7 +647,7 @@ describe('pipeOpenAIStream', () => {
     streamControl(stream)!.end('data: {"error":{"code":"invalid_api_key"}}\n\n')
     const text = await new Response(stream).text()
     expect(text.endsWith('data: [DONE]\n\n')).toBe(true)
-    expect(seen.end).toEqual({ ok: true })
+    expect(seen.end).toMatchObject({ ok: true })
     expect(seen.usage).toBeDefined()
     await expect.poll(() => seen.copyEnd).toMatchObject({ done: true })
   })
@@ -637,7 +672,8 @@ describe('pipeOpenAIStream', () => {
 
   it('reports ok with the usage for a whole stream, a failure for a cut one, and the same bytes', async () => {
     const whole = await pipeOutcome(cutRandom(UPSTREAM_SSE, 11, 50))
-    expect(whole).toEqual({ text: UPSTREAM_SSE, end: { ok: true }, usage })
+    // Its 5 events (the comment is none), the count that settles a stream with no usage.
+    expect(whole).toEqual({ text: UPSTREAM_SSE, end: { ok: true, estimate: countedUsage(5) }, usage })
     const cut = await pipeOutcome([UPSTREAM_SSE.slice(0, 300)])
     expect(cut.end).toMatchObject({ ok: false, started: true, error: { message: 'The upstream stream ended before the model finished.' } })
     expect(cut.usage).toBeUndefined()
@@ -673,7 +709,9 @@ describe('pipeOpenAIStream', () => {
     const long = tokens + UPSTREAM_SSE
     const whole = await pipeOutcome(cutRandom(long, 3, 3000))
     expect(whole.text === long).toBe(true)
-    expect(whole.end).toEqual({ ok: true })
+    expect(whole.end).toMatchObject({ ok: true })
+    // Its 6005 events, estimated from the tail's density: within a few percent (its last events are longer).
+    expect(Math.abs((whole.end as { estimate: Usage }).estimate.total_tokens - 6005)).toBeLessThan(6005 * 0.03)
     expect(whole.usage).toEqual(usage)
     // Cut after the usage chunk, before [DONE]: the usage still settles, and the stream counts as cut.
     const cut = await pipeOutcome(cutRandom(long.slice(0, long.lastIndexOf('data: [DONE]')), 4, 3000))
@@ -692,9 +730,12 @@ describe('readTail', () => {
       let bytes = 0
       let from = chunks.length
       while (from > 0 && bytes < 16 * 1024) bytes += chunks[--from]!.byteLength
-      expect(readTail(chunks.slice(from), from === 0)).toEqual({ done: true, usage, output: true })
+      const end = readTail(chunks.slice(from), from === 0, undefined, bytesOf(text).byteLength)
+      expect(end).toMatchObject({ done: true, usage, output: true })
+      // The answer's 405 events, estimated at the tail's density (its events are alike in size).
+      expect(Math.abs(end.estimate!.completion_tokens - 405)).toBeLessThanOrEqual(5)
     }
-    expect(readTail([bytesOf(UPSTREAM_SSE.slice(0, -14))], true)).toEqual({ done: false, usage, output: true })
+    expect(readTail([bytesOf(UPSTREAM_SSE.slice(0, -14))], true)).toEqual({ done: false, usage, output: true, estimate: countedUsage(4) })
     const failed = readTail([bytesOf('data: {"object":"error","message":"boom"}\n\ndata: [DONE]\n\n')], true)
     expect(failed.done).toBe(true)
     expect(failed.error?.message).toBe('The model worker failed: boom')
@@ -709,6 +750,6 @@ describe('readTail', () => {
     expect(legacy).toMatchObject({ done: false, error: { message: 'The model worker failed: boom' } })
     const talk = 'data: {"choices":[{"index":0,"delta":{"content":"the \\"error\\" and \\"usage\\" fields"}}]}\n\n'
     const counted = `data: {"choices": [], "usage": {"prompt_tokens": 12, "completion_tokens": 9, "total_tokens": 21}}\n\n`
-    expect(readTail([bytesOf(talk + counted + talk + 'data: [DONE]\n\n')], true)).toEqual({ done: true, usage, output: true })
+    expect(readTail([bytesOf(talk + counted + talk + 'data: [DONE]\n\n')], true)).toEqual({ done: true, usage, output: true, estimate: countedUsage(4) })
   })
 })

@@ -115,7 +115,7 @@ describe('openai-pipe tailBlocks: a long last event that begins on a 16 KiB bloc
   it.each([32_768, 32_769, 49_152])('a whole Responses stream whose response.completed begins at byte %i settles as whole, with its usage', async (at) => {
     const chunks = responsesWithLastEventAt(at, 'x'.repeat(20_000))
     const { text, end, usage: seen } = await pipe(chunks)
-    expect(end).toEqual({ ok: true })
+    expect(end).toMatchObject({ ok: true })
     expect(seen).toEqual({ prompt_tokens: 5, completion_tokens: 7, total_tokens: 12 })
     expect(text).toBe(chunks.join(''))
   })
@@ -126,14 +126,14 @@ describe('openai-pipe tailBlocks: a long last event that begins on a 16 KiB bloc
   it.each([': keep-alive\n\n', '\n', '\r\n', ': a\n\n: b\n\n\n'])('a long response.completed followed by %j is whole, with its usage', async (after) => {
     const chunks = [...responsesWithLastEventAt(40_000, 'x'.repeat(40_000)), after]
     const { text, end, usage: seen } = await pipe(chunks)
-    expect(end).toEqual({ ok: true })
+    expect(end).toMatchObject({ ok: true })
     expect(seen).toEqual({ prompt_tokens: 5, completion_tokens: 7, total_tokens: 12 })
     expect(text).toBe(chunks.join(''))
   })
 
   it('control: the same stream with the last event 2 bytes later is whole', async () => {
     const { end } = await pipe(responsesWithLastEventAt(32_770, 'x'.repeat(20_000)))
-    expect(end).toEqual({ ok: true })
+    expect(end).toMatchObject({ ok: true })
   })
 
   it('end to end: /v1/responses relays a whole answer and appends no error event', async () => {
@@ -203,7 +203,7 @@ describe('openai-pipe: a Responses or Messages upstream that holds its connectio
 
   // Found in the accounting review: message_start's usage (the prompt's count, output_tokens 0) was taken
   // for the answer's, so a Messages stream cut after its output, before message_delta, was charged the prompt only.
-  it('a Messages stream cut after some output, before message_delta, keeps its reservation, not message_start\'s prompt count', async () => {
+  it('a Messages stream cut after some output, before message_delta, is charged the prompt estimate and its events, not its reservation nor message_start\'s prompt count alone', async () => {
     const pieces = [
       MESSAGE_START,
       'event: content_block_start\ndata: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}\n\n',
@@ -211,7 +211,8 @@ describe('openai-pipe: a Responses or Messages upstream that holds its connectio
     ]
     const { text, tokens } = await messagesStream(pieces)
     expect(text).toContain('event: error')
-    expect(tokens).toBeGreaterThan(500)
+    // Its 3 events (about a token each) and the prompt estimate (3): vLLM sends no usage before message_delta.
+    expect(tokens).toBe(6)
   })
 
   // vLLM's anthropic/serving.py writes message_start at the chat stream's first chunk (its role chunk,

@@ -26,8 +26,8 @@ export interface TokenUsage {
  */
 export type CompletionOutcome =
   /**
-   * `estimate`: the upstream reported no usage (a current worker-vllm's native shorthand stream) and
-   * podgate counted the output (`prompt_tokens` 0). Quota charges it with the prompt estimate; it is
+   * `estimate`: podgate's count of the output (`prompt_tokens` 0), for when the upstream reported no
+   * usage (a current worker-vllm's native shorthand stream, a stream cut before its usage chunk). Quota charges it with the prompt estimate; it is
    * never shown to a caller, cached or shared, which is why it is not `usage`.
    */
   | { ok: true; usage: TokenUsage | undefined; estimate?: TokenUsage; cached?: boolean }

@@ -10,6 +10,7 @@ import { createParser } from 'eventsource-parser'
 import type { EventSourceMessage, EventSourceParser } from 'eventsource-parser'
 import { GatewayError, toGatewayError } from '../errors/index.ts'
 import type { RequestKind } from '../normalize/types.ts'
+import { countedUsage } from './openai-chunks.ts'
 import type { ChatCompletionChunk, CompletionChunk, FinishReason, TextCompletionChunk, Usage } from './openai-chunks.ts'
 import { DEFAULT_MAX_EVENT_CHARS, errorItemFailure, isCount, isRecord, readUsage, refuseOversizedEvent, upstreamErrorMessage, workerFailure } from './vllm.ts'
 
@@ -192,7 +193,7 @@ export function createNativeStreamDecoder(options: NativeDecoderOptions): Native
       return reportUsage({ prompt_tokens: input, completion_tokens: output, total_tokens: input + output }, false)
     }
     const counted = shape === 'classic' ? classicChoices.reduce((steps, choice) => steps + choice.steps, 0) : contentDeltas
-    reportUsage({ prompt_tokens: 0, completion_tokens: counted, total_tokens: counted }, true)
+    reportUsage(countedUsage(counted), true)
   }
 
   function acceptEvent(event: EventSourceMessage): void {

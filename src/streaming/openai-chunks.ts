@@ -7,6 +7,9 @@
  */
 
 /** Token counts, as OpenAI reports them. */
+/** podgate's count of `n` generated tokens, for the quota only (`prompt_tokens` 0: quota adds the prompt estimate). */
+export const countedUsage = (n: number): Usage => ({ prompt_tokens: 0, completion_tokens: n, total_tokens: n })
+
 export interface Usage {
   prompt_tokens: number
   completion_tokens: number

@@ -37,6 +37,7 @@ import { createParser } from 'eventsource-parser'
 import { GatewayError } from '../errors/index.ts'
 import { BEFORE_OUTPUT, OPENAI_DIALECT } from './dialects.ts'
 import type { Dialect, StreamEnding } from './dialects.ts'
+import { countedUsage } from './openai-chunks.ts'
 import type { Usage } from './openai-chunks.ts'
 import type { RelayOutcome } from './openai-relay.ts'
 import type { CopyEnd } from '../pipeline/stage.ts'
@@ -148,12 +149,12 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
   /** The answer's last bytes, as the copy reads them. */
   const tail = tailBlocks(dialect)
 
-  /** Settles once: the usage, the outcome, then the close listeners (the revocation check's timer). */
-  function report(outcome: RelayOutcome, usage?: Usage): void {
+  /** Settles once: the usage, the outcome (with the events' count), then the close listeners (the revocation check's timer). */
+  function report(outcome: RelayOutcome, end?: TailEnd): void {
     if (over) return
     over = true
-    if (usage) options.onUsage?.(usage)
-    options.onEnd?.(outcome)
+    if (end?.usage) options.onUsage?.(end.usage)
+    options.onEnd?.({ ...outcome, estimate: end?.estimate })
     const listeners = closeListeners
     closeListeners = undefined
     if (listeners) for (const listener of listeners) listener()
@@ -205,7 +206,7 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
         void copyEnding?.then((end) => {
           // Decided as the ending below decides it, from all the copy read.
           const failure = end.error ?? (end.done ? undefined : new GatewayError('upstream_error', CUT_MESSAGE))
-          report(failure ? { ok: false, error: failure, started: !!end.output } : { ok: true }, end.usage)
+          report(failure ? { ok: false, error: failure, started: !!end.output } : { ok: true }, end)
           stop.abort(error)
         })
       })
@@ -217,7 +218,7 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
     options.abortUpstream(error)
     pace.hurry()
     // Settled from what the copy read so far: a usage chunk already in hand is what the answer cost.
-    report({ ok: false, error, started: !!read.output }, read.usage)
+    report({ ok: false, error, started: !!read.output }, read)
   }
 
   /**
@@ -292,7 +293,7 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
       if (!delivered && !forced) error = new GatewayError('upstream_error', CALLER_GONE)
     }
     // Settled before the caller's body closes: once it has, the request may end, and with it this code.
-    report(error ? { ok: false, error, started: !!end.output } : { ok: true }, end.usage)
+    report(error ? { ok: false, error, started: !!end.output } : { ok: true }, end)
     await writer.close().catch(ignore)
   }
 
@@ -432,8 +433,8 @@ function tailBlocks(dialect: Dialect): Tail {
           }
         }
         previous = (byte(chunk.byteLength - 2) << 8) | byte(chunk.byteLength - 1)
-        appended += chunk.byteLength
       }
+      appended += chunk.byteLength
       for (let offset = 0; offset < chunk.byteLength; ) {
         let last = blocks.at(-1)
         if (!last || last.length === last.bytes.byteLength) {
@@ -454,7 +455,7 @@ function tailBlocks(dialect: Dialect): Tail {
         free.push(dropped.bytes)
       }
     },
-    end: () => readTail(blocks.map((block) => block.bytes.subarray(0, block.length)), whole, dialect),
+    end: () => readTail(blocks.map((block) => block.bytes.subarray(0, block.length)), whole, dialect, appended),
   }
 }
 
@@ -516,34 +517,46 @@ function byobReader(stream: ReadableStream<Uint8Array>): ReadableStreamBYOBReade
 
 /**
  * How the answer ended, as its last events tell: `[DONE]`, the usage, any vLLM error event; `output`: an
- * event other than those `BEFORE_OUTPUT` names came before any error (or the tail was cut: more came), so the answer started.
+ * event other than those `BEFORE_OUTPUT` names came before any error (or the tail was cut: more came), so
+ * the answer started; `estimate`: the events read, about a token each (see `readTail`).
  */
-type TailEnd = StreamEnding & { output?: boolean }
+type TailEnd = StreamEnding & { output?: boolean; estimate?: Usage }
 
 const decoder = new TextDecoder()
 const EVENT_BREAK = /\r\n\r\n|\n\n|\r\r/
 
 /**
  * Reads the ending from the tail chunks: parsed once per stream, from the first event boundary in the
- * tail (its first event may have been cut when older chunks were dropped).
+ * tail (its first event may have been cut when older chunks were dropped). The events of the whole
+ * answer (`total` bytes, the tail's by default) are estimated at the tail's density, so counting them
+ * costs the copy's reads one addition each: in vLLM's chat and completions streams an event is about a
+ * token, and a long answer's events are much alike in size.
  */
-export function readTail(chunks: readonly Uint8Array[], whole: boolean, dialect: Dialect = OPENAI_DIALECT): TailEnd {
+export function readTail(chunks: readonly Uint8Array[], whole: boolean, dialect: Dialect = OPENAI_DIALECT, total?: number): TailEnd {
   let text = ''
-  for (const chunk of chunks) text += decoder.decode(chunk, { stream: true })
+  let size = 0
+  for (const chunk of chunks) {
+    text += decoder.decode(chunk, { stream: true })
+    size += chunk.byteLength
+  }
   text += decoder.decode()
   if (!whole) {
     const boundary = EVENT_BREAK.exec(text)
     text = boundary ? text.slice(boundary.index + boundary[0].length) : ''
   }
   const end: TailEnd = { done: false, output: !whole }
+  // A cut tail's first boundary ends an event too.
+  let events = whole ? 0 : 1
   createParser({
     onEvent(event) {
+      events++
       dialect.read(event, end)
       end.output ||= !end.error && !BEFORE_OUTPUT.test(event.event ?? '')
     },
   }).feed(text)
   // A Messages stream that failed before any token: its prompt's count is what it cost.
   if (!end.output) end.usage ??= end.prompt
+  else end.estimate = countedUsage(Math.round((events * (total ?? size)) / size))
   return end
 }
 

@@ -15,7 +15,7 @@
 import { createParser } from 'eventsource-parser'
 import type { EventSourceMessage } from 'eventsource-parser'
 import { GatewayError, toGatewayError } from '../errors/index.ts'
-import { DONE_TEXT, sseErrorText } from './openai-chunks.ts'
+import { countedUsage, DONE_TEXT, sseErrorText } from './openai-chunks.ts'
 import type { Usage } from './openai-chunks.ts'
 import { DEFAULT_MAX_EVENT_CHARS, isRecord, readUsage, refuseOversizedEvent, upstreamErrorMessage, workerFailure } from './vllm.ts'
 import { registerStreamControl } from './stream-control.ts'
@@ -54,7 +54,11 @@ export interface OpenAIRelayOptions {
   batchMs?: number
 }
 
-export type RelayOutcome = { ok: true } | { ok: false; error: GatewayError; started: boolean }
+/**
+ * `estimate`: podgate's count of the events relayed (about a token each), which the quota charges with the
+ * prompt estimate when the upstream reported no usage (vLLM sends it only at the end).
+ */
+export type RelayOutcome = ({ ok: true } | { ok: false; error: GatewayError; started: boolean }) & { estimate?: Usage }
 
 const encoder = new TextEncoder()
 const STREAM_DECODE: TextDecoderDecodeOptions = { stream: true }
@@ -86,10 +90,11 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
   const batchMs = options.batchMs ?? DEFAULT_BATCH_MS
   const timed = idleMs !== Infinity || totalDeadline !== Infinity
   let reported = false
-  function report(outcome: RelayOutcome): void {
+  /** Settles once: whole, or failed with `error`; either way with the chunks relayed as the estimate. */
+  function report(error?: GatewayError): void {
     if (reported) return
     reported = true
-    onEnd?.(outcome)
+    onEnd?.({ ...(error ? { ok: false, error, started: chunks > 0 } : { ok: true }), estimate: countedUsage(chunks) })
   }
   const modelText = jsonStringContent(model)
   const decoder = new TextDecoder()
@@ -100,7 +105,8 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
   let out = ''
   /** `ended` once `[DONE]` or an error event was written, or the caller left: nothing more goes out. */
   let ended = false
-  let started = false
+  /** Chunks relayed (not error events): about a token each, the answer's count when no usage came. */
+  let chunks = 0
   let usageSeen = false
   let readableClosed = false
   let controller!: ReadableStreamDefaultController<Uint8Array>
@@ -131,17 +137,14 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
     if (data === '[DONE]') {
       out += DONE_TEXT
       ended = true
-      report({ ok: true })
+      report()
       return
     }
     const fast = rewriteChunkText(data, modelText)
     if (fast !== undefined) out += `data: ${fast}\n\n`
     else relayParsed(data)
     // Reached only by a chunk: an error event (thrown above) is no output, and costs no max_tokens.
-    if (!started) {
-      started = true
-      onFirstEvent?.()
-    }
+    if (!chunks++) onFirstEvent?.()
   }
 
   function relayParsed(data: string): void {
@@ -181,7 +184,7 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
     const failure = toGatewayError(error)
     out += sseErrorText(failure)
     ended = true
-    report({ ok: false, error: failure, started })
+    report(failure)
   }
 
   function flush(): void {
@@ -307,7 +310,7 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
       pull,
       cancel(reason) {
         // The caller went away: stop the upstream too.
-        if (!ended) report({ ok: false, error: new GatewayError('upstream_error', 'The caller went away.'), started })
+        if (!ended) report(new GatewayError('upstream_error', 'The caller went away.'))
         ended = true
         readableClosed = true
         if (timer !== undefined) clearTimeout(timer)
@@ -327,7 +330,7 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
       if (ended) return
       out += event
       ended = true
-      report({ ok: false, error: new GatewayError('invalid_api_key', 'The stream\'s API key stopped being valid.'), started })
+      report(new GatewayError('invalid_api_key', 'The stream\'s API key stopped being valid.'))
       finish()
       source.cancel().catch(ignore)
     },

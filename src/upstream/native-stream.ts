@@ -15,7 +15,7 @@ import { createNativeStreamDecoder } from '../streaming/native-decoder.ts'
 import { createDialectDecoder, wasRelayed } from '../streaming/dialect-decoder.ts'
 import { DIALECTS, OPENAI_DIALECT } from '../streaming/dialects.ts'
 import type { NativeStreamDecoder } from '../streaming/native-decoder.ts'
-import { DONE, encodeSSEData } from '../streaming/openai-chunks.ts'
+import { countedUsage, DONE, encodeSSEData } from '../streaming/openai-chunks.ts'
 import { failedOver, jobFailure } from './native.ts'
 import { cancelJob, streamPage } from './job-calls.ts'
 import { sleep } from './retry.ts'
@@ -64,6 +64,12 @@ interface Attempt {
   chunks: number
   firstChunkAt: number
 }
+
+/**
+ * podgate's count of an attempt's output, for an answer with no usage: its decoder's, else (a dialect's
+ * stream, whose usage comes last) its events, about a token each.
+ */
+const counted = (attempt: Attempt) => attempt.estimate ?? countedUsage(attempt.chunks)
 
 type PollResult = { ok: true; attempt: Attempt; page: JobStream } | { ok: false; attempt: Attempt; error: unknown }
 
@@ -388,7 +394,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
       if (winner.pending.length === 0) heartbeat()
     }
     const { usage } = winner
-    call.settle({ ok: true, usage, estimate: winner.estimate })
+    call.settle({ ok: true, usage, estimate: counted(winner) })
     // A dialect's stream ends with its own last event, relayed already.
     if (!dialect) {
       if (usage && request.includeUsage) emit(encodeSSEData(JSON.stringify(winner.usageChunk ?? { id, object, created, model: model.alias, choices: [], usage })))
@@ -410,7 +416,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
       // A caller who hangs up once a job ran has had its prompt processed: quota charges it. A cut answer
       // is charged what it produced: the worker's usage so far, else podgate's count.
       won?.decoder.cut?.()
-      call.settle({ ok: false, error: failure, producedOutput, usage: won?.usage, estimate: won?.estimate, ...(gone && launched ? { reachedUpstream: true } : {}) })
+      call.settle({ ok: false, error: failure, producedOutput, usage: won?.usage, estimate: won && counted(won), ...(gone && launched ? { reachedUpstream: true } : {}) })
       if (!opened) return refuse(failure)
       if (!wasRelayed(failure)) emit(encoder.encode(`${atEventBoundary() ? '' : '\n\n'}${(dialect ?? OPENAI_DIALECT).errorEvent(failure)}`))
       if (!closed) {

@@ -70,8 +70,9 @@ async function openaiRouteStream(call: CompletionCall, path: string, body: Recor
   const firstTimeoutMs = Math.min(call.runpod.timeoutMs, timeouts.firstTokenMs)
   let usage: TokenUsage | undefined
   const onUsage = (u: TokenUsage) => (usage = u)
-  // The relay exists once the upstream answered: whatever ends it, the prompt was processed.
-  const onEnd = (end: RelayOutcome) => call.settle(end.ok ? { ok: true, usage } : { ok: false, error: end.error, producedOutput: end.started, usage, reachedUpstream: true })
+  // The relay exists once the upstream answered: whatever ends it, the prompt was processed. With no
+  // usage (a cut stream: vLLM sends it last), the relay's count of the events is charged.
+  const onEnd = (end: RelayOutcome) => call.settle(end.ok ? { ...end, usage } : { ...end, producedOutput: end.started, usage, reachedUpstream: true })
   const open = async (endpoint: Endpoint, signal: AbortSignal | undefined) => {
     const upstream = await client.openai(endpoint, path, body, { signal, headersTimeoutOnly: true, timeoutMs: firstTimeoutMs })
     if (!upstream.body) throw new GatewayError('upstream_error', 'The upstream answered a stream request with no body.')

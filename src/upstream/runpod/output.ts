@@ -9,6 +9,7 @@
 import { GatewayError } from '../../errors/index.ts'
 import type { RequestKind } from '../../normalize/types.ts'
 import { createNativeStreamDecoder } from '../../streaming/native-decoder.ts'
+import { countedUsage } from '../../streaming/openai-chunks.ts'
 import type {
   ChatCompletion,
   ChatCompletionChoice,
@@ -121,7 +122,7 @@ function fromCompletionBody(body: Record<string, unknown>, options: NativeOutput
     if (typeof text === 'string') chars += text.length
   }
   const completion = Math.ceil(chars / 4)
-  return { body: answer, estimate: { prompt_tokens: 0, completion_tokens: completion, total_tokens: completion } }
+  return { body: answer, estimate: countedUsage(completion) }
 }
 
 /** Classic token items, or SSE text a streaming worker yielded: decoded like a stream, then joined. */
