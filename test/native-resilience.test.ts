@@ -6,7 +6,7 @@
 import { env } from 'cloudflare:test'
 import { createParser } from 'eventsource-parser'
 import type { EventSourceMessage } from 'eventsource-parser'
-import { describe, expect, it } from 'vitest'
+import { describe, expect, it, vi } from 'vitest'
 import type { GatewayOptions } from '../src/index.ts'
 import { createRunpodEmulator } from '../src/testing/index.ts'
 import { droppingFetch, harness, MODELS, readSome, readSSE, RUNPOD_KEY } from './helpers.ts'
@@ -142,6 +142,68 @@ describe('native streams: polls', () => {
     expect(events.at(-1)?.event).toBe('done')
     expect(events.filter((event) => event.event === 'output')).toHaveLength(status.output.length)
     expect(status.output.length).toBeGreaterThan(2)
+  })
+
+  /**
+   * A Runpod whose terminal page holds a job's last item (each earlier page keeps its newest back), and
+   * that holds the poll after the terminal page until `release`.
+   */
+  function terminalPageHeld(emulator: ReturnType<typeof createRunpodEmulator>) {
+    const items = new Map<string, unknown[]>()
+    let release!: () => void
+    const released = new Promise<void>((resolve) => (release = resolve))
+    let asked!: () => void
+    const followUpAsked = new Promise<void>((resolve) => (asked = resolve))
+    const fetch: GatewayOptions['fetch'] = async (input, init) => {
+      const request = new Request(input, init)
+      const job = /\/stream\/([^/?]+)/.exec(new URL(request.url).pathname)?.[1]
+      if (!job) return emulator.fetch(request)
+      if (items.get(job)?.length === 0) {
+        asked()
+        await released
+        return Response.json({ id: job, status: 'COMPLETED', stream: [] })
+      }
+      const page = (await (await emulator.fetch(request)).json()) as { status: string; stream: unknown[] }
+      const held = [...(items.get(job) ?? []), ...page.stream]
+      if (page.status !== 'COMPLETED') {
+        items.set(job, held.slice(-1))
+        return Response.json({ ...page, stream: held.slice(0, -1) })
+      }
+      items.set(job, [])
+      return Response.json({ ...page, stream: held })
+    }
+    return { fetch, release, followUpAsked }
+  }
+
+  it.each(['openai stream', 'job event stream'])("a terminal page's items reach the caller before the poll after it answers, once the answer streams (%s)", async (surface) => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    const upstream = terminalPageHeld(emulator)
+    const h = harness({ fetch: upstream.fetch }, emulator)
+    const { key } = await h.createKey()
+    const content = 'last [[emulator:tokens=12,delay=20]]'
+    let res: Response
+    if (surface === 'openai stream') {
+      res = await h.fetch('/v1/chat/completions', post(key, chat('chat-classic', content, { stream: true, max_tokens: 100 })))
+    } else {
+      const { id } = (await (await h.fetch('/v2/chat-classic/run', post(key, { input: { messages: [{ role: 'user', content }], stream: true, sampling_params: { max_tokens: 100 } } }))).json()) as { id: string }
+      res = await h.fetch(`/v2/chat-classic/stream/${id}`, { headers: { authorization: `Bearer ${key}`, accept: 'text/event-stream' } })
+    }
+    const events: EventSourceMessage[] = []
+    const parser = createParser({ onEvent: (event) => events.push(event) })
+    const reader = res.body!.pipeThrough(new TextDecoderStream()).getReader()
+    const reading = (async () => {
+      for (let next = await reader.read(); !next.done; next = await reader.read()) parser.feed(next.value)
+    })()
+    // What the caller has of the answer: the content deltas, or the job's output items.
+    const answer = () => events.filter((event) => (surface === 'openai stream' ? event.data.includes('"content":"') : event.event === 'output')).map((event) => event.data).join('')
+    await upstream.followUpAsked
+    await vi.waitFor(() => expect(answer()).not.toBe(''))
+    await pause(100)
+    const before = answer()
+    upstream.release()
+    await reading
+    expect(answer()).toBe(before)
+    expect(surface === 'openai stream' ? events.at(-1)?.data : events.at(-1)?.event).toBe(surface === 'openai stream' ? '[DONE]' : 'done')
   })
 
   it('a local server that forgets a streamed job (FAILED "Job ID not found" on the next poll) still ends the answer COMPLETED', async () => {

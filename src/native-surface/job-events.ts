@@ -27,7 +27,7 @@ import { isCompletionBody, nativeOutputToOpenAI } from '../upstream/runpod/outpu
 import { cancelJob, streamPage } from '../upstream/job-calls.ts'
 import { sleep } from '../upstream/retry.ts'
 import { isTerminal } from '../upstream/runpod/client.ts'
-import type { JobStatus, RunpodClient } from '../upstream/runpod/client.ts'
+import type { JobStatus, JobStream, RunpodClient } from '../upstream/runpod/client.ts'
 import { SSE_HEADERS } from '../upstream/types.ts'
 import type { JobRef } from './job-id.ts'
 
@@ -145,9 +145,13 @@ export function jobEventStream(options: JobEventsOptions): Response {
   }
 
   async function liveStep(): Promise<void> {
-    const page = await streamPage(client, job.endpoint, job.upstreamId, { waitMs, ...(signal ? { signal } : {}), onRetry: () => ++polls <= maxPolls })
+    const output = (items: JobStream['stream']) => {
+      for (const item of items) send(event('output', text.push(item.output), ++sent))
+      return true
+    }
+    const page = await streamPage(client, job.endpoint, job.upstreamId, { waitMs, ...(signal ? { signal } : {}), onRetry: () => ++polls <= maxPolls, onItems: output })
     noteStatus(page.status)
-    for (const item of page.stream) send(event('output', text.push(item.output), ++sent))
+    output(page.stream)
     if (isTerminal(page.status)) {
       // `/stream` answers carry no `error`; one `/status` call fetches the handler's message.
       if (page.status !== 'COMPLETED' && page.error === undefined) {

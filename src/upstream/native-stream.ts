@@ -260,7 +260,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
       const wait = Math.max(attempt.emptyDelay, attempt.lastPollAt + pace(attempt) - Date.now())
       if (wait > 0) await sleep(wait, pollSignal)
       const begun = (attempt.lastPollAt = Date.now())
-      let page = await streamPage(client, attempt.endpoint, attempt.jobId, { waitMs, signal: pollSignal, onRetry: () => ++polls <= runpod.maxPollsPerStream })
+      let page = await streamPage(client, attempt.endpoint, attempt.jobId, { waitMs, signal: pollSignal, onRetry: () => ++polls <= runpod.maxPollsPerStream, onItems: (items) => early(attempt, items) })
       // `/stream` answers carry no `error`: one `/status` call fetches the handler's message.
       if (isTerminal(page.status) && page.status !== 'COMPLETED' && page.error === undefined) {
         const state = await client.status(attempt.endpoint, attempt.jobId, { signal: pollSignal }).catch(() => undefined)
@@ -273,6 +273,26 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
       return { ok: true, attempt, page }
     }
     return run().catch((error: unknown): PollResult => ({ ok: false, attempt, error }))
+  }
+
+  /**
+   * The items of a terminal page that podgate polls past: the attempt streaming the answer sends them at
+   * once (the last tokens do not wait for that poll); one still racing for the first output leaves them
+   * to `accept` (a failure there may be run again).
+   */
+  function early(attempt: Attempt, items: JobStream['stream']): boolean {
+    if (won !== attempt) return false
+    try {
+      for (const item of items) attempt.decoder.push(item.output)
+    } finally {
+      // Output before an item that failed the job goes out too, ahead of its error event.
+      if (attempt.pending.length > 0) {
+        producedOutput = true
+        emitText(attempt.pending)
+        attempt.pending = ''
+      }
+    }
+    return true
   }
 
   /** Feeds a page to the attempt's decoder; throws the job's failure. */
