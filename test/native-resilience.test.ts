@@ -175,12 +175,13 @@ describe('native streams: polls', () => {
     return { fetch, release, followUpAsked }
   }
 
-  it.each(['openai stream', 'job event stream'])("a terminal page's items reach the caller before the poll after it answers, once the answer streams (%s)", async (surface) => {
+  it.each([['openai stream', 20], ['job event stream', 20], ['openai stream', 0], ['job event stream', 0]])("a terminal page's items reach the caller before the poll after it answers (%s, %i ms a token)", async (surface, delay) => {
     const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
     const upstream = terminalPageHeld(emulator)
     const h = harness({ fetch: upstream.fetch }, emulator)
     const { key } = await h.createKey()
-    const content = 'last [[emulator:tokens=12,delay=20]]'
+    // With no delay the job is done by the first poll: its terminal page is its only one, and the first output.
+    const content = `last [[emulator:tokens=12,delay=${delay}]]`
     let res: Response
     if (surface === 'openai stream') {
       res = await h.fetch('/v1/chat/completions', post(key, chat('chat-classic', content, { stream: true, max_tokens: 100 })))

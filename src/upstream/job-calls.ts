@@ -61,17 +61,18 @@ export async function cancelJob(client: RunpodClient, endpoint: Endpoint, id: st
  * it: runpod-python's `stream()` does so, as a terminal page need not hand out a job's last items. Given
  * `onItems`, each such page's items are offered to it before the next poll (as runpod-python yields
  * them), so the answer's last items need not wait a round trip: the page returned holds the rest.
+ * `follow: false` leaves the follow-up polls to the caller (the OpenAI surface's native streams).
  */
 export async function streamPage(
   client: RunpodClient,
   endpoint: Endpoint,
   id: string,
-  options: { waitMs?: number; signal?: AbortSignal; onRetry?: () => boolean; onItems?: (items: JobStream['stream']) => boolean },
+  options: { waitMs?: number; signal?: AbortSignal; onRetry?: () => boolean; onItems?: (items: JobStream['stream']) => boolean; follow?: false },
 ): Promise<JobStream> {
   const ask = (waitMs = 0) => polled(() => client.stream(endpoint, id, { waitMs, ...(options.signal ? { signal: options.signal } : {}) }), options)
   const page = await ask(options.waitMs)
   let more = page.stream
-  while (isTerminal(page.status) && more.length > 0 && options.onRetry?.() !== false) {
+  while (options.follow !== false && isTerminal(page.status) && more.length > 0 && options.onRetry?.() !== false) {
     if (options.onItems?.(page.stream)) page.stream = []
     // No `?wait=`: the job has ended. A failed follow-up, or runpod-python's local server (it forgets a
     // streamed job: FAILED "Job ID not found", no items), ends with what the pages held.

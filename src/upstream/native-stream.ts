@@ -52,6 +52,8 @@ interface Attempt {
   usageChunk: Record<string, unknown> | undefined
   /** A terminal status was seen: nothing to cancel upstream. */
   ended: boolean
+  /** The first terminal page (with the job's error, fetched): later polls only bring the items it left. */
+  terminal?: JobStream
   /** COMPLETED was seen and the decoder finished cleanly. */
   completed: boolean
   /** Aborts this attempt's in-flight poll when it is dropped. */
@@ -257,12 +259,13 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
     polls++
     const pollSignal = AbortSignal.any([signal, attempt.abort.signal])
     const run = async (): Promise<PollResult> => {
-      const wait = Math.max(attempt.emptyDelay, attempt.lastPollAt + pace(attempt) - Date.now())
+      const wait = attempt.terminal ? 0 : Math.max(attempt.emptyDelay, attempt.lastPollAt + pace(attempt) - Date.now())
       if (wait > 0) await sleep(wait, pollSignal)
       const begun = (attempt.lastPollAt = Date.now())
-      let page = await streamPage(client, attempt.endpoint, attempt.jobId, { waitMs, signal: pollSignal, onRetry: () => ++polls <= runpod.maxPollsPerStream, onItems: (items) => early(attempt, items) })
+      // A poll past a terminal page asks for no `?wait=`: the job has ended.
+      let page = await streamPage(client, attempt.endpoint, attempt.jobId, { waitMs: attempt.terminal ? 0 : waitMs, signal: pollSignal, onRetry: () => ++polls <= runpod.maxPollsPerStream, follow: false })
       // `/stream` answers carry no `error`: one `/status` call fetches the handler's message.
-      if (isTerminal(page.status) && page.status !== 'COMPLETED' && page.error === undefined) {
+      if (!attempt.terminal && isTerminal(page.status) && page.status !== 'COMPLETED' && page.error === undefined) {
         const state = await client.status(attempt.endpoint, attempt.jobId, { signal: pollSignal }).catch(() => undefined)
         if (state?.error !== undefined) page = { ...page, error: state.error }
       }
@@ -272,36 +275,25 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
       attempt.emptyDelay = quickAndEmpty ? Math.min(Math.max(attempt.emptyDelay * 2, 50), 1_000) : 0
       return { ok: true, attempt, page }
     }
-    return run().catch((error: unknown): PollResult => ({ ok: false, attempt, error }))
+    // A failed poll past a terminal page (or runpod-python's local server, which forgets a streamed job)
+    // ends the answer with what the pages held.
+    return run().catch((error: unknown): PollResult => (attempt.terminal ? { ok: true, attempt, page: { ...attempt.terminal, stream: [] } } : { ok: false, attempt, error }))
   }
 
   /**
-   * The items of a terminal page that podgate polls past: the attempt streaming the answer sends them at
-   * once (the last tokens do not wait for that poll); one still racing for the first output leaves them
-   * to `accept` (a failure there may be run again).
+   * Feeds a page to the attempt's decoder; throws the job's failure. A terminal page that held items is
+   * not the last: polls follow until one holds none (or the poll budget is spent), as runpod-python's
+   * `stream()` reads on, since a terminal page need not hand out a job's last items. Each page's items go
+   * out before the next poll, so the answer's last ones do not wait for it.
    */
-  function early(attempt: Attempt, items: JobStream['stream']): boolean {
-    if (won !== attempt) return false
-    try {
-      for (const item of items) attempt.decoder.push(item.output)
-    } finally {
-      // Output before an item that failed the job goes out too, ahead of its error event.
-      if (attempt.pending.length > 0) {
-        producedOutput = true
-        emitText(attempt.pending)
-        attempt.pending = ''
-      }
-    }
-    return true
-  }
-
-  /** Feeds a page to the attempt's decoder; throws the job's failure. */
   function accept(attempt: Attempt, page: JobStream): void {
-    attempt.status = page.status
+    if (!attempt.terminal && isTerminal(page.status)) attempt.terminal = page
+    const terminal = attempt.terminal
+    attempt.status = terminal?.status ?? page.status
+    attempt.ended ||= !!terminal
     for (const item of page.stream) attempt.decoder.push(item.output)
-    if (!isTerminal(page.status)) return
-    attempt.ended = true
-    if (page.status !== 'COMPLETED') throw jobFailure(page)
+    if (!terminal || (page.stream.length > 0 && polls < runpod.maxPollsPerStream)) return
+    if (terminal.status !== 'COMPLETED') throw jobFailure(terminal)
     attempt.decoder.finish()
     attempt.completed = true
   }
@@ -345,7 +337,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
           throw error
         }
         // Nothing of this attempt reached the caller: another endpoint may run the request afresh (see `failedOver`).
-        const failure = result.ok ? failedOver(result.page.status, toGatewayError(error)) : error
+        const failure = result.ok ? failedOver(attempt.status, toGatewayError(error)) : error
         drop(attempt)
         if (live.size > 0) {
           plan.recordFailure(failure, attempt.endpoint)
