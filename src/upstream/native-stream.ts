@@ -391,7 +391,8 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
       // Time spent waiting on a slow reader is not the model's silence, but it is no output either: the
       // idle clock stops while the caller reads (a keep-alive included), it does not start over.
       const waitStarted = Date.now()
-      if (await demand(totalDeadline)) lastOutput += Date.now() - waitStarted
+      // A poll past a terminal page brings what the job already made: it does not wait for the reader.
+      if (!winner.terminal && (await demand(totalDeadline))) lastOutput += Date.now() - waitStarted
       if (signal.aborted) throw new GatewayError('upstream_error', 'The caller went away.')
       const result = await raceLive(Math.min(totalDeadline, lastOutput + timeouts.idleMs) - Date.now())
       if (!result) continue
@@ -403,7 +404,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
         winnerFailed(winner)
         throw error
       }
-      if (winner.pending.length === 0) heartbeat()
+      if (winner.pending.length === 0 && !winner.completed) heartbeat()
     }
     const { usage } = winner
     call.settle({ ok: true, usage, estimate: counted(winner) })
