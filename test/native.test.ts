@@ -528,16 +528,22 @@ describe('cancel on disconnect', () => {
     expect(waits.slice(1).every((wait) => /^status-sync \d+$/.test(wait) && Number(wait.split(' ')[1]) <= 25_000)).toBe(true)
   })
 
-  it('a Runpod that answers a wait at once, still running, is asked at most as many legs as the wait holds', async () => {
+  /** A gateway whose Runpod answers each op with `answer`, recording the ops asked. */
+  function scriptedRunpod(answer: (op: string) => Response) {
     const ops: string[] = []
     const h = harness({
       models: NATIVE_MODELS,
       fetch: async (input, init) => {
         const op = new URL(new Request(input, init).url).pathname.split('/')[3]!
         ops.push(op)
-        return Response.json({ id: 'job-1', status: 'IN_PROGRESS' })
+        return answer(op)
       },
     })
+    return { h, ops }
+  }
+
+  it('a Runpod that answers a wait at once, still running, is asked at most as many legs as the wait holds', async () => {
+    const { h, ops } = scriptedRunpod(() => Response.json({ id: 'job-1', status: 'IN_PROGRESS' }))
     const { key } = await h.createKey()
     const running = await json(await h.fetch('/v2/chat-classic/runsync?wait=60000', post(key, chatInput('x'))))
     expect(running.status).toBe('IN_PROGRESS')
@@ -545,15 +551,7 @@ describe('cancel on disconnect', () => {
   })
 
   it('a status-sync leg Runpod refuses answers the running job, as a runsync whose wait ran out, so the caller can still poll or cancel it', async () => {
-    const ops: string[] = []
-    const h = harness({
-      models: NATIVE_MODELS,
-      fetch: async (input, init) => {
-        const op = new URL(new Request(input, init).url).pathname.split('/')[3]!
-        ops.push(op)
-        return op === 'status-sync' ? new Response('upstream connect error', { status: 503 }) : Response.json({ id: 'job-1', status: 'IN_PROGRESS' })
-      },
-    })
+    const { h, ops } = scriptedRunpod((op) => (op === 'status-sync' ? new Response('upstream connect error', { status: 503 }) : Response.json({ id: 'job-1', status: 'IN_PROGRESS' })))
     const { key } = await h.createKey()
     const res = await h.fetch('/v2/chat-classic/runsync?wait=60000', post(key, chatInput('x')))
     expect(res.status).toBe(200)
