@@ -110,12 +110,24 @@ describe('upstream faults', () => {
     expect(JSON.stringify(body)).not.toMatch(/emulator\.test|vllm|rp_test/)
   })
 
-  it.each(MODEL_NAMES)('%s: an upstream 429 becomes a 429', async (model) => {
+  it.each(MODEL_NAMES)('%s: an upstream 429 becomes a 429, logged for the operator (a capacity signal: Runpod limits podgate)', async (model) => {
     const h = harness()
     const { key } = await h.createKey()
     const res = await h.fetch('/v1/chat/completions', authed(key, chatBody(model, 'x [[emulator:fault=http,status=429]]')))
     expect(res.status).toBe(429)
     expect(((await res.json()) as OpenAIError).error.code).toBe('upstream_rate_limited')
+    expect(h.logs.map((line) => JSON.parse(line) as unknown)).toEqual([
+      expect.objectContaining({ level: 'error', request_id: res.headers.get('x-request-id'), status: 429, path: 'POST /v1/chat/completions', model, code: 'upstream_rate_limited' }),
+    ])
+  })
+
+  it('a caller over its own quota (a 429 of podgate\'s) writes no log line', async () => {
+    const h = harness()
+    const { key } = await h.createKey({ name: 'one', quota: { requestsPerMinute: 1 } })
+    expect((await h.fetch('/v1/chat/completions', authed(key, chatBody(MODEL_NAMES[0]!, 'x')))).status).toBe(200)
+    expect((await h.fetch('/v1/chat/completions', authed(key, chatBody(MODEL_NAMES[0]!, 'x')))).status).toBe(429)
+    await h.settle()
+    expect(h.logs).toEqual([])
   })
 
   it.each(MODEL_NAMES)('%s: an upstream that refuses podgate\'s credentials is a 502 whose log line names the endpoint\'s path', async (model) => {

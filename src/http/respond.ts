@@ -51,7 +51,8 @@ export function createErrorHandler(log: (line: Record<string, unknown>) => void,
   return function onError(err: Error, c: Context): Response {
     const error = toGatewayError(err)
     const requestId = c.get('requestId') as string | undefined
-    if (error.status >= 500) log(failureLine(c, error))
+    // A 5xx, or Runpod refusing podgate for its rate limit (the operator's capacity signal; a caller's own 429 is not logged).
+    if (error.status >= 500 || error.code === 'upstream_rate_limited') log(failureLine(c, error))
     return errorResponse(error, formatForPath(c.req.path), requestId, scrub)
   }
 }
