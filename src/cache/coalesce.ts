@@ -3,7 +3,7 @@
  * instead of making its own, and reads the leader's events from the start, then live; or, when the
  * leader's stream is piped natively, gets the whole answer when its upstream part ends.
  */
-import { GatewayError, toGatewayError } from '../errors/index.ts'
+import { CALLER_GONE, GatewayError, toGatewayError } from '../errors/index.ts'
 import type { CompletionContext, CompletionHandler } from '../pipeline/index.ts'
 import { sseErrorEvent } from '../streaming/openai-chunks.ts'
 import { completionId, SSE_HEADERS } from '../upstream/types.ts'
@@ -135,7 +135,7 @@ function awaitPiped(run: CacheRun, flight: Flight, call: { ctx: CompletionContex
         stopWaiting()
         if (own) return own.cancel(reason)
         // While its own call is being made, that call settles: `untilEnded` cancels it once it answers.
-        if (!asking) settle({ ok: false, error: new GatewayError('upstream_error', 'The caller went away.'), producedOutput: true })
+        if (!asking) settle({ ok: false, error: new GatewayError('upstream_error', CALLER_GONE), producedOutput: true })
       },
     },
     { highWaterMark: 0 },

@@ -2,7 +2,7 @@
  * One caller's stream of a flight (the leader's or a coalesced twin's): the events so far, then live,
  * with the caller's own usage preference, ending as the flight ends.
  */
-import { GatewayError } from '../errors/index.ts'
+import { CALLER_GONE, GatewayError } from '../errors/index.ts'
 import type { NormalizedRequest } from '../normalize/types.ts'
 import type { CompletionContext } from '../pipeline/index.ts'
 import { DONE_TEXT, sseErrorEvent } from '../streaming/openai-chunks.ts'
@@ -67,7 +67,7 @@ export function follow(flight: Flight, reader: FlightReader, request: Normalized
       },
       cancel() {
         leave()
-        settle?.({ ok: false, error: new GatewayError('upstream_error', 'The caller went away.'), producedOutput: true })
+        settle?.({ ok: false, error: new GatewayError('upstream_error', CALLER_GONE), producedOutput: true })
       },
     },
     { highWaterMark: 0 },

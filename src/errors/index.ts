@@ -101,6 +101,9 @@ export class GatewayError extends Error {
 }
 
 /** The status podgate answers for `code`, for docs and tests. */
+/** The message of the failure a call ends with when its caller went away: not the upstream's failure, never logged as one. */
+export const CALLER_GONE = 'The caller went away.'
+
 export function statusOf(code: GatewayErrorCode): number {
   return CODE_TABLE[code].status
 }

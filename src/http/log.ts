@@ -4,6 +4,7 @@
  */
 import { CREDENTIAL_PATTERN } from '../auth/keys.ts'
 import type { Context } from 'hono'
+import { CALLER_GONE } from '../errors/index.ts'
 import type { GatewayError } from '../errors/index.ts'
 import type { CompletionStage } from '../pipeline/index.ts'
 
@@ -57,7 +58,7 @@ export function lateFailureLog(log: (line: LogLine) => void): CompletionStage {
     ctx.c.set('model', ctx.model.alias)
     const response = await next(ctx)
     void ctx.outcome.then((outcome) => {
-      if (!outcome.ok && !outcome.cached && outcome.error.status >= 500 && outcome.error.message !== 'The caller went away.') log(failureLine(ctx.c, outcome.error))
+      if (!outcome.ok && !outcome.cached && outcome.error.status >= 500 && outcome.error.message !== CALLER_GONE) log(failureLine(ctx.c, outcome.error))
     })
     return response
   }

@@ -6,10 +6,10 @@
  * output began (OpenAI's convention: such a stream ends with the error and never with `[DONE]`).
  */
 
-/** Token counts, as OpenAI reports them. */
 /** podgate's count of `n` generated tokens, for the quota only (`prompt_tokens` 0: quota adds the prompt estimate). */
 export const countedUsage = (n: number): Usage => ({ prompt_tokens: 0, completion_tokens: n, total_tokens: n })
 
+/** Token counts, as OpenAI reports them. */
 export interface Usage {
   prompt_tokens: number
   completion_tokens: number

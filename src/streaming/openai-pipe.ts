@@ -34,7 +34,7 @@
  * tick, and a caller slower than the model.
  */
 import { createParser } from 'eventsource-parser'
-import { GatewayError } from '../errors/index.ts'
+import { CALLER_GONE, GatewayError } from '../errors/index.ts'
 import { BEFORE_OUTPUT, OPENAI_DIALECT } from './dialects.ts'
 import type { Dialect, StreamEnding } from './dialects.ts'
 import { countedUsage } from './openai-chunks.ts'
@@ -115,7 +115,6 @@ const TOTAL_MESSAGE = 'The answer took longer than podgate allows.'
 const IDLE_MESSAGE = 'The model stopped sending for too long.'
 const CUT_MESSAGE = 'The upstream stream ended before the model finished.'
 const BROKEN_MESSAGE = 'The upstream connection broke before the model finished.'
-const CALLER_GONE = 'The caller went away.'
 const encoder = new TextEncoder()
 const ignore = () => undefined
 

@@ -14,7 +14,7 @@
  */
 import { createParser } from 'eventsource-parser'
 import type { EventSourceMessage } from 'eventsource-parser'
-import { GatewayError, toGatewayError } from '../errors/index.ts'
+import { CALLER_GONE, GatewayError, toGatewayError } from '../errors/index.ts'
 import { countedUsage, DONE_TEXT, sseErrorText } from './openai-chunks.ts'
 import type { Usage } from './openai-chunks.ts'
 import { DEFAULT_MAX_EVENT_CHARS, isRecord, readUsage, refuseOversizedEvent, upstreamErrorMessage, workerFailure } from './vllm.ts'
@@ -310,7 +310,7 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
       pull,
       cancel(reason) {
         // The caller went away: stop the upstream too.
-        if (!ended) report(new GatewayError('upstream_error', 'The caller went away.'))
+        if (!ended) report(new GatewayError('upstream_error', CALLER_GONE))
         ended = true
         readableClosed = true
         if (timer !== undefined) clearTimeout(timer)
