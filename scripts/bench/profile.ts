@@ -106,6 +106,11 @@ async function main(): Promise<void> {
   const json = (body: () => string) => (served: Served) => async () => (await timeJson(at(served), body()), 1)
   const stream = (body: (scenario: Traffic, stream: boolean) => string, traffic: Traffic = { events: 2000, first: 0, gap: 0 }) => (served: Served) => async () =>
     (await timeStream(at(served), body(traffic, true))).events
+  // The 64-streams throughput row's load: 64 streams of 500 events at once, as fast as the socket takes them.
+  const concurrent = (served: Served) => async () => {
+    const runs = await Promise.all(Array.from({ length: 64 }, () => timeStream(at(served), chatBody('bench', { events: 500, first: 0, gap: 0 }, true))))
+    return runs.reduce((sum, run) => sum + run.events, 0)
+  }
   // The target row's stream: 100 events 1 ms apart, the first after 10 ms (run.ts's stream latency round).
   const paced: Traffic = { events: 100, first: 10, gap: 1 }
   const sampled = (scenario: Traffic, isStream: boolean) => chatBody('bench', scenario, isStream)
@@ -123,6 +128,8 @@ async function main(): Promise<void> {
     { name: 'http-stream-cacheable', what: 'podgate over HTTP: a cacheable streamed call (new seed: the cache captures it), 2000 events, one stream at a time', server: 'podgate', unit: 'event', work: stream(cacheable) },
     { name: 'http-stream-paced', what: 'podgate over HTTP: the typical streamed call at a model\'s pace (the target row\'s: 100 events 1 ms apart), one stream at a time', server: 'podgate', unit: 'event', work: stream(sampled, paced) },
     { name: 'floor-stream-paced', what: 'the floor under the load of http-stream-paced', server: 'floor', unit: 'event', work: stream(sampled, paced) },
+    { name: 'http-stream-64', what: 'podgate over HTTP: the 64-streams throughput row\'s load, 64 sampled streams of 500 events at once', server: 'podgate', unit: 'event', work: concurrent },
+    { name: 'floor-stream-64', what: 'the floor under the load of http-stream-64', server: 'floor', unit: 'event', work: concurrent },
     { name: 'floor-json', what: 'the floor (pass-through Worker) under the load of http-json', server: 'floor', unit: 'request', work: json(() => typicalChat('bench', { first: 0 })) },
     { name: 'floor-stream', what: 'the floor under the load of http-stream', server: 'floor', unit: 'event', work: stream(sampled) },
     { name: 'micro-json', what: 'CPU bench loop: the typical JSON call through createGateway(...).fetch in process (in-memory KV and cache, an upstream answering at once), 100 per step', server: 'micro', unit: 'request', work: loop('target=gateway&n=100&cache=miss', 100) },
