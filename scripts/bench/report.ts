@@ -60,6 +60,8 @@ export interface Results {
   hops: Array<{ mode: string; eventUs: number; eventsPerSecond: number; firstByteMs?: number }>
   /** The same, for a few shapes, with the upstream sending 100 events one ms apart (absent in older results). */
   pacedHops?: Results['hops']
+  /** The same, for a few shapes, under the 64-streams row's load: 64 streams of 500 events at once (absent in older results). */
+  concurrentHops?: Results['hops']
   /** scripts/bench/cache.ts's own rendering of its run, when the tree has it. */
   cacheBench?: string | undefined
   /** `minify`: wrangler.toml's top-level `minify = true`, which the shipped bundle was built with. */
@@ -184,6 +186,7 @@ export function renderMarkdown(r: Results, notes: string): string {
       'tee-pipe-idle-first': 'the same, the first chunk read before the tee and written by JavaScript first (as the native pipe does)',
       'tee-gather': 'a tee: one branch piped into an IdentityTransformStream, the other piped into a second one that JavaScript reads with readAtLeast (16 KiB blocks)',
       'tee-deflate': 'a tee: one branch piped into an IdentityTransformStream, the other deflated and inflated natively and read with readAtLeast (the native pipe\'s shape until 2026-11-23, without podgate\'s code)',
+      'tee-native-tick': 'a tee: one branch returned as is (no IdentityTransformStream after it, so JavaScript could write nothing after a cut answer), the other read by JavaScript every 50 ms',
       'tee-tick': 'a tee: one branch piped into an IdentityTransformStream, the other read by JavaScript every 50 ms, each BYOB read taking all the branch holds (the native pipe\'s shape, without podgate\'s code)',
       pipe: 'the native pipe (src/streaming/openai-pipe.ts: a tee, one branch piped into the caller\'s IdentityTransformStream, the other read by JavaScript once a tick, 25 ms to 1 s apart)',
       'pipe-nofirst': 'the native pipe, answering before the first chunk arrives (podgate waits for it, for failover and a real status)',
@@ -216,6 +219,18 @@ export function renderMarkdown(r: Results, notes: string): string {
         '|---|---|---|',
       )
       for (const h of paced) lines.push(`| ${shapes[h.mode] ?? h.mode} | ${h.eventUs.toFixed(1)} µs | ${(h.eventUs / pacedFloor.eventUs).toFixed(2)}× |`)
+      lines.push('')
+    }
+    const concurrent = r.concurrentHops ?? []
+    const concurrentFloor = concurrent.find((h) => h.mode === 'floor')
+    if (concurrentFloor) {
+      lines.push(
+        'Some of the same shapes under the 64-streams row\'s load (64 streams of 500 events at once, as fast as the socket takes them): what the tee and the caller\'s IdentityTransformStream (which lets podgate write an error event after a cut or truncated answer) cost apart and together:',
+        '',
+        '| Stream shape | CPU per event | vs the floor | events/s | vs the floor |',
+        '|---|---|---|---|---|',
+      )
+      for (const h of concurrent) lines.push(`| ${shapes[h.mode] ?? h.mode} | ${h.eventUs.toFixed(1)} µs | ${(h.eventUs / concurrentFloor.eventUs).toFixed(2)}× | ${h.eventsPerSecond.toFixed(0)} | ${(h.eventsPerSecond / concurrentFloor.eventsPerSecond).toFixed(2)}× |`)
       lines.push('')
     }
   }

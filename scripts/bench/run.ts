@@ -32,6 +32,8 @@ const quick = process.env.BENCH_QUICK === '1'
 /** The stream shapes a full run prices, and the ones it also prices at a model's pace. */
 const HOP_MODES = ['floor', 'identity', 'timer', 'relay', 'relay-nobatch', 'timer-relay', 'native-pipe', 'tee-watch', 'js-writer', 'tee-pipe', 'pipe-tee', 'tee-pipe-drain', 'tee-pipe-idle', 'tee-gather', 'tee-deflate', 'tee-tick', 'pipe', 'pipe-nofirst', 'pipe-waituntil', 'floor-wait', 'floor-wait-early', 'gateway', 'gateway-nousage']
 const PACED_HOP_MODES = ['floor', 'tee-pipe-idle', 'pipe', 'gateway', 'relay-nobatch', 'relay', 'gateway-nousage']
+/** The shapes of the 64-streams row's load: what the tee and the caller's IdentityTransformStream cost apart and together. */
+const CONCURRENT_HOP_MODES = ['floor', 'native-pipe', 'tee-native-tick', 'tee-tick', 'pipe', 'gateway']
 
 const log = (message: string) => console.log(`[bench] ${message}`)
 const readJson = (path: string) => JSON.parse(readFileSync(path, 'utf8')) as Record<string, unknown>
@@ -214,6 +216,8 @@ async function main(): Promise<void> {
   const hops = await measureHops(cpuWorker.url, cpuWorker.workerdPid, `${upstream.url}/v1/chat/completions`, quick ? 2 : 4)
   log('CPU inside workerd: stream shapes at one event per ms')
   const pacedHops = await measureHops(cpuWorker.url, cpuWorker.workerdPid, `${upstream.url}/v1/chat/completions`, quick ? 2 : 5, { modes: PACED_HOP_MODES, events: 100, gap: 1, concurrency: 1 })
+  log('CPU inside workerd: stream shapes, 64 streams at once')
+  const concurrentHops = await measureHops(cpuWorker.url, cpuWorker.workerdPid, `${upstream.url}/v1/chat/completions`, quick ? 2 : 4, { modes: CONCURRENT_HOP_MODES, events: 500, gap: 0, concurrency: 64 })
 
   log('feature rows: strict quota store, cache hits, against the floor')
   const least = await startLeastGateways(upstream.url)
@@ -257,6 +261,7 @@ async function main(): Promise<void> {
     cpu,
     hops,
     pacedHops,
+    concurrentHops,
     cacheBench,
     bundle: { raw: bundle.raw, gzip: bundle.gzip, minify: bundle.minify, inputs: bundle.inputs, portkeyGzip: portkeyBundleGzip() },
   }

@@ -162,6 +162,7 @@ async function hop(url: URL, env: Env, ctx: ExecutionContext): Promise<Response>
     stream = createOpenAIRelay({ source, model: 'bench', includeUsage: true })
   }
   if (mode === 'native-pipe') stream = withEnding(stream).readable
+  if (mode === 'native-pipe-hwm') stream = withEnding(stream, undefined, 65536).readable
   if (mode === 'floor-wait') await new Promise((resolve) => setTimeout(resolve, 5))
   if (mode === 'floor-wait-early') {
     // Headers at once, the body after 5 ms.
@@ -288,7 +289,7 @@ async function hop(url: URL, env: Env, ctx: ExecutionContext): Promise<Response>
     })()
     stream = withEnding(out, () => drained).readable
   }
-  if (mode === 'tee-tick') {
+  if (mode === 'tee-tick' || mode === 'tee-tick-hwm') {
     // The copy read now and then, never per chunk: every `min` ms (default 50) one BYOB read takes
     // whatever the copy branch holds; no read is left pending between ticks, so a chunk wakes no JavaScript.
     const [out, copy] = stream.tee()
@@ -309,7 +310,46 @@ async function hop(url: URL, env: Env, ctx: ExecutionContext): Promise<Response>
       clearInterval(timer)
       while (!(await readOnce()));
       return bytes
-    }).readable
+    }, mode === 'tee-tick-hwm' ? 65536 : undefined).readable
+  }
+  if (mode === 'tee-native-tick') {
+    // `tee-tick` with the caller's branch returned as is (no IdentityTransformStream after it): what the
+    // caller's stream costs, which podgate needs to write an error event after a cut answer.
+    const [out, copy] = stream.tee()
+    const reader = copy.getReader({ mode: 'byob' })
+    ctx.waitUntil((async () => {
+      let buffer = new ArrayBuffer(65536)
+      for (;;) {
+        await new Promise((resolve) => setTimeout(resolve, Number(url.searchParams.get('min') ?? 50)))
+        const next = await reader.read(new Uint8Array(buffer))
+        if (next.done) break
+        buffer = next.value!.buffer as ArrayBuffer
+      }
+    })())
+    stream = out
+  }
+  if (mode === 'its-tee-tick') {
+    // The caller's IdentityTransformStream before the tee instead of after it: the upstream piped into
+    // it natively (JavaScript can still write after the end), its readable tee-d, one branch returned as
+    // is, the other read every `min` ms (default 50).
+    const { readable, writable } = new IdentityTransformStream()
+    const [out, copy] = readable.tee()
+    const reader = copy.getReader({ mode: 'byob' })
+    ctx.waitUntil((async () => {
+      let buffer = new ArrayBuffer(65536)
+      for (;;) {
+        await new Promise((resolve) => setTimeout(resolve, Number(url.searchParams.get('min') ?? 50)))
+        const next = await reader.read(new Uint8Array(buffer))
+        if (next.done) break
+        buffer = next.value!.buffer as ArrayBuffer
+      }
+    })())
+    ctx.waitUntil(stream.pipeTo(writable, { preventClose: true }).then(async () => {
+      const writer = writable.getWriter()
+      await writer.write(encoder.encode(': end\n\n'))
+      await writer.close()
+    }))
+    stream = out
   }
   if (mode === 'tee-watch') {
     const [out, watched] = stream.tee()
@@ -394,8 +434,8 @@ async function hop(url: URL, env: Env, ctx: ExecutionContext): Promise<Response>
  * `source` piped natively into an `IdentityTransformStream` left open, which JavaScript ends with a comment
  * once the pipe is done and `before` has settled: the shape of podgate writing an ending event.
  */
-function withEnding(source: ReadableStream<Uint8Array>, before?: () => Promise<unknown>): { readable: ReadableStream<Uint8Array>; ended: Promise<void> } {
-  const { readable, writable } = new IdentityTransformStream()
+function withEnding(source: ReadableStream<Uint8Array>, before?: () => Promise<unknown>, highWaterMark?: number): { readable: ReadableStream<Uint8Array>; ended: Promise<void> } {
+  const { readable, writable } = new IdentityTransformStream(highWaterMark === undefined ? undefined : { highWaterMark })
   const ended = source.pipeTo(writable, { preventClose: true }).then(async () => {
     await before?.()
     const writer = writable.getWriter()
