@@ -259,7 +259,8 @@ describe('native job API: input normalization', () => {
     const { key } = await h.createKey()
     const hook = await h.fetch('/v2/chat-classic/run', post(key, { ...chatInput('x'), webhook: 'https://example.com/hook' }))
     expect(hook.status).toBe(400)
-    expect(((await hook.json()) as { error: string }).error).toContain('webhook')
+    // The field's name, then what is wrong with it, as every other field's message reads.
+    expect(((await hook.json()) as { error: string }).error).toMatch(/^'webhook' is not forwarded by podgate: follow the job with \/status\/\{id\} or \/stream\/\{id\}/)
     const bad = await h.fetch('/v2/chat-classic/run', { ...post(key), body: '{nope' })
     expect(await bad.json()).toMatchObject({ code: 'invalid_json' })
     const wait = await h.fetch('/v2/chat-classic/runsync?wait=soon', post(key, chatInput('x')))

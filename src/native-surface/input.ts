@@ -23,9 +23,10 @@ export interface JobRequest {
   normalized?: NormalizedRequest
 }
 
-const refused = (what: string) =>
+// Worded after the field's name, which the message puts first: "'webhook' is not forwarded ...".
+const refused = () =>
   z.optional(z.unknown().check(z.refine((v) => v === undefined || v === null, {
-    error: `podgate does not forward '${what}': follow the job with /status/{id} or /stream/{id}`,
+    error: 'is not forwarded by podgate: follow the job with /status/{id} or /stream/{id}',
   })))
 
 const DAY_MS = 24 * 60 * 60_000
@@ -41,9 +42,9 @@ const runBodySchema = lazily(() => z.strictObject({
   input: z.looseObject({}),
   policy: z.optional(policyShape()),
   // Runpod would call these with its own job id and results, past podgate's keys and normalization.
-  webhook: refused('webhook'),
-  webhookV2: refused('webhookV2'),
-  s3Config: refused('s3Config'),
+  webhook: refused(),
+  webhookV2: refused(),
+  s3Config: refused(),
 }))
 
 /** worker-vllm's input (runpod-api.md §2). `messages`, `prompt` and the sampling values are checked by the normalizer. */
