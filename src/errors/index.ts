@@ -100,15 +100,15 @@ export class GatewayError extends Error {
   }
 }
 
-/** The status podgate answers for `code`, for docs and tests. */
 /** The message of the failure a call ends with when its caller went away: not the upstream's failure, never logged as one. */
 export const CALLER_GONE = 'The caller went away.'
 
+/** The status podgate answers for `code`, for docs and tests. */
 export function statusOf(code: GatewayErrorCode): number {
   return CODE_TABLE[code].status
 }
 
-/** Every code with its status and OpenAI type: the README's error table is generated from this. */
+/** Every code with its status and OpenAI type (docs/api.md's error table lists the codes podgate answers with). */
 export const ERROR_CODES = CODE_TABLE
 
 /**
