@@ -46,7 +46,7 @@ export interface GatewayOptions extends GatewayOptionsInput {
    * Default: the `PODGATE_KV` binding.
    */
   kv?: (c: Context<GatewayEnv>) => KVNamespace
-  /** Supplies the caller's podgate key. Default: `Authorization: Bearer <key>`. */
+  /** Supplies the caller's podgate key. Default: `Authorization: Bearer <key>`, else `x-api-key` (`bearerCredential`). */
   credential?: CredentialResolver
   /**
    * Origins, besides the request's own, whose pages may make state-changing calls with a credential the
