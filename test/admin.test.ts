@@ -46,6 +46,50 @@ describe('admin keys API', () => {
     }
   })
 
+  it('refuses a cursor KV never issued with a 400 naming `cursor`; a KV failure on a cursor it issued stays a 500', async () => {
+    // Workers KV's binding throws `KV LIST failed: <status> <text>` for a cursor it never issued, where
+    // Miniflare answers a page; this namespace answers as production does, and can fail as in an outage.
+    let failure: string | undefined
+    const issued = new Set<string>()
+    const kv = new Proxy(env.PODGATE_KV, {
+      get(target, prop) {
+        if (prop !== 'list') {
+          const value = Reflect.get(target, prop) as unknown
+          return typeof value === 'function' ? (value as (...a: unknown[]) => unknown).bind(target) : value
+        }
+        return async (options: KVNamespaceListOptions = {}) => {
+          if (failure) throw new Error(`KV LIST failed: ${failure}`)
+          if (options.cursor && !issued.has(options.cursor)) throw new Error('KV LIST failed: 400 Bad Request')
+          const page = await target.list(options)
+          if (!page.list_complete) issued.add(page.cursor)
+          return page
+        }
+      },
+    })
+    const h = harness({ kv: () => kv })
+    for (let i = 0; i < 2; i++) await h.createKey({ name: `cursor ${i}` })
+    const list = (query: string) => h.fetch(`/admin/keys?limit=1${query}`, authed(ADMIN_TOKEN))
+    const { cursor } = (await (await list('')).json()) as { cursor: string }
+    const before = (await env.PODGATE_KV.list()).keys
+    for (const bad of ['garbage', `${cursor}x`, 'a'.repeat(2000)]) {
+      const res = await list(`&cursor=${encodeURIComponent(bad)}`)
+      expect(res.status).toBe(400)
+      expect(await res.json()).toMatchObject({ error: { code: 'invalid_request', param: 'cursor', message: expect.stringMatching(/cursor/) } })
+    }
+    expect((await list(`&cursor=${encodeURIComponent(cursor)}`)).status).toBe(200)
+    // KV's own trouble is not the caller's, whatever the cursor: an outage, or its rate limit.
+    for (const [status, query] of [['503 Service Unavailable', cursor], ['429 Too Many Requests', 'garbage'], ['500 Internal Server Error', 'garbage']]) {
+      failure = status
+      const res = await list(`&cursor=${encodeURIComponent(query!)}`)
+      expect(res.status).toBe(500)
+      expect(await res.json()).toMatchObject({ error: { code: 'internal_error', param: null } })
+    }
+    expect(h.logs).toHaveLength(3)
+    expect((await env.PODGATE_KV.list()).keys).toEqual(before)
+    // Miniflare's KV takes any cursor and answers a page: still a 200.
+    expect((await harness().fetch('/admin/keys?cursor=garbage', authed(ADMIN_TOKEN))).status).toBe(200)
+  })
+
   it('trims a key\'s name on create and update; a name of spaces is refused as empty', async () => {
     const h = harness()
     const admin = (method: string, body: unknown): RequestInit => ({ method, headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify(body) })

@@ -81,7 +81,12 @@ export function keysRoutes(options: KeysRoutesOptions): Hono<GatewayEnv> {
   app.get('/', async (c) => {
     const limit = Number(c.req.query('limit') ?? 100)
     if (!(Number.isInteger(limit) && limit > 0 && limit <= 1000)) throw new GatewayError('invalid_request', 'limit must be a whole number from 1 to 1000.', { param: 'limit' })
-    const page = await options.store(c).list({ cursor: c.req.query('cursor'), limit })
+    const cursor = c.req.query('cursor')
+    const page = await options.store(c).list({ cursor, limit }).catch((error: unknown) => {
+      // Workers KV refuses a cursor it never issued with a 4xx (`KV LIST failed: 400 ...`): the cursor is the
+      // one part of the list the caller wrote. Its 429 and 5xx, and any KV GET's failure, stay 500s.
+      throw cursor && /LIST failed: 4(?!29)/.test(String(error)) ? new GatewayError('invalid_request', 'cursor is not one this list gave.', { param: 'cursor' }) : error
+    })
     return c.json({ object: 'list', data: page.keys.map(publicKeyView), cursor: page.cursor })
   })
 
