@@ -4,7 +4,7 @@
  */
 import { env } from 'cloudflare:test'
 import { Hono } from 'hono'
-import { describe, expect, it } from 'vitest'
+import { describe, expect, it, vi } from 'vitest'
 import { adminAuth } from '../src/admin/admin-auth.ts'
 import { apiKeyAuth, bearerCredential } from '../src/auth/api-key-auth.ts'
 import { KeyStore } from '../src/auth/keys.ts'
@@ -188,6 +188,25 @@ describe('tokens', () => {
     }
     // A token shorter-lived than its key keeps the lifetime it asked for.
     expect((await mint(h, key, { ttlSeconds: 30 })).expiresAt).toBeLessThanOrEqual(Date.now() + 30_000)
+  })
+
+  it('are not minted from a key that expires before a token could live a second: 401, as an expired key gets', async () => {
+    const h = harness()
+    // A clock at 200 ms past a second, held still: a token's expiresAt is whole seconds.
+    const now = (Math.floor(Date.now() / 1000) + 1) * 1000 + 200
+    const clock = vi.spyOn(Date, 'now').mockReturnValue(now)
+    try {
+      // Capped at the key's expiry rounded down, the token would expire 200 ms ago, or live 800 ms.
+      for (const left of [500, 1500]) {
+        const { key } = await h.createKey({ name: 'expiring', expiresAt: now + left })
+        expect(await expect401(await h.fetch('/v1/tokens', authed(key, '{}')))).toMatch(/expires at .*: extend its expiresAt/)
+        expect((await h.fetch('/v1/models', authed(key))).status).toBe(200)
+      }
+      const { key } = await h.createKey({ name: 'expiring', expiresAt: now + 1800 })
+      expect((await mint(h, key)).expiresAt).toBe(now + 1800)
+    } finally {
+      clock.mockRestore()
+    }
   })
 
   it('bound to an origin work only from it', async () => {

@@ -80,7 +80,7 @@ export function bearerCredential(c: Context): string | undefined {
 }
 
 /** 401 with the RFC 6750 challenge; the message says what to do, never echoes the credential. */
-function refused(message: string): GatewayError {
+export function refused(message: string): GatewayError {
   return new GatewayError('invalid_api_key', message, { headers: { 'www-authenticate': `${CHALLENGE}, error="invalid_token"` } })
 }
 

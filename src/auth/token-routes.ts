@@ -2,7 +2,8 @@
  * `POST /v1/tokens`: an app's backend trades its secret key for a short-lived token a browser may hold.
  *
  * The token's scope can only narrow the key's: a subset of its models, optionally one origin and a
- * quota of its own, for at most `tokens.maxTtlSeconds` and never past the key's own `expiresAt`.
+ * quota of its own, for at most `tokens.maxTtlSeconds` and never past the key's own `expiresAt` (a key that
+ * would cap a token at under a second to live mints none: 401, as an expired key gets).
  */
 import { Hono } from 'hono/tiny'
 import type { Context } from 'hono'
@@ -15,6 +16,7 @@ import type { QuotaPolicy } from '../quota/policy.ts'
 import type { GatewayEnv } from '../types.ts'
 import { lazily } from '../zod/lazily.ts'
 import { positiveInt } from '../zod/numbers.ts'
+import { refused } from './api-key-auth.ts'
 import { generateTokenId } from './keys.ts'
 import { canonicalOrigin, originSchema } from './origins.ts'
 import type { TokenSigner } from './tokens.ts'
@@ -69,6 +71,11 @@ export function tokenRoutes(options: TokenRoutesOptions): Hono<GatewayEnv> {
       }
     }
     options.checkQuota?.(c, input.quota)
+    // A token's expiry is whole seconds, never past its key's: a key about to expire would mint it dead, or dying.
+    const keyExpiresAt = principal.keyExpiresAt
+    if (keyExpiresAt !== null && keyExpiresAt - (keyExpiresAt % 1000) < Date.now() + 1000) {
+      throw refused(`This API key expires at ${new Date(keyExpiresAt).toISOString()}, too soon for a token: extend its expiresAt.`)
+    }
     const counted = (await options.countControl?.(c)) ?? {}
     const { token, claims } = await options.signer.mint({
       tokenId: generateTokenId(),
