@@ -34,6 +34,21 @@ function shape(events: unknown[]): unknown[] {
 
 const deterministic = (model: string, content = 'Tell me about caches', extra: Record<string, unknown> = {}) => chatBody(model, content, { temperature: 0, max_tokens: 24, ...extra })
 
+/** Miniflare's KV, with a hook before `get` and `list` run. */
+function kvHooked(hooks: { get?: (key: string) => void; put?: (key: string) => void; list?: () => Promise<void> }): KVNamespace {
+  return new Proxy(env.PODGATE_KV, {
+    get(target, name) {
+      const value = Reflect.get(target, name) as unknown
+      if (typeof value !== 'function') return value
+      const original = (value as (...args: unknown[]) => Promise<unknown>).bind(target)
+      if (name === 'get' && hooks.get) return (key: string, ...rest: unknown[]) => (hooks.get!(key), original(key, ...rest))
+      if (name === 'put' && hooks.put) return (key: string, ...rest: unknown[]) => (hooks.put!(key), original(key, ...rest))
+      if (name === 'list' && hooks.list) return async (...args: unknown[]) => (await hooks.list!(), original(...args))
+      return original
+    },
+  })
+}
+
 describe('hits and misses', () => {
   it.each(MODEL_NAMES)('%s: the second identical request is a HIT with no upstream call', async (model) => {
     const { chat, jobs } = await setup()
@@ -191,22 +206,46 @@ describe('scopes and tiers', () => {
   })
 })
 
-describe('the cold path', () => {
-  /** Miniflare's KV, with a hook before `get` and `list` run. */
-  function kvHooked(hooks: { get?: (key: string) => void; put?: (key: string) => void; list?: () => Promise<void> }): KVNamespace {
-    return new Proxy(env.PODGATE_KV, {
-      get(target, name) {
-        const value = Reflect.get(target, name) as unknown
-        if (typeof value !== 'function') return value
-        const original = (value as (...args: unknown[]) => Promise<unknown>).bind(target)
-        if (name === 'get' && hooks.get) return (key: string, ...rest: unknown[]) => (hooks.get!(key), original(key, ...rest))
-        if (name === 'put' && hooks.put) return (key: string, ...rest: unknown[]) => (hooks.put!(key), original(key, ...rest))
-        if (name === 'list' && hooks.list) return async (...args: unknown[]) => (await hooks.list!(), original(...args))
-        return original
+describe('storage failures', () => {
+  it('are misses, never failed requests, each logged with its request id and model as failure lines are', async () => {
+    const down = () => Promise.reject(new Error('Cache API down'))
+    const broken = { match: down, put: down } as unknown as Cache
+    const { h, chat } = await setup({ cache: { kv: false, edgeCache: () => broken } })
+    const res = await chat(deterministic('chat-current', `broken ${crypto.randomUUID()}`))
+    expect(res.status).toBe(200)
+    expect(res.headers.get('x-podgate-cache')).toBe('MISS')
+    const line = { level: 'warn', request_id: res.headers.get('x-request-id'), model: 'chat-current', cause: 'Error: Cache API down' }
+    expect(h.logs.map((text) => JSON.parse(text) as unknown)).toEqual([
+      { ...line, message: 'cache lookup failed' },
+      { ...line, message: 'cache write failed' },
+    ])
+    // Without the purge generation the lookup is skipped: the answer is served uncached.
+    const kv = kvHooked({
+      get(key) {
+        if (key.startsWith('cachegen:')) throw new Error('KV GET failed: 503 Service Unavailable')
       },
     })
-  }
+    const cold = await setup({ kv: () => kv })
+    const bypass = await cold.chat(deterministic('chat-openai', `no generation ${crypto.randomUUID()}`))
+    expect(bypass.headers.get('x-podgate-cache')).toBe('BYPASS')
+    expect(cold.h.logs.map((text) => JSON.parse(text) as unknown)).toEqual([
+      { level: 'warn', request_id: bypass.headers.get('x-request-id'), model: 'chat-openai', message: 'cache generation read failed', cause: 'Error: KV GET failed: 503 Service Unavailable' },
+    ])
+  })
 
+  it('an answer over maxEntryBytes is logged with its request id and model', async () => {
+    const { h, key } = await setup({ cache: { maxEntryBytes: 1024 } })
+    const res = await h.fetch('/v1/chat/completions', authed(key, deterministic('chat-current', `large ${crypto.randomUUID()} [[emulator:tokens=60]]`, { max_tokens: 100, stream: true })))
+    expect(res.headers.get('x-podgate-cache')).toBe('MISS')
+    await res.text()
+    await h.settle()
+    expect(h.logs.map((text) => JSON.parse(text) as unknown)).toEqual([
+      expect.objectContaining({ level: 'info', request_id: res.headers.get('x-request-id'), model: 'chat-current', message: 'cache: answer over maxEntryBytes, not stored' }),
+    ])
+  })
+})
+
+describe('the cold path', () => {
   it('a new isolate reads the purge generation while the quota stage waits for its KV list', async () => {
     const order: string[] = []
     let generationAsked!: () => void

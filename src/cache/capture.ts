@@ -50,7 +50,7 @@ export async function lead(run: CacheRun, ctx: CompletionContext, next: Completi
     },
     store: (answer) => {
       const write = writeEntry(options.tiers(ctx.c), plan.key, { v: 1, storedAt: options.now(), answer }, { ttlSeconds: plan.ttlSeconds, maxEntryBytes: options.maxEntryBytes })
-      waitUntilOf(ctx.c)(write.catch((error: unknown) => log({ level: 'warn', message: 'cache write failed', cause: String(error) })))
+      waitUntilOf(ctx.c)(write.catch((error: unknown) => log(ctx, { message: 'cache write failed', cause: String(error) })))
     },
     callerGone: () => ctx.c.req.raw.signal?.aborted === true,
   }
@@ -175,7 +175,7 @@ function streamRecorder(leader: Leader): StreamRecorder {
       try {
         parser.feed(text)
       } catch (error) {
-        run.log({ level: 'warn', message: 'cache: recording a piped stream failed', cause: String(error) })
+        run.log(ctx, { message: 'cache: recording a piped stream failed', cause: String(error) })
         giveUp()
       }
     },
@@ -193,7 +193,7 @@ function streamRecorder(leader: Leader): StreamRecorder {
     const answer = ok && sawDone ? capture?.result(usage) : undefined
     if (ok && sawDone) flight.succeed({ answer, usage, meta: capture?.meta ?? meta })
     else flight.fail(ok || !error ? new GatewayError('upstream_error', 'The stream ended before the model finished.') : error, abandoned)
-    if (flight.sealed) run.log({ level: 'info', message: 'cache: answer over maxEntryBytes, not stored', max_entry_bytes: maxEntryBytes, peak_buffered_chars: flight.peakBufferedChars })
+    if (flight.sealed) run.log(ctx, { level: 'info', message: 'cache: answer over maxEntryBytes, not stored', max_entry_bytes: maxEntryBytes, peak_buffered_chars: flight.peakBufferedChars })
     if (answer) leader.store(answer)
   }
   const parser = createParser({

@@ -3,6 +3,7 @@
  * so each part imports them without importing the stage that runs the parts.
  */
 import type { Context } from 'hono'
+import type { CompletionContext } from '../pipeline/index.ts'
 import type { ResolvedModel } from '../routing/models.ts'
 import type { GatewayEnv } from '../types.ts'
 import type { Flight } from './flight.ts'
@@ -40,5 +41,6 @@ export interface Plan {
 export interface CacheRun {
   options: CacheStageOptions
   flights: Map<string, Flight>
-  log: (line: Record<string, unknown>) => void
+  /** Writes a line about a request (level `warn` unless it says), with its id and model as failure lines carry them. */
+  log: (ctx: CompletionContext, line: Record<string, unknown>) => void
 }

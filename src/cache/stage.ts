@@ -28,7 +28,7 @@ export type { CacheRun, CacheStageOptions, Plan } from './run.ts'
  *   coalesce: true, now: Date.now }))
  */
 export function cacheStage(options: CacheStageOptions): CompletionStage {
-  const run: CacheRun = { options, flights: new Map(), log: options.log ?? (() => undefined) }
+  const run: CacheRun = { options, flights: new Map(), log: (ctx, line) => options.log?.({ level: 'warn', request_id: ctx.c.get('requestId'), model: ctx.model.alias, ...line }) }
   const prepared = new WeakMap<CompletionContext, Prepared | null>()
 
   /** What the stage decides and reads before it looks up, worked out once per request; null: not cacheable. */
@@ -75,7 +75,7 @@ export function cacheStage(options: CacheStageOptions): CompletionStage {
       await cacheable.generation
     } catch (error) {
       // Without the purge generation a lookup could serve a purged answer: serve this one uncached.
-      run.log({ level: 'warn', message: 'cache generation read failed', cause: String(error) })
+      run.log(ctx, { message: 'cache generation read failed', cause: String(error) })
       return withCacheHeaders(await next(ctx), 'BYPASS')
     }
     // A body the key cannot be made of (nested too deep) is refused here.
@@ -124,7 +124,7 @@ function scopeKeyId(options: CacheStageOptions, ctx: CompletionContext): string 
 /** The stored entry for the plan's key if it is fresh for this request, with its age; a storage failure is a miss. */
 async function freshHit(run: CacheRun, ctx: CompletionContext, plan: Plan, decision: CacheableDecision): Promise<FreshHit | undefined> {
   const hit = await readEntry(run.options.tiers(ctx.c), plan.key, waitUntilOf(ctx.c)).catch((error: unknown) => {
-    run.log({ level: 'warn', message: 'cache lookup failed', cause: String(error) })
+    run.log(ctx, { message: 'cache lookup failed', cause: String(error) })
     return undefined
   })
   if (!hit) return undefined
