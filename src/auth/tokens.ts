@@ -13,6 +13,7 @@ import { base64url, fromBase64url, sign, signingKey, verify } from '../crypto/si
 import { quotaPolicySchema } from '../quota/policy.ts'
 import type { QuotaPolicy } from '../quota/policy.ts'
 import { lazily } from '../zod/lazily.ts'
+import { int } from '../zod/numbers.ts'
 
 export const TOKEN_PREFIX = 'pg_tk_'
 
@@ -29,8 +30,8 @@ const claimsSchema = lazily(() => z.object({
   /** First 16 hex chars of the parent secret's SHA-256: a rotation ends the token. */
   gen: z.string(),
   /** Issued at / expires at, in seconds since the epoch. */
-  iat: z.number().check(z.int()),
-  exp: z.number().check(z.int()),
+  iat: z.number().check(int()),
+  exp: z.number().check(int()),
   models: z.nullable(z.array(z.string())),
   origin: z.nullable(z.string()),
   quota: z.nullable(quotaPolicySchema),

@@ -4,7 +4,7 @@
  * Parsed once at startup by `resolveConfig`; a mistake throws `ConfigError` naming the field and the fix.
  */
 import * as z from 'zod/mini'
-import { intIn, positiveInt } from '../zod/numbers.ts'
+import { int, intIn, positiveInt } from '../zod/numbers.ts'
 import { oneOf } from '../zod/one-of.ts'
 import { optionalFields } from '../zod/optional-fields.ts'
 import { recordOf } from '../zod/records.ts'
@@ -25,14 +25,14 @@ export const samplingDefaultsSchema = z.strictObject(
   optionalFields({
     temperature: z.number().check(z.minimum(0)),
     top_p: z.number().check(z.gt(0), z.maximum(1)),
-    top_k: z.number().check(z.int(), z.minimum(-1)),
+    top_k: z.number().check(int(), z.minimum(-1)),
     min_p: z.number().check(z.minimum(0), z.maximum(1)),
     max_tokens: positiveInt(),
-    min_tokens: z.number().check(z.int(), z.minimum(0)),
+    min_tokens: z.number().check(int(), z.minimum(0)),
     presence_penalty: z.number().check(z.minimum(-2), z.maximum(2)),
     frequency_penalty: z.number().check(z.minimum(-2), z.maximum(2)),
     repetition_penalty: z.number().check(z.gt(0)),
-    seed: z.number().check(z.int()),
+    seed: z.number().check(int()),
     stop: z.union([z.string(), z.array(z.string()).check(z.maxLength(16))]),
   }),
 )

@@ -12,6 +12,7 @@ import { assertNativeSampling, normalizeChatRequest, normalizeCompletionRequest,
 import type { NormalizedRequest } from '../normalize/index.ts'
 import type { ResolvedModel } from '../routing/models.ts'
 import { lazily } from '../zod/lazily.ts'
+import { int } from '../zod/numbers.ts'
 import { keysIn } from '../zod/records.ts'
 import type { JobKind } from './job-id.ts'
 
@@ -32,8 +33,8 @@ const refused = () =>
 const DAY_MS = 24 * 60 * 60_000
 
 const policyShape = () => z.strictObject({
-  executionTimeout: z.optional(z.number().check(z.int(), z.minimum(5_000), z.maximum(7 * DAY_MS))),
-  ttl: z.optional(z.number().check(z.int(), z.minimum(10_000), z.maximum(7 * DAY_MS))),
+  executionTimeout: z.optional(z.number().check(int(), z.minimum(5_000), z.maximum(7 * DAY_MS))),
+  ttl: z.optional(z.number().check(int(), z.minimum(10_000), z.maximum(7 * DAY_MS))),
   lowPriority: z.optional(z.boolean()),
 })
 type JobPolicy = z.infer<ReturnType<typeof policyShape>>
@@ -54,8 +55,8 @@ const vllmInputSchema = lazily(() => z.strictObject({
   sampling_params: z.optional(keysIn(SAMPLING_KEYS)),
   stream: z.optional(z.boolean()),
   apply_chat_template: z.optional(z.boolean()),
-  max_batch_size: z.optional(z.number().check(z.int(), z.minimum(1), z.maximum(1_000))),
-  min_batch_size: z.optional(z.number().check(z.int(), z.minimum(0), z.maximum(1_000))),
+  max_batch_size: z.optional(z.number().check(int(), z.minimum(1), z.maximum(1_000))),
+  min_batch_size: z.optional(z.number().check(int(), z.minimum(0), z.maximum(1_000))),
   batch_size_growth_factor: z.optional(z.number().check(z.minimum(0), z.maximum(100))),
 }))
 

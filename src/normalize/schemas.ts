@@ -9,6 +9,7 @@
  */
 import * as z from 'zod/mini'
 import { isRawJSON } from '../http/body.ts'
+import { int } from '../zod/numbers.ts'
 
 
 /**
@@ -38,7 +39,7 @@ export const MAX_TOKEN_IDS = 1_000_000
 const chars = (max: number) => z.string().check(z.maxLength(max))
 const modelField = z.string().check(z.minLength(1), z.maxLength(256))
 /** `n` and `best_of`; the model's `maxChoices` is checked by the normalizer. */
-const choices = () => z.nullish(z.number().check(z.int(), z.minimum(1), z.maximum(MAX_CHOICES_CEILING)))
+const choices = () => z.nullish(z.number().check(int(), z.minimum(1), z.maximum(MAX_CHOICES_CEILING)))
 
 /**
  * What podgate reads to size the quota reservation and to decide caching; validated so its 400s name
@@ -48,8 +49,8 @@ const readShape = {
   model: modelField,
   stream: z.nullish(z.boolean()),
   stream_options: z.nullish(z.looseObject({ include_usage: z.nullish(z.boolean()) })),
-  max_tokens: z.nullish(z.number().check(z.int(), z.minimum(1))),
-  max_completion_tokens: z.nullish(z.number().check(z.int(), z.minimum(1))),
+  max_tokens: z.nullish(z.number().check(int(), z.minimum(1))),
+  max_completion_tokens: z.nullish(z.number().check(int(), z.minimum(1))),
   n: choices(),
   best_of: choices(),
   temperature: z.nullish(z.number().check(z.minimum(0))),
@@ -90,7 +91,7 @@ export const chatCompletionRequestSchema = z.looseObject({
   messages: z.array(messageSchema).check(z.minLength(1), z.maxLength(MAX_MESSAGES)),
 })
 
-const tokenIds = z.array(z.number().check(z.int(), z.minimum(0))).check(z.minLength(1), z.maxLength(MAX_TOKEN_IDS))
+const tokenIds = z.array(z.number().check(int(), z.minimum(0))).check(z.minLength(1), z.maxLength(MAX_TOKEN_IDS))
 
 /** string | string[] | int[] | int[][]: OpenAI's prompt and embedding input forms. */
 function textOrTokens() {
@@ -110,7 +111,7 @@ function textOrTokens() {
 /** `prompt`, or vLLM's `prompt_embeds`, or both; `max_tokens: 0` only with `echo` (checked by the normalizer). */
 export const completionRequestSchema = z.looseObject({
   ...readShape,
-  max_tokens: z.nullish(z.number().check(z.int(), z.minimum(0))),
+  max_tokens: z.nullish(z.number().check(int(), z.minimum(0))),
   prompt: z.nullish(textOrTokens()),
 })
 

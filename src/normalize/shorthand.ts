@@ -13,10 +13,11 @@ import type { NormalizedMessage, SamplingParams } from './types.ts'
 import type { ModelConfig } from '../config/schema.ts'
 import { parseRequest } from './zod-errors.ts'
 import { oneOf } from '../zod/one-of.ts'
+import { int } from '../zod/numbers.ts'
 
 const stopString = z.string().check(z.minLength(1), z.maxLength(1_000))
 const MAX_STOP_TOKEN_IDS = 100_000
-const optionalInt = (...checks: z.core.$ZodCheck<number>[]) => z.optional(z.number().check(z.int(), ...checks))
+const optionalInt = (...checks: z.core.$ZodCheck<number>[]) => z.optional(z.number().check(int(), ...checks))
 const optionalNumber = (...checks: z.core.$ZodCheck<number>[]) => z.optional(z.number().check(...checks))
 
 /**
@@ -40,7 +41,7 @@ const nativeSamplingSchema = z.strictObject({
   length_penalty: optionalNumber(),
   early_stopping: z.optional(z.union([z.boolean(), oneOf(['never'])])),
   stop: z.optional(z.union([stopString, z.array(stopString).check(z.maxLength(MAX_STOP_SEQUENCES))])),
-  stop_token_ids: z.optional(z.array(z.number().check(z.int(), z.minimum(0))).check(z.maxLength(MAX_STOP_TOKEN_IDS))),
+  stop_token_ids: z.optional(z.array(z.number().check(int(), z.minimum(0))).check(z.maxLength(MAX_STOP_TOKEN_IDS))),
   ignore_eos: z.optional(z.boolean()),
   min_tokens: optionalInt(z.minimum(0)),
   skip_special_tokens: z.optional(z.boolean()),
