@@ -19,12 +19,13 @@ import { positiveInt } from '../zod/numbers.ts'
 import { oneOf } from '../zod/one-of.ts'
 import { optionalFields } from '../zod/optional-fields.ts'
 import { recordOf } from '../zod/records.ts'
+import { refine } from '../zod/refine.ts'
 
 const scopeFields = lazily(() => ({
   name: z.string().check(z.minLength(1), z.maxLength(100)),
   models: z.nullable(z.array(z.string().check(z.minLength(1), z.maxLength(128))).check(z.maxLength(256))),
   origins: z.array(originSchema()).check(z.maxLength(100)),
-  metadata: recordOf(z.string().check(z.maxLength(512))).check(z.refine((m) => Object.keys(m).every((key) => key.length <= 64), 'must have keys of at most 64 characters')),
+  metadata: recordOf(z.string().check(z.maxLength(512))).check(refine((m: Record<string, string>) => Object.keys(m).every((key) => key.length <= 64), 'must have keys of at most 64 characters')),
   quota: z.nullable(quotaPolicySchema),
   expiresAt: z.nullable(positiveInt()),
 }))

@@ -4,6 +4,7 @@
  */
 import * as z from 'zod/mini'
 import { lazily } from '../zod/lazily.ts'
+import { refine } from '../zod/refine.ts'
 
 /**
  * `https://App.Example.com:443/` -> `https://app.example.com`; null for anything that is not a bare
@@ -30,7 +31,7 @@ export function canonicalOrigin(text: string): string | null {
 export const originSchema = lazily(() =>
   z.string().check(
     z.maxLength(256),
-    z.refine((text) => canonicalOrigin(text) !== null, { message: 'must be a browser origin such as https://app.example.com (scheme, host and optional port; no path or wildcard)' }),
+    refine((text: string) => canonicalOrigin(text) !== null, 'must be a browser origin such as https://app.example.com (scheme, host and optional port; no path or wildcard)'),
   ),
 )
 

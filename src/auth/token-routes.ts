@@ -17,6 +17,7 @@ import type { GatewayEnv } from '../types.ts'
 import { lazily } from '../zod/lazily.ts'
 import { positiveInt } from '../zod/numbers.ts'
 import { refused } from './api-key-auth.ts'
+import { refine } from '../zod/refine.ts'
 import { generateTokenId } from './keys.ts'
 import { canonicalOrigin, originSchema } from './origins.ts'
 import type { TokenSigner } from './tokens.ts'
@@ -29,7 +30,7 @@ export const mintTokenSchema = lazily(() => z.strictObject({
   origin: z.optional(originSchema()),
   ttlSeconds: z.optional(positiveInt()),
   quota: z.optional(quotaPolicySchema),
-  sub: z.optional(z.string().check(z.refine((sub) => SUB_PATTERN.test(sub), 'must be 1-128 printable ASCII characters without spaces, e.g. your user id'))),
+  sub: z.optional(z.string().check(refine((sub: string) => SUB_PATTERN.test(sub), 'must be 1-128 printable ASCII characters without spaces, e.g. your user id'))),
 }))
 
 export interface TokenRoutesOptions {

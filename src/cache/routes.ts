@@ -15,6 +15,7 @@ import { waitUntilOf } from '../http/context.ts'
 import { parseRequest } from '../normalize/zod-errors.ts'
 import type { GatewayEnv } from '../types.ts'
 import { lazily } from '../zod/lazily.ts'
+import { refine } from '../zod/refine.ts'
 import { kvPrefix } from './key.ts'
 import type { GenerationCache } from './store.ts'
 
@@ -23,7 +24,7 @@ export const purgeSchema = lazily(() => z
     model: z.optional(z.string().check(z.minLength(1), z.maxLength(128))),
     keyId: z.optional(z.string().check(z.minLength(1), z.maxLength(64))),
   })
-  .check(z.refine((body) => body.model !== undefined || body.keyId !== undefined, { message: 'give `model`, `keyId` or both' })))
+  .check(refine((body: { model?: string, keyId?: string }) => body.model !== undefined || body.keyId !== undefined, 'give `model`, `keyId` or both')))
 
 export interface CacheRoutesOptions {
   kv: (c: Context<GatewayEnv>) => KVNamespace

@@ -8,6 +8,7 @@ import { int, intIn, positiveInt } from '../zod/numbers.ts'
 import { oneOf } from '../zod/one-of.ts'
 import { optionalFields } from '../zod/optional-fields.ts'
 import { recordOf } from '../zod/records.ts'
+import { refine } from '../zod/refine.ts'
 import { quotaPolicySchema, quotaStoreKindSchema } from '../quota/policy.ts'
 import { cacheConfigSchema, modelCacheSchema } from '../cache/config.ts'
 
@@ -48,17 +49,18 @@ const endpointBase = {
 export const endpointSchema = z.union([
   z.strictObject({
     /** A Runpod Serverless endpoint id, e.g. `abc123xyz`. */
-    endpointId: z.string().check(z.refine((id) => ENDPOINT_ID_PATTERN.test(id), 'must be a Runpod endpoint id: lowercase letters and digits only')),
+    endpointId: z.string().check(refine((id: string) => ENDPOINT_ID_PATTERN.test(id), 'must be a Runpod endpoint id: lowercase letters and digits only')),
     ...endpointBase,
   }),
   z.strictObject({
     /** A full base URL for a job API, e.g. `http://127.0.0.1:8000` (runpod-python's local server). Plain `http://` only to loopback. */
     url: z.string().check(
       // `abort`: the loopback test below parses the URL, so it runs only on one that parsed.
-      z.refine((u) => /^https?:\/\//.test(u) && URL.canParse(u), { message: 'must be an absolute http(s) URL', abort: true }),
-      z.refine((u) => u.startsWith('https://') || isLoopbackUrl(u), {
-        message: 'uses plain http:// to a host that is not loopback: use https://, or http://127.0.0.1 / http://localhost for a local server',
-      }),
+      refine((u: string) => /^https?:\/\//.test(u) && URL.canParse(u), 'must be an absolute http(s) URL', true),
+      refine(
+        (u: string) => u.startsWith('https://') || isLoopbackUrl(u),
+        'uses plain http:// to a host that is not loopback: use https://, or http://127.0.0.1 / http://localhost for a local server',
+      ),
     ),
     /** The bearer sent to this URL (a secret: pass it from your environment). Default: none. The Runpod key is never sent to a `url:` endpoint unless given here. */
     apiKey: z.optional(z.string().check(z.minLength(1, { message: 'is empty: set the secret it is read from' }))),
@@ -156,12 +158,12 @@ export const quotaConfigSchema = z.strictObject({
 
 export const gatewayOptionsSchema = z.strictObject({
   /** Model alias -> model config. At least one. */
-  models: recordOf(modelSchema).check(z.refine((m) => Object.keys(m).length > 0, { message: 'needs at least one model' })),
+  models: recordOf(modelSchema).check(refine((m: object) => Object.keys(m).length > 0, 'needs at least one model')),
   runpod: z.strictObject({
     /** The Runpod API key. Sent only in the `Authorization` header upstream, never logged or returned. */
     apiKey: z.string().check(z.minLength(1, { message: 'is empty: set the RUNPOD_API_KEY secret' })),
     /** Base URL of Runpod's endpoint API. Default `https://api.runpod.ai/v2`. */
-    baseUrl: z._default(z.string().check(z.refine((u) => URL.canParse(u), { message: 'must be an absolute URL, e.g. https://api.runpod.ai/v2' })), 'https://api.runpod.ai/v2'),
+    baseUrl: z._default(z.string().check(refine((u: string) => URL.canParse(u), 'must be an absolute URL, e.g. https://api.runpod.ai/v2')), 'https://api.runpod.ai/v2'),
     /** Upstream request timeout for non-streaming calls, in ms. Default 120000. */
     timeoutMs: z._default(positiveInt(), 120_000),
     /** `?wait=` for native `/runsync`, in ms (1000..300000). Default 90000. */

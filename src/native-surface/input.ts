@@ -14,6 +14,7 @@ import type { ResolvedModel } from '../routing/models.ts'
 import { lazily } from '../zod/lazily.ts'
 import { int } from '../zod/numbers.ts'
 import { keysIn } from '../zod/records.ts'
+import { refine } from '../zod/refine.ts'
 import type { JobKind } from './job-id.ts'
 
 export interface JobRequest {
@@ -26,9 +27,10 @@ export interface JobRequest {
 
 // Worded after the field's name, which the message puts first: "'webhook' is not forwarded ...".
 const refused = () =>
-  z.optional(z.unknown().check(z.refine((v) => v === undefined || v === null, {
-    error: 'is not forwarded by podgate: follow the job with /status/{id} or /stream/{id}',
-  })))
+  z.optional(z.unknown().check(refine(
+    (v) => v === undefined || v === null,
+    'is not forwarded by podgate: follow the job with /status/{id} or /stream/{id}',
+  )))
 
 const DAY_MS = 24 * 60 * 60_000
 

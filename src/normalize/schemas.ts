@@ -10,13 +10,14 @@
 import * as z from 'zod/mini'
 import { isRawJSON } from '../http/body.ts'
 import { int } from '../zod/numbers.ts'
+import { refine } from '../zod/refine.ts'
 
 
 /**
  * vLLM's seed: any 64-bit integer (`ge=INT64_MIN, le=INT64_MAX`), wider than JavaScript's safe integers:
  * past those, the body reader keeps the caller's digits as a raw JSON value (http/body.ts).
  */
-export const seed = () => z.unknown().check(z.refine((v) => isRawJSON(v) ? inInt64(BigInt(v.rawJSON)) : Number.isInteger(v) && inInt64(BigInt(v as number)), { message: 'must be a 64-bit integer' }))
+export const seed = () => z.unknown().check(refine((v) => isRawJSON(v) ? inInt64(BigInt(v.rawJSON)) : Number.isInteger(v) && inInt64(BigInt(v as number)), 'must be a 64-bit integer'))
 
 const inInt64 = (v: bigint) => v >= -(2n ** 63n) && v < 2n ** 63n
 
