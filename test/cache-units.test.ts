@@ -65,6 +65,12 @@ describe('the canonical key', () => {
     }
   })
 
+  it('is the same key a deploy before wrote: lowercase hex SHA-256, so a new version still hits stored answers', async () => {
+    const key = await cacheKey({ request: request({ temperature: 0 }), scope: 'key:a', generation: '0.0.0' })
+    expect(key.hash).toBe('afa67965ed320ddc4a511a5b51cb6da0613a95d73b8ed8e02b53e1e3ba57e649')
+    expect(key.url).toBe(`https://podgate-cache.invalid/key%3Aa/m/${key.hash}`)
+  })
+
   it('a body whose two forms differ (prompt logprobs, token ids) keys its stream apart from its JSON form', async () => {
     const hash = async (stream: boolean, body: Record<string, unknown>) => {
       const framed = request({ temperature: 0, ...body })

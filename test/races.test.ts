@@ -7,7 +7,8 @@
  */
 import { env } from 'cloudflare:test'
 import { describe, expect, it } from 'vitest'
-import { KeyStore, sha256Hex } from '../src/auth/keys.ts'
+import { KeyStore } from '../src/auth/keys.ts'
+import { sha256Hex } from '../src/crypto/sha256.ts'
 import { ADMIN_TOKEN, authed, chatBody, harness } from './helpers.ts'
 
 const admin = (method: string, body?: unknown): RequestInit => ({

@@ -22,6 +22,7 @@
  */
 
 import type { QuotaPolicy } from '../quota/policy.ts'
+import { sha256Hex } from '../crypto/sha256.ts'
 
 /** Secret keys, for servers. */
 export const KEY_PREFIX = 'pg_sk_'
@@ -122,15 +123,6 @@ export function generateTokenId(): string {
 /** True when `text` has the shape of a podgate key (either kind); says nothing of its validity. */
 export function isKeyShaped(text: string): boolean {
   return (text.startsWith(KEY_PREFIX) || text.startsWith(PUBLISHABLE_KEY_PREFIX)) && text.length === KEY_PREFIX.length + KEY_BODY_LENGTH
-}
-
-const HEX: string[] = Array.from({ length: 256 }, (_, i) => i.toString(16).padStart(2, '0'))
-
-export async function sha256Hex(text: string): Promise<string> {
-  const digest = new Uint8Array(await crypto.subtle.digest('SHA-256', new TextEncoder().encode(text)))
-  let hex = ''
-  for (const b of digest) hex += HEX[b]
-  return hex
 }
 
 /** Compares two secrets in time independent of where they differ (both are hashed to equal length first). */

@@ -6,6 +6,7 @@
  * the bodies whose forms differ, and streams with usage on every chunk). The scope and the purge
  * generation are folded in, so entries never cross scopes and a purge changes every key at once.
  */
+import { sha256Hex } from '../crypto/sha256.ts'
 import { GatewayError } from '../errors/index.ts'
 import { isRawJSON } from '../http/body.ts'
 import { FRAMING_FIELDS } from '../normalize/reads.ts'
@@ -27,8 +28,6 @@ export interface CacheKey {
   /** A synthetic URL for the Cache API, which keys by URL. */
   url: string
 }
-
-const encoder = new TextEncoder()
 
 /**
  * @example
@@ -54,8 +53,7 @@ export async function cacheKey(input: CacheKeyInput): Promise<CacheKey> {
     // as absent, so other keys are unchanged).
     continuous: (request.includeUsage && (request.body.stream_options as { continuous_usage_stats?: unknown } | undefined)?.continuous_usage_stats) || undefined,
   })
-  const digest = await crypto.subtle.digest('SHA-256', encoder.encode(canonical))
-  const hash = toHex(new Uint8Array(digest))
+  const hash = await sha256Hex(canonical)
   const model = encodeURIComponent(request.model)
   return { hash, kvKey: `${kvPrefix(scope, request.model)}${hash}`, url: `https://podgate-cache.invalid/${encodeURIComponent(scope)}/${model}/${hash}` }
 }
@@ -95,9 +93,3 @@ export function stableJson(value: unknown, depth = 0): string {
 }
 
 const MAX_DEPTH = 1000
-
-function toHex(bytes: Uint8Array): string {
-  let out = ''
-  for (const byte of bytes) out += byte.toString(16).padStart(2, '0')
-  return out
-}
