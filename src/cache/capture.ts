@@ -11,6 +11,7 @@
  */
 import { createParser } from 'eventsource-parser'
 import { GatewayError, toGatewayError } from '../errors/index.ts'
+import { concatBytes } from '../http/body.ts'
 import { waitUntilOf } from '../http/context.ts'
 import { parseJson } from '../http/json.ts'
 import type { CompletionContext, CompletionHandler, StreamCopy } from '../pipeline/index.ts'
@@ -104,7 +105,7 @@ async function captureJson(leader: Leader, response: Response): Promise<Response
   }
   // This caller gets the rest as it comes.
   if (!done) return passOn(leader, new Response(concat(chunks, source), response))
-  const text = new TextDecoder().decode(join(chunks, bytes))
+  const text = new TextDecoder().decode(concatBytes(chunks, bytes))
   return recordJson(leader, text, parseJson(text), new Response(text, response))
 }
 
@@ -271,13 +272,6 @@ function captureStream(leader: Leader, recorder: StreamRecorder, response: Respo
 function classify(value: unknown): CapturedEvent {
   if (!isRecord(value) || value.error !== undefined || !Array.isArray(value.choices)) return 'error'
   return value.choices.length === 0 && value.usage != null ? 'usage' : 'chunk'
-}
-
-function join(chunks: Uint8Array[], bytes: number): Uint8Array {
-  const out = new Uint8Array(bytes)
-  let at = 0
-  for (const chunk of chunks) (out.set(chunk, at), (at += chunk.byteLength))
-  return out
 }
 
 /** The chunks already read, then the rest of `source`, pulled as the caller reads. */

@@ -84,10 +84,11 @@ async function readCounted(body: ReadableStream<Uint8Array>, maxBytes: number): 
     }
     parts.push(value)
   }
-  return parts.length === 1 ? parts[0]! : concat(parts, total)
+  return parts.length === 1 ? parts[0]! : concatBytes(parts, total)
 }
 
-function concat(parts: Uint8Array[], total: number): Uint8Array {
+/** `parts` in one array of `total` bytes (their sum). */
+export function concatBytes(parts: Uint8Array[], total: number): Uint8Array {
   const out = new Uint8Array(total)
   let offset = 0
   for (const part of parts) {
