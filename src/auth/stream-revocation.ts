@@ -10,10 +10,10 @@
  * A body that registered a `StreamControl` (the OpenAI relay) is returned as it is and ended through
  * that hook; any other body is wrapped in one pull-through stage.
  */
+import { encoder } from '../streaming/openai-chunks.ts'
 import { registerStreamControl, streamControl } from '../streaming/stream-control.ts'
 import type { StreamControl } from '../streaming/stream-control.ts'
 
-const encoder = new TextEncoder()
 
 export interface RevocableStreamOptions {
   /** Resolves true while the credential is still valid. A failing check keeps the stream open. */

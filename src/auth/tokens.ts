@@ -9,7 +9,7 @@
  * through the key cache, as it reads keys.
  */
 import * as z from 'zod/mini'
-import { base64url, fromBase64url, sign, signingKey, verify } from '../crypto/signing.ts'
+import { base64url, encoder, fromBase64url, sign, signingKey, verify } from '../crypto/signing.ts'
 import { quotaPolicySchema } from '../quota/policy.ts'
 import type { QuotaPolicy } from '../quota/policy.ts'
 import { lazily } from '../zod/lazily.ts'
@@ -64,7 +64,6 @@ export interface MintInput {
   subject?: string
 }
 
-const encoder = new TextEncoder()
 const decoder = new TextDecoder()
 
 export class TokenSigner {

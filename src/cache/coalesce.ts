@@ -5,7 +5,7 @@
  */
 import { CALLER_GONE, GatewayError, toGatewayError } from '../errors/index.ts'
 import type { CompletionContext, CompletionHandler } from '../pipeline/index.ts'
-import { sseErrorEvent } from '../streaming/openai-chunks.ts'
+import { HEARTBEAT, sseErrorEvent } from '../streaming/openai-chunks.ts'
 import { completionId, SSE_HEADERS } from '../upstream/types.ts'
 import { lead } from './capture.ts'
 import { follow } from './follow.ts'
@@ -85,7 +85,6 @@ function deadlineOf(ctx: CompletionContext): number {
 
 /** How often a joiner waiting on a piped stream is sent an SSE comment, so it and the proxies on its way keep the connection. */
 const HEARTBEAT_MS = 10_000
-const HEARTBEAT = new TextEncoder().encode(': keep-alive\n\n')
 
 /**
  * A streaming joiner of a piped leader: answered at once (the leader's first bytes are out, as a live

@@ -5,11 +5,10 @@
 import { CALLER_GONE, GatewayError } from '../errors/index.ts'
 import type { NormalizedRequest } from '../normalize/types.ts'
 import type { CompletionContext } from '../pipeline/index.ts'
-import { DONE_TEXT, sseErrorEvent } from '../streaming/openai-chunks.ts'
+import { DONE_TEXT, encoder, sseErrorEvent } from '../streaming/openai-chunks.ts'
 import { usageChunkText } from './answer.ts'
 import type { Flight, FlightReader } from './flight.ts'
 
-const encoder = new TextEncoder()
 const HEARTBEAT_TEXT = ': keep-alive\n\n'
 
 /**

@@ -9,7 +9,8 @@
 export type SigningPurpose = 'podgate/token/v1' | 'podgate/job/v1' | 'podgate/cache/v1'
 
 const cache = new Map<string, Promise<CryptoKey>>()
-const encoder = new TextEncoder()
+/** Shared with the token and job-id modules, which encode what they sign. */
+export const encoder = new TextEncoder()
 
 export function signingKey(secret: string, purpose: SigningPurpose): Promise<CryptoKey> {
   const id = `${purpose}\u0000${secret}`

@@ -20,6 +20,7 @@
 import { GatewayError, toGatewayError } from '../errors/index.ts'
 import { createNativeStreamDecoder } from '../streaming/native-decoder.ts'
 import type { NativeStreamDecoder } from '../streaming/native-decoder.ts'
+import { encoder, HEARTBEAT } from '../streaming/openai-chunks.ts'
 import type { Usage } from '../streaming/openai-chunks.ts'
 import { jobFailure } from '../upstream/native.ts'
 import { isCompletionBody, nativeOutputToOpenAI } from '../upstream/runpod/output.ts'
@@ -51,8 +52,6 @@ export interface JobEventsOptions {
   onEnd?: () => void
 }
 
-const encoder = new TextEncoder()
-const HEARTBEAT = encoder.encode(': keep-alive\n\n')
 /** Tells EventSource how soon to reconnect after `pause` (or a dropped connection). */
 const RETRY = encoder.encode('retry: 1000\n\n')
 const MAX_ERROR_CHARS = 2_000

@@ -10,7 +10,7 @@
  * The upstream id is readable in the payload; it grants nothing without podgate's Runpod key.
  */
 import { GatewayError } from '../errors/index.ts'
-import { base64url, fromBase64url, sign, signingKey, verify } from '../crypto/signing.ts'
+import { base64url, encoder, fromBase64url, sign, signingKey, verify } from '../crypto/signing.ts'
 import type { ResolvedModel } from '../routing/models.ts'
 import type { Endpoint } from '../upstream/runpod/client.ts'
 
@@ -36,7 +36,6 @@ const UPSTREAM_ID = /^[A-Za-z0-9_-]{1,128}$/
 const PAYLOAD = /^v1:([cpr]):(\d{1,2}):([A-Za-z0-9_-]{1,128})$/
 const KIND_CODE: Record<JobKind, string> = { chat: 'c', completion: 'p', raw: 'r' }
 const CODE_KIND: Record<string, JobKind> = { c: 'chat', p: 'completion', r: 'raw' }
-const encoder = new TextEncoder()
 const decoder = new TextDecoder()
 
 /** The one answer for every id that does not open: nothing tells a forged id from another caller's. */

@@ -98,7 +98,11 @@ export interface SSEError {
   code: string | null
 }
 
-const encoder = new TextEncoder()
+/** One encoder for every stream podgate writes (an encoder holds no state). */
+export const encoder = new TextEncoder()
+
+/** An SSE comment that keeps an idle stream open through proxies. */
+export const HEARTBEAT = encoder.encode(': keep-alive\n\n')
 
 /** The text of `data: [DONE]\n\n`, for callers that batch several events into one write. */
 export const DONE_TEXT = 'data: [DONE]\n\n'

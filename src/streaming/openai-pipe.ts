@@ -37,7 +37,7 @@ import { createParser } from 'eventsource-parser'
 import { CALLER_GONE, GatewayError } from '../errors/index.ts'
 import { BEFORE_OUTPUT, OPENAI_DIALECT } from './dialects.ts'
 import type { Dialect, StreamEnding } from './dialects.ts'
-import { countedUsage } from './openai-chunks.ts'
+import { countedUsage, encoder } from './openai-chunks.ts'
 import type { Usage } from './openai-chunks.ts'
 import type { RelayOutcome } from './openai-relay.ts'
 import type { CopyEnd } from '../pipeline/stage.ts'
@@ -115,7 +115,6 @@ const TOTAL_MESSAGE = 'The answer took longer than podgate allows.'
 const IDLE_MESSAGE = 'The model stopped sending for too long.'
 const CUT_MESSAGE = 'The upstream stream ended before the model finished.'
 const BROKEN_MESSAGE = 'The upstream connection broke before the model finished.'
-const encoder = new TextEncoder()
 const ignore = () => undefined
 
 /**

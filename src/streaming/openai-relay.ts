@@ -15,7 +15,7 @@
 import { createParser } from 'eventsource-parser'
 import type { EventSourceMessage } from 'eventsource-parser'
 import { CALLER_GONE, GatewayError, toGatewayError } from '../errors/index.ts'
-import { countedUsage, DONE_TEXT, sseErrorText } from './openai-chunks.ts'
+import { countedUsage, DONE_TEXT, encoder, sseErrorText } from './openai-chunks.ts'
 import type { Usage } from './openai-chunks.ts'
 import { DEFAULT_MAX_EVENT_CHARS, isRecord, readUsage, refuseOversizedEvent, upstreamErrorMessage, workerFailure } from './vllm.ts'
 import { registerStreamControl } from './stream-control.ts'
@@ -60,7 +60,6 @@ export interface OpenAIRelayOptions {
  */
 export type RelayOutcome = ({ ok: true } | { ok: false; error: GatewayError; started: boolean }) & { estimate?: Usage }
 
-const encoder = new TextEncoder()
 const STREAM_DECODE: TextDecoderDecodeOptions = { stream: true }
 const IDLE_MESSAGE = 'The model stopped sending for too long.'
 const TOTAL_MESSAGE = 'The answer took longer than podgate allows.'

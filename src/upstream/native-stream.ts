@@ -15,7 +15,7 @@ import { createNativeStreamDecoder } from '../streaming/native-decoder.ts'
 import { createDialectDecoder, wasRelayed } from '../streaming/dialect-decoder.ts'
 import { DIALECTS, OPENAI_DIALECT } from '../streaming/dialects.ts'
 import type { NativeStreamDecoder } from '../streaming/native-decoder.ts'
-import { countedUsage, DONE, encodeSSEData } from '../streaming/openai-chunks.ts'
+import { countedUsage, DONE, encodeSSEData, encoder, HEARTBEAT } from '../streaming/openai-chunks.ts'
 import { failedOver, jobFailure } from './native.ts'
 import { cancelJob, streamPage } from './job-calls.ts'
 import { sleep } from './retry.ts'
@@ -31,8 +31,6 @@ import type { CompletionCall, TokenUsage } from './types.ts'
  * yields about an event an item, so an unpaced long answer would use up the budget early.
  */
 const MAX_POLL_INTERVAL_MS = 1_000
-const encoder = new TextEncoder()
-const HEARTBEAT = encoder.encode(': keep-alive\n\n')
 
 /** One job on one endpoint. Only the winner's chunks ever reach the caller. */
 interface Attempt {
