@@ -608,6 +608,47 @@ describe('cancel on disconnect', () => {
     expect(h.emulator.calls.filter((c) => c.op === 'cancel')).toHaveLength(1)
     expect(h.emulator.activeJobs()).toEqual([])
   })
+
+  // A caller who leaves is told by its request's signal; its body may never be read or cancelled (it left
+  // before the answer was handed over, or the runtime does not cancel it). Its job and stream slot must
+  // not wait on that body.
+  const streamsOf = async (h: Harness, key: string) => ((await (await h.fetch('/v1/usage', get(key))).json()) as { streams: number }).streams
+  /** Waits for the waitUntil work, or at most `ms`: a settle that waits on a body no one reads never ends. */
+  const settleWithin = (h: Harness, ms: number) => Promise.race([h.settle(), new Promise((resolve) => setTimeout(resolve, ms))])
+
+  it('an event stream whose caller left while its key and quota were checked cancels the job and frees its stream slot', async () => {
+    const h = harness({ models: NATIVE_MODELS })
+    const { key } = await h.createKey({ name: 'early', quota: { maxConcurrentStreams: 1 } })
+    const id = await startJob(h, key, 'chat-current', chatInput('forever [[emulator:tokens=400,delay=25]]', { stream: true }))
+    const abort = new AbortController()
+    abort.abort()
+    const res = await h.fetch(`/v2/chat-current/stream/${id}`, { ...get(key, { accept: 'text/event-stream' }), signal: abort.signal })
+    expect(res.status).toBe(200)
+    await settleWithin(h, 2_000)
+    expect(h.emulator.calls.filter((c) => c.op === 'cancel')).toHaveLength(1)
+    expect(h.emulator.activeJobs()).toEqual([])
+    expect(await streamsOf(h, key)).toBe(0)
+  })
+
+  it.each(['a job event stream'])('%s whose caller left mid-answer, its body left unread, cancels the job at once and frees its stream slot', async (surface) => {
+    const h = harness({ models: NATIVE_MODELS })
+    const { key } = await h.createKey({ name: 'unread', quota: { maxConcurrentStreams: 1 } })
+    const abort = new AbortController()
+    const content = 'forever [[emulator:tokens=400,delay=25]]'
+    let res: Response
+    if (surface === 'a job event stream') {
+      const id = await startJob(h, key, 'chat-current', chatInput(content, { stream: true }))
+      res = await h.fetch(`/v2/chat-current/stream/${id}`, { ...get(key, { accept: 'text/event-stream' }), signal: abort.signal })
+    } else {
+      res = await h.fetch('/v1/chat/completions', { ...post(key, { model: 'chat-current', messages: [{ role: 'user', content }], stream: true, max_tokens: 1000 }), signal: abort.signal })
+    }
+    await readSome(res, 200)
+    abort.abort()
+    await settleWithin(h, 2_000)
+    expect(h.emulator.calls.filter((c) => c.op === 'cancel')).toHaveLength(1)
+    expect(h.emulator.activeJobs()).toEqual([])
+    expect(await streamsOf(h, key)).toBe(0)
+  })
 })
 
 describe('local handlers (runpod-python --rp_serve_api)', () => {

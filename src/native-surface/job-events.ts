@@ -100,7 +100,14 @@ export function jobEventStream(options: JobEventsOptions): Response {
     ended = true
     options.waitUntil(cancelJob(client, job.endpoint, job.upstreamId))
   }
-  signal?.addEventListener('abort', cancelUpstream, { once: true })
+  // The caller's leaving ends the stream whether or not its body is ever cancelled (one it left before
+  // it was answered never is), and a signal that aborted while the stages ran fires no event.
+  const gone = () => {
+    cancelUpstream()
+    end()
+  }
+  if (signal?.aborted) gone()
+  else signal?.addEventListener('abort', gone)
 
   const body = new ReadableStream<Uint8Array>(
     {
