@@ -630,7 +630,7 @@ describe('cancel on disconnect', () => {
     expect(await streamsOf(h, key)).toBe(0)
   })
 
-  it.each(['a job event stream'])('%s whose caller left mid-answer, its body left unread, cancels the job at once and frees its stream slot', async (surface) => {
+  it.each(['a job event stream', 'an OpenAI-surface stream'])('%s whose caller left mid-answer, its body left unread, cancels the job at once and frees its stream slot', async (surface) => {
     const h = harness({ models: NATIVE_MODELS })
     const { key } = await h.createKey({ name: 'unread', quota: { maxConcurrentStreams: 1 } })
     const abort = new AbortController()

@@ -87,6 +87,8 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
 
   const callerGone = new AbortController()
   const signal = call.signal ? AbortSignal.any([call.signal, callerGone.signal]) : callerGone.signal
+  // A caller who left with its body unread (never cancelled) must not be waited for until the total timeout.
+  signal.onabort = () => wake?.()
   let controller!: ReadableStreamDefaultController<Uint8Array>
   let closed = false
   let opened = false
