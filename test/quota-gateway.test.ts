@@ -251,6 +251,20 @@ describe('quota stage', () => {
     await third.text()
   })
 
+  it('a relayed stream whose caller left mid-answer (its request aborted), its body unread, frees its stream slot, charged what it relayed', async () => {
+    const { h } = clockedHarness()
+    const { key } = await h.createKey({ name: 'q', quota: { maxConcurrentStreams: 1, tokensPerMinute: 50_000, strict: true } })
+    const abort = new AbortController()
+    const content = 'slow [[emulator:tokens=400,delay=20]]'
+    const res = await h.fetch('/v1/chat/completions', { ...authed(key, chatBody('chat-openai', content, { max_tokens: 1000, stream: true })), signal: abort.signal })
+    await readSome(res, 200)
+    abort.abort()
+    await Promise.race([h.settle(), new Promise((resolve) => setTimeout(resolve, 2_000))])
+    const report = await usageOf(h, key)
+    expect(report.streams).toBe(0)
+    expect(report.windows!.minute.tokens).toBeLessThan(Math.ceil(content.length / 4) + 100)
+  })
+
   it('tokensToCharge: cached answers charge nothing, failures what they produced', () => {
     expect(tokensToCharge({ ok: true, usage: { prompt_tokens: 5, completion_tokens: 5, total_tokens: 10 }, cached: true }, 90)).toBe(0)
     expect(tokensToCharge({ ok: true, usage: undefined }, 90)).toBe(90)

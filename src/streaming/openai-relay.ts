@@ -35,6 +35,8 @@ export interface OpenAIRelayOptions {
   onFirstEvent?(): void
   /** Called once when the relay ends: `[DONE]` relayed (ok), or an error event written / the caller gone. */
   onEnd?(outcome: RelayOutcome): void
+  /** Aborts when the caller goes away: the relay settles then, whether or not its body is read or cancelled. Default: none. */
+  signal?: AbortSignal
   /** Most characters one event may buffer before the stream is refused. Default 4 Mi. */
   maxEventChars?: number
   /**
@@ -95,6 +97,7 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
     reported = true
     onEnd?.({ ...(error ? { ok: false, error, started: chunks > 0 } : { ok: true }), estimate: countedUsage(chunks) })
   }
+  options.signal?.addEventListener('abort', () => report(new GatewayError('upstream_error', CALLER_GONE)))
   const modelText = jsonStringContent(model)
   const decoder = new TextDecoder()
   const parser = createParser({ onEvent: relayEvent, onError: refuseOversizedEvent, maxBufferSize: options.maxEventChars ?? DEFAULT_MAX_EVENT_CHARS })

@@ -127,6 +127,7 @@ async function openaiRouteStream(call: CompletionCall, path: string, body: Recor
     totalDeadline: started + timeouts.totalMs,
     onUsage,
     onEnd,
+    signal: call.signal,
   })
   return new Response(relay, { status: 200, headers: SSE_HEADERS })
 }
