@@ -49,6 +49,7 @@ export async function startWorker(options: WorkerOptions): Promise<ServedWorker>
     modules: true,
     scriptPath: options.script,
     compatibilityDate: compatibilityDate(),
+    compatibilityFlags: compatibilityFlags(),
     kvNamespaces: ['PODGATE_KV'],
     ...(options.quota ? { durableObjects: { PODGATE_QUOTA: { className: 'QuotaObject', useSQLite: true } } } : {}),
     bindings: options.bindings,
@@ -71,6 +72,12 @@ function workerdChildren(): number[] {
 
 function compatibilityDate(): string {
   return /^compatibility_date\s*=\s*"([^"]+)"/m.exec(readFileSync('wrangler.toml', 'utf8'))?.[1] ?? '2026-08-01'
+}
+
+/** wrangler.toml's top-level `compatibility_flags`, which the shipped Worker runs with. */
+function compatibilityFlags(): string[] {
+  const list = /^compatibility_flags\s*=\s*\[([^\]]*)\]/m.exec(readFileSync('wrangler.toml', 'utf8'))?.[1] ?? ''
+  return [...list.matchAll(/"([^"]+)"/g)].map((m) => m[1]!)
 }
 
 /** `wrangler deploy --dry-run --outdir` with wrangler.toml's settings; returns the script's path. */

@@ -30,3 +30,29 @@ describe('podgate under wrangler dev', () => {
     expect(server.emulator?.activeJobs()).toEqual([])
   })
 })
+
+describe('a caller who leaves, under wrangler dev', () => {
+  // A real HTTP client disconnecting mid-answer, through the config `wrangler deploy` ships. (A caller who
+  // leaves a JSON call before its answer is told to podgate by the request's signal, which Cloudflare fires
+  // with wrangler.toml's `enable_request_signal`; workerd's local HTTP server notices no disconnect before
+  // a response, so only streams can be checked here.)
+  it.each(['chat-current', 'chat-classic'])('%s: a stream the caller leaves mid-answer has its job cancelled', async (model) => {
+    const { key } = await server.createKey()
+    const leave = new AbortController()
+    const body = { model, stream: true, max_tokens: 64, messages: [{ role: 'user', content: `leave me [[emulator:tokens=64,delay=150]] ${model}` }] }
+    const res = await fetch(`${server.url}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify(body),
+      signal: leave.signal,
+    })
+    expect(res.status).toBe(200)
+    await res.body!.getReader().read()
+    expect(server.emulator?.activeJobs().length).toBeGreaterThan(0)
+    leave.abort()
+    // The answer would take 64 × 150 ms ≈ 9.6 s: the job must be gone well before that.
+    const until = Date.now() + 4000
+    while ((server.emulator?.activeJobs().length ?? 0) > 0 && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 100))
+    expect(server.emulator?.activeJobs()).toEqual([])
+  })
+})
