@@ -436,6 +436,61 @@ describe('coalesced twins', () => {
     expect(minute.requests).toBe(2)
     expect(minute.tokens).toBe(usage.total_tokens)
   })
+
+  // A caller who leaves is told by its request's signal; its body may never be read or cancelled (it left
+  // before it was answered, or the runtime does not cancel it). A twin must not wait on that body.
+  const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+  /** Waits for the waitUntil work, or at most 2 s: a settle that waits on a body no one reads never ends. */
+  const settleWithin = (h: Harness) => Promise.race([h.settle(), sleep(2_000)])
+
+  it.each(['relayed live', 'piped natively'])('a COALESCED streaming twin of a leader %s whose caller left while it waited (its request aborted, its body never read) frees its stream slot, charged no tokens', async (leaderStream) => {
+    const piped = leaderStream === 'piped natively'
+    // A piped leader: an OpenAI-route model whose upstream holds its connection 300 ms after [DONE]. A live
+    // one: a native endpoint (podgate reads the stream itself) that cold-starts for 1 s.
+    const SERVED = 'Served-Model-8B'
+    const chunk = `{"id":"chatcmpl-up","object":"chat.completion.chunk","created":1700000000,"model":"${SERVED}","choices":[{"index":0,"delta":{"content":"Hi"},"logprobs":null,"finish_reason":"stop"}]}`
+    const upstream = scriptedUpstream(() => [`data: ${chunk}\n\n`, 'data: [DONE]\n\n'], { holdMs: 300 })
+    const models = piped ? { models: { [SERVED]: { endpoints: [{ endpointId: 'epsame' }], mode: 'openai' as const } }, fetch: upstream.fetch } : {}
+    // The gateway scope: two keys share one flight, and the twin's key may hold one stream.
+    const { h } = clockedHarness({ ...models, cache: { scope: 'gateway' } })
+    const first = await h.createKey({ name: 'leader', quota: { tokensPerMinute: 1_000_000 } })
+    const second = await h.createKey({ name: 'twin', quota: { maxConcurrentStreams: 1, tokensPerMinute: 1_000_000 } })
+    const body = chatBody(piped ? SERVED : 'chat-current', 'twin waits [[emulator:cold=1000,delay=20,tokens=6]]', { temperature: 0, max_tokens: 2000, stream: true })
+    const leader = h.fetch('/v1/chat/completions', authed(first.key, body))
+    if (piped) await leader
+    else await sleep(20)
+    const abort = new AbortController()
+    const twin = h.fetch('/v1/chat/completions', { ...authed(second.key, body), signal: abort.signal })
+    await sleep(20)
+    abort.abort()
+    await sleep(200)
+    // Let go of at once, not when the leader's first event (or its end) comes.
+    expect((await usageOf(h, second.key)).streams).toBe(0)
+    expect((await twin).headers.get('x-podgate-cache')).toBe('COALESCED')
+    await (await leader).text()
+    await settleWithin(h)
+    expect((await usageOf(h, second.key)).windows!.minute).toMatchObject({ requests: 1, tokens: 0 })
+    const again = await chat(h, second.key, 'a stream of its own', { stream: true }, piped ? SERVED : 'chat-current')
+    expect(again.status).toBe(200)
+    await again.text()
+  })
+
+  it('a COALESCED streaming twin whose caller left mid-answer, its body unread, lets go of the shared call: with the leader gone too, the upstream job is cancelled', async () => {
+    const { h } = clockedHarness()
+    const { key } = await h.createKey({ name: 'both-leave', quota: { maxConcurrentStreams: 2, tokensPerMinute: 1_000_000 } })
+    const body = chatBody('chat-current', 'both leave [[emulator:delay=20,tokens=400]]', { temperature: 0, max_tokens: 2000, stream: true })
+    const leader = await h.fetch('/v1/chat/completions', authed(key, body))
+    expect(leader.headers.get('x-podgate-cache')).toBe('MISS')
+    const abort = new AbortController()
+    const twin = await h.fetch('/v1/chat/completions', { ...authed(key, body), signal: abort.signal })
+    expect(twin.headers.get('x-podgate-cache')).toBe('COALESCED')
+    await (await readSome(leader, 1)).cancel()
+    abort.abort()
+    await settleWithin(h)
+    expect(h.emulator.calls.filter((c) => c.op === 'cancel')).toHaveLength(1)
+    expect(h.emulator.activeJobs()).toEqual([])
+    expect((await usageOf(h, key)).streams).toBe(0)
+  })
 })
 
 describe("a token's own quota", () => {

@@ -265,7 +265,7 @@ function captureStream(leader: Leader, recorder: StreamRecorder, response: Respo
   waitUntilOf(ctx.c)(pump)
   // Everyone left before the end: stop the upstream call, as a caller that hangs up would.
   flight.onIdle = () => void source.cancel().catch(() => undefined)
-  return withCacheHeaders(new Response(follow(flight, own, ctx.request), response), 'MISS', 0)
+  return withCacheHeaders(new Response(follow(flight, own, ctx), response), 'MISS', 0)
 }
 
 /** What an event is, once the capture has stopped recording (the same test `AnswerCapture.accept` makes). */

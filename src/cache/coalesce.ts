@@ -4,6 +4,7 @@
  * leader's stream is piped natively, gets the whole answer when its upstream part ends.
  */
 import { CALLER_GONE, GatewayError, toGatewayError } from '../errors/index.ts'
+import { onAbort } from '../http/context.ts'
 import type { CompletionContext, CompletionHandler } from '../pipeline/index.ts'
 import { HEARTBEAT, sseErrorEvent } from '../streaming/openai-chunks.ts'
 import { completionId, SSE_HEADERS } from '../upstream/types.ts'
@@ -45,7 +46,8 @@ async function join(run: CacheRun, flight: Flight, call: { ctx: CompletionContex
     // Registered before any wait: the flight keeps every event from here on for this reader.
     const reader = flight.reader()
     flight.followers++
-    while (flight.end === 0 && flight.state === 'open' && flight.streams) await flight.changed()
+    // Until the leader's first event, or this caller left (`follow` then lets go at once).
+    while (flight.end === 0 && flight.state === 'open' && flight.streams && !ctx.c.req.raw.signal.aborted) await flight.changed()
     // A flight that ended with no events (a piped one that gave up at once) has nothing to follow.
     if (flight.streams && !(flight.end === 0 && flight.state === 'ok')) {
       if (flight.end === 0 && flight.state === 'failed') {
@@ -53,7 +55,7 @@ async function join(run: CacheRun, flight: Flight, call: { ctx: CompletionContex
         flight.leave()
         return failed()
       }
-      return withCacheHeaders(new Response(follow(flight, reader, request, settle), { headers: SSE_HEADERS }), 'COALESCED', 0)
+      return withCacheHeaders(new Response(follow(flight, reader, ctx, settle), { headers: SSE_HEADERS }), 'COALESCED', 0)
     }
     // Piped natively, or over with nothing to follow: the whole answer (or this caller's own call) below.
     flight.unread(reader)
@@ -114,6 +116,15 @@ function awaitPiped(run: CacheRun, flight: Flight, call: { ctx: CompletionContex
     controller.close()
     return undefined
   }
+  const cancel = (): Promise<void> | undefined => {
+    cancelled = true
+    stopWaiting()
+    if (own) return own.cancel()
+    // While its own call is being made, that call settles: `untilEnded` cancels it once it answers.
+    if (!asking) settle({ ok: false, error: new GatewayError('upstream_error', CALLER_GONE), producedOutput: true })
+  }
+  // Its caller's leaving ends the wait whether or not the body is ever read or cancelled.
+  onAbort(ctx.c.req.raw.signal, cancel)
   return new ReadableStream<Uint8Array>(
     {
       async pull(controller) {
@@ -129,13 +140,7 @@ function awaitPiped(run: CacheRun, flight: Flight, call: { ctx: CompletionContex
         if (chunk.done) controller.close()
         else controller.enqueue(chunk.value)
       },
-      cancel(reason) {
-        cancelled = true
-        stopWaiting()
-        if (own) return own.cancel(reason)
-        // While its own call is being made, that call settles: `untilEnded` cancels it once it answers.
-        if (!asking) settle({ ok: false, error: new GatewayError('upstream_error', CALLER_GONE), producedOutput: true })
-      },
+      cancel,
     },
     { highWaterMark: 0 },
   )

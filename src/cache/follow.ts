@@ -3,7 +3,7 @@
  * with the caller's own usage preference, ending as the flight ends.
  */
 import { CALLER_GONE, GatewayError } from '../errors/index.ts'
-import type { NormalizedRequest } from '../normalize/types.ts'
+import { onAbort } from '../http/context.ts'
 import type { CompletionContext } from '../pipeline/index.ts'
 import { DONE_TEXT, encoder, sseErrorEvent } from '../streaming/openai-chunks.ts'
 import { usageChunkText } from './answer.ts'
@@ -14,9 +14,10 @@ const HEARTBEAT_TEXT = ': keep-alive\n\n'
 /**
  * A caller's stream: the flight's events so far, then live, with the caller's own usage preference.
  * The leader passes no `settle`: its dispatcher settles its outcome. A coalesced twin passes the settle
- * coalesce.ts gives it, which marks every end `cached` (the answer is not its own call).
+ * coalesce.ts gives it, which marks every end `cached` (the answer is not its own call). Either lets go
+ * of the flight when its caller's signal aborts, as on a body cancel.
  */
-export function follow(flight: Flight, reader: FlightReader, request: NormalizedRequest, settle?: CompletionContext['settle']): ReadableStream<Uint8Array> {
+export function follow(flight: Flight, reader: FlightReader, ctx: CompletionContext, settle?: CompletionContext['settle']): ReadableStream<Uint8Array> {
   if (!settle) flight.followers++
   let left = false
   const leave = () => {
@@ -25,6 +26,13 @@ export function follow(flight: Flight, reader: FlightReader, request: Normalized
     flight.unread(reader)
     flight.leave()
   }
+  const gone = () => {
+    leave()
+    settle?.({ ok: false, error: new GatewayError('upstream_error', CALLER_GONE), producedOutput: true })
+  }
+  // A caller who left is let go of (and a twin settled) whether or not its body is ever cancelled: one
+  // that left before it was answered never is.
+  onAbort(ctx.c.req.raw.signal, gone)
   let usageSent = false
   let errorSent = false
   return new ReadableStream<Uint8Array>(
@@ -35,7 +43,7 @@ export function follow(flight: Flight, reader: FlightReader, request: Normalized
           while (reader.cursor < flight.end) {
             const event = flight.at(reader.cursor++)
             if ('comment' in event) out += HEARTBEAT_TEXT
-            else if (event.usage && !request.includeUsage) continue
+            else if (event.usage && !ctx.request.includeUsage) continue
             else {
               usageSent ||= event.usage
               errorSent ||= event.error
@@ -46,7 +54,7 @@ export function follow(flight: Flight, reader: FlightReader, request: Normalized
           flight.compact()
           if (out !== '') return controller.enqueue(encoder.encode(out))
           if (flight.state === 'ok') {
-            if (request.includeUsage && !usageSent && flight.usage && flight.meta) out += usageChunkText(request.kind, { ...flight.meta, model: request.model }, flight.usage)
+            if (ctx.request.includeUsage && !usageSent && flight.usage && flight.meta) out += usageChunkText(ctx.request.kind, { ...flight.meta, model: ctx.request.model }, flight.usage)
             controller.enqueue(encoder.encode(out + DONE_TEXT))
             controller.close()
             leave()
@@ -64,10 +72,7 @@ export function follow(flight: Flight, reader: FlightReader, request: Normalized
           await flight.changed()
         }
       },
-      cancel() {
-        leave()
-        settle?.({ ok: false, error: new GatewayError('upstream_error', CALLER_GONE), producedOutput: true })
-      },
+      cancel: gone,
     },
     { highWaterMark: 0 },
   )

@@ -18,6 +18,7 @@
  * them it ends with `event: pause` and EventSource reconnects into the resume path above.
  */
 import { GatewayError, toGatewayError } from '../errors/index.ts'
+import { onAbort } from '../http/context.ts'
 import { createNativeStreamDecoder } from '../streaming/native-decoder.ts'
 import type { NativeStreamDecoder } from '../streaming/native-decoder.ts'
 import { encoder, HEARTBEAT } from '../streaming/openai-chunks.ts'
@@ -106,8 +107,7 @@ export function jobEventStream(options: JobEventsOptions): Response {
     cancelUpstream()
     end()
   }
-  if (signal?.aborted) gone()
-  else signal?.addEventListener('abort', gone)
+  onAbort(signal, gone)
 
   const body = new ReadableStream<Uint8Array>(
     {
