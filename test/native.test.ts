@@ -579,6 +579,55 @@ describe('cancel on disconnect', () => {
     expect(emulator.activeJobs()).toEqual([])
   })
 
+  /** A fetch that rejects once its signal aborts, as the runtime's does: the in-process emulator answers regardless. */
+  const abortable = (fetch: GatewayOptions['fetch']): GatewayOptions['fetch'] => (input, init) =>
+    new Promise<Response>((resolve, reject) => {
+      init?.signal?.addEventListener('abort', () => reject(new DOMException('The operation was aborted.', 'AbortError')))
+      fetch!(input, init).then(resolve, reject)
+    })
+
+  // docs/quotas.md: a caller who hangs up once its prompt reached the upstream pays the prompt (and any
+  // output reported), as on the OpenAI surface; not every token refunded, nor the whole reservation kept.
+  it.each([
+    ['/run, before its answer', 'run', 1_000],
+    ['/runsync, before its first wait ended', 'runsync', 1_000],
+    ['/runsync, during a status-sync leg', 'runsync', 60_000],
+  ] as const)('a caller who left %s pays the prompt estimate for the job it queued (then cancelled)', async (_when, op, wait) => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    const waits: string[] = []
+    let arrived!: () => void
+    const queued = new Promise<void>((resolve) => (arrived = resolve))
+    const h = harness({
+      models: NATIVE_MODELS,
+      quota: { now: () => Date.UTC(2026, 0, 1, 12, 0, 30) },
+      // A long wait: Runpod's first wait runs out at once, then the caller leaves during a status-sync leg,
+      // whose fetch (under the caller's signal) rejects as the runtime's does. A short one: Runpod takes the
+      // job, then its answer is slow to come back, and the caller leaves meanwhile.
+      fetch: wait > 25_000 ? abortable(waitRunsOut(emulator, waits)) : async (input, init) => {
+        const request = new Request(input, init)
+        const late = new URL(request.url).pathname.endsWith(`/${op}`)
+        if (late) setTimeout(arrived, 50)
+        const answer = await emulator.fetch(request)
+        if (late) await new Promise((resolve) => setTimeout(resolve, 200))
+        return answer
+      },
+    }, emulator)
+    const { key } = await h.createKey({ name: 'left', quota: { tokensPerMinute: 100_000 } })
+    const abort = new AbortController()
+    const answered = h.fetch(`/v2/chat-current/${op}?wait=${wait}`, { ...post(key, chatInput('forever [[emulator:tokens=400,delay=25]]', { stream: true, sampling_params: { max_tokens: 1000 } })), signal: abort.signal }).catch((error: unknown) => error)
+    if (wait > 25_000) await vi.waitFor(() => expect(waits.some((w) => w.startsWith('status-sync'))).toBe(true))
+    else await queued
+    abort.abort()
+    await answered
+    await h.settle()
+    expect(emulator.calls.filter((c) => c.op === 'cancel')).toHaveLength(1)
+    const usage = (await (await h.fetch('/v1/usage', get(key))).json()) as { windows: { minute: { requests: number; tokens: number } } }
+    expect(usage.windows.minute.requests).toBe(1)
+    // The prompt estimate (a few tokens): neither nothing nor the 1000 max_tokens reserved.
+    expect(usage.windows.minute.tokens).toBeGreaterThan(0)
+    expect(usage.windows.minute.tokens).toBeLessThan(100)
+  })
+
   it('?detach=true leaves the job running', async () => {
     const h = harness({ models: NATIVE_MODELS })
     const { key } = await h.createKey()

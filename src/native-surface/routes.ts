@@ -8,7 +8,7 @@
  */
 import { Hono } from 'hono/tiny'
 import type { Context } from 'hono'
-import { GatewayError } from '../errors/index.ts'
+import { CALLER_GONE, GatewayError } from '../errors/index.ts'
 import { readJsonBody } from '../http/body.ts'
 import { waitUntilOf } from '../http/context.ts'
 import type { ResolvedOptions } from '../config/schema.ts'
@@ -41,7 +41,8 @@ export interface NativeRoutesOptions {
    * Stages a job submission (`run`, `runsync`) passes through, e.g. quota. A job's usage is not known
    * when `/run` answers, so its outcome settles at once with nothing reported: a quota counts the
    * request and keeps its token reservation (prompt estimate + max_tokens x n). A COMPLETED `runsync`
-   * settles from the usage its output reports, when it reports one. Default: none.
+   * settles from the usage its output reports, when it reports one. A caller who left once the job was
+   * queued pays its prompt estimate (or that usage), as an OpenAI call's does. Default: none.
    */
   stages?: readonly CompletionStage[]
 }
@@ -101,15 +102,18 @@ export function nativeRoutes(options: NativeRoutesOptions): Hono<GatewayEnv> {
       try {
         // As many legs as the wait holds, however soon Runpod answers one: never a tight loop of calls.
         for (let legs = Math.ceil(waitMs! / LEG_MS) - 1, left; legs-- > 0 && !isTerminal(result.status) && (left = deadline - Date.now()) >= MIN_WAIT_MS; ) {
-          // A refused leg answers the job as a runsync whose wait ran out: its caller keeps the id, to poll or cancel.
-          result = await client.statusSync(endpoint, result.id, { signal, waitMs: Math.min(left, LEG_MS) }).catch((error: unknown) => (signal.aborted ? Promise.reject(error) : ((legs = 0), result)))
+          // A refused leg (or one its caller left) answers the job as a runsync whose wait ran out: its caller keeps the id, to poll or cancel.
+          result = await client.statusSync(endpoint, result.id, { signal, waitMs: Math.min(left, LEG_MS) }).catch(() => ((legs = 0), result))
         }
       } finally {
         signal.removeEventListener('abort', cancel)
       }
-      // A COMPLETED `runsync` holds its output: it counts what that reports (or podgate's count of it), else keeps the reservation.
+      // A COMPLETED `runsync` holds its output: it counts what that reports (or podgate's count of it), else keeps
+      // the reservation. A caller who left once its job was upstream (the job then cancelled) pays its prompt
+      // and any output reported, as on the OpenAI surface.
       const normalized = result.status === 'COMPLETED' ? request.normalized : undefined
-      ctx.settle({ ok: true, usage: undefined, ...(normalized && reportedUsage(result.output, normalized.kind, normalized.sampling.max_tokens)) })
+      const usage = normalized && reportedUsage(result.output, normalized.kind, normalized.sampling.max_tokens)
+      ctx.settle(signal.aborted ? { ok: false, error: new GatewayError('upstream_error', CALLER_GONE), producedOutput: false, reachedUpstream: true, ...usage } : { ok: true, usage: undefined, ...usage })
       return answer(c, result, { kind: request.kind, endpoint, upstreamId: result.id }, binding)
     })
     return queue(createCompletionContext(c, normalized, binding.model))
