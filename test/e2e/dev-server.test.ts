@@ -39,7 +39,7 @@ describe('a caller who leaves, under wrangler dev', () => {
   it.each(['chat-current', 'chat-classic'])('%s: a stream the caller leaves mid-answer has its job cancelled', async (model) => {
     const { key } = await server.createKey()
     const leave = new AbortController()
-    const body = { model, stream: true, max_tokens: 64, messages: [{ role: 'user', content: `leave me [[emulator:tokens=64,delay=150]] ${model}` }] }
+    const body = { model, stream: true, max_tokens: 128, messages: [{ role: 'user', content: `leave me [[emulator:tokens=128,delay=150]] ${model}` }] }
     const res = await fetch(`${server.url}/v1/chat/completions`, {
       method: 'POST',
       headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
@@ -50,8 +50,8 @@ describe('a caller who leaves, under wrangler dev', () => {
     await res.body!.getReader().read()
     expect(server.emulator?.activeJobs().length).toBeGreaterThan(0)
     leave.abort()
-    // The answer would take 64 × 150 ms ≈ 9.6 s: the job must be gone well before that.
-    const until = Date.now() + 4000
+    // The answer would take 128 × 150 ms ≈ 19 s: the job must be gone well before that.
+    const until = Date.now() + 8000
     while ((server.emulator?.activeJobs().length ?? 0) > 0 && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 100))
     expect(server.emulator?.activeJobs()).toEqual([])
   })
