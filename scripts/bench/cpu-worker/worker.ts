@@ -316,16 +316,7 @@ async function hop(url: URL, env: Env, ctx: ExecutionContext): Promise<Response>
     // `tee-tick` with the caller's branch returned as is (no IdentityTransformStream after it): what the
     // caller's stream costs, which podgate needs to write an error event after a cut answer.
     const [out, copy] = stream.tee()
-    const reader = copy.getReader({ mode: 'byob' })
-    ctx.waitUntil((async () => {
-      let buffer = new ArrayBuffer(65536)
-      for (;;) {
-        await new Promise((resolve) => setTimeout(resolve, Number(url.searchParams.get('min') ?? 50)))
-        const next = await reader.read(new Uint8Array(buffer))
-        if (next.done) break
-        buffer = next.value!.buffer as ArrayBuffer
-      }
-    })())
+    ctx.waitUntil(readEvery(copy, Number(url.searchParams.get('min') ?? 50)))
     stream = out
   }
   if (mode === 'its-tee-tick') {
@@ -334,16 +325,7 @@ async function hop(url: URL, env: Env, ctx: ExecutionContext): Promise<Response>
     // is, the other read every `min` ms (default 50).
     const { readable, writable } = new IdentityTransformStream()
     const [out, copy] = readable.tee()
-    const reader = copy.getReader({ mode: 'byob' })
-    ctx.waitUntil((async () => {
-      let buffer = new ArrayBuffer(65536)
-      for (;;) {
-        await new Promise((resolve) => setTimeout(resolve, Number(url.searchParams.get('min') ?? 50)))
-        const next = await reader.read(new Uint8Array(buffer))
-        if (next.done) break
-        buffer = next.value!.buffer as ArrayBuffer
-      }
-    })())
+    ctx.waitUntil(readEvery(copy, Number(url.searchParams.get('min') ?? 50)))
     ctx.waitUntil(stream.pipeTo(writable, { preventClose: true }).then(async () => {
       const writer = writable.getWriter()
       await writer.write(encoder.encode(': end\n\n'))
@@ -434,6 +416,18 @@ async function hop(url: URL, env: Env, ctx: ExecutionContext): Promise<Response>
  * `source` piped natively into an `IdentityTransformStream` left open, which JavaScript ends with a comment
  * once the pipe is done and `before` has settled: the shape of podgate writing an ending event.
  */
+/** Reads `copy` to its end, one BYOB read of all it holds every `ms`, into one reused buffer. */
+async function readEvery(copy: ReadableStream<Uint8Array>, ms: number): Promise<void> {
+  const reader = copy.getReader({ mode: 'byob' })
+  let buffer = new ArrayBuffer(65536)
+  for (;;) {
+    await new Promise((resolve) => setTimeout(resolve, ms))
+    const next = await reader.read(new Uint8Array(buffer))
+    if (next.done) return
+    buffer = next.value!.buffer as ArrayBuffer
+  }
+}
+
 function withEnding(source: ReadableStream<Uint8Array>, before?: () => Promise<unknown>, highWaterMark?: number): { readable: ReadableStream<Uint8Array>; ended: Promise<void> } {
   const { readable, writable } = new IdentityTransformStream(highWaterMark === undefined ? undefined : { highWaterMark })
   const ended = source.pipeTo(writable, { preventClose: true }).then(async () => {
