@@ -475,6 +475,30 @@ describe('coalesced twins', () => {
     await again.text()
   })
 
+  // docs/caching.md: a joiner whose caller goes away lets go at once, also while it waits for the whole answer.
+  it('a COALESCED JSON twin whose caller left while it waited lets go at once: its reservation is freed, and it never asks on its own', async () => {
+    const { h } = clockedHarness({ cache: { scope: 'gateway' } })
+    const first = await h.createKey({ name: 'leader', quota: { tokensPerMinute: 1_000_000 } })
+    const second = await h.createKey({ name: 'twin', quota: { tokensPerMinute: 1_000_000 } })
+    const body = chatBody('chat-current', 'json twin leaves [[emulator:cold=1000,tokens=6]]', { temperature: 0, max_tokens: 2000 })
+    const leaving = new AbortController()
+    const leader = h.fetch('/v1/chat/completions', { ...authed(first.key, body), signal: leaving.signal }).catch((error: unknown) => error)
+    await sleep(20)
+    const abort = new AbortController()
+    const twin = h.fetch('/v1/chat/completions', { ...authed(second.key, body), signal: abort.signal }).catch((error: unknown) => error)
+    await sleep(20)
+    abort.abort()
+    await sleep(200)
+    // Its reservation (prompt + 2000) is not held until the leader's answer comes.
+    expect((await usageOf(h, second.key)).windows!.minute.tokens).toBe(0)
+    // The leader's caller leaves too: a twin that let go starts no call of its own for a caller who is gone.
+    leaving.abort()
+    await Promise.all([leader, twin])
+    await settleWithin(h)
+    expect(h.emulator.calls.filter((c) => c.op === 'run')).toHaveLength(1)
+    expect((await usageOf(h, second.key)).windows!.minute).toMatchObject({ requests: 1, tokens: 0 })
+  })
+
   it('a COALESCED streaming twin whose caller left mid-answer, its body unread, lets go of the shared call: with the leader gone too, the upstream job is cancelled', async () => {
     const { h } = clockedHarness()
     const { key } = await h.createKey({ name: 'both-leave', quota: { maxConcurrentStreams: 2, tokensPerMinute: 1_000_000 } })

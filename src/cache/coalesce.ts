@@ -64,8 +64,15 @@ async function join(run: CacheRun, flight: Flight, call: { ctx: CompletionContex
   if (request.stream && flight.state === 'open') return withCacheHeaders(new Response(awaitPiped(run, flight, call), { headers: SSE_HEADERS }), 'COALESCED', 0)
 
   flight.followers++
-  await flight.whole(deadlineOf(ctx))
+  const { signal } = ctx.c.req.raw
+  await flight.whole(deadlineOf(ctx), signal)
   flight.leave()
+  // Its caller left while it waited: let go, and ask nothing on its own for a caller who is gone.
+  if (signal.aborted) {
+    const gone = new GatewayError('upstream_error', CALLER_GONE)
+    settle({ ok: false, error: gone, producedOutput: false })
+    throw gone
+  }
   // The answer turned out too large to share, or the leader never finished in the time its own call had: ask alone.
   if (flight.state === 'open' || !flight.shareable) return retried ? lead(run, ctx, next, plan) : coalesceOrLead(run, ctx, next, plan, true)
   if (flight.state === 'failed') return failed()

@@ -179,11 +179,11 @@ export class Flight {
   }
 
   /**
-   * Waits for the whole answer: until the end, until it turns out it cannot be shared, or until
-   * `deadline` (epoch ms); then `state` and `shareable` say which.
+   * Waits for the whole answer: until the end, until it turns out it cannot be shared, until
+   * `deadline` (epoch ms), or until `signal` (its caller's) aborts; then `state` and `shareable` say which.
    */
-  async whole(deadline = Infinity): Promise<void> {
-    while (this.state === 'open' && this.shareable && Date.now() < deadline) await this.changed()
+  async whole(deadline = Infinity, signal?: AbortSignal): Promise<void> {
+    while (this.state === 'open' && this.shareable && Date.now() < deadline && !signal?.aborted) await this.changed()
   }
 
   #notify(): void {
