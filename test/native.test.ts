@@ -269,6 +269,15 @@ describe('native job API: input normalization', () => {
     expect(h.emulator.calls).toEqual([])
   })
 
+  it('a wait past 300000, however many digits it has, is taken as 300000 (docs/native-surface.md), not refused', async () => {
+    const h = harness({ models: NATIVE_MODELS })
+    const { key } = await h.createKey()
+    const done = await json(await h.fetch('/v2/chat-classic/runsync?wait=10000000', post(key, chatInput('quick [[emulator:tokens=5]]'))))
+    expect(done.status).toBe('COMPLETED')
+    const status = await h.fetch(`/v2/chat-classic/status-sync/${String(done.id)}?wait=99999999999`, get(key))
+    expect(status.status).toBe(200)
+  })
+
   it('valid input reaches the worker normalized: caps, the default max_tokens, content parts flattened', async () => {
     const h = harness({ models: NATIVE_MODELS })
     const { key } = await h.createKey()

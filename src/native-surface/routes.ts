@@ -210,7 +210,7 @@ function retryRequest(model: ResolvedModel): NormalizedRequest {
 export function waitParam(c: Context, fallback: number): number {
   const raw = c.req.query('wait')
   if (raw === undefined) return fallback
-  if (!/^\d{1,7}$/.test(raw)) throw new GatewayError('invalid_request', `'wait' must be a whole number of milliseconds (${MIN_WAIT_MS} to ${MAX_WAIT_MS}).`, { param: 'wait' })
+  if (!/^\d+$/.test(raw)) throw new GatewayError('invalid_request', `'wait' must be a whole number of milliseconds (${MIN_WAIT_MS} to ${MAX_WAIT_MS}).`, { param: 'wait' })
   return Math.min(Math.max(Number(raw), MIN_WAIT_MS), MAX_WAIT_MS)
 }
 
