@@ -10,6 +10,7 @@ import { env } from 'cloudflare:test'
 import { describe, expect, it, vi } from 'vitest'
 import * as podgate from '../src/index.ts'
 import { createRunpodEmulator } from '../src/testing/index.ts'
+import type { RunpodEmulator } from '../src/testing/index.ts'
 import { harness, MODELS, readSome, RUNPOD_KEY } from './helpers.ts'
 import type { Harness } from './helpers.ts'
 import type { GatewayOptions } from '../src/index.ts'
@@ -471,6 +472,15 @@ describe('native job API: SSE of a job run with stream:false', () => {
 })
 
 describe('cancel on disconnect', () => {
+  /** A Runpod that takes the job `/op` queues (telling `queued` 50 ms later), then is slow to answer it. */
+  const slowToAnswer = (emulator: RunpodEmulator, op: string, queued: () => void): GatewayOptions['fetch'] => async (input, init) => {
+    const request = new Request(input, init)
+    const late = new URL(request.url).pathname.endsWith(`/${op}`)
+    if (late) setTimeout(queued, 50)
+    const answer = await emulator.fetch(request)
+    if (late) await new Promise((resolve) => setTimeout(resolve, 200))
+    return answer
+  }
 
   it.each(['chat-classic', 'chat-current'])('%s: an SSE caller that goes away cancels the job upstream', async (model) => {
     const h = harness({ models: NATIVE_MODELS })
@@ -492,14 +502,7 @@ describe('cancel on disconnect', () => {
     const h = harness({
       models: NATIVE_MODELS,
       // Runpod takes the job, then its answer is slow to come back.
-      fetch: async (input, init) => {
-        const request = new Request(input, init)
-        const late = new URL(request.url).pathname.endsWith(`/${op}`)
-        if (late) setTimeout(arrived, 50)
-        const answer = await emulator.fetch(request)
-        if (late) await new Promise((resolve) => setTimeout(resolve, 200))
-        return answer
-      },
+      fetch: slowToAnswer(emulator, op, () => arrived()),
     }, emulator)
     const { key } = await h.createKey()
     const abort = new AbortController()
@@ -612,14 +615,7 @@ describe('cancel on disconnect', () => {
       // A long wait: Runpod's first wait runs out at once, then the caller leaves during a status-sync leg,
       // whose fetch (under the caller's signal) rejects as the runtime's does. A short one: Runpod takes the
       // job, then its answer is slow to come back, and the caller leaves meanwhile.
-      fetch: wait > 25_000 ? abortable(waitRunsOut(emulator, waits)) : async (input, init) => {
-        const request = new Request(input, init)
-        const late = new URL(request.url).pathname.endsWith(`/${op}`)
-        if (late) setTimeout(arrived, 50)
-        const answer = await emulator.fetch(request)
-        if (late) await new Promise((resolve) => setTimeout(resolve, 200))
-        return answer
-      },
+      fetch: wait > 25_000 ? abortable(waitRunsOut(emulator, waits)) : slowToAnswer(emulator, op, () => arrived()),
     }, emulator)
     const { key } = await h.createKey({ name: 'left', quota: { tokensPerMinute: 100_000 } })
     const abort = new AbortController()
