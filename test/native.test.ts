@@ -633,6 +633,20 @@ describe('cancel on disconnect', () => {
     expect(usage.windows.minute.tokens).toBeLessThan(100)
   })
 
+  // A caller who left before its call went upstream (while its key and quota were checked) sent no prompt
+  // to a GPU: it pays the request, and no token.
+  it.each(['chat-current', 'chat-classic', 'chat-openai'])('%s: a caller who left before the call went upstream pays no token, and nothing is sent', async (model) => {
+    const h = harness({ models: NATIVE_MODELS, quota: { now: () => Date.UTC(2026, 0, 1, 12, 0, 30) } })
+    const { key } = await h.createKey({ name: 'gone', quota: { tokensPerMinute: 100_000 } })
+    const abort = new AbortController()
+    abort.abort()
+    await h.fetch('/v1/chat/completions', { ...post(key, { model, messages: [{ role: 'user', content: 'never sent' }], max_tokens: 1000 }), signal: abort.signal }).catch(() => undefined)
+    await h.settle()
+    expect(h.emulator.calls.filter((c) => c.op !== 'health')).toEqual([])
+    const usage = (await (await h.fetch('/v1/usage', get(key))).json()) as { windows: { minute: { requests: number; tokens: number } } }
+    expect(usage.windows.minute.tokens).toBe(0)
+  })
+
   it('?detach=true leaves the job running', async () => {
     const h = harness({ models: NATIVE_MODELS })
     const { key } = await h.createKey()

@@ -6,7 +6,7 @@
  * errors, 429, 5xx, and jobs that failed before any output. A timeout is never retried: a `/run` that
  * timed out may have queued a job, and a second one would run it twice.
  */
-import { GatewayError } from '../errors/index.ts'
+import { CALLER_GONE, GatewayError } from '../errors/index.ts'
 import type { ResilienceConfig } from '../config/schema.ts'
 import type { Breaker } from './breaker.ts'
 import { UpstreamStatus } from './runpod/client.ts'
@@ -64,9 +64,13 @@ export class RetryPlan {
     return this.#tried
   }
 
-  /** The endpoint of the next attempt, or undefined when every attempt is used. */
+  /**
+   * The endpoint of the next attempt, or undefined when every attempt is used. A caller who left gets none
+   * (it throws): nothing is sent for it, and with no attempt made its prompt is not charged.
+   */
   next(): Endpoint | undefined {
-    const { endpoints, resilience } = this.#options
+    const { endpoints, resilience, signal } = this.#options
+    if (signal?.aborted) throw new GatewayError('upstream_error', CALLER_GONE)
     if (this.#tried >= resilience.retries.attempts) return undefined
     return endpoints[this.#tried++ % endpoints.length]
   }
