@@ -21,7 +21,7 @@ import { podgateCors } from './cors/index.ts'
 import type { GatewayOptionsInput } from './config/schema.ts'
 import { GatewayError } from './errors/index.ts'
 import { setAnswerHeader } from './http/headers.ts'
-import { createLogger, lateFailureLog, secretScrubber } from './http/log.ts'
+import { callLog, createLogger, lateFailureLog, secretScrubber } from './http/log.ts'
 import type { LogSink } from './http/log.ts'
 import { createErrorHandler, errorResponse, formatForPath } from './http/respond.ts'
 import { openaiRoutes, runpodOpenAIRoutes } from './openai/routes.ts'
@@ -114,6 +114,12 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
   const notFound = (c: Context<GatewayEnv>) => errorResponse(new GatewayError('not_found', `No route for ${c.req.method} ${c.req.path}.`), formatForPath(c.req.path), c.get('requestId'))
   app.notFound(notFound)
 
+  // Off, neither the start time nor the call line costs a request anything.
+  if (config.logCalls)
+    app.use(async function start(c, next) {
+      c.set('start', Date.now())
+      await next()
+    })
   app.use(async function requestId(c, next) {
     // A host app's middleware that read the body through Hono (`c.req.json()`, cached for later readers)
     // used up the raw body podgate reads: it gets Hono's copy back.
@@ -161,6 +167,8 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
   const dispatch = createDispatcher({ client, runpod: config.runpod, streaming: config.streaming, breaker })
   // First: a stream that fails past its 200 is logged as onError logs a failure before it.
   const stages: CompletionStage[] = [lateFailureLog(log)]
+  // Outermost: its line counts every call the stages see, a quota's refusal included.
+  if (config.logCalls) stages.unshift(callLog(log))
   // A token minted with a quota of its own is held to it (counted under its token id) before the key's.
   stages.push(tokenQuotaStage(quotaStage(quota)))
   stages.push(quotaStage(quota))

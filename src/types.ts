@@ -18,6 +18,8 @@ export interface GatewayVariables {
   principal: Principal
   /** The model alias a completion call names, once its pipeline runs: for the log line of its failure. */
   model?: string
+  /** When the request came in (`Date.now()`), set only when `logCalls` is on: its call line's `ms`. */
+  start?: number
 }
 
 export interface GatewayEnv {

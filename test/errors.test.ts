@@ -6,7 +6,8 @@ import { createExecutionContext, env } from 'cloudflare:test'
 import { Hono } from 'hono'
 import OpenAI from 'openai'
 import { describe, expect, it } from 'vitest'
-import { authed, chatBody, harness, MODEL_NAMES, MODELS, readSome, readSSE } from './helpers.ts'
+import { authed, chatBody, harness, MODEL_NAMES, MODELS, readSome, readSSE, RUNPOD_KEY } from './helpers.ts'
+import type { Harness } from './helpers.ts'
 
 interface OpenAIError {
   error: { message: string; type: string; param: string | null; code: string }
@@ -176,5 +177,86 @@ describe('upstream faults', () => {
     await (await readSome(res, 200)).cancel()
     await h.settle()
     expect(h.logs).toEqual([])
+  })
+})
+
+describe('call log (logCalls)', () => {
+  /** The call lines written so far, parsed; no line may hold a secret (the Runpod key, a presented key or token). */
+  const callLines = (h: Harness, ...secrets: string[]) => {
+    for (const line of h.logs) for (const secret of [RUNPOD_KEY, ...secrets]) expect(line).not.toContain(secret)
+    return h.logs.map((line) => JSON.parse(line) as Record<string, unknown>).filter((line) => line.message === 'call')
+  }
+  const model = MODEL_NAMES[0]!
+
+  it('is off by default: a successful call writes no line', async () => {
+    const h = harness()
+    const { key } = await h.createKey()
+    expect((await h.fetch('/v1/chat/completions', authed(key, chatBody(model)))).status).toBe(200)
+    await h.settle()
+    expect(h.logs).toEqual([])
+  })
+
+  it('on, a JSON call writes one info line: who, which model, status, tokens, duration (never the key)', async () => {
+    const h = harness({ logCalls: true })
+    const { id, key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody(model)))
+    const { usage } = (await res.json()) as { usage: { prompt_tokens: number; completion_tokens: number } }
+    await h.settle()
+    const lines = callLines(h, key)
+    expect(lines).toEqual([
+      expect.objectContaining({ level: 'info', request_id: res.headers.get('x-request-id'), key_id: id, token_id: null, model, path: 'POST /v1/chat/completions', stream: false, status: 200, cache: 'BYPASS', prompt_tokens: usage.prompt_tokens, completion_tokens: usage.completion_tokens, estimated: false, ms: expect.any(Number) }),
+    ])
+    expect(h.logs).toHaveLength(1)
+  })
+
+  it('on, a stream\'s line comes once it ended, with the usage of its usage chunk; a minted token is named beside its key', async () => {
+    const h = harness({ logCalls: true })
+    const { id, key } = await h.createKey()
+    const minted = await h.fetch('/v1/tokens', authed(key, '{}'))
+    const { token, id: tokenId } = (await minted.json()) as { token: string; id: string }
+    const res = await h.fetch('/v1/chat/completions', authed(token, chatBody(model, 'x [[emulator:tokens=200]]', { stream: true, stream_options: { include_usage: true } })))
+    expect(res.status).toBe(200)
+    const reader = await readSome(res, 200)
+    expect(callLines(h)).toEqual([])
+    let rest = ''
+    for (let r = await reader.read(); !r.done; r = await reader.read()) rest += new TextDecoder().decode(r.value)
+    const usage = JSON.parse(rest.split('\n').find((l) => l.includes('"usage":{'))!.slice(6)).usage as Record<string, number>
+    await h.settle()
+    expect(callLines(h, key, token)).toEqual([
+      expect.objectContaining({ level: 'info', request_id: res.headers.get('x-request-id'), key_id: id, token_id: tokenId, model, stream: true, status: 200, prompt_tokens: usage.prompt_tokens, completion_tokens: usage.completion_tokens, estimated: false }),
+    ])
+  })
+
+  it('on, a cache hit says HIT', async () => {
+    const h = harness({ logCalls: true })
+    const { key } = await h.createKey()
+    const body = chatBody('chat-current', 'cached call line', { temperature: 0, max_tokens: 24 })
+    expect((await h.fetch('/v1/chat/completions', authed(key, body))).headers.get('x-podgate-cache')).toBe('MISS')
+    await h.settle()
+    expect((await h.fetch('/v1/chat/completions', authed(key, body))).headers.get('x-podgate-cache')).toBe('HIT')
+    await h.settle()
+    expect(callLines(h, key).map((line) => [line.status, line.cache])).toEqual([[200, 'MISS'], [200, 'HIT']])
+  })
+
+  it('on, a call its quota refuses is counted too (429, its code), with no error line', async () => {
+    const h = harness({ logCalls: true })
+    const { id, key } = await h.createKey({ name: 'one', quota: { requestsPerMinute: 1 } })
+    expect((await h.fetch('/v1/chat/completions', authed(key, chatBody(model)))).status).toBe(200)
+    const refused = await h.fetch('/v1/chat/completions', authed(key, chatBody(model)))
+    expect(refused.status).toBe(429)
+    await h.settle()
+    expect(callLines(h, key).at(-1)).toEqual(expect.objectContaining({ level: 'info', request_id: refused.headers.get('x-request-id'), key_id: id, model, status: 429, code: 'rate_limited' }))
+    expect(h.logs).toHaveLength(2)
+  })
+
+  it('on, a failure keeps its error line beside its call line', async () => {
+    const h = harness({ logCalls: true })
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-classic', 'x [[emulator:fault=job_failed]]')))
+    expect(res.status).toBe(502)
+    await h.settle()
+    const lines = h.logs.map((line) => JSON.parse(line) as Record<string, unknown>)
+    expect(lines.map((line) => [line.level, line.status, line.code])).toEqual(expect.arrayContaining([['error', 502, 'upstream_error'], ['info', 502, 'upstream_error']]))
+    expect(lines).toHaveLength(2)
   })
 })

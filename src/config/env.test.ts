@@ -24,6 +24,7 @@ describe('optionsFromEnv', () => {
         maxBodyBytes: 65536,
         keyCacheTtlMs: 2000,
         tokens: { defaultTtlSeconds: 120 },
+        logCalls: true,
       }),
       PODGATE_MODELS: JSON.stringify(MODELS),
       RUNPOD_BASE_URL: 'https://from-var.example/v2',
@@ -34,7 +35,7 @@ describe('optionsFromEnv', () => {
     expect(resolved.runpod).toMatchObject({ apiKey: 'rp_key', baseUrl: 'https://from-var.example/v2', maxPollsPerStream: 45 })
     expect(resolved.cache).toMatchObject({ ttlSeconds: 600, scope: 'gateway' })
     expect(resolved.tokens).toEqual({ maxTtlSeconds: 900, defaultTtlSeconds: 120 })
-    expect(resolved).toMatchObject({ maxBodyBytes: 65536, keyCacheTtlMs: 2000, cors: { maxAgeSeconds: 60 } })
+    expect(resolved).toMatchObject({ maxBodyBytes: 65536, keyCacheTtlMs: 2000, cors: { maxAgeSeconds: 60 }, logCalls: true })
   })
 
   it("PODGATE_QUOTA_CONFIG sets quota fields over PODGATE_CONFIG's quota, keeping the fields it does not name", () => {

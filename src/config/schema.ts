@@ -219,6 +219,8 @@ export const gatewayOptionsSchema = z.strictObject({
   ),
   /** Serve the browser playground at `GET /playground` (a dev tool: leave it off in production). Default false. */
   playground: z._default(z.boolean(), false),
+  /** One `info` log line per completion call, once it settled: key, model, status, cache status, tokens, duration (docs/api.md "Errors"). Default false. */
+  logCalls: z._default(z.boolean(), false),
   /** Quotas (docs/quotas.md). Default: no limits unless a key or model sets some. */
   quota: z.optional(quotaConfigSchema),
   /** Caching of answers (docs/caching.md). Default: on for deterministic requests, per key. */

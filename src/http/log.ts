@@ -5,6 +5,7 @@
 import { CREDENTIAL_PATTERN } from '../auth/keys.ts'
 import type { Context } from 'hono'
 import { CALLER_GONE } from '../errors/index.ts'
+import { waitUntilOf } from './context.ts'
 import type { GatewayError } from '../errors/index.ts'
 import type { CompletionStage } from '../pipeline/index.ts'
 
@@ -61,5 +62,44 @@ export function lateFailureLog(log: (line: LogLine) => void): CompletionStage {
       if (!outcome.ok && !outcome.cached && outcome.error.status >= 500 && outcome.error.message !== CALLER_GONE) log(failureLine(ctx.c, outcome.error))
     })
     return response
+  }
+}
+
+/**
+ * `logCalls`: one `info` line per completion call once it settled (after a stream's last byte), failures
+ * and refusals included (a failure keeps its `error` line too): who, which model, status, cache status,
+ * tokens (`estimated` when podgate counted them) and `ms` from the request's start. Registered only when on.
+ */
+export function callLog(log: (line: LogLine) => void): CompletionStage {
+  return async function callLine(ctx, next) {
+    const { c, request } = ctx
+    const { keyId, tokenId } = c.get('principal')
+    let response: Response | undefined
+    try {
+      return (response = await next(ctx))
+    } finally {
+      waitUntilOf(c)(
+        ctx.outcome.then((o) => {
+          const usage = o.usage ?? o.estimate
+          log({
+            level: 'info',
+            message: 'call',
+            request_id: c.get('requestId'),
+            key_id: keyId,
+            token_id: tokenId,
+            model: ctx.model.alias,
+            path: `${c.req.method} ${c.req.path}`,
+            stream: request.stream,
+            status: o.ok ? response?.status : o.error.status,
+            code: o.ok ? undefined : o.error.code,
+            cache: response?.headers.get('x-podgate-cache'),
+            prompt_tokens: o.usage ? usage?.prompt_tokens : o.estimate && request.estimate.promptTokens,
+            completion_tokens: usage?.completion_tokens,
+            estimated: !o.usage && !!o.estimate,
+            ms: Date.now() - c.get('start')!,
+          })
+        }),
+      )
+    }
   }
 }
