@@ -10,7 +10,7 @@
  * The caller's own bytes never wait on the capture.
  */
 import { createParser } from 'eventsource-parser'
-import { GatewayError, toGatewayError } from '../errors/index.ts'
+import { GatewayError, toGatewayError, upstreamError } from '../errors/index.ts'
 import { concatBytes } from '../http/body.ts'
 import { waitUntilOf } from '../http/context.ts'
 import { parseJson } from '../http/json.ts'
@@ -69,7 +69,7 @@ export async function lead(run: CacheRun, ctx: CompletionContext, next: Completi
     throw error
   }
   if (response.status !== 200 || !response.body) {
-    flight.fail(new GatewayError('upstream_error', 'The shared upstream call did not answer.'), true)
+    flight.fail(upstreamError('The shared upstream call did not answer.'), true)
     leader.release()
     return withCacheHeaders(response, 'MISS', 0)
   }
@@ -193,7 +193,7 @@ function streamRecorder(leader: Leader): StreamRecorder {
     // Settled first: joiners must not wait on the log or the store.
     const answer = ok && sawDone ? capture?.result(usage) : undefined
     if (ok && sawDone) flight.succeed({ answer, usage, meta: capture?.meta ?? meta })
-    else flight.fail(ok || !error ? new GatewayError('upstream_error', 'The stream ended before the model finished.') : error, abandoned)
+    else flight.fail(ok || !error ? upstreamError('The stream ended before the model finished.') : error, abandoned)
     if (flight.sealed) run.log(ctx, { level: 'info', message: 'cache: answer over maxEntryBytes, not stored', max_entry_bytes: maxEntryBytes, peak_buffered_chars: flight.peakBufferedChars })
     if (answer) leader.store(answer)
   }

@@ -3,7 +3,7 @@
  * instead of making its own, and reads the leader's events from the start, then live; or, when the
  * leader's stream is piped natively, gets the whole answer when its upstream part ends.
  */
-import { CALLER_GONE, GatewayError, toGatewayError } from '../errors/index.ts'
+import { CALLER_GONE, GatewayError, toGatewayError, upstreamError } from '../errors/index.ts'
 import { onAbort } from '../http/context.ts'
 import type { CompletionContext, CompletionHandler } from '../pipeline/index.ts'
 import { HEARTBEAT, sseErrorEvent } from '../streaming/openai-chunks.ts'
@@ -37,7 +37,7 @@ async function join(run: CacheRun, flight: Flight, call: { ctx: CompletionContex
   const settle = settleFromFlight(ctx)
   const failed = (): Promise<Response> => {
     if (flight.abandoned && !retried) return coalesceOrLead(run, ctx, next, plan, true)
-    const error = flight.error ?? new GatewayError('upstream_error', 'The shared upstream call failed.')
+    const error = flight.error ?? upstreamError('The shared upstream call failed.')
     settle({ ok: false, error, producedOutput: false })
     throw error
   }
@@ -69,7 +69,7 @@ async function join(run: CacheRun, flight: Flight, call: { ctx: CompletionContex
   flight.leave()
   // Its caller left while it waited: let go, and ask nothing on its own for a caller who is gone.
   if (signal.aborted) {
-    const gone = new GatewayError('upstream_error', CALLER_GONE)
+    const gone = upstreamError(CALLER_GONE)
     settle({ ok: false, error: gone, producedOutput: false })
     throw gone
   }
@@ -128,7 +128,7 @@ function awaitPiped(run: CacheRun, flight: Flight, call: { ctx: CompletionContex
     stopWaiting()
     if (own) return own.cancel()
     // While its own call is being made, that call settles: `untilEnded` cancels it once it answers.
-    if (!asking) settle({ ok: false, error: new GatewayError('upstream_error', CALLER_GONE), producedOutput: true })
+    if (!asking) settle({ ok: false, error: upstreamError(CALLER_GONE), producedOutput: true })
   }
   // Its caller's leaving ends the wait whether or not the body is ever read or cancelled.
   onAbort(ctx.c.req.raw.signal, cancel)
@@ -173,7 +173,7 @@ function awaitPiped(run: CacheRun, flight: Flight, call: { ctx: CompletionContex
       return undefined
     }
     if (flight.state === 'failed' && !flight.abandoned && flight.shareable) {
-      const error = flight.error ?? new GatewayError('upstream_error', 'The shared upstream call failed.')
+      const error = flight.error ?? upstreamError('The shared upstream call failed.')
       settle({ ok: false, error, producedOutput: true })
       return fail(controller, error)
     }
@@ -196,5 +196,5 @@ function awaitPiped(run: CacheRun, flight: Flight, call: { ctx: CompletionContex
 async function errorOf(response: Response): Promise<GatewayError> {
   const body = (await response.json().catch(() => undefined)) as { error?: { message?: unknown } } | undefined
   const message = typeof body?.error?.message === 'string' ? body.error.message : `The upstream call answered ${response.status}.`
-  return new GatewayError('upstream_error', message)
+  return upstreamError(message)
 }

@@ -2,7 +2,7 @@
  * One caller's stream of a flight (the leader's or a coalesced twin's): the events so far, then live,
  * with the caller's own usage preference, ending as the flight ends.
  */
-import { CALLER_GONE, GatewayError } from '../errors/index.ts'
+import { CALLER_GONE, upstreamError } from '../errors/index.ts'
 import { onAbort } from '../http/context.ts'
 import type { CompletionContext } from '../pipeline/index.ts'
 import { DONE_TEXT, encoder, sseErrorEvent } from '../streaming/openai-chunks.ts'
@@ -28,7 +28,7 @@ export function follow(flight: Flight, reader: FlightReader, ctx: CompletionCont
   }
   const gone = () => {
     leave()
-    settle?.({ ok: false, error: new GatewayError('upstream_error', CALLER_GONE), producedOutput: true })
+    settle?.({ ok: false, error: upstreamError(CALLER_GONE), producedOutput: true })
   }
   // A caller who left is let go of (and a twin settled) whether or not its body is ever cancelled: one
   // that left before it was answered never is.
@@ -62,7 +62,7 @@ export function follow(flight: Flight, reader: FlightReader, ctx: CompletionCont
             return
           }
           if (flight.state === 'failed') {
-            const error = flight.error ?? new GatewayError('upstream_error', 'The shared upstream call failed.')
+            const error = flight.error ?? upstreamError('The shared upstream call failed.')
             if (!errorSent) controller.enqueue(sseErrorEvent(error))
             controller.close()
             leave()

@@ -17,7 +17,7 @@
  * Each response makes at most `maxPolls` upstream polls (Workers cap subrequests per invocation); past
  * them it ends with `event: pause` and EventSource reconnects into the resume path above.
  */
-import { GatewayError, toGatewayError } from '../errors/index.ts'
+import { GatewayError, toGatewayError, upstreamError } from '../errors/index.ts'
 import { onAbort } from '../http/context.ts'
 import { createNativeStreamDecoder } from '../streaming/native-decoder.ts'
 import type { NativeStreamDecoder } from '../streaming/native-decoder.ts'
@@ -268,7 +268,7 @@ function createItemText(kind: JobRef['kind']): ItemText {
   })
 
   function read(item: unknown): void {
-    if (answered) throw new GatewayError('upstream_error', 'The model worker sent output after its whole answer.')
+    if (answered) throw upstreamError('The model worker sent output after its whole answer.')
     if (!started && isCompletionBody(item)) readAnswer(item)
     else decoder.push(item)
     started = true

@@ -9,7 +9,7 @@
  * reordered endpoint list or a changed byte all fail the same check and get the same 404.
  * The upstream id is readable in the payload; it grants nothing without podgate's Runpod key.
  */
-import { GatewayError } from '../errors/index.ts'
+import { GatewayError, upstreamError } from '../errors/index.ts'
 import { base64url, encoder, fromBase64url, sign, signingKey, verify } from '../crypto/signing.ts'
 import type { ResolvedModel } from '../routing/models.ts'
 import type { Endpoint } from '../upstream/runpod/client.ts'
@@ -60,7 +60,7 @@ export function createJobSealer(secret: string): JobSealer {
   return {
     async seal(ref, binding) {
       const index = binding.model.endpoints.indexOf(ref.endpoint)
-      if (index < 0 || !UPSTREAM_ID.test(ref.upstreamId)) throw new GatewayError('upstream_error', 'The upstream returned an invalid job id.')
+      if (index < 0 || !UPSTREAM_ID.test(ref.upstreamId)) throw upstreamError('The upstream returned an invalid job id.')
       const payload = `v1:${KIND_CODE[ref.kind]}:${index}:${ref.upstreamId}`
       const signature = await sign(await key(), bound(payload, ref.endpoint, binding))
       return `${base64url(encoder.encode(payload))}.${signature}`

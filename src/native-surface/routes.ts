@@ -8,7 +8,7 @@
  */
 import { Hono } from 'hono/tiny'
 import type { Context } from 'hono'
-import { CALLER_GONE, GatewayError } from '../errors/index.ts'
+import { CALLER_GONE, GatewayError, upstreamError } from '../errors/index.ts'
 import { readJsonBody } from '../http/body.ts'
 import { waitUntilOf } from '../http/context.ts'
 import type { ResolvedOptions } from '../config/schema.ts'
@@ -113,7 +113,7 @@ export function nativeRoutes(options: NativeRoutesOptions): Hono<GatewayEnv> {
       // and any output reported, as on the OpenAI surface.
       const normalized = result.status === 'COMPLETED' ? request.normalized : undefined
       const usage = normalized && reportedUsage(result.output, normalized.kind, normalized.sampling.max_tokens)
-      ctx.settle(signal.aborted ? { ok: false, error: new GatewayError('upstream_error', CALLER_GONE), producedOutput: false, reachedUpstream: true, ...usage } : { ok: true, usage: undefined, ...usage })
+      ctx.settle(signal.aborted ? { ok: false, error: upstreamError(CALLER_GONE), producedOutput: false, reachedUpstream: true, ...usage } : { ok: true, usage: undefined, ...usage })
       return answer(c, result, { kind: request.kind, endpoint, upstreamId: result.id }, binding)
     })
     return queue(createCompletionContext(c, normalized, binding.model))
@@ -238,7 +238,7 @@ async function health(client: RunpodClient, model: ResolvedModel, signal: AbortS
   }
   if (answered === 0) {
     const first = results[0]
-    throw first?.status === 'rejected' ? first.reason : new GatewayError('upstream_error', 'No endpoint answered the health check.')
+    throw first?.status === 'rejected' ? first.reason : upstreamError('No endpoint answered the health check.')
   }
   return total
 }

@@ -4,7 +4,7 @@
  * came and read by the route's dialect for its ending, usage and errors.
  */
 import { createParser } from 'eventsource-parser'
-import { GatewayError } from '../errors/index.ts'
+import { GatewayError, upstreamError } from '../errors/index.ts'
 import { BEFORE_OUTPUT } from './dialects.ts'
 import type { Dialect, StreamEnding } from './dialects.ts'
 import type { NativeStreamDecoder } from './native-decoder.ts'
@@ -49,7 +49,7 @@ export function createDialectDecoder(options: DialectDecoderOptions): NativeStre
       if (failure) throw failure
       // A classic worker may batch several events into one item.
       const text = typeof item === 'string' ? item : Array.isArray(item) && item.every((s) => typeof s === 'string') ? item.join('') : undefined
-      if (text === undefined) throw new GatewayError('upstream_error', 'The model worker streamed an item podgate does not understand.')
+      if (text === undefined) throw upstreamError('The model worker streamed an item podgate does not understand.')
       parser.feed(text)
       options.onText(text)
     },
@@ -62,7 +62,7 @@ export function createDialectDecoder(options: DialectDecoderOptions): NativeStre
         relayed.add(ending.error)
         throw ending.error
       }
-      if (!ending.done) throw new GatewayError('upstream_error', 'The upstream stream ended before the model finished.')
+      if (!ending.done) throw upstreamError('The upstream stream ended before the model finished.')
     },
   }
 }

@@ -8,7 +8,7 @@
  */
 import { createParser } from 'eventsource-parser'
 import type { EventSourceMessage, EventSourceParser } from 'eventsource-parser'
-import { GatewayError, toGatewayError } from '../errors/index.ts'
+import { GatewayError, toGatewayError, upstreamError } from '../errors/index.ts'
 import type { RequestKind } from '../normalize/types.ts'
 import { countedUsage } from './openai-chunks.ts'
 import type { ChatCompletionChunk, CompletionChunk, FinishReason, TextCompletionChunk, Usage } from './openai-chunks.ts'
@@ -120,7 +120,7 @@ export function createNativeStreamDecoder(options: NativeDecoderOptions): Native
     if (finished) return
     finished = true
     try {
-      if (shape === undefined) throw new GatewayError('upstream_error', 'The model worker finished without any output.')
+      if (shape === undefined) throw upstreamError('The model worker finished without any output.')
       if (shape === 'classic') finishClassic()
       else finishSSE()
     } catch (error) {
@@ -146,7 +146,7 @@ export function createNativeStreamDecoder(options: NativeDecoderOptions): Native
 
   function useShape(next: 'classic' | 'sse'): void {
     if (shape === undefined) shape = next
-    else if (shape !== next) throw new GatewayError('upstream_error', 'The model worker mixed token items and SSE text in one stream.')
+    else if (shape !== next) throw upstreamError('The model worker mixed token items and SSE text in one stream.')
   }
 
   function acceptClassic(item: ClassicItem): void {
@@ -171,7 +171,7 @@ export function createNativeStreamDecoder(options: NativeDecoderOptions): Native
   }
 
   function finishClassic(): void {
-    if (classicChoices.length === 0) throw new GatewayError('upstream_error', 'The model worker finished without any choices.')
+    if (classicChoices.length === 0) throw upstreamError('The model worker finished without any choices.')
     // The choices the worker ran, which is what its `usage.output` counts across.
     const choiceCount = classicChoices.length
     const total = classicUsage?.output
@@ -207,7 +207,7 @@ export function createNativeStreamDecoder(options: NativeDecoderOptions): Native
     try {
       value = JSON.parse(data)
     } catch (cause) {
-      throw new GatewayError('upstream_error', 'The model worker sent a stream event that is not JSON.', { cause })
+      throw upstreamError('The model worker sent a stream event that is not JSON.', { cause })
     }
     const message = upstreamErrorMessage(value)
     if (message !== undefined) throw workerFailure(message)
@@ -228,7 +228,7 @@ export function createNativeStreamDecoder(options: NativeDecoderOptions): Native
       return
     }
     if (value.object !== chunkObject) {
-      throw new GatewayError('upstream_error', `The model worker streamed chunks of another kind than this ${kind} request.`)
+      throw upstreamError(`The model worker streamed chunks of another kind than this ${kind} request.`)
     }
     for (const choice of choices) {
       if (!isRecord(choice) || !isCount(choice.index)) throw unknownEvent()
@@ -256,7 +256,7 @@ export function createNativeStreamDecoder(options: NativeDecoderOptions): Native
       else if (reason === null) open++
     }
     if (!sawDone || done === 0 || open > 0) {
-      throw new GatewayError('upstream_error', 'The model stream ended before the model finished.')
+      throw upstreamError('The model stream ended before the model finished.')
     }
     reportSoFar()
   }
@@ -315,9 +315,9 @@ function readClassicItem(item: unknown): ClassicItem | undefined {
 
 function unknownOutput(item: unknown): GatewayError {
   const what = item === null ? 'null' : Array.isArray(item) ? 'a list' : typeof item
-  return new GatewayError('upstream_error', `The model worker streamed an item podgate does not understand (${what}).`)
+  return upstreamError(`The model worker streamed an item podgate does not understand (${what}).`)
 }
 
 function unknownEvent(): GatewayError {
-  return new GatewayError('upstream_error', 'The model worker streamed an event podgate does not understand.')
+  return upstreamError('The model worker streamed an event podgate does not understand.')
 }

@@ -34,7 +34,7 @@
  * tick, and a caller slower than the model.
  */
 import { createParser } from 'eventsource-parser'
-import { CALLER_GONE, GatewayError } from '../errors/index.ts'
+import { CALLER_GONE, GatewayError, upstreamError } from '../errors/index.ts'
 import { BEFORE_OUTPUT, OPENAI_DIALECT } from './dialects.ts'
 import type { Dialect, StreamEnding } from './dialects.ts'
 import { countedUsage, encoder } from './openai-chunks.ts'
@@ -203,7 +203,7 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
         copyStop.abort()
         void copyEnding?.then((end) => {
           // Decided as the ending below decides it, from all the copy read.
-          const failure = end.error ?? (end.done ? undefined : new GatewayError('upstream_error', CUT_MESSAGE))
+          const failure = end.error ?? (end.done ? undefined : upstreamError(CUT_MESSAGE))
           report(failure ? { ok: false, error: failure, started: !!end.output } : { ok: true }, end)
           stop.abort(error)
         })
@@ -272,7 +272,7 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
       // caller left only when it did.
       await settledWithin(ending, BREAK_GRACE_MS)
       if (!copyBroke && !forced) stopped ??= 'caller'
-      options.abortUpstream(new GatewayError('upstream_error', BROKEN_MESSAGE))
+      options.abortUpstream(upstreamError(BROKEN_MESSAGE))
     }
     const end = await ending
     // A tail that ends with `[DONE]` and holds no error event is a whole answer, however the connection
@@ -281,14 +281,14 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
     let error = forced?.error ?? end.error
     let event = forced && !(piped && end.done) ? forced.event : ''
     if (!error && !end.done) {
-      error = new GatewayError('upstream_error', piped ? CUT_MESSAGE : BROKEN_MESSAGE)
+      error = upstreamError(piped ? CUT_MESSAGE : BROKEN_MESSAGE)
       event = dialect.errorEvent(error)
     }
     if (event !== '') {
       // The piped bytes may stop mid-event: a blank line first ends that fragment (a blank line after a
       // whole event is a no-op), so the error event is read as its own.
       const delivered = await writer.write(encoder.encode(`\n\n${event}`)).then(() => true, () => false)
-      if (!delivered && !forced) error = new GatewayError('upstream_error', CALLER_GONE)
+      if (!delivered && !forced) error = upstreamError(CALLER_GONE)
     }
     // Settled before the caller's body closes: once it has, the request may end, and with it this code.
     report(error ? { ok: false, error, started: !!end.output } : { ok: true }, end)
@@ -307,7 +307,7 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
 
   relay().catch((cause: unknown) => {
     // A step above failed in a way it does not expect: stop the model and settle, so nothing waits on this.
-    const error = new GatewayError('upstream_error', BROKEN_MESSAGE, { cause })
+    const error = upstreamError(BROKEN_MESSAGE, { cause })
     if (!upstreamDone) options.abortUpstream(error)
     report({ ok: false, error, started: true })
     writable.abort(error).catch(ignore)

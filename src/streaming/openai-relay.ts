@@ -14,7 +14,7 @@
  */
 import { createParser } from 'eventsource-parser'
 import type { EventSourceMessage } from 'eventsource-parser'
-import { CALLER_GONE, GatewayError, toGatewayError } from '../errors/index.ts'
+import { CALLER_GONE, GatewayError, toGatewayError, upstreamError } from '../errors/index.ts'
 import { countedUsage, DONE_TEXT, encoder, sseErrorText } from './openai-chunks.ts'
 import type { Usage } from './openai-chunks.ts'
 import { DEFAULT_MAX_EVENT_CHARS, isRecord, readUsage, refuseOversizedEvent, upstreamErrorMessage, workerFailure } from './vllm.ts'
@@ -97,7 +97,7 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
     reported = true
     onEnd?.({ ...(error ? { ok: false, error, started: chunks > 0 } : { ok: true }), estimate: countedUsage(chunks) })
   }
-  options.signal?.addEventListener('abort', () => report(new GatewayError('upstream_error', CALLER_GONE)))
+  options.signal?.addEventListener('abort', () => report(upstreamError(CALLER_GONE)))
   const modelText = jsonStringContent(model)
   const decoder = new TextDecoder()
   const parser = createParser({ onEvent: relayEvent, onError: refuseOversizedEvent, maxBufferSize: options.maxEventChars ?? DEFAULT_MAX_EVENT_CHARS })
@@ -154,12 +154,12 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
     try {
       value = JSON.parse(data)
     } catch (cause) {
-      throw new GatewayError('upstream_error', 'The upstream sent a stream event that is not JSON.', { cause })
+      throw upstreamError('The upstream sent a stream event that is not JSON.', { cause })
     }
     const message = upstreamErrorMessage(value)
     if (message !== undefined) throw workerFailure(message)
     if (!isRecord(value) || !Array.isArray(value.choices)) {
-      throw new GatewayError('upstream_error', 'The upstream streamed an event podgate does not understand.')
+      throw upstreamError('The upstream streamed an event podgate does not understand.')
     }
     if (value.choices.length === 0 && value.usage != null) {
       const usage = readUsage(value.usage)
@@ -278,7 +278,7 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
       } catch (reason) {
         readingSince = -1
         // A GatewayError reason is podgate's own verdict (e.g. the client's timeout), kept as the final event.
-        fail(reason instanceof GatewayError ? reason : new GatewayError('upstream_error', 'The upstream connection broke before the model finished.', { cause: reason }))
+        fail(reason instanceof GatewayError ? reason : upstreamError('The upstream connection broke before the model finished.', { cause: reason }))
         // Release the errored upstream: a reader left locked on it keeps the error, and with it this
         // request's whole context, alive after the response ends (seen in heap snapshots under load).
         source.cancel(reason).catch(ignore)
@@ -295,7 +295,7 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
       if (next.done) {
         feed(decoder.decode())
         // An event whose blank line never came is dropped (SSE spec): without [DONE] the answer is cut.
-        fail(new GatewayError('upstream_error', 'The upstream stream ended before the model finished.'))
+        fail(upstreamError('The upstream stream ended before the model finished.'))
         return finish()
       }
       if (relayChunk(next.value) || sendOrHold()) return
@@ -312,7 +312,7 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
       pull,
       cancel(reason) {
         // The caller went away: stop the upstream too.
-        if (!ended) report(new GatewayError('upstream_error', CALLER_GONE))
+        if (!ended) report(upstreamError(CALLER_GONE))
         ended = true
         readableClosed = true
         if (timer !== undefined) clearTimeout(timer)

@@ -3,7 +3,7 @@
  * objects. Shared by the stream decoder, the OpenAI-route relay and the non-stream output mapper, so the
  * three agree on what counts as a failure.
  */
-import { GatewayError } from '../errors/index.ts'
+import { GatewayError, upstreamError } from '../errors/index.ts'
 import { isRecord, parseJson } from '../http/json.ts'
 import type { Usage } from './openai-chunks.ts'
 
@@ -15,7 +15,7 @@ export const DEFAULT_MAX_EVENT_CHARS = 4 * 1024 * 1024
  * event over the parser's `maxBufferSize` is fatal, and ends the stream as an upstream failure.
  */
 export function refuseOversizedEvent(error: { type: string }): void {
-  if (error.type === 'max-buffer-size-exceeded') throw new GatewayError('upstream_error', 'The upstream sent a stream event larger than podgate accepts.')
+  if (error.type === 'max-buffer-size-exceeded') throw upstreamError('The upstream sent a stream event larger than podgate accepts.')
 }
 
 /** Upstream text shown to callers is cut to this many characters. */
@@ -86,7 +86,7 @@ export function workerFailure(message: string): GatewayError {
   if (refusal) return refusal
   message = message.replace(TRACEBACK, '')
   const detail = message.length > MAX_UPSTREAM_MESSAGE ? `${message.slice(0, MAX_UPSTREAM_MESSAGE)}…` : message
-  return new GatewayError('upstream_error', `The model worker failed: ${detail}`)
+  return upstreamError(`The model worker failed: ${detail}`)
 }
 
 /**

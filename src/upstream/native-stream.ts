@@ -9,7 +9,7 @@
  * cancelled. First-token, idle and total timeouts cancel the job and end the answer with a 504, or an
  * SSE error event once the stream is open. Every job given up on is cancelled upstream.
  */
-import { CALLER_GONE, GatewayError, toGatewayError } from '../errors/index.ts'
+import { CALLER_GONE, GatewayError, toGatewayError, upstreamError } from '../errors/index.ts'
 import { toNativeInput } from '../normalize/index.ts'
 import { createNativeStreamDecoder } from '../streaming/native-decoder.ts'
 import { createDialectDecoder, wasRelayed } from '../streaming/dialect-decoder.ts'
@@ -305,7 +305,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
     let hedged = false
     await start()
     for (;;) {
-      if (signal.aborted) throw new GatewayError('upstream_error', CALLER_GONE)
+      if (signal.aborted) throw upstreamError(CALLER_GONE)
       const now = Date.now()
       if (now >= firstTokenDeadline) throw new GatewayError('upstream_timeout', 'The model produced no first token in time.')
       if (!opened && now >= holdDeadline) {
@@ -384,7 +384,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
         lastOutput = Date.now()
       }
       if (winner.completed) break
-      if (signal.aborted) throw new GatewayError('upstream_error', CALLER_GONE)
+      if (signal.aborted) throw upstreamError(CALLER_GONE)
       const now = Date.now()
       if (now >= totalDeadline) throw new GatewayError('upstream_timeout', 'The answer took longer than podgate allows.')
       if (now - lastOutput >= timeouts.idleMs) throw new GatewayError('upstream_timeout', 'The model stopped sending for too long.')
@@ -393,7 +393,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
       const waitStarted = Date.now()
       // A poll past a terminal page brings what the job already made: it does not wait for the reader.
       if (!winner.terminal && (await demand(totalDeadline))) lastOutput += Date.now() - waitStarted
-      if (signal.aborted) throw new GatewayError('upstream_error', CALLER_GONE)
+      if (signal.aborted) throw upstreamError(CALLER_GONE)
       const result = await raceLive(Math.min(totalDeadline, lastOutput + timeouts.idleMs) - Date.now())
       if (!result) continue
       if (!result.ok) throw result.error
@@ -424,7 +424,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
       await streamRest(winner)
     } catch (error) {
       const gone = callerGone.signal.aborted || call.signal?.aborted === true
-      const failure = gone ? new GatewayError('upstream_error', CALLER_GONE) : toGatewayError(error)
+      const failure = gone ? upstreamError(CALLER_GONE) : toGatewayError(error)
       for (const attempt of [...live]) drop(attempt)
       // A caller who hangs up once a job ran has had its prompt processed: quota charges it. A cut answer
       // is charged what it produced: the worker's usage so far, else podgate's count.

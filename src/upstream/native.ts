@@ -11,7 +11,7 @@
  * `/run` that failed without a job id, or whose job FAILED, is retried on the next endpoint (see
  * `retry.ts`).
  */
-import { GatewayError } from '../errors/index.ts'
+import { GatewayError, upstreamError } from '../errors/index.ts'
 import { parseJson } from '../http/json.ts'
 import { toNativeInput } from '../normalize/index.ts'
 import { codedRefusal, errorItemFailure, isRecord, isRefusal, readUsage, workerFailure } from '../streaming/vllm.ts'
@@ -43,7 +43,7 @@ export async function nativeJson(call: CompletionCall): Promise<Response> {
     try {
       let delay = 250
       while (!isTerminal(job.status)) {
-        if (gone()) throw new GatewayError('upstream_error', 'The request was cancelled.')
+        if (gone()) throw upstreamError('The request was cancelled.')
         const left = deadline - Date.now()
         if (endpoint.credential.kind === 'runpod') {
           // Runpod's hosted API waits for the job server-side (the op runpod-sdk uses after `/runsync`).
@@ -121,7 +121,7 @@ function jsonOutput(output: unknown, alias: string, route: boolean): { body: Rec
   }
   const body = items[0]
   if (items.length !== 1 || !isRecord(body) || (!route && !Array.isArray(body.data))) {
-    throw new GatewayError('upstream_error', `The model worker returned something other than ${route ? 'one JSON answer' : 'an embeddings list'}.`)
+    throw upstreamError(`The model worker returned something other than ${route ? 'one JSON answer' : 'an embeddings list'}.`)
   }
   if (!route || typeof body.model === 'string') body.model = alias
   return { body, usage: readUsage(body.usage) }
@@ -129,11 +129,11 @@ function jsonOutput(output: unknown, alias: string, route: boolean): { body: Rec
 
 export function jobFailure(job: Pick<JobStatus, 'status' | 'error'>): GatewayError {
   if (job.status === 'TIMED_OUT') return new GatewayError('upstream_timeout', 'The model job timed out upstream.')
-  if (job.status === 'CANCELLED') return new GatewayError('upstream_error', 'The model job was cancelled upstream.')
+  if (job.status === 'CANCELLED') return upstreamError('The model job was cancelled upstream.')
   const refusal = errorObjectRefusal(job.error)
   if (refusal) return refusal
   const detail = typeof job.error === 'string' ? handlerErrorMessage(job.error) : errorMessageOf(job.error)
-  return detail ? workerFailure(detail) : new GatewayError('upstream_error', 'The model worker failed.')
+  return detail ? workerFailure(detail) : upstreamError('The model worker failed.')
 }
 
 /**

@@ -14,7 +14,7 @@ import { toOpenAIBody } from '../normalize/index.ts'
 import { createOpenAIRelay } from '../streaming/openai-relay.ts'
 import type { RelayOutcome } from '../streaming/openai-relay.ts'
 import { isByteStream, pipeOpenAIStream, splitBody } from '../streaming/openai-pipe.ts'
-import { GatewayError } from '../errors/index.ts'
+import { GatewayError, upstreamError } from '../errors/index.ts'
 import { jsonAnswerResponse } from '../pipeline/json-answer.ts'
 import { retryableFailure } from './retry.ts'
 import { isRecord, readUsage, upstreamErrorMessage, workerFailure } from '../streaming/vllm.ts'
@@ -41,7 +41,7 @@ export async function openaiRouteCompletion(call: CompletionCall): Promise<Respo
     const message = upstreamErrorMessage(json)
     if (message !== undefined) throw workerFailure(message)
     if (!isRecord(json) || (!request.route && !Array.isArray(request.kind === 'embedding' ? json.data : json.choices))) {
-      throw new GatewayError('upstream_error', 'The upstream answered with an unexpected completion shape.')
+      throw upstreamError('The upstream answered with an unexpected completion shape.')
     }
     if (!request.route || typeof json.model === 'string') json.model = model.alias
     call.settle({ ok: true, usage: readUsage(json.usage) })
@@ -75,7 +75,7 @@ async function openaiRouteStream(call: CompletionCall, path: string, body: Recor
   const onEnd = (end: RelayOutcome) => call.settle(end.ok ? { ...end, usage } : { ...end, producedOutput: end.started, usage, reachedUpstream: true })
   const open = async (endpoint: Endpoint, signal: AbortSignal | undefined) => {
     const upstream = await client.openai(endpoint, path, body, { signal, headersTimeoutOnly: true, timeoutMs: firstTimeoutMs })
-    if (!upstream.body) throw new GatewayError('upstream_error', 'The upstream answered a stream request with no body.')
+    if (!upstream.body) throw upstreamError('The upstream answered a stream request with no body.')
     return upstream.body
   }
   const firstByteMs = () => started + timeouts.firstTokenMs - Date.now()
@@ -106,7 +106,7 @@ async function openaiRouteStream(call: CompletionCall, path: string, body: Recor
     })
     if (first.done) {
       split?.cancel()
-      throw retryableFailure(new GatewayError('upstream_error', ENDED_MESSAGE))
+      throw retryableFailure(upstreamError(ENDED_MESSAGE))
     }
     return { reader, first: first.value, piped, split }
   })
@@ -138,7 +138,7 @@ const ENDED_MESSAGE = 'The upstream stream ended before its first byte.'
 /** A first-byte timeout stays one; any other failure before the first byte is worth another endpoint. */
 function brokeBeforeFirstByte(error: unknown): never {
   if (error instanceof GatewayError && error.code === 'upstream_timeout') throw error
-  throw retryableFailure(new GatewayError('upstream_error', 'The upstream stream broke before its first byte.', { cause: error }))
+  throw retryableFailure(upstreamError('The upstream stream broke before its first byte.', { cause: error }))
 }
 
 /** Reads one chunk, or cancels the upstream body and throws `upstream_timeout` after `ms`. */

@@ -6,7 +6,7 @@
  * errors, 429, 5xx, and jobs that failed before any output. A timeout is never retried: a `/run` that
  * timed out may have queued a job, and a second one would run it twice.
  */
-import { CALLER_GONE, GatewayError } from '../errors/index.ts'
+import { CALLER_GONE, GatewayError, upstreamError } from '../errors/index.ts'
 import type { ResilienceConfig } from '../config/schema.ts'
 import type { Breaker } from './breaker.ts'
 import { UpstreamStatus } from './runpod/client.ts'
@@ -70,7 +70,7 @@ export class RetryPlan {
    */
   next(): Endpoint | undefined {
     const { endpoints, resilience, signal } = this.#options
-    if (signal?.aborted) throw new GatewayError('upstream_error', CALLER_GONE)
+    if (signal?.aborted) throw upstreamError(CALLER_GONE)
     if (this.#tried >= resilience.retries.attempts) return undefined
     return endpoints[this.#tried++ % endpoints.length]
   }

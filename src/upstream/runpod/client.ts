@@ -5,7 +5,7 @@
  * in the `Authorization` header and nowhere else, timeouts and cancellation through `AbortSignal`, and
  * turning upstream failures into `GatewayError`s whose text holds no URL, key or upstream body secret.
  */
-import { GatewayError } from '../../errors/index.ts'
+import { GatewayError, upstreamError } from '../../errors/index.ts'
 import type { EndpointConfig } from '../../config/schema.ts'
 import { isRefusalStatus, refusalError, upstreamRefusal } from '../../streaming/vllm.ts'
 import { parseJson } from '../../http/json.ts'
@@ -97,7 +97,7 @@ export function resolveEndpoint(config: EndpointConfig, runpodBaseUrl: string, d
  */
 function queuedMaybe(error: unknown, endpoint: Endpoint): never {
   if (endpoint.credential.kind === 'runpod' && error instanceof GatewayError && error.code === 'upstream_unavailable') {
-    throw new GatewayError('upstream_error', 'The connection to the upstream broke while it queued the job; the job may be running, so podgate does not start it again.', { cause: error })
+    throw upstreamError('The connection to the upstream broke while it queued the job; the job may be running, so podgate does not start it again.', { cause: error })
   }
   throw error
 }
@@ -109,7 +109,7 @@ const JOB_ID_PATTERN = /^[A-Za-z0-9_-]{1,128}$/
 const JOB_OPS = /^(status|status-sync|stream|cancel|retry)\//
 
 function assertJobId(id: string): string {
-  if (!JOB_ID_PATTERN.test(id)) throw new GatewayError('upstream_error', 'The upstream returned an invalid job id.')
+  if (!JOB_ID_PATTERN.test(id)) throw upstreamError('The upstream returned an invalid job id.')
   return id
 }
 
@@ -213,8 +213,8 @@ export class RunpodClient {
       return await response.json()
     } catch (cause) {
       if (cause instanceof GatewayError) throw cause
-      if (options.signal?.aborted) throw new GatewayError('upstream_error', 'The request was cancelled.', { cause })
-      throw new GatewayError('upstream_error', 'The upstream answered with a body that is not JSON, or it broke off.', { cause })
+      if (options.signal?.aborted) throw upstreamError('The request was cancelled.', { cause })
+      throw upstreamError('The upstream answered with a body that is not JSON, or it broke off.', { cause })
     } finally {
       clear()
     }
@@ -245,7 +245,7 @@ export class RunpodClient {
     } catch (cause) {
       clearTimeout(timer)
       if (timeout.signal.aborted) throw new GatewayError('upstream_timeout', 'The upstream did not answer in time.', { cause })
-      if (options.signal?.aborted) throw new GatewayError('upstream_error', 'The request was cancelled.', { cause })
+      if (options.signal?.aborted) throw upstreamError('The request was cancelled.', { cause })
       throw new GatewayError('upstream_unavailable', 'The upstream could not be reached.', { cause })
     }
   }
@@ -275,14 +275,14 @@ export async function upstreamHttpError(response: Response, options: { url: stri
   if (wrapped) return wrapped
   if (isRefusalStatus(status)) return refusalError(status, text)
   if (status === 401 || status === 403) {
-    return new GatewayError('upstream_error', 'The upstream refused podgate\'s credentials. The operator must check RUNPOD_API_KEY.', { cause })
+    return upstreamError('The upstream refused podgate\'s credentials. The operator must check RUNPOD_API_KEY.', { cause })
   }
   if (status === 404) {
     // A web framework's route miss (FastAPI: `{"detail":"Not Found"}`) is a wrong URL even on a job op.
     if (options.jobOp && !isRouteMiss(text)) return new GatewayError('job_not_found', 'The upstream no longer knows this job: it expired or was removed.', { cause })
     return new GatewayError('route_not_found', 'The upstream has no such route or endpoint. The operator must check the endpoint\'s configuration.', { cause })
   }
-  return new GatewayError('upstream_error', `The upstream failed with HTTP ${status}.`, { cause })
+  return upstreamError(`The upstream failed with HTTP ${status}.`, { cause })
 }
 
 /**
@@ -326,17 +326,17 @@ function upstreamMessage(text: string): string | undefined {
 }
 
 function asJobStatus(value: unknown): JobStatus {
-  if (typeof value !== 'object' || value === null) throw new GatewayError('upstream_error', 'The upstream answered with an unexpected job shape.')
+  if (typeof value !== 'object' || value === null) throw upstreamError('The upstream answered with an unexpected job shape.')
   const job = value as Partial<JobStatus>
-  if (typeof job.status !== 'string') throw new GatewayError('upstream_error', 'The upstream answered without a job status.')
-  if (typeof job.id !== 'string') throw new GatewayError('upstream_error', 'The upstream answered without a job id.')
+  if (typeof job.status !== 'string') throw upstreamError('The upstream answered without a job status.')
+  if (typeof job.id !== 'string') throw upstreamError('The upstream answered without a job id.')
   return job as JobStatus
 }
 
 function asJobStream(value: unknown): JobStream {
-  if (typeof value !== 'object' || value === null) throw new GatewayError('upstream_error', 'The upstream answered with an unexpected stream shape.')
+  if (typeof value !== 'object' || value === null) throw upstreamError('The upstream answered with an unexpected stream shape.')
   const job = value as Partial<JobStream>
-  if (typeof job.status !== 'string') throw new GatewayError('upstream_error', 'The upstream stream answer has no status.')
+  if (typeof job.status !== 'string') throw upstreamError('The upstream stream answer has no status.')
   // runpod-sdk iterates `stream` unguarded; podgate tolerates its absence as "no new items".
   return { ...job, status: job.status, stream: Array.isArray(job.stream) ? job.stream : [] }
 }

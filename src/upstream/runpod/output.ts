@@ -6,7 +6,7 @@
  * streaming worker aggregated), rewriting model and id, and turning error shapes into `GatewayError`.
  * Token items and SSE text go through the stream decoder, so both modes infer finish_reason alike.
  */
-import { GatewayError } from '../../errors/index.ts'
+import { GatewayError, upstreamError } from '../../errors/index.ts'
 import type { RequestKind } from '../../normalize/types.ts'
 import { createNativeStreamDecoder } from '../../streaming/native-decoder.ts'
 import { countedUsage } from '../../streaming/openai-chunks.ts'
@@ -50,18 +50,18 @@ export interface NativeOutput {
  *   id: 'chatcmpl-1', created: 1_700_000_000, maxTokens: 256, n: 1 })
  */
 export function nativeOutputToOpenAI(output: unknown, options: NativeOutputOptions): NativeOutput {
-  if (output === undefined || output === null) throw new GatewayError('upstream_error', 'The model worker returned no output.')
+  if (output === undefined || output === null) throw upstreamError('The model worker returned no output.')
   // A list because Runpod aggregates a handler's yields; runpod-python's local server hands back what
   // the handler returned, so a bare value, or a generator's yielded lists, are read the same way.
   const items: unknown[] = Array.isArray(output) ? output.flatMap((item: unknown) => (Array.isArray(item) ? item : [item])) : [output]
-  if (items.length === 0) throw new GatewayError('upstream_error', 'The model worker returned no output.')
+  if (items.length === 0) throw upstreamError('The model worker returned no output.')
   for (const item of items) {
     const failure = errorItemFailure(item)
     if (failure) throw failure
   }
   const first = items[0]
   if (isCompletionBody(first)) {
-    if (items.length !== 1) throw new GatewayError('upstream_error', 'The model worker returned several completions for one request.')
+    if (items.length !== 1) throw upstreamError('The model worker returned several completions for one request.')
     return checkChoices(fromCompletionBody(first, options), options.n)
   }
   return checkChoices(fromStreamItems(items, options), options.n)
@@ -97,7 +97,7 @@ export function isCompletionBody(item: unknown): item is Record<string, unknown>
 
 function checkChoices(result: NativeOutput, n: number): NativeOutput {
   if (result.body.choices.length < n) {
-    throw new GatewayError('upstream_error', `The model worker returned ${result.body.choices.length} of the ${n} choices asked for.`)
+    throw upstreamError(`The model worker returned ${result.body.choices.length} of the ${n} choices asked for.`)
   }
   return result
 }
@@ -106,7 +106,7 @@ function checkChoices(result: NativeOutput, n: number): NativeOutput {
 function fromCompletionBody(body: Record<string, unknown>, options: NativeOutputOptions): NativeOutput {
   const expected = options.kind === 'chat' ? 'chat.completion' : 'text_completion'
   if (body.object !== expected || !Array.isArray(body.choices) || !body.choices.every(isRecord)) {
-    throw new GatewayError('upstream_error', `The model worker returned something other than a ${expected}.`)
+    throw upstreamError(`The model worker returned something other than a ${expected}.`)
   }
   body.id = options.id
   body.model = options.model
