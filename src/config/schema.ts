@@ -9,6 +9,7 @@ import { oneOf } from '../zod/one-of.ts'
 import { optionalFields } from '../zod/optional-fields.ts'
 import { recordOf } from '../zod/records.ts'
 import { refine } from '../zod/refine.ts'
+import { union } from '../zod/union.ts'
 import { quotaPolicySchema, quotaStoreKindSchema } from '../quota/policy.ts'
 import { cacheConfigSchema, modelCacheSchema } from '../cache/config.ts'
 
@@ -34,7 +35,7 @@ export const samplingDefaultsSchema = z.strictObject(
     frequency_penalty: z.number().check(z.minimum(-2), z.maximum(2)),
     repetition_penalty: z.number().check(z.gt(0)),
     seed: z.number().check(int()),
-    stop: z.union([z.string(), z.array(z.string()).check(z.maxLength(16))]),
+    stop: union([z.string(), z.array(z.string()).check(z.maxLength(16))]),
   }),
 )
 export type SamplingDefaults = z.infer<typeof samplingDefaultsSchema>
@@ -46,7 +47,7 @@ const endpointBase = {
   weight: z._default(z.number().check(z.positive()), 1),
 }
 
-export const endpointSchema = z.union([
+export const endpointSchema = union([
   z.strictObject({
     /** A Runpod Serverless endpoint id, e.g. `abc123xyz`. */
     endpointId: z.string().check(refine((id: string) => ENDPOINT_ID_PATTERN.test(id), 'must be a Runpod endpoint id: lowercase letters and digits only')),

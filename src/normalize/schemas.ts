@@ -11,6 +11,7 @@ import * as z from 'zod/mini'
 import { isRawJSON } from '../http/body.ts'
 import { int } from '../zod/numbers.ts'
 import { refine } from '../zod/refine.ts'
+import { union } from '../zod/union.ts'
 
 
 /**
@@ -64,7 +65,7 @@ const readShape = {
  * through. vLLM also takes a bare string as a text part, a part with no `type` (`{"image_url": ...}`), and
  * skips a null `text`.
  */
-const contentPartSchema = z.union(
+const contentPartSchema = union(
   [
     chars(MAX_TEXT_CHARS),
     z.looseObject({
@@ -76,7 +77,7 @@ const contentPartSchema = z.union(
 )
 
 const messageContentSchema = z.nullish(
-  z.union([chars(MAX_TEXT_CHARS), z.array(contentPartSchema).check(z.maxLength(MAX_MESSAGES))], {
+  union([chars(MAX_TEXT_CHARS), z.array(contentPartSchema).check(z.maxLength(MAX_MESSAGES))], {
     // For unions the message is the "expected ..." clause; the mapper adds the param and the actual type.
     error: 'expected a string, an array of content parts or null',
   }),
@@ -96,7 +97,7 @@ const tokenIds = z.array(z.number().check(int(), z.minimum(0))).check(z.minLengt
 
 /** string | string[] | int[] | int[][]: OpenAI's prompt and embedding input forms. */
 function textOrTokens() {
-  return z.union(
+  return union(
     // Token ids before strings: a valid million-id prompt then passes at once, where the strings branch
     // first would fail it item by item; a valid array of strings fails the ids branch at most MAX_MESSAGES times.
     [

@@ -14,6 +14,7 @@ import type { ModelConfig } from '../config/schema.ts'
 import { parseRequest } from './zod-errors.ts'
 import { oneOf } from '../zod/one-of.ts'
 import { int } from '../zod/numbers.ts'
+import { union } from '../zod/union.ts'
 
 const stopString = z.string().check(z.minLength(1), z.maxLength(1_000))
 const MAX_STOP_TOKEN_IDS = 100_000
@@ -39,8 +40,8 @@ const nativeSamplingSchema = z.strictObject({
   repetition_penalty: optionalNumber(z.gt(0)),
   use_beam_search: z.optional(z.boolean()),
   length_penalty: optionalNumber(),
-  early_stopping: z.optional(z.union([z.boolean(), oneOf(['never'])])),
-  stop: z.optional(z.union([stopString, z.array(stopString).check(z.maxLength(MAX_STOP_SEQUENCES))])),
+  early_stopping: z.optional(union([z.boolean(), oneOf(['never'])])),
+  stop: z.optional(union([stopString, z.array(stopString).check(z.maxLength(MAX_STOP_SEQUENCES))])),
   stop_token_ids: z.optional(z.array(z.number().check(int(), z.minimum(0))).check(z.maxLength(MAX_STOP_TOKEN_IDS))),
   ignore_eos: z.optional(z.boolean()),
   min_tokens: optionalInt(z.minimum(0)),
