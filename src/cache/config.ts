@@ -5,10 +5,11 @@
 import * as z from 'zod/mini'
 import { intIn } from '../zod/numbers.ts'
 import { oneOf } from '../zod/one-of.ts'
+import { boolean } from '../zod/boolean.ts'
 
 export const cacheConfigSchema = z.strictObject({
   /** Cache answers at all. Default true (deterministic requests only, unless a model or caller opts in). */
-  enabled: z._default(z.boolean(), true),
+  enabled: z._default(boolean(), true),
   /** `key`: entries are per credential and never cross keys; `gateway`: shared by every caller. Default `key`. */
   scope: z._default(oneOf(['key', 'gateway']), 'key'),
   /** How long an answer stays cached, in seconds, for models that set no `cache.ttlSeconds`. Default 300. */
@@ -16,11 +17,11 @@ export const cacheConfigSchema = z.strictObject({
   /** Largest entry stored, in bytes of JSON; larger answers are served but not stored. Default 1 MiB. */
   maxEntryBytes: z._default(intIn(1024, 25 * 1024 * 1024), 1024 * 1024),
   /** Use the Cache API (`caches.default`, per Cloudflare location) where the runtime has one. Default true. */
-  cacheApi: z._default(z.boolean(), true),
+  cacheApi: z._default(boolean(), true),
   /** Use KV (global; entries live at least 60 s there). Default true. */
-  kv: z._default(z.boolean(), true),
+  kv: z._default(boolean(), true),
   /** Identical cacheable requests in flight in one isolate share one upstream call. Default true. */
-  coalesce: z._default(z.boolean(), true),
+  coalesce: z._default(boolean(), true),
   /** How long an isolate trusts the purge generations it read, in ms (then uses them as long again while it re-reads them): a purge's delay on top of KV's is at most twice this. Default 5000. */
   generationCacheMs: z._default(intIn(0, 60_000), 5_000),
 })
@@ -28,10 +29,10 @@ export type CacheConfig = z.output<typeof cacheConfigSchema>
 
 export const modelCacheSchema = z.strictObject({
   /** Cache this model's answers. Default: the gateway's `cache.enabled`. */
-  enabled: z.optional(z.boolean()),
+  enabled: z.optional(boolean()),
   /** How long its answers stay cached, in seconds. Default: the gateway's `cache.ttlSeconds`. */
   ttlSeconds: z.optional(intIn(1, 365 * 24 * 3600)),
   /** Cache requests that are not deterministic too (no `temperature: 0` and no `seed`). Default false. */
-  nonDeterministic: z._default(z.boolean(), false),
+  nonDeterministic: z._default(boolean(), false),
 })
 export type ModelCacheConfig = z.output<typeof modelCacheSchema>

@@ -10,6 +10,7 @@ import { optionalFields } from '../zod/optional-fields.ts'
 import { recordOf } from '../zod/records.ts'
 import { refine } from '../zod/refine.ts'
 import { union } from '../zod/union.ts'
+import { boolean } from '../zod/boolean.ts'
 import { quotaPolicySchema, quotaStoreKindSchema } from '../quota/policy.ts'
 import { cacheConfigSchema, modelCacheSchema } from '../cache/config.ts'
 
@@ -95,7 +96,7 @@ export const resilienceSchema = z.strictObject({
   /** Native streams: how long podgate holds the response for a first token before a hedge (or an early 200 with keep-alives). Default 10000. */
   ttftBudgetMs: z._default(intIn(0, 600_000), 10_000),
   /** Native streams: past `ttftBudgetMs` with the job still queued, start the request on another endpoint too; the first to answer wins, the other is cancelled. Default false. */
-  hedge: z._default(z.boolean(), false),
+  hedge: z._default(boolean(), false),
   timeouts: z._default(
     z.strictObject({
       /** No first token by then: cancel upstream, 504 (or an SSE error once the stream is open). Default 120000. */
@@ -138,7 +139,7 @@ export const modelSchema = z.strictObject({
   /** `chat` models accept `messages` (`/chat/completions`), `completion` models `prompt` (`/completions`), `embedding` models `input` (`/embeddings`); all three by default (vLLM refuses what the served model cannot do). */
   kinds: z._default(z.array(oneOf(['chat', 'completion', 'embedding'])).check(z.minLength(1)), ['chat', 'completion', 'embedding']),
   /** Native surface (`/v2/{model}/run`): send the job `input` unchanged, for handlers other than worker-vllm. Default false: the input must be worker-vllm's and is normalized and capped. */
-  passthrough: z._default(z.boolean(), false),
+  passthrough: z._default(boolean(), false),
   /** Retries, failover, cold-start hedging, timeouts and breaker. Default: see `resilienceSchema`. */
   resilience: z._default(resilienceSchema, () => resilienceSchema.parse({})),
   /** Default quota limits when this model is called (above `quota.defaults`, below a key's own). Default: none. */
@@ -212,16 +213,16 @@ export const gatewayOptionsSchema = z.strictObject({
   streaming: z._default(
     z.strictObject({
       /** Write the caller's alias as `model` in every streamed chunk when the endpoint serves another name (`servedModelName`). Default true. */
-      rewriteModel: z._default(z.boolean(), true),
+      rewriteModel: z._default(boolean(), true),
       /** `requested`: the usage chunk (which podgate always asks vLLM for, to settle quotas) reaches only callers that asked with `stream_options.include_usage`, as in OpenAI's API. `always`: every stream ends with it. Default `requested`. */
       usage: z._default(oneOf(['requested', 'always']), 'requested'),
     }),
     { rewriteModel: true, usage: 'requested' },
   ),
   /** Serve the browser playground at `GET /playground` (a dev tool: leave it off in production). Default false. */
-  playground: z._default(z.boolean(), false),
+  playground: z._default(boolean(), false),
   /** One `info` log line per completion call, once it settled: key, model, status, cache status, tokens, duration (docs/api.md "Errors"). Default false. */
-  logCalls: z._default(z.boolean(), false),
+  logCalls: z._default(boolean(), false),
   /** Quotas (docs/quotas.md). Default: no limits unless a key or model sets some. */
   quota: z.optional(quotaConfigSchema),
   /** Caching of answers (docs/caching.md). Default: on for deterministic requests, per key. */

@@ -15,6 +15,7 @@ import { lazily } from '../zod/lazily.ts'
 import { int } from '../zod/numbers.ts'
 import { keysIn } from '../zod/records.ts'
 import { refine } from '../zod/refine.ts'
+import { boolean } from '../zod/boolean.ts'
 import type { JobKind } from './job-id.ts'
 
 export interface JobRequest {
@@ -37,7 +38,7 @@ const DAY_MS = 24 * 60 * 60_000
 const policyShape = () => z.strictObject({
   executionTimeout: z.optional(z.number().check(int(), z.minimum(5_000), z.maximum(7 * DAY_MS))),
   ttl: z.optional(z.number().check(int(), z.minimum(10_000), z.maximum(7 * DAY_MS))),
-  lowPriority: z.optional(z.boolean()),
+  lowPriority: z.optional(boolean()),
 })
 type JobPolicy = z.infer<ReturnType<typeof policyShape>>
 
@@ -55,8 +56,8 @@ const vllmInputSchema = lazily(() => z.strictObject({
   messages: z.optional(z.unknown()),
   prompt: z.optional(z.unknown()),
   sampling_params: z.optional(keysIn(SAMPLING_KEYS)),
-  stream: z.optional(z.boolean()),
-  apply_chat_template: z.optional(z.boolean()),
+  stream: z.optional(boolean()),
+  apply_chat_template: z.optional(boolean()),
   max_batch_size: z.optional(z.number().check(int(), z.minimum(1), z.maximum(1_000))),
   min_batch_size: z.optional(z.number().check(int(), z.minimum(0), z.maximum(1_000))),
   batch_size_growth_factor: z.optional(z.number().check(z.minimum(0), z.maximum(100))),

@@ -12,6 +12,7 @@ import { isRawJSON } from '../http/body.ts'
 import { int } from '../zod/numbers.ts'
 import { refine } from '../zod/refine.ts'
 import { union } from '../zod/union.ts'
+import { boolean } from '../zod/boolean.ts'
 
 
 /**
@@ -49,8 +50,8 @@ const choices = () => z.nullish(z.number().check(int(), z.minimum(1), z.maximum(
  */
 const readShape = {
   model: modelField,
-  stream: z.nullish(z.boolean()),
-  stream_options: z.nullish(z.looseObject({ include_usage: z.nullish(z.boolean()) })),
+  stream: z.nullish(boolean()),
+  stream_options: z.nullish(z.looseObject({ include_usage: z.nullish(boolean()) })),
   max_tokens: z.nullish(z.number().check(int(), z.minimum(1))),
   max_completion_tokens: z.nullish(z.number().check(int(), z.minimum(1))),
   n: choices(),

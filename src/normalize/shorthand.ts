@@ -15,6 +15,7 @@ import { parseRequest } from './zod-errors.ts'
 import { oneOf } from '../zod/one-of.ts'
 import { int } from '../zod/numbers.ts'
 import { union } from '../zod/union.ts'
+import { boolean } from '../zod/boolean.ts'
 
 const stopString = z.string().check(z.minLength(1), z.maxLength(1_000))
 const MAX_STOP_TOKEN_IDS = 100_000
@@ -38,16 +39,16 @@ const nativeSamplingSchema = z.strictObject({
   presence_penalty: optionalNumber(z.minimum(-2), z.maximum(2)),
   frequency_penalty: optionalNumber(z.minimum(-2), z.maximum(2)),
   repetition_penalty: optionalNumber(z.gt(0)),
-  use_beam_search: z.optional(z.boolean()),
+  use_beam_search: z.optional(boolean()),
   length_penalty: optionalNumber(),
-  early_stopping: z.optional(union([z.boolean(), oneOf(['never'])])),
+  early_stopping: z.optional(union([boolean(), oneOf(['never'])])),
   stop: z.optional(union([stopString, z.array(stopString).check(z.maxLength(MAX_STOP_SEQUENCES))])),
   stop_token_ids: z.optional(z.array(z.number().check(int(), z.minimum(0))).check(z.maxLength(MAX_STOP_TOKEN_IDS))),
-  ignore_eos: z.optional(z.boolean()),
+  ignore_eos: z.optional(boolean()),
   min_tokens: optionalInt(z.minimum(0)),
-  skip_special_tokens: z.optional(z.boolean()),
-  spaces_between_special_tokens: z.optional(z.boolean()),
-  include_stop_str_in_output: z.optional(z.boolean()),
+  skip_special_tokens: z.optional(boolean()),
+  spaces_between_special_tokens: z.optional(boolean()),
+  include_stop_str_in_output: z.optional(boolean()),
   truncate_prompt_tokens: optionalInt(z.minimum(-1)),
   seed: z.optional(seed()),
 })

@@ -8,6 +8,7 @@
 import * as z from 'zod/mini'
 import { positiveInt } from '../zod/numbers.ts'
 import { oneOf } from '../zod/one-of.ts'
+import { boolean } from '../zod/boolean.ts'
 
 /** A limit: a positive integer (described for the OpenAPI document in src/openapi/descriptions.ts). */
 const limit = () => z.optional(positiveInt())
@@ -19,7 +20,7 @@ export const quotaPolicySchema = z.strictObject({
   tokensPerDay: limit(),
   maxConcurrentStreams: limit(),
   controlPerMinute: limit(),
-  strict: z.optional(z.boolean()),
+  strict: z.optional(boolean()),
 })
 
 export type QuotaPolicy = z.infer<typeof quotaPolicySchema>
