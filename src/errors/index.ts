@@ -73,11 +73,12 @@ export interface GatewayErrorOptions {
 
 export class GatewayError extends Error {
   override readonly name = 'GatewayError'
-  readonly code: GatewayErrorCode
-  readonly status: number
-  readonly type: OpenAIErrorType
-  readonly param: string | null
-  readonly headers: Record<string, string>
+  // Declared, not defined: the constructor sets each, and a definition would repeat their names in the bundle.
+  declare readonly code: GatewayErrorCode
+  declare readonly status: number
+  declare readonly type: OpenAIErrorType
+  declare readonly param: string | null
+  declare readonly headers: Record<string, string>
 
   constructor(code: GatewayErrorCode, message: string, options: GatewayErrorOptions = {}) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause })

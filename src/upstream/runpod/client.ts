@@ -291,8 +291,8 @@ export async function upstreamHttpError(response: Response, options: { url: stri
  */
 export class UpstreamStatus extends Error {
   override readonly name = 'UpstreamStatus'
-  readonly status: number
-  readonly retryAfterSeconds: number | undefined
+  declare readonly status: number
+  declare readonly retryAfterSeconds: number | undefined
 
   /** `path` is the upstream URL's path (no host, no query) for the operator's log. */
   constructor(status: number, retryAfterSeconds: number | undefined, path = '') {
