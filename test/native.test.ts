@@ -598,6 +598,64 @@ describe('cancel on disconnect', () => {
       fetch!(input, init).then(resolve, reject)
     })
 
+  // A retry names a job its caller already holds: nothing is orphaned, so a caller who leaves while the
+  // retry is out has its job requeued and pays as for a run, the outcome podgate knows; one gone before
+  // the retry went upstream has nothing sent and pays no token.
+  it('a caller who leaves while /retry is out pays as for a run (its job is requeued); one gone before has nothing sent', async () => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    let arrived = () => {}
+    const h = harness({
+      models: NATIVE_MODELS,
+      quota: { now: () => Date.UTC(2026, 0, 1, 12, 0, 30) },
+      // Runpod takes the retry, then its answer is slow to come back; a fetch under an aborted signal is never sent.
+      fetch: abortable(async (input, init) => {
+        if (init?.signal?.aborted) throw new DOMException('The operation was aborted.', 'AbortError')
+        const request = new Request(input, init)
+        const retry = new URL(request.url).pathname.includes('/retry/')
+        const answer = await emulator.fetch(request)
+        if (retry) arrived()
+        if (retry) await new Promise((resolve) => setTimeout(resolve, 200))
+        return answer
+      }),
+    }, emulator)
+    const { key } = await h.createKey({ name: 'retry', quota: { tokensPerMinute: 100_000 } })
+    const failedJob = async () => {
+      const id = await startJob(h, key, 'chat-current', chatInput('fail [[emulator:fault=job_failed]]'))
+      expect((await json(await h.fetch(`/v2/chat-current/status-sync/${id}?wait=2000`, get(key)))).status).toBe('FAILED')
+      return id
+    }
+    const tokens = async () => ((await (await h.fetch('/v1/usage', get(key))).json()) as { windows: { minute: { tokens: number } } }).windows.minute.tokens
+    const retries = () => emulator.calls.filter((c) => c.op === 'retry').length
+
+    // A caller who waits: the charge of a retry.
+    let id = await failedJob()
+    let before = await tokens()
+    expect((await h.fetch(`/v2/chat-current/retry/${id}`, post(key, {}))).status).toBe(200)
+    await h.settle()
+    const charge = (await tokens()) - before
+    expect(charge).toBeGreaterThan(0)
+
+    id = await failedJob()
+    before = await tokens()
+    const abort = new AbortController()
+    const answered = h.fetch(`/v2/chat-current/retry/${id}`, { ...post(key, {}), signal: abort.signal }).catch((error: unknown) => error)
+    await new Promise<void>((resolve) => (arrived = resolve))
+    abort.abort()
+    await answered
+    await h.settle()
+    expect(retries()).toBe(2)
+    expect((await tokens()) - before).toBe(charge)
+
+    id = await failedJob()
+    before = await tokens()
+    const gone = new AbortController()
+    gone.abort()
+    await h.fetch(`/v2/chat-current/retry/${id}`, { ...post(key, {}), signal: gone.signal }).catch(() => undefined)
+    await h.settle()
+    expect(retries()).toBe(2)
+    expect((await tokens()) - before).toBe(0)
+  })
+
   // docs/quotas.md: a caller who hangs up once its prompt reached the upstream pays the prompt (and any
   // output reported), as on the OpenAI surface; not every token refunded, nor the whole reservation kept.
   it.each([

@@ -172,7 +172,11 @@ export function nativeRoutes(options: NativeRoutesOptions): Hono<GatewayEnv> {
   app.post('/:model/retry/:id', async (c) => {
     const { binding, job } = await jobOf(c)
     const queue = composeStages(options.stages ?? [], async (ctx: CompletionContext) => {
-      const result = await client.retry(job.endpoint, job.upstreamId, { signal: c.req.raw.signal })
+      // A caller already gone has nothing sent. Else not under its signal: the job's id is the caller's
+      // already, so a requeued job is not orphaned and runs whether its caller waits or not; a call cut
+      // short would leave it requeued and billed while settling as a failure.
+      if (c.req.raw.signal.aborted) throw new GatewayError('upstream_error', CALLER_GONE)
+      const result = await client.retry(job.endpoint, job.upstreamId)
       ctx.settle({ ok: true, usage: undefined })
       return answer(c, result, job, binding)
     })
