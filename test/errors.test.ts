@@ -6,7 +6,7 @@ import { createExecutionContext, env } from 'cloudflare:test'
 import { Hono } from 'hono'
 import OpenAI from 'openai'
 import { describe, expect, it } from 'vitest'
-import { authed, chatBody, harness, MODEL_NAMES, MODELS, readSome, readSSE, RUNPOD_KEY } from './helpers.ts'
+import { authed, chatBody, harness, MODEL_NAMES, MODELS, readSome, readSSE, RUNPOD_KEY, scriptedUpstream } from './helpers.ts'
 import type { Harness } from './helpers.ts'
 
 interface OpenAIError {
@@ -246,6 +246,62 @@ describe('call log (logCalls)', () => {
     expect(refused.status).toBe(429)
     await h.settle()
     expect(callLines(h, key).at(-1)).toEqual(expect.objectContaining({ level: 'info', request_id: refused.headers.get('x-request-id'), key_id: id, model, status: 429, code: 'rate_limited' }))
+    expect(h.logs).toHaveLength(2)
+  })
+
+  it('on, the native /v2 run, runsync, retry and job event stream write one line each (a poll none)', async () => {
+    const h = harness({ logCalls: true })
+    const { id, key } = await h.createKey()
+    const job = (content: string) => JSON.stringify({ input: { messages: [{ role: 'user', content }], sampling_params: { max_tokens: 20 } } })
+    const run = await h.fetch('/v2/chat-current/run', authed(key, job('x [[emulator:tokens=5]]')))
+    const { id: jobId } = (await run.json()) as { id: string }
+    await h.settle()
+    const runsync = await h.fetch('/v2/chat-current/runsync', authed(key, job('y [[emulator:tokens=5]]')))
+    expect(((await runsync.json()) as { status: string }).status).toBe('COMPLETED')
+    await h.settle()
+    const events = await h.fetch(`/v2/chat-current/stream/${jobId}`, { headers: { authorization: `Bearer ${key}`, accept: 'text/event-stream' } })
+    expect(await events.text()).toContain('event: done')
+    expect((await h.fetch(`/v2/chat-current/status/${jobId}`, authed(key))).status).toBe(200)
+    const failed = (await (await h.fetch('/v2/chat-current/run', authed(key, job('z [[emulator:fault=job_failed]]')))).json()) as { id: string }
+    await h.fetch(`/v2/chat-current/status-sync/${failed.id}?wait=2000`, authed(key))
+    const retry = await h.fetch(`/v2/chat-current/retry/${failed.id}`, authed(key, '{}'))
+    expect(retry.status).toBe(200)
+    await h.settle()
+    const line = (res: Response, path: string, stream: boolean) => expect.objectContaining({ level: 'info', request_id: res.headers.get('x-request-id'), key_id: id, token_id: null, model: 'chat-current', path, stream, status: 200 })
+    const lines = callLines(h, key)
+    expect(lines).toEqual([
+      line(run, 'POST /v2/chat-current/run', false),
+      line(runsync, 'POST /v2/chat-current/runsync', false),
+      line(events, `GET /v2/chat-current/stream/${jobId}`, true),
+      expect.objectContaining({ path: 'POST /v2/chat-current/run' }),
+      line(retry, `POST /v2/chat-current/retry/${failed.id}`, false),
+    ])
+    // A /run settles before any output; a COMPLETED runsync counts what its output reports.
+    expect(lines[0]!.completion_tokens).toBeUndefined()
+    expect(lines[1]!.completion_tokens).toBeGreaterThan(0)
+  })
+
+  // A JSON twin gets the whole answer; a streaming twin follows a native endpoint's events live, or waits
+  // for the whole answer of a stream piped natively (a real byte stream: the scripted upstream's).
+  it.each(['json', 'followed', 'piped'] as const)('on, coalesced twins (%s) each write one line: the leader MISS, the twin COALESCED', async (shape) => {
+    const SERVED = 'Served-Model-8B'
+    const chunk = `{"id":"chatcmpl-up","object":"chat.completion.chunk","created":1700000000,"model":"${SERVED}","choices":[{"index":0,"delta":{"content":"Hi"},"logprobs":null,"finish_reason":"stop"}]}`
+    const usage = '{"id":"chatcmpl-up","object":"chat.completion.chunk","created":1700000000,"model":"x","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1,"total_tokens":4}}'
+    // Held 300 ms after [DONE]: the flight is still open when the twin joins.
+    const upstream = scriptedUpstream(() => [`data: ${chunk}\n\n`, `data: ${usage}\n\n`, 'data: [DONE]\n\n'], { holdMs: 300 })
+    const piped = shape === 'piped'
+    const h = harness({ logCalls: true, ...(piped ? { models: { [SERVED]: { endpoints: [{ endpointId: 'epsame' }], mode: 'openai' as const } }, fetch: upstream.fetch } : {}) })
+    const { key } = await h.createKey()
+    const stream = shape !== 'json'
+    const body = chatBody(piped ? SERVED : 'chat-current', `twins ${shape} [[emulator:delay=20,tokens=8]]`, { temperature: 0, max_tokens: 24, stream, ...(piped ? { stream_options: { include_usage: true } } : {}) })
+    const leader = h.fetch('/v1/chat/completions', authed(key, body))
+    if (piped) await leader
+    const responses = await Promise.all([leader, h.fetch('/v1/chat/completions', authed(key, body))])
+    expect(responses.map((r) => r.headers.get('x-podgate-cache'))).toEqual(['MISS', 'COALESCED'])
+    await Promise.all(responses.map((r) => r.text()))
+    await h.settle()
+    if (piped) expect(upstream.calls).toHaveLength(1)
+    expect(callLines(h, key).map((line) => [line.request_id, line.status, line.cache, line.stream])).toEqual(expect.arrayContaining(responses.map((r) => [r.headers.get('x-request-id'), 200, r.headers.get('x-podgate-cache'), stream])))
     expect(h.logs).toHaveLength(2)
   })
 
