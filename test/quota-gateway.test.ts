@@ -499,6 +499,27 @@ describe('coalesced twins', () => {
     expect((await usageOf(h, second.key)).windows!.minute).toMatchObject({ requests: 1, tokens: 0 })
   })
 
+  // The leader's caller leaving before its first event hands its twins the call; a twin whose caller left
+  // in the same instant must not be handed it (it would queue a job for no one, then cancel it, and pay its prompt).
+  it('a COALESCED streaming twin still waiting for the first event, whose caller left as the leader\'s did, starts no call of its own', async () => {
+    const { h } = clockedHarness({ cache: { scope: 'gateway' } })
+    const first = await h.createKey({ name: 'leader', quota: { tokensPerMinute: 1_000_000 } })
+    const second = await h.createKey({ name: 'twin', quota: { maxConcurrentStreams: 1, tokensPerMinute: 1_000_000 } })
+    const body = chatBody('chat-current', 'both leave first [[emulator:cold=300,delay=20,tokens=6]]', { temperature: 0, max_tokens: 2000, stream: true })
+    const leaving = new AbortController()
+    const leader = h.fetch('/v1/chat/completions', { ...authed(first.key, body), signal: leaving.signal }).catch((error: unknown) => error)
+    await sleep(20)
+    const abort = new AbortController()
+    const twin = h.fetch('/v1/chat/completions', { ...authed(second.key, body), signal: abort.signal }).catch((error: unknown) => error)
+    await sleep(20)
+    leaving.abort()
+    abort.abort()
+    await Promise.all([leader, twin])
+    await settleWithin(h)
+    expect(h.emulator.calls.filter((c) => c.op === 'run')).toHaveLength(1)
+    expect(await usageOf(h, second.key)).toMatchObject({ streams: 0, windows: { minute: { requests: 1, tokens: 0 } } })
+  })
+
   it('a COALESCED streaming twin whose caller left mid-answer, its body unread, lets go of the shared call: with the leader gone too, the upstream job is cancelled', async () => {
     const { h } = clockedHarness()
     const { key } = await h.createKey({ name: 'both-leave', quota: { maxConcurrentStreams: 2, tokensPerMinute: 1_000_000 } })
