@@ -705,6 +705,18 @@ describe('cancel on disconnect', () => {
     expect(usage.windows.minute.tokens).toBe(0)
   })
 
+  it.each(['run', 'runsync'])('a caller who left before /%s went upstream has no job queued, and pays no token', async (op) => {
+    const h = harness({ models: NATIVE_MODELS, quota: { now: () => Date.UTC(2026, 0, 1, 12, 0, 30) } })
+    const { key } = await h.createKey({ name: 'gone', quota: { tokensPerMinute: 100_000 } })
+    const abort = new AbortController()
+    abort.abort()
+    await h.fetch(`/v2/chat-current/${op}`, { ...post(key, chatInput('never sent', { sampling_params: { max_tokens: 1000 } })), signal: abort.signal }).catch(() => undefined)
+    await h.settle()
+    expect(h.emulator.calls.filter((c) => c.op !== 'health')).toEqual([])
+    const usage = (await (await h.fetch('/v1/usage', get(key))).json()) as { windows: { minute: { requests: number; tokens: number } } }
+    expect(usage.windows.minute).toMatchObject({ requests: 1, tokens: 0 })
+  })
+
   it('?detach=true leaves the job running', async () => {
     const h = harness({ models: NATIVE_MODELS })
     const { key } = await h.createKey()

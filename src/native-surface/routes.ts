@@ -90,6 +90,8 @@ export function nativeRoutes(options: NativeRoutesOptions): Hono<GatewayEnv> {
     const queue = composeStages(options.stages ?? [], async (ctx: CompletionContext) => {
       const endpoint = pickEndpoint(binding.model)
       const signal = c.req.raw.signal
+      // A caller gone before its job went upstream (while its key and quota were checked) has nothing sent.
+      if (signal.aborted) throw new GatewayError('upstream_error', CALLER_GONE)
       // Not under the caller's signal: a caller who leaves before the job's id reaches it leaves a job no
       // one can find, so its id, once it comes, cancels it (from `waitUntil`, which outlives the caller).
       const deadline = Date.now() + (waitMs ?? 0)
