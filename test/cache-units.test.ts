@@ -5,6 +5,7 @@
 import { describe, expect, it } from 'vitest'
 import { captureJsonAnswer, createAnswerCapture, renderJson, renderStream } from '../src/cache/answer.ts'
 import { cacheKey, stableJson } from '../src/cache/key.ts'
+import { Flight } from '../src/cache/flight.ts'
 import { GenerationCache } from '../src/cache/store.ts'
 import { readJsonBody } from '../src/http/body.ts'
 import { decideCaching, parseCacheControl } from '../src/cache/policy.ts'
@@ -400,5 +401,32 @@ describe('GenerationCache', () => {
     release()
     await Promise.all(background)
     expect(await token()).toBe(purged)
+  })
+})
+
+describe('Flight', () => {
+  it('a flight followed live that stays silent past staleMs fails for its readers, who may ask on their own', async () => {
+    const flight = new Flight(true, 30)
+    flight.push({ data: '{}', usage: false, error: false })
+    await flight.changed(5)
+    expect(flight.state).toBe('open')
+    await new Promise((r) => setTimeout(r, 40))
+    await flight.changed(5)
+    expect(flight.state).toBe('failed')
+    expect(flight.error?.code).toBe('upstream_timeout')
+    expect(flight.abandoned).toBe(true)
+  })
+
+  it('an event, or a flight not followed live (a piped stream, a JSON answer), keeps it open', async () => {
+    const live = new Flight(true, 30)
+    const piped = new Flight(true, 30)
+    piped.stopStreaming()
+    const json = new Flight(false, 30)
+    for (let i = 0; i < 4; i++) {
+      await new Promise((r) => setTimeout(r, 15))
+      live.push({ comment: true })
+      await Promise.all([live, piped, json].map((f) => f.changed(5)))
+    }
+    expect([live.state, piped.state, json.state]).toEqual(['open', 'open', 'open'])
   })
 })

@@ -5,7 +5,7 @@
  */
 import { env } from 'cloudflare:test'
 import { describe, expect, it } from 'vitest'
-import { ADMIN_TOKEN, authed, chatBody, harness, MODEL_NAMES, readSSE, streamedText } from './helpers.ts'
+import { ADMIN_TOKEN, authed, chatBody, harness, MODEL_NAMES, readSome, readSSE, streamedText } from './helpers.ts'
 import type { GatewayOptions } from '../src/index.ts'
 
 const JOB_OPS = new Set(['run', 'runsync', 'openai'])
@@ -560,7 +560,7 @@ describe('coalescing', () => {
     expect(after.headers.get('x-podgate-cache')).toBe('HIT')
   })
 
-  it('joiners of a failed call get its error; a cancelled leader leaves joiners to ask on their own', async () => {
+  it('joiners of a failed call get its error; a call whose first caller left runs on for its joiners', async () => {
     const { h, key, jobs } = await setup()
     const failing = deterministic('chat-current', 'fails [[emulator:fault=http,status=503]]')
     const failed = await Promise.all([0, 1, 2].map(() => h.fetch('/v1/chat/completions', authed(key, failing))))
@@ -580,15 +580,59 @@ describe('coalescing', () => {
     await new Promise((r) => setTimeout(r, 10))
     const joiner = h.fetch('/v1/chat/completions', authed(key, body))
     await new Promise((r) => setTimeout(r, 10))
+    const before = jobs()
     abort.abort()
     await leader
     const res = await joiner
     expect(res.status).toBe(200)
-    // It did not take the leader's cancellation as its own answer: it asked upstream itself.
-    expect(res.headers.get('x-podgate-cache')).toBe('MISS')
+    // The first caller's leaving did not end the call its joiner waits for: one job answered both.
+    expect(res.headers.get('x-podgate-cache')).toBe('COALESCED')
     expect(((await res.json()) as { choices: unknown[] }).choices.length).toBe(1)
     await h.settle()
+    expect(jobs()).toBe(before)
   })
+  // A caller who leaves ends its own part, not the others': its signal fires and its body is cancelled
+  // (as workerd does on a disconnect), and the shared call runs on for the joiner still reading it.
+  it.each(MODEL_NAMES)('%s: a streaming joiner following live reads to the end after the first caller left', async (model) => {
+    const { h, key, jobs } = await setup()
+    const body = deterministic(model, 'the first caller leaves [[emulator:delay=15,tokens=12]]', { stream: true })
+    const leaving = new AbortController()
+    const leader = await h.fetch('/v1/chat/completions', { ...authed(key, body), signal: leaving.signal })
+    expect(leader.headers.get('x-podgate-cache')).toBe('MISS')
+    const joiner = await h.fetch('/v1/chat/completions', authed(key, body))
+    expect(joiner.headers.get('x-podgate-cache')).toBe('COALESCED')
+    const led = await readSome(leader, 1)
+    leaving.abort()
+    await led.cancel()
+    const events = await readSSE(joiner)
+    expect(events.filter((e) => typeof e === 'object' && e !== null && 'error' in e)).toEqual([])
+    expect(events.at(-1)).toBe('[DONE]')
+    await h.settle()
+    expect(jobs()).toBe(1)
+    // Whole, so it was stored: the next caller gets the same answer from the cache.
+    const after = await h.fetch('/v1/chat/completions', authed(key, body))
+    expect(after.headers.get('x-podgate-cache')).toBe('HIT')
+    expect(streamedText(await readSSE(after))).toBe(streamedText(events))
+  })
+
+  it('a call every caller left is stopped upstream: the first caller, then its joiner', async () => {
+    const { h, key } = await setup()
+    const body = deterministic('chat-current', 'everyone leaves [[emulator:delay=20,tokens=40]]', { stream: true })
+    const leaving = [new AbortController(), new AbortController()]
+    const leader = await h.fetch('/v1/chat/completions', { ...authed(key, body), signal: leaving[0]!.signal })
+    const joiner = await h.fetch('/v1/chat/completions', { ...authed(key, body), signal: leaving[1]!.signal })
+    expect(joiner.headers.get('x-podgate-cache')).toBe('COALESCED')
+    const readers = [await readSome(leader, 1), await readSome(joiner, 1)]
+    leaving[0]!.abort()
+    await readers[0]!.cancel()
+    await new Promise((r) => setTimeout(r, 50))
+    expect(h.emulator.calls.some((call) => call.op === 'cancel')).toBe(false)
+    leaving[1]!.abort()
+    await readers[1]!.cancel()
+    await h.settle()
+    expect(h.emulator.calls.filter((call) => call.op === 'cancel')).toHaveLength(1)
+  })
+
   it('a JSON joiner of a relayed stream asks again as soon as the answer is over maxEntryBytes, not after the stream ends', async () => {
     const { h, key, jobs } = await setup({ cache: { maxEntryBytes: 1024 } })
     // Native endpoint: podgate reads the leader's stream itself (not piped).

@@ -391,7 +391,7 @@ describe('coalesced twins', () => {
     expect(minute.tokens).toBeLessThan(2 * 2000)
   })
 
-  it('a twin that asks on its own after the leader left is charged that call like any other', async () => {
+  it('a call whose first caller left runs on for its twin: the first key is charged the call, the twin no tokens', async () => {
     // The gateway scope: two keys share one flight, so each key's minute shows only its own charge.
     const { h } = clockedHarness({ cache: { scope: 'gateway' } })
     const first = await h.createKey({ name: 'leader', quota: { tokensPerMinute: 1_000_000 } })
@@ -405,9 +405,11 @@ describe('coalesced twins', () => {
     abort.abort()
     await leader
     const res = await twin
-    expect(res.headers.get('x-podgate-cache')).toBe('MISS')
+    expect(res.headers.get('x-podgate-cache')).toBe('COALESCED')
     const answer = (await res.json()) as { usage: { total_tokens: number } }
-    expect(await minuteOf(h, second.key)).toMatchObject({ requests: 1, tokens: answer.usage.total_tokens })
+    await h.settle()
+    expect(await minuteOf(h, first.key)).toMatchObject({ requests: 1, tokens: answer.usage.total_tokens })
+    expect(await minuteOf(h, second.key)).toMatchObject({ requests: 1, tokens: 0 })
   })
 
   it('a COALESCED streaming twin of a natively piped leader that hangs up while waiting is charged no tokens', async () => {

@@ -12,7 +12,7 @@
 import { createParser } from 'eventsource-parser'
 import { GatewayError, toGatewayError, upstreamError } from '../errors/index.ts'
 import { concatBytes } from '../http/body.ts'
-import { waitUntilOf } from '../http/context.ts'
+import { onAbort, waitUntilOf } from '../http/context.ts'
 import { parseJson } from '../http/json.ts'
 import type { CompletionContext, CompletionHandler, StreamCopy } from '../pipeline/index.ts'
 import { jsonAnswerOf } from '../pipeline/json-answer.ts'
@@ -39,9 +39,21 @@ interface Leader {
 
 export async function lead(run: CacheRun, ctx: CompletionContext, next: CompletionHandler, plan: Plan): Promise<Response> {
   const { options, flights, log } = run
-  const flight = new Flight(ctx.request.stream)
+  const { timeouts } = ctx.model.config.resilience
+  const flight = new Flight(ctx.request.stream, Math.max(timeouts.firstTokenMs, timeouts.idleMs) + 5_000)
   const hash = plan.key.hash
-  if (options.coalesce) flights.set(hash, flight)
+  if (options.coalesce) {
+    flights.set(hash, flight)
+    // The call is the flight's: its caller leaving stops it only when no joiner follows it, and its
+    // request lives on (waitUntil) while the call runs for them.
+    const shared = new AbortController()
+    const { signal } = ctx.c.req.raw
+    const stop = () => signal.aborted && shared.abort(signal.reason)
+    ctx.signal = shared.signal
+    flight.onIdle = stop
+    onAbort(signal, () => flight.followers > 0 || stop())
+    waitUntilOf(ctx.c)(flight.over)
+  }
   const leader: Leader = {
     run,
     ctx,

@@ -5,7 +5,7 @@
  * The buffer holds the leader's own output events (the `data:` payloads it streamed, or its JSON body)
  * and, at the end, the normalized answer, so each joiner can be served in the form it asked for.
  */
-import type { GatewayError } from '../errors/index.ts'
+import { GatewayError } from '../errors/index.ts'
 import type { Usage } from '../streaming/openai-chunks.ts'
 import type { CachedAnswer } from './answer.ts'
 
@@ -65,8 +65,18 @@ export class Flight {
   /** Resolves when the flight succeeds or fails. */
   readonly over: Promise<void> = new Promise((resolve) => (this.#over = resolve))
 
-  constructor(streams: boolean) {
+  /** When the last event came (or the flight began). */
+  #lastAt = Date.now()
+  /**
+   * A flight joiners follow live that is silent longer than this (ms) lost its leader: its call's own
+   * timeouts would have ended it sooner. The runtime ends a request whose caller left 30 s later
+   * (`waitUntil`'s limit), with its call, and nothing more comes; its readers are then let go.
+   */
+  readonly staleMs: number
+
+  constructor(streams: boolean, staleMs = Infinity) {
     this.streams = streams
+    this.staleMs = staleMs
   }
 
   /** Index one past the last event pushed. */
@@ -94,6 +104,7 @@ export class Flight {
 
   push(event: FlightEvent): void {
     this.#events.push(event)
+    this.#lastAt = Date.now()
     if ('data' in event) {
       this.bufferedChars += event.data.length
       this.peakBufferedChars = Math.max(this.peakBufferedChars, this.bufferedChars)
@@ -162,6 +173,7 @@ export class Flight {
    * promise another request will resolve, and the runtime would otherwise cancel it as hung.
    */
   changed(pollMs = POLL_MS): Promise<void> {
+    if (this.streams && Date.now() - this.#lastAt > this.staleMs) this.fail(new GatewayError('upstream_timeout', 'The model stopped sending for too long.'), true)
     if (this.state !== 'open') return Promise.resolve()
     return new Promise((resolve) => {
       const wake = () => {

@@ -62,6 +62,11 @@ export interface CompletionContext {
    * no tokens.
    */
   withoutUpstream?: () => Promise<boolean>
+  /**
+   * What the upstream call runs under, when not its caller's request signal: set by a stage that shares
+   * the call with other callers (the cache's coalescing), to abort once every one of them left.
+   */
+  signal?: AbortSignal
 }
 
 export interface StreamCopy {

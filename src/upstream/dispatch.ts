@@ -31,7 +31,7 @@ export interface DispatchOptions {
 export function createDispatcher(options: DispatchOptions): CompletionHandler {
   const breaker = options.breaker ?? new EndpointBreaker()
   return async function dispatch(ctx: CompletionContext): Promise<Response> {
-    const signal = ctx.c.req.raw.signal
+    const signal = ctx.signal ?? ctx.c.req.raw.signal
     const ordered = orderEndpoints(ctx.model, (e) => breaker.isOpen(e))
     const groups = byMode(ordered, ctx.model.config.mode)
     for (let i = 0; ; i++) {
