@@ -5,7 +5,8 @@
  */
 import { env } from 'cloudflare:test'
 import { describe, expect, it } from 'vitest'
-import { ADMIN_TOKEN, authed, chatBody, harness, MODEL_NAMES, readSome, readSSE, streamedText } from './helpers.ts'
+import { ADMIN_TOKEN, authed, chatBody, harness, MODEL_NAMES, MODELS, readSome, readSSE, RUNPOD_KEY, streamedText } from './helpers.ts'
+import { createRunpodEmulator } from '../src/testing/index.ts'
 import type { GatewayOptions } from '../src/index.ts'
 
 const JOB_OPS = new Set(['run', 'runsync', 'openai'])
@@ -632,6 +633,41 @@ describe('coalescing', () => {
     await h.settle()
     expect(h.emulator.calls.filter((call) => call.op === 'cancel')).toHaveLength(1)
   })
+
+  // Cloudflare ends a request 30 s after its caller left, its call with it: nothing more comes, and its
+  // code never runs again (never takes its flight out of the map). A /run that hangs stands for that here.
+  it('a flight gone silent is let go: its waiting joiner asks upstream on its own, not the dead flight again', async () => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    let wake!: () => void
+    const hung = new Promise<void>((resolve) => (wake = resolve))
+    let runs = 0
+    const fetch = async (input: RequestInfo | URL, init?: RequestInit) => {
+      const request = new Request(input, init)
+      if (new URL(request.url).pathname.endsWith('/run') && runs++ === 0) await hung
+      return emulator.fetch(request)
+    }
+    const resilience = { timeouts: { firstTokenMs: 200, idleMs: 200 } }
+    const h = harness({ models: { ...MODELS, 'chat-current': { ...MODELS['chat-current']!, resilience } }, runpod: { apiKey: RUNPOD_KEY, baseUrl: 'http://emulator.test/v2', timeoutMs: 60_000 }, fetch }, emulator)
+    const { key } = await h.createKey()
+    const body = deterministic('chat-current', 'a leader that is gone [[emulator:delay=5,tokens=4]]', { stream: true })
+    const leaving = new AbortController()
+    const leader = h.fetch('/v1/chat/completions', { ...authed(key, body), signal: leaving.signal }).catch((error: unknown) => error)
+    await new Promise((r) => setTimeout(r, 20))
+    const joiner = h.fetch('/v1/chat/completions', authed(key, body))
+    await new Promise((r) => setTimeout(r, 20))
+    leaving.abort()
+    // Silent past firstTokenMs/idleMs + 5 s: the joiner, which got nothing, asks upstream on its own.
+    const own = await joiner
+    expect(own.status).toBe(200)
+    expect((await readSSE(own)).at(-1)).toBe('[DONE]')
+    // Nor does a later twin meet the dead flight.
+    const later = await h.fetch('/v1/chat/completions', authed(key, body))
+    expect(later.status).toBe(200)
+    expect((await readSSE(later)).at(-1)).toBe('[DONE]')
+    wake()
+    await leader
+    await h.settle()
+  }, 20_000)
 
   it('a JSON joiner of a relayed stream asks again as soon as the answer is over maxEntryBytes, not after the stream ends', async () => {
     const { h, key, jobs } = await setup({ cache: { maxEntryBytes: 1024 } })

@@ -18,7 +18,8 @@ import type { CacheRun, Plan } from './run.ts'
 /** Joins the request's flight when one is in the air, else leads a new one. */
 export function coalesceOrLead(run: CacheRun, ctx: CompletionContext, next: CompletionHandler, plan: Plan, retried: boolean): Promise<Response> {
   const flight = run.options.coalesce ? run.flights.get(plan.key.hash) : undefined
-  return flight ? join(run, flight, { ctx, next, plan, retried }) : lead(run, ctx, next, plan)
+  // A flight gone silent lost its leader, whose request ended without taking it out of the map.
+  return flight?.live() ? join(run, flight, { ctx, next, plan, retried }) : lead(run, ctx, next, plan)
 }
 
 /**

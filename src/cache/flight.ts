@@ -167,14 +167,19 @@ export class Flight {
     if (this.followers <= 0 && this.state === 'open') this.onIdle?.()
   }
 
+  /** Open, unless silent past `staleMs` (then failed now, for its readers and for callers who would join it). */
+  live(): boolean {
+    if (this.streams && Date.now() - this.#lastAt > this.staleMs) this.fail(new GatewayError('upstream_timeout', 'The model stopped sending for too long.'), true)
+    return this.state === 'open'
+  }
+
   /**
    * Resolves at the next event, at the end, or after `pollMs`, whichever comes first. The timer is
    * what keeps a joiner alive in Workers: its request context sees its own pending timer, not just a
    * promise another request will resolve, and the runtime would otherwise cancel it as hung.
    */
   changed(pollMs = POLL_MS): Promise<void> {
-    if (this.streams && Date.now() - this.#lastAt > this.staleMs) this.fail(new GatewayError('upstream_timeout', 'The model stopped sending for too long.'), true)
-    if (this.state !== 'open') return Promise.resolve()
+    if (!this.live()) return Promise.resolve()
     return new Promise((resolve) => {
       const wake = () => {
         clearTimeout(timer)
