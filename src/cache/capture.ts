@@ -261,8 +261,12 @@ function captureStream(leader: Leader, recorder: StreamRecorder, response: Respo
   const pump = (async () => {
     try {
       for (;;) {
-        // Past the bound, the upstream is read no faster than the slowest reader drains the buffer.
-        while (flight.sealed && flight.bufferedChars > maxEntryBytes && flight.followers > 0) await flight.changed()
+        // Past the bound, the upstream is read no faster than the slowest reader drains the buffer. That
+        // wait is no silence of the upstream's: the flight must not go stale under it (nor changed() spin).
+        while (flight.sealed && flight.bufferedChars > maxEntryBytes && flight.followers > 0) {
+          flight.heardAt = Date.now()
+          await flight.changed()
+        }
         const chunk = await source.read()
         if (chunk.done) break
         recorder.feed(decoder.decode(chunk.value, { stream: true }))

@@ -65,8 +65,11 @@ export class Flight {
   /** Resolves when the flight succeeds or fails. */
   readonly over: Promise<void> = new Promise((resolve) => (this.#over = resolve))
 
-  /** When the last event came (or the flight began). */
-  #lastAt = Date.now()
+  /**
+   * When the leader's request last showed it is alive: its last event (or the flight's start), or its
+   * upstream reads waiting for a slow reader (capture.ts), which is no silence of the upstream's.
+   */
+  heardAt = Date.now()
   /**
    * A flight joiners follow live that is silent longer than this (ms) lost its leader: its call's own
    * timeouts would have ended it sooner. The runtime ends a request whose caller left 30 s later
@@ -104,7 +107,7 @@ export class Flight {
 
   push(event: FlightEvent): void {
     this.#events.push(event)
-    this.#lastAt = Date.now()
+    this.heardAt = Date.now()
     if ('data' in event) {
       this.bufferedChars += event.data.length
       this.peakBufferedChars = Math.max(this.peakBufferedChars, this.bufferedChars)
@@ -169,7 +172,7 @@ export class Flight {
 
   /** Open, unless silent past `staleMs` (then failed now, for its readers and for callers who would join it). */
   live(): boolean {
-    if (this.streams && Date.now() - this.#lastAt > this.staleMs) this.fail(new GatewayError('upstream_timeout', 'The model stopped sending for too long.'), true)
+    if (this.streams && Date.now() - this.heardAt > this.staleMs) this.fail(new GatewayError('upstream_timeout', 'The model stopped sending for too long.'), true)
     return this.state === 'open'
   }
 
