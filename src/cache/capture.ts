@@ -39,8 +39,7 @@ interface Leader {
 
 export async function lead(run: CacheRun, ctx: CompletionContext, next: CompletionHandler, plan: Plan): Promise<Response> {
   const { options, flights, log } = run
-  const { timeouts } = ctx.model.config.resilience
-  const flight = new Flight(ctx.request.stream, Math.max(timeouts.firstTokenMs, timeouts.idleMs) + 5_000)
+  const flight = new Flight(ctx.request.stream)
   const hash = plan.key.hash
   if (options.coalesce) {
     flights.set(hash, flight)
@@ -51,7 +50,13 @@ export async function lead(run: CacheRun, ctx: CompletionContext, next: Completi
     const stop = () => signal.aborted && shared.abort(signal.reason)
     ctx.signal = shared.signal
     flight.onIdle = stop
-    onAbort(signal, () => flight.followers > 0 || stop())
+    onAbort(signal, () => {
+      // From now on its request may end (30 s later on Cloudflare) with no word: silence past its call's own timeouts means it did.
+      const { timeouts } = ctx.model.config.resilience
+      flight.staleMs = Math.max(timeouts.firstTokenMs, timeouts.idleMs) + 5_000
+      flight.heardAt = Date.now()
+      if (flight.followers <= 0) stop()
+    })
     waitUntilOf(ctx.c)(flight.over)
   }
   const leader: Leader = {

@@ -72,10 +72,11 @@ export class Flight {
   heardAt = Date.now()
   /**
    * A flight joiners follow live that is silent longer than this (ms) lost its leader: its call's own
-   * timeouts would have ended it sooner. The runtime ends a request whose caller left 30 s later
-   * (`waitUntil`'s limit), with its call, and nothing more comes; its readers are then let go.
+   * timeouts would have ended it sooner. Set once the leader's caller left: the runtime ends such a
+   * request 30 s later (`waitUntil`'s limit), with its call, and nothing more comes; its readers are
+   * then let go. Default: never (a leader whose caller is there ends its call by its own timeouts).
    */
-  readonly staleMs: number
+  staleMs: number
 
   constructor(streams: boolean, staleMs = Infinity) {
     this.streams = streams
