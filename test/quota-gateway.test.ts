@@ -477,6 +477,32 @@ describe('coalesced twins', () => {
     await again.text()
   })
 
+  // docs/caching.md: a shared call runs on for its joiners after its first caller left, but that caller's
+  // stream slot is its own: it is freed at once, so a reload or a retry is not refused meanwhile.
+  it.each([false, true])('a first caller who leaves a call that runs on for a twin frees its stream slot at once (strict store: %s)', async (strict) => {
+    const { h } = clockedHarness({ cache: { scope: 'gateway' } })
+    const first = await h.createKey({ name: 'leader', quota: { maxConcurrentStreams: 1, tokensPerMinute: 1_000_000, strict } })
+    const second = await h.createKey({ name: 'twin', quota: { tokensPerMinute: 1_000_000 } })
+    const body = chatBody('chat-current', `the first caller leaves (strict: ${strict}) [[emulator:delay=20,tokens=40]]`, { temperature: 0, max_tokens: 2000, stream: true })
+    const leaving = new AbortController()
+    const leader = await h.fetch('/v1/chat/completions', { ...authed(first.key, body), signal: leaving.signal })
+    const twin = await h.fetch('/v1/chat/completions', authed(second.key, body))
+    expect(twin.headers.get('x-podgate-cache')).toBe('COALESCED')
+    const led = await readSome(leader, 1)
+    leaving.abort()
+    await led.cancel()
+    await sleep(50)
+    expect((await usageOf(h, first.key)).streams).toBe(0)
+    const again = await chat(h, first.key, 'a stream of its own', { stream: true }, 'chat-current')
+    expect(again.status).toBe(200)
+    await again.text()
+    expect((await readSSE(twin)).at(-1)).toBe('[DONE]')
+    await settleWithin(h)
+    expect((await usageOf(h, first.key)).streams).toBe(0)
+    // The call ran on to its end: the first key is charged it whole (and its second stream).
+    expect((await usageOf(h, first.key)).windows!.minute.requests).toBe(2)
+  })
+
   // docs/caching.md: a joiner whose caller goes away lets go at once, also while it waits for the whole answer.
   it('a COALESCED JSON twin whose caller left while it waited lets go at once: its reservation is freed, and it never asks on its own', async () => {
     const { h } = clockedHarness({ cache: { scope: 'gateway' } })

@@ -13,7 +13,7 @@
  * A key with no limits costs one policy merge and no store access.
  */
 import { GatewayError } from '../errors/index.ts'
-import { waitUntilOf } from '../http/context.ts'
+import { onAbort, waitUntilOf } from '../http/context.ts'
 import { withHeaders } from '../http/headers.ts'
 import type { NormalizedRequest } from '../normalize/types.ts'
 import type { CompletionContext, CompletionOutcome, CompletionStage } from '../pipeline/index.ts'
@@ -52,14 +52,19 @@ export function quotaStage(service: QuotaService): CompletionStage {
     const holder = principal.tokenId !== null && principal.keyId === principal.tokenId ? 'token' : 'key'
     if (!result.ok) throw rateLimited({ policy, usage: result.usage, exceeded: result.exceeded, cost, now, holder })
 
-    const { reservation } = result
-    // A lost settle only forfeits a refund or a correction; it must never fail the answer.
+    let { reservation } = result
+    // The stream slot is freed once: when the call ends, or at once when its caller leaves (its call may
+    // run on for coalesced twins; its tokens settle when it ends). A lost settle only forfeits a refund
+    // or a correction; it must never fail the answer.
+    const settle = (tokens: number, release: boolean) => {
+      const held = reservation
+      const { lease, ...rest } = held
+      reservation = { ...rest, stream: false }
+      return store.settle({ reservation: held, tokens, ...(release ? { release } : {}), background }).catch(() => undefined)
+    }
+    if (reservation.stream) onAbort(ctx.c.req.raw.signal, () => reservation.stream && background(settle(reservation.tokens, false)))
     const prompt = ctx.request.estimate.promptTokens
-    background(
-      ctx.outcome
-        .then((outcome) => store.settle({ reservation, tokens: tokensToCharge(outcome, reservation.tokens, prompt), ...(!outcome.ok && outcome.refused ? { release: true } : {}), background }))
-        .catch(() => undefined),
-    )
+    background(ctx.outcome.then((outcome) => settle(tokensToCharge(outcome, reservation.tokens, prompt), !outcome.ok && outcome.refused === true)))
 
     // On the answer, and on an error after admission (an upstream 502, a relayed vLLM 400): it counted.
     // A 429 from a stage inside this one (the key's, under a token's) keeps the fields of the limit it names.
