@@ -717,6 +717,22 @@ describe('cancel on disconnect', () => {
     expect(usage.windows.minute).toMatchObject({ requests: 1, tokens: 0 })
   })
 
+  // docs/api.md: a caller who left writes no log line; "The caller went away." is no failure of podgate's or Runpod's.
+  it.each(['/v2/chat-current/run', '/v2/chat-current/runsync', '/v2/chat-current/retry', '/v1/chat/completions'])('a caller who left before %s went upstream writes no error log line', async (path) => {
+    const h = harness({ models: NATIVE_MODELS })
+    const { key } = await h.createKey({ name: 'gone-quiet' })
+    const id = path.endsWith('/retry') ? `/${await startJob(h, key, 'chat-current', chatInput('fail [[emulator:fault=job_failed]]'))}` : ''
+    const abort = new AbortController()
+    abort.abort()
+    const body = path.startsWith('/v1') ? { model: 'chat-current', messages: [{ role: 'user', content: 'never sent' }] } : chatInput('never sent')
+    const res = await h.fetch(`${path}${id}`, { ...post(key, body), signal: abort.signal })
+    expect(res.status).toBe(502)
+    await h.settle()
+    // Nothing sent for it (a retry's job was queued first, by the run that failed).
+    expect(h.emulator.calls.filter((c) => c.op !== 'health')).toHaveLength(id ? 1 : 0)
+    expect(h.logs).toEqual([])
+  })
+
   it('?detach=true leaves the job running', async () => {
     const h = harness({ models: NATIVE_MODELS })
     const { key } = await h.createKey()
