@@ -91,7 +91,7 @@ export function nativeRoutes(options: NativeRoutesOptions): Hono<GatewayEnv> {
       const endpoint = pickEndpoint(binding.model)
       const signal = c.req.raw.signal
       // A caller gone before its job went upstream (while its key and quota were checked) has nothing sent.
-      if (signal.aborted) throw new GatewayError('upstream_error', CALLER_GONE)
+      if (signal.aborted) throw upstreamError(CALLER_GONE)
       // Not under the caller's signal: a caller who leaves before the job's id reaches it leaves a job no
       // one can find, so its id, once it comes, cancels it (from `waitUntil`, which outlives the caller).
       const deadline = Date.now() + (waitMs ?? 0)
@@ -177,7 +177,7 @@ export function nativeRoutes(options: NativeRoutesOptions): Hono<GatewayEnv> {
       // A caller already gone has nothing sent. Else not under its signal: the job's id is the caller's
       // already, so a requeued job is not orphaned and runs whether its caller waits or not; a call cut
       // short would leave it requeued and billed while settling as a failure.
-      if (c.req.raw.signal.aborted) throw new GatewayError('upstream_error', CALLER_GONE)
+      if (c.req.raw.signal.aborted) throw upstreamError(CALLER_GONE)
       const result = await client.retry(job.endpoint, job.upstreamId)
       ctx.settle({ ok: true, usage: undefined })
       return answer(c, result, job, binding)
