@@ -393,9 +393,7 @@ describe('coalesced twins', () => {
 
   it('a call whose first caller left runs on for its twin: the first key is charged the call, the twin no tokens', async () => {
     // The gateway scope: two keys share one flight, so each key's minute shows only its own charge.
-    const { h } = clockedHarness({ cache: { scope: 'gateway' } })
-    const first = await h.createKey({ name: 'leader', quota: { tokensPerMinute: 1_000_000 } })
-    const second = await h.createKey({ name: 'twin', quota: { tokensPerMinute: 1_000_000 } })
+    const { h, first, second } = await leaderAndTwinKeys()
     const body = chatBody('chat-current', 'leader leaves [[emulator:cold=100,tokens=9]]', { temperature: 0, max_tokens: 2000 })
     const abort = new AbortController()
     const leader = h.fetch('/v1/chat/completions', { ...authed(first.key, body), signal: abort.signal }).catch((error: unknown) => error)
@@ -444,6 +442,18 @@ describe('coalesced twins', () => {
   const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
   /** Waits for the waitUntil work, or at most 2 s: a settle that waits on a body no one reads never ends. */
   const settleWithin = (h: Harness) => Promise.race([h.settle(), sleep(2_000)])
+  /** A call whose caller can leave (its request's signal aborts): its answer, or what it threw. */
+  const leaveable = (h: Harness, key: string, body: string) => {
+    const leaving = new AbortController()
+    return { answer: h.fetch('/v1/chat/completions', { ...authed(key, body), signal: leaving.signal }).catch((error: unknown) => error), leave: () => leaving.abort() }
+  }
+  /** The gateway scope (two keys share one flight): the leader's key and the twin's, each with these limits besides its tokens. */
+  async function leaderAndTwinKeys(extra: Parameters<typeof harness>[0] = {}, quotas: { leader?: object; twin?: object } = {}) {
+    const { h } = clockedHarness({ ...extra, cache: { scope: 'gateway' } })
+    const first = await h.createKey({ name: 'leader', quota: { tokensPerMinute: 1_000_000, ...quotas.leader } })
+    const second = await h.createKey({ name: 'twin', quota: { tokensPerMinute: 1_000_000, ...quotas.twin } })
+    return { h, first, second }
+  }
 
   it.each(['relayed live', 'piped natively'])('a COALESCED streaming twin of a leader %s whose caller left while it waited (its request aborted, its body never read) frees its stream slot, charged no tokens', async (leaderStream) => {
     const piped = leaderStream === 'piped natively'
@@ -454,9 +464,7 @@ describe('coalesced twins', () => {
     const upstream = scriptedUpstream(() => [`data: ${chunk}\n\n`, 'data: [DONE]\n\n'], { holdMs: 300 })
     const models = piped ? { models: { [SERVED]: { endpoints: [{ endpointId: 'epsame' }], mode: 'openai' as const } }, fetch: upstream.fetch } : {}
     // The gateway scope: two keys share one flight, and the twin's key may hold one stream.
-    const { h } = clockedHarness({ ...models, cache: { scope: 'gateway' } })
-    const first = await h.createKey({ name: 'leader', quota: { tokensPerMinute: 1_000_000 } })
-    const second = await h.createKey({ name: 'twin', quota: { maxConcurrentStreams: 1, tokensPerMinute: 1_000_000 } })
+    const { h, first, second } = await leaderAndTwinKeys(models, { twin: { maxConcurrentStreams: 1 } })
     const body = chatBody(piped ? SERVED : 'chat-current', 'twin waits [[emulator:cold=1000,delay=20,tokens=6]]', { temperature: 0, max_tokens: 2000, stream: true })
     const leader = h.fetch('/v1/chat/completions', authed(first.key, body))
     if (piped) await leader
@@ -480,9 +488,7 @@ describe('coalesced twins', () => {
   // docs/caching.md: a shared call runs on for its joiners after its first caller left, but that caller's
   // stream slot is its own: it is freed at once, so a reload or a retry is not refused meanwhile.
   it.each([false, true])('a first caller who leaves a call that runs on for a twin frees its stream slot at once (strict store: %s)', async (strict) => {
-    const { h } = clockedHarness({ cache: { scope: 'gateway' } })
-    const first = await h.createKey({ name: 'leader', quota: { maxConcurrentStreams: 1, tokensPerMinute: 1_000_000, strict } })
-    const second = await h.createKey({ name: 'twin', quota: { tokensPerMinute: 1_000_000 } })
+    const { h, first, second } = await leaderAndTwinKeys({}, { leader: { maxConcurrentStreams: 1, strict } })
     const body = chatBody('chat-current', `the first caller leaves (strict: ${strict}) [[emulator:delay=20,tokens=40]]`, { temperature: 0, max_tokens: 2000, stream: true })
     const leaving = new AbortController()
     const leader = await h.fetch('/v1/chat/completions', { ...authed(first.key, body), signal: leaving.signal })
@@ -505,23 +511,19 @@ describe('coalesced twins', () => {
 
   // docs/caching.md: a joiner whose caller goes away lets go at once, also while it waits for the whole answer.
   it('a COALESCED JSON twin whose caller left while it waited lets go at once: its reservation is freed, and it never asks on its own', async () => {
-    const { h } = clockedHarness({ cache: { scope: 'gateway' } })
-    const first = await h.createKey({ name: 'leader', quota: { tokensPerMinute: 1_000_000 } })
-    const second = await h.createKey({ name: 'twin', quota: { tokensPerMinute: 1_000_000 } })
+    const { h, first, second } = await leaderAndTwinKeys()
     const body = chatBody('chat-current', 'json twin leaves [[emulator:cold=1000,tokens=6]]', { temperature: 0, max_tokens: 2000 })
-    const leaving = new AbortController()
-    const leader = h.fetch('/v1/chat/completions', { ...authed(first.key, body), signal: leaving.signal }).catch((error: unknown) => error)
+    const leader = leaveable(h, first.key, body)
     await sleep(20)
-    const abort = new AbortController()
-    const twin = h.fetch('/v1/chat/completions', { ...authed(second.key, body), signal: abort.signal }).catch((error: unknown) => error)
+    const twin = leaveable(h, second.key, body)
     await sleep(20)
-    abort.abort()
+    twin.leave()
     await sleep(200)
     // Its reservation (prompt + 2000) is not held until the leader's answer comes.
     expect((await usageOf(h, second.key)).windows!.minute.tokens).toBe(0)
     // The leader's caller leaves too: a twin that let go starts no call of its own for a caller who is gone.
-    leaving.abort()
-    await Promise.all([leader, twin])
+    leader.leave()
+    await Promise.all([leader.answer, twin.answer])
     await settleWithin(h)
     expect(h.emulator.calls.filter((c) => c.op === 'run')).toHaveLength(1)
     expect((await usageOf(h, second.key)).windows!.minute).toMatchObject({ requests: 1, tokens: 0 })
@@ -530,19 +532,15 @@ describe('coalesced twins', () => {
   // The leader's caller leaving before its first event hands its twins the call; a twin whose caller left
   // in the same instant must not be handed it (it would queue a job for no one, then cancel it, and pay its prompt).
   it('a COALESCED streaming twin still waiting for the first event, whose caller left as the leader\'s did, starts no call of its own', async () => {
-    const { h } = clockedHarness({ cache: { scope: 'gateway' } })
-    const first = await h.createKey({ name: 'leader', quota: { tokensPerMinute: 1_000_000 } })
-    const second = await h.createKey({ name: 'twin', quota: { maxConcurrentStreams: 1, tokensPerMinute: 1_000_000 } })
+    const { h, first, second } = await leaderAndTwinKeys({}, { twin: { maxConcurrentStreams: 1 } })
     const body = chatBody('chat-current', 'both leave first [[emulator:cold=300,delay=20,tokens=6]]', { temperature: 0, max_tokens: 2000, stream: true })
-    const leaving = new AbortController()
-    const leader = h.fetch('/v1/chat/completions', { ...authed(first.key, body), signal: leaving.signal }).catch((error: unknown) => error)
+    const leader = leaveable(h, first.key, body)
     await sleep(20)
-    const abort = new AbortController()
-    const twin = h.fetch('/v1/chat/completions', { ...authed(second.key, body), signal: abort.signal }).catch((error: unknown) => error)
+    const twin = leaveable(h, second.key, body)
     await sleep(20)
-    leaving.abort()
-    abort.abort()
-    await Promise.all([leader, twin])
+    leader.leave()
+    twin.leave()
+    await Promise.all([leader.answer, twin.answer])
     await settleWithin(h)
     expect(h.emulator.calls.filter((c) => c.op === 'run')).toHaveLength(1)
     expect(await usageOf(h, second.key)).toMatchObject({ streams: 0, windows: { minute: { requests: 1, tokens: 0 } } })
