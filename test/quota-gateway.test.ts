@@ -511,7 +511,7 @@ describe('coalesced twins', () => {
 
   // docs/caching.md: a joiner whose caller goes away lets go at once, also while it waits for the whole answer.
   it('a COALESCED JSON twin whose caller left while it waited lets go at once: its reservation is freed, and it never asks on its own', async () => {
-    const { h, first, second } = await leaderAndTwinKeys()
+    const { h, first, second } = await leaderAndTwinKeys({ logCalls: true })
     const body = chatBody('chat-current', 'json twin leaves [[emulator:cold=1000,tokens=6]]', { temperature: 0, max_tokens: 2000 })
     const leader = leaveable(h, first.key, body)
     await sleep(20)
@@ -527,6 +527,9 @@ describe('coalesced twins', () => {
     await settleWithin(h)
     expect(h.emulator.calls.filter((c) => c.op === 'run')).toHaveLength(1)
     expect((await usageOf(h, second.key)).windows!.minute).toMatchObject({ requests: 1, tokens: 0 })
+    // Its call line (logCalls) says it was coalesced, though no answer (and no header) reached it.
+    const lines = h.logs.map((line) => JSON.parse(line) as Record<string, unknown>).filter((line) => line.message === 'call')
+    expect(lines.find((line) => line.key_id === second.id)).toMatchObject({ cache: 'COALESCED' })
   })
 
   // The leader's caller leaving before its first event hands its twins the call; a twin whose caller left

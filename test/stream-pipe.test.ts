@@ -235,8 +235,9 @@ describe('native relay: endings', () => {
 })
 
 describe('native relay over a real HTTP upstream (the emulator)', () => {
-  const live = () =>
+  const live = (extra: Partial<GatewayOptions> = {}) =>
     harness({
+      ...extra,
       models: {
         'chat-openai': { endpoints: [{ endpointId: 'vllmopenai' }], mode: 'openai' },
         'chat-short': { endpoints: [{ endpointId: 'vllmopenai' }], mode: 'openai', servedModelName: 'chat-short', resilience: { timeouts: { totalMs: 1_500 } } },
@@ -254,14 +255,14 @@ describe('native relay over a real HTTP upstream (the emulator)', () => {
   }
 
   /** A first caller and an identical second one (its twin) streaming `prompt`, and the emulator's call count before them. */
-  const leaderAndTwin = async (prompt: string, maxTokens: number) => {
-    const h = live()
+  const leaderAndTwin = async (prompt: string, maxTokens: number, extra: Partial<GatewayOptions> = {}) => {
+    const h = live(extra)
     const { key } = await h.createKey({ name: 'live' })
     const before = (await openaiCalls()).length
     const body = chatBody('chat-openai', prompt, { stream: true, max_tokens: maxTokens, temperature: 0, ...WITH_USAGE })
     const leader = await h.fetch('/v1/chat/completions', authed(key, body))
     const twin = await h.fetch('/v1/chat/completions', authed(key, body))
-    return { before, leader, twin }
+    return { h, before, leader, twin }
   }
 
   it('the same answer as the rewriting relay, with the usage the caller asked for', async () => {
@@ -334,7 +335,7 @@ describe('native relay over a real HTTP upstream (the emulator)', () => {
   })
 
   it('a twin of a piped answer is answered at once, and gets an answer of its own when the first caller leaves', async () => {
-    const { leader, twin } = await leaderAndTwin('Long [[emulator:tokens=60,delay=15]]', 100)
+    const { h, leader, twin } = await leaderAndTwin('Long [[emulator:tokens=60,delay=15]]', 100, { logCalls: true })
     // Answered at once: the first caller's first bytes are out.
     expect(twin.headers.get('x-podgate-cache')).toBe('COALESCED')
     const reader = leader.body!.getReader()
@@ -346,6 +347,10 @@ describe('native relay over a real HTTP upstream (the emulator)', () => {
     const streams = (await openaiCalls()).slice(-2)
     // The first caller's call was stopped when it left; the twin's own call ran to the end.
     expect(streams.map((call) => call.streamCancelled ?? false)).toEqual([true, false])
+    // Its call line (logCalls) says what it was: a call of its own, with its own tokens, not COALESCED.
+    await h.settle()
+    const lines = h.logs.map((line) => JSON.parse(line) as Record<string, unknown>).filter((line) => line.message === 'call')
+    expect(lines.find((line) => line.request_id === twin.headers.get('x-request-id'))).toMatchObject({ status: 200, cache: 'MISS', completion_tokens: 60 })
   })
 
   it('a twin of a piped answer whose upstream breaks gets the same error, from one upstream call', async () => {

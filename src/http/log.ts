@@ -81,6 +81,9 @@ export function callLog(log: (line: LogLine) => void): CompletionStage {
       waitUntilOf(c)(
         ctx.outcome.then((o) => {
           const usage = o.usage ?? o.estimate
+          // What the call was, not what its header promised: a twin that asked on its own (its leader left)
+          // made a call of its own; a twin whose caller left before its answer has no header.
+          const cache = response?.headers.get('x-podgate-cache')
           log({
             level: 'info',
             message: 'call',
@@ -92,7 +95,7 @@ export function callLog(log: (line: LogLine) => void): CompletionStage {
             stream: request.stream,
             status: o.ok ? response?.status : o.error.status,
             code: o.ok ? undefined : o.error.code,
-            cache: response?.headers.get('x-podgate-cache'),
+            cache: o.cached ? (cache ?? 'COALESCED') : cache === 'COALESCED' ? 'MISS' : cache,
             prompt_tokens: o.usage ? usage?.prompt_tokens : o.estimate && request.estimate.promptTokens,
             completion_tokens: usage?.completion_tokens,
             estimated: !o.usage && !!o.estimate,
