@@ -55,4 +55,23 @@ describe('a caller who leaves, under wrangler dev', () => {
     while ((server.emulator?.activeJobs().length ?? 0) > 0 && Date.now() < until) await new Promise((resolve) => setTimeout(resolve, 100))
     expect(server.emulator?.activeJobs()).toEqual([])
   })
+
+  // Identical cacheable requests share one upstream call (docs/caching.md "Coalescing"): the first caller
+  // disconnecting for real (workerd cancels its body) must not end the answer of the one still reading.
+  it('a shared stream runs on for the caller still reading when the first caller leaves', async () => {
+    const { key } = await server.createKey()
+    const body = JSON.stringify({ model: 'chat-current', stream: true, temperature: 0, max_tokens: 40, messages: [{ role: 'user', content: `shared [[emulator:tokens=40,delay=50]] ${Date.now()}` }] })
+    const post = (signal?: AbortSignal) => fetch(`${server.url}/v1/chat/completions`, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body, ...(signal ? { signal } : {}) })
+    const leave = new AbortController()
+    const first = await post(leave.signal)
+    expect(first.headers.get('x-podgate-cache')).toBe('MISS')
+    const second = await post()
+    expect(second.headers.get('x-podgate-cache')).toBe('COALESCED')
+    await first.body!.getReader().read()
+    leave.abort()
+    const text = await second.text()
+    expect(text).not.toContain('"error"')
+    expect(text.trimEnd().endsWith('data: [DONE]')).toBe(true)
+    expect(server.emulator?.activeJobs()).toEqual([])
+  })
 })
