@@ -209,30 +209,19 @@ export function renderMarkdown(r: Results, notes: string): string {
     )
     for (const h of r.hops) lines.push(`| ${shapes[h.mode] ?? h.mode} | ${h.eventUs.toFixed(1)} µs | ${h.eventsPerSecond.toFixed(0)} | ${h.firstByteMs === undefined ? '' : `${h.firstByteMs.toFixed(2)} ms`} |`)
     lines.push('')
-    const paced = r.pacedHops ?? []
-    const pacedFloor = paced.find((h) => h.mode === 'floor')
-    if (pacedFloor) {
-      lines.push(
-        'Some of the same shapes at a model\'s pace: the upstream sends 100 events one ms apart. Each event then wakes the runtime on its own, in the floor too, so the CPU per event (the request\'s own cost included, spread over its 100 events) is higher and the shapes are closer together:',
-        '',
-        '| Stream shape | CPU per event | vs the floor |',
-        '|---|---|---|',
-      )
-      for (const h of paced) lines.push(`| ${shapes[h.mode] ?? h.mode} | ${h.eventUs.toFixed(1)} µs | ${(h.eventUs / pacedFloor.eventUs).toFixed(2)}× |`)
+    /** A table of some shapes against the floor of the same run (none when that run has no floor). */
+    const againstFloor = (hops: Results['hops'] | undefined, intro: string, rates: boolean) => {
+      const floor = hops?.find((h) => h.mode === 'floor')
+      if (!hops || !floor) return
+      lines.push(intro, '', `| Stream shape | CPU per event | vs the floor |${rates ? ' events/s | vs the floor |' : ''}`, `|---|---|---|${rates ? '---|---|' : ''}`)
+      for (const h of hops) {
+        const rate = rates ? ` ${h.eventsPerSecond.toFixed(0)} | ${(h.eventsPerSecond / floor.eventsPerSecond).toFixed(2)}× |` : ''
+        lines.push(`| ${shapes[h.mode] ?? h.mode} | ${h.eventUs.toFixed(1)} µs | ${(h.eventUs / floor.eventUs).toFixed(2)}× |${rate}`)
+      }
       lines.push('')
     }
-    const concurrent = r.concurrentHops ?? []
-    const concurrentFloor = concurrent.find((h) => h.mode === 'floor')
-    if (concurrentFloor) {
-      lines.push(
-        'Some of the same shapes under the 64-streams row\'s load (64 streams of 500 events at once, as fast as the socket takes them): what the tee and the caller\'s IdentityTransformStream (which lets podgate write an error event after a cut or truncated answer) cost apart and together:',
-        '',
-        '| Stream shape | CPU per event | vs the floor | events/s | vs the floor |',
-        '|---|---|---|---|---|',
-      )
-      for (const h of concurrent) lines.push(`| ${shapes[h.mode] ?? h.mode} | ${h.eventUs.toFixed(1)} µs | ${(h.eventUs / concurrentFloor.eventUs).toFixed(2)}× | ${h.eventsPerSecond.toFixed(0)} | ${(h.eventsPerSecond / concurrentFloor.eventsPerSecond).toFixed(2)}× |`)
-      lines.push('')
-    }
+    againstFloor(r.pacedHops, 'Some of the same shapes at a model\'s pace: the upstream sends 100 events one ms apart. Each event then wakes the runtime on its own, in the floor too, so the CPU per event (the request\'s own cost included, spread over its 100 events) is higher and the shapes are closer together:', false)
+    againstFloor(r.concurrentHops, 'Some of the same shapes under the 64-streams row\'s load (64 streams of 500 events at once, as fast as the socket takes them): what the tee and the caller\'s IdentityTransformStream (which lets podgate write an error event after a cut or truncated answer) cost apart and together:', true)
   }
   const frozen = r.cpu.clock.clockMs < r.cpu.clock.cpuMs / 4
   lines.push(
