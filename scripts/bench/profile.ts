@@ -16,8 +16,9 @@
  * Scenarios (all by default; name some to run those): `http-json`, `http-json-bypass`, `http-stream`, `http-stream-cacheable`
  * (podgate's bundle over HTTP from the bench upstream on loopback, served as `npm run bench` serves it but
  * not minified, so functions keep their names), `floor-json`, `floor-stream` (the pass-through Worker
- * under the same load), `micro-json`, `micro-stream` (the CPU bench Worker's in-process loop, in-memory
- * KV and cache). `--seconds=N` per pass (default 4). Profiling slows workerd: read shares, not times.
+ * under the same load), `micro-json`, `micro-json-bypass`, `micro-stream` (the CPU bench Worker's in-process loop, in-memory
+ * KV and cache). `--seconds=N` per pass (default 4); `PROFILE_INTERVAL_US=N`, the V8 profiler's sampling interval
+ * (default 250 µs). Profiling slows workerd: read shares, not times.
  */
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs'
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -133,6 +134,7 @@ async function main(): Promise<void> {
     { name: 'floor-json', what: 'the floor (pass-through Worker) under the load of http-json', server: 'floor', unit: 'request', work: json(() => typicalChat('bench', { first: 0 })) },
     { name: 'floor-stream', what: 'the floor under the load of http-stream', server: 'floor', unit: 'event', work: stream(sampled) },
     { name: 'micro-json', what: 'CPU bench loop: the typical JSON call through createGateway(...).fetch in process (in-memory KV and cache, an upstream answering at once), 100 per step', server: 'micro', unit: 'request', work: loop('target=gateway&n=100&cache=miss', 100) },
+    { name: 'micro-json-bypass', what: 'CPU bench loop: a JSON call the cache skips (temperature 0.7, no seed) through createGateway(...).fetch in process, 100 per step: the request path of the latency rows without HTTP', server: 'micro', unit: 'request', work: loop('target=gateway&n=100', 100) },
     { name: 'micro-stream-short', what: 'CPU bench loop: streamed calls of 10 events through the gateway in process (the cost of a stream\'s request, not its events), 50 per step', server: 'micro', unit: 'request', work: loop('target=gateway&n=50&stream=1&events=10', 50) },
     // 1000 content events, then the stop chunk, the usage chunk and [DONE].
     { name: 'micro-stream', what: 'CPU bench loop: streamed calls of 1000 events through the gateway in process, 5 per step', server: 'micro', unit: 'event', work: loop('target=gateway&n=5&stream=1&events=1000', 5 * 1003) },
@@ -177,7 +179,7 @@ async function profileOne(scenario: Scenario, served: Served, step: () => Promis
   } else {
     clean = await measure(step, pid)
   }
-  const recording = await startProfiling(served.inspectorPort, { isolate: 'core:user:' })
+  const recording = await startProfiling(served.inspectorPort, { isolate: 'core:user:', ...(process.env.PROFILE_INTERVAL_US ? { samplingIntervalUs: Number(process.env.PROFILE_INTERVAL_US) } : {}) })
   const profiled = await measure(step, pid)
   const v8 = (await recording.stop()).get('core:user:')
   if (!v8) throw new Error('the inspector listed no core:user: isolate (the Worker under test)')
