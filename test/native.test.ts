@@ -656,6 +656,46 @@ describe('cancel on disconnect', () => {
     expect((await tokens()) - before).toBe(0)
   })
 
+  // On Cloudflare a request whose caller left lives only as long as what its waitUntil holds: a key with
+  // no quota has no quota settle holding it, so the retry call itself must be held to its answer.
+  it('a retry whose caller left is held by waitUntil to its answer for a key with no quota (its call line is written)', async () => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    let arrived = () => {}
+    const h = harness({
+      models: NATIVE_MODELS,
+      logCalls: true,
+      fetch: async (input, init) => {
+        const request = new Request(input, init)
+        const answer = await emulator.fetch(request)
+        if (new URL(request.url).pathname.includes('/retry/')) {
+          arrived()
+          await new Promise((resolve) => setTimeout(resolve, 200))
+        }
+        return answer
+      },
+    }, emulator)
+    const { key } = await h.createKey({ name: 'no-quota' })
+    const id = await startJob(h, key, 'chat-current', chatInput('fail [[emulator:fault=job_failed]]'))
+    expect((await json(await h.fetch(`/v2/chat-current/status-sync/${id}?wait=2000`, get(key)))).status).toBe('FAILED')
+    const held: Promise<unknown>[] = []
+    const ctx = { waitUntil: (promise: Promise<unknown>) => void held.push(promise), passThroughOnException: () => undefined, props: {} } as unknown as ExecutionContext
+    const abort = new AbortController()
+    const called = new Promise<void>((resolve) => (arrived = resolve))
+    void h.app.fetch(new Request(`http://podgate/v2/chat-current/retry/${id}`, { ...post(key, {}), signal: abort.signal }), env, ctx)
+    await called
+    abort.abort()
+    // The runtime ends the request once the work waitUntil holds is done, looking again after the
+    // microtasks that work ran (they may have handed it more).
+    for (let done = 0; done < held.length; ) {
+      const batch = held.slice(done)
+      done = held.length
+      await Promise.allSettled(batch)
+      await new Promise((resolve) => setTimeout(resolve, 0))
+    }
+    const lines = h.logs.map((line) => JSON.parse(line) as { message: string; path?: string; status?: number })
+    expect(lines.filter((line) => line.message === 'call' && line.path?.includes('/retry/'))).toMatchObject([{ status: 200 }])
+  })
+
   // docs/quotas.md: a caller who hangs up once its prompt reached the upstream pays the prompt (and any
   // output reported), as on the OpenAI surface; not every token refunded, nor the whole reservation kept.
   it.each([

@@ -176,8 +176,10 @@ export function nativeRoutes(options: NativeRoutesOptions): Hono<GatewayEnv> {
     const queue = composeStages(options.stages ?? [], async (ctx: CompletionContext) => {
       // A caller already gone has nothing sent. Else not under its signal: the job's id is the caller's
       // already, so a requeued job is not orphaned and runs whether its caller waits or not; a call cut
-      // short would leave it requeued and billed while settling as a failure.
+      // short would leave it requeued and billed while settling as a failure. waitUntil holds the request
+      // to its settle (a quota's does too, but a key may have none): else workerd may end it at the leave.
       if (c.req.raw.signal.aborted) throw upstreamError(CALLER_GONE)
+      waitUntilOf(c)(ctx.outcome)
       const result = await client.retry(job.endpoint, job.upstreamId)
       ctx.settle({ ok: true, usage: undefined })
       return answer(c, result, job, binding)
