@@ -265,6 +265,48 @@ describe('quota stage', () => {
     expect(report.windows!.minute.tokens).toBeLessThan(Math.ceil(content.length / 4) + 100)
   })
 
+  // Reachable with a custom `fetch` that ignores its signal: the upstream answered after the caller left,
+  // so the relay is created with the signal already aborted (it fires no event then).
+  it('a relayed stream whose caller left before the upstream answered settles, charged what it relayed, and cancels the upstream body', async () => {
+    let cancelled = false
+    let called = () => {}
+    const abort = new AbortController()
+    const { h } = clockedHarness({
+      fetch: async (input, init) => {
+        const request = new Request(input, init)
+        called()
+        await new Promise((resolve) => abort.signal.addEventListener('abort', resolve))
+        // Answered by an upstream that never heard of the abort.
+        const answer = await h.emulator.fetch(new Request(request, { signal: null }))
+        const reader = answer.body!.getReader()
+        const body = new ReadableStream<Uint8Array>({
+          async pull(controller) {
+            const next = await reader.read()
+            if (next.done) controller.close()
+            else controller.enqueue(next.value)
+          },
+          cancel(reason) {
+            cancelled = true
+            return reader.cancel(reason)
+          },
+        })
+        return new Response(body, answer)
+      },
+    })
+    const { key } = await h.createKey({ name: 'q', quota: { maxConcurrentStreams: 1, tokensPerMinute: 50_000, strict: true } })
+    const content = 'slow [[emulator:tokens=400,delay=20]]'
+    const upstreamCalled = new Promise<void>((resolve) => (called = resolve))
+    const res = h.fetch('/v1/chat/completions', { ...authed(key, chatBody('chat-openai', content, { max_tokens: 1000, stream: true })), signal: abort.signal })
+    await upstreamCalled
+    abort.abort()
+    expect((await res).status).toBe(200)
+    await Promise.race([h.settle(), new Promise((resolve) => setTimeout(resolve, 2_000))])
+    const report = await usageOf(h, key)
+    expect(report.streams).toBe(0)
+    expect(report.windows!.minute.tokens).toBeLessThan(Math.ceil(content.length / 4) + 100)
+    expect(cancelled).toBe(true)
+  })
+
   it('tokensToCharge: cached answers charge nothing, failures what they produced', () => {
     expect(tokensToCharge({ ok: true, usage: { prompt_tokens: 5, completion_tokens: 5, total_tokens: 10 }, cached: true }, 90)).toBe(0)
     expect(tokensToCharge({ ok: true, usage: undefined }, 90)).toBe(90)

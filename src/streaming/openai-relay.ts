@@ -15,6 +15,7 @@
 import { createParser } from 'eventsource-parser'
 import type { EventSourceMessage } from 'eventsource-parser'
 import { CALLER_GONE, GatewayError, toGatewayError, upstreamError } from '../errors/index.ts'
+import { onAbort } from '../http/context.ts'
 import { countedUsage, DONE_TEXT, encoder, sseErrorText } from './openai-chunks.ts'
 import type { Usage } from './openai-chunks.ts'
 import { DEFAULT_MAX_EVENT_CHARS, isRecord, readUsage, refuseOversizedEvent, upstreamErrorMessage, workerFailure } from './vllm.ts'
@@ -35,7 +36,7 @@ export interface OpenAIRelayOptions {
   onFirstEvent?(): void
   /** Called once when the relay ends: `[DONE]` relayed (ok), or an error event written / the caller gone. */
   onEnd?(outcome: RelayOutcome): void
-  /** Aborts when the caller goes away: the relay settles then, whether or not its body is read or cancelled. Default: none. */
+  /** Aborts when the caller goes away: the relay settles then (at once if it already has), whether or not its body is read or cancelled, and cancels `source`. Default: none. */
   signal?: AbortSignal
   /** Most characters one event may buffer before the stream is refused. Default 4 Mi. */
   maxEventChars?: number
@@ -97,7 +98,6 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
     reported = true
     onEnd?.({ ...(error ? { ok: false, error, started: chunks > 0 } : { ok: true }), estimate: countedUsage(chunks) })
   }
-  options.signal?.addEventListener('abort', () => report(upstreamError(CALLER_GONE)))
   const modelText = jsonStringContent(model)
   const decoder = new TextDecoder()
   const parser = createParser({ onEvent: relayEvent, onError: refuseOversizedEvent, maxBufferSize: options.maxEventChars ?? DEFAULT_MAX_EVENT_CHARS })
@@ -326,6 +326,12 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
     // never the answer buffered.
     { highWaterMark: 0 },
   )
+  // Also when the caller left before the relay existed (a custom fetch that ignores its signal answered
+  // after): no one will read or cancel it, and such an upstream runs on unless its body is cancelled.
+  onAbort(options.signal, () => {
+    report(upstreamError(CALLER_GONE))
+    source.cancel().catch(ignore)
+  })
   // Lets a check outside the relay (the key's revocation) end it without wrapping it in another stage.
   registerStreamControl(stream, {
     end(event) {
