@@ -307,6 +307,36 @@ describe('quota stage', () => {
     expect(cancelled).toBe(true)
   })
 
+  // A Durable Object call may fail now and then (the object reset, the connection lost): the slot a
+  // leaving caller frees must not then stay taken for the lease's 30 minutes.
+  it('a strict stream slot whose early release failed once is freed all the same', async () => {
+    let failures = 0
+    const objects = env.PODGATE_QUOTA
+    const { h } = clockedHarness({
+      quota: {
+        objects: () => ({
+          idFromName: (name: string) => objects.idFromName(name),
+          get: (id: DurableObjectId) => {
+            const stub = objects.get(id)
+            return {
+              reserve: (input: Parameters<typeof stub.reserve>[0]) => stub.reserve(input),
+              usage: (input: Parameters<typeof stub.usage>[0]) => stub.usage(input),
+              settle: (input: Parameters<typeof stub.settle>[0]) => (failures++ === 0 ? Promise.reject(new Error('Durable Object reset')) : stub.settle(input)),
+            }
+          },
+        }) as unknown as typeof objects,
+      },
+    })
+    const { key } = await h.createKey({ name: 'q', quota: { maxConcurrentStreams: 1, tokensPerMinute: 50_000, strict: true } })
+    const abort = new AbortController()
+    const res = await h.fetch('/v1/chat/completions', { ...authed(key, chatBody('chat-openai', 'slow [[emulator:tokens=400,delay=20]]', { max_tokens: 1000, stream: true })), signal: abort.signal })
+    await readSome(res, 200)
+    abort.abort()
+    await Promise.race([h.settle(), new Promise((resolve) => setTimeout(resolve, 2_000))])
+    expect(failures).toBeGreaterThan(1)
+    expect((await usageOf(h, key)).streams).toBe(0)
+  })
+
   it('tokensToCharge: cached answers charge nothing, failures what they produced', () => {
     expect(tokensToCharge({ ok: true, usage: { prompt_tokens: 5, completion_tokens: 5, total_tokens: 10 }, cached: true }, 90)).toBe(0)
     expect(tokensToCharge({ ok: true, usage: undefined }, 90)).toBe(90)

@@ -53,13 +53,14 @@ export function quotaStage(service: QuotaService): CompletionStage {
     if (!result.ok) throw rateLimited({ policy, usage: result.usage, exceeded: result.exceeded, cost, now, holder })
 
     let { reservation } = result
-    // The stream slot is freed once: when the call ends, or at once when its caller leaves (its call may
-    // run on for coalesced twins; its tokens settle when it ends). A lost settle only forfeits a refund
-    // or a correction; it must never fail the answer.
+    // The stream slot is freed when the call ends, or at once when its caller leaves (its call may run on
+    // for coalesced twins; its tokens settle when it ends). The KV store's count is freed once; the strict
+    // store's lease goes with the final settle too (freeing it twice changes nothing), so an early release
+    // a failed Durable Object call lost does not hold the slot for the lease's 30 minutes. A lost settle
+    // only forfeits a refund or a correction; it must never fail the answer.
     const settle = (tokens: number, release: boolean) => {
       const held = reservation
-      const { lease, ...rest } = held
-      reservation = { ...rest, stream: false }
+      reservation = { ...held, stream: false }
       return store.settle({ reservation: held, tokens, ...(release ? { release } : {}), background }).catch(() => undefined)
     }
     if (reservation.stream) onAbort(ctx.c.req.raw.signal, () => reservation.stream && background(settle(reservation.tokens, false)))
