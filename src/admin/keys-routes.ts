@@ -20,6 +20,7 @@ import { oneOf } from '../zod/one-of.ts'
 import { optionalFields } from '../zod/optional-fields.ts'
 import { recordOf } from '../zod/records.ts'
 import { refine } from '../zod/refine.ts'
+import { withDefault } from '../zod/with-default.ts'
 
 const scopeFields = lazily(() => ({
   name: z.string().check(z.minLength(1), z.maxLength(100)),
@@ -34,7 +35,7 @@ export const createKeySchema = lazily(() => {
   const fields = scopeFields()
   return z.strictObject({
     ...fields,
-    kind: z._default(oneOf(['secret', 'publishable']), 'secret'),
+    kind: withDefault(oneOf(['secret', 'publishable']), 'secret'),
     models: z.optional(fields.models),
     origins: z.optional(fields.origins),
     metadata: z.optional(fields.metadata),

@@ -6,24 +6,25 @@ import * as z from 'zod/mini'
 import { intIn } from '../zod/numbers.ts'
 import { oneOf } from '../zod/one-of.ts'
 import { boolean } from '../zod/boolean.ts'
+import { withDefault } from '../zod/with-default.ts'
 
 export const cacheConfigSchema = z.strictObject({
   /** Cache answers at all. Default true (deterministic requests only, unless a model or caller opts in). */
-  enabled: z._default(boolean(), true),
+  enabled: withDefault(boolean(), true),
   /** `key`: entries are per credential and never cross keys; `gateway`: shared by every caller. Default `key`. */
-  scope: z._default(oneOf(['key', 'gateway']), 'key'),
+  scope: withDefault(oneOf(['key', 'gateway']), 'key'),
   /** How long an answer stays cached, in seconds, for models that set no `cache.ttlSeconds`. Default 300. */
-  ttlSeconds: z._default(intIn(1, 365 * 24 * 3600), 300),
+  ttlSeconds: withDefault(intIn(1, 365 * 24 * 3600), 300),
   /** Largest entry stored, in bytes of JSON; larger answers are served but not stored. Default 1 MiB. */
-  maxEntryBytes: z._default(intIn(1024, 25 * 1024 * 1024), 1024 * 1024),
+  maxEntryBytes: withDefault(intIn(1024, 25 * 1024 * 1024), 1024 * 1024),
   /** Use the Cache API (`caches.default`, per Cloudflare location) where the runtime has one. Default true. */
-  cacheApi: z._default(boolean(), true),
+  cacheApi: withDefault(boolean(), true),
   /** Use KV (global; entries live at least 60 s there). Default true. */
-  kv: z._default(boolean(), true),
+  kv: withDefault(boolean(), true),
   /** Identical cacheable requests in flight in one isolate share one upstream call. Default true. */
-  coalesce: z._default(boolean(), true),
+  coalesce: withDefault(boolean(), true),
   /** How long an isolate trusts the purge generations it read, in ms (then uses them as long again while it re-reads them): a purge's delay on top of KV's is at most twice this. Default 5000. */
-  generationCacheMs: z._default(intIn(0, 60_000), 5_000),
+  generationCacheMs: withDefault(intIn(0, 60_000), 5_000),
 })
 export type CacheConfig = z.output<typeof cacheConfigSchema>
 
@@ -33,6 +34,6 @@ export const modelCacheSchema = z.strictObject({
   /** How long its answers stay cached, in seconds. Default: the gateway's `cache.ttlSeconds`. */
   ttlSeconds: z.optional(intIn(1, 365 * 24 * 3600)),
   /** Cache requests that are not deterministic too (no `temperature: 0` and no `seed`). Default false. */
-  nonDeterministic: z._default(boolean(), false),
+  nonDeterministic: withDefault(boolean(), false),
 })
 export type ModelCacheConfig = z.output<typeof modelCacheSchema>

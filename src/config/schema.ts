@@ -11,6 +11,7 @@ import { recordOf } from '../zod/records.ts'
 import { refine } from '../zod/refine.ts'
 import { union } from '../zod/union.ts'
 import { boolean } from '../zod/boolean.ts'
+import { withDefault } from '../zod/with-default.ts'
 import { quotaPolicySchema, quotaStoreKindSchema } from '../quota/policy.ts'
 import { cacheConfigSchema, modelCacheSchema } from '../cache/config.ts'
 
@@ -45,7 +46,7 @@ const endpointBase = {
   /** `openai` uses Runpod's `/openai/v1/*` route; `native` uses `/run` + `/stream/{id}` and `/runsync`. Default: the model's `mode`, else `openai`. */
   mode: z.optional(upstreamModeSchema),
   /** Relative share of traffic among a model's endpoints. Default 1. */
-  weight: z._default(z.number().check(z.positive()), 1),
+  weight: withDefault(z.number().check(z.positive()), 1),
 }
 
 export const endpointSchema = union([
@@ -80,41 +81,41 @@ function isLoopbackUrl(url: string): boolean {
 /** How a model's requests survive upstream failures (docs/failure-behaviour.md). */
 export const resilienceSchema = z.strictObject({
   /** Attempts before the first byte, across the model's endpoints. */
-  retries: z._default(
+  retries: withDefault(
     z.strictObject({
       /** Tries in all, the first included. Default 3. */
-      attempts: z._default(intIn(1, 10), 3),
+      attempts: withDefault(intIn(1, 10), 3),
       /** First backoff ceiling; each retry doubles it (full jitter). Default 200. */
-      baseDelayMs: z._default(intIn(0, 60_000), 200),
+      baseDelayMs: withDefault(intIn(0, 60_000), 200),
       /** Largest backoff. Default 2000. */
-      maxDelayMs: z._default(intIn(0, 300_000), 2_000),
+      maxDelayMs: withDefault(intIn(0, 300_000), 2_000),
       /** No retry starts later than this after the request began; a longer `Retry-After` is not waited for. Default 10000. */
-      budgetMs: z._default(intIn(0, 600_000), 10_000),
+      budgetMs: withDefault(intIn(0, 600_000), 10_000),
     }),
     { attempts: 3, baseDelayMs: 200, maxDelayMs: 2_000, budgetMs: 10_000 },
   ),
   /** Native streams: how long podgate holds the response for a first token before a hedge (or an early 200 with keep-alives). Default 10000. */
-  ttftBudgetMs: z._default(intIn(0, 600_000), 10_000),
+  ttftBudgetMs: withDefault(intIn(0, 600_000), 10_000),
   /** Native streams: past `ttftBudgetMs` with the job still queued, start the request on another endpoint too; the first to answer wins, the other is cancelled. Default false. */
-  hedge: z._default(boolean(), false),
-  timeouts: z._default(
+  hedge: withDefault(boolean(), false),
+  timeouts: withDefault(
     z.strictObject({
       /** No first token by then: cancel upstream, 504 (or an SSE error once the stream is open). Default 120000. */
-      firstTokenMs: z._default(positiveInt(3_600_000), 120_000),
+      firstTokenMs: withDefault(positiveInt(3_600_000), 120_000),
       /** Longest silence between chunks once output began. Default 60000. */
-      idleMs: z._default(positiveInt(3_600_000), 60_000),
+      idleMs: withDefault(positiveInt(3_600_000), 60_000),
       /** Longest answer in all. Default 600000. */
-      totalMs: z._default(positiveInt(3_600_000), 600_000),
+      totalMs: withDefault(positiveInt(3_600_000), 600_000),
     }),
     { firstTokenMs: 120_000, idleMs: 60_000, totalMs: 600_000 },
   ),
   /** Per-isolate circuit breaker per endpoint. */
-  breaker: z._default(
+  breaker: withDefault(
     z.strictObject({
       /** Consecutive failures that open the breaker. Default 3. */
-      failures: z._default(intIn(1, 100), 3),
+      failures: withDefault(intIn(1, 100), 3),
       /** How long an open endpoint is skipped. Default 30000. */
-      cooldownMs: z._default(intIn(0, 3_600_000), 30_000),
+      cooldownMs: withDefault(intIn(0, 3_600_000), 30_000),
     }),
     { failures: 3, cooldownMs: 30_000 },
   ),
@@ -125,23 +126,23 @@ export const modelSchema = z.strictObject({
   /** One or more endpoints that serve this model. */
   endpoints: z.array(endpointSchema).check(z.minLength(1, { message: 'needs at least one endpoint' }), z.maxLength(16)),
   /** Default upstream mode for endpoints that do not set one. Default `openai`. */
-  mode: z._default(upstreamModeSchema, 'openai'),
+  mode: withDefault(upstreamModeSchema, 'openai'),
   /** The model name vLLM serves (sent upstream as `model` on the OpenAI route). Default: the alias. */
   servedModelName: z.optional(z.string().check(z.minLength(1), z.maxLength(256))),
   /** Default sampling parameters, applied where the caller sends none. */
-  defaults: z._default(samplingDefaultsSchema, {}),
+  defaults: withDefault(samplingDefaultsSchema, {}),
   /** Largest `max_tokens` a caller may ask for; larger asks get a 400. Default 4096. */
-  maxTokensCap: z._default(positiveInt(), 4096),
+  maxTokensCap: withDefault(positiveInt(), 4096),
   /** `max_tokens` used when the caller sends none. Default: `defaults.max_tokens`, else 512 (never above the cap). */
   defaultMaxTokens: z.optional(positiveInt()),
   /** Largest `n` a caller may ask for. Default 4. */
-  maxChoices: z._default(positiveInt(16), 4),
+  maxChoices: withDefault(positiveInt(16), 4),
   /** `chat` models accept `messages` (`/chat/completions`), `completion` models `prompt` (`/completions`), `embedding` models `input` (`/embeddings`); all three by default (vLLM refuses what the served model cannot do). */
-  kinds: z._default(z.array(oneOf(['chat', 'completion', 'embedding'])).check(z.minLength(1)), ['chat', 'completion', 'embedding']),
+  kinds: withDefault(z.array(oneOf(['chat', 'completion', 'embedding'])).check(z.minLength(1)), ['chat', 'completion', 'embedding']),
   /** Native surface (`/v2/{model}/run`): send the job `input` unchanged, for handlers other than worker-vllm. Default false: the input must be worker-vllm's and is normalized and capped. */
-  passthrough: z._default(boolean(), false),
+  passthrough: withDefault(boolean(), false),
   /** Retries, failover, cold-start hedging, timeouts and breaker. Default: see `resilienceSchema`. */
-  resilience: z._default(resilienceSchema, () => resilienceSchema.parse({})),
+  resilience: withDefault(resilienceSchema, () => resilienceSchema.parse({})),
   /** Default quota limits when this model is called (above `quota.defaults`, below a key's own). Default: none. */
   quota: z.optional(quotaPolicySchema),
   /** This model's cache settings (docs/caching.md). Default: the gateway's `cache`. */
@@ -153,9 +154,9 @@ export const quotaConfigSchema = z.strictObject({
   /** Limits for every key that sets none of its own (the lowest layer). Default: none. */
   defaults: z.optional(quotaPolicySchema),
   /** Store for policies that do not set `strict`: `kv` (approximate) or `strict` (a Durable Object per key). Default `kv`. */
-  store: z._default(quotaStoreKindSchema, 'kv'),
+  store: withDefault(quotaStoreKindSchema, 'kv'),
   /** KV store: least time between writes of one isolate's counters, and how long a listed total is reused, in ms. Default 1000. */
-  flushIntervalMs: z._default(intIn(1000, 60_000), 1000),
+  flushIntervalMs: withDefault(intIn(1000, 60_000), 1000),
 })
 
 export const gatewayOptionsSchema = z.strictObject({
@@ -165,15 +166,15 @@ export const gatewayOptionsSchema = z.strictObject({
     /** The Runpod API key. Sent only in the `Authorization` header upstream, never logged or returned. */
     apiKey: z.string().check(z.minLength(1, { message: 'is empty: set the RUNPOD_API_KEY secret' })),
     /** Base URL of Runpod's endpoint API. Default `https://api.runpod.ai/v2`. */
-    baseUrl: z._default(z.string().check(refine((u: string) => URL.canParse(u), 'must be an absolute URL, e.g. https://api.runpod.ai/v2')), 'https://api.runpod.ai/v2'),
+    baseUrl: withDefault(z.string().check(refine((u: string) => URL.canParse(u), 'must be an absolute URL, e.g. https://api.runpod.ai/v2')), 'https://api.runpod.ai/v2'),
     /** Upstream request timeout for non-streaming calls, in ms. Default 120000. */
-    timeoutMs: z._default(positiveInt(), 120_000),
+    timeoutMs: withDefault(positiveInt(), 120_000),
     /** `?wait=` for native `/runsync`, in ms (1000..300000). Default 90000. */
-    runsyncWaitMs: z._default(intIn(1000, 300_000), 90_000),
+    runsyncWaitMs: withDefault(intIn(1000, 300_000), 90_000),
     /** Long-poll `?wait=` sent on native `/stream/{id}`, in ms. Default 10000. */
-    streamWaitMs: z._default(intIn(0, 300_000), 10_000),
+    streamWaitMs: withDefault(intIn(0, 300_000), 10_000),
     /** Most upstream polls one job event stream (`/v2/{model}/stream/{id}` as SSE) makes before it pauses; Workers cap subrequests per request (50 Free, 10,000 Paid). Default 900. */
-    maxPollsPerStream: z._default(intIn(1, 9_000), 900),
+    maxPollsPerStream: withDefault(intIn(1, 9_000), 900),
   }),
   /** Secret for signed browser tokens and job ids (32+ chars). Default: derived from the Runpod key. */
   signingSecret: z.optional(z.string().check(z.minLength(32, { message: 'must be at least 32 characters: e.g. `openssl rand -hex 32`' }))),
@@ -184,24 +185,24 @@ export const gatewayOptionsSchema = z.strictObject({
    * `/runsync`): room for images as base64 `image_url` parts. A request holds a few times its body in the
    * isolate's memory (128 MB) while podgate parses and forwards it.
    */
-  maxBodyBytes: z._default(positiveInt(20 * 1024 * 1024), 10 * 1024 * 1024),
+  maxBodyBytes: withDefault(positiveInt(20 * 1024 * 1024), 10 * 1024 * 1024),
   /** How long a key lookup is cached in the isolate, in ms. Bounds revocation delay on top of KV's. Default 10000. */
-  keyCacheTtlMs: z._default(intIn(0, 60_000), 10_000),
+  keyCacheTtlMs: withDefault(intIn(0, 60_000), 10_000),
   /** Short-lived browser tokens minted with `POST /v1/tokens` (docs/keys-and-browsers.md). */
-  tokens: z._default(
+  tokens: withDefault(
     z.strictObject({
       /** Longest lifetime a token may be minted with, in seconds. Default 3600. */
-      maxTtlSeconds: z._default(intIn(60, 86_400), 3600),
+      maxTtlSeconds: withDefault(intIn(60, 86_400), 3600),
       /** Lifetime when the mint request names none, in seconds (never above the max). Default 600. */
-      defaultTtlSeconds: z._default(intIn(1, 86_400), 600),
+      defaultTtlSeconds: withDefault(intIn(1, 86_400), 600),
     }),
     { maxTtlSeconds: 3600, defaultTtlSeconds: 600 },
   ),
   /** CORS on `/v1/*` and `/v2/*` (docs/keys-and-browsers.md). */
-  cors: z._default(
+  cors: withDefault(
     z.strictObject({
       /** How long browsers may cache a preflight answer, in seconds. Default 600. */
-      maxAgeSeconds: z._default(intIn(0, 86_400), 600),
+      maxAgeSeconds: withDefault(intIn(0, 86_400), 600),
     }),
     { maxAgeSeconds: 600 },
   ),
@@ -210,24 +211,24 @@ export const gatewayOptionsSchema = z.strictObject({
    * stream whose bytes need no change is piped natively through workerd; one that needs a change (the
    * `model` name, the usage chunk) goes through a JavaScript relay that costs several times the CPU per chunk.
    */
-  streaming: z._default(
+  streaming: withDefault(
     z.strictObject({
       /** Write the caller's alias as `model` in every streamed chunk when the endpoint serves another name (`servedModelName`). Default true. */
-      rewriteModel: z._default(boolean(), true),
+      rewriteModel: withDefault(boolean(), true),
       /** `requested`: the usage chunk (which podgate always asks vLLM for, to settle quotas) reaches only callers that asked with `stream_options.include_usage`, as in OpenAI's API. `always`: every stream ends with it. Default `requested`. */
-      usage: z._default(oneOf(['requested', 'always']), 'requested'),
+      usage: withDefault(oneOf(['requested', 'always']), 'requested'),
     }),
     { rewriteModel: true, usage: 'requested' },
   ),
   /** Serve the browser playground at `GET /playground` (a dev tool: leave it off in production). Default false. */
-  playground: z._default(boolean(), false),
+  playground: withDefault(boolean(), false),
   /** One `info` log line per completion call, once it settled: key, model, status, cache status, tokens, duration (docs/api.md "Errors"). Default false. */
-  logCalls: z._default(boolean(), false),
+  logCalls: withDefault(boolean(), false),
   /** Quotas (docs/quotas.md). Default: no limits unless a key or model sets some. */
   quota: z.optional(quotaConfigSchema),
   /** Caching of answers (docs/caching.md). Default: on for deterministic requests, per key. */
   // Every field at its default when left out (a function: the schema fills them in).
-  cache: z._default(cacheConfigSchema, () => cacheConfigSchema.parse({})),
+  cache: withDefault(cacheConfigSchema, () => cacheConfigSchema.parse({})),
 })
 export type GatewayOptionsInput = z.input<typeof gatewayOptionsSchema>
 export type ResolvedOptions = z.output<typeof gatewayOptionsSchema>
