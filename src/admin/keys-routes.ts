@@ -17,6 +17,7 @@ import type { GatewayEnv } from '../types.ts'
 import { lazily } from '../zod/lazily.ts'
 import { positiveInt } from '../zod/numbers.ts'
 import { oneOf } from '../zod/one-of.ts'
+import { nullable } from '../zod/nullable.ts'
 import { optionalFields } from '../zod/optional-fields.ts'
 import { recordOf } from '../zod/records.ts'
 import { refine } from '../zod/refine.ts'
@@ -24,11 +25,11 @@ import { withDefault } from '../zod/with-default.ts'
 
 const scopeFields = lazily(() => ({
   name: z.string().check(z.minLength(1), z.maxLength(100)),
-  models: z.nullable(z.array(z.string().check(z.minLength(1), z.maxLength(128))).check(z.maxLength(256))),
+  models: nullable(z.array(z.string().check(z.minLength(1), z.maxLength(128))).check(z.maxLength(256))),
   origins: z.array(originSchema()).check(z.maxLength(100)),
   metadata: recordOf(z.string().check(z.maxLength(512))).check(refine((m: Record<string, string>) => Object.keys(m).every((key) => key.length <= 64), 'must have keys of at most 64 characters')),
-  quota: z.nullable(quotaPolicySchema),
-  expiresAt: z.nullable(positiveInt()),
+  quota: nullable(quotaPolicySchema),
+  expiresAt: nullable(positiveInt()),
 }))
 
 export const createKeySchema = lazily(() => {

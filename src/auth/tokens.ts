@@ -13,6 +13,7 @@ import { base64url, encoder, fromBase64url, sign, signingKey, verify } from '../
 import { quotaPolicySchema } from '../quota/policy.ts'
 import type { QuotaPolicy } from '../quota/policy.ts'
 import { lazily } from '../zod/lazily.ts'
+import { nullable } from '../zod/nullable.ts'
 import { int } from '../zod/numbers.ts'
 
 export const TOKEN_PREFIX = 'pg_tk_'
@@ -32,9 +33,9 @@ const claimsSchema = lazily(() => z.object({
   /** Issued at / expires at, in seconds since the epoch. */
   iat: z.number().check(int()),
   exp: z.number().check(int()),
-  models: z.nullable(z.array(z.string())),
-  origin: z.nullable(z.string()),
-  quota: z.nullable(quotaPolicySchema),
+  models: nullable(z.array(z.string())),
+  origin: nullable(z.string()),
+  quota: nullable(quotaPolicySchema),
   /** The end user the token stands for, named by the minting backend; absent on tokens minted without one. */
   sub: z.optional(z.string()),
 }))

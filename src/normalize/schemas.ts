@@ -10,6 +10,7 @@
 import * as z from 'zod/mini'
 import { isRawJSON } from '../http/body.ts'
 import { int } from '../zod/numbers.ts'
+import { nullish } from '../zod/nullable.ts'
 import { refine } from '../zod/refine.ts'
 import { union } from '../zod/union.ts'
 import { boolean } from '../zod/boolean.ts'
@@ -42,7 +43,7 @@ export const MAX_TOKEN_IDS = 1_000_000
 const chars = (max: number) => z.string().check(z.maxLength(max))
 const modelField = z.string().check(z.minLength(1), z.maxLength(256))
 /** `n` and `best_of`; the model's `maxChoices` is checked by the normalizer. */
-const choices = () => z.nullish(z.number().check(int(), z.minimum(1), z.maximum(MAX_CHOICES_CEILING)))
+const choices = () => nullish(z.number().check(int(), z.minimum(1), z.maximum(MAX_CHOICES_CEILING)))
 
 /**
  * What podgate reads to size the quota reservation and to decide caching; validated so its 400s name
@@ -50,15 +51,15 @@ const choices = () => z.nullish(z.number().check(int(), z.minimum(1), z.maximum(
  */
 const readShape = {
   model: modelField,
-  stream: z.nullish(boolean()),
-  stream_options: z.nullish(z.looseObject({ include_usage: z.nullish(boolean()) })),
-  max_tokens: z.nullish(z.number().check(int(), z.minimum(1))),
-  max_completion_tokens: z.nullish(z.number().check(int(), z.minimum(1))),
+  stream: nullish(boolean()),
+  stream_options: nullish(z.looseObject({ include_usage: nullish(boolean()) })),
+  max_tokens: nullish(z.number().check(int(), z.minimum(1))),
+  max_completion_tokens: nullish(z.number().check(int(), z.minimum(1))),
   n: choices(),
   best_of: choices(),
-  temperature: z.nullish(z.number().check(z.minimum(0))),
-  seed: z.nullish(seed()),
-  user: z.nullish(chars(256)),
+  temperature: nullish(z.number().check(z.minimum(0))),
+  seed: nullish(seed()),
+  user: nullish(chars(256)),
 }
 
 /**
@@ -71,13 +72,13 @@ const contentPartSchema = union(
     chars(MAX_TEXT_CHARS),
     z.looseObject({
       type: z.optional(z.string().check(z.minLength(1), z.maxLength(64))),
-      text: z.nullish(chars(MAX_TEXT_CHARS)),
+      text: nullish(chars(MAX_TEXT_CHARS)),
     }),
   ],
   { error: 'expected a string or an object' },
 )
 
-const messageContentSchema = z.nullish(
+const messageContentSchema = nullish(
   union([chars(MAX_TEXT_CHARS), z.array(contentPartSchema).check(z.maxLength(MAX_MESSAGES))], {
     // For unions the message is the "expected ..." clause; the mapper adds the param and the actual type.
     error: 'expected a string, an array of content parts or null',
@@ -114,15 +115,15 @@ function textOrTokens() {
 /** `prompt`, or vLLM's `prompt_embeds`, or both; `max_tokens: 0` only with `echo` (checked by the normalizer). */
 export const completionRequestSchema = z.looseObject({
   ...readShape,
-  max_tokens: z.nullish(z.number().check(int(), z.minimum(0))),
-  prompt: z.nullish(textOrTokens()),
+  max_tokens: nullish(z.number().check(int(), z.minimum(0))),
+  prompt: nullish(textOrTokens()),
 })
 
 /** `input`, or vLLM's chat form (`messages`), checked by the normalizer. */
 export const embeddingRequestSchema = z.looseObject({
   model: modelField,
-  input: z.nullish(textOrTokens()),
-  messages: z.nullish(z.array(messageSchema).check(z.minLength(1), z.maxLength(MAX_MESSAGES))),
+  input: nullish(textOrTokens()),
+  messages: nullish(z.array(messageSchema).check(z.minLength(1), z.maxLength(MAX_MESSAGES))),
   user: readShape.user,
 })
 

@@ -56,8 +56,8 @@ describe('the production Worker bundle', () => {
     // class keeps its name (`$constructor("$ZodRecord", ...)`), so a name found here is a class shipped. `z.int()`
     // is src/zod/numbers.ts's `int()` check (~300 B gzipped), `z.refine` src/zod/refine.ts's (~180 B), `z.union`
     // src/zod/union.ts's `union()` (~190 B), `z.boolean()` src/zod/boolean.ts's (~40 B), `z._default` src/zod/with-default.ts's
-    // `withDefault()` (~140 B).
-    expect(code.toString('utf8').match(/"\$Zod(?:Record|Enum|CheckRegex|CheckStringFormat|CheckNumberFormat|Custom|Union|Boolean|Default)"/g)).toBeNull()
+    // `withDefault()` (~140 B), `z.nullable` src/zod/nullable.ts's (~40 B).
+    expect(code.toString('utf8').match(/"\$Zod(?:Record|Enum|CheckRegex|CheckStringFormat|CheckNumberFormat|Custom|Union|Boolean|Default|Nullable)"/g)).toBeNull()
     expect(code.toString('utf8')).not.toContain('cannot be used on tuple schemas')
     // wrangler.toml's `keep_names = false`. Wrangler's default defines esbuild's `__name` helper, minified
     // to `var s=(e,t)=>X(e,"name",{value:t,configurable:!0})`, and calls it for every function and class.
