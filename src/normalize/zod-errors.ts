@@ -122,28 +122,19 @@ function messageFor(issue: Issue, path: string, noun: string): string {
       return `Invalid type for '${param}': ${expected}, got ${typeOf(input)}`
     }
     case 'too_big':
-      return `'${param}' must ${bound(issue.origin, 'at most', 'less than', issue.maximum, issue.inclusive, issue.exact)}, got ${measure(issue.origin, input)}`
+      return `'${param}' must ${bound(issue.origin, 'at most', 'less than', issue.maximum, issue.inclusive)}, got ${measure(issue.origin, input)}`
     case 'too_small':
-      return `'${param}' must ${bound(issue.origin, 'at least', 'greater than', issue.minimum, issue.inclusive, issue.exact)}, got ${measure(issue.origin, input)}`
+      return `'${param}' must ${bound(issue.origin, 'at least', 'greater than', issue.minimum, issue.inclusive)}, got ${measure(issue.origin, input)}`
     case 'invalid_value':
       return `Invalid value for '${param}': expected ${issue.values.map(show).join(', ')}, got ${show(input)}`
-    case 'invalid_format':
-      return `Invalid value for '${param}': expected ${issue.format === 'url' ? 'a URL' : `a ${issue.format}`}, got ${show(input)}`
     default:
       return `Invalid value for '${param}'`
   }
 }
 
 /** `'temperature' must be at most 2` / `'stop' must have at most 16 items` / `... be at least 1 character long`. */
-function bound(
-  origin: string,
-  inclusiveWord: string,
-  exclusiveWord: string,
-  limit: number | bigint,
-  inclusive = true,
-  exact = false,
-): string {
-  const word = exact ? 'exactly' : inclusive ? inclusiveWord : exclusiveWord
+function bound(origin: string, inclusiveWord: string, exclusiveWord: string, limit: number | bigint, inclusive = true): string {
+  const word = inclusive ? inclusiveWord : exclusiveWord
   if (origin === 'string') return `be ${word} ${plural(limit, 'character')} long`
   if (origin === 'array') return `have ${word} ${plural(limit, 'item')}`
   return `be ${word} ${limit}`
