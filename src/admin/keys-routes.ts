@@ -22,6 +22,7 @@ import { optionalFields } from '../zod/optional-fields.ts'
 import { recordOf } from '../zod/records.ts'
 import { refine } from '../zod/refine.ts'
 import { withDefault } from '../zod/with-default.ts'
+import { optional } from '../zod/optional.ts'
 
 const scopeFields = lazily(() => ({
   name: z.string().check(z.minLength(1), z.maxLength(100)),
@@ -37,11 +38,11 @@ export const createKeySchema = lazily(() => {
   return z.strictObject({
     ...fields,
     kind: withDefault(oneOf(['secret', 'publishable']), 'secret'),
-    models: z.optional(fields.models),
-    origins: z.optional(fields.origins),
-    metadata: z.optional(fields.metadata),
-    quota: z.optional(fields.quota),
-    expiresAt: z.optional(fields.expiresAt),
+    models: optional(fields.models),
+    origins: optional(fields.origins),
+    metadata: optional(fields.metadata),
+    quota: optional(fields.quota),
+    expiresAt: optional(fields.expiresAt),
   })
 })
 

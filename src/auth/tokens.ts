@@ -15,6 +15,7 @@ import type { QuotaPolicy } from '../quota/policy.ts'
 import { lazily } from '../zod/lazily.ts'
 import { nullable } from '../zod/nullable.ts'
 import { int } from '../zod/numbers.ts'
+import { optional } from '../zod/optional.ts'
 
 export const TOKEN_PREFIX = 'pg_tk_'
 
@@ -37,7 +38,7 @@ const claimsSchema = lazily(() => z.object({
   origin: nullable(z.string()),
   quota: nullable(quotaPolicySchema),
   /** The end user the token stands for, named by the minting backend; absent on tokens minted without one. */
-  sub: z.optional(z.string()),
+  sub: optional(z.string()),
 }))
 
 export type TokenClaims = z.infer<ReturnType<typeof claimsSchema>>

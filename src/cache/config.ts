@@ -7,6 +7,7 @@ import { intIn } from '../zod/numbers.ts'
 import { oneOf } from '../zod/one-of.ts'
 import { boolean } from '../zod/boolean.ts'
 import { withDefault } from '../zod/with-default.ts'
+import { optional } from '../zod/optional.ts'
 
 export const cacheConfigSchema = z.strictObject({
   /** Cache answers at all. Default true (deterministic requests only, unless a model or caller opts in). */
@@ -30,9 +31,9 @@ export type CacheConfig = z.output<typeof cacheConfigSchema>
 
 export const modelCacheSchema = z.strictObject({
   /** Cache this model's answers. Default: the gateway's `cache.enabled`. */
-  enabled: z.optional(boolean()),
+  enabled: optional(boolean()),
   /** How long its answers stay cached, in seconds. Default: the gateway's `cache.ttlSeconds`. */
-  ttlSeconds: z.optional(intIn(1, 365 * 24 * 3600)),
+  ttlSeconds: optional(intIn(1, 365 * 24 * 3600)),
   /** Cache requests that are not deterministic too (no `temperature: 0` and no `seed`). Default false. */
   nonDeterministic: withDefault(boolean(), false),
 })

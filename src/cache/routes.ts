@@ -18,11 +18,12 @@ import { lazily } from '../zod/lazily.ts'
 import { refine } from '../zod/refine.ts'
 import { kvPrefix } from './key.ts'
 import type { GenerationCache } from './store.ts'
+import { optional } from '../zod/optional.ts'
 
 export const purgeSchema = lazily(() => z
   .strictObject({
-    model: z.optional(z.string().check(z.minLength(1), z.maxLength(128))),
-    keyId: z.optional(z.string().check(z.minLength(1), z.maxLength(64))),
+    model: optional(z.string().check(z.minLength(1), z.maxLength(128))),
+    keyId: optional(z.string().check(z.minLength(1), z.maxLength(64))),
   })
   .check(refine((body: { model?: string, keyId?: string }) => body.model !== undefined || body.keyId !== undefined, 'give `model`, `keyId` or both')))
 

@@ -14,6 +14,7 @@ import { boolean } from '../zod/boolean.ts'
 import { withDefault } from '../zod/with-default.ts'
 import { quotaPolicySchema, quotaStoreKindSchema } from '../quota/policy.ts'
 import { cacheConfigSchema, modelCacheSchema } from '../cache/config.ts'
+import { optional } from '../zod/optional.ts'
 
 /** Runpod endpoint ids are lowercase alphanumerics (runpod-api.md §1). */
 export const ENDPOINT_ID_PATTERN = /^[a-z0-9]{1,64}$/
@@ -44,7 +45,7 @@ export type SamplingDefaults = z.infer<typeof samplingDefaultsSchema>
 
 const endpointBase = {
   /** `openai` uses Runpod's `/openai/v1/*` route; `native` uses `/run` + `/stream/{id}` and `/runsync`. Default: the model's `mode`, else `openai`. */
-  mode: z.optional(upstreamModeSchema),
+  mode: optional(upstreamModeSchema),
   /** Relative share of traffic among a model's endpoints. Default 1. */
   weight: withDefault(z.number().check(z.positive()), 1),
 }
@@ -66,7 +67,7 @@ export const endpointSchema = union([
       ),
     ),
     /** The bearer sent to this URL (a secret: pass it from your environment). Default: none. The Runpod key is never sent to a `url:` endpoint unless given here. */
-    apiKey: z.optional(z.string().check(z.minLength(1, { message: 'is empty: set the secret it is read from' }))),
+    apiKey: optional(z.string().check(z.minLength(1, { message: 'is empty: set the secret it is read from' }))),
     ...endpointBase,
   }),
 ])
@@ -128,13 +129,13 @@ export const modelSchema = z.strictObject({
   /** Default upstream mode for endpoints that do not set one. Default `openai`. */
   mode: withDefault(upstreamModeSchema, 'openai'),
   /** The model name vLLM serves (sent upstream as `model` on the OpenAI route). Default: the alias. */
-  servedModelName: z.optional(z.string().check(z.minLength(1), z.maxLength(256))),
+  servedModelName: optional(z.string().check(z.minLength(1), z.maxLength(256))),
   /** Default sampling parameters, applied where the caller sends none. */
   defaults: withDefault(samplingDefaultsSchema, {}),
   /** Largest `max_tokens` a caller may ask for; larger asks get a 400. Default 4096. */
   maxTokensCap: withDefault(positiveInt(), 4096),
   /** `max_tokens` used when the caller sends none. Default: `defaults.max_tokens`, else 512 (never above the cap). */
-  defaultMaxTokens: z.optional(positiveInt()),
+  defaultMaxTokens: optional(positiveInt()),
   /** Largest `n` a caller may ask for. Default 4. */
   maxChoices: withDefault(positiveInt(16), 4),
   /** `chat` models accept `messages` (`/chat/completions`), `completion` models `prompt` (`/completions`), `embedding` models `input` (`/embeddings`); all three by default (vLLM refuses what the served model cannot do). */
@@ -144,15 +145,15 @@ export const modelSchema = z.strictObject({
   /** Retries, failover, cold-start hedging, timeouts and breaker. Default: see `resilienceSchema`. */
   resilience: withDefault(resilienceSchema, () => resilienceSchema.parse({})),
   /** Default quota limits when this model is called (above `quota.defaults`, below a key's own). Default: none. */
-  quota: z.optional(quotaPolicySchema),
+  quota: optional(quotaPolicySchema),
   /** This model's cache settings (docs/caching.md). Default: the gateway's `cache`. */
-  cache: z.optional(modelCacheSchema),
+  cache: optional(modelCacheSchema),
 })
 export type ModelInput = z.input<typeof modelSchema>
 
 export const quotaConfigSchema = z.strictObject({
   /** Limits for every key that sets none of its own (the lowest layer). Default: none. */
-  defaults: z.optional(quotaPolicySchema),
+  defaults: optional(quotaPolicySchema),
   /** Store for policies that do not set `strict`: `kv` (approximate) or `strict` (a Durable Object per key). Default `kv`. */
   store: withDefault(quotaStoreKindSchema, 'kv'),
   /** KV store: least time between writes of one isolate's counters, and how long a listed total is reused, in ms. Default 1000. */
@@ -177,9 +178,9 @@ export const gatewayOptionsSchema = z.strictObject({
     maxPollsPerStream: withDefault(intIn(1, 9_000), 900),
   }),
   /** Secret for signed browser tokens and job ids (32+ chars). Default: derived from the Runpod key. */
-  signingSecret: z.optional(z.string().check(z.minLength(32, { message: 'must be at least 32 characters: e.g. `openssl rand -hex 32`' }))),
+  signingSecret: optional(z.string().check(z.minLength(32, { message: 'must be at least 32 characters: e.g. `openssl rand -hex 32`' }))),
   /** Bearer token for `/admin/*`. Admin routes answer 404 when unset. */
-  adminToken: z.optional(z.string().check(z.minLength(16, { message: 'must be at least 16 characters' }))),
+  adminToken: optional(z.string().check(z.minLength(16, { message: 'must be at least 16 characters' }))),
   /**
    * Largest accepted request body, in bytes. Default 10 MiB, Runpod's own limit on `/run` (20 MB on
    * `/runsync`): room for images as base64 `image_url` parts. A request holds a few times its body in the
@@ -225,7 +226,7 @@ export const gatewayOptionsSchema = z.strictObject({
   /** One `info` log line per completion call, once it settled: key, model, status, cache status, tokens, duration (docs/api.md "Errors"). Default false. */
   logCalls: withDefault(boolean(), false),
   /** Quotas (docs/quotas.md). Default: no limits unless a key or model sets some. */
-  quota: z.optional(quotaConfigSchema),
+  quota: optional(quotaConfigSchema),
   /** Caching of answers (docs/caching.md). Default: on for deterministic requests, per key. */
   // Every field at its default when left out (a function: the schema fills them in).
   cache: withDefault(cacheConfigSchema, () => cacheConfigSchema.parse({})),

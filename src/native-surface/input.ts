@@ -17,6 +17,7 @@ import { keysIn } from '../zod/records.ts'
 import { refine } from '../zod/refine.ts'
 import { boolean } from '../zod/boolean.ts'
 import type { JobKind } from './job-id.ts'
+import { optional } from '../zod/optional.ts'
 
 export interface JobRequest {
   kind: JobKind
@@ -28,7 +29,7 @@ export interface JobRequest {
 
 // Worded after the field's name, which the message puts first: "'webhook' is not forwarded ...".
 const refused = () =>
-  z.optional(z.unknown().check(refine(
+  optional(z.unknown().check(refine(
     (v) => v === undefined || v === null,
     'is not forwarded by podgate: follow the job with /status/{id} or /stream/{id}',
   )))
@@ -36,15 +37,15 @@ const refused = () =>
 const DAY_MS = 24 * 60 * 60_000
 
 const policyShape = () => z.strictObject({
-  executionTimeout: z.optional(z.number().check(int(), z.minimum(5_000), z.maximum(7 * DAY_MS))),
-  ttl: z.optional(z.number().check(int(), z.minimum(10_000), z.maximum(7 * DAY_MS))),
-  lowPriority: z.optional(boolean()),
+  executionTimeout: optional(z.number().check(int(), z.minimum(5_000), z.maximum(7 * DAY_MS))),
+  ttl: optional(z.number().check(int(), z.minimum(10_000), z.maximum(7 * DAY_MS))),
+  lowPriority: optional(boolean()),
 })
 type JobPolicy = z.infer<ReturnType<typeof policyShape>>
 
 const runBodySchema = lazily(() => z.strictObject({
   input: z.looseObject({}),
-  policy: z.optional(policyShape()),
+  policy: optional(policyShape()),
   // Runpod would call these with its own job id and results, past podgate's keys and normalization.
   webhook: refused(),
   webhookV2: refused(),
@@ -53,14 +54,14 @@ const runBodySchema = lazily(() => z.strictObject({
 
 /** worker-vllm's input (runpod-api.md §2). `messages`, `prompt` and the sampling values are checked by the normalizer. */
 const vllmInputSchema = lazily(() => z.strictObject({
-  messages: z.optional(z.unknown()),
-  prompt: z.optional(z.unknown()),
-  sampling_params: z.optional(keysIn(SAMPLING_KEYS)),
-  stream: z.optional(boolean()),
-  apply_chat_template: z.optional(boolean()),
-  max_batch_size: z.optional(z.number().check(int(), z.minimum(1), z.maximum(1_000))),
-  min_batch_size: z.optional(z.number().check(int(), z.minimum(0), z.maximum(1_000))),
-  batch_size_growth_factor: z.optional(z.number().check(z.minimum(0), z.maximum(100))),
+  messages: optional(z.unknown()),
+  prompt: optional(z.unknown()),
+  sampling_params: optional(keysIn(SAMPLING_KEYS)),
+  stream: optional(boolean()),
+  apply_chat_template: optional(boolean()),
+  max_batch_size: optional(z.number().check(int(), z.minimum(1), z.maximum(1_000))),
+  min_batch_size: optional(z.number().check(int(), z.minimum(0), z.maximum(1_000))),
+  batch_size_growth_factor: optional(z.number().check(z.minimum(0), z.maximum(100))),
 }))
 
 /** The normalizer reads this input as worker-vllm's own: its params go to the worker as written. */

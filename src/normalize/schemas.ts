@@ -14,6 +14,7 @@ import { nullish } from '../zod/nullable.ts'
 import { refine } from '../zod/refine.ts'
 import { union } from '../zod/union.ts'
 import { boolean } from '../zod/boolean.ts'
+import { optional } from '../zod/optional.ts'
 
 
 /**
@@ -71,7 +72,7 @@ const contentPartSchema = union(
   [
     chars(MAX_TEXT_CHARS),
     z.looseObject({
-      type: z.optional(z.string().check(z.minLength(1), z.maxLength(64))),
+      type: optional(z.string().check(z.minLength(1), z.maxLength(64))),
       text: nullish(chars(MAX_TEXT_CHARS)),
     }),
   ],

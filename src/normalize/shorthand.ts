@@ -16,11 +16,12 @@ import { oneOf } from '../zod/one-of.ts'
 import { int } from '../zod/numbers.ts'
 import { union } from '../zod/union.ts'
 import { boolean } from '../zod/boolean.ts'
+import { optional } from '../zod/optional.ts'
 
 const stopString = z.string().check(z.minLength(1), z.maxLength(1_000))
 const MAX_STOP_TOKEN_IDS = 100_000
-const optionalInt = (...checks: z.core.$ZodCheck<number>[]) => z.optional(z.number().check(int(), ...checks))
-const optionalNumber = (...checks: z.core.$ZodCheck<number>[]) => z.optional(z.number().check(...checks))
+const optionalInt = (...checks: z.core.$ZodCheck<number>[]) => optional(z.number().check(int(), ...checks))
+const optionalNumber = (...checks: z.core.$ZodCheck<number>[]) => optional(z.number().check(...checks))
 
 /**
  * worker-vllm's sampling params (runpod-api.md §2) in the types its native input takes, with the bounds
@@ -39,18 +40,18 @@ const nativeSamplingSchema = z.strictObject({
   presence_penalty: optionalNumber(z.minimum(-2), z.maximum(2)),
   frequency_penalty: optionalNumber(z.minimum(-2), z.maximum(2)),
   repetition_penalty: optionalNumber(z.gt(0)),
-  use_beam_search: z.optional(boolean()),
+  use_beam_search: optional(boolean()),
   length_penalty: optionalNumber(),
-  early_stopping: z.optional(union([boolean(), oneOf(['never'])])),
-  stop: z.optional(union([stopString, z.array(stopString).check(z.maxLength(MAX_STOP_SEQUENCES))])),
-  stop_token_ids: z.optional(z.array(z.number().check(int(), z.minimum(0))).check(z.maxLength(MAX_STOP_TOKEN_IDS))),
-  ignore_eos: z.optional(boolean()),
+  early_stopping: optional(union([boolean(), oneOf(['never'])])),
+  stop: optional(union([stopString, z.array(stopString).check(z.maxLength(MAX_STOP_SEQUENCES))])),
+  stop_token_ids: optional(z.array(z.number().check(int(), z.minimum(0))).check(z.maxLength(MAX_STOP_TOKEN_IDS))),
+  ignore_eos: optional(boolean()),
   min_tokens: optionalInt(z.minimum(0)),
-  skip_special_tokens: z.optional(boolean()),
-  spaces_between_special_tokens: z.optional(boolean()),
-  include_stop_str_in_output: z.optional(boolean()),
+  skip_special_tokens: optional(boolean()),
+  spaces_between_special_tokens: optional(boolean()),
+  include_stop_str_in_output: optional(boolean()),
   truncate_prompt_tokens: optionalInt(z.minimum(-1)),
-  seed: z.optional(seed()),
+  seed: optional(seed()),
 })
 
 /** Every sampling param, in the order native inputs list them. */

@@ -9,9 +9,10 @@ import * as z from 'zod/mini'
 import { positiveInt } from '../zod/numbers.ts'
 import { oneOf } from '../zod/one-of.ts'
 import { boolean } from '../zod/boolean.ts'
+import { optional } from '../zod/optional.ts'
 
 /** A limit: a positive integer (described for the OpenAPI document in src/openapi/descriptions.ts). */
-const limit = () => z.optional(positiveInt())
+const limit = () => optional(positiveInt())
 
 export const quotaPolicySchema = z.strictObject({
   requestsPerMinute: limit(),
@@ -20,7 +21,7 @@ export const quotaPolicySchema = z.strictObject({
   tokensPerDay: limit(),
   maxConcurrentStreams: limit(),
   controlPerMinute: limit(),
-  strict: z.optional(boolean()),
+  strict: optional(boolean()),
 })
 
 export type QuotaPolicy = z.infer<typeof quotaPolicySchema>

@@ -3,13 +3,14 @@
  * nullable schema brings lazy `optin`, `optout`, `values` and `pattern` members (a template literal's and a
  * discriminated union's) into the deployed Worker, which podgate never uses. It parses as zod's does: `null`
  * passes as is, anything else is the inner schema's. Its inner schema is never optional or defaulted (the
- * types refuse one; wrap the nullable in `z.optional` instead), so it is a required field, as zod's nullable of
+ * types refuse one; wrap the nullable in `optional()` instead), so it is a required field, as zod's nullable of
  * such a schema is. Its def is `z.nullable`'s (`type: 'nullable'`, `innerType`), so `z.toJSONSchema` writes the same
  * `anyOf` with `{"type":"null"}`.
  */
-import * as z from 'zod/mini'
+import type * as z from 'zod/mini'
 import { ZodMiniType } from 'zod/mini'
 import { $constructor } from 'zod/v4/core'
+import { optional } from './optional.ts'
 
 const Nullable = $constructor<z.ZodMiniNullable>('PodgateNullable', (inst, def) => {
   ZodMiniType.init(inst, def)
@@ -36,5 +37,5 @@ export function nullable<T extends z.core.SomeType>(schema: NotOptional<T>): z.Z
  * const temperature = nullish(z.number())
  */
 export function nullish<T extends z.core.SomeType>(schema: NotOptional<T>): z.ZodMiniOptional<z.ZodMiniNullable<T>> {
-  return z.optional(nullable(schema))
+  return optional(nullable(schema))
 }
