@@ -634,6 +634,39 @@ describe('coalescing', () => {
     expect(h.emulator.calls.filter((call) => call.op === 'cancel')).toHaveLength(1)
   })
 
+  // A custom `fetch` may ignore its signal: the stopped call answers anyway, and its relay, created with
+  // the signal aborted, cuts it (openai-relay.ts). A caller who came after the stop must not follow it.
+  it('a caller who comes after a call every caller left was stopped asks on its own, not the stopped call', async () => {
+    let release = () => {}
+    const released = new Promise<void>((resolve) => (release = resolve))
+    let called = () => {}
+    const upstreamCalled = new Promise<void>((resolve) => (called = resolve))
+    const { h, key } = await setup({
+      fetch: async (input, init) => {
+        const request = new Request(input, init)
+        if (new URL(request.url).pathname.includes('/openai/')) {
+          called()
+          await released
+        }
+        return h.emulator.fetch(new Request(request, { signal: null }))
+      },
+    })
+    const body = deterministic('chat-openai', 'stopped [[emulator:delay=5,tokens=12]]', { stream: true })
+    const leaving = new AbortController()
+    const first = h.fetch('/v1/chat/completions', { ...authed(key, body), signal: leaving.signal }).catch((error: unknown) => error)
+    await upstreamCalled
+    leaving.abort()
+    await new Promise((r) => setTimeout(r, 20))
+    const later = h.fetch('/v1/chat/completions', authed(key, body))
+    await new Promise((r) => setTimeout(r, 20))
+    release()
+    await first
+    const events = await readSSE(await later)
+    expect(events.filter((e) => typeof e === 'object' && e !== null && 'error' in e)).toEqual([])
+    expect(events.at(-1)).toBe('[DONE]')
+    await h.settle()
+  })
+
   // Cloudflare ends a request 30 s after its caller left, its call with it: nothing more comes, and its
   // code never runs again (never takes its flight out of the map). A /run that hangs stands for that here.
   it('a flight gone silent is let go: its waiting joiner asks upstream on its own, not the dead flight again', async () => {

@@ -41,13 +41,17 @@ export async function lead(run: CacheRun, ctx: CompletionContext, next: Completi
   const { options, flights, log } = run
   const flight = new Flight(ctx.request.stream)
   const hash = plan.key.hash
+  const release = () => {
+    if (flights.get(hash) === flight) flights.delete(hash)
+  }
   if (options.coalesce) {
     flights.set(hash, flight)
     // The call is the flight's: its caller leaving stops it only when no joiner follows it, and its
-    // request lives on (waitUntil) while the call runs for them.
+    // request lives on (waitUntil) while the call runs for them. A stopped call takes no joiner: one
+    // whose upstream ignores the abort and answers later is cut by its relay (openai-relay.ts).
     const shared = new AbortController()
     const { signal } = ctx.c.req.raw
-    const stop = () => signal.aborted && shared.abort(signal.reason)
+    const stop = () => signal.aborted && (shared.abort(signal.reason), release())
     ctx.signal = shared.signal
     flight.onIdle = stop
     onAbort(signal, () => {
@@ -63,9 +67,7 @@ export async function lead(run: CacheRun, ctx: CompletionContext, next: Completi
     run,
     ctx,
     flight,
-    release: () => {
-      if (flights.get(hash) === flight) flights.delete(hash)
-    },
+    release,
     store: (answer) => {
       const write = writeEntry(options.tiers(ctx.c), plan.key, { v: 1, storedAt: options.now(), answer }, { ttlSeconds: plan.ttlSeconds, maxEntryBytes: options.maxEntryBytes })
       waitUntilOf(ctx.c)(write.catch((error: unknown) => log(ctx, { message: 'cache write failed', cause: String(error) })))
