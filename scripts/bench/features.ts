@@ -91,6 +91,7 @@ export async function measureBenchFeatures(options: { podgate: ServedPodgate; fl
     { name: 'podgate, cache skipped', ...at(podgate, key), body: () => chatBody('bench', json), cache: 'BYPASS' },
     { name: 'podgate, cache hit', ...at(podgate, key), body: () => hitJson, cache: 'HIT' },
     { name: 'least gateway, Hono', ...at(least.hono, 'bench'), body: () => typicalChat('bench', json) },
+    { name: 'least gateway, Hono, each feature at its least', url: `${least.featured.url}/featured/v1/chat/completions`, headers: { authorization: 'Bearer bench' }, body: () => typicalChat('bench', json) },
   ]
   const streamProbes: Probe[] = [
     { name: 'floor', ...at(floor, 'bench'), body: () => typicalChat('bench', stream, true) },
@@ -101,6 +102,7 @@ export async function measureBenchFeatures(options: { podgate: ServedPodgate; fl
     { name: 'podgate, cache hit', ...at(podgate, key), body: () => hitStream, cache: 'HIT' },
     { name: 'least gateway, answers at once', url: `${least.plain.url}/v1/chat/completions?shape=usage`, headers: { authorization: 'Bearer bench' }, body: () => typicalChat('bench', stream, true) },
     { name: 'least gateway, waits for the first chunk', url: `${least.plain.url}/v1/chat/completions?shape=first`, headers: { authorization: 'Bearer bench' }, body: () => typicalChat('bench', stream, true) },
+    { name: 'least gateway, Hono, each feature at its least', url: `${least.featured.url}/featured/v1/chat/completions`, headers: { authorization: 'Bearer bench' }, body: () => typicalChat('bench', stream, true) },
   ]
   const jsonRun = await roundRobin(jsonProbes, options.calls, (t) => probeJson(t as Probe))
   const streamRun = await roundRobin(streamProbes, options.streams, (t) => probeStream(t as Probe))

@@ -26,6 +26,8 @@ try {
     { name: 'podgate', url: `${podgate.url}/v1/chat/completions`, headers: { authorization: `Bearer ${key}` }, pid: podgate.workerdPid },
     ...['parse', 'usage', 'first'].map((shape) => ({ name: `least-${shape}`, url: `${least.plain.url}/v1/chat/completions?shape=${shape}`, headers: { authorization: 'Bearer bench' } })),
     { name: 'least-hono', url: `${least.hono.url}/v1/chat/completions`, headers: { authorization: 'Bearer bench' }, pid: least.hono.workerdPid },
+    // The least Hono gateway plus the least form of each feature podgate's rows run with.
+    { name: 'least-featured', url: `${least.featured.url}/featured/v1/chat/completions`, headers: { authorization: 'Bearer bench' }, pid: least.featured.workerdPid },
   ]
   for (let i = 0; i < 30; i++) for (const t of targets) await timeJson(t, chatBody('bench', { first: 10 }))
   const n = Number(process.env.LATENCY_N ?? 300)
@@ -38,8 +40,10 @@ try {
   console.log(`stream first byte p50: floor ${s('floor').toFixed(2)} ms, podgate ${s('podgate').toFixed(2)} ms, added ${(s('podgate') - s('floor')).toFixed(2)} ms`)
   // Like for like: podgate over the least Hono gateway, JSON and the stream's first byte (which it also waits for).
   console.log(`podgate over least-hono, p50 in ms: JSON ${(p('podgate') - p('least-hono')).toFixed(2)}, first byte ${(s('podgate') - s('least-hono')).toFixed(2)}`)
+  // What podgate's features cost at their least, and what podgate's own way of doing them adds on top.
+  console.log(`the features at their least (least-featured over least-hono), p50 in ms: JSON ${(p('least-featured') - p('least-hono')).toFixed(2)}, first byte ${(s('least-featured') - s('least-hono')).toFixed(2)}; podgate over least-featured: JSON ${(p('podgate') - p('least-featured')).toFixed(2)}, first byte ${(s('podgate') - s('least-featured')).toFixed(2)}`)
   const added = (of: (name: string) => number, names: string[]) => names.map((name) => `${name} ${(of(name) - of('floor')).toFixed(2)}`).join(', ')
-  console.log(`the least gateway (no podgate code), added p50 in ms: JSON ${added(p, ['least-parse', 'least-usage', 'least-hono'])}; first byte ${added(s, ['least-parse', 'least-usage', 'least-first', 'least-hono'])}; CPU/call least-hono ${json.cpuPerCall['least-hono']?.toFixed(3)} ms`)
+  console.log(`the least gateway (no podgate code), added p50 in ms: JSON ${added(p, ['least-parse', 'least-usage', 'least-hono', 'least-featured'])}; first byte ${added(s, ['least-parse', 'least-usage', 'least-first', 'least-hono', 'least-featured'])}; CPU/call least-hono ${json.cpuPerCall['least-hono']?.toFixed(3)}, least-featured ${json.cpuPerCall['least-featured']?.toFixed(3)} ms`)
   if (process.env.LATENCY_HOLD) {
     console.log(`holding: podgate pid ${podgate.workerdPid} ${targets[1]!.url} key ${key}; floor pid ${floor.workerdPid} ${targets[0]!.url}`)
     await new Promise((resolve) => setTimeout(resolve, Number(process.env.LATENCY_HOLD) * 1000))

@@ -31,7 +31,7 @@ import { bundleWorker, startFloor, startLeastGateways, startPodgate, startWorker
 const quick = process.env.BENCH_QUICK === '1'
 /** The stream shapes a full run prices, and the ones it also prices at a model's pace. */
 const HOP_MODES = ['floor', 'identity', 'timer', 'relay', 'relay-nobatch', 'timer-relay', 'native-pipe', 'tee-watch', 'js-writer', 'tee-pipe', 'pipe-tee', 'tee-pipe-drain', 'tee-pipe-idle', 'tee-gather', 'tee-deflate', 'tee-tick', 'pipe', 'pipe-nofirst', 'pipe-waituntil', 'floor-wait', 'floor-wait-early', 'gateway', 'gateway-nousage']
-const PACED_HOP_MODES = ['floor', 'tee-pipe-idle', 'pipe', 'gateway', 'relay-nobatch', 'relay', 'gateway-nousage']
+const PACED_HOP_MODES = ['floor', 'tee-pipe-idle', 'tee-tick', 'pipe', 'gateway', 'relay-nobatch', 'relay', 'gateway-nousage']
 /** The shapes of the 64-streams row's load: what the tee and the caller's IdentityTransformStream cost apart and together. */
 const CONCURRENT_HOP_MODES = ['floor', 'native-pipe', 'tee-native-tick', 'tee-tick', 'pipe', 'gateway']
 

@@ -157,6 +157,8 @@ export interface LeastGateways {
   plain: ServedWorker
   /** scripts/bench/least-gateway/hono.ts, bundled as wrangler would: Hono, podgate's chat schema (zod/mini), a key Map. */
   hono: ServedWorker
+  /** The same script in a process of its own, for its `/featured/` route (its CPU read apart from `hono`'s). */
+  featured: ServedWorker
   stop(): Promise<void>
 }
 
@@ -169,7 +171,14 @@ export async function startLeastGateways(upstream: string): Promise<LeastGateway
   try {
     const script = bundleWorker('.bench/least-hono', ['--env', 'dev', 'scripts/bench/least-gateway/hono.ts'])
     const hono = await startWorker({ script, label: 'least gateway (Hono)', bindings: { UPSTREAM: upstream } })
-    return { plain, hono, stop: async () => void (await Promise.all([plain.stop(), hono.stop()])) }
+    let featured: ServedWorker
+    try {
+      featured = await startWorker({ script, label: 'least gateway (Hono, featured)', bindings: { UPSTREAM: upstream } })
+    } catch (error) {
+      await hono.stop()
+      throw error
+    }
+    return { plain, hono, featured, stop: async () => void (await Promise.all([plain.stop(), hono.stop(), featured.stop()])) }
   } catch (error) {
     await plain.stop()
     throw error
