@@ -116,7 +116,7 @@ export function renderMarkdown(r: Results, notes: string): string {
     'The last column reads each limit against what this runtime allows a gateway that keeps podgate\'s promises, with none of podgate\'s code: ' +
       'for streams, the least shape that can still end a cut answer with an error event, keep memory flat and learn the usage (`tee-tick` in the stream shapes tables below: a tee, the caller\'s IdentityTransformStream, the copy read every 50 ms), in the same shapes table as its floor; ' +
       'for latency, the least Hono gateway with each feature of these rows at its least (keys, quota counts published to KV, rate-limit fields, a request id), which for a stream also waits for the first chunk (to fail over before the first token), from the feature rows. ' +
-      'A limit beyond that column is out of reach on this runtime for any gateway that does the same (scripts/bench/NOTES.md).',
+      'Against Portkey, the column applies that shape\'s share of its own floor to the row\'s floor. A limit beyond the column is out of reach on this runtime for any gateway that does the same (scripts/bench/NOTES.md).',
     '',
   )
   if (r.json.workerd) {

@@ -50,9 +50,14 @@ const below = (value: number | undefined, other: number | undefined) => (value =
  * so memory stays flat and the tail tells `[DONE]` and the usage), against the floor in the same shapes table.
  */
 function leastStream(hops: Results['hops'] | undefined, of: 'eventsPerSecond' | 'eventUs'): string {
+  const share = leastShare(hops, of)
+  return share === undefined ? 'not measured' : `${x(share)} (\`tee-tick\` shape)`
+}
+
+function leastShare(hops: Results['hops'] | undefined, of: 'eventsPerSecond' | 'eventUs'): number | undefined {
   const floor = hops?.find((h) => h.mode === 'floor')
   const least = hops?.find((h) => h.mode === 'tee-tick')
-  return floor && least ? `${x(least[of] / floor[of])} (\`tee-tick\` shape)` : 'not measured'
+  return floor && least ? least[of] / floor[of] : undefined
 }
 
 /** The least Hono gateway's added p50 over the floor in the feature rows (`probe`), when they ran. */
@@ -68,13 +73,17 @@ export function checks(r: Results): Check[] {
     const floor = r.throughput.workerd?.[key]
     const portkey = r.throughput.portkey?.[key]
     const share = times(podgate, floor)
-    const bound = leastStream(key === 'one' ? r.hops : r.concurrentHops, 'eventsPerSecond')
+    const hops = key === 'one' ? r.hops : r.concurrentHops
+    const bound = leastStream(hops, 'eventsPerSecond')
     lines.push({ name: `Streaming throughput, ${label}, against the floor`, measured: `${rate(podgate)} = ${x(share)} the floor's ${rate(floor)}`, limit: '≥ 0.8× the floor', met: atLeast(share, 0.8), bound })
+    // The least shape's share of its own floor, applied to this row's floor: what it would relay here.
+    const least = leastShare(hops, 'eventsPerSecond')
     lines.push({
       name: `Streaming throughput, ${label}, against Portkey`,
       measured: portkey === undefined ? 'Portkey not run' : `${rate(podgate)} vs ${rate(portkey)}`,
       limit: 'above Portkey',
       met: podgate === undefined || portkey === undefined ? undefined : podgate > portkey,
+      bound: least === undefined || floor === undefined ? 'not measured' : `≈ ${rate(least * floor)} (\`tee-tick\`'s share of the floor's ${rate(floor)})`,
     })
   }
   const streamCpu = times(r.streamCpu.podgate, r.streamCpu.workerd)
