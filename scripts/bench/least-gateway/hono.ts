@@ -33,7 +33,7 @@ app.post('/v1/chat/completions', async (c) => {
 })
 
 /** A stream answered once its first chunk came, the rest teed: the caller's branch piped after it, the copy read to its end. */
-async function afterFirstChunk(ctx: ExecutionContext, res: Response, body: ReadableStream<Uint8Array>): Promise<Response> {
+async function afterFirstChunk(ctx: { waitUntil(promise: Promise<unknown>): void }, res: Response, body: ReadableStream<Uint8Array>): Promise<Response> {
   const reader = body.getReader()
   const first = await reader.read()
   reader.releaseLock()
