@@ -1,14 +1,9 @@
 import { describe, expect, it } from 'vitest'
 import * as z from 'zod/mini'
+import { resultOf } from './__fixtures__/zod-parity.ts'
 import { boolean } from './boolean.ts'
 
-const PARSE_CONTEXT = { error: () => 'default', reportInput: true }
 const INPUTS = [true, false, 0, 1, 'true', '', null, undefined, [], {}, Number.NaN]
-
-function resultOf(schema: z.ZodMiniType, input: unknown) {
-  const result = schema.safeParse(input, PARSE_CONTEXT)
-  return result.success ? { data: result.data } : { issues: result.error.issues }
-}
 
 describe('boolean()', () => {
   it('parses and fails exactly as z.boolean(): alone, optional, defaulted, nullable, in an object and a union', () => {

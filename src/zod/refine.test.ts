@@ -1,13 +1,7 @@
 import { describe, expect, it } from 'vitest'
 import * as z from 'zod/mini'
+import { resultOf } from './__fixtures__/zod-parity.ts'
 import { refine } from './refine.ts'
-
-const PARSE_CONTEXT = { error: () => 'default', reportInput: true }
-
-function issuesOf(schema: z.ZodMiniType, input: unknown) {
-  const result = schema.safeParse(input, PARSE_CONTEXT)
-  return result.success ? { data: result.data } : { issues: result.error.issues }
-}
 
 describe('refine()', () => {
   it('raises exactly the issues of z.refine: alone, aborting, after other checks and on an object', () => {
@@ -31,7 +25,7 @@ describe('refine()', () => {
       ],
     ]
     for (const [zods, ours, inputs] of pairs) {
-      for (const input of inputs) expect(JSON.stringify(issuesOf(ours, input)), JSON.stringify(input)).toBe(JSON.stringify(issuesOf(zods, input)))
+      for (const input of inputs) expect(JSON.stringify(resultOf(ours, input)), JSON.stringify(input)).toBe(JSON.stringify(resultOf(zods, input)))
     }
   })
 

@@ -1,14 +1,8 @@
 import { describe, expect, it } from 'vitest'
 import * as z from 'zod/mini'
+import { resultOf } from './__fixtures__/zod-parity.ts'
 import { oneOf } from './one-of.ts'
 import { union } from './union.ts'
-
-const PARSE_CONTEXT = { error: () => 'default', reportInput: true }
-
-function resultOf(schema: z.ZodMiniType, input: unknown) {
-  const result = schema.safeParse(input, PARSE_CONTEXT)
-  return result.success ? { data: result.data } : { issues: result.error.issues }
-}
 
 /** podgate's union shapes, each as zod's union and as union(): options of every kind, a schema's error, nesting. */
 function pairs(): Array<[z.ZodMiniType, z.ZodMiniType, unknown[]]> {

@@ -1,17 +1,11 @@
 import { describe, expect, it } from 'vitest'
 import * as z from 'zod/mini'
+import { expectSameJsonSchemas, expectSameParses } from './__fixtures__/zod-parity.ts'
 import { boolean } from './boolean.ts'
 import { intIn } from './numbers.ts'
 import { oneOf } from './one-of.ts'
 import { union } from './union.ts'
 import { withDefault } from './with-default.ts'
-
-const PARSE_CONTEXT = { error: () => 'default', reportInput: true }
-
-function resultOf(schema: z.ZodMiniType, input: unknown) {
-  const result = schema.safeParse(input, PARSE_CONTEXT)
-  return result.success ? { data: result.data } : { issues: result.error.issues }
-}
 
 /** podgate's defaulted shapes, built with z._default and with withDefault. */
 function shapes(d: typeof z._default): Array<[z.ZodMiniType, unknown[]]> {
@@ -38,11 +32,7 @@ function shapes(d: typeof z._default): Array<[z.ZodMiniType, unknown[]]> {
 
 describe('withDefault()', () => {
   it('parses and fails exactly as z._default: the same output, the same issues, absent or not, nested, in objects and unions', () => {
-    const zods = shapes(z._default)
-    const ours = shapes(withDefault as typeof z._default)
-    zods.forEach(([schema, inputs], i) => {
-      for (const input of inputs) expect(JSON.stringify(resultOf(ours[i]![0], input)), `${i} ${JSON.stringify(input)}`).toBe(JSON.stringify(resultOf(schema, input)))
-    })
+    expectSameParses(shapes(withDefault as typeof z._default), shapes(z._default))
   })
 
   it('hands every parse its own copy of an array or object default, as z._default does', () => {
@@ -56,10 +46,6 @@ describe('withDefault()', () => {
   })
 
   it('shows in JSON Schema as z._default does: the default, and the field not required on input', () => {
-    const zods = shapes(z._default)
-    const ours = shapes(withDefault as typeof z._default)
-    zods.forEach(([schema], i) => {
-      for (const io of ['input', 'output'] as const) expect(JSON.stringify(z.toJSONSchema(ours[i]![0], { io })), `${i} ${io}`).toBe(JSON.stringify(z.toJSONSchema(schema, { io })))
-    })
+    expectSameJsonSchemas(shapes(withDefault as typeof z._default), shapes(z._default))
   })
 })
