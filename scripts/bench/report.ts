@@ -71,6 +71,12 @@ export interface Results {
 const GATEWAYS = ['podgate', 'portkey'] as const
 /** Serving processes with a row in the CPU and memory tables: the pass-through Worker and the gateways. */
 const SERVERS = ['workerd', ...GATEWAYS] as const
+/** The rows of the latency, throughput and CPU tables: the servers and, beside podgate, the least featured gateway (`least`). */
+const ROWS = ['workerd', 'podgate', 'least', 'portkey'] as const
+const LABELS: Record<string, string> = {
+  workerd: 'workerd floor (pass-through Worker)',
+  least: 'least gateway: Hono, each feature of these rows at its least, the least stream shape (no podgate code)',
+}
 const ratio = (value: number | undefined, base: number | undefined) => (value === undefined || !base ? 'n/a' : `${(value / base).toFixed(3)}×`)
 
 function added(table: Record<string, Percentiles>, name: string, p: 'p50' | 'p99'): number | undefined {
@@ -78,8 +84,8 @@ function added(table: Record<string, Percentiles>, name: string, p: 'p50' | 'p99
 }
 
 export function renderMarkdown(r: Results, notes: string): string {
-  const names = ['direct', ...SERVERS].filter((n) => r.json[n])
-  const label = (n: string) => (n === 'workerd' ? 'workerd floor (pass-through Worker)' : n)
+  const names = ['direct', ...ROWS].filter((n) => r.json[n])
+  const label = (n: string) => LABELS[n] ?? n
   const verdict = (met: boolean | undefined) => (met === undefined ? 'not measured' : met ? '**met**' : '**missed**')
   const lines: string[] = []
   lines.push('# Benchmarks', '')
@@ -113,10 +119,11 @@ export function renderMarkdown(r: Results, notes: string): string {
   for (const c of checks(r)) lines.push(`| ${c.name} | ${c.measured} | ${c.limit} | ${verdict(c.met)} | ${c.bound ?? '—'} |`)
   lines.push(
     '',
-    'The last column reads each limit against what this runtime allows a gateway that keeps podgate\'s promises, with none of podgate\'s code: ' +
-      'for streams, the least shape that can still end a cut answer with an error event, keep memory flat and learn the usage (`tee-tick` in the stream shapes tables below: a tee, the caller\'s IdentityTransformStream, the copy read every 50 ms), in the same shapes table as its floor; ' +
-      'for latency, the least Hono gateway with each feature of these rows at its least (keys, quota counts published to KV, rate-limit fields, a request id), which for a stream also waits for the first chunk (to fail over before the first token), from the feature rows. ' +
-      'Against Portkey, the column applies that shape\'s share of its own floor to the row\'s floor. A limit beyond the column is out of reach on this runtime for any gateway that does the same (scripts/bench/NOTES.md).',
+    'The last column reads each limit against what this runtime allows a gateway that keeps podgate\'s promises, with none of podgate\'s code. ' +
+      'In bold, the least gateway measured in the row itself, a target of every latency, throughput and CPU round beside podgate, in a workerd process of its own (scripts/bench/least-gateway/hono.ts, `/featured`): Hono and podgate\'s chat schema, each feature of these rows at its least (the key found by its SHA-256 in a `Map`, quota counts published to KV once a second and settled from the usage, the eight rate-limit fields, a request id, an upstream timeout), and for a stream the wait for the first chunk (to fail over before the first token) and ' +
+      'the least shape that can still end a cut answer with an error event, keep memory flat and learn the usage (a tee, the caller\'s IdentityTransformStream, the copy read every 50 ms). ' +
+      'After it, the same shape with no request path (`tee-tick` in the stream shapes tables below, against the floor of its own table; against Portkey, that share applied to the row\'s floor), and for latency the same gateway in the feature rows. ' +
+      'A limit beyond the least gateway\'s reading is out of reach on this runtime for any gateway that does the same (scripts/bench/NOTES.md).',
     '',
   )
   if (r.json.workerd) {
@@ -242,7 +249,7 @@ export function renderMarkdown(r: Results, notes: string): string {
     '',
   )
   lines.push('| Target | per JSON call | per 100-event stream |', '|---|---|---|')
-  for (const n of SERVERS) if (r.jsonCpu[n] !== undefined) lines.push(`| ${label(n)} (${n === 'portkey' ? 'node' : 'workerd'}) | ${ms(r.jsonCpu[n])} | ${ms(r.streamCpu[n])} |`)
+  for (const n of ROWS) if (r.jsonCpu[n] !== undefined) lines.push(`| ${label(n)} (${n === 'portkey' ? 'node' : 'workerd'}) | ${ms(r.jsonCpu[n])} | ${ms(r.streamCpu[n])} |`)
   lines.push('')
 
   if (r.coldStart) renderColdStart(lines, r.coldStart)

@@ -146,6 +146,9 @@ async function main(): Promise<void> {
   const floor = await startFloor(upstream.url)
   stoppers.push(floor.stop)
   log(`passthrough Worker (the workerd floor) on ${floor.url} (workerd pid ${floor.workerdPid})`)
+  const least = await startLeastGateways(upstream.url)
+  stoppers.push(least.stop)
+  log(`least gateways (no podgate code; the featured one is a target of every row) on ${least.plain.url}, ${least.hono.url}, ${least.featured.url}`)
   const [portkeyResult] = await Promise.allSettled([portkeyStarting])
   let portkey: Portkey | undefined
   let portkeyNote: string | undefined
@@ -160,6 +163,8 @@ async function main(): Promise<void> {
     { name: 'direct', url: `${upstream.url}/v1/chat/completions`, headers: { authorization: 'Bearer bench' } },
     { name: 'workerd', url: `${floor.url}/v1/chat/completions`, headers: { authorization: 'Bearer bench' }, pid: floor.workerdPid },
     { name: 'podgate', url: `${podgate.url}/v1/chat/completions`, headers: { authorization: `Bearer ${podgateKey}` }, pid: podgate.workerdPid },
+    // The bound beside podgate in its own rows: the least Hono gateway with each feature of these rows at its least.
+    { name: 'least', url: `${least.featured.url}/featured/v1/chat/completions`, headers: { authorization: 'Bearer bench' }, pid: least.featured.workerdPid },
   ]
   if (portkey) {
     targets.push({ name: 'portkey', url: `${portkey.url}/v1/chat/completions`, headers: portkeyHeaders(upstream.url), pid: portkey.process.child.pid })
@@ -198,7 +203,7 @@ async function main(): Promise<void> {
   // Each size twice, alternating: a one-off heap expansion in either run is noise, the smaller growth is what repeats.
   for (const size of [1, 10, 1, 10]) {
     for (const t of targets) {
-      if (t.pid === undefined) continue
+      if (t.pid === undefined || t.name === 'least') continue
       const sampler = sampleRss(t.pid)
       const run = await timeStream(t, chatBody(model, { events: size * 1000, bytes: 1000, first: 0, gap: 0 }, true))
       const { first, peak } = sampler.stop()
@@ -220,8 +225,6 @@ async function main(): Promise<void> {
   const concurrentHops = await measureHops(cpuWorker.url, cpuWorker.workerdPid, `${upstream.url}/v1/chat/completions`, quick ? 2 : 4, { modes: CONCURRENT_HOP_MODES, events: 500, gap: 0, concurrency: 64 })
 
   log('feature rows: strict quota store, cache hits, against the floor')
-  const least = await startLeastGateways(upstream.url)
-  stoppers.push(least.stop)
   const benchFeatures = await measureBenchFeatures({ podgate, floor, least, key: podgateKey, calls: quick ? 40 : 200, streams: quick ? 10 : 40 })
 
   // Stop this run's servers before the emulator rows and the cache bench, which start their own.

@@ -53,13 +53,14 @@ async function afterFirstChunk(ctx: { waitUntil(promise: Promise<unknown>): void
 }
 
 /**
- * `/featured/v1/chat/completions`: the same (JSON and streams), plus the least form of each feature
- * podgate's bench rows run with (a lower bound for them, none of podgate's code): a request id; the key
- * found by its SHA-256 in an in-isolate Map (podgate's key-cache hit); a per-key request and token count
- * per minute and day, checked against the limits and published to KV at most once a second from
- * `waitUntil` (as podgate's KV store does, with the others' counts listed in the background once a
- * second), settled from a JSON answer's usage; the eight rate-limit fields and `vary: Origin`; a timeout
- * on the upstream call. For attribution, `?skip=` (a list of `sha`: the raw key looked up instead;
+ * `/featured/v1/chat/completions`: the same, plus the least form of each feature podgate's bench rows
+ * run with (a lower bound for them, none of podgate's code): a request id; the key found by its SHA-256
+ * in an in-isolate Map (podgate's key-cache hit); a per-key request and token count per minute and day,
+ * checked against the limits and published to KV at most once a second from `waitUntil` (as podgate's KV
+ * store does, with the others' counts listed in the background once a second), settled from the answer's
+ * usage; the eight rate-limit fields and `vary: Origin`; a timeout on the upstream call; a stream in the
+ * least shape that ends a cut answer with an error event, keeps memory flat and learns the usage
+ * (`leastStream`). For attribution, `?skip=` (a list of `sha`: the raw key looked up instead;
  * `uuid`: no request id; `headers`: no rate-limit fields) and `?publish=0` (no KV) leave a feature out.
  */
 const HEX = Array.from({ length: 256 }, (_, i) => i.toString(16).padStart(2, '0'))
@@ -112,14 +113,15 @@ featured.post('/v1/chat/completions', async (c) => {
     ]))
   }
   const res = await fetch(`${c.env.UPSTREAM}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(parsed.data), signal: AbortSignal.timeout(600_000) })
-  let response: Response
-  // A stream's tokens stay at its reservation: learning its usage is the copy's read, which the stream shape does already.
-  if (parsed.data.stream && res.body) response = await afterFirstChunk(c.executionCtx, res, res.body)
-  else {
-    const answer = (await res.json()) as { usage?: { total_tokens?: number } }
-    const used = answer.usage?.total_tokens ?? reserve
+  const settle = (used: number) => {
     counts.tokens += used
     counts.dayTokens += used - reserve
+  }
+  let response: Response
+  if (parsed.data.stream && res.body) response = await leastStream(c.executionCtx, res, res.body, (used) => settle(used ?? reserve))
+  else {
+    const answer = (await res.json()) as { usage?: { total_tokens?: number } }
+    settle(answer.usage?.total_tokens ?? reserve)
     response = c.json(answer as object, res.status as 200)
   }
   const left = 1_000_000 - counts.requests
@@ -136,6 +138,59 @@ featured.post('/v1/chat/completions', async (c) => {
   return response
 })
 app.route('/featured', featured)
+
+const TAIL_BYTES = 4096
+const CUT_EVENT = new TextEncoder().encode('\n\ndata: {"error":{"message":"The upstream stream ended before the model finished.","type":"upstream_error"}}\n\n')
+
+/**
+ * The featured route's stream: the least shape that keeps podgate's promises for a stream (the CPU
+ * Worker's `tee-tick`, with the wait for the first chunk). The body is teed before its first chunk, which
+ * is read from the copy (so the caller's branch carries every byte natively); the caller's branch is piped
+ * into an IdentityTransformStream left open (JavaScript can write after the upstream's last byte); the copy
+ * is read once every 50 ms, one BYOB read taking what it holds (no read pending between ticks, so no chunk
+ * wakes JavaScript; memory stays flat), its last bytes kept. At the end the tail tells the usage, settled
+ * into the counts, and `[DONE]`: an answer cut before it ends with an error event, not silently.
+ */
+async function leastStream(ctx: { waitUntil(promise: Promise<unknown>): void }, res: Response, body: ReadableStream<Uint8Array>, settle: (used: number | undefined) => void): Promise<Response> {
+  const [out, copy] = body.tee()
+  const firstReader = copy.getReader()
+  const first = await firstReader.read()
+  firstReader.releaseLock()
+  let tail = first.value ?? new Uint8Array(0)
+  const reader = copy.getReader({ mode: 'byob' })
+  let buffer = new ArrayBuffer(65536)
+  let reading: Promise<boolean> | undefined
+  const readOnce = () =>
+    (reading ??= reader.read(new Uint8Array(buffer)).then(
+      (next) => {
+        reading = undefined
+        if (next.done || !next.value) return true
+        buffer = next.value.buffer as ArrayBuffer
+        const kept = new Uint8Array(Math.min(TAIL_BYTES, tail.byteLength + next.value.byteLength))
+        const fromRead = Math.min(kept.byteLength, next.value.byteLength)
+        kept.set(tail.subarray(tail.byteLength - (kept.byteLength - fromRead)), 0)
+        kept.set(next.value.subarray(next.value.byteLength - fromRead), kept.byteLength - fromRead)
+        tail = kept
+        return false
+      },
+      () => true,
+    ))
+  const timer = setInterval(() => void readOnce(), 50)
+  const { readable, writable } = new IdentityTransformStream()
+  ctx.waitUntil(
+    out.pipeTo(writable, { preventClose: true }).catch(() => undefined).then(async () => {
+      clearInterval(timer)
+      while (!(await readOnce()));
+      const text = new TextDecoder().decode(tail)
+      const usage = text.match(/"total_tokens":(\d+)/g)?.at(-1)
+      settle(usage ? Number(usage.slice('"total_tokens":'.length)) : undefined)
+      const writer = writable.getWriter()
+      if (!text.includes('data: [DONE]')) await writer.write(CUT_EVENT).catch(() => undefined)
+      await writer.close().catch(() => undefined)
+    }),
+  )
+  return new Response(readable, { status: res.status, headers: res.headers })
+}
 
 export default app
 // wrangler.toml's [env.dev] binds the strict quota store's Durable Object, which the bundle must export.
