@@ -16,9 +16,11 @@
  * Scenarios (all by default; name some to run those): `http-json`, `http-json-bypass`, `http-stream`, `http-stream-cacheable`
  * (podgate's bundle over HTTP from the bench upstream on loopback, served as `npm run bench` serves it but
  * not minified, so functions keep their names), `floor-json`, `floor-stream` (the pass-through Worker
- * under the same load), `micro-json`, `micro-json-bypass`, `micro-stream` (the CPU bench Worker's in-process loop, in-memory
- * KV and cache). `--seconds=N` per pass (default 4); `PROFILE_INTERVAL_US=N`, the V8 profiler's sampling interval
- * (default 250 µs). Profiling slows workerd: read shares, not times.
+ * under the same load), `least-json-bypass`, `least-stream-paced`, `least-stream-64` (the least featured gateway,
+ * scripts/bench/least-gateway/hono.ts, under the same loads), `micro-json`, `micro-json-bypass`, `micro-stream` (the CPU
+ * bench Worker's in-process loop, in-memory KV and cache). `--seconds=N` per pass (default 4); `--gap=N` ms between
+ * steps (default 0: back to back; the bench's rounds call each process once per 15-100 ms); `PROFILE_INTERVAL_US=N`,
+ * the V8 profiler's sampling interval (default 250 µs). Profiling slows workerd: read shares, not times.
  */
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs'
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -43,7 +45,7 @@ const OUT = '.bench/profiles'
 interface Scenario {
   name: string
   what: string
-  server: 'podgate' | 'floor' | 'micro'
+  server: 'podgate' | 'floor' | 'least' | 'micro'
   unit: 'request' | 'event'
   /** Against the served Worker: a step of work that returns how many units it did. */
   work(served: Served): () => Promise<number>
@@ -65,6 +67,8 @@ interface Pass {
 
 const args = process.argv.slice(2)
 const seconds = Number(args.find((a) => a.startsWith('--seconds='))?.split('=')[1] ?? 4)
+/** ms between steps (`--gap=`): at the bench's rate (one call per 15-100 ms) each call finds the CPU's caches cold. Default 0. */
+const gapMs = Number(args.find((a) => a.startsWith('--gap='))?.split('=')[1] ?? 0)
 const chosen = args.filter((a) => !a.startsWith('--'))
 const log = (message: string) => console.log(`[profile] ${message}`)
 const withPerf = perfAvailable()
@@ -84,6 +88,7 @@ async function main(): Promise<void> {
   log('bundling podgate as `wrangler deploy` does, not minified (names for the profile), and the CPU bench Worker')
   const podgateBundle = bundleWorker(`${OUT}/podgate-bundle`, ['--env=', '--minify=false'])
   const microBundle = bundleWorker(`${OUT}/cpu-bundle`, ['--env', 'dev', 'scripts/bench/cpu-worker/worker.ts'])
+  const leastBundle = bundleWorker(`${OUT}/least-bundle`, ['--env', 'dev', '--minify=false', 'scripts/bench/least-gateway/hono.ts'])
   // A fresh workerd per scenario: V8's perf map never forgets code it freed, and a later function at
   // the same address would be named after it.
   const serve = async (which: Scenario['server']): Promise<Served> => {
@@ -96,14 +101,17 @@ async function main(): Promise<void> {
       server = podgate
     } else if (which === 'floor') {
       server = await startFloor(upstream.url, { inspectorPort })
+    } else if (which === 'least') {
+      server = await startWorker({ script: leastBundle, label: 'least gateway (Hono, featured)', bindings: { UPSTREAM: upstream.url }, inspectorPort })
     } else {
       server = await startWorker({ script: microBundle, label: 'cpu worker', bindings: {}, quota: true, inspectorPort })
     }
-    const bundle = which === 'podgate' ? podgateBundle : which === 'floor' ? 'scripts/bench/passthrough-worker.js' : microBundle
+    const bundle = { podgate: podgateBundle, floor: 'scripts/bench/passthrough-worker.js', least: leastBundle, micro: microBundle }[which]
     return { server, inspectorPort, bundle, key }
   }
 
-  const at = (served: Served): Target => ({ name: 'profiled', url: `${served.server.url}/v1/chat/completions`, headers: { authorization: `Bearer ${served.key}` } })
+  // The least gateway is profiled on its `/featured` route: each feature of the bench's rows at its least.
+  const at = (served: Served): Target => ({ name: 'profiled', url: `${served.server.url}${served.bundle === leastBundle ? '/featured' : ''}/v1/chat/completions`, headers: { authorization: `Bearer ${served.key}` } })
   const json = (body: () => string) => (served: Served) => async () => (await timeJson(at(served), body()), 1)
   const stream = (body: (scenario: Traffic, stream: boolean) => string, traffic: Traffic = { events: 2000, first: 0, gap: 0 }) => (served: Served) => async () =>
     (await timeStream(at(served), body(traffic, true))).events
@@ -131,6 +139,9 @@ async function main(): Promise<void> {
     { name: 'floor-stream-paced', what: 'the floor under the load of http-stream-paced', server: 'floor', unit: 'event', work: stream(sampled, paced) },
     { name: 'http-stream-64', what: 'podgate over HTTP: the 64-streams throughput row\'s load, 64 sampled streams of 500 events at once', server: 'podgate', unit: 'event', work: concurrent },
     { name: 'floor-stream-64', what: 'the floor under the load of http-stream-64', server: 'floor', unit: 'event', work: concurrent },
+    { name: 'least-json-bypass', what: 'the least featured gateway (scripts/bench/least-gateway/hono.ts, `/featured`) under the load of http-json-bypass', server: 'least', unit: 'request', work: json(() => chatBody('bench', { first: 0 })) },
+    { name: 'least-stream-paced', what: 'the least featured gateway under the load of http-stream-paced', server: 'least', unit: 'event', work: stream(sampled, paced) },
+    { name: 'least-stream-64', what: 'the least featured gateway under the load of http-stream-64', server: 'least', unit: 'event', work: concurrent },
     { name: 'floor-json', what: 'the floor (pass-through Worker) under the load of http-json', server: 'floor', unit: 'request', work: json(() => typicalChat('bench', { first: 0 })) },
     { name: 'floor-stream', what: 'the floor under the load of http-stream', server: 'floor', unit: 'event', work: stream(sampled) },
     { name: 'micro-json', what: 'CPU bench loop: the typical JSON call through createGateway(...).fetch in process (in-memory KV and cache, an upstream answering at once), 100 per step', server: 'micro', unit: 'request', work: loop('target=gateway&n=100&cache=miss', 100) },
@@ -191,7 +202,10 @@ async function profileOne(scenario: Scenario, served: Served, step: () => Promis
 async function measure(step: () => Promise<number>, pid: number): Promise<Pass> {
   const before = cpuNs(pid)
   let units = 0
-  for (const end = performance.now() + seconds * 1000; performance.now() < end; ) units += await step()
+  for (const end = performance.now() + seconds * 1000; performance.now() < end; ) {
+    units += await step()
+    if (gapMs > 0) await sleep(gapMs)
+  }
   return { units, cpuUs: (cpuNs(pid) - before) / 1e3 }
 }
 
