@@ -19,7 +19,9 @@
  * under the same load), `least-json-bypass`, `least-stream-paced`, `least-stream-64` (the least featured gateway,
  * scripts/bench/least-gateway/hono.ts, under the same loads), `micro-json`, `micro-json-bypass`, `micro-stream` (the CPU
  * bench Worker's in-process loop, in-memory KV and cache). `--seconds=N` per pass (default 4); `--gap=N` ms between
- * steps (default 0: back to back; the bench's rounds call each process once per 15-100 ms); `PROFILE_INTERVAL_US=N`,
+ * steps (default 0: back to back; the bench's rounds call each process once per 15-100 ms); `--interleave`, a call to
+ * a floor and to a least gateway of their own before each step (the bench's rounds); `--first=N`, the upstream's
+ * delay for a JSON call (default 0; the latency rows' is 10 ms); `PROFILE_INTERVAL_US=N`,
  * the V8 profiler's sampling interval (default 250 µs). Profiling slows workerd: read shares, not times.
  */
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs'
@@ -69,6 +71,14 @@ const args = process.argv.slice(2)
 const seconds = Number(args.find((a) => a.startsWith('--seconds='))?.split('=')[1] ?? 4)
 /** ms between steps (`--gap=`): at the bench's rate (one call per 15-100 ms) each call finds the CPU's caches cold. Default 0. */
 const gapMs = Number(args.find((a) => a.startsWith('--gap='))?.split('=')[1] ?? 0)
+/**
+ * `--interleave`: before each step, one JSON call to a floor and one to a least featured gateway, each in a
+ * workerd of its own, as the bench's rounds interleave their targets: the profiled Worker's calls then find
+ * the CPU's caches as those rounds leave them (its CPU alone is measured).
+ */
+const interleave = args.includes('--interleave')
+/** `--first=N`: the bench upstream answers a JSON call after N ms (default 0; the latency rows' is 10). */
+const firstMs = Number(args.find((a) => a.startsWith('--first='))?.split('=')[1] ?? 0)
 const chosen = args.filter((a) => !a.startsWith('--'))
 const log = (message: string) => console.log(`[profile] ${message}`)
 const withPerf = perfAvailable()
@@ -130,16 +140,22 @@ async function main(): Promise<void> {
     await res.arrayBuffer()
     return units
   }
+  const partners = interleave ? [await startFloor(upstream.url), await startWorker({ script: leastBundle, label: 'least gateway (interleaved)', bindings: { UPSTREAM: upstream.url } })] : []
+  const partnerUrls = partners.map((p, i) => `${p.url}${i === 1 ? '/featured' : ''}/v1/chat/completions`)
+  const interleaved = (step: () => Promise<number>) => async () => {
+    for (const url of partnerUrls) await timeJson({ name: 'partner', url, headers: { authorization: 'Bearer bench' } }, chatBody('bench', { first: firstMs }))
+    return step()
+  }
   const all: Scenario[] = [
     { name: 'http-json', what: 'podgate over HTTP: the typical JSON call (cacheable and new: cache lookup, miss, store), one at a time, upstream answering at once', server: 'podgate', unit: 'request', work: json(() => typicalChat('bench', { first: 0 })) },
-    { name: 'http-json-bypass', what: 'podgate over HTTP: a JSON call the cache skips (temperature 0.7, no seed), one at a time', server: 'podgate', unit: 'request', work: json(() => chatBody('bench', { first: 0 })) },
+    { name: 'http-json-bypass', what: 'podgate over HTTP: a JSON call the cache skips (temperature 0.7, no seed), one at a time', server: 'podgate', unit: 'request', work: json(() => chatBody('bench', { first: firstMs })) },
     { name: 'http-stream', what: 'podgate over HTTP: the typical streamed call (sampled: the native pipe), 2000 events written as fast as the socket takes them, one stream at a time', server: 'podgate', unit: 'event', work: stream(sampled) },
     { name: 'http-stream-cacheable', what: 'podgate over HTTP: a cacheable streamed call (new seed: the cache captures it), 2000 events, one stream at a time', server: 'podgate', unit: 'event', work: stream(cacheable) },
     { name: 'http-stream-paced', what: 'podgate over HTTP: the typical streamed call at a model\'s pace (the target row\'s: 100 events 1 ms apart), one stream at a time', server: 'podgate', unit: 'event', work: stream(sampled, paced) },
     { name: 'floor-stream-paced', what: 'the floor under the load of http-stream-paced', server: 'floor', unit: 'event', work: stream(sampled, paced) },
     { name: 'http-stream-64', what: 'podgate over HTTP: the 64-streams throughput row\'s load, 64 sampled streams of 500 events at once', server: 'podgate', unit: 'event', work: concurrent },
     { name: 'floor-stream-64', what: 'the floor under the load of http-stream-64', server: 'floor', unit: 'event', work: concurrent },
-    { name: 'least-json-bypass', what: 'the least featured gateway (scripts/bench/least-gateway/hono.ts, `/featured`) under the load of http-json-bypass', server: 'least', unit: 'request', work: json(() => chatBody('bench', { first: 0 })) },
+    { name: 'least-json-bypass', what: 'the least featured gateway (scripts/bench/least-gateway/hono.ts, `/featured`) under the load of http-json-bypass', server: 'least', unit: 'request', work: json(() => chatBody('bench', { first: firstMs })) },
     { name: 'least-stream-paced', what: 'the least featured gateway under the load of http-stream-paced', server: 'least', unit: 'event', work: stream(sampled, paced) },
     { name: 'least-stream-64', what: 'the least featured gateway under the load of http-stream-64', server: 'least', unit: 'event', work: concurrent },
     { name: 'floor-json', what: 'the floor (pass-through Worker) under the load of http-json', server: 'floor', unit: 'request', work: json(() => typicalChat('bench', { first: 0 })) },
@@ -163,12 +179,13 @@ async function main(): Promise<void> {
     log(`${scenario.name}: ${scenario.what}`)
     const served = await serve(scenario.server)
     try {
-      sections.push(...(await profileOne(scenario, served, scenario.work(served))))
+      sections.push(...(await profileOne(scenario, served, partners.length ? interleaved(scenario.work(served)) : scenario.work(served))))
     } finally {
       await served.server.stop()
       rmSync(`/tmp/perf-${served.server.workerdPid}.map`, { force: true })
     }
   }
+  for (const partner of partners) await partner.stop()
   const text = sections.join('\n')
   writeFileSync(`${OUT}/summary.md`, text)
   console.log(text)
