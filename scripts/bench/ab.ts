@@ -7,7 +7,8 @@
  * the floor's. A change's effect, measured in the conditions of the bench's rows, against the same code
  * without it and against the bound, in one run.
  *
- * Options: `--rounds=N` (default 3), `--calls=N` JSON calls per target per round (default 300),
+ * Options: `--rounds=N` (default 3), `--calls=N` JSON calls per target per round (default 300), `--warm=N`
+ * calls to each target back to back before the rounds (default 0: 30 round-robin calls only, as the bench),
  * `--streams` (also 60 streams per target per round: first byte and CPU per stream), `--least-nopub` (a
  * second least gateway that publishes no quota counts to KV: what Miniflare's local KV costs a process).
  *
@@ -59,6 +60,8 @@ try {
   ]
   const named = targets.filter((t) => t.name !== 'floor').map((t) => t.name)
   for (let i = 0; i < 30; i++) for (const t of targets) await timeJson(t, chatBody('bench', { first: 10 }))
+  // `--warm=N`: N more calls to each target first, back to back (the upstream answering at once), so V8 has optimized what it will.
+  for (const t of targets) for (let i = 0; i < option('warm', 0); i++) await timeJson(t, chatBody('bench', { first: 0 }))
   for (let round = 1; round <= rounds; round++) {
     const json = await roundRobin(targets, calls, (t) => timeJson(t, chatBody('bench', { first: 10 })))
     const p50 = (name: string) => percentile(json.values[name]!, 50)
