@@ -273,6 +273,9 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
       await settledWithin(ending, BREAK_GRACE_MS)
       if (!copyBroke && !forced) stopped ??= 'caller'
       options.abortUpstream(upstreamError(BROKEN_MESSAGE))
+      // The caller left: the copy stops too, so that an upstream body the abort does not reach (a custom
+      // fetch that ignores its signal) is cancelled, both branches being, rather than read to its end.
+      if (stopped === 'caller') copyStop.abort()
     }
     const end = await ending
     // A tail that ends with `[DONE]` and holds no error event is a whole answer, however the connection

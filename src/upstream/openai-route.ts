@@ -14,7 +14,7 @@ import { toOpenAIBody } from '../normalize/index.ts'
 import { createOpenAIRelay } from '../streaming/openai-relay.ts'
 import type { RelayOutcome } from '../streaming/openai-relay.ts'
 import { isByteStream, pipeOpenAIStream, splitBody } from '../streaming/openai-pipe.ts'
-import { GatewayError, upstreamError } from '../errors/index.ts'
+import { CALLER_GONE, GatewayError, upstreamError } from '../errors/index.ts'
 import { jsonAnswerResponse } from '../pipeline/json-answer.ts'
 import { retryableFailure } from './retry.ts'
 import { isRecord, readUsage, upstreamErrorMessage, workerFailure } from '../streaming/vllm.ts'
@@ -113,6 +113,14 @@ async function openaiRouteStream(call: CompletionCall, path: string, body: Recor
   const { reader, first, piped, split } = opened
   if (piped && split) {
     reader.releaseLock()
+    // A custom fetch that ignores its signal may answer after the caller left: nothing would read or
+    // cancel the piped answer, and such an upstream generates on until its body is cancelled. (The
+    // JavaScript relay checks the same itself.)
+    if (call.signal?.aborted) {
+      const gone = upstreamError(CALLER_GONE)
+      split.cancel(gone)
+      throw gone
+    }
     const { copy } = call
     if (copy) copy.piped = true
     const native = pipeOpenAIStream({ body: split, first, abortUpstream: (reason) => piped.abort(reason), totalDeadline: started + timeouts.totalMs, idleMs: timeouts.idleMs, onUsage, onEnd, dialect, ...(copy ? { onText: copy.text, onCopyEnd: copy.end } : {}) })
