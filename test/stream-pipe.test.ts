@@ -194,77 +194,53 @@ describe('native relay: endings', () => {
   })
 
   // The relay's twin is in quota-gateway.test.ts. A custom fetch that ignores its signal can answer after
-  // the caller left: nothing will read the piped answer or cancel it, and such an upstream generates on
-  // until its body is cancelled.
-  it('a piped stream whose caller left before a custom fetch that ignores the abort answered cancels the upstream body and settles', async () => {
-    let cancelled = false
-    let pulls = 0
-    let called = () => {}
+  // the caller left, or go on after the caller stopped reading: such an upstream generates on until its
+  // body is cancelled.
+  it.each([
+    ['before the custom fetch answered', true],
+    ['mid-answer', false],
+  ])('a piped stream from a custom fetch that ignores the abort, left by its caller %s, cancels the upstream body and settles', async (_when, before) => {
+    const upstream = { cancelled: false, pulls: 0, called: () => {} }
     const abort = new AbortController()
     const event = `data: {${head},"choices":[{"index":0,"delta":{"content":"t"},"logprobs":null,"finish_reason":null}]}\n\n`
     const slow = (async () => {
-      called()
-      await new Promise((resolve) => abort.signal.addEventListener('abort', resolve))
+      upstream.called()
+      if (before) await new Promise((resolve) => abort.signal.addEventListener('abort', resolve))
       const body = new ReadableStream({
         type: 'bytes',
         async pull(controller: ReadableByteStreamController) {
           await new Promise((resolve) => setTimeout(resolve, 10))
-          if (pulls++ >= 1_000) controller.close()
+          if (upstream.pulls++ >= 1_000) controller.close()
           else controller.enqueue(new TextEncoder().encode(event))
         },
         cancel() {
-          cancelled = true
+          upstream.cancelled = true
         },
       })
       return new Response(body, { headers: { 'content-type': 'text/event-stream' } })
     }) as typeof fetch
     const { h } = await setup({ fetch: slow, calls: [] })
     const { key } = await h.createKey({ name: 'left', quota: { maxConcurrentStreams: 1, tokensPerMinute: 100_000, strict: true } })
-    const upstreamCalled = new Promise<void>((resolve) => (called = resolve))
+    const upstreamCalled = new Promise<void>((resolve) => (upstream.called = resolve))
     const res = h.fetch('/v1/chat/completions', { ...authed(key, chatBody(SERVED, 'Hi', { stream: true, max_tokens: 2_000, ...WITH_USAGE })), signal: abort.signal })
-    await upstreamCalled
-    abort.abort()
-    await res.catch(() => undefined)
-    await expect.poll(() => cancelled, { timeout: 3_000 }).toBe(true)
-    expect(pulls).toBeLessThan(100)
+    if (before) {
+      await upstreamCalled
+      abort.abort()
+      await res.catch(() => undefined)
+    } else {
+      // The caller reads two chunks and leaves; the request's signal stays as it was.
+      const reader = (await res).body!.getReader()
+      await reader.read()
+      await reader.read()
+      await reader.cancel()
+    }
+    await expect.poll(() => upstream.cancelled, { timeout: 3_000 }).toBe(true)
+    expect(upstream.pulls).toBeLessThan(200)
     await Promise.race([h.settle(), new Promise((resolve) => setTimeout(resolve, 2_000))])
     const report = (await (await h.fetch('/v1/usage', authed(key))).json()) as { streams: number; windows: { minute: { tokens: number } } }
     expect(report.streams).toBe(0)
-    // The prompt reached the upstream: it is charged, not the 2,000 tokens reserved.
-    expect(report.windows.minute.tokens).toBeLessThan(100)
-  })
-
-  it('a piped stream from a custom fetch that ignores the abort, left by its caller mid-answer, cancels the upstream body and settles', async () => {
-    let cancelled = false
-    let pulls = 0
-    const event = `data: {${head},"choices":[{"index":0,"delta":{"content":"t"},"logprobs":null,"finish_reason":null}]}\n\n`
-    const slow = (async () => {
-      const body = new ReadableStream({
-        type: 'bytes',
-        async pull(controller: ReadableByteStreamController) {
-          await new Promise((resolve) => setTimeout(resolve, 10))
-          if (pulls++ >= 1_000) controller.close()
-          else controller.enqueue(new TextEncoder().encode(event))
-        },
-        cancel() {
-          cancelled = true
-        },
-      })
-      return new Response(body, { headers: { 'content-type': 'text/event-stream' } })
-    }) as typeof fetch
-    const { h } = await setup({ fetch: slow, calls: [] })
-    const { key } = await h.createKey({ name: 'left', quota: { maxConcurrentStreams: 1, tokensPerMinute: 100_000, strict: true } })
-    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody(SERVED, 'Hi', { stream: true, max_tokens: 2_000, ...WITH_USAGE })))
-    const reader = res.body!.getReader()
-    await reader.read()
-    await reader.read()
-    await reader.cancel()
-    await expect.poll(() => cancelled, { timeout: 3_000 }).toBe(true)
-    expect(pulls).toBeLessThan(200)
-    await Promise.race([h.settle(), new Promise((resolve) => setTimeout(resolve, 2_000))])
-    const report = (await (await h.fetch('/v1/usage', authed(key))).json()) as { streams: number; windows: { minute: { tokens: number } } }
-    expect(report.streams).toBe(0)
-    expect(report.windows.minute.tokens).toBeLessThan(300)
+    // What reached the upstream is charged (the prompt, and the few events relayed), not the 2,000 tokens reserved.
+    expect(report.windows.minute.tokens).toBeLessThan(before ? 100 : 300)
   })
 
   it("vLLM's own error event reaches the caller as vLLM wrote it, and the stream does not count as whole", async () => {
