@@ -243,6 +243,60 @@ describe('native relay: endings', () => {
     expect(report.windows.minute.tokens).toBeLessThan(before ? 100 : 300)
   })
 
+  // A coalesced leader whose caller left before the answer runs on for its twin (the shared signal is not
+  // aborted then), and its piped answer goes to no one. When the twin leaves too, the shared signal
+  // aborts after the pipe exists: the pipe must hear it (as the relay does), or nothing cancels the body.
+  it('a coalesced piped leader whose caller left before a custom fetch that ignores the abort answered, and whose twin left after, cancels the upstream body and settles', async () => {
+    let cancelled = false
+    let pulls = 0
+    let calls = 0
+    let release = () => {}
+    const released = new Promise<void>((resolve) => (release = resolve))
+    const event = `data: {${head},"choices":[{"index":0,"delta":{"content":"t"},"logprobs":null,"finish_reason":null}]}\n\n`
+    const slow = (async () => {
+      calls++
+      await released
+      const body = new ReadableStream({
+        type: 'bytes',
+        async pull(controller: ReadableByteStreamController) {
+          await new Promise((resolve) => setTimeout(resolve, 10))
+          if (pulls++ >= 1_000) controller.close()
+          else controller.enqueue(new TextEncoder().encode(event))
+        },
+        cancel() {
+          cancelled = true
+        },
+      })
+      return new Response(body, { headers: { 'content-type': 'text/event-stream' } })
+    }) as typeof fetch
+    const { h } = await setup({ fetch: slow, calls: [] })
+    const { key } = await h.createKey({ name: 'left', quota: { maxConcurrentStreams: 2, tokensPerMinute: 100_000, strict: true } })
+    // temperature 0: cacheable, so the twin joins the first call.
+    const body = chatBody(SERVED, 'Hi', { stream: true, max_tokens: 2_000, temperature: 0, ...WITH_USAGE })
+    const leaderLeaves = new AbortController()
+    const twinLeaves = new AbortController()
+    const leader = h.fetch('/v1/chat/completions', { ...authed(key, body), signal: leaderLeaves.signal })
+    await expect.poll(() => calls).toBe(1)
+    const twin = h.fetch('/v1/chat/completions', { ...authed(key, body), signal: twinLeaves.signal })
+    await new Promise((resolve) => setTimeout(resolve, 50))
+    leaderLeaves.abort()
+    release()
+    const twinRes = await twin
+    expect(twinRes.headers.get('x-podgate-cache')).toBe('COALESCED')
+    // The leader's answer is never read nor cancelled: its caller is gone.
+    expect((await leader).status).toBe(200)
+    await new Promise((resolve) => setTimeout(resolve, 100))
+    twinLeaves.abort()
+    await twinRes.body!.cancel().catch(() => undefined)
+    await expect.poll(() => cancelled, { timeout: 3_000 }).toBe(true)
+    expect(pulls).toBeLessThan(200)
+    expect(calls).toBe(1)
+    await Promise.race([h.settle(), new Promise((resolve) => setTimeout(resolve, 2_000))])
+    const report = (await (await h.fetch('/v1/usage', authed(key))).json()) as { streams: number; windows: { minute: { tokens: number } } }
+    expect(report.streams).toBe(0)
+    expect(report.windows.minute.tokens).toBeLessThan(300)
+  })
+
   it("vLLM's own error event reaches the caller as vLLM wrote it, and the stream does not count as whole", async () => {
     const vllmError = 'data: {"error":{"message":"CUDA out of memory","type":"InternalServerError","param":null,"code":500}}\n\n'
     const sent = UPSTREAM_SSE.split('\n\n').slice(0, 3).join('\n\n') + '\n\n' + vllmError + 'data: [DONE]\n\n'

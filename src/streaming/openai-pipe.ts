@@ -35,6 +35,7 @@
  */
 import { createParser } from 'eventsource-parser'
 import { CALLER_GONE, GatewayError, upstreamError } from '../errors/index.ts'
+import { onAbort } from '../http/context.ts'
 import { BEFORE_OUTPUT, OPENAI_DIALECT } from './dialects.ts'
 import type { Dialect, StreamEnding } from './dialects.ts'
 import { countedUsage, encoder } from './openai-chunks.ts'
@@ -72,6 +73,12 @@ interface PipeOptions {
   onCopyEnd?(end: CopyEnd): void
   /** How the stream ends, and podgate's error event in it. Default: OpenAI's (`[DONE]`). */
   dialect?: Dialect
+  /**
+   * Aborted when the caller left (a coalesced leader's: when its caller and every twin did). The stream
+   * then stops as when the caller's body is cancelled, also when no one will ever read or cancel that
+   * body (the caller left before it was handed over), which an upstream that ignores its abort needs.
+   */
+  signal?: AbortSignal
 }
 
 /** The upstream body as the pipe reads it: `out` piped to the caller natively, `copy` read by JavaScript. */
@@ -146,6 +153,8 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
   const copyStop = new AbortController()
   /** The answer's last bytes, as the copy reads them. */
   const tail = tailBlocks(dialect)
+  /** The caller left (`options.signal`): its body may never be read, so nothing is written to it. */
+  let left = false
 
   /** Settles once: the usage, the outcome (with the events' count), then the close listeners (the revocation check's timer). */
   function report(outcome: RelayOutcome, end?: TailEnd): void {
@@ -287,7 +296,9 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
       error = upstreamError(piped ? CUT_MESSAGE : BROKEN_MESSAGE)
       event = dialect.errorEvent(error)
     }
-    if (event !== '') {
+    // As when the caller's body is cancelled and the event cannot be written.
+    if (left && !forced && !end.error && !end.done) error = upstreamError(CALLER_GONE)
+    if (event !== '' && !left) {
       // The piped bytes may stop mid-event: a blank line first ends that fragment (a blank line after a
       // whole event is a no-op), so the error event is read as its own.
       const delivered = await writer.write(encoder.encode(`\n\n${event}`)).then(() => true, () => false)
@@ -306,6 +317,17 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
       if (over) listener()
       else (closeListeners ??= []).push(listener)
     },
+  })
+
+  // The caller left: its pipe stops (the caller's branch cancelled), and the ending above stops the copy.
+  onAbort(options.signal, () => {
+    if (over || left) return
+    left = true
+    const gone = upstreamError(CALLER_GONE)
+    // A body no one reads holds the pipe's pending write, and so the pipe, until it is cancelled (a body
+    // the runtime reads is locked: its own cancel, when the caller's connection ends, does the same).
+    readable.cancel(gone).catch(ignore)
+    stop.abort(gone)
   })
 
   relay().catch((cause: unknown) => {
