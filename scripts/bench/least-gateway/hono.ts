@@ -146,10 +146,12 @@ const CUT_EVENT = new TextEncoder().encode('\n\ndata: {"error":{"message":"The u
  * The featured route's stream: the least shape that keeps podgate's promises for a stream (the CPU
  * Worker's `tee-tick`, with the wait for the first chunk). The body is teed before its first chunk, which
  * is read from the copy (so the caller's branch carries every byte natively); the caller's branch is piped
- * into an IdentityTransformStream left open (JavaScript can write after the upstream's last byte); the copy
- * is read once every 50 ms, one BYOB read taking what it holds (no read pending between ticks, so no chunk
- * wakes JavaScript; memory stays flat), its last bytes kept. At the end the tail tells the usage, settled
- * into the counts, and `[DONE]`: an answer cut before it ends with an error event, not silently.
+ * into an IdentityTransformStream left open (JavaScript can write after the upstream's last byte, also
+ * after the upstream broke: `preventAbort`); the copy is read once every 50 ms, BYOB reads taking what it
+ * holds until one leaves room in the buffer (one 64 KiB read a tick would drain at most ~1.3 MB/s: a
+ * faster upstream's bytes would pile up in the copy until the end, and memory would grow with the
+ * answer), its last bytes kept. At the end the tail tells the usage, settled into the counts, and
+ * `[DONE]`: an answer cut before it ends with an error event, not silently.
  */
 async function leastStream(ctx: { waitUntil(promise: Promise<unknown>): void }, res: Response, body: ReadableStream<Uint8Array>, settle: (used: number | undefined) => void): Promise<Response> {
   const [out, copy] = body.tee()
@@ -160,12 +162,15 @@ async function leastStream(ctx: { waitUntil(promise: Promise<unknown>): void }, 
   const reader = copy.getReader({ mode: 'byob' })
   let buffer = new ArrayBuffer(65536)
   let reading: Promise<boolean> | undefined
+  /** Bytes the last read brought: fewer than the buffer holds means the copy is drained. */
+  let last = 0
   const readOnce = () =>
     (reading ??= reader.read(new Uint8Array(buffer)).then(
       (next) => {
         reading = undefined
         if (next.done || !next.value) return true
         buffer = next.value.buffer as ArrayBuffer
+        last = next.value.byteLength
         const kept = new Uint8Array(Math.min(TAIL_BYTES, tail.byteLength + next.value.byteLength))
         const fromRead = Math.min(kept.byteLength, next.value.byteLength)
         kept.set(tail.subarray(tail.byteLength - (kept.byteLength - fromRead)), 0)
@@ -175,10 +180,14 @@ async function leastStream(ctx: { waitUntil(promise: Promise<unknown>): void }, 
       },
       () => true,
     ))
-  const timer = setInterval(() => void readOnce(), 50)
+  let draining: Promise<void> | undefined
+  const drain = async () => {
+    while (!(await readOnce()) && last === buffer.byteLength);
+  }
+  const timer = setInterval(() => void (draining ??= drain().finally(() => (draining = undefined))), 50)
   const { readable, writable } = new IdentityTransformStream()
   ctx.waitUntil(
-    out.pipeTo(writable, { preventClose: true }).catch(() => undefined).then(async () => {
+    out.pipeTo(writable, { preventClose: true, preventAbort: true }).catch(() => undefined).then(async () => {
       clearInterval(timer)
       while (!(await readOnce()));
       const text = new TextDecoder().decode(tail)
