@@ -256,9 +256,9 @@ export function renderMarkdown(r: Results, notes: string): string {
   if (r.featureRows) renderFeatureRows(lines, r.featureRows)
 
   lines.push('## Memory while streaming', '')
-  lines.push('Resident memory of the serving process, sampled every 10 ms while one stream of 1 KB events is relayed and read; each size runs twice, alternating, and the smaller growth is kept.', '')
+  lines.push('Resident memory of the serving process, sampled every 10 ms while one stream of 1 MB and then one of 10 MB (1 KB events) are relayed and read. Each workerd target runs them in a fresh process of its own, started for this row after five small streams (in a process that served the rounds before, an answer held whole in memory could reuse the pages those rounds grew and read as flat); two such processes each, and the smaller growth of each size is kept. Portkey is read in its running process, twice, the smaller kept.', '')
   lines.push('| Target | before | peak, 1 MB stream | growth | peak, 10 MB stream | growth |', '|---|---|---|---|---|---|')
-  for (const n of SERVERS) {
+  for (const n of ROWS) {
     const m = r.memory[n]
     if (!m?.oneMb || !m.tenMb) continue
     lines.push(`| ${label(n)} | ${mib(m.oneMb.before)} | ${mib(m.oneMb.peak)} | ${mib(m.oneMb.peak - m.oneMb.before)} | ${mib(m.tenMb.peak)} | ${mib(m.tenMb.peak - m.tenMb.before)} |`)

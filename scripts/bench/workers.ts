@@ -169,7 +169,7 @@ export interface LeastGateways {
 export async function startLeastGateways(upstream: string): Promise<LeastGateways> {
   const plain = await startWorker({ script: 'scripts/bench/least-gateway/plain.js', label: 'least gateway', bindings: { UPSTREAM: upstream } })
   try {
-    const script = bundleWorker('.bench/least-hono', ['--env', 'dev', 'scripts/bench/least-gateway/hono.ts'])
+    const script = leastHonoScript()
     const hono = await startWorker({ script, label: 'least gateway (Hono)', bindings: { UPSTREAM: upstream } })
     let featured: ServedWorker
     try {
@@ -183,4 +183,11 @@ export async function startLeastGateways(upstream: string): Promise<LeastGateway
     await plain.stop()
     throw error
   }
+}
+
+let leastHono: string | undefined
+
+/** scripts/bench/least-gateway/hono.ts bundled as wrangler would, once per bench process. */
+export function leastHonoScript(): string {
+  return (leastHono ??= bundleWorker('.bench/least-hono', ['--env', 'dev', 'scripts/bench/least-gateway/hono.ts']))
 }
