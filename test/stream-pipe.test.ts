@@ -457,6 +457,42 @@ describe('native relay over a real HTTP upstream (the emulator)', () => {
     expect(lines.find((line) => line.request_id === twin.headers.get('x-request-id'))).toMatchObject({ status: 200, cache: 'MISS', completion_tokens: 60 })
   })
 
+  // Found in review: the first caller left before the upstream answered while its twin waited, so the call
+  // ran on for the twin and its piped answer went to no one. Its unread body held the pipe's copy to a
+  // chunk a tick, and the twin, waiting for the whole answer, got it at about an event a second.
+  it('a twin of a piped answer whose first caller left before the upstream answered gets that answer at once', async () => {
+    const leaderLeft = new AbortController()
+    let calls = 0
+    const delayed = harness({
+      models: { 'chat-openai': { endpoints: [{ endpointId: 'vllmopenai' }], mode: 'openai' } },
+      runpod: { apiKey: RUNPOD_KEY, baseUrl: env.RUNPOD_BASE_URL },
+      keyCacheTtlMs: 0,
+      // The first call reaches the upstream only once its caller left: the answer comes after.
+      fetch: async (input, init) => {
+        if (calls++ === 0) await new Promise((resolve) => leaderLeft.signal.addEventListener('abort', resolve))
+        return fetch(input, init)
+      },
+    })
+    const { key } = await delayed.createKey({ name: 'live' })
+    const body = chatBody('chat-openai', 'Long [[emulator:tokens=30,delay=15]]', { stream: true, max_tokens: 64, temperature: 0, ...WITH_USAGE })
+    const leader = delayed.fetch('/v1/chat/completions', { ...authed(key, body), signal: leaderLeft.signal })
+    await expect.poll(() => calls).toBe(1)
+    // The twin joins the first call (it answers once that call's first bytes are out), then the first caller leaves.
+    const joined = delayed.fetch('/v1/chat/completions', authed(key, body))
+    await new Promise((resolve) => setTimeout(resolve, 100))
+    leaderLeft.abort()
+    await leader.catch(() => undefined)
+    const started = Date.now()
+    const twin = await joined
+    expect(twin.headers.get('x-podgate-cache')).toBe('COALESCED')
+    const events = await readSSE(twin)
+    expect(events.at(-1)).toBe('[DONE]')
+    expect(events.at(-2)).toMatchObject({ choices: [], usage: { completion_tokens: 30 } })
+    // 30 tokens 15 ms apart: well under a second, not one a second; and from the first call, the one upstream call.
+    expect(Date.now() - started).toBeLessThan(5_000)
+    expect(calls).toBe(1)
+  }, 20_000)
+
   it('a twin of a piped answer whose upstream breaks gets the same error, from one upstream call', async () => {
     const { before, leader, twin } = await leaderAndTwin('Break [[emulator:fault=mid_stream,after=20,delay=20]]', 64)
     expect(twin.headers.get('x-podgate-cache')).toBe('COALESCED')

@@ -21,6 +21,7 @@ import { isRecord } from '../streaming/vllm.ts'
 import { captureJsonAnswer, createAnswerCapture } from './answer.ts'
 import type { AnswerCapture, CachedAnswer, CapturedEvent } from './answer.ts'
 import { follow } from './follow.ts'
+import { streamControl } from '../streaming/stream-control.ts'
 import { Flight } from './flight.ts'
 import { metaOf, withCacheHeaders } from './replay.ts'
 import { fitsInBytes, writeEntry } from './store.ts'
@@ -255,6 +256,10 @@ function recordPiped(leader: Leader, response: Response): Response {
   leader.flight.stopStreaming()
   // The request stays alive until the upstream's part is recorded, even if its caller leaves first.
   waitUntilOf(leader.ctx.c)(leader.flight.over)
+  // A caller who left before the answer came never reads it, and its unread body would hold the pipe's
+  // copy (and so the joiners waiting for the whole answer) to a chunk a tick: the pipe lets it go and reads
+  // the upstream's part at once, for them.
+  if (leader.callerGone()) streamControl(response.body!)?.detach?.()
   return withCacheHeaders(response, 'MISS', 0)
 }
 

@@ -155,6 +155,8 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
   const tail = tailBlocks(dialect)
   /** The caller left (`options.signal`): its body may never be read, so nothing is written to it. */
   let left = false
+  /** The caller left before it was handed its body, and the upstream's part is read on for others (`detach`). */
+  let detached = false
 
   /** Settles once: the usage, the outcome (with the events' count), then the close listeners (the revocation check's timer). */
   function report(outcome: RelayOutcome, end?: TailEnd): void {
@@ -276,7 +278,7 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
     // The pipe failed: the upstream broke, or the caller left (which only the write of the closing event
     // below tells). Either way nothing more goes to the caller: stop the model, and the copy ends too.
     // (A pipe stopped after the copy ended whole is over, not failed.)
-    if (!piped && !forced && !upstreamDone) {
+    if (!piped && !forced && !upstreamDone && !detached) {
       // A broken upstream breaks the copy too: a moment lets it say so, so that a recorder is told the
       // caller left only when it did.
       await settledWithin(ending, BREAK_GRACE_MS)
@@ -293,12 +295,12 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
     let error = forced?.error ?? end.error
     let event = forced && !(piped && end.done) ? forced.event : ''
     if (!error && !end.done) {
-      error = upstreamError(piped ? CUT_MESSAGE : BROKEN_MESSAGE)
+      error = upstreamError(piped || detached ? CUT_MESSAGE : BROKEN_MESSAGE)
       event = dialect.errorEvent(error)
     }
     // As when the caller's body is cancelled and the event cannot be written.
     if (left && !forced && !end.error && !end.done) error = upstreamError(CALLER_GONE)
-    if (event !== '' && !left) {
+    if (event !== '' && !left && !detached) {
       // The piped bytes may stop mid-event: a blank line first ends that fragment (a blank line after a
       // whole event is a no-op), so the error event is read as its own.
       const delivered = await writer.write(encoder.encode(`\n\n${event}`)).then(() => true, () => false)
@@ -317,6 +319,13 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
       if (over) listener()
       else (closeListeners ??= []).push(listener)
     },
+    detach() {
+      if (over || left || forced) return
+      detached = true
+      // Its pipe ends (the caller's branch cancelled); the copy, hurried, reads the rest at once. Once
+      // handed over: a Response (a stage's or Hono's copy of it) cannot be made of a cancelled body.
+      setTimeout(() => readable.cancel().catch(ignore), 0)
+    },
   })
 
   // The caller left: its pipe stops (the caller's branch cancelled), and the ending above stops the copy.
@@ -328,6 +337,12 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
     // the runtime reads is locked: its own cancel, when the caller's connection ends, does the same).
     readable.cancel(gone).catch(ignore)
     stop.abort(gone)
+    // A detached stream's pipe is over already: its copy is what still reads the upstream.
+    if (detached) {
+      stopped ??= 'caller'
+      options.abortUpstream(gone)
+      copyStop.abort()
+    }
   })
 
   relay().catch((cause: unknown) => {

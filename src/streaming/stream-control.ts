@@ -12,6 +12,11 @@ export interface StreamControl {
   end(event: string): void
   /** Calls `listener` once when the stream is over, however it ended; at once if it already is. */
   onClose(listener: () => void): void
+  /**
+   * Optional: the caller left before it was handed the stream, whose upstream call runs on for others
+   * (a cache flight's joiners): nothing more goes to the caller, and the upstream's part is read at once.
+   */
+  detach?(): void
 }
 
 const controls = new WeakMap<ReadableStream<Uint8Array>, StreamControl>()
