@@ -26,7 +26,10 @@
  * stream between `idleMs` and `idleMs` + one tick after its last byte (a tick is at most 1 s, and at
  * most `idleMs`). A total timeout or a revocation first lets the copy read what the upstream sent: an
  * answer already whole is not cut. An upstream that keeps its connection open after `[DONE]` past a
- * timeout is only disconnected: the answer ends as whole.
+ * timeout is only disconnected: the answer ends as whole. A caller who leaves (its body cancelled, or
+ * `signal` aborted) stops the upstream and the copy, so an upstream body its abort does not reach is
+ * cancelled too; one gone before it was handed its body can be detached instead (`detach`: a cache
+ * flight's joiners wait for the answer), and the copy then reads the upstream's part at once.
  *
  * Memory: the tail's two or three 16 KiB blocks and one 32 KiB read buffer, whatever the answer's length
  * (reading into a new array per read grew the heap by ~6 MiB over a 10 MB answer, until the next
@@ -275,8 +278,8 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
     pace.hurry()
     if (timer !== undefined) clearTimeout(timer)
     const writer = writable.getWriter()
-    // The pipe failed: the upstream broke, or the caller left (which only the write of the closing event
-    // below tells). Either way nothing more goes to the caller: stop the model, and the copy ends too.
+    // The pipe failed: the upstream broke, or the caller left (which its request's signal tells, when it
+    // was given one, and otherwise only the write of the closing event below). Either way nothing more goes to the caller: stop the model, and the copy ends too.
     // (A pipe stopped after the copy ended whole is over, not failed.)
     if (!piped && !forced && !upstreamDone && !detached) {
       // A broken upstream breaks the copy too: a moment lets it say so, so that a recorder is told the
