@@ -417,16 +417,33 @@ describe('Flight', () => {
     expect(flight.abandoned).toBe(true)
   })
 
-  it('an event, or a flight not followed live (a piped stream, a JSON answer), keeps it open', async () => {
+  it('an event keeps a flight followed live open; a JSON answer\'s flight is open however long it is silent', async () => {
     const live = new Flight(true, 30)
-    const piped = new Flight(true, 30)
-    piped.stopStreaming()
     const json = new Flight(false, 30)
     for (let i = 0; i < 4; i++) {
       await new Promise((r) => setTimeout(r, 15))
       live.push({ comment: true })
-      await Promise.all([live, piped, json].map((f) => f.changed(5)))
+      await Promise.all([live, json].map((f) => f.changed(5)))
     }
-    expect([live.state, piped.state, json.state]).toEqual(['open', 'open', 'open'])
+    expect([live.state, json.state]).toEqual(['open', 'open'])
+  })
+
+  it('a piped flight is heard through its copy\'s reads: once its leader left, silence past staleMs fails it too', async () => {
+    const piped = () => {
+      const flight = new Flight(true)
+      flight.stopStreaming()
+      return flight
+    }
+    const [read, silent, followed] = [piped(), piped(), piped()]
+    read.leaderLeft(30)
+    silent.leaderLeft(30)
+    for (let i = 0; i < 4; i++) {
+      await new Promise((r) => setTimeout(r, 15))
+      read.heardAt = Date.now()
+      await Promise.all([read, silent, followed].map((f) => f.changed(5)))
+    }
+    // `followed`: its leader's caller is there, and its call ends by its own timeouts.
+    expect([read.state, silent.state, followed.state]).toEqual(['open', 'failed', 'open'])
+    expect(silent.abandoned).toBe(true)
   })
 })

@@ -366,7 +366,7 @@ describe('native relay over a real HTTP upstream (the emulator)', () => {
     const body = chatBody('chat-openai', prompt, { stream: true, max_tokens: maxTokens, temperature: 0, ...WITH_USAGE })
     const leader = await h.fetch('/v1/chat/completions', authed(key, body))
     const twin = await h.fetch('/v1/chat/completions', authed(key, body))
-    return { h, before, leader, twin }
+    return { h, key, body, before, leader, twin }
   }
 
   it('the same answer as the rewriting relay, with the usage the caller asked for', async () => {
@@ -438,8 +438,8 @@ describe('native relay over a real HTTP upstream (the emulator)', () => {
     await expect.poll(async () => (await openaiCalls()).at(-1)?.streamCancelled, { timeout: 3_000 }).toBe(true)
   })
 
-  it('a twin of a piped answer is answered at once, and gets an answer of its own when the first caller leaves', async () => {
-    const { h, leader, twin } = await leaderAndTwin('Long [[emulator:tokens=60,delay=15]]', 100, { logCalls: true })
+  it('a twin of a piped answer is answered at once, and gets the same call\'s answer when the first caller leaves mid-answer', async () => {
+    const { h, key, body, before, leader, twin } = await leaderAndTwin('Long [[emulator:tokens=60,delay=15]]', 100, { logCalls: true })
     // Answered at once: the first caller's first bytes are out.
     expect(twin.headers.get('x-podgate-cache')).toBe('COALESCED')
     const reader = leader.body!.getReader()
@@ -448,13 +448,34 @@ describe('native relay over a real HTTP upstream (the emulator)', () => {
     const events = await readSSE(twin)
     expect(events.at(-1)).toBe('[DONE]')
     expect(events.at(-2)).toMatchObject({ choices: [], usage: { completion_tokens: 60 } })
-    const streams = (await openaiCalls()).slice(-2)
-    // The first caller's call was stopped when it left; the twin's own call ran to the end.
-    expect(streams.map((call) => call.streamCancelled ?? false)).toEqual([true, false])
-    // Its call line (logCalls) says what it was: a call of its own, with its own tokens, not COALESCED.
+    // One upstream call, read to its end for the twin: the first caller's leaving did not stop it.
+    const calls = (await openaiCalls()).slice(before)
+    expect(calls.map((call) => call.streamCancelled ?? false)).toEqual([false])
+    // The call lines (logCalls): the first caller's key is charged the whole call, which ran on for the
+    // twin (as when the relay reads it); the twin's answer was that call's, and cost it no tokens.
     await h.settle()
     const lines = h.logs.map((line) => JSON.parse(line) as Record<string, unknown>).filter((line) => line.message === 'call')
-    expect(lines.find((line) => line.request_id === twin.headers.get('x-request-id'))).toMatchObject({ status: 200, cache: 'MISS', completion_tokens: 60 })
+    expect(lines.find((line) => line.request_id === leader.headers.get('x-request-id'))).toMatchObject({ status: 200, cache: 'MISS', completion_tokens: 60 })
+    expect(lines.find((line) => line.request_id === twin.headers.get('x-request-id'))).toMatchObject({ status: 200, cache: 'COALESCED' })
+    // The answer was whole: it was stored, and a third caller gets it from the cache.
+    const third = await h.fetch('/v1/chat/completions', authed(key, body))
+    expect(third.headers.get('x-podgate-cache')).toBe('HIT')
+    expect((await readSSE(third)).at(-1)).toBe('[DONE]')
+  })
+
+  it('a call that runs on for a twin after its first caller left stops once the twin leaves too', async () => {
+    const { before, leader, twin } = await leaderAndTwin('Long [[emulator:tokens=400,delay=20]]', 500)
+    expect(twin.headers.get('x-podgate-cache')).toBe('COALESCED')
+    const reader = leader.body!.getReader()
+    expect((await reader.read()).done).toBe(false)
+    await reader.cancel()
+    const streams = async () => (await openaiCalls()).slice(before).map((call) => call.streamCancelled ?? false)
+    // Generating for the twin (400 tokens take 8 s)...
+    await new Promise((resolve) => setTimeout(resolve, 300))
+    expect(await streams()).toEqual([false])
+    // ...until no one is left to read it. The first caller left by its body alone (no request signal here).
+    await twin.body!.cancel()
+    await expect.poll(streams, { timeout: 3_000 }).toEqual([true])
   })
 
   // Found in review: the first caller left before the upstream answered while its twin waited, so the call

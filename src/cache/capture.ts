@@ -10,7 +10,7 @@
  * The caller's own bytes never wait on the capture.
  */
 import { createParser } from 'eventsource-parser'
-import { GatewayError, toGatewayError, upstreamError } from '../errors/index.ts'
+import { CALLER_GONE, GatewayError, toGatewayError, upstreamError } from '../errors/index.ts'
 import { concatBytes } from '../http/body.ts'
 import { onAbort, waitUntilOf } from '../http/context.ts'
 import { parseJson } from '../http/json.ts'
@@ -36,6 +36,8 @@ interface Leader {
   release: () => void
   store: (answer: CachedAnswer) => void
   callerGone: () => boolean
+  /** Its caller left mid-answer while joiners wait (its pipe read on for them): once none does, the call stops. */
+  left: () => void
 }
 
 export async function lead(run: CacheRun, ctx: CompletionContext, next: CompletionHandler, plan: Plan): Promise<Response> {
@@ -45,6 +47,8 @@ export async function lead(run: CacheRun, ctx: CompletionContext, next: Completi
   const release = () => {
     if (flights.get(hash) === flight) flights.delete(hash)
   }
+  /** Its caller left mid-answer, as its pipe heard (`Leader.left`), also on a host whose request signal does not say so. */
+  let callerLeft = false
   if (options.coalesce) {
     flights.set(hash, flight)
     // The call is the flight's: its caller leaving stops it only when no joiner follows it, and its
@@ -52,14 +56,11 @@ export async function lead(run: CacheRun, ctx: CompletionContext, next: Completi
     // whose upstream ignores the abort and answers later is cut by its relay (openai-relay.ts).
     const shared = new AbortController()
     const { signal } = ctx.c.req.raw
-    const stop = () => signal.aborted && (shared.abort(signal.reason), release())
+    const stop = () => (signal.aborted || callerLeft) && (shared.abort(signal.aborted ? signal.reason : upstreamError(CALLER_GONE)), release())
     ctx.signal = shared.signal
     flight.onIdle = stop
     onAbort(signal, () => {
-      // From now on its request may end (30 s later on Cloudflare) with no word: silence past its call's own timeouts means it did.
-      const { timeouts } = ctx.model.config.resilience
-      flight.staleMs = Math.max(timeouts.firstTokenMs, timeouts.idleMs) + 5_000
-      flight.heardAt = Date.now()
+      flight.leaderLeft(staleMsOf(ctx))
       if (flight.followers <= 0) stop()
     })
     waitUntilOf(ctx.c)(flight.over)
@@ -74,6 +75,11 @@ export async function lead(run: CacheRun, ctx: CompletionContext, next: Completi
       waitUntilOf(ctx.c)(write.catch((error: unknown) => log(ctx, { message: 'cache write failed', cause: String(error) })))
     },
     callerGone: () => ctx.c.req.raw.signal?.aborted === true,
+    left: () => {
+      callerLeft = true
+      flight.leaderLeft(staleMsOf(ctx))
+      if (flight.followers <= 0) flight.onIdle?.()
+    },
   }
 
   // A stream is recorded from the text the upstream code hands over when it pipes natively, else from
@@ -127,6 +133,12 @@ async function captureJson(leader: Leader, response: Response): Promise<Response
   if (!done) return passOn(leader, new Response(concat(chunks, source), response))
   const text = new TextDecoder().decode(concatBytes(chunks, bytes))
   return recordJson(leader, text, parseJson(text), new Response(text, response))
+}
+
+/** A leader whose caller left is silent this long (ms) only when its request ended: past its call's own timeouts. */
+function staleMsOf(ctx: CompletionContext): number {
+  const { timeouts } = ctx.model.config.resilience
+  return Math.max(timeouts.firstTokenMs, timeouts.idleMs) + 5_000
 }
 
 /** Too large to share or store: joiners ask alone. */
@@ -192,6 +204,8 @@ function streamRecorder(leader: Leader): StreamRecorder {
   const copy: StreamCopy = {
     piped: false,
     text(text) {
+      // A piped flight hears its leader through the copy: silent past `staleMs` once its caller left, it lost it.
+      flight.heardAt = Date.now()
       if (gaveUp) return
       try {
         parser.feed(text)
@@ -203,6 +217,13 @@ function streamRecorder(leader: Leader): StreamRecorder {
     end(end) {
       // Stopped for the leader's own reasons (its caller left, its key was revoked): joiners ask on their own.
       conclude(end.done && !end.error, end.usage, end.error, end.stopped === 'caller' || end.stopped === 'revoked')
+    },
+    // The leader's caller left mid-answer: the call runs on while joiners wait for its whole answer, as
+    // a call read here does (captureStream), and its caller's key is charged it.
+    readOn() {
+      if (flight.state !== 'open' || !flight.shareable || flight.followers <= 0) return false
+      leader.left()
+      return true
     },
   }
   /** The answer is over: shared with joiners and stored when it is whole (it ended with `[DONE]`), else failed. */

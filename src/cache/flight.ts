@@ -31,6 +31,8 @@ export class Flight {
    * reads it (false once the leader's stream is piped natively: joiners then wait for the whole answer).
    */
   streams: boolean
+  /** The leader's stream is piped: its copy's reads are what is heard of it (`heardAt`). */
+  #piped = false
   /** Events from index `offset` on; earlier ones were read by everyone and dropped (see `seal`). */
   readonly #events: FlightEvent[] = []
   #offset = 0
@@ -66,12 +68,13 @@ export class Flight {
   readonly over: Promise<void> = new Promise((resolve) => (this.#over = resolve))
 
   /**
-   * When the leader's request last showed it is alive: its last event (or the flight's start), or its
-   * upstream reads waiting for a slow reader (capture.ts), which is no silence of the upstream's.
+   * When the leader's request last showed it is alive: its last event (or the flight's start), its
+   * upstream reads waiting for a slow reader (capture.ts), which is no silence of the upstream's, or, piped,
+   * its copy's last read.
    */
   heardAt = Date.now()
   /**
-   * A flight joiners follow live that is silent longer than this (ms) lost its leader: its call's own
+   * A flight joiners follow live, or a piped one, that is silent longer than this (ms) lost its leader: its call's own
    * timeouts would have ended it sooner. Set once the leader's caller left: the runtime ends such a
    * request 30 s later (`waitUntil`'s limit), with its call, and nothing more comes; its readers are
    * then let go. Default: never (a leader whose caller is there ends its call by its own timeouts).
@@ -145,8 +148,19 @@ export class Flight {
     this.#over()
   }
 
+  /**
+   * The leader's caller left: from now on its request may end (30 s later on Cloudflare) with no word,
+   * and silence past `staleMs` means it did.
+   */
+  leaderLeft(staleMs: number): void {
+    if (this.staleMs !== Infinity) return
+    this.staleMs = staleMs
+    this.heardAt = Date.now()
+  }
+
   /** The leader's stream is piped natively: joiners wait for the whole answer (waiting ones are woken). */
   stopStreaming(): void {
+    this.#piped = true
     this.streams = false
     this.#notify()
   }
@@ -173,7 +187,7 @@ export class Flight {
 
   /** Open, unless silent past `staleMs` (then failed now, for its readers and for callers who would join it). */
   live(): boolean {
-    if (this.streams && Date.now() - this.heardAt > this.staleMs) this.fail(new GatewayError('upstream_timeout', 'The model stopped sending for too long.'), true)
+    if ((this.streams || this.#piped) && Date.now() - this.heardAt > this.staleMs) this.fail(new GatewayError('upstream_timeout', 'The model stopped sending for too long.'), true)
     return this.state === 'open'
   }
 

@@ -76,6 +76,11 @@ export interface StreamCopy {
   text(piece: string): void
   /** The upstream's part is over: how it ended (see `CopyEnd`). Called once, after the last `text`. */
   end(end: CopyEnd): void
+  /**
+   * Asked when the caller left mid-answer: true when others wait for this answer (a cache flight's
+   * joiners), so the upstream's part is read on for them rather than stopped.
+   */
+  readOn?(): boolean
 }
 
 /** How a piped stream's upstream part ended, read from the answer's last events. */

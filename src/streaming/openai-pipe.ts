@@ -28,8 +28,9 @@
  * answer already whole is not cut. An upstream that keeps its connection open after `[DONE]` past a
  * timeout is only disconnected: the answer ends as whole. A caller who leaves (its body cancelled, or
  * `signal` aborted) stops the upstream and the copy, so an upstream body its abort does not reach is
- * cancelled too; one gone before it was handed its body can be detached instead (`detach`: a cache
- * flight's joiners wait for the answer), and the copy then reads the upstream's part at once.
+ * cancelled too; while others wait for the answer (a cache flight's joiners), the pipe is detached
+ * instead, when the caller leaves before it was handed its body (`detach`) or mid-answer (`readOn`),
+ * and the copy then reads the upstream's part at once.
  *
  * Memory: the tail's two or three 16 KiB blocks and one 32 KiB read buffer, whatever the answer's length
  * (reading into a new array per read grew the heap by ~6 MiB over a 10 MB answer, until the next
@@ -74,6 +75,12 @@ interface PipeOptions {
   onText?(piece: string): void
   /** Called once when the upstream's part is over, however fast the caller reads the rest. */
   onCopyEnd?(end: CopyEnd): void
+  /**
+   * Asked when the caller left mid-answer (its body cancelled): true detaches the pipe, as `detach` does,
+   * so the copy reads the upstream's part on, at once, for others (a cache flight's joiners), instead of
+   * stopping the upstream. Default: stop.
+   */
+  readOn?(): boolean
   /** How the stream ends, and podgate's error event in it. Default: OpenAI's (`[DONE]`). */
   dialect?: Dialect
   /**
@@ -158,7 +165,7 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
   const tail = tailBlocks(dialect)
   /** The caller left (`options.signal`): its body may never be read, so nothing is written to it. */
   let left = false
-  /** The caller left before it was handed its body, and the upstream's part is read on for others (`detach`). */
+  /** The caller left while others wait for the answer: the upstream's part is read on for them (`detach`, `readOn`). */
   let detached = false
 
   /** Settles once: the usage, the outcome (with the events' count), then the close listeners (the revocation check's timer). */
@@ -286,11 +293,16 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
       // A broken upstream breaks the copy too: a moment lets it say so, so that a recorder is told the
       // caller left only when it did.
       await settledWithin(ending, BREAK_GRACE_MS)
-      if (!copyBroke && !forced) stopped ??= 'caller'
-      options.abortUpstream(upstreamError(BROKEN_MESSAGE))
-      // The caller left: the copy stops too, so that an upstream body the abort does not reach (a custom
-      // fetch that ignores its signal) is cancelled, both branches being, rather than read to its end.
-      if (stopped === 'caller') copyStop.abort()
+      const callerLeft = !copyBroke && !forced && !upstreamDone
+      // Others wait for this answer: the copy, hurried, reads the upstream's part on for them.
+      if (callerLeft && !left && options.readOn?.()) detached = true
+      else {
+        if (callerLeft) stopped ??= 'caller'
+        options.abortUpstream(upstreamError(BROKEN_MESSAGE))
+        // The caller left: the copy stops too, so that an upstream body the abort does not reach (a custom
+        // fetch that ignores its signal) is cancelled, both branches being, rather than read to its end.
+        if (stopped === 'caller') copyStop.abort()
+      }
     }
     const end = await ending
     // A tail that ends with `[DONE]` and holds no error event is a whole answer, however the connection
