@@ -478,6 +478,74 @@ describe('native relay over a real HTTP upstream (the emulator)', () => {
     await expect.poll(streams, { timeout: 3_000 }).toEqual([true])
   })
 
+  // Found in review of the change above (a call running on for a twin after its first caller left mid-answer).
+  describe('a call that runs on for a twin after its first caller left', () => {
+    const leave = async (res: Response) => {
+      const reader = res.body!.getReader()
+      expect((await reader.read()).done).toBe(false)
+      await reader.cancel()
+    }
+    const twins = async (model: string, prompt: string, extra: Partial<GatewayOptions> = {}, quota?: Record<string, unknown>) => {
+      const h = live(extra)
+      const { key } = await h.createKey({ name: 'live', ...(quota ? { quota } : {}) })
+      const before = (await openaiCalls()).length
+      const body = chatBody(model, prompt, { stream: true, max_tokens: 500, temperature: 0, ...WITH_USAGE })
+      const leader = await h.fetch('/v1/chat/completions', authed(key, body))
+      const twin = await h.fetch('/v1/chat/completions', authed(key, body))
+      expect(twin.headers.get('x-podgate-cache')).toBe('COALESCED')
+      return { h, key, before, leader, twin }
+    }
+
+    it('is still held to the model\'s total timeout: the twin gets its error at that time, from the one call', async () => {
+      const { before, leader, twin } = await twins('chat-short', 'Long [[emulator:tokens=400,delay=20]]')
+      const started = Date.now()
+      await leave(leader)
+      const events = await readSSE(twin)
+      expect(events.at(-1)).toMatchObject({ error: { code: 'upstream_timeout' } })
+      // totalMs is 1.5 s; the answer would take 8 s.
+      expect(Date.now() - started).toBeLessThan(4_000)
+      expect((await openaiCalls()).length - before).toBe(1)
+    }, 30_000)
+
+    it('stops once its answer turns out too large to share and no twin waits on it any more', async () => {
+      const { before, leader, twin } = await twins('chat-openai', 'Long [[emulator:tokens=400,delay=20]]', { cache: { maxEntryBytes: 8_192 } })
+      await leave(leader)
+      // The twin asks on its own once the answer is too large to share: a second call.
+      const reading = readSSE(twin)
+      await expect.poll(async () => (await openaiCalls()).length - before, { timeout: 8_000 }).toBe(2)
+      await expect.poll(async () => (await openaiCalls())[before]?.streamCancelled ?? false, { timeout: 3_000 }).toBe(true)
+      expect((await reading).at(-1)).toBe('[DONE]')
+    }, 30_000)
+
+    it('frees its first caller\'s stream slot at once, when only its body told it left', async () => {
+      const { h, key, leader, twin } = await twins('chat-openai', 'Long [[emulator:tokens=400,delay=20]]', {}, { maxConcurrentStreams: 2 })
+      await leave(leader)
+      // The first caller's slot and the twin's were taken; the first is free again (the harness has no request signal).
+      await new Promise((resolve) => setTimeout(resolve, 300))
+      const other = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai', 'Other [[emulator:tokens=3]]', { stream: true, max_tokens: 8, ...WITH_USAGE })))
+      expect(other.status).toBe(200)
+      await other.body?.cancel()
+      await twin.body!.cancel()
+    }, 30_000)
+
+    it('reads on at once for the twin when its first caller left by its request\'s signal alone, its body never cancelled', async () => {
+      const h = live()
+      const { key } = await h.createKey({ name: 'live' })
+      const body = chatBody('chat-openai', 'Long [[emulator:tokens=60,delay=15]]', { stream: true, max_tokens: 100, temperature: 0, ...WITH_USAGE })
+      const gone = new AbortController()
+      const leader = await h.fetch('/v1/chat/completions', { ...authed(key, body), signal: gone.signal })
+      const twin = await h.fetch('/v1/chat/completions', authed(key, body))
+      expect(twin.headers.get('x-podgate-cache')).toBe('COALESCED')
+      expect((await leader.body!.getReader().read()).done).toBe(false)
+      const started = Date.now()
+      gone.abort()
+      const events = await readSSE(twin)
+      expect(events.at(-1)).toBe('[DONE]')
+      // 60 tokens 15 ms apart, not one chunk a tick held back by a body no one reads.
+      expect(Date.now() - started).toBeLessThan(5_000)
+    }, 60_000)
+  })
+
   // Found in review: the first caller left before the upstream answered while its twin waited, so the call
   // ran on for the twin and its piped answer went to no one. Its unread body held the pipe's copy to a
   // chunk a tick, and the twin, waiting for the whole answer, got it at about an event a second.

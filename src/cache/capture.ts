@@ -77,6 +77,8 @@ export async function lead(run: CacheRun, ctx: CompletionContext, next: Completi
     callerGone: () => ctx.c.req.raw.signal?.aborted === true,
     left: () => {
       callerLeft = true
+      // Heard by its pipe, maybe not by its request's signal: the quota stages free its stream slot now.
+      ctx.callerLeft()
       flight.leaderLeft(staleMsOf(ctx))
       if (flight.followers <= 0) flight.onIdle?.()
     },
@@ -199,6 +201,8 @@ function streamRecorder(leader: Leader): StreamRecorder {
       gaveUp = true
       flight.stopStreaming()
       flight.succeed({ answer: undefined, usage: undefined, meta })
+      // No joiner waits on it any more: a call that ran on only for them (its caller left) stops.
+      flight.onIdle?.()
     }
   }
   const copy: StreamCopy = {
@@ -277,10 +281,13 @@ function recordPiped(leader: Leader, response: Response): Response {
   leader.flight.stopStreaming()
   // The request stays alive until the upstream's part is recorded, even if its caller leaves first.
   waitUntilOf(leader.ctx.c)(leader.flight.over)
-  // A caller who left before the answer came never reads it, and its unread body would hold the pipe's
-  // copy (and so the joiners waiting for the whole answer) to a chunk a tick: the pipe lets it go and reads
-  // the upstream's part at once, for them.
-  if (leader.callerGone()) streamControl(response.body!)?.detach?.()
+  // A caller who left (before the answer came, or later, told by its request's signal) may never read or
+  // cancel its body, which would hold the pipe's copy (and so the joiners waiting for the whole answer) to
+  // a chunk a tick: the pipe lets it go and reads the upstream's part at once, for them.
+  const { flight } = leader
+  onAbort(leader.ctx.c.req.raw.signal, () => {
+    if (flight.state === 'open' && flight.followers > 0) streamControl(response.body!)?.detach?.()
+  })
   return withCacheHeaders(response, 'MISS', 0)
 }
 

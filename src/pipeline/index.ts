@@ -8,6 +8,7 @@
  */
 import type { Context } from 'hono'
 import { toGatewayError } from '../errors/index.ts'
+import { onAbort } from '../http/context.ts'
 import type { NormalizedRequest } from '../normalize/types.ts'
 import type { ResolvedModel } from '../routing/models.ts'
 import type { GatewayEnv } from '../types.ts'
@@ -20,6 +21,8 @@ export function createCompletionContext(c: Context<GatewayEnv>, request: Normali
   let resolve!: (outcome: CompletionOutcome) => void
   const outcome = new Promise<CompletionOutcome>((r) => (resolve = r))
   let settled = false
+  let left = false
+  let listeners: Array<() => void> | undefined
   return {
     c,
     request,
@@ -29,6 +32,22 @@ export function createCompletionContext(c: Context<GatewayEnv>, request: Normali
       if (settled) return
       settled = true
       resolve(value)
+    },
+    onCallerLeft(listener) {
+      let told = false
+      const once = () => {
+        if (told) return
+        told = true
+        listener()
+      }
+      onAbort(c.req.raw.signal, once)
+      if (left) once()
+      else (listeners ??= []).push(once)
+    },
+    callerLeft() {
+      if (left) return
+      left = true
+      for (const listener of listeners ?? []) listener()
     },
   }
 }

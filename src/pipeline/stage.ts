@@ -48,6 +48,16 @@ export interface CompletionContext {
   /** Resolves `outcome`; later calls are ignored. Called by the upstream dispatcher. */
   settle(outcome: CompletionOutcome): void
   /**
+   * Runs `listener` once, when the caller left: its request's signal aborted, or a stage heard it
+   * otherwise (`callerLeft`). At once when it already has.
+   */
+  onCallerLeft(listener: () => void): void
+  /**
+   * Told by a stage that heard the caller leave by other means than its request's signal (the cache's
+   * leader, whose pipe found its body cancelled, on a host whose signal does not say so).
+   */
+  callerLeft(): void
+  /**
    * Set before `next` by a stage that records a streamed answer (the cache). When the upstream code
    * pipes the stream natively (streaming/openai-pipe.ts), the caller's body is the upstream's bytes and
    * cannot be read along cheaply: it sets `copy.piped`, hands the answer's text to `copy.text` in order

@@ -13,7 +13,7 @@
  * A key with no limits costs one policy merge and no store access.
  */
 import { GatewayError } from '../errors/index.ts'
-import { onAbort, waitUntilOf } from '../http/context.ts'
+import { waitUntilOf } from '../http/context.ts'
 import { withHeaders } from '../http/headers.ts'
 import type { NormalizedRequest } from '../normalize/types.ts'
 import type { CompletionContext, CompletionOutcome, CompletionStage } from '../pipeline/index.ts'
@@ -63,7 +63,7 @@ export function quotaStage(service: QuotaService): CompletionStage {
       reservation = { ...held, stream: false }
       return store.settle({ reservation: held, tokens, ...(release ? { release } : {}), background }).catch(() => undefined)
     }
-    if (reservation.stream) onAbort(ctx.c.req.raw.signal, () => reservation.stream && background(settle(reservation.tokens, false)))
+    if (reservation.stream) ctx.onCallerLeft(() => reservation.stream && background(settle(reservation.tokens, false)))
     const prompt = ctx.request.estimate.promptTokens
     background(ctx.outcome.then((outcome) => settle(tokensToCharge(outcome, reservation.tokens, prompt), !outcome.ok && outcome.refused === true)))
 

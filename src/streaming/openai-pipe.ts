@@ -283,7 +283,6 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
     )
     // The upstream's part is over for the caller: the copy is read to its end without waiting for ticks.
     pace.hurry()
-    if (timer !== undefined) clearTimeout(timer)
     const writer = writable.getWriter()
     // The pipe failed: the upstream broke, or the caller left (which its request's signal tells, when it
     // was given one, and otherwise only the write of the closing event below). Either way nothing more
@@ -304,6 +303,9 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
         if (stopped === 'caller') copyStop.abort()
       }
     }
+    // A detached stream's upstream part is read on for others, under the total timeout that held it for
+    // the caller (the copy's ending clears it). Otherwise nothing more is read for anyone.
+    if (timer !== undefined && !detached) clearTimeout(timer)
     const end = await ending
     // A tail that ends with `[DONE]` and holds no error event is a whole answer, however the connection
     // ended after it; and when podgate ended it just as the whole answer went out (a revocation racing
@@ -338,8 +340,11 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
     detach() {
       if (over || left || forced) return
       detached = true
-      // Its pipe ends (the caller's branch cancelled); the copy, hurried, reads the rest at once. Once
-      // handed over: a Response (a stage's or Hono's copy of it) cannot be made of a cancelled body.
+      // Its pipe ends (the caller's branch cancelled), also when something holds the caller's body
+      // locked (a reader that will never read again); the copy, hurried, reads the rest at once.
+      stop.abort(upstreamError(CALLER_GONE))
+      // An unlocked body is let go too, once handed over: a Response (a stage's or Hono's copy of it)
+      // cannot be made of a cancelled body.
       setTimeout(() => readable.cancel().catch(ignore), 0)
     },
   })
