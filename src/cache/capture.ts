@@ -48,7 +48,7 @@ export async function lead(run: CacheRun, ctx: CompletionContext, next: Completi
     if (flights.get(hash) === flight) flights.delete(hash)
   }
   /** Its caller left mid-answer, as its pipe heard (`Leader.left`), also on a host whose request signal does not say so. */
-  let callerLeft = false
+  let leftByBody = false
   if (options.coalesce) {
     flights.set(hash, flight)
     // The call is the flight's: its caller leaving stops it only when no joiner follows it, and its
@@ -56,7 +56,7 @@ export async function lead(run: CacheRun, ctx: CompletionContext, next: Completi
     // whose upstream ignores the abort and answers later is cut by its relay (openai-relay.ts).
     const shared = new AbortController()
     const { signal } = ctx.c.req.raw
-    const stop = () => (signal.aborted || callerLeft) && (shared.abort(signal.aborted ? signal.reason : upstreamError(CALLER_GONE)), release())
+    const stop = () => (signal.aborted || leftByBody) && (shared.abort(signal.aborted ? signal.reason : upstreamError(CALLER_GONE)), release())
     ctx.signal = shared.signal
     flight.onIdle = stop
     onAbort(signal, () => {
@@ -76,11 +76,10 @@ export async function lead(run: CacheRun, ctx: CompletionContext, next: Completi
     },
     callerGone: () => ctx.c.req.raw.signal?.aborted === true,
     left: () => {
-      callerLeft = true
+      leftByBody = true
       // Heard by its pipe, maybe not by its request's signal: the quota stages free its stream slot now.
       ctx.callerLeft()
       flight.leaderLeft(staleMsOf(ctx))
-      if (flight.followers <= 0) flight.onIdle?.()
     },
   }
 
