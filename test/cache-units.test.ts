@@ -429,14 +429,16 @@ describe('Flight', () => {
   })
 
   it('a piped flight is heard through its copy\'s reads: once its leader left, silence past staleMs fails it too', async () => {
+    // Once its leader left, a piped flight's silence is measured against pipedStaleMs (30 here), however long
+    // the call's own timeouts make staleMs: its copy is read at once then, each chunk as it comes.
     const piped = () => {
-      const flight = new Flight(true)
+      const flight = new Flight(true, Infinity, 30)
       flight.stopStreaming()
       return flight
     }
     const [read, silent, followed] = [piped(), piped(), piped()]
-    read.leaderLeft(30)
-    silent.leaderLeft(30)
+    read.leaderLeft(125_000)
+    silent.leaderLeft(125_000)
     for (let i = 0; i < 4; i++) {
       await new Promise((r) => setTimeout(r, 15))
       read.heardAt = Date.now()

@@ -80,10 +80,18 @@ export class Flight {
    * then let go. Default: never (a leader whose caller is there ends its call by its own timeouts).
    */
   staleMs: number
+  /**
+   * A piped flight whose leader left is read at once, each chunk as it comes (its pipe detached): silent
+   * this long (ms), its leader's request ended with its call (on Workers, 30 s after its caller left),
+   * though the call's own timeouts are longer. Its joiners, who wait for the whole answer and have shown
+   * no byte of it, then ask on their own rather than wait out `staleMs`.
+   */
+  readonly pipedStaleMs: number
 
-  constructor(streams: boolean, staleMs = Infinity) {
+  constructor(streams: boolean, staleMs = Infinity, pipedStaleMs = 10_000) {
     this.streams = streams
     this.staleMs = staleMs
+    this.pipedStaleMs = pipedStaleMs
   }
 
   /** Index one past the last event pushed. */
@@ -187,7 +195,8 @@ export class Flight {
 
   /** Open, unless silent past `staleMs` (then failed now, for its readers and for callers who would join it). */
   live(): boolean {
-    if ((this.streams || this.#piped) && Date.now() - this.heardAt > this.staleMs) this.fail(new GatewayError('upstream_timeout', 'The model stopped sending for too long.'), true)
+    const staleMs = this.#piped && this.staleMs !== Infinity ? this.pipedStaleMs : this.staleMs
+    if ((this.streams || this.#piped) && Date.now() - this.heardAt > staleMs) this.fail(new GatewayError('upstream_timeout', 'The model stopped sending for too long.'), true)
     return this.state === 'open'
   }
 
