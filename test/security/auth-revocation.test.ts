@@ -92,7 +92,8 @@ describe('L8 revocation ends open streams', () => {
   it('auth-revocation: an open stream answered to a token ends with an error event once the token expires', async () => {
     const h = harness()
     const { key } = await h.createKey()
-    const minted = (await (await h.fetch('/v1/tokens', authed(key, JSON.stringify({ ttlSeconds: 1 })))).json()) as { token: string; expiresAt: number }
+    // 2 s: `exp` is whole seconds, rounded down, so a 1 s token minted late in a second could expire before its first call.
+    const minted = (await (await h.fetch('/v1/tokens', authed(key, JSON.stringify({ ttlSeconds: 2 })))).json()) as { token: string; expiresAt: number }
     const res = await h.fetch('/v1/chat/completions', authed(minted.token, chatBody('chat-openai', 'hold [[emulator:fault=stall,after=3]]', { stream: true, max_tokens: 50 })))
     expect(res.status).toBe(200)
     // The stream stalls after 3 tokens: only the token's expiry (plus one 1 s check) can end it.
