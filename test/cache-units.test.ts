@@ -417,35 +417,34 @@ describe('Flight', () => {
     expect(flight.abandoned).toBe(true)
   })
 
-  it('an event keeps a flight followed live open; a JSON answer\'s flight is open however long it is silent', async () => {
+  it('an event keeps a flight followed live open; so does its leader\'s beat, for any flight, however long the model is silent', async () => {
     const live = new Flight(true, 30)
-    const json = new Flight(false, 30)
+    // leaderLeft: the leader's request beats while it runs (here 30 ms of silence allowed, a beat every 6 ms).
+    const [streamed, piped, json] = [new Flight(true), new Flight(true), new Flight(false)]
+    piped.stopStreaming()
+    for (const flight of [streamed, piped, json]) flight.leaderLeft(30)
     for (let i = 0; i < 4; i++) {
       await new Promise((r) => setTimeout(r, 15))
       live.push({ comment: true })
-      await Promise.all([live, json].map((f) => f.changed(5)))
+      await Promise.all([live, streamed, piped, json].map((f) => f.changed(5)))
     }
-    expect([live.state, json.state]).toEqual(['open', 'open'])
+    expect([live.state, streamed.state, piped.state, json.state]).toEqual(['open', 'open', 'open', 'open'])
+    // The beat stops when the flight is over.
+    json.succeed({ answer: undefined, usage: undefined, meta: undefined })
   })
 
-  it('a piped flight is heard through its copy\'s reads: once its leader left, silence past staleMs fails it too', async () => {
-    // Once its leader left, a piped flight's silence is measured against pipedStaleMs (30 here), however long
-    // the call's own timeouts make staleMs: its copy is read at once then, each chunk as it comes.
-    const piped = () => {
-      const flight = new Flight(true, Infinity, 30)
-      flight.stopStreaming()
-      return flight
-    }
-    const [read, silent, followed] = [piped(), piped(), piped()]
-    read.leaderLeft(125_000)
-    silent.leaderLeft(125_000)
-    for (let i = 0; i < 4; i++) {
-      await new Promise((r) => setTimeout(r, 15))
-      read.heardAt = Date.now()
-      await Promise.all([read, silent, followed].map((f) => f.changed(5)))
-    }
-    // `followed`: its leader's caller is there, and its call ends by its own timeouts.
-    expect([read.state, silent.state, followed.state]).toEqual(['open', 'failed', 'open'])
-    expect(silent.abandoned).toBe(true)
+  it('a flight whose leader left and that stops hearing from it fails, piped or JSON: its joiners ask on their own', async () => {
+    // No beat: as when the runtime ended the leader's request (on Workers, 30 s after its caller left).
+    const [piped, json] = [new Flight(true, 30), new Flight(false, 30)]
+    piped.stopStreaming()
+    await new Promise((r) => setTimeout(r, 40))
+    await Promise.all([piped, json].map((f) => f.changed(5)))
+    expect([piped.state, json.state]).toEqual(['failed', 'failed'])
+    expect([piped.abandoned, json.abandoned]).toEqual([true, true])
+    // A flight whose leader's caller is there (no staleMs) is never stale.
+    const present = new Flight(false)
+    await new Promise((r) => setTimeout(r, 40))
+    await present.changed(5)
+    expect(present.state).toBe('open')
   })
 })

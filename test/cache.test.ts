@@ -688,8 +688,16 @@ describe('coalescing', () => {
     await new Promise((r) => setTimeout(r, 20))
     const joiner = h.fetch('/v1/chat/completions', authed(key, body))
     await new Promise((r) => setTimeout(r, 20))
-    leaving.abort()
-    // Silent past firstTokenMs/idleMs + 5 s: the joiner, which got nothing, asks upstream on its own.
+    // The leader's request beats while it runs once its caller left (Flight.leaderLeft); here it never
+    // will, as when the runtime ended it: its timers are never set.
+    const setInterval = globalThis.setInterval
+    globalThis.setInterval = (() => 0) as unknown as typeof globalThis.setInterval
+    try {
+      leaving.abort()
+    } finally {
+      globalThis.setInterval = setInterval
+    }
+    // Not heard from for 5 s: the joiner, which got nothing, asks upstream on its own.
     const own = await joiner
     expect(own.status).toBe(200)
     expect((await readSSE(own)).at(-1)).toBe('[DONE]')
@@ -713,7 +721,8 @@ describe('coalescing', () => {
     const led = await readSome(leader, 1)
     leaving.abort()
     await led.cancel()
-    // The joiner reads nothing for longer than firstTokenMs/idleMs + 5 s: the upstream reads wait for it.
+    // The joiner reads nothing for longer than the flight's 5 s window and the call's own timeouts: the
+    // upstream reads wait for it, and the leader's request, which runs them, beats meanwhile.
     await new Promise((r) => setTimeout(r, 5_800))
     const events = await readSSE(joiner)
     expect(events.filter((e) => typeof e === 'object' && e !== null && 'error' in e)).toEqual([])

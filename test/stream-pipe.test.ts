@@ -517,7 +517,7 @@ describe('native relay over a real HTTP upstream (the emulator)', () => {
       expect((await reading).at(-1)).toBe('[DONE]')
     }, 30_000)
 
-    it('frees its first caller\'s stream slot at once, when only its body told it left', async () => {
+    it('frees its first caller\'s stream slot when only its body told it left (heard at the pipe\'s next write)', async () => {
       const { h, key, leader, twin } = await twins('chat-openai', 'Long [[emulator:tokens=400,delay=20]]', {}, { maxConcurrentStreams: 2 })
       await leave(leader)
       // The first caller's slot and the twin's were taken; the first is free again (the harness has no request signal).
@@ -526,6 +526,32 @@ describe('native relay over a real HTTP upstream (the emulator)', () => {
       expect(other.status).toBe(200)
       await other.body?.cancel()
       await twin.body!.cancel()
+    }, 30_000)
+
+    // Found in a second review: a model slower than the joiners' silence window made them ask
+    // again while the call still ran. They now hear the first caller's request beat while it runs.
+    it('is not taken for ended while the model is slow: its twin makes no call of its own', async () => {
+      const h = live()
+      const { key } = await h.createKey({ name: 'live' })
+      const before = (await openaiCalls()).length
+      const body = chatBody('chat-openai', 'Slow [[emulator:tokens=3,delay=7000]]', { stream: true, max_tokens: 10, temperature: 0, ...WITH_USAGE })
+      const gone = new AbortController()
+      const leader = await h.fetch('/v1/chat/completions', { ...authed(key, body), signal: gone.signal })
+      const twin = await h.fetch('/v1/chat/completions', authed(key, body))
+      expect(twin.headers.get('x-podgate-cache')).toBe('COALESCED')
+      expect(leader.status).toBe(200)
+      // The twin waits, reading (its heartbeats), as a client does.
+      const reader = twin.body!.getReader()
+      const reading = (async () => {
+        while (!(await reader.read().catch(() => ({ done: true }))).done);
+      })()
+      gone.abort()
+      // Past the 5 s window, before the model's next token (7 s after its first).
+      await new Promise((resolve) => setTimeout(resolve, 6_500))
+      const calls = (await openaiCalls()).slice(before)
+      await reader.cancel()
+      await reading
+      expect(calls.map((call) => call.streamCancelled ?? false)).toEqual([false])
     }, 30_000)
 
     it('reads on at once for the twin when its first caller left by its request\'s signal alone, its body never cancelled', async () => {

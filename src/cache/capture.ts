@@ -60,7 +60,7 @@ export async function lead(run: CacheRun, ctx: CompletionContext, next: Completi
     ctx.signal = shared.signal
     flight.onIdle = stop
     onAbort(signal, () => {
-      flight.leaderLeft(staleMsOf(ctx))
+      flight.leaderLeft()
       if (flight.followers <= 0) stop()
     })
     waitUntilOf(ctx.c)(flight.over)
@@ -79,7 +79,7 @@ export async function lead(run: CacheRun, ctx: CompletionContext, next: Completi
       leftByBody = true
       // Heard by its pipe, maybe not by its request's signal: the quota stages free its stream slot now.
       ctx.callerLeft()
-      flight.leaderLeft(staleMsOf(ctx))
+      flight.leaderLeft()
     },
   }
 
@@ -134,12 +134,6 @@ async function captureJson(leader: Leader, response: Response): Promise<Response
   if (!done) return passOn(leader, new Response(concat(chunks, source), response))
   const text = new TextDecoder().decode(concatBytes(chunks, bytes))
   return recordJson(leader, text, parseJson(text), new Response(text, response))
-}
-
-/** A leader whose caller left is silent this long (ms) only when its request ended: past its call's own timeouts. */
-function staleMsOf(ctx: CompletionContext): number {
-  const { timeouts } = ctx.model.config.resilience
-  return Math.max(timeouts.firstTokenMs, timeouts.idleMs) + 5_000
 }
 
 /** Too large to share or store: joiners ask alone. */
@@ -207,8 +201,6 @@ function streamRecorder(leader: Leader): StreamRecorder {
   const copy: StreamCopy = {
     piped: false,
     text(text) {
-      // A piped flight hears its leader through the copy: silent past `staleMs` once its caller left, it lost it.
-      flight.heardAt = Date.now()
       if (gaveUp) return
       try {
         parser.feed(text)
@@ -300,12 +292,9 @@ function captureStream(leader: Leader, recorder: StreamRecorder, response: Respo
   const pump = (async () => {
     try {
       for (;;) {
-        // Past the bound, the upstream is read no faster than the slowest reader drains the buffer. That
-        // wait is no silence of the upstream's: the flight must not go stale under it (nor changed() spin).
-        while (flight.sealed && flight.bufferedChars > maxEntryBytes && flight.followers > 0) {
-          flight.heardAt = Date.now()
-          await flight.changed()
-        }
+        // Past the bound, the upstream is read no faster than the slowest reader drains the buffer (this
+        // request's beat keeps the flight live meanwhile, once its caller left: Flight.leaderLeft).
+        while (flight.sealed && flight.bufferedChars > maxEntryBytes && flight.followers > 0) await flight.changed()
         const chunk = await source.read()
         if (chunk.done) break
         recorder.feed(decoder.decode(chunk.value, { stream: true }))

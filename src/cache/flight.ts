@@ -19,6 +19,8 @@ export type FlightState = 'open' | 'ok' | 'failed'
 
 /** Longest a waiting caller sleeps before it looks at the flight again. */
 const POLL_MS = 50
+/** How long joiners go without hearing from a leader whose caller left before they take its request as ended. */
+const LEFT_STALE_MS = 5_000
 
 /** Where one reader of a flight's events is: the index of the next event it will read. */
 export interface FlightReader {
@@ -31,8 +33,6 @@ export class Flight {
    * reads it (false once the leader's stream is piped natively: joiners then wait for the whole answer).
    */
   streams: boolean
-  /** The leader's stream is piped: its copy's reads are what is heard of it (`heardAt`). */
-  #piped = false
   /** Events from index `offset` on; earlier ones were read by everyone and dropped (see `seal`). */
   readonly #events: FlightEvent[] = []
   #offset = 0
@@ -67,31 +67,20 @@ export class Flight {
   /** Resolves when the flight succeeds or fails. */
   readonly over: Promise<void> = new Promise((resolve) => (this.#over = resolve))
 
-  /**
-   * When the leader's request last showed it is alive: its last event (or the flight's start), its
-   * upstream reads waiting for a slow reader (capture.ts), which is no silence of the upstream's, or, piped,
-   * its copy's last read.
-   */
+  /** When the leader's request last showed it runs: its last event (or the flight's start), or, once its caller left, its beat (`leaderLeft`). */
   heardAt = Date.now()
   /**
-   * A flight joiners follow live, or a piped one, that is silent longer than this (ms) lost its leader: its call's own
-   * timeouts would have ended it sooner. Set once the leader's caller left: the runtime ends such a
-   * request 30 s later (`waitUntil`'s limit), with its call, and nothing more comes; its readers are
-   * then let go. Default: never (a leader whose caller is there ends its call by its own timeouts).
+   * Not heard from longer than this (ms), the leader's request ended, and its call with it: the flight
+   * fails for its joiners (one that has no byte yet asks on its own). Set once the leader's caller left
+   * (`leaderLeft`): the runtime may end such a request before its call ends (on Workers, 30 s after its
+   * caller left: `waitUntil`'s limit), with no word. Default: never (a leader whose caller is there ends
+   * its call by its own timeouts).
    */
   staleMs: number
-  /**
-   * A piped flight whose leader left is read at once, each chunk as it comes (its pipe detached): silent
-   * this long (ms), its leader's request ended with its call (on Workers, 30 s after its caller left),
-   * though the call's own timeouts are longer. Its joiners, who wait for the whole answer and have shown
-   * no byte of it, then ask on their own rather than wait out `staleMs`.
-   */
-  readonly pipedStaleMs: number
 
-  constructor(streams: boolean, staleMs = Infinity, pipedStaleMs = 10_000) {
+  constructor(streams: boolean, staleMs = Infinity) {
     this.streams = streams
     this.staleMs = staleMs
-    this.pipedStaleMs = pipedStaleMs
   }
 
   /** Index one past the last event pushed. */
@@ -157,18 +146,21 @@ export class Flight {
   }
 
   /**
-   * The leader's caller left: from now on its request may end (30 s later on Cloudflare) with no word,
-   * and silence past `staleMs` means it did.
+   * The leader's caller left: from now on its request may end before its call does, with no word. Called
+   * in that request, which beats (`heardAt`) five times per `staleMs` while it runs, until the flight is
+   * over; joiners that stop hearing it take it as ended. The model's own silence is not judged here: the
+   * call's timeouts end a call the model stopped answering, as for any caller.
    */
-  leaderLeft(staleMs: number): void {
+  leaderLeft(staleMs = LEFT_STALE_MS): void {
     if (this.staleMs !== Infinity) return
     this.staleMs = staleMs
     this.heardAt = Date.now()
+    const beat = setInterval(() => (this.heardAt = Date.now()), staleMs / 5)
+    void this.over.then(() => clearInterval(beat))
   }
 
   /** The leader's stream is piped natively: joiners wait for the whole answer (waiting ones are woken). */
   stopStreaming(): void {
-    this.#piped = true
     this.streams = false
     this.#notify()
   }
@@ -195,8 +187,7 @@ export class Flight {
 
   /** Open, unless silent past `staleMs` (then failed now, for its readers and for callers who would join it). */
   live(): boolean {
-    const staleMs = this.#piped && this.staleMs !== Infinity ? this.pipedStaleMs : this.staleMs
-    if ((this.streams || this.#piped) && Date.now() - this.heardAt > staleMs) this.fail(new GatewayError('upstream_timeout', 'The model stopped sending for too long.'), true)
+    if (Date.now() - this.heardAt > this.staleMs) this.fail(new GatewayError('upstream_timeout', 'The shared upstream call ended with the request that made it.'), true)
     return this.state === 'open'
   }
 
