@@ -359,9 +359,9 @@ describe('native relay over a real HTTP upstream (the emulator)', () => {
   }
 
   /** A first caller and an identical second one (its twin) streaming `prompt`, and the emulator's call count before them. */
-  const leaderAndTwin = async (prompt: string, maxTokens: number, extra: Partial<GatewayOptions> = {}) => {
+  const leaderAndTwin = async (prompt: string, maxTokens: number, extra: Partial<GatewayOptions> = {}, quota?: Record<string, unknown>) => {
     const h = live(extra)
-    const { key } = await h.createKey({ name: 'live' })
+    const { key } = await h.createKey({ name: 'live', ...(quota ? { quota } : {}) })
     const before = (await openaiCalls()).length
     const body = chatBody('chat-openai', prompt, { stream: true, max_tokens: maxTokens, temperature: 0, ...WITH_USAGE })
     const leader = await h.fetch('/v1/chat/completions', authed(key, body))
@@ -439,7 +439,7 @@ describe('native relay over a real HTTP upstream (the emulator)', () => {
   })
 
   it('a twin of a piped answer is answered at once, and gets the same call\'s answer when the first caller leaves mid-answer', async () => {
-    const { h, key, body, before, leader, twin } = await leaderAndTwin('Long [[emulator:tokens=60,delay=15]]', 100, { logCalls: true })
+    const { h, key, body, before, leader, twin } = await leaderAndTwin('Long [[emulator:tokens=60,delay=15]]', 100, { logCalls: true }, { tokensPerMinute: 1_000_000, strict: true })
     // Answered at once: the first caller's first bytes are out.
     expect(twin.headers.get('x-podgate-cache')).toBe('COALESCED')
     const reader = leader.body!.getReader()
@@ -455,8 +455,12 @@ describe('native relay over a real HTTP upstream (the emulator)', () => {
     // twin (as when the relay reads it); the twin's answer was that call's, and cost it no tokens.
     await h.settle()
     const lines = h.logs.map((line) => JSON.parse(line) as Record<string, unknown>).filter((line) => line.message === 'call')
-    expect(lines.find((line) => line.request_id === leader.headers.get('x-request-id'))).toMatchObject({ status: 200, cache: 'MISS', completion_tokens: 60 })
+    const led = lines.find((line) => line.request_id === leader.headers.get('x-request-id'))
+    expect(led).toMatchObject({ status: 200, cache: 'MISS', completion_tokens: 60 })
     expect(lines.find((line) => line.request_id === twin.headers.get('x-request-id'))).toMatchObject({ status: 200, cache: 'COALESCED' })
+    // Both callers use one key: it is charged the one call, not two.
+    const usage = (await (await h.fetch('/v1/usage', authed(key))).json()) as { windows: { minute: { tokens: number } } }
+    expect(usage.windows.minute.tokens).toBe((led!.prompt_tokens as number) + 60)
     // The answer was whole: it was stored, and a third caller gets it from the cache.
     const third = await h.fetch('/v1/chat/completions', authed(key, body))
     expect(third.headers.get('x-podgate-cache')).toBe('HIT')

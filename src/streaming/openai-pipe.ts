@@ -286,8 +286,8 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
     const writer = writable.getWriter()
     // The pipe failed: the upstream broke, or the caller left (which its request's signal tells, when it
     // was given one, and otherwise only the write of the closing event below). Either way nothing more
-    // goes to the caller: stop the model, and the copy ends too. (A pipe stopped after the copy ended
-    // whole is over, not failed.)
+    // goes to the caller: stop the model, and the copy ends too, unless others wait for the answer
+    // (`readOn`). (A pipe stopped after the copy ended whole, or detached, is over, not failed.)
     if (!piped && !forced && !upstreamDone && !detached) {
       // A broken upstream breaks the copy too: a moment lets it say so, so that a recorder is told the
       // caller left only when it did.

@@ -13,8 +13,9 @@ export interface StreamControl {
   /** Calls `listener` once when the stream is over, however it ended; at once if it already is. */
   onClose(listener: () => void): void
   /**
-   * Optional: the caller left before it was handed the stream, whose upstream call runs on for others
-   * (a cache flight's joiners): nothing more goes to the caller, and the upstream's part is read at once.
+   * Optional: the caller left (before it was handed the stream, or later, told by its request's signal)
+   * while the upstream call runs on for others (a cache flight's joiners): nothing more goes to the caller,
+   * even through a body something holds locked, and the upstream's part is read at once.
    */
   detach?(): void
 }
