@@ -196,7 +196,10 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
   // A JSON stream page is a poll. So is opening an event stream (which the completion stages also admit,
   // for its stream slot): without a count, a key over its control limit could reopen one, each time
   // making an upstream call, as often as it liked.
-  for (const op of ['status/:id', 'status-sync/:id', 'cancel/:id', 'health', 'stream/:id']) app.use(`/v2/:model/${op}`, control)
+  // Each with the methods its route takes: a call with another is no route (404) and counts nothing.
+  for (const op of ['status/:id', 'status-sync/:id', 'stream/:id']) app.on(['GET', 'POST'], `/v2/:model/${op}`, control)
+  app.post('/v2/:model/cancel/:id', control)
+  app.get('/v2/:model/health', control)
   // Runpod's URL shape for the OpenAI surface (`/v2/<model>/openai/v1/*`): the same stages, cache included.
   app.route('/v2', runpodOpenAIRoutes(openai))
   app.route('/v2', nativeRoutes({ models, client, runpod: config.runpod, secret: config.signingSecret ?? config.runpod.apiKey, maxBodyBytes: config.maxBodyBytes, stages: uncached }))

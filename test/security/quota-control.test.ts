@@ -84,6 +84,26 @@ describe('M4 control calls count against controlPerMinute', () => {
     expect((await h.fetch('/v2/chat-current/health', call(key, 'GET'))).status).toBe(429)
   })
 
+  it('quota-control: a control path called with a method it does not take is a 404 that counts nothing', async () => {
+    const h = harness({ quota: { now: () => START } })
+    const { key } = await h.createKey({ name: 'wrong verbs', quota: { controlPerMinute: 1 } })
+    const id = await startJob(h, key)
+    const wrong: [string, RequestInit][] = [
+      [`/v2/chat-current/cancel/${id}`, call(key, 'GET')],
+      ['/v2/chat-current/health', call(key, 'POST')],
+      [`/v2/chat-current/status/${id}`, { ...call(key, 'POST'), method: 'PUT' }],
+      [`/v2/chat-current/stream/${id}`, { ...call(key, 'POST'), method: 'DELETE' }],
+    ]
+    for (const [path, init] of wrong) {
+      const res = await h.fetch(path, init)
+      expect(res.status, `${init.method} ${path}`).toBe(404)
+      expect(res.headers.get('ratelimit'), `${init.method} ${path}`).toBeNull()
+    }
+    // The key's one control call is still there.
+    expect((await h.fetch(`/v2/chat-current/status/${id}`, call(key, 'GET'))).status).toBe(200)
+    expect((await h.fetch(`/v2/chat-current/status/${id}`, call(key, 'GET'))).status).toBe(429)
+  })
+
   it('quota-control: a key with no limits of its own is held to the gateway default; completions do not use it up', async () => {
     const h = harness({ quota: { defaults: { controlPerMinute: 2 }, now: () => START } })
     const { key } = await h.createKey({ name: 'default' })
