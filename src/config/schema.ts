@@ -11,7 +11,7 @@ import { recordOf } from '../zod/records.ts'
 import { refine } from '../zod/refine.ts'
 import { union } from '../zod/union.ts'
 import { boolean } from '../zod/boolean.ts'
-import { withDefault } from '../zod/with-default.ts'
+import { withDefault, withFieldDefaults } from '../zod/with-default.ts'
 import { quotaPolicySchema, quotaStoreKindSchema } from '../quota/policy.ts'
 import { cacheConfigSchema, modelCacheSchema } from '../cache/config.ts'
 import { optional } from '../zod/optional.ts'
@@ -82,7 +82,7 @@ function isLoopbackUrl(url: string): boolean {
 /** How a model's requests survive upstream failures (docs/failure-behaviour.md). */
 export const resilienceSchema = z.strictObject({
   /** Attempts before the first byte, across the model's endpoints. */
-  retries: withDefault(
+  retries: withFieldDefaults(
     z.strictObject({
       /** Tries in all, the first included. Default 3. */
       attempts: withDefault(intIn(1, 10), 3),
@@ -93,13 +93,12 @@ export const resilienceSchema = z.strictObject({
       /** No retry starts later than this after the request began; a longer `Retry-After` is not waited for. Default 10000. */
       budgetMs: withDefault(intIn(0, 600_000), 10_000),
     }),
-    { attempts: 3, baseDelayMs: 200, maxDelayMs: 2_000, budgetMs: 10_000 },
   ),
   /** Native streams: how long podgate holds the response for a first token before a hedge (or an early 200 with keep-alives). Default 10000. */
   ttftBudgetMs: withDefault(intIn(0, 600_000), 10_000),
   /** Native streams: past `ttftBudgetMs` with the job still queued, start the request on another endpoint too; the first to answer wins, the other is cancelled. Default false. */
   hedge: withDefault(boolean(), false),
-  timeouts: withDefault(
+  timeouts: withFieldDefaults(
     z.strictObject({
       /** No first token by then: cancel upstream, 504 (or an SSE error once the stream is open). Default 120000. */
       firstTokenMs: withDefault(positiveInt(3_600_000), 120_000),
@@ -108,17 +107,15 @@ export const resilienceSchema = z.strictObject({
       /** Longest answer in all. Default 600000. */
       totalMs: withDefault(positiveInt(3_600_000), 600_000),
     }),
-    { firstTokenMs: 120_000, idleMs: 60_000, totalMs: 600_000 },
   ),
   /** Per-isolate circuit breaker per endpoint. */
-  breaker: withDefault(
+  breaker: withFieldDefaults(
     z.strictObject({
       /** Consecutive failures that open the breaker. Default 3. */
       failures: withDefault(intIn(1, 100), 3),
       /** How long an open endpoint is skipped. Default 30000. */
       cooldownMs: withDefault(intIn(0, 3_600_000), 30_000),
     }),
-    { failures: 3, cooldownMs: 30_000 },
   ),
 })
 export type ResilienceConfig = z.output<typeof resilienceSchema>
@@ -143,7 +140,7 @@ export const modelSchema = z.strictObject({
   /** Native surface (`/v2/{model}/run`): send the job `input` unchanged, for handlers other than worker-vllm. Default false: the input must be worker-vllm's and is normalized and capped. */
   passthrough: withDefault(boolean(), false),
   /** Retries, failover, cold-start hedging, timeouts and breaker. Default: see `resilienceSchema`. */
-  resilience: withDefault(resilienceSchema, () => resilienceSchema.parse({})),
+  resilience: withFieldDefaults(resilienceSchema),
   /** Default quota limits when this model is called (above `quota.defaults`, below a key's own). Default: none. */
   quota: optional(quotaPolicySchema),
   /** This model's cache settings (docs/caching.md). Default: the gateway's `cache`. */
@@ -190,36 +187,33 @@ export const gatewayOptionsSchema = z.strictObject({
   /** How long a key lookup is cached in the isolate, in ms. Bounds revocation delay on top of KV's. Default 10000. */
   keyCacheTtlMs: withDefault(intIn(0, 60_000), 10_000),
   /** Short-lived browser tokens minted with `POST /v1/tokens` (docs/keys-and-browsers.md). */
-  tokens: withDefault(
+  tokens: withFieldDefaults(
     z.strictObject({
       /** Longest lifetime a token may be minted with, in seconds. Default 3600. */
       maxTtlSeconds: withDefault(intIn(60, 86_400), 3600),
       /** Lifetime when the mint request names none, in seconds (never above the max). Default 600. */
       defaultTtlSeconds: withDefault(intIn(1, 86_400), 600),
     }),
-    { maxTtlSeconds: 3600, defaultTtlSeconds: 600 },
   ),
   /** CORS on `/v1/*` and `/v2/*` (docs/keys-and-browsers.md). */
-  cors: withDefault(
+  cors: withFieldDefaults(
     z.strictObject({
       /** How long browsers may cache a preflight answer, in seconds. Default 600. */
       maxAgeSeconds: withDefault(intIn(0, 86_400), 600),
     }),
-    { maxAgeSeconds: 600 },
   ),
   /**
    * How streams from the OpenAI route are relayed (docs/passthrough.md "How streams are relayed"). A
    * stream whose bytes need no change is piped natively through workerd; one that needs a change (the
    * `model` name, the usage chunk) goes through a JavaScript relay that costs several times the CPU per chunk.
    */
-  streaming: withDefault(
+  streaming: withFieldDefaults(
     z.strictObject({
       /** Write the caller's alias as `model` in every streamed chunk when the endpoint serves another name (`servedModelName`). Default true. */
       rewriteModel: withDefault(boolean(), true),
       /** `requested`: the usage chunk (which podgate always asks vLLM for, to settle quotas) reaches only callers that asked with `stream_options.include_usage`, as in OpenAI's API. `always`: every stream ends with it. Default `requested`. */
       usage: withDefault(oneOf(['requested', 'always']), 'requested'),
     }),
-    { rewriteModel: true, usage: 'requested' },
   ),
   /** Serve the browser playground at `GET /playground` (a dev tool: leave it off in production). Default false. */
   playground: withDefault(boolean(), false),
@@ -228,8 +222,8 @@ export const gatewayOptionsSchema = z.strictObject({
   /** Quotas (docs/quotas.md). Default: no limits unless a key or model sets some. */
   quota: optional(quotaConfigSchema),
   /** Caching of answers (docs/caching.md). Default: on for deterministic requests, per key. */
-  // Every field at its default when left out (a function: the schema fills them in).
-  cache: withDefault(cacheConfigSchema, () => cacheConfigSchema.parse({})),
+  // Every field at its default when left out.
+  cache: withFieldDefaults(cacheConfigSchema),
 })
 export type GatewayOptionsInput = z.input<typeof gatewayOptionsSchema>
 export type ResolvedOptions = z.output<typeof gatewayOptionsSchema>
