@@ -167,6 +167,9 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
   const dispatch = createDispatcher({ client, runpod: config.runpod, streaming: config.streaming, breaker })
   // First: a stream that fails past its 200 is logged as onError logs a failure before it.
   const stages: CompletionStage[] = [lateFailureLog(log)]
+  // `always` reads as the caller's own `include_usage`, so every stream ends with the usage chunk: a relayed
+  // or native one, a cached or coalesced one, not only a piped one (vLLM's other routes have none).
+  if (config.streaming.usage === 'always') stages.push((ctx, next) => ((ctx.request.includeUsage ||= ctx.request.stream && !ctx.request.route), next(ctx)))
   // Outermost: its line counts every call the stages see, a quota's refusal included.
   if (config.logCalls) stages.unshift(callLog(log))
   // A token minted with a quota of its own is held to it (counted under its token id) before the key's.

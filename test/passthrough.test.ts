@@ -230,6 +230,30 @@ describe('answers come back whole', () => {
   })
 })
 
+describe("streaming.usage 'always'", () => {
+  it('every stream ends with the usage chunk: relayed, native, a cache MISS, its HIT and a coalesced twin', async () => {
+    const { h } = setup({ openai: () => sse(TOOL_SSE), job: () => ({ status: 'COMPLETED', output: [TOOL_SSE] }) }, { streaming: { usage: 'always' } })
+    const { key } = await h.createKey()
+    const usageOf = (events: unknown[]) => (events.at(-2) as { usage?: unknown }).usage
+    const counts = { prompt_tokens: 12, completion_tokens: 9, total_tokens: 21 }
+    for (const model of ['openai', 'native']) {
+      for (const extra of [{}, { temperature: 0 }]) {
+        const body = JSON.stringify({ ...CHAT_BODY, model, stream: true, ...extra })
+        // Uncached, then (temperature 0) a MISS, then its HIT; a twin asked alongside joins the call.
+        const [first, twin] = await Promise.all([h.fetch('/v1/chat/completions', authed(key, body)), h.fetch('/v1/chat/completions', authed(key, body))])
+        for (const res of [first, twin]) {
+          const events = await readSSE(res)
+          expect(usageOf(events), `${model} ${res.headers.get('x-podgate-cache')}`).toMatchObject(counts)
+          expect(events.at(-1)).toBe('[DONE]')
+        }
+        await h.settle()
+        const again = await h.fetch('/v1/chat/completions', authed(key, body))
+        expect(usageOf(await readSSE(again)), `${model} ${again.headers.get('x-podgate-cache')}`).toMatchObject(counts)
+      }
+    }
+  })
+})
+
 describe('embeddings', () => {
   const list = (encoding: string) => ({ object: 'list', model: SERVED, data: [{ index: 0, object: 'embedding', embedding: encoding === 'base64' ? 'AACAPw==' : [0.5, -0.25] }, { index: 1, object: 'embedding', embedding: encoding === 'base64' ? 'AAAAQA==' : [1, 0] }], usage: { prompt_tokens: 4, total_tokens: 4, completion_tokens: 0 } })
 
