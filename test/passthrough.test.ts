@@ -516,6 +516,33 @@ describe('cache', () => {
   })
 })
 
+describe('cached usage', () => {
+  // vLLM with --enable-prompt-tokens-details reports the prefix-cache hits of the prompt.
+  const detailed = { prompt_tokens: 12, total_tokens: 21, completion_tokens: 9, prompt_tokens_details: { cached_tokens: 8 } }
+  const DETAILED_SSE = TOOL_SSE.replace(JSON.stringify(usage), JSON.stringify(detailed))
+  const withUsage = { stream_options: { include_usage: true } }
+
+  it.each([
+    ['openai', 'the recording stream asked for usage', withUsage],
+    ['openai', 'the recording stream did not ask for usage (stripped from it)', {}],
+    ['native', 'the recording stream asked for usage', withUsage],
+    ['native', 'the recording stream did not ask for usage', {}],
+  ])('%s, %s: a HIT of a streamed answer replays vLLM\'s whole usage, as SSE and as JSON', async (model, _name, recording) => {
+    const { h, calls } = setup({ openai: () => sse(DETAILED_SSE), job: () => ({ status: 'COMPLETED', output: [DETAILED_SSE] }) })
+    const { key } = await h.createKey()
+    const body = { ...CHAT_BODY, model, temperature: 0, stream: true }
+    await (await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ ...body, ...recording })))).text()
+    await h.settle()
+    const hit = await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ ...body, ...withUsage })))
+    expect(hit.headers.get('x-podgate-cache')).toBe('HIT')
+    expect((await readSSE(hit)).at(-2)).toMatchObject({ choices: [], usage: detailed })
+    const json = await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ ...body, stream: false })))
+    expect(json.headers.get('x-podgate-cache')).toBe('HIT')
+    expect(((await json.json()) as { usage: unknown }).usage).toEqual(detailed)
+    expect(calls.filter((c) => c.op === 'run' || c.op.startsWith('openai/'))).toHaveLength(1)
+  })
+})
+
 describe('quota reservation', () => {
   const model = modelSchema.parse({ endpoints: [{ endpointId: 'abc' }], maxChoices: 8 })
   const base = { model: 'm', messages: [{ role: 'user', content: 'x'.repeat(400) }], max_tokens: 100 }

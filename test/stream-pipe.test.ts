@@ -730,6 +730,19 @@ describe('native relay and the answer cache', () => {
     expect(upstream.calls).toHaveLength(1)
   })
 
+  it("a piped answer's usage replays whole: vLLM's prompt_tokens_details too", async () => {
+    const detailed = { ...usage, prompt_tokens_details: { cached_tokens: 8 } }
+    const upstream = scripted(() => [UPSTREAM_SSE.replace(JSON.stringify(usage), JSON.stringify(detailed))])
+    const { h, stream } = await setup(upstream)
+    const live = await readSSE(await stream(SERVED, cacheable))
+    expect(live.at(-2)).toMatchObject({ usage: detailed })
+    await h.settle()
+    const hit = await stream(SERVED, cacheable)
+    expect(hit.headers.get('x-podgate-cache')).toBe('HIT')
+    expect((await readSSE(hit)).at(-2)).toMatchObject({ choices: [], usage: detailed })
+    expect(upstream.calls).toHaveLength(1)
+  })
+
   it('a twin that arrives while a piped answer is in flight gets it whole when it ends, from one upstream call', async () => {
     const pieces = UPSTREAM_SSE.split(/(?<=\n\n)/)
     const { upstream, release } = held(pieces, 2)

@@ -90,19 +90,21 @@ export function workerFailure(message: string): GatewayError {
 }
 
 /**
- * The usage of an answer from any vLLM route, as OpenAI's counts, extra fields (`prompt_tokens_details`)
- * dropped: `prompt_tokens` / `completion_tokens` (OpenAI, pooling routes), `input_tokens` /
- * `output_tokens` (Responses, Anthropic), or only `total_tokens` (rerank, which generates nothing).
- * `total_tokens` is recomputed when absent. `undefined` when it counts nothing it can read.
+ * The usage of an answer from any vLLM route, as OpenAI's counts: `prompt_tokens` / `completion_tokens`
+ * (OpenAI, pooling routes), `input_tokens` / `output_tokens` (Responses, Anthropic), or only
+ * `total_tokens` (rerank, which generates nothing). `total_tokens` is recomputed when absent. An
+ * OpenAI usage keeps its other fields (`prompt_tokens_details`): a replayed or coalesced answer shows
+ * it whole. `undefined` when it counts nothing it can read.
  */
 export function readUsage(value: unknown): Usage | undefined {
   if (!isRecord(value)) return undefined
-  const prompt = count(value.prompt_tokens) ?? count(value.input_tokens)
+  const own = count(value.prompt_tokens)
+  const prompt = own ?? count(value.input_tokens)
   const completion = count(value.completion_tokens) ?? count(value.output_tokens) ?? 0
   const total = count(value.total_tokens)
   if (prompt === undefined && total === undefined) return undefined
   const promptTokens = prompt ?? total! - completion
-  return { prompt_tokens: promptTokens, completion_tokens: completion, total_tokens: total ?? promptTokens + completion }
+  return { ...(own !== undefined && value), prompt_tokens: promptTokens, completion_tokens: completion, total_tokens: total ?? promptTokens + completion }
 }
 
 function count(value: unknown): number | undefined {

@@ -197,7 +197,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
           if (attempt.chunks++ === 0) attempt.firstChunkAt = Date.now()
           attempt.pending += `data: ${JSON.stringify(chunk)}\n\n`
         },
-        onUsage: (u, { estimated }) => (attempt[estimated ? 'estimate' : 'usage'] = { prompt_tokens: u.prompt_tokens, completion_tokens: u.completion_tokens, total_tokens: u.total_tokens }),
+        onUsage: (u, { estimated }) => (attempt[estimated ? 'estimate' : 'usage'] = u),
         onUsageChunk: (chunk) => (attempt.usageChunk = chunk),
       }),
     }

@@ -70,7 +70,8 @@ describe('nativeOutputToOpenAI, current output', () => {
   it('passes vLLM JSON on with model, id and created rewritten', () => {
     const { body, usage, estimate } = nativeOutputToOpenAI([structuredClone(vllmBody)], CHAT)
     expect(body).toEqual({ ...vllmBody, id: 'chatcmpl-1', model: 'llama-8b', created: 1_800_000_000 })
-    expect(usage).toEqual({ prompt_tokens: 5, completion_tokens: 11, total_tokens: 16 })
+    // vLLM's usage, whole: the counts, and the fields beside them (`prompt_tokens_details`).
+    expect(usage).toEqual(vllmBody.usage)
     expect(estimate).toBeUndefined()
   })
 
