@@ -9,7 +9,7 @@ import type { EventSourceMessage } from 'eventsource-parser'
 import { describe, expect, it, vi } from 'vitest'
 import type { GatewayOptions } from '../src/index.ts'
 import { createRunpodEmulator } from '../src/testing/index.ts'
-import { droppingFetch, harness, MODELS, readSome, readSSE, RUNPOD_KEY } from './helpers.ts'
+import { droppingFetch, harness, MODELS, readSome, readSSE, RUNPOD_KEY, streamedText } from './helpers.ts'
 
 const post = (key: string, body: unknown, extra: RequestInit = {}): RequestInit => ({
   method: 'POST',
@@ -205,6 +205,75 @@ describe('native streams: polls', () => {
     await reading
     expect(answer()).toBe(before)
     expect(surface === 'openai stream' ? events.at(-1)?.data : events.at(-1)?.event).toBe(surface === 'openai stream' ? '[DONE]' : 'done')
+  })
+
+  /**
+   * A Runpod whose first COMPLETED `/stream` page that holds several items keeps back the job's last 3;
+   * the poll after it breaks, and with `expired` its `/status` is a 404 (the result expired).
+   */
+  function lastItemsLost(emulator: ReturnType<typeof createRunpodEmulator>, options: { breaks: boolean; expired?: boolean }): GatewayOptions['fetch'] {
+    let cut = false
+    return async (input, init) => {
+      const request = new Request(input, init)
+      const path = new URL(request.url).pathname
+      if (options.expired && path.includes('/status/')) return new Response('job not found', { status: 404 })
+      if (!path.includes('/stream/')) return emulator.fetch(request)
+      if (cut && options.breaks) throw new TypeError('Network connection lost.')
+      const page = (await (await emulator.fetch(request)).json()) as { status: string; stream: unknown[] }
+      if (cut) return Response.json({ ...page, stream: [] })
+      if (page.status === 'COMPLETED' && page.stream.length > 3) {
+        cut = true
+        page.stream.splice(-3)
+      }
+      return Response.json(page)
+    }
+  }
+
+  /** The text of choice 0 of a classic worker's finished job, from the emulator itself. */
+  async function jobText(emulator: ReturnType<typeof createRunpodEmulator>, jobId: string): Promise<string> {
+    const res = await emulator.fetch(new Request(`http://emulator.test/v2/vllmclassic/status/${jobId}`, { method: 'POST', headers: { authorization: `Bearer ${RUNPOD_KEY}` } }))
+    const { output } = (await res.json()) as { output: { choices: { tokens: string[] }[] }[] }
+    return output.map((item) => item.choices[0]!.tokens.join('')).join('')
+  }
+
+  /** Follows a classic job through `surface`; its text, and its last event ('[DONE]', or the job events' name). */
+  async function followClassic(h: ReturnType<typeof harness>, surface: string, content: string): Promise<{ text: string; last: string | undefined; usage: number | undefined }> {
+    const { key } = await h.createKey()
+    if (surface === 'openai stream') {
+      const events = await readSSE(await h.fetch('/v1/chat/completions', post(key, chat('chat-classic', content, { stream: true, max_tokens: 100, stream_options: { include_usage: true } }))))
+      const usage = (events.at(-2) as { usage?: { completion_tokens: number } } | undefined)?.usage?.completion_tokens
+      return { text: streamedText(events), last: events.at(-1) === '[DONE]' ? '[DONE]' : 'error', usage }
+    }
+    const { id } = (await (await h.fetch('/v2/chat-classic/run', post(key, { input: { messages: [{ role: 'user', content }], stream: true, sampling_params: { max_tokens: 100 } } }))).json()) as { id: string }
+    await pause(50)
+    const events: EventSourceMessage[] = []
+    const parser = createParser({ onEvent: (event) => events.push(event) })
+    parser.feed(await (await h.fetch(`/v2/chat-classic/stream/${id}`, { headers: { authorization: `Bearer ${key}`, accept: 'text/event-stream' } })).text())
+    const text = events.filter((event) => event.event === 'output').map((event) => (JSON.parse(event.data) as { text: string }).text).join('')
+    const last = events.at(-1)
+    const usage = last?.event === 'done' ? (JSON.parse(last.data) as { usage: { completion_tokens: number } }).usage.completion_tokens : undefined
+    return { text, last: last?.event, usage }
+  }
+
+  const cuts = [['openai stream', 'breaks'], ['openai stream', 'has no room in the poll budget'], ['job event stream', 'breaks'], ['job event stream', 'has no room in the poll budget']]
+  it.each(cuts)("a terminal page's follow-up poll that fails or cannot be made does not end a cut answer as whole: the job's saved output brings the rest (%s, the follow-up %s)", async (surface, followUp) => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    const breaks = followUp === 'breaks'
+    const h = harness({ fetch: lastItemsLost(emulator, { breaks }), runpod: { apiKey: RUNPOD_KEY, baseUrl: 'http://emulator.test/v2', ...(breaks ? {} : { maxPollsPerStream: 1 }) } }, emulator)
+    const answer = await followClassic(h, surface, 'cut [[emulator:tokens=30]]')
+    const jobId = emulator.calls.find((call) => call.op === 'run')!.jobId!
+    expect(answer.text).toBe(await jobText(emulator, jobId))
+    expect(answer.last).toBe(surface === 'openai stream' ? '[DONE]' : 'done')
+    // Classic items carry the cumulative usage: a cut answer would report its first items' count.
+    expect(answer.usage).toBe(30)
+  })
+
+  it.each(['openai stream', 'job event stream'])("a cut answer whose job's saved output is gone too ends with an error, never as a whole answer (%s)", async (surface) => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    const h = harness({ fetch: lastItemsLost(emulator, { breaks: true, expired: true }) }, emulator)
+    const answer = await followClassic(h, surface, 'cut [[emulator:tokens=30]]')
+    expect(answer.last).toBe('error')
+    expect(answer.text.length).toBeGreaterThan(0)
   })
 
   it('a local server that forgets a streamed job (FAILED "Job ID not found" on the next poll) still ends the answer COMPLETED', async () => {

@@ -12,6 +12,8 @@
  * asked for again, so a resumed stream never guesses. It waits for the job to end (status events and
  * keep-alives meanwhile), then replays items n+1.. from the finished job's `/status` output, which
  * worker-vllm keeps for 30 minutes. No duplicate and no gap, at the cost of liveness after a drop.
+ * A live stream whose poll after a terminal page failed, or had no room, reads what that poll may have
+ * left the same way: a cut answer never ends with `done`.
  *
  * A caller that goes away cancels the job upstream (unless `?detach=true`), so no GPU runs for nobody.
  * Each response makes at most `maxPolls` upstream polls (Workers cap subrequests per invocation); past
@@ -158,6 +160,8 @@ export function jobEventStream(options: JobEventsOptions): Response {
     const page = await streamPage(client, job.endpoint, job.upstreamId, { waitMs, ...(signal ? { signal } : {}), onRetry: () => ++polls <= maxPolls, onItems: output })
     noteStatus(page.status)
     output(page.stream)
+    // The poll after a terminal page failed or had no room: the job's saved output holds what it left.
+    if (page.cut) return replayStep()
     if (isTerminal(page.status)) {
       // `/stream` answers carry no `error`; one `/status` call fetches the handler's message.
       if (page.status !== 'COMPLETED' && page.error === undefined) {
@@ -188,8 +192,8 @@ export function jobEventStream(options: JobEventsOptions): Response {
         send(event('error', { status: state.status, error: 'This job cannot be resumed: the upstream no longer holds its streamed items.', code: 'not_found' }))
         return
       }
-      // The decoder must see every earlier item: an SSE event may start in one item and end in the next.
-      for (const item of items.slice(0, sent)) text.push(item)
+      // The decoder must see every earlier item (a live stream's has): an SSE event may start in one item and end in the next.
+      for (const item of items.slice(replay ? 0 : sent, sent)) text.push(item)
       for (const item of items.slice(sent)) send(event('output', text.push(item), ++sent))
     }
     finish(state)

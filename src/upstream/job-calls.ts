@@ -60,7 +60,9 @@ export async function cancelJob(client: RunpodClient, endpoint: Endpoint, id: st
  * A terminal page that held items is followed by more polls until one holds none, their items added to
  * it: runpod-python's `stream()` does so, as a terminal page need not hand out a job's last items. Given
  * `onItems`, each such page's items are offered to it before the next poll (as runpod-python yields
- * them), so the answer's last items need not wait a round trip: the page returned holds the rest.
+ * them), so the answer's last items need not wait a round trip: the page returned holds the rest. A
+ * follow-up that fails, or that the budget has no room for, may have left items: the page returned is
+ * then marked `cut`, for the caller to read them from the job's saved `output`.
  * `follow: false` leaves the follow-up polls to the caller (the OpenAI surface's native streams).
  */
 export async function streamPage(
@@ -68,15 +70,18 @@ export async function streamPage(
   endpoint: Endpoint,
   id: string,
   options: { waitMs?: number; signal?: AbortSignal; onRetry?: () => boolean; onItems?: (items: JobStream['stream']) => boolean; follow?: false },
-): Promise<JobStream> {
+): Promise<JobStream & { cut?: true }> {
   const ask = (waitMs = 0) => polled(() => client.stream(endpoint, id, { waitMs, ...(options.signal ? { signal: options.signal } : {}) }), options)
   const page = await ask(options.waitMs)
   let more = page.stream
-  while (options.follow !== false && isTerminal(page.status) && more.length > 0 && options.onRetry?.() !== false) {
+  while (options.follow !== false && isTerminal(page.status) && more.length > 0) {
+    if (options.onRetry?.() === false) return { ...page, cut: true }
     if (options.onItems?.(page.stream)) page.stream = []
-    // No `?wait=`: the job has ended. A failed follow-up, or runpod-python's local server (it forgets a
-    // streamed job: FAILED "Job ID not found", no items), ends with what the pages held.
-    more = (await ask().catch(() => undefined))?.stream ?? []
+    // No `?wait=`: the job has ended. runpod-python's local server forgets a streamed job (FAILED "Job ID
+    // not found", no items): that page ends the answer with what the pages held.
+    const next = await ask().catch(() => undefined)
+    if (!next) return { ...page, cut: true }
+    more = next.stream
     page.stream.push(...more)
   }
   return page

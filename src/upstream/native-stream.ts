@@ -17,7 +17,7 @@ import { DIALECTS, OPENAI_DIALECT } from '../streaming/dialects.ts'
 import type { NativeStreamDecoder } from '../streaming/native-decoder.ts'
 import { countedUsage, DONE, encodeSSEData, encoder, HEARTBEAT } from '../streaming/openai-chunks.ts'
 import { failedOver, jobFailure } from './native.ts'
-import { cancelJob, streamPage } from './job-calls.ts'
+import { cancelJob, polled, streamPage } from './job-calls.ts'
 import { sleep } from './retry.ts'
 import { isTerminal } from './runpod/client.ts'
 import type { Endpoint, JobStream } from './runpod/client.ts'
@@ -52,6 +52,10 @@ interface Attempt {
   ended: boolean
   /** The first terminal page (with the job's error, fetched): later polls only bring the items it left. */
   terminal?: JobStream
+  /** Stream items fed to the decoder: where the job's saved `output` takes over (see `saved`). */
+  items: number
+  /** The job's saved `output` brought its last items: no poll follows. */
+  saved?: true
   /** COMPLETED was seen and the decoder finished cleanly. */
   completed: boolean
   /** Aborts this attempt's in-flight poll when it is dropped. */
@@ -174,6 +178,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
       usageChunk: undefined,
       ended: false,
       completed: false,
+      items: 0,
       abort: new AbortController(),
       poll: undefined,
       emptyDelay: 0,
@@ -254,6 +259,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
 
   function poll(attempt: Attempt, waitMs: number): Promise<PollResult> {
     if (polls >= runpod.maxPollsPerStream) {
+      if (attempt.terminal) return saved(attempt, attempt.terminal)
       return Promise.resolve({ ok: false, attempt, error: new GatewayError('upstream_timeout', 'The model did not finish within podgate\'s poll budget (runpod.maxPollsPerStream).') })
     }
     polls++
@@ -275,14 +281,33 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
       attempt.emptyDelay = quickAndEmpty ? Math.min(Math.max(attempt.emptyDelay * 2, 50), 1_000) : 0
       return { ok: true, attempt, page }
     }
-    // A failed poll past a terminal page (or runpod-python's local server, which forgets a streamed job)
-    // ends the answer with what the pages held.
-    return run().catch((error: unknown): PollResult => (attempt.terminal ? { ok: true, attempt, page: { ...attempt.terminal, stream: [] } } : { ok: false, attempt, error }))
+    return run().catch((error: unknown) => (attempt.terminal ? saved(attempt, attempt.terminal) : { ok: false, attempt, error }))
+  }
+
+  /**
+   * The last page of a job whose terminal page held items when the poll after it failed or had no room
+   * in the budget: the items it may have left, read from the job's saved `output` (one `/status`) past
+   * those fed so far. An answer they cannot be read for ends with an error, never as a whole one.
+   */
+  async function saved(attempt: Attempt, terminal: JobStream): Promise<PollResult> {
+    attempt.saved = true
+    try {
+      let stream: JobStream['stream'] = []
+      // A job that did not complete ends with its failure: the items it left would not change that.
+      if (terminal.status === 'COMPLETED') {
+        const { output } = await polled(() => client.status(attempt.endpoint, attempt.jobId, { signal }), { signal, onRetry: () => ++polls <= runpod.maxPollsPerStream })
+        if (!Array.isArray(output) || output.length < attempt.items) throw upstreamError('The upstream stream ended before the model finished.')
+        stream = output.slice(attempt.items).map((item: unknown) => ({ output: item }))
+      }
+      return { ok: true, attempt, page: { ...terminal, stream } }
+    } catch (error) {
+      return { ok: false, attempt, error }
+    }
   }
 
   /**
    * Feeds a page to the attempt's decoder; throws the job's failure. A terminal page that held items is
-   * not the last: polls follow until one holds none (or the poll budget is spent), as runpod-python's
+   * not the last: polls follow until one holds none (or `saved` read the rest), as runpod-python's
    * `stream()` reads on, since a terminal page need not hand out a job's last items. Each page's items go
    * out before the next poll, so the answer's last ones do not wait for it.
    */
@@ -292,7 +317,8 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
     attempt.status = terminal?.status ?? page.status
     attempt.ended ||= !!terminal
     for (const item of page.stream) attempt.decoder.push(item.output)
-    if (!terminal || (page.stream.length > 0 && polls < runpod.maxPollsPerStream)) return
+    attempt.items += page.stream.length
+    if (!terminal || (page.stream.length > 0 && !attempt.saved)) return
     if (terminal.status !== 'COMPLETED') throw jobFailure(terminal)
     attempt.decoder.finish()
     attempt.completed = true
