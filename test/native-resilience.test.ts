@@ -403,6 +403,25 @@ describe('native jobs: refused polls and late failures', () => {
     expect(h.emulator.calls.filter((c) => c.op === 'run')).toHaveLength(1)
   })
 
+  const polling = [['JSON', 'refused 4 times (503)'], ['stream', 'refused 4 times (429)'], ['stream', 'broken']]
+  it.each(polling)('a job whose polls fail is not cancelled and run again: the request fails, the job is run once (%s answer, poll %s)', async (answer, poll) => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    const stream = answer === 'stream'
+    const broken = poll === 'broken'
+    const op = stream ? 'stream' : 'status-sync'
+    const h = harness(broken ? { fetch: droppingFetch(emulator, (path) => path.includes('/stream/')) } : {}, emulator)
+    if (!broken) emulator.configure('vllmclassic', { fault: { kind: 'http', status: stream ? 429 : 503, ops: [op], times: 4 } })
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', post(key, chat('chat-classic', 'x [[emulator:tokens=30,delay=20]]', { stream, max_tokens: 40 })))
+    await res.text()
+    await h.settle()
+    expect(res.status).not.toBe(200)
+    expect(emulator.calls.filter((c) => c.op === 'run')).toHaveLength(1)
+    expect(emulator.calls.filter((c) => c.op === op)).toHaveLength(broken ? 1 : 4)
+    // podgate gave up on the job: it is cancelled, not left running.
+    expect(emulator.calls.filter((c) => c.op === 'cancel')).toHaveLength(1)
+  })
+
   // One endpoint cold past both budgets whose job then FAILED: the other endpoint of the same mode still answers.
   const models: GatewayOptions['models'] = {
     two: { endpoints: [{ endpointId: 'coldbadclassic', weight: 1_000_000 }, { endpointId: 'goodclassic', weight: 0.000001 }], mode: 'native', resilience: { retries: { budgetMs: 300 }, ttftBudgetMs: 300 } },

@@ -18,7 +18,7 @@ import type { NativeStreamDecoder } from '../streaming/native-decoder.ts'
 import { countedUsage, DONE, encodeSSEData, encoder, HEARTBEAT } from '../streaming/openai-chunks.ts'
 import { failedOver, jobFailure } from './native.ts'
 import { cancelJob, polled, streamPage } from './job-calls.ts'
-import { sleep } from './retry.ts'
+import { finalFailure, sleep } from './retry.ts'
 import { isTerminal } from './runpod/client.ts'
 import type { Endpoint, JobStream } from './runpod/client.ts'
 import { completionId, SSE_HEADERS } from './types.ts'
@@ -362,8 +362,9 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
           winnerFailed(attempt)
           throw error
         }
-        // Nothing of this attempt reached the caller: another endpoint may run the request afresh (see `failedOver`).
-        const failure = result.ok ? failedOver(attempt.status, toGatewayError(error)) : error
+        // Nothing of this attempt reached the caller: another endpoint may run the request afresh (see
+        // `failedOver`), unless its poll failed: the job may be running, and a rerun would bill it twice.
+        const failure = result.ok ? failedOver(attempt.status, toGatewayError(error)) : finalFailure(toGatewayError(error))
         drop(attempt)
         if (live.size > 0) {
           plan.recordFailure(failure, attempt.endpoint)

@@ -9,14 +9,14 @@
  * job is queued with `/run`, which answers it at once, not `/runsync`, which answers it only when the job
  * is done or its wait ran out: a caller who left during a `/runsync` left a job no one could cancel. A
  * `/run` that failed without a job id, or whose job FAILED, is retried on the next endpoint (see
- * `retry.ts`).
+ * `retry.ts`); a job whose polls failed is not: it may be running, and a second would bill it twice.
  */
-import { GatewayError, upstreamError } from '../errors/index.ts'
+import { GatewayError, toGatewayError, upstreamError } from '../errors/index.ts'
 import { parseJson } from '../http/json.ts'
 import { toNativeInput } from '../normalize/index.ts'
 import { codedRefusal, errorItemFailure, isRecord, isRefusal, readUsage, workerFailure } from '../streaming/vllm.ts'
 import { cancelJob, polled } from './job-calls.ts'
-import { retryableFailure, sleep } from './retry.ts'
+import { finalFailure, retryableFailure, sleep } from './retry.ts'
 import { nativeOutputToOpenAI } from './runpod/output.ts'
 import { isTerminal } from './runpod/client.ts'
 import type { JobStatus } from './runpod/client.ts'
@@ -59,7 +59,7 @@ export async function nativeJson(call: CompletionCall): Promise<Response> {
       }
     } catch (error) {
       cancel(job.id)
-      throw error
+      throw finalFailure(toGatewayError(error))
     }
     // The job has ended without output, so another endpoint may run it without running it twice.
     if (job.status !== 'COMPLETED') throw failedJob(job)

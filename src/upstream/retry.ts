@@ -4,7 +4,8 @@
  *
  * Only failures that cannot have started work upstream, or whose work has ended, are retried: network
  * errors, 429, 5xx, and jobs that failed before any output. A timeout is never retried: a `/run` that
- * timed out may have queued a job, and a second one would run it twice.
+ * timed out may have queued a job, and a second one would run it twice. Nor is a failed poll of a job
+ * (`finalFailure`), whatever its status: the job may be running.
  */
 import { CALLER_GONE, GatewayError, upstreamError } from '../errors/index.ts'
 import type { ResilienceConfig } from '../config/schema.ts'
@@ -12,17 +13,25 @@ import type { Breaker } from './breaker.ts'
 import { UpstreamStatus } from './runpod/client.ts'
 import type { Endpoint } from './runpod/client.ts'
 
-const failedOver = new WeakSet<GatewayError>()
+/** Failures marked retryable (true) or not (false), whatever their code or status says. */
+const marked = new WeakMap<GatewayError, boolean>()
 
 /** Marks a failure whose work has ended upstream (a job FAILED before output), so another endpoint may retry it. */
 export function retryableFailure(error: GatewayError): GatewayError {
-  failedOver.add(error)
+  marked.set(error, true)
+  return error
+}
+
+/** Marks a failure never to be retried: a poll of a job that may be running (a retry would run it twice). */
+export function finalFailure(error: GatewayError): GatewayError {
+  marked.set(error, false)
   return error
 }
 
 export function isRetryable(error: unknown): boolean {
   if (!(error instanceof GatewayError)) return false
-  if (failedOver.has(error)) return true
+  const verdict = marked.get(error)
+  if (verdict !== undefined) return verdict
   if (error.code === 'upstream_unavailable' || error.code === 'upstream_rate_limited') return true
   return error.cause instanceof UpstreamStatus && error.cause.status >= 500
 }
@@ -110,7 +119,7 @@ export class RetryPlan {
     // The time budget bounds retries of transient faults (a network error, a 429, a 5xx). An attempt that
     // ended before any output (a FAILED job) fails over whenever it comes, within `attempts`: nothing runs
     // twice, and a caller who waited out a cold start is better served by the next endpoint than by the error.
-    if (!failedOver.has(error as GatewayError) && Date.now() - this.#started + delay > budgetMs) return false
+    if (!marked.get(error as GatewayError) && Date.now() - this.#started + delay > budgetMs) return false
     await sleep(delay, signal)
     return !signal?.aborted
   }
