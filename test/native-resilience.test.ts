@@ -88,6 +88,19 @@ describe('native streams: polls', () => {
     expect(events.at(-1)?.event).toBe('done')
   })
 
+  it('one refused /status poll (429) does not end a resumed job event stream: it is asked again', async () => {
+    const h = harness()
+    const { key } = await h.createKey()
+    const { id } = (await (await h.fetch('/v2/chat-classic/run', post(key, { input: { messages: [{ role: 'user', content: 'x [[emulator:tokens=30,delay=30]]' }], stream: true, sampling_params: { max_tokens: 40 } } }))).json()) as { id: string }
+    h.emulator.configure('vllmclassic', { fault: { kind: 'http', status: 429, ops: ['status'], times: 1 } })
+    const res = await h.fetch(`/v2/chat-classic/stream/${id}`, { headers: { authorization: `Bearer ${key}`, accept: 'text/event-stream', 'last-event-id': '1' } })
+    const events: EventSourceMessage[] = []
+    const parser = createParser({ onEvent: (event) => events.push(event) })
+    parser.feed(await res.text())
+    expect(h.emulator.calls.some((call) => call.op === 'status' && call.status === 429)).toBe(true)
+    expect(events.at(-1)?.event).toBe('done')
+  })
+
   it.each(['openai stream', 'job event stream'])('refused polls asked again count within the poll budget, never past it, and a job event stream then pauses (%s)', async (surface) => {
     const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY, endpoints: { vllmcurrent: { fault: { kind: 'http', status: 429, ops: ['stream'] } } } })
     const h = harness({ runpod: { apiKey: RUNPOD_KEY, baseUrl: 'http://emulator.test/v2', maxPollsPerStream: 2 } }, emulator)

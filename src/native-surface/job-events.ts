@@ -28,7 +28,7 @@ import type { Usage } from '../streaming/openai-chunks.ts'
 import { jobFailure } from '../upstream/native.ts'
 import { isCompletionBody, nativeOutputToOpenAI } from '../upstream/runpod/output.ts'
 // The shared wait removes its abort listener when the timer fires (a stream polls hundreds of times on one signal).
-import { cancelJob, streamPage } from '../upstream/job-calls.ts'
+import { cancelJob, polled, streamPage } from '../upstream/job-calls.ts'
 import { sleep } from '../upstream/retry.ts'
 import { isTerminal } from '../upstream/runpod/client.ts'
 import type { JobStatus, JobStream, RunpodClient } from '../upstream/runpod/client.ts'
@@ -178,7 +178,7 @@ export function jobEventStream(options: JobEventsOptions): Response {
   }
 
   async function replayStep(): Promise<void> {
-    const state = await client.status(job.endpoint, job.upstreamId, { signal })
+    const state = await polled(() => client.status(job.endpoint, job.upstreamId, { signal }), { signal, onRetry: () => ++polls <= maxPolls })
     noteStatus(state.status)
     if (!isTerminal(state.status)) {
       send(HEARTBEAT)
