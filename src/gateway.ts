@@ -141,7 +141,7 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
   app.get('/healthz', (c) => c.json({ ok: true }))
   if (extras.openapi) app.get('/openapi.json', extras.openapi({ routes: () => app.routes }))
   if (config.playground) {
-    if (!extras.playground) throw new ConfigError("podgate: `playground: true` needs the page: pass `extras: { playground: playgroundHandler }` (import { playgroundHandler } from 'podgate'), or use the dev entry workers/dev.ts.")
+    if (!extras.playground) throw new ConfigError("podgate: `playground: true` needs `extras: { playground: playgroundHandler }` (from 'podgate'), or the dev entry workers/dev.ts.")
     app.get('/playground', extras.playground())
   }
 

@@ -159,8 +159,8 @@ export function nativeRoutes(options: NativeRoutesOptions): Hono<GatewayEnv> {
     // current worker): a page of a running job is held to 200 ms, so items come batched and following a
     // job costs a few control calls a second, not one a token.
     if (page.stream.length > 0 && !isTerminal(page.status)) await sleep(started + 200 - Date.now(), c.req.raw.signal)
-    // `stream` is always an array: runpod-sdk iterates it unguarded.
-    return answer(c, { ...page, stream: page.stream }, job, binding)
+    // `stream` is always an array (the client makes it one): runpod-sdk iterates it unguarded.
+    return answer(c, page, job, binding)
   })
 
   app.post('/:model/cancel/:id', async (c) => {

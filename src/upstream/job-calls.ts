@@ -75,11 +75,11 @@ export async function streamPage(
   const page = await ask(options.waitMs)
   let more = page.stream
   while (options.follow !== false && isTerminal(page.status) && more.length > 0) {
-    if (options.onRetry?.() === false) return { ...page, cut: true }
     if (options.onItems?.(page.stream)) page.stream = []
     // No `?wait=`: the job has ended. runpod-python's local server forgets a streamed job (FAILED "Job ID
-    // not found", no items): that page ends the answer with what the pages held.
-    const next = await ask().catch(() => undefined)
+    // not found", no items): that page ends the answer with what the pages held. A follow-up the budget
+    // has no room for, or that failed, leaves the page cut (the items offered to `onItems` went out).
+    const next = options.onRetry?.() !== false && (await ask().catch(() => undefined))
     if (!next) return { ...page, cut: true }
     more = next.stream
     page.stream.push(...more)

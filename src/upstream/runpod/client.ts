@@ -165,11 +165,6 @@ export class RunpodClient {
     return this.#json(endpoint, `retry/${assertJobId(id)}`, { method: 'POST', body: {} }, options).then(asJobStatus)
   }
 
-  /** `POST /purge-queue`: removes queued jobs. */
-  purgeQueue(endpoint: Endpoint, options: CallOptions = {}): Promise<{ removed: number; status: string }> {
-    return this.#json(endpoint, 'purge-queue', { method: 'POST', body: {} }, options) as Promise<{ removed: number; status: string }>
-  }
-
   /** `GET /health`: queue and worker counts. */
   health(endpoint: Endpoint, options: CallOptions = {}): Promise<EndpointHealth> {
     return this.#json(endpoint, 'health', { method: 'GET' }, options) as Promise<EndpointHealth>
