@@ -367,3 +367,21 @@ describe('KvQuotaStore across isolates', () => {
     expect(day.ttl).toBe(86_400 - 10 + 60)
   })
 })
+
+describe('StrictQuotaStore across locations', () => {
+  // A reservation's `now` is read in the calling isolate before its Durable Object call, which can take
+  // a far location 100 ms or more: at a window boundary one stamped in the window before arrives after
+  // those of the new window.
+  it('a reservation stamped just before a window rolled over, arriving late, does not wipe the new window', async () => {
+    const store = new StrictQuotaStore(env.PODGATE_QUOTA)
+    const keyId = newKeyId()
+    const policy = { requestsPerMinute: 2, requestsPerDay: 100 }
+    const next = Date.UTC(2026, 0, 5, 0, 1, 0, 20)
+    const reserve = (now: number) => store.reserve({ keyId, policy, cost: { tokens: 0, stream: false }, now })
+    expect(admitted([await reserve(next), await reserve(next)])).toBe(2)
+    // Stamped 50 ms before the minute ended, counted in that minute.
+    expect((await reserve(next - 70)).ok).toBe(true)
+    expect(await reserve(next + 10)).toMatchObject({ ok: false, exceeded: 'rpm' })
+    expect(await store.usage({ keyId, now: next + 10 })).toMatchObject({ minuteCounts: { requests: 2 }, dayCounts: { requests: 3 } })
+  })
+})

@@ -65,13 +65,15 @@ export class QuotaObject extends DurableObject<unknown> {
     return this.#usageAt(input.now)
   }
 
-  /** The counts of the windows current at `now`; drops past windows and expired leases. */
+  /** The counts of the windows current at `now`; drops windows before them and expired leases. */
   #usageAt(now: number): QuotaUsage {
     const usage = emptyUsage(now)
     const minute = `m:${usage.minute}`
     const day = `d:${usage.day}`
+    // Only past windows go: \`now\` is read before the call, so one stamped just before a rollover can
+    // arrive after calls of the new window, whose counts it must not drop.
     for (const id of Object.keys(this.#state.windows)) {
-      if (id !== minute && id !== day) delete this.#state.windows[id]
+      if (+id.slice(2) < (id[0] === 'm' ? usage.minute : usage.day)) delete this.#state.windows[id]
     }
     const m = this.#state.windows[minute]
     if (m) addCounts(usage.minuteCounts, m)
