@@ -70,7 +70,7 @@ export class QuotaObject extends DurableObject<unknown> {
     const usage = emptyUsage(now)
     const minute = `m:${usage.minute}`
     const day = `d:${usage.day}`
-    // Only past windows go: \`now\` is read before the call, so one stamped just before a rollover can
+    // Only past windows go: `now` is read before the call, so one stamped just before a rollover can
     // arrive after calls of the new window, whose counts it must not drop.
     for (const id of Object.keys(this.#state.windows)) {
       if (+id.slice(2) < (id[0] === 'm' ? usage.minute : usage.day)) delete this.#state.windows[id]
