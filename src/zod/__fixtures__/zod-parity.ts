@@ -14,10 +14,15 @@ export function resultOf(schema: z.ZodMiniType, input: unknown): { data: unknown
   return result.success ? { data: result.data } : { issues: result.error.issues }
 }
 
+/** JSON of `value` that tells a member set to undefined from an absent one. */
+function showUndefined(value: unknown): string {
+  return JSON.stringify(value, (_key, member: unknown) => (member === undefined ? '<undefined>' : member))
+}
+
 /** Each of `ours` parses each of its inputs exactly as the same-placed schema of `theirs` does. */
 export function expectSameParses(ours: Array<[z.ZodMiniType, unknown[]]>, theirs: Array<[z.ZodMiniType, unknown[]]>): void {
   ours.forEach(([schema, inputs], i) => {
-    for (const input of inputs) expect(JSON.stringify(resultOf(schema, input)), `${i} ${JSON.stringify(input)}`).toBe(JSON.stringify(resultOf(theirs[i]![0], input)))
+    for (const input of inputs) expect(showUndefined(resultOf(schema, input)), `${i} ${JSON.stringify(input)}`).toBe(showUndefined(resultOf(theirs[i]![0], input)))
   })
 }
 
