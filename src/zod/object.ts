@@ -12,7 +12,7 @@
  */
 import * as z from 'zod/mini'
 import { ZodMiniType } from 'zod/mini'
-import { $constructor, util } from 'zod/v4/core'
+import { $constructor } from 'zod/v4/core'
 
 type Field = z.core.$ZodTypeInternals
 
@@ -39,7 +39,7 @@ const ObjectSchema = $constructor<z.ZodMiniObject>('PodgateObject', (inst, def) 
         if (optin === 'defaulted' && !result.issues.length && result.value !== undefined) output[key] = result.value
         return
       }
-      payload.issues.push(...util.prefixIssues(key, result.issues))
+      for (const issue of result.issues) payload.issues.push({ ...issue, path: [key, ...(issue.path ?? [])] })
       if (!present && !optin) {
         if (!result.issues.length) payload.issues.push({ code: 'invalid_type', expected: 'nonoptional', input: undefined, path: [key] })
         return
