@@ -23,6 +23,7 @@ import { recordOf } from '../zod/records.ts'
 import { refine } from '../zod/refine.ts'
 import { withDefault } from '../zod/with-default.ts'
 import { optional } from '../zod/optional.ts'
+import { strictObject } from '../zod/object.ts'
 
 const scopeFields = lazily(() => ({
   name: z.string().check(z.minLength(1), z.maxLength(100)),
@@ -35,7 +36,7 @@ const scopeFields = lazily(() => ({
 
 export const createKeySchema = lazily(() => {
   const fields = scopeFields()
-  return z.strictObject({
+  return strictObject({
     ...fields,
     kind: withDefault(oneOf(['secret', 'publishable']), 'secret'),
     models: optional(fields.models),
@@ -46,7 +47,7 @@ export const createKeySchema = lazily(() => {
   })
 })
 
-export const updateKeySchema = lazily(() => z.strictObject(optionalFields(scopeFields())))
+export const updateKeySchema = lazily(() => strictObject(optionalFields(scopeFields())))
 
 export interface KeysRoutesOptions {
   store: (c: Context<GatewayEnv>) => KeyStore

@@ -22,11 +22,12 @@ import { generateTokenId } from './keys.ts'
 import { canonicalOrigin, originSchema } from './origins.ts'
 import type { TokenSigner } from './tokens.ts'
 import { optional } from '../zod/optional.ts'
+import { strictObject } from '../zod/object.ts'
 
 /** A token's `sub` (checked as code, not `z.regex`: the OpenAPI document shows it as `pattern`, src/openapi/descriptions.ts). */
 export const SUB_PATTERN = /^[\x21-\x7e]{1,128}$/
 
-export const mintTokenSchema = lazily(() => z.strictObject({
+export const mintTokenSchema = lazily(() => strictObject({
   models: optional(z.array(z.string().check(z.minLength(1), z.maxLength(128))).check(z.minLength(1), z.maxLength(256))),
   origin: optional(originSchema()),
   ttlSeconds: optional(positiveInt()),

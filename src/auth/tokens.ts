@@ -16,13 +16,14 @@ import { lazily } from '../zod/lazily.ts'
 import { nullable } from '../zod/nullable.ts'
 import { int } from '../zod/numbers.ts'
 import { optional } from '../zod/optional.ts'
+import { object } from '../zod/object.ts'
 
 export const TOKEN_PREFIX = 'pg_tk_'
 
 /** Token sizes stay far below header limits; anything longer is not ours. */
 const MAX_TOKEN_LENGTH = 4096
 
-const claimsSchema = lazily(() => z.object({
+const claimsSchema = lazily(() => object({
   /** The claims' version: 1 (`verify` refuses any other). */
   v: z.number(),
   /** Token id, for logs and per-token quota counters. */

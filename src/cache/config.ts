@@ -8,8 +8,9 @@ import { oneOf } from '../zod/one-of.ts'
 import { boolean } from '../zod/boolean.ts'
 import { withDefault } from '../zod/with-default.ts'
 import { optional } from '../zod/optional.ts'
+import { strictObject } from '../zod/object.ts'
 
-export const cacheConfigSchema = z.strictObject({
+export const cacheConfigSchema = strictObject({
   /** Cache answers at all. Default true (deterministic requests only, unless a model or caller opts in). */
   enabled: withDefault(boolean(), true),
   /** `key`: entries are per credential and never cross keys; `gateway`: shared by every caller. Default `key`. */
@@ -29,7 +30,7 @@ export const cacheConfigSchema = z.strictObject({
 })
 export type CacheConfig = z.output<typeof cacheConfigSchema>
 
-export const modelCacheSchema = z.strictObject({
+export const modelCacheSchema = strictObject({
   /** Cache this model's answers. Default: the gateway's `cache.enabled`. */
   enabled: optional(boolean()),
   /** How long its answers stay cached, in seconds. Default: the gateway's `cache.ttlSeconds`. */

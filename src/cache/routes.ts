@@ -19,13 +19,12 @@ import { refine } from '../zod/refine.ts'
 import { kvPrefix } from './key.ts'
 import type { GenerationCache } from './store.ts'
 import { optional } from '../zod/optional.ts'
+import { strictObject } from '../zod/object.ts'
 
-export const purgeSchema = lazily(() => z
-  .strictObject({
-    model: optional(z.string().check(z.minLength(1), z.maxLength(128))),
-    keyId: optional(z.string().check(z.minLength(1), z.maxLength(64))),
-  })
-  .check(refine((body: { model?: string, keyId?: string }) => body.model !== undefined || body.keyId !== undefined, 'give `model`, `keyId` or both')))
+export const purgeSchema = lazily(() => strictObject({
+  model: optional(z.string().check(z.minLength(1), z.maxLength(128))),
+  keyId: optional(z.string().check(z.minLength(1), z.maxLength(64))),
+}).check(refine((body: { model?: string, keyId?: string }) => body.model !== undefined || body.keyId !== undefined, 'give `model`, `keyId` or both')))
 
 export interface CacheRoutesOptions {
   kv: (c: Context<GatewayEnv>) => KVNamespace

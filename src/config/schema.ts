@@ -15,6 +15,7 @@ import { withDefault, withFieldDefaults } from '../zod/with-default.ts'
 import { quotaPolicySchema, quotaStoreKindSchema } from '../quota/policy.ts'
 import { cacheConfigSchema, modelCacheSchema } from '../cache/config.ts'
 import { optional } from '../zod/optional.ts'
+import { strictObject } from '../zod/object.ts'
 
 /** Runpod endpoint ids are lowercase alphanumerics (runpod-api.md §1). */
 export const ENDPOINT_ID_PATTERN = /^[a-z0-9]{1,64}$/
@@ -26,7 +27,7 @@ export const upstreamModeSchema = oneOf(['openai', 'native'])
 export type UpstreamMode = z.infer<typeof upstreamModeSchema>
 
 /** Sampling parameters in worker-vllm's names (runpod-api.md §2); used for per-model defaults. */
-export const samplingDefaultsSchema = z.strictObject(
+export const samplingDefaultsSchema = strictObject(
   optionalFields({
     temperature: z.number().check(z.minimum(0)),
     top_p: z.number().check(z.gt(0), z.maximum(1)),
@@ -51,12 +52,12 @@ const endpointBase = {
 }
 
 export const endpointSchema = union([
-  z.strictObject({
+  strictObject({
     /** A Runpod Serverless endpoint id, e.g. `abc123xyz`. */
     endpointId: z.string().check(refine((id: string) => ENDPOINT_ID_PATTERN.test(id), 'must be a Runpod endpoint id: lowercase letters and digits only')),
     ...endpointBase,
   }),
-  z.strictObject({
+  strictObject({
     /** A full base URL for a job API, e.g. `http://127.0.0.1:8000` (runpod-python's local server). Plain `http://` only to loopback. */
     url: z.string().check(
       // `abort`: the loopback test below parses the URL, so it runs only on one that parsed.
@@ -80,10 +81,10 @@ function isLoopbackUrl(url: string): boolean {
 }
 
 /** How a model's requests survive upstream failures (docs/failure-behaviour.md). */
-export const resilienceSchema = z.strictObject({
+export const resilienceSchema = strictObject({
   /** Attempts before the first byte, across the model's endpoints. */
   retries: withFieldDefaults(
-    z.strictObject({
+    strictObject({
       /** Tries in all, the first included. Default 3. */
       attempts: withDefault(intIn(1, 10), 3),
       /** First backoff ceiling; each retry doubles it (full jitter). Default 200. */
@@ -99,7 +100,7 @@ export const resilienceSchema = z.strictObject({
   /** Native streams: past `ttftBudgetMs` with the job still queued, start the request on another endpoint too; the first to answer wins, the other is cancelled. Default false. */
   hedge: withDefault(boolean(), false),
   timeouts: withFieldDefaults(
-    z.strictObject({
+    strictObject({
       /** No first token by then: cancel upstream, 504 (or an SSE error once the stream is open). Default 120000. */
       firstTokenMs: withDefault(positiveInt(3_600_000), 120_000),
       /** Longest silence between chunks once output began. Default 60000. */
@@ -110,7 +111,7 @@ export const resilienceSchema = z.strictObject({
   ),
   /** Per-isolate circuit breaker per endpoint. */
   breaker: withFieldDefaults(
-    z.strictObject({
+    strictObject({
       /** Consecutive failures that open the breaker. Default 3. */
       failures: withDefault(intIn(1, 100), 3),
       /** How long an open endpoint is skipped. Default 30000. */
@@ -120,7 +121,7 @@ export const resilienceSchema = z.strictObject({
 })
 export type ResilienceConfig = z.output<typeof resilienceSchema>
 
-export const modelSchema = z.strictObject({
+export const modelSchema = strictObject({
   /** One or more endpoints that serve this model. */
   endpoints: z.array(endpointSchema).check(z.minLength(1, { message: 'needs at least one endpoint' }), z.maxLength(16)),
   /** Default upstream mode for endpoints that do not set one. Default `openai`. */
@@ -148,7 +149,7 @@ export const modelSchema = z.strictObject({
 })
 export type ModelInput = z.input<typeof modelSchema>
 
-export const quotaConfigSchema = z.strictObject({
+export const quotaConfigSchema = strictObject({
   /** Limits for every key that sets none of its own (the lowest layer). Default: none. */
   defaults: optional(quotaPolicySchema),
   /** Store for policies that do not set `strict`: `kv` (approximate) or `strict` (a Durable Object per key). Default `kv`. */
@@ -157,10 +158,10 @@ export const quotaConfigSchema = z.strictObject({
   flushIntervalMs: withDefault(intIn(1000, 60_000), 1000),
 })
 
-export const gatewayOptionsSchema = z.strictObject({
+export const gatewayOptionsSchema = strictObject({
   /** Model alias -> model config. At least one. */
   models: recordOf(modelSchema).check(refine((m: object) => Object.keys(m).length > 0, 'needs at least one model')),
-  runpod: z.strictObject({
+  runpod: strictObject({
     /** The Runpod API key. Sent only in the `Authorization` header upstream, never logged or returned. */
     apiKey: z.string().check(z.minLength(1, { message: 'is empty: set the RUNPOD_API_KEY secret' })),
     /** Base URL of Runpod's endpoint API. Default `https://api.runpod.ai/v2`. */
@@ -188,7 +189,7 @@ export const gatewayOptionsSchema = z.strictObject({
   keyCacheTtlMs: withDefault(intIn(0, 60_000), 10_000),
   /** Short-lived browser tokens minted with `POST /v1/tokens` (docs/keys-and-browsers.md). */
   tokens: withFieldDefaults(
-    z.strictObject({
+    strictObject({
       /** Longest lifetime a token may be minted with, in seconds. Default 3600. */
       maxTtlSeconds: withDefault(intIn(60, 86_400), 3600),
       /** Lifetime when the mint request names none, in seconds (never above the max). Default 600. */
@@ -197,7 +198,7 @@ export const gatewayOptionsSchema = z.strictObject({
   ),
   /** CORS on `/v1/*` and `/v2/*` (docs/keys-and-browsers.md). */
   cors: withFieldDefaults(
-    z.strictObject({
+    strictObject({
       /** How long browsers may cache a preflight answer, in seconds. Default 600. */
       maxAgeSeconds: withDefault(intIn(0, 86_400), 600),
     }),
@@ -208,7 +209,7 @@ export const gatewayOptionsSchema = z.strictObject({
    * `model` name, the usage chunk) goes through a JavaScript relay that costs several times the CPU per chunk.
    */
   streaming: withFieldDefaults(
-    z.strictObject({
+    strictObject({
       /** Write the caller's alias as `model` in every streamed chunk when the endpoint serves another name (`servedModelName`). Default true. */
       rewriteModel: withDefault(boolean(), true),
       /** `requested`: the usage chunk (which podgate always asks vLLM for, to settle quotas) reaches only callers that asked with `stream_options.include_usage`, as in OpenAI's API. `always`: every stream ends with it. Default `requested`. */

@@ -18,6 +18,7 @@ import { refine } from '../zod/refine.ts'
 import { boolean } from '../zod/boolean.ts'
 import type { JobKind } from './job-id.ts'
 import { optional } from '../zod/optional.ts'
+import { looseObject, strictObject } from '../zod/object.ts'
 
 export interface JobRequest {
   kind: JobKind
@@ -36,15 +37,15 @@ const refused = () =>
 
 const DAY_MS = 24 * 60 * 60_000
 
-const policyShape = () => z.strictObject({
+const policyShape = () => strictObject({
   executionTimeout: optional(z.number().check(int(), z.minimum(5_000), z.maximum(7 * DAY_MS))),
   ttl: optional(z.number().check(int(), z.minimum(10_000), z.maximum(7 * DAY_MS))),
   lowPriority: optional(boolean()),
 })
 type JobPolicy = z.infer<ReturnType<typeof policyShape>>
 
-const runBodySchema = lazily(() => z.strictObject({
-  input: z.looseObject({}),
+const runBodySchema = lazily(() => strictObject({
+  input: looseObject({}),
   policy: optional(policyShape()),
   // Runpod would call these with its own job id and results, past podgate's keys and normalization.
   webhook: refused(),
@@ -53,7 +54,7 @@ const runBodySchema = lazily(() => z.strictObject({
 }))
 
 /** worker-vllm's input (runpod-api.md §2). `messages`, `prompt` and the sampling values are checked by the normalizer. */
-const vllmInputSchema = lazily(() => z.strictObject({
+const vllmInputSchema = lazily(() => strictObject({
   messages: optional(z.unknown()),
   prompt: optional(z.unknown()),
   sampling_params: optional(keysIn(SAMPLING_KEYS)),

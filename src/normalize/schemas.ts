@@ -15,6 +15,7 @@ import { refine } from '../zod/refine.ts'
 import { union } from '../zod/union.ts'
 import { boolean } from '../zod/boolean.ts'
 import { optional } from '../zod/optional.ts'
+import { looseObject } from '../zod/object.ts'
 
 
 /**
@@ -53,7 +54,7 @@ const choices = () => nullish(z.number().check(int(), z.minimum(1), z.maximum(MA
 const readShape = {
   model: modelField,
   stream: nullish(boolean()),
-  stream_options: nullish(z.looseObject({ include_usage: nullish(boolean()) })),
+  stream_options: nullish(looseObject({ include_usage: nullish(boolean()) })),
   max_tokens: nullish(z.number().check(int(), z.minimum(1))),
   max_completion_tokens: nullish(z.number().check(int(), z.minimum(1))),
   n: choices(),
@@ -71,7 +72,7 @@ const readShape = {
 const contentPartSchema = union(
   [
     chars(MAX_TEXT_CHARS),
-    z.looseObject({
+    looseObject({
       type: optional(z.string().check(z.minLength(1), z.maxLength(64))),
       text: nullish(chars(MAX_TEXT_CHARS)),
     }),
@@ -86,12 +87,12 @@ const messageContentSchema = nullish(
   }),
 )
 
-const messageSchema = z.looseObject({
+const messageSchema = looseObject({
   role: z.string().check(z.minLength(1), z.maxLength(64)),
   content: messageContentSchema,
 })
 
-export const chatCompletionRequestSchema = z.looseObject({
+export const chatCompletionRequestSchema = looseObject({
   ...readShape,
   messages: z.array(messageSchema).check(z.minLength(1), z.maxLength(MAX_MESSAGES)),
 })
@@ -114,14 +115,14 @@ function textOrTokens() {
 }
 
 /** `prompt`, or vLLM's `prompt_embeds`, or both; `max_tokens: 0` only with `echo` (checked by the normalizer). */
-export const completionRequestSchema = z.looseObject({
+export const completionRequestSchema = looseObject({
   ...readShape,
   max_tokens: nullish(z.number().check(int(), z.minimum(0))),
   prompt: nullish(textOrTokens()),
 })
 
 /** `input`, or vLLM's chat form (`messages`), checked by the normalizer. */
-export const embeddingRequestSchema = z.looseObject({
+export const embeddingRequestSchema = looseObject({
   model: modelField,
   input: nullish(textOrTokens()),
   messages: nullish(z.array(messageSchema).check(z.minLength(1), z.maxLength(MAX_MESSAGES))),

@@ -17,6 +17,7 @@ import { int } from '../zod/numbers.ts'
 import { union } from '../zod/union.ts'
 import { boolean } from '../zod/boolean.ts'
 import { optional } from '../zod/optional.ts'
+import { strictObject } from '../zod/object.ts'
 
 const stopString = z.string().check(z.minLength(1), z.maxLength(1_000))
 const MAX_STOP_TOKEN_IDS = 100_000
@@ -29,7 +30,7 @@ const optionalNumber = (...checks: z.core.$ZodCheck<number>[]) => optional(z.num
  * are OpenAI's or vLLM's. A value out of them on the OpenAI surface sends the request as an `openai_route`
  * job instead, where vLLM answers for itself.
  */
-const nativeSamplingSchema = z.strictObject({
+const nativeSamplingSchema = strictObject({
   max_tokens: optionalInt(z.minimum(1)),
   n: optionalInt(z.minimum(1)),
   best_of: optionalInt(z.minimum(1)),

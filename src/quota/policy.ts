@@ -10,11 +10,12 @@ import { positiveInt } from '../zod/numbers.ts'
 import { oneOf } from '../zod/one-of.ts'
 import { boolean } from '../zod/boolean.ts'
 import { optional } from '../zod/optional.ts'
+import { strictObject } from '../zod/object.ts'
 
 /** A limit: a positive integer (described for the OpenAPI document in src/openapi/descriptions.ts). */
 const limit = () => optional(positiveInt())
 
-export const quotaPolicySchema = z.strictObject({
+export const quotaPolicySchema = strictObject({
   requestsPerMinute: limit(),
   requestsPerDay: limit(),
   tokensPerMinute: limit(),

@@ -9,7 +9,7 @@ import { optional } from './optional.ts'
  * Every field of `shape`, optional.
  *
  * @example
- * const updateSchema = z.strictObject(optionalFields({ name: z.string() })) // { name?: string }
+ * const updateSchema = strictObject(optionalFields({ name: z.string() })) // { name?: string }
  */
 export function optionalFields<T extends Record<string, z.core.SomeType>>(shape: T): { [K in keyof T]: z.ZodMiniOptional<T[K]> } {
   return Object.fromEntries(Object.entries(shape).map(([key, field]) => [key, optional(field)])) as { [K in keyof T]: z.ZodMiniOptional<T[K]> }

@@ -4,15 +4,16 @@
  * members keep the caller's order, as a record's do.
  */
 import * as z from 'zod/mini'
+import { catchall, looseObject, object } from './object.ts'
 
 /** An object whose every member is `value` (`z.record(z.string(), value)`). */
 export function recordOf<T extends z.core.SomeType>(value: T) {
-  return z.catchall(z.object({}), value)
+  return catchall(object({}), value)
 }
 
 /** An object of any members whose names are all in `keys`; another name is refused as an unrecognized argument. */
 export function keysIn(keys: readonly string[]) {
-  return z.looseObject({}).check(z.check((ctx) => {
+  return looseObject({}).check(z.check((ctx) => {
     const unknown = Object.keys(ctx.value).filter((key) => !keys.includes(key))
     if (unknown.length > 0) ctx.issues.push({ code: 'unrecognized_keys', keys: unknown, input: ctx.value })
   }))

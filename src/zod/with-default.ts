@@ -46,7 +46,7 @@ export function withDefault<T extends z.core.SomeType>(schema: T, value: Default
  * every field at its default (each default is written once, on its field).
  *
  * @example
- * const cors = withFieldDefaults(z.strictObject({ maxAgeSeconds: withDefault(intIn(0, 86_400), 600) }))
+ * const cors = withFieldDefaults(strictObject({ maxAgeSeconds: withDefault(intIn(0, 86_400), 600) }))
  */
 export function withFieldDefaults<T extends z.ZodMiniType>(schema: T): z.ZodMiniDefault<T> {
   return withDefault(schema, () => schema.parse({}) as z.core.util.NoUndefined<z.core.output<T>>)
