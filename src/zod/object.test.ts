@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest'
+import { describe, expect, expectTypeOf, it } from 'vitest'
 import * as z from 'zod/mini'
 import { expectSameJsonSchemas, expectSameParses, resultOf } from './__fixtures__/zod-parity.ts'
 import { boolean } from './boolean.ts'
@@ -99,6 +99,15 @@ describe('objects', () => {
     const schema = strictObject({ name }).check(refine(() => true, 'never'))
     expect(schema.shape).toEqual({ name })
     expect(schema._zod.def.shape.name).toBe(name)
+  })
+
+  it('have zod\'s types: the same schema type, so the same z.infer', () => {
+    const shape = { name: z.string(), kind: withDefault(oneOf(['a', 'b']), 'a'), tags: optional(z.array(z.string())) }
+    expectTypeOf(strictObject(shape)).toEqualTypeOf(z.strictObject(shape))
+    expectTypeOf(looseObject(shape)).toEqualTypeOf(z.looseObject(shape))
+    expectTypeOf(object(shape)).toEqualTypeOf(z.object(shape))
+    expectTypeOf(catchall(object({}), z.number())).toEqualTypeOf(z.catchall(z.object({}), z.number()))
+    expectTypeOf<z.input<ReturnType<typeof strictObject<typeof shape>>>>().toEqualTypeOf<z.input<ReturnType<typeof z.strictObject<typeof shape>>>>()
   })
 
   it('show in JSON Schema as zod\'s do: properties, required (input and output), additionalProperties', () => {
