@@ -79,7 +79,7 @@ export function tokenRoutes(options: TokenRoutesOptions): Hono<GatewayEnv> {
     if (keyExpiresAt !== null && keyExpiresAt - (keyExpiresAt % 1000) < Date.now() + 1000) {
       throw refused(`This API key expires at ${new Date(keyExpiresAt).toISOString()}, too soon for a token: extend its expiresAt.`)
     }
-    const counted = (await options.countControl?.(c)) ?? {}
+    // Minted before it counts: a token too long to use is refused as input, and counts nothing.
     const { token, claims } = await options.signer.mint({
       tokenId: generateTokenId(),
       keyId: principal.keyId,
@@ -91,6 +91,7 @@ export function tokenRoutes(options: TokenRoutesOptions): Hono<GatewayEnv> {
       quota: input.quota ?? null,
       ...(input.sub === undefined ? {} : { subject: input.sub }),
     })
+    const counted = (await options.countControl?.(c)) ?? {}
     return c.json(
       { object: 'token', id: claims.jti, token, keyId: claims.kid, models: claims.models, origin: claims.origin, quota: claims.quota, sub: claims.sub ?? null, expiresAt: claims.exp * 1000 },
       201,

@@ -9,6 +9,7 @@
  * through the key cache, as it reads keys.
  */
 import * as z from 'zod/mini'
+import { GatewayError } from '../errors/index.ts'
 import { base64url, encoder, fromBase64url, sign, signingKey, verify } from '../crypto/signing.ts'
 import { quotaPolicySchema } from '../quota/policy.ts'
 import type { QuotaPolicy } from '../quota/policy.ts'
@@ -92,6 +93,8 @@ export class TokenSigner {
       ...(input.subject === undefined ? {} : { sub: input.subject }),
     }
     const body = TOKEN_PREFIX + base64url(encoder.encode(JSON.stringify(claims)))
+    // `verify` refuses a longer token (body, '.', a 43-character MAC): never mint one that could not be used.
+    if (body.length + 44 > MAX_TOKEN_LENGTH) throw new GatewayError('invalid_request', `This token would be longer than ${MAX_TOKEN_LENGTH} characters: name fewer models.`, { param: 'models' })
     return { token: `${body}.${await sign(await this.#key, body)}`, claims }
   }
 

@@ -6,7 +6,7 @@
  * its input (a malformed mint, an unknown model, purge-queue) counts nothing; a forged job id counts.
  */
 import { describe, expect, it } from 'vitest'
-import { authed, harness } from '../helpers.ts'
+import { authed, harness, MODELS } from '../helpers.ts'
 import type { Harness } from '../helpers.ts'
 
 /** A fixed clock (10 s into a UTC minute): counts must not roll over with a real minute mid-test. */
@@ -82,6 +82,25 @@ describe('M4 control calls count against controlPerMinute', () => {
     expect((await h.fetch('/v2/chat-current/status/forged-job-id', call(key, 'GET'))).status).toBe(404)
     expect((await h.fetch('/v1/tokens', authed(key, '{}'))).status).toBe(201)
     expect((await h.fetch('/v2/chat-current/health', call(key, 'GET'))).status).toBe(429)
+  })
+
+  it('quota-control: a mint whose token would be too long to use is a 400 that counts nothing; one just short of it works', async () => {
+    // A gateway of many long aliases: a token naming all of them would pass 4096 characters, which `verify` refuses.
+    const aliases = Array.from({ length: 40 }, (_, i) => `team-${String(i).padStart(2, '0')}-${'x'.repeat(90)}`)
+    const models = { ...MODELS, ...Object.fromEntries(aliases.map((alias) => [alias, { endpoints: [{ endpointId: 'vllmopenai' }], mode: 'openai' as const }])) }
+    const h = harness({ models, quota: { now: () => START } })
+    const { key } = await h.createKey({ name: 'many models', quota: { controlPerMinute: 1 } })
+    const tooLong = await h.fetch('/v1/tokens', authed(key, JSON.stringify({ models: aliases })))
+    expect(tooLong.status).toBe(400)
+    expect(await tooLong.json()).toMatchObject({ error: { code: 'invalid_request', param: 'models', message: expect.stringContaining('longer than 4096 characters') } })
+    // The key's one control call is still there, and a token of 25 of the aliases is minted and used.
+    const minted = await h.fetch('/v1/tokens', authed(key, JSON.stringify({ models: aliases.slice(0, 25) })))
+    expect(minted.status).toBe(201)
+    const { token } = (await minted.json()) as { token: string }
+    expect(token.length).toBeGreaterThan(3000)
+    const chat = await h.fetch('/v1/chat/completions', authed(token, JSON.stringify({ model: aliases[24], messages: [{ role: 'user', content: 'hi' }] })))
+    expect(chat.status).toBe(200)
+    expect((await h.fetch('/v1/tokens', authed(key, '{}'))).status).toBe(429)
   })
 
   it('quota-control: a control path called with a method it does not take is a 404 that counts nothing', async () => {
