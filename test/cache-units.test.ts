@@ -177,8 +177,9 @@ describe('answer capture', () => {
     const replay = renderStream(answer, meta, false)
     expect(reassemble(replay)).toEqual(reassemble(liveText))
     const json = renderJson(answer, meta) as { choices: { message: Record<string, unknown>; finish_reason: string; logprobs: unknown }[] }
+    // Tool calls and no text: `content` is null, as vLLM's JSON has it (the stream's role chunk sent "").
     expect(json.choices[0]!.message).toEqual({
-      role: 'assistant', content: '', reasoning: 'think', reasoning_content: 'think',
+      role: 'assistant', content: null, reasoning: 'think', reasoning_content: 'think',
       tool_calls: [{ id: 'chatcmpl-tool-1', type: 'function', function: { name: 'get_weather', arguments: '{"city": "Paris"}' } }],
     })
     expect(json.choices[0]!.finish_reason).toBe('tool_calls')

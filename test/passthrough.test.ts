@@ -508,7 +508,8 @@ describe('cache', () => {
     expect(json.headers.get('x-podgate-cache')).toBe('HIT')
     const choice = ((await json.json()) as { choices: { message: Record<string, unknown>; finish_reason: string; logprobs: unknown }[] }).choices[0]!
     expect(choice.finish_reason).toBe('tool_calls')
-    expect(choice.message).toMatchObject({ reasoning: 'Need weather.', reasoning_content: 'Need weather.', tool_calls: [{ id: 'chatcmpl-tool-abc', type: 'function', function: { name: 'get_weather', arguments: '{"city": "Paris ✓"}' } }] })
+    // No text beside the tool call: `content` is null, as in vLLM's (and OpenAI's) JSON, not the stream's "".
+    expect(choice.message).toMatchObject({ content: null, reasoning: 'Need weather.', reasoning_content: 'Need weather.', tool_calls: [{ id: 'chatcmpl-tool-abc', type: 'function', function: { name: 'get_weather', arguments: '{"city": "Paris ✓"}' } }] })
     expect(choice.logprobs).toEqual({ content: [TOOL_STREAM[4]!.choices[0]!.logprobs!.content[0]] })
     // A different tool list is another question.
     await (await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ ...body, tools: [] })))).text()

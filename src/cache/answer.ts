@@ -168,8 +168,12 @@ function assembled(kind: RequestKind, chunks: readonly Json[]): Json {
     merge(out, rest)
   }
   const message = out.message
-  // JSON tool calls carry no `index`: it only orders the stream's fragments.
-  if (isRecord(message) && Array.isArray(message.tool_calls)) message.tool_calls = message.tool_calls.map((call) => (isRecord(call) ? withoutIndex(call) : call))
+  // JSON tool calls carry no `index`: it only orders the stream's fragments. A message of tool calls and
+  // no text has `content: null` in vLLM's JSON, as in OpenAI's; its stream's role chunk sent `content: ""`.
+  if (isRecord(message) && Array.isArray(message.tool_calls)) {
+    message.tool_calls = message.tool_calls.map((call) => (isRecord(call) ? withoutIndex(call) : call))
+    if (message.content === '') message.content = null
+  }
   out.logprobs ??= null
   out.finish_reason ??= null
   return out
