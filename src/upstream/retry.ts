@@ -31,7 +31,13 @@ export function finalFailure(error: GatewayError): GatewayError {
 export function isRetryable(error: unknown): boolean {
   if (!(error instanceof GatewayError)) return false
   const verdict = marked.get(error)
-  if (verdict !== undefined) return verdict
+  return verdict !== undefined ? verdict : endpointFault(error)
+}
+
+/** The endpoint failed (a network error, a 429, a 5xx, a job FAILED before output), whether or not a retry is worth it. */
+function endpointFault(error: unknown): boolean {
+  if (!(error instanceof GatewayError)) return false
+  if (marked.get(error) === true) return true
   if (error.code === 'upstream_unavailable' || error.code === 'upstream_rate_limited') return true
   return error.cause instanceof UpstreamStatus && error.cause.status >= 500
 }
@@ -100,14 +106,15 @@ export class RetryPlan {
 
   /** Counts a failure against its endpoint's breaker, when it is the endpoint's fault. */
   recordFailure(error: unknown, endpoint: Endpoint): void {
-    if (isRetryable(error)) this.#options.breaker.failure(endpoint, this.#options.resilience.breaker)
+    // A failed poll is not retried (`finalFailure`), but it is still the endpoint's fault.
+    if (endpointFault(error)) this.#options.breaker.failure(endpoint, this.#options.resilience.breaker)
   }
 
   /** Counts a failed attempt against its endpoint; resolves true (after the backoff) when another try is worth it. */
   async retryAfter(error: unknown, endpoint: Endpoint): Promise<boolean> {
     const { endpoints, resilience, signal } = this.#options
-    if (!isRetryable(error)) return false
     this.recordFailure(error, endpoint)
+    if (!isRetryable(error)) return false
     const { attempts, baseDelayMs, maxDelayMs, budgetMs } = resilience.retries
     if (this.#tried >= attempts) return false
     const ceiling = Math.min(maxDelayMs, baseDelayMs * 2 ** (this.#tried - 1))
