@@ -176,8 +176,10 @@ describe('answer capture', () => {
     const liveText = live.map((e) => `data: ${JSON.stringify({ ...e, id: 'x', created: 2 })}\n\n`).join('')
     const replay = renderStream(answer, meta, false)
     expect(reassemble(replay)).toEqual(reassemble(liveText))
-    const json = renderJson(answer, meta) as { choices: { message: Record<string, unknown>; finish_reason: string; logprobs: unknown }[] }
-    // Tool calls and no text: `content` is null, as vLLM's JSON has it (the stream's role chunk sent "").
+    const json = renderJson(answer, { ...meta, autoTools: true }) as { choices: { message: Record<string, unknown>; finish_reason: string; logprobs: unknown }[] }
+    // Tool calls the model chose and no text: `content` is null, as vLLM's JSON has it (the stream sent "").
+    // A named or `required` tool choice keeps "", as vLLM's JSON has it then.
+    expect((renderJson(answer, meta) as typeof json).choices[0]!.message.content).toBe('')
     expect(json.choices[0]!.message).toEqual({
       role: 'assistant', content: null, reasoning: 'think', reasoning_content: 'think',
       tool_calls: [{ id: 'chatcmpl-tool-1', type: 'function', function: { name: 'get_weather', arguments: '{"city": "Paris"}' } }],

@@ -515,6 +515,18 @@ describe('cache', () => {
     await (await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ ...body, tools: [] })))).text()
     expect(calls).toHaveLength(2)
   })
+
+  it('a streamed answer to a named tool choice replays as JSON with content "", as vLLM answers that choice', async () => {
+    const { h } = setup({ openai: () => sse(TOOL_SSE) })
+    const { key } = await h.createKey()
+    const body = { ...CHAT_BODY, tool_choice: { type: 'function', function: { name: 'get_weather' } }, temperature: 0, stream: true }
+    await readSSE(await h.fetch('/v1/chat/completions', authed(key, JSON.stringify(body))))
+    await h.settle()
+    const json = await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ ...body, stream: false })))
+    expect(json.headers.get('x-podgate-cache')).toBe('HIT')
+    const { choices } = (await json.json()) as { choices: { message: Record<string, unknown> }[] }
+    expect(choices[0]!.message).toMatchObject({ content: '', tool_calls: [{ id: 'chatcmpl-tool-abc' }] })
+  })
 })
 
 describe('cached usage', () => {

@@ -37,6 +37,12 @@ export interface RenderMeta {
   id: string
   created: number
   model: string
+  /**
+   * The request let the model choose its tools (`tool_choice` absent or `auto`): a JSON message of tool
+   * calls and no text then has `content: null`, as vLLM's tool parsers leave it; a named or `required`
+   * choice has `""` there, as its stream's deltas do. Default false.
+   */
+  autoTools?: boolean
 }
 
 /** Most choices one answer may hold (prompts × n). */
@@ -128,7 +134,7 @@ export function captureJsonAnswer(kind: RequestKind, body: unknown): CachedAnswe
 /** The answer as OpenAI's `chat.completion`, `text_completion` or embeddings `list` body. */
 export function renderJson(answer: CachedAnswer, meta: RenderMeta): Json {
   if (answer.kind === 'embedding') return { ...answer.extra, model: meta.model, usage: answer.usage ?? null }
-  const choices = answer.choices.map((choice, index) => ({ index, ...(choice.whole ?? assembled(answer.kind, choice.chunks ?? [])) }))
+  const choices = answer.choices.map((choice, index) => ({ index, ...(choice.whole ?? assembled(answer.kind, choice.chunks ?? [], meta.autoTools)) }))
   const object = answer.kind === 'chat' ? 'chat.completion' : 'text_completion'
   return { id: meta.id, object, created: meta.created, model: meta.model, choices, usage: answer.usage ?? null, ...answer.extra }
 }
@@ -160,7 +166,7 @@ export function usageChunkText(kind: RequestKind, meta: RenderMeta, usage: Usage
 }
 
 /** A streamed choice as one JSON choice, reassembled as clients do. */
-function assembled(kind: RequestKind, chunks: readonly Json[]): Json {
+function assembled(kind: RequestKind, chunks: readonly Json[], autoTools = false): Json {
   const out: Json = kind === 'chat' ? { message: { role: 'assistant', content: null } } : { text: '' }
   for (const chunk of chunks) {
     const { delta, ...rest } = chunk
@@ -168,11 +174,11 @@ function assembled(kind: RequestKind, chunks: readonly Json[]): Json {
     merge(out, rest)
   }
   const message = out.message
-  // JSON tool calls carry no `index`: it only orders the stream's fragments. A message of tool calls and
-  // no text has `content: null` in vLLM's JSON, as in OpenAI's; its stream's role chunk sent `content: ""`.
+  // JSON tool calls carry no `index`: it only orders the stream's fragments. Tool calls the model chose
+  // with no text have `content: null` in vLLM's JSON (`RenderMeta.autoTools`); the stream sent `""`.
   if (isRecord(message) && Array.isArray(message.tool_calls)) {
     message.tool_calls = message.tool_calls.map((call) => (isRecord(call) ? withoutIndex(call) : call))
-    if (message.content === '') message.content = null
+    if (autoTools && message.content === '') message.content = null
   }
   out.logprobs ??= null
   out.finish_reason ??= null

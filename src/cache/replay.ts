@@ -21,7 +21,8 @@ export function render(answer: CachedAnswer, request: NormalizedRequest, meta: R
   headers.set(CACHE_HEADER, status)
   headers.set('age', String(Math.floor(ageMs / 1000)))
   if (request.stream) return new Response(renderStream(answer, meta, request.includeUsage), { headers })
-  return new Response(JSON.stringify(renderJson(answer, meta)), { headers })
+  const choice = request.body.tool_choice
+  return new Response(JSON.stringify(renderJson(answer, { ...meta, autoTools: choice == null || choice === 'auto' })), { headers })
 }
 
 export function withCacheHeaders(response: Response, status: CacheStatus, ageSeconds?: number): Response {
