@@ -18,7 +18,7 @@ import type { QuotaPolicy } from './policy.ts'
 export const STREAM_LEASE_MS = 30 * 60_000
 
 interface ObjectState {
-  /** Counts per window id (`m:<minute>`, `d:<day>`); only the current ones are kept. */
+  /** Counts per window id (`m:<minute>`, `d:<day>`): the current ones, and a past one a late call counted in until the next call drops it. */
   windows: Record<string, Counts>
   /** Open stream leases: id -> expiry (epoch ms). */
   leases: Record<string, number>
