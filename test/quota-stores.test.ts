@@ -135,6 +135,10 @@ describe.each(KINDS)('QuotaStore behaviour: $name', (kind) => {
 
 describe('KvQuotaStore across isolates', () => {
   const FLUSH = 1000
+  /** Lets the store's promises and miniflare's KV run on (the fake clock stands still). */
+  const ticks = async () => {
+    for (let i = 0; i < 20; i++) await new Promise((resolve) => setTimeout(resolve, 1))
+  }
 
   function isolates(n: number) {
     const clock = fakeClock(START)
@@ -365,6 +369,122 @@ describe('KvQuotaStore across isolates', () => {
     const day = puts.find((p) => p.name.includes(':d:'))!
     expect(minute.ttl).toBe(50 + 60)
     expect(day.ttl).toBe(86_400 - 10 + 60)
+  })
+
+  /**
+   * A flush's puts can outlast the interval (a slow KV, or one that refuses late): the next flush must
+   * not put the same KV keys meanwhile, or the older, lower count can land last and stay published,
+   * so the other isolates under-count the key. The count changes by a reservation or by a settle.
+   */
+  it.each([
+    { change: 'reserve', first: 'lands' },
+    { change: 'settle', first: 'lands' },
+    { change: 'reserve', first: 'fails' },
+  ] as const)('one write per KV key in flight, and the newest count lands last (count changed by $change, first write $first late)', async ({ change, first }) => {
+    const clock = fakeClock(START)
+    // KV holds this shard's first two puts (the first flush's minute and day) until the test lets them
+    // land, or fail; every later put lands at once.
+    const held: { name: string; release: () => void }[] = []
+    const inFlight = new Map<string, number>()
+    let mostInFlight = 0
+    let outstanding = 0
+    const kv = kvWith({
+      async put(original, ...args) {
+        const name = (args as unknown as [string])[0]
+        inFlight.set(name, (inFlight.get(name) ?? 0) + 1)
+        mostInFlight = Math.max(mostInFlight, inFlight.get(name)!)
+        outstanding++
+        try {
+          if (held.length < 2) {
+            await new Promise<void>((release) => held.push({ name, release }))
+            if (first === 'fails') throw new Error('KV put failed: 429 Too Many Requests')
+          }
+          return await original(...args)
+        } finally {
+          inFlight.set(name, inFlight.get(name)! - 1)
+          outstanding--
+        }
+      },
+    })
+    const errors: unknown[] = []
+    const [mine, other] = ['iso0', 'iso1'].map((shard) => new KvQuotaStore(kv, { now: clock.now, sleep: clock.sleep, flushIntervalMs: FLUSH, shard, onWriteError: (error) => errors.push(error) }))
+    const keyId = newKeyId()
+    const policy = { requestsPerMinute: 4 }
+    // Scheduled flushes are not tracked by the clock: its `advance` would wait on the held puts.
+    const reserve = (store: KvQuotaStore, tokens: number) => store.reserve({ keyId, policy, cost: { tokens, stream: false }, now: clock.now(), background: () => undefined })
+
+    const admission = await reserve(mine!, 10)
+    if (!admission.ok) throw new Error('refused')
+    await ticks()
+    expect(held.map((h) => h.name).sort()).toEqual([`quota:${keyId}:d:${admission.reservation.day}:iso0`, `quota:${keyId}:m:${admission.reservation.minute}:iso0`])
+
+    // Half an interval on, the count grows while the first flush's puts are still out.
+    await clock.advance(FLUSH / 2)
+    if (change === 'reserve') {
+      expect((await reserve(mine!, 10)).ok).toBe(true)
+      expect((await reserve(mine!, 10)).ok).toBe(true)
+    } else {
+      await mine!.settle({ reservation: admission.reservation, tokens: 50, background: () => undefined })
+    }
+    const newest = change === 'reserve' ? { r: 3, t: 30 } : { r: 1, t: 50 }
+    // The next flush is due, and still the first one's puts are out.
+    await clock.advance(FLUSH / 2)
+    await ticks()
+    for (const h of held) h.release()
+    for (let i = 0; i < 200 && outstanding > 0; i++) await ticks()
+    await mine!.flush()
+
+    expect(mostInFlight).toBe(1)
+    const published = async (window: string) => (await env.PODGATE_KV.getWithMetadata<{ r: number; t: number }>(`quota:${keyId}:${window}:iso0`)).metadata
+    expect(await published(`m:${admission.reservation.minute}`)).toEqual(newest)
+    expect(await published(`d:${admission.reservation.day}`)).toEqual(newest)
+    expect(errors).toHaveLength(first === 'fails' ? 1 : 0)
+    // The other isolate sees this one's whole count: it admits only what is left of the limit.
+    expect((await other!.usage({ keyId, now: clock.now() })).minuteCounts).toEqual({ requests: newest.r, tokens: newest.t })
+    const left = policy.requestsPerMinute - newest.r
+    expect(admitted(await Promise.all(Array.from({ length: 4 }, () => reserve(other!, 0))))).toBe(left)
+  })
+
+  it('a flush whose writes never end holds the next ones back for a minute at most, then is given up on', async () => {
+    const clock = fakeClock(START)
+    // The first flush's two puts never answer (their request was cancelled); every later put lands.
+    const stuck: ((error: Error) => void)[] = []
+    const names: string[] = []
+    const kv = kvWith({
+      put(original, ...args) {
+        names.push((args as unknown as [string])[0])
+        if (stuck.length < 2) return new Promise((_, fail) => stuck.push(fail))
+        return original(...args)
+      },
+    })
+    const store = new KvQuotaStore(kv, { now: clock.now, sleep: clock.sleep, flushIntervalMs: FLUSH, shard: 'iso0' })
+    const keyId = newKeyId()
+    const reserve = async () => {
+      const result = await store.reserve({ keyId, policy: { requestsPerDay: 100 }, cost: { tokens: 0, stream: false }, now: clock.now(), background: () => undefined })
+      await ticks()
+      if (!result.ok) throw new Error('refused')
+      return result.reservation
+    }
+    const { day } = await reserve()
+    expect(stuck).toHaveLength(2)
+    // Within the minute, the flushes due wait for the stuck one: nothing more is written.
+    for (const step of [FLUSH, 10 * FLUSH, 40 * FLUSH]) {
+      await clock.advance(step)
+      await reserve()
+      await clock.advance(FLUSH)
+      await ticks()
+    }
+    expect(names).toHaveLength(2)
+    // A minute after it began, the next flush no longer waits for it.
+    await clock.advance(10 * FLUSH)
+    await reserve()
+    const published = await env.PODGATE_KV.getWithMetadata<{ r: number; t: number }>(`quota:${keyId}:d:${day}:iso0`)
+    expect(published.metadata).toEqual({ r: 5, t: 0 })
+    // Should the stuck writes end after all, the flush that waited on them does not start too.
+    const written = names.length
+    for (const fail of stuck) fail(new Error('The request was cancelled'))
+    await ticks()
+    expect(names).toHaveLength(written)
   })
 })
 

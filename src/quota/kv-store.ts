@@ -10,6 +10,8 @@
  * request at least every F never waits on KV; an older view (or none) is awaited. So there is at most
  * one KV list per key per interval in the background (a failed one is retried F after it began) and no
  * KV key is written more often than once per interval. A view's age counts from when its list began.
+ * One flush runs at a time: one that falls due while the last one's writes are out waits for them, so
+ * a KV key never has two writes in flight, and the last to land holds the newest count.
  * Storage schema (docs/storage.md):
  *   `quota:<keyId>:m:<minute>:<shard>`  metadata `{ r, t }`, TTL: the window's end + 60 s
  *   `quota:<keyId>:d:<day>:<shard>`     metadata `{ r, t }`, TTL: the window's end + 60 s
@@ -22,9 +24,10 @@
  * Memory: at most `maxKeys` keys' counters stay in the isolate. Only a key whose counts are all
  * published (nothing dirty, no write in flight, no open stream) is evicted, so eviction never loses a
  * count; past the bound, new keys wait for the next flush to make room (memory exceeds `maxKeys` by at
- * most the new keys of one flush interval). A key that comes back after an eviction reads its own
- * published counts with `get` (this shard is their only writer), not from `list`, which can lag by
- * KV's propagation delay and would start the key again from zero.
+ * most the new keys of one flush interval, or of one round of KV writes when KV is slower). A key that
+ * comes back after an eviction reads its own published counts with `get` (this shard is their only
+ * writer), not from `list`, which can lag by KV's propagation delay and would start the key again from
+ * zero.
  */
 import { addCounts, applyDelta, DAY_MS, emptyUsage, exceededLimit, MINUTE_MS, windowsAt } from './limits.ts'
 import type { Counts, QuotaUsage } from './limits.ts'
@@ -70,6 +73,8 @@ interface KeyState {
 
 export const QUOTA_KEY_PREFIX = 'quota:'
 const TTL_MARGIN_SECONDS = 60
+/** A flush whose writes are still out this long after it began is given up on (see `flush`). */
+const STALLED_FLUSH_MS = 60_000
 
 /**
  * @example
@@ -89,6 +94,9 @@ export class KvQuotaStore implements QuotaStore {
   readonly #keys = new Map<string, KeyState>()
   #lastFlush = Number.NEGATIVE_INFINITY
   #flushScheduled = false
+  /** The flush whose writes are out, and the one that starts once they have all landed or failed. */
+  #flushing: Promise<void> | null = null
+  #nextFlush: Promise<void> | null = null
   /** Whether any key's counters were evicted: new keys may then have published counts of this shard. */
   #evicted = false
 
@@ -138,9 +146,42 @@ export class KvQuotaStore implements QuotaStore {
     return this.#usageOf(state, input.now)
   }
 
-  /** Writes every changed shard counter now. The store calls it itself, paced; tests call it to publish. */
-  async flush(): Promise<void> {
-    this.#flushScheduled = false
+  /**
+   * Writes every changed shard counter: now, or once the flush whose writes are out has ended. Two puts
+   * of one KV key in flight can land out of order and leave the older, lower count published, so one
+   * flush runs at a time and the calls made meanwhile share the one that follows. The store calls it
+   * itself, paced; tests call it to publish.
+   */
+  flush(): Promise<void> {
+    if (this.#flushing && this.#now() - this.#lastFlush >= STALLED_FLUSH_MS) {
+      // Writes out this long will not end (the request they ran in was cancelled, or KV never answered):
+      // waiting on them would stop this shard publishing, and evicting, for good.
+      this.#flushing = this.#nextFlush = null
+    }
+    if (this.#nextFlush) return this.#nextFlush
+    if (!this.#flushing) return this.#startFlush()
+    const next: Promise<void> = this.#flushing.then(() => {
+      if (this.#nextFlush !== next) return // given up on while it waited: a later flush wrote instead
+      this.#nextFlush = null
+      return this.#startFlush()
+    })
+    this.#nextFlush = next
+    return next
+  }
+
+  #startFlush(): Promise<void> {
+    const run = this.#write()
+    // The next flush waits for the writes, whether or not the operator's `onWriteError` threw.
+    const flushing: Promise<void> = run
+      .catch(() => undefined)
+      .then(() => {
+        if (this.#flushing === flushing) this.#flushing = null
+      })
+    this.#flushing = flushing
+    return run
+  }
+
+  async #write(): Promise<void> {
     const now = this.#now()
     this.#lastFlush = now
     const writes: Promise<void>[] = []
@@ -173,7 +214,12 @@ export class KvQuotaStore implements QuotaStore {
     if (this.#flushScheduled) return
     this.#flushScheduled = true
     const wait = Math.max(0, this.#lastFlush + this.#interval - this.#now())
-    const run = (wait > 0 ? this.#sleep(wait) : Promise.resolve()).then(() => this.flush())
+    const run = (wait > 0 ? this.#sleep(wait) : Promise.resolve()).then(() => {
+      // Cleared when due, not when its writes begin: a run held behind a stalled flush must not keep later
+      // requests from scheduling the one that gives up on it.
+      this.#flushScheduled = false
+      return this.flush()
+    })
     if (background) background(run)
     else void run.catch(() => undefined)
   }
