@@ -2,10 +2,11 @@
  * Bench-only Worker (run by `npm run bench` through `wrangler dev`, never deployed): loops podgate's
  * request path inside workerd so its CPU cost can be read from the workerd process.
  *
- * `GET /loop?target=gateway|relay|identity|upstream|noop&n=&stream=0|1&events=&cache=off|miss|hit` runs `n` chat
+ * `GET /loop?target=gateway|least|relay|identity|upstream|noop&n=&stream=0|1&events=&cache=off|miss|hit` runs `n` chat
  * calls one after another through `createGateway(...).fetch` with the real ExecutionContext and reads
  * each body to the end; `target=upstream` runs the same loop against the in-process fake upstream
  * alone (`noop`: against nothing), so the runner can subtract what those and the loop itself cost;
+ * `target=least` runs the least featured gateway's JSON call instead (`npm run bench:micro`);
  * `target=relay` pipes the fake upstream's stream through the SSE relay alone (no gateway around it),
  * and `target=identity` through an empty TransformStream (the cost of one stream hop in workerd): together
  * they split the per-event cost into the runtime's stream hop, the relay's own work, and the rest.
@@ -20,6 +21,7 @@ import { chatBody, closingEvents, completionJson, contentEvent, parseScenario } 
 import { createOpenAIRelay } from '../../../src/streaming/openai-relay.ts'
 import { splitBody, pipeOpenAIStream } from '../../../src/streaming/openai-pipe.ts'
 import { memoryCache, memoryKv } from './memory-stores.ts'
+import leastGateway from '../least-gateway/hono.ts'
 
 // The quota store's Durable Object class, bound by wrangler.toml [env.dev]; unused with the default KV store.
 export { QuotaObject } from '../../../src/durable-objects.ts'
@@ -482,6 +484,22 @@ function timerWrapped(body: ReadableStream<Uint8Array>): ReadableStream<Uint8Arr
   )
 }
 
+/**
+ * The least featured gateway (scripts/bench/least-gateway/hono.ts, `/featured`) on the same in-process
+ * upstream: its own CPU a call, beside podgate's (`target=least`). It fetches through the global `fetch`,
+ * so that is the fake upstream for the length of its call (the loop runs one call at a time).
+ */
+async function leastCall(init: { method: string; headers: Record<string, string>; body: string }, env: Env, ctx: ExecutionContext): Promise<Response> {
+  const real = globalThis.fetch
+  globalThis.fetch = fakeUpstream as typeof fetch
+  try {
+    const request = new Request('http://least.bench/featured/v1/chat/completions', { ...init, headers: { ...init.headers, authorization: 'Bearer bench' } })
+    return await leastGateway.fetch(request, { ...env, PODGATE_KV: kv, UPSTREAM: 'http://upstream.bench/v2/bench/openai' }, ctx)
+  } finally {
+    globalThis.fetch = real
+  }
+}
+
 export default {
   async fetch(request, env, ctx) {
     const url = new URL(request.url)
@@ -511,7 +529,9 @@ export default {
             ? await fakeUpstream('http://upstream.bench/v2/bench/openai/v1/chat/completions', init)
             : target === 'relay' || target === 'identity'
               ? piped(await fakeUpstream('http://upstream.bench/v2/bench/openai/v1/chat/completions', init), target)
-              : await app.fetch(new Request('http://podgate.bench/v1/chat/completions', init), env, ctx)
+              : target === 'least'
+                ? await leastCall(init, env, ctx)
+                : await app.fetch(new Request('http://podgate.bench/v1/chat/completions', init), env, ctx)
       status = res.status
       cacheStatus = res.headers.get('x-podgate-cache')
       quotaPolicy = res.headers.get('ratelimit-policy')
