@@ -15,6 +15,7 @@ import { authed, harness, readSSE, RUNPOD_KEY } from './helpers.ts'
 import { normalizeChatRequest, normalizeCompletionRequest } from '../src/normalize/index.ts'
 import { estimateTokens } from '../src/quota/stage.ts'
 import { modelSchema } from '../src/config/schema.ts'
+import { env } from 'cloudflare:workers'
 
 const SERVED = 'org/Served-Model-8B'
 
@@ -38,7 +39,7 @@ interface Call {
 
 /** What the fake answers: per OpenAI-route call a Response, per native job its status and items. */
 interface Script {
-  openai?: (call: Call) => Response
+  openai?: (call: Call) => Response | Promise<Response>
   job?: (call: Call) => { status: string; output?: unknown[]; error?: unknown }
 }
 
@@ -120,7 +121,10 @@ const CHAT_BODY = {
   max_tokens: 64,
 }
 
-const sse = (text: string) => new Response(text, { headers: { 'content-type': 'text/event-stream' } })
+const SSE_TYPE = { 'content-type': 'text/event-stream' }
+const sse = (text: string) => new Response(text, { headers: SSE_TYPE })
+/** `text` in a body the runtime produced (test/global-setup.ts's replay server), as a fetch body is: podgate may pipe it natively. */
+const fetchedSse = async (text: string) => new Response((await fetch(env.TEST_REPLAY_URL!, { method: 'POST', body: JSON.stringify({ pieces: [text] }) })).body, { headers: SSE_TYPE })
 /** The chunks a caller got, without the fields podgate writes itself (model always; id and created for native jobs). */
 const relayed = (events: unknown[], drop: string[]) =>
   events.map((e) => (typeof e === 'object' && e !== null ? Object.fromEntries(Object.entries(e).filter(([k]) => !drop.includes(k))) : e))
@@ -526,6 +530,49 @@ describe('cache', () => {
     expect(json.headers.get('x-podgate-cache')).toBe('HIT')
     const { choices } = (await json.json()) as { choices: { message: Record<string, unknown> }[] }
     expect(choices[0]!.message).toMatchObject({ content: '', tool_calls: [{ id: 'chatcmpl-tool-abc' }] })
+  })
+})
+
+describe('the cache shows the model name a live answer shows', () => {
+  const JSON_ANSWER = { id: 'x', object: 'chat.completion', created: 1, model: SERVED, choices: [{ index: 0, message: { role: 'assistant', content: 'hi' }, finish_reason: 'stop' }], usage }
+  const modelsOf = (events: unknown[]) => new Set(events.flatMap((e) => (typeof e === 'object' && e !== null ? [(e as { model: unknown }).model] : [])))
+
+  it.each([
+    ['openai', true, {}],
+    ['openai', true, { stream_options: { include_usage: true } }],
+    ['openai', false, {}],
+    ['openai', false, { stream_options: { include_usage: true } }],
+    ['native', true, {}],
+    ['native', false, { stream_options: { include_usage: true } }],
+  ])('%s, rewriteModel %s, %j: a stream\'s MISS, coalesced twin and HIT name the same model; JSON names the alias', async (model, rewriteModel, extra) => {
+    const { h, calls } = setup({ openai: (call) => (call.body?.stream ? fetchedSse(TOOL_SSE) : Response.json(JSON_ANSWER)), job: (call) => ({ status: 'COMPLETED', output: (call.body?.input as { openai_input: { stream?: boolean } }).openai_input.stream ? [TOOL_SSE] : [JSON_ANSWER] }) }, { streaming: { rewriteModel } })
+    const { key } = await h.createKey()
+    const name = rewriteModel ? model : SERVED
+    const body = JSON.stringify({ ...CHAT_BODY, model, temperature: 0, stream: true, ...extra })
+    // The twin asks for usage: when the first call's stream had it stripped, the twin's usage chunk is the cache's own.
+    const twin = JSON.stringify({ ...CHAT_BODY, model, temperature: 0, stream: true, stream_options: { include_usage: true } })
+    const answers = await Promise.all([h.fetch('/v1/chat/completions', authed(key, body)), h.fetch('/v1/chat/completions', authed(key, twin))])
+    expect(answers.map((res) => res.headers.get('x-podgate-cache'))).toEqual(['MISS', 'COALESCED'])
+    const read = await Promise.all(answers.map(readSSE))
+    expect((read[1]!.at(-2) as { usage?: unknown }).usage).toMatchObject({ total_tokens: 21 })
+    answers.forEach((res, at) => expect(modelsOf(read[at]!), res.headers.get('x-podgate-cache')!).toEqual(new Set([name])))
+    await h.settle()
+    const hit = await h.fetch('/v1/chat/completions', authed(key, body))
+    expect(hit.headers.get('x-podgate-cache')).toBe('HIT')
+    expect(modelsOf(await readSSE(hit))).toEqual(new Set([name]))
+    // JSON answers always carry the alias (docs/passthrough.md), live or from the cache.
+    const json = await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ ...CHAT_BODY, model, temperature: 0 })))
+    expect(json.headers.get('x-podgate-cache')).toBe('HIT')
+    expect(((await json.json()) as { model: unknown }).model).toBe(model)
+    // An answer recorded from JSON, replayed as a stream.
+    const question = { ...CHAT_BODY, model, temperature: 0, messages: [{ role: 'user', content: 'Recorded as JSON.' }] }
+    const live = await h.fetch('/v1/chat/completions', authed(key, JSON.stringify(question)))
+    expect(((await live.json()) as { model: unknown }).model).toBe(model)
+    await h.settle()
+    const replayed = await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ ...question, stream: true, ...extra })))
+    expect(replayed.headers.get('x-podgate-cache')).toBe('HIT')
+    expect(modelsOf(await readSSE(replayed))).toEqual(new Set([name]))
+    expect(calls.filter((c) => c.op === 'run' || c.op.startsWith('openai/'))).toHaveLength(2)
   })
 })
 

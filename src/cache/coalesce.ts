@@ -77,7 +77,6 @@ async function join(run: CacheRun, flight: Flight, call: { ctx: CompletionContex
   // The answer turned out too large to share, or the leader never finished in the time its own call had: ask alone.
   if (flight.state === 'open' || !flight.shareable) return retried ? lead(run, ctx, next, plan) : coalesceOrLead(run, ctx, next, plan, true)
   if (flight.state === 'failed') return failed()
-  const meta = { id: flight.meta?.id ?? completionId(request.kind), created: flight.meta?.created ?? nowSeconds(), model: request.model }
   if (!request.stream && flight.json !== undefined) {
     settle({ ok: true, usage: flight.usage })
     return withCacheHeaders(new Response(flight.json, { headers: { 'content-type': 'application/json' } }), 'COALESCED', 0)
@@ -85,7 +84,12 @@ async function join(run: CacheRun, flight: Flight, call: { ctx: CompletionContex
   // The leader's answer could not be captured (too large, or nothing podgate replays): ask alone.
   if (!flight.answer) return retried ? lead(run, ctx, next, plan) : coalesceOrLead(run, ctx, next, plan, true)
   settle({ ok: true, usage: flight.usage })
-  return render(flight.answer, request, meta, 'COALESCED', 0)
+  return render(flight.answer, ctx, identityOf(flight, ctx), 'COALESCED', 0)
+}
+
+/** The `id` and `created` of the leader's answer, which its twins share. */
+function identityOf(flight: Flight, ctx: CompletionContext): { id: string; created: number } {
+  return { id: flight.meta?.id ?? completionId(ctx.request.kind), created: flight.meta?.created ?? nowSeconds() }
 }
 
 /** The longest a joiner waits on a flight: the model's total timeout, and a little more for the leader's ending. */
@@ -168,8 +172,7 @@ function awaitPiped(run: CacheRun, flight: Flight, call: { ctx: CompletionContex
     if (cancelled) return undefined
     if (flight.state === 'ok' && flight.answer) {
       settle({ ok: true, usage: flight.usage })
-      const meta = { id: flight.meta?.id ?? completionId(request.kind), created: flight.meta?.created ?? nowSeconds(), model: request.model }
-      controller.enqueue(new Uint8Array(await render(flight.answer, request, meta, 'COALESCED', 0).arrayBuffer()))
+      controller.enqueue(new Uint8Array(await render(flight.answer, ctx, identityOf(flight, ctx), 'COALESCED', 0).arrayBuffer()))
       controller.close()
       return undefined
     }

@@ -54,7 +54,7 @@ export function follow(flight: Flight, reader: FlightReader, ctx: CompletionCont
           flight.compact()
           if (out !== '') return controller.enqueue(encoder.encode(out))
           if (flight.state === 'ok') {
-            if (ctx.request.includeUsage && !usageSent && flight.usage && flight.meta) out += usageChunkText(ctx.request.kind, { ...flight.meta, model: ctx.request.model }, flight.usage)
+            if (ctx.request.includeUsage && !usageSent && flight.usage && flight.meta) out += usageChunkText(ctx.request.kind, { ...flight.meta, model: ctx.model.streamedModelName }, flight.usage)
             controller.enqueue(encoder.encode(out + DONE_TEXT))
             controller.close()
             leave()

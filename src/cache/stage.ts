@@ -82,7 +82,7 @@ export function cacheStage(options: CacheStageOptions): CompletionStage {
     const { plan, hit } = await cacheable.lookup()
     if (hit) {
       ctx.settle({ ok: true, usage: hit.entry.answer.usage, cached: true })
-      return replay(hit.entry.answer, ctx.request, 'HIT', hit.age)
+      return replay(hit.entry.answer, ctx, 'HIT', hit.age)
     }
     return coalesceOrLead(run, ctx, next, plan, false)
   }

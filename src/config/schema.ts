@@ -210,7 +210,7 @@ export const gatewayOptionsSchema = strictObject({
    */
   streaming: withFieldDefaults(
     strictObject({
-      /** Write the caller's alias as `model` in every streamed chunk when the endpoint serves another name (`servedModelName`). Default true. */
+      /** Write the caller's alias as `model` in every streamed chunk when the endpoint serves another name (`servedModelName`); false keeps that name, in live, cached and coalesced streams alike. JSON answers carry the alias either way. Default true. */
       rewriteModel: withDefault(boolean(), true),
       /** `requested`: the usage chunk (which podgate always asks vLLM for, to settle quotas) reaches only callers that asked with `stream_options.include_usage`, as in OpenAI's API. `always`: every stream ends with it. Default `requested`. */
       usage: withDefault(oneOf(['requested', 'always']), 'requested'),

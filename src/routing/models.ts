@@ -12,6 +12,11 @@ export interface ResolvedModel {
   alias: string
   config: ModelConfig
   servedModelName: string
+  /**
+   * The `model` its streamed chunks carry, live, cached or coalesced: the alias, or the served name when
+   * `streaming.rewriteModel` is off. JSON answers always carry the alias.
+   */
+  streamedModelName: string
   endpoints: Endpoint[]
   /** Running sum of endpoint weights, for a weighted pick. */
   cumulative: number[]
@@ -32,7 +37,9 @@ export function resolveModels(options: ResolvedOptions): ModelTable {
     const endpoints = config.endpoints.map((e) => resolveEndpoint(e, options.runpod.baseUrl, config.mode))
     let sum = 0
     const cumulative = endpoints.map((e) => (sum += e.weight))
-    table.set(alias, { alias, config, servedModelName: config.servedModelName ?? alias, endpoints, cumulative })
+    const servedModelName = config.servedModelName ?? alias
+    const streamedModelName = options.streaming.rewriteModel ? alias : servedModelName
+    table.set(alias, { alias, config, servedModelName, streamedModelName, endpoints, cumulative })
   }
   return table
 }

@@ -26,7 +26,7 @@ export interface UsageMeta {
 
 export interface NativeDecoderOptions {
   kind: RequestKind
-  /** The podgate alias written into every chunk's `model`. */
+  /** The name written into every chunk's `model` (`ResolvedModel.streamedModelName`: the alias, unless `streaming.rewriteModel` is off). */
   model: string
   /** The id written into every chunk (`chatcmpl-…` / `cmpl-…`). */
   id: string

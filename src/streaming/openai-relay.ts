@@ -26,7 +26,7 @@ export interface OpenAIRelayOptions {
   source: ReadableStreamDefaultReader<Uint8Array>
   /** Bytes already read from `source` (a caller waiting for the first bytes), relayed before the rest. */
   first?: Uint8Array
-  /** The podgate alias written into every chunk's `model` (the upstream serves another name). */
+  /** The name written into every chunk's `model` (`ResolvedModel.streamedModelName`). */
   model: string
   /** Keep the upstream usage chunk in the output: the caller set `stream_options.include_usage`. */
   includeUsage: boolean

@@ -194,7 +194,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
         onUsage: (u) => (attempt.usage = u),
       }) : createNativeStreamDecoder({
         kind: request.kind,
-        model: model.alias,
+        model: model.streamedModelName,
         id,
         created,
         maxTokens: request.sampling.max_tokens,
@@ -437,7 +437,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
     call.settle({ ok: true, usage, estimate: counted(winner) })
     // A dialect's stream ends with its own last event, relayed already.
     if (!dialect) {
-      if (usage && request.includeUsage) emit(encodeSSEData(JSON.stringify(winner.usageChunk ?? { id, object, created, model: model.alias, choices: [], usage })))
+      if (usage && request.includeUsage) emit(encodeSSEData(JSON.stringify(winner.usageChunk ?? { id, object, created, model: model.streamedModelName, choices: [], usage })))
       emit(DONE)
     }
     closed = true

@@ -50,14 +50,14 @@ export async function openaiRouteCompletion(call: CompletionCall): Promise<Respo
 }
 
 /**
- * A stream needs the JavaScript relay only when a byte must change: the `model` name (the endpoint serves
- * another name than the alias, and `streaming.rewriteModel` is on) or the usage chunk (podgate asked for it
+ * A stream needs the JavaScript relay only when a byte must change: the `model` name (streams carry the
+ * alias, `streaming.rewriteModel` being on, and the endpoint serves another name) or the usage chunk (podgate asked for it
  * and the caller did not, and `streaming.usage` is `requested`). Otherwise the bytes are piped natively.
  */
 export function needsRewrite(call: CompletionCall): boolean {
   const { model, request, streaming } = call
   if (request.route) return false
-  const renames = streaming.rewriteModel && model.servedModelName !== model.alias
+  const renames = model.streamedModelName !== model.servedModelName
   const strips = streaming.usage === 'requested' && !request.includeUsage
   return renames || strips
 }
@@ -129,7 +129,7 @@ async function openaiRouteStream(call: CompletionCall, path: string, body: Recor
   const relay = createOpenAIRelay({
     source: reader,
     first,
-    model: streaming.rewriteModel ? model.alias : model.servedModelName,
+    model: model.streamedModelName,
     includeUsage: call.request.includeUsage || streaming.usage === 'always',
     idleMs: timeouts.idleMs,
     totalDeadline: started + timeouts.totalMs,
