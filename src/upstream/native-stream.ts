@@ -16,11 +16,11 @@ import { createDialectDecoder, wasRelayed } from '../streaming/dialect-decoder.t
 import { DIALECTS, OPENAI_DIALECT } from '../streaming/dialects.ts'
 import type { NativeStreamDecoder } from '../streaming/native-decoder.ts'
 import { countedUsage, DONE, encodeSSEData, encoder, HEARTBEAT } from '../streaming/openai-chunks.ts'
-import { failedOver, jobFailure } from './native.ts'
+import { failedOver, jobFailure, ranOn } from './native.ts'
 import { cancelJob, polled, streamPage } from './job-calls.ts'
 import { finalFailure, sleep } from './retry.ts'
 import { isTerminal } from './runpod/client.ts'
-import type { Endpoint, JobStream } from './runpod/client.ts'
+import type { Endpoint, JobStatus, JobStream } from './runpod/client.ts'
 import { completionId, SSE_HEADERS } from './types.ts'
 import type { CompletionCall, TokenUsage } from './types.ts'
 
@@ -37,6 +37,8 @@ interface Attempt {
   endpoint: Endpoint
   jobId: string
   status: string
+  /** A worker took the job up (see `ranOn`): a TIMED_OUT then is not run again. */
+  ran: boolean
   decoder: NativeStreamDecoder
   /** SSE text decoded but not yet sent: a page's events go out as one write, not one per token. */
   pending: string
@@ -167,11 +169,12 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
     open()
   }
 
-  function newAttempt(endpoint: Endpoint, jobId: string, status: string): Attempt {
+  function newAttempt(endpoint: Endpoint, job: JobStatus): Attempt {
     const attempt: Attempt = {
       endpoint,
-      jobId,
-      status,
+      jobId: job.id,
+      status: job.status,
+      ran: ranOn(job),
       pending: '',
       usage: undefined,
       estimate: undefined,
@@ -223,7 +226,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
     // and only the id it answers lets podgate cancel it (the loop sees the caller gone and drops the attempt).
     const job = await client.run(endpoint, input)
     launched = true
-    const attempt = newAttempt(endpoint, job.id, job.status)
+    const attempt = newAttempt(endpoint, job)
     live.add(attempt)
     return attempt
   }
@@ -274,6 +277,8 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
       if (!attempt.terminal && isTerminal(page.status) && page.status !== 'COMPLETED' && page.error === undefined) {
         const state = await client.status(attempt.endpoint, attempt.jobId, { signal: pollSignal }).catch(() => undefined)
         if (state?.error !== undefined) page = { ...page, error: state.error }
+        // A `/stream` page says nothing of the worker: whether a TIMED_OUT job ran is in its status.
+        if (state && ranOn(state)) attempt.ran = true
       }
       // A server that honours `?wait=` already waited; one that answers at once (runpod-python's local
       // server) gets a growing pause so podgate does not spin on it.
@@ -315,6 +320,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
     if (!attempt.terminal && isTerminal(page.status)) attempt.terminal = page
     const terminal = attempt.terminal
     attempt.status = terminal?.status ?? page.status
+    attempt.ran ||= ranOn(page)
     attempt.ended ||= !!terminal
     for (const item of page.stream) attempt.decoder.push(item.output)
     attempt.items += page.stream.length
@@ -364,7 +370,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
         }
         // Nothing of this attempt reached the caller: another endpoint may run the request afresh (see
         // `failedOver`), unless its poll failed: the job may be running, and a rerun would bill it twice.
-        const failure = result.ok ? failedOver(attempt.status, toGatewayError(error)) : finalFailure(toGatewayError(error))
+        const failure = result.ok ? failedOver(attempt, toGatewayError(error)) : finalFailure(toGatewayError(error))
         drop(attempt)
         if (live.size > 0) {
           plan.recordFailure(failure, attempt.endpoint)

@@ -8,18 +8,19 @@
  * (caller gone, timeout) cancels it upstream: a GPU never runs for nobody. That takes the job's id, so the
  * job is queued with `/run`, which answers it at once, not `/runsync`, which answers it only when the job
  * is done or its wait ran out: a caller who left during a `/runsync` left a job no one could cancel. A
- * `/run` that failed without a job id, or whose job FAILED, is retried on the next endpoint (see
- * `retry.ts`); a job whose polls failed is not: it may be running, and a second would bill it twice.
+ * `/run` that failed without a job id, or whose job FAILED (or TIMED_OUT before a worker took it), is
+ * retried on the next endpoint (see `retry.ts`); a job whose polls failed is not: it may be running, and a
+ * second would bill it twice.
  */
 import { GatewayError, toGatewayError, upstreamError } from '../errors/index.ts'
 import { parseJson } from '../http/json.ts'
 import { toNativeInput } from '../normalize/index.ts'
 import { codedRefusal, errorItemFailure, isRecord, isRefusal, readUsage, workerFailure } from '../streaming/vllm.ts'
 import { cancelJob, polled } from './job-calls.ts'
-import { finalFailure, retryableFailure, sleep } from './retry.ts'
+import { endpointFailure, finalFailure, retryableFailure, sleep } from './retry.ts'
 import { nativeOutputToOpenAI } from './runpod/output.ts'
 import { isTerminal } from './runpod/client.ts'
-import type { JobStatus } from './runpod/client.ts'
+import type { JobStatus, JobStream } from './runpod/client.ts'
 import { completionId } from './types.ts'
 import type { CompletionCall, TokenUsage } from './types.ts'
 
@@ -40,6 +41,7 @@ export async function nativeJson(call: CompletionCall): Promise<Response> {
     }
     call.waitUntil(queued.then((job) => (gone() && !isTerminal(job.status) ? cancel(job.id) : undefined), () => undefined))
     let job = await queued
+    let ran = ranOn(job)
     try {
       let delay = 250
       while (!isTerminal(job.status)) {
@@ -50,19 +52,21 @@ export async function nativeJson(call: CompletionCall): Promise<Response> {
           if (left < 1_000) throw new GatewayError('upstream_timeout', 'The model did not finish in time.')
           // A refused poll is asked again: cancelling a healthy job for it would bill its work for nothing.
           job = await polled(() => client.statusSync(endpoint, job.id, { waitMs: Math.min(runpod.runsyncWaitMs, left), signal: call.signal }), { signal: call.signal })
+          ran ||= ranOn(job)
           continue
         }
         if (delay > left) throw new GatewayError('upstream_timeout', 'The model did not finish in time.')
         await sleep(delay, call.signal)
         delay = Math.min(delay * 2, 2_000)
         job = await polled(() => client.status(endpoint, job.id, { signal: call.signal }), { signal: call.signal })
+        ran ||= ranOn(job)
       }
     } catch (error) {
       cancel(job.id)
       throw finalFailure(toGatewayError(error))
     }
     // The job has ended without output, so another endpoint may run it without running it twice.
-    if (job.status !== 'COMPLETED') throw failedJob(job)
+    if (job.status !== 'COMPLETED') throw failedOver({ status: job.status, ran }, jobFailure(job))
     // current worker-vllm reports vLLM's refusal as the job's output: the caller's to fix, not retried.
     const refusal = refusalIn(job.output)
     if (refusal) throw refusal
@@ -85,19 +89,27 @@ export async function nativeJson(call: CompletionCall): Promise<Response> {
   return Response.json(body)
 }
 
-/** A job that ended without output: retried on the next endpoint, unless `failedOver` says otherwise. */
-export function failedJob(job: Pick<JobStatus, 'status' | 'error'>): GatewayError {
-  return failedOver(job.status, jobFailure(job))
+/**
+ * `failure`, of a job that ended with `status` before any output, marked to be run on the next endpoint
+ * unless vLLM refused the request, the job COMPLETED (it ran to the end, billed: a rerun bills it twice),
+ * someone (an operator, Runpod) CANCELLED it (podgate cancels only jobs it gave up on, and a job stopped
+ * on purpose is not started again elsewhere), or it TIMED_OUT after a worker took it (`ran`): it ran until
+ * its endpoint's execution timeout, billed, and a rerun would be billed again and likely time out too (the
+ * endpoint's breaker still counts it). A job TIMED_OUT in the queue (its `ttl`) never ran: it is run on
+ * the next endpoint.
+ */
+export function failedOver(job: { status: string; ran: boolean }, failure: GatewayError): GatewayError {
+  if (isRefusal(failure) || job.status === 'COMPLETED' || job.status === 'CANCELLED') return failure
+  return job.status === 'TIMED_OUT' && job.ran ? endpointFailure(failure) : retryableFailure(failure)
 }
 
 /**
- * `failure`, of a job that ended with `status` before any output, marked to be run on the next endpoint
- * unless vLLM refused the request, the job COMPLETED (it ran to the end, billed: a rerun bills it twice)
- * or someone (an operator, Runpod) CANCELLED it: podgate cancels only jobs it gave up on, and a job
- * stopped on purpose is not started again elsewhere.
+ * Whether a worker took the job up, as one of its answers shows: a running status, time spent running,
+ * or the worker's id. Runpod ends a job TIMED_OUT both in the queue (it never ran) and past its
+ * execution timeout (it ran, and was billed for it).
  */
-export function failedOver(status: string, failure: GatewayError): GatewayError {
-  return isRefusal(failure) || status === 'COMPLETED' || status === 'CANCELLED' ? failure : retryableFailure(failure)
+export function ranOn(job: Pick<JobStream, 'status'> & Pick<JobStatus, 'executionTime' | 'workerId'>): boolean {
+  return job.status === 'IN_PROGRESS' || job.status === 'RUNNING' || (job.executionTime ?? 0) > 0 || job.workerId !== undefined
 }
 
 function refusalIn(output: unknown): GatewayError | undefined {

@@ -5,7 +5,8 @@
  * Only failures that cannot have started work upstream, or whose work has ended, are retried: network
  * errors, 429, 5xx, and jobs that failed before any output. A timeout is never retried: a `/run` that
  * timed out may have queued a job, and a second one would run it twice. Nor is a failed poll of a job
- * (`finalFailure`), whatever its status: the job may be running.
+ * (`finalFailure`), whatever its status: the job may be running; nor a job that ran into its endpoint's
+ * execution timeout (`endpointFailure`): a rerun would be billed again.
  */
 import { CALLER_GONE, GatewayError, upstreamError } from '../errors/index.ts'
 import type { ResilienceConfig } from '../config/schema.ts'
@@ -13,31 +14,44 @@ import type { Breaker } from './breaker.ts'
 import { UpstreamStatus } from './runpod/client.ts'
 import type { Endpoint } from './runpod/client.ts'
 
-/** Failures marked retryable (true) or not (false), whatever their code or status says. */
-const marked = new WeakMap<GatewayError, boolean>()
+/**
+ * Failures marked, whatever their code or status says: to be retried (`retry`), or not though their
+ * endpoint is to blame (`fault`), or not (`final`: the breaker goes by the code and status).
+ */
+const marked = new WeakMap<GatewayError, 'retry' | 'fault' | 'final'>()
 
 /** Marks a failure whose work has ended upstream (a job FAILED before output), so another endpoint may retry it. */
 export function retryableFailure(error: GatewayError): GatewayError {
-  marked.set(error, true)
+  marked.set(error, 'retry')
+  return error
+}
+
+/**
+ * Marks a failure never to be retried that still counts against its endpoint: a job that ran into the
+ * endpoint's execution timeout (a rerun would be billed again, and likely time out too).
+ */
+export function endpointFailure(error: GatewayError): GatewayError {
+  marked.set(error, 'fault')
   return error
 }
 
 /** Marks a failure never to be retried: a poll of a job that may be running (a retry would run it twice). */
 export function finalFailure(error: GatewayError): GatewayError {
-  marked.set(error, false)
+  marked.set(error, 'final')
   return error
 }
 
 export function isRetryable(error: unknown): boolean {
   if (!(error instanceof GatewayError)) return false
   const verdict = marked.get(error)
-  return verdict !== undefined ? verdict : endpointFault(error)
+  return verdict !== undefined ? verdict === 'retry' : endpointFault(error)
 }
 
 /** The endpoint failed (a network error, a 429, a 5xx, a job FAILED before output), whether or not a retry is worth it. */
 function endpointFault(error: unknown): boolean {
   if (!(error instanceof GatewayError)) return false
-  if (marked.get(error) === true) return true
+  const verdict = marked.get(error)
+  if (verdict === 'retry' || verdict === 'fault') return true
   if (error.code === 'upstream_unavailable' || error.code === 'upstream_rate_limited') return true
   return error.cause instanceof UpstreamStatus && error.cause.status >= 500
 }
@@ -126,7 +140,7 @@ export class RetryPlan {
     // The time budget bounds retries of transient faults (a network error, a 429, a 5xx). An attempt that
     // ended before any output (a FAILED job) fails over whenever it comes, within `attempts`: nothing runs
     // twice, and a caller who waited out a cold start is better served by the next endpoint than by the error.
-    if (!marked.get(error as GatewayError) && Date.now() - this.#started + delay > budgetMs) return false
+    if (marked.get(error as GatewayError) !== 'retry' && Date.now() - this.#started + delay > budgetMs) return false
     await sleep(delay, signal)
     return !signal?.aborted
   }
