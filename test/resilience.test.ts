@@ -77,6 +77,32 @@ describe('retries before the first byte', () => {
     expect(callsTo(h, 'solo', 'run').map((c) => c.status)).toEqual([429, 200])
   })
 
+  it('a Retry-After is honoured for the endpoint that sent it when it comes round again after another endpoint', async () => {
+    const h = setup()
+    h.emulator.configure('oaia', { fault: { kind: 'http', status: 429, times: 1, retryAfter: 1, ops: ['openai'] } })
+    h.emulator.configure('oaib', { fault: { kind: 'http', status: 503, times: 1, ops: ['openai'] } })
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai')))
+    expect(res.status).toBe(200)
+    const tries = h.emulator.calls.filter((c) => c.op === 'openai').map((c) => [c.endpointId, c.status, c.at] as const)
+    expect(tries.map(([endpoint, status]) => [endpoint, status])).toEqual([['oaia', 429], ['oaib', 503], ['oaia', 200]])
+    // `oaia` asked for a second: the 503 from `oaib` in between does not make it sooner.
+    expect(tries[2]![2] - tries[0]![2]).toBeGreaterThanOrEqual(950)
+  })
+
+  it('a Retry-After is not waited for past the budget when its endpoint comes round again after a FAILED job', async () => {
+    const h = setup({ retries: { ...FAST_RETRIES, budgetMs: 2_000 } })
+    h.emulator.configure('classica', { fault: { kind: 'http', status: 429, times: 1, retryAfter: 30, ops: ['run'] } })
+    h.emulator.configure('classicb', { fault: { kind: 'job_failed' } })
+    const { key } = await h.createKey()
+    const started = Date.now()
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-classic')))
+    // The FAILED job's failover is not held back by the budget, but `classica`'s 30 s are.
+    expect(res.status).toBe(502)
+    expect(Date.now() - started).toBeLessThan(2_000)
+    expect(h.emulator.calls.filter((c) => c.op === 'run').map((c) => [c.endpointId, c.status])).toEqual([['classica', 429], ['classicb', 200]])
+  })
+
   it('a Retry-After beyond the budget is passed to the caller at once, not waited for', async () => {
     const h = harness({ models: { m: { endpoints: [{ endpointId: 'solo' }], mode: 'openai', resilience: { retries: { ...FAST_RETRIES, budgetMs: 2_000 } } } } })
     h.emulator.configure('solo', { fault: { kind: 'http', status: 429, retryAfter: 30 } })

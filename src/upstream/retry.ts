@@ -83,6 +83,8 @@ export class RetryPlan {
   readonly #options: RetryPlanOptions
   readonly #started = Date.now()
   #tried = 0
+  /** When each endpoint that sent a `Retry-After` may be asked again (epoch ms). */
+  readonly #notBefore = new Map<string, number>()
 
   constructor(options: RetryPlanOptions) {
     this.#options = options
@@ -132,15 +134,17 @@ export class RetryPlan {
     const { attempts, baseDelayMs, maxDelayMs, budgetMs } = resilience.retries
     if (this.#tried >= attempts) return false
     const ceiling = Math.min(maxDelayMs, baseDelayMs * 2 ** (this.#tried - 1))
-    let delay = Math.floor((this.#options.random ?? Math.random)() * ceiling)
-    // Retry-After speaks for the endpoint that sent it; another endpoint is tried after the backoff alone.
-    const nextEndpoint = endpoints[this.#tried % endpoints.length]
+    // Retry-After speaks for the endpoint that sent it, whenever its turn comes again (after another
+    // endpoint's try too); another endpoint is tried after the backoff alone.
     const asked = retryAfterMs(error)
-    if (asked !== undefined && nextEndpoint?.base === endpoint.base) delay = Math.max(delay, asked)
-    // The time budget bounds retries of transient faults (a network error, a 429, a 5xx). An attempt that
-    // ended before any output (a FAILED job) fails over whenever it comes, within `attempts`: nothing runs
-    // twice, and a caller who waited out a cold start is better served by the next endpoint than by the error.
-    if (marked.get(error as GatewayError) !== 'retry' && Date.now() - this.#started + delay > budgetMs) return false
+    if (asked !== undefined) this.#notBefore.set(endpoint.base, Date.now() + asked)
+    const held = (this.#notBefore.get(endpoints[this.#tried % endpoints.length]?.base ?? '') ?? 0) - Date.now()
+    const delay = Math.max(held, Math.floor((this.#options.random ?? Math.random)() * ceiling))
+    // The time budget bounds retries of transient faults (a network error, a 429, a 5xx) and every wait a
+    // Retry-After asks. An attempt that ended before any output (a FAILED job) fails over whenever it comes,
+    // within `attempts`: nothing runs twice, and a caller who waited out a cold start is better served by the
+    // next endpoint than by the error.
+    if ((held > 0 || marked.get(error as GatewayError) !== 'retry') && Date.now() - this.#started + delay > budgetMs) return false
     await sleep(delay, signal)
     return !signal?.aborted
   }
