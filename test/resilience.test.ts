@@ -159,6 +159,20 @@ describe('failover across endpoints', () => {
   })
 })
 
+describe('a breaker whose cool-down ends while a request orders its endpoints', () => {
+  it('still leaves every endpoint in the order: a one-endpoint model is answered, not refused for want of an endpoint', async () => {
+    // A host's own breaker (or the isolate's on a clock that moves between two reads): open at the first
+    // read, closed from the next one on.
+    let reads = 0
+    const breaker = { isOpen: () => reads++ === 0, success: () => undefined, failure: () => undefined }
+    const h = harness({ models: { m: { endpoints: [{ endpointId: 'solo' }], mode: 'openai' } }, breaker })
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('m')))
+    expect(res.status).toBe(200)
+    expect(h.emulator.calls.filter((c) => c.op === 'openai').map((c) => c.endpointId)).toEqual(['solo'])
+  })
+})
+
 describe('cold starts', () => {
   it.each(NATIVE)('%s: past the TTFT budget a queued job is hedged; the winner answers, the loser is cancelled', async (model) => {
     const h = setup({ ttftBudgetMs: 200, hedge: true })

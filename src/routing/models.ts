@@ -81,5 +81,7 @@ export function orderEndpoints(model: ResolvedModel, isOpen: (endpoint: Endpoint
     if (index === -1) index = remaining.length - 1
     order.push(remaining.splice(index, 1)[0]!)
   }
-  return [...order.filter((e) => !isOpen(e)), ...order.filter(isOpen)]
+  // Each breaker read once: one whose cool-down ended between two reads would leave its endpoint out.
+  const open = new Set(order.filter(isOpen))
+  return [...order.filter((e) => !open.has(e)), ...open]
 }
