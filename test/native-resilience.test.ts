@@ -416,6 +416,25 @@ describe('native jobs: refused polls and late failures', () => {
     expect(h.emulator.calls.filter((c) => c.op === 'run')).toHaveLength(1)
   })
 
+  it('a Runpod that answers each /status-sync wait at once, still running, is not asked in a tight loop until the deadline', async () => {
+    const ops: string[] = []
+    const h = harness({
+      models: { m: { endpoints: [{ endpointId: 'vllmclassic' }], mode: 'native', resilience: { timeouts: { totalMs: 3_000 } } } },
+      fetch: async (input, init) => {
+        const op = new URL(new Request(input, init).url).pathname.split('/')[3]!
+        ops.push(op)
+        return Response.json({ id: 'job-1', status: op === 'run' ? 'IN_QUEUE' : op === 'cancel' ? 'CANCELLED' : 'IN_PROGRESS' })
+      },
+    })
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', post(key, chat('m', 'x')))
+    expect(res.status).toBe(504)
+    await h.settle()
+    // Two seconds of waits (the last second is left for the answer): paced as `/status` polls are, a few calls.
+    expect(ops.filter((op) => op === 'status-sync').length).toBeLessThanOrEqual(6)
+    expect(ops.filter((op) => op === 'cancel')).toHaveLength(1)
+  })
+
   const polling = [['JSON', 'refused 4 times (503)'], ['stream', 'refused 4 times (429)'], ['stream', 'broken']]
   it.each(polling)('a job whose polls fail is not cancelled and run again: the request fails, the job is run once (%s answer, poll %s)', async (answer, poll) => {
     const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })

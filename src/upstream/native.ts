@@ -43,23 +43,28 @@ export async function nativeJson(call: CompletionCall): Promise<Response> {
     let job = await queued
     let ran = ranOn(job)
     try {
+      // Runpod's hosted API waits for the job server-side (the op runpod-sdk uses after `/runsync`); a `url:`
+      // endpoint's `/status` answers at once, so each poll there comes after a pause that grows.
+      const hosted = endpoint.credential.kind === 'runpod'
+      const late = () => new GatewayError('upstream_timeout', 'The model did not finish in time.')
       let delay = 250
+      let pause = !hosted
       while (!isTerminal(job.status)) {
         if (gone()) throw upstreamError('The request was cancelled.')
-        const left = deadline - Date.now()
-        if (endpoint.credential.kind === 'runpod') {
-          // Runpod's hosted API waits for the job server-side (the op runpod-sdk uses after `/runsync`).
-          if (left < 1_000) throw new GatewayError('upstream_timeout', 'The model did not finish in time.')
-          // A refused poll is asked again: cancelling a healthy job for it would bill its work for nothing.
-          job = await polled(() => client.statusSync(endpoint, job.id, { waitMs: Math.min(runpod.runsyncWaitMs, left), signal: call.signal }), { signal: call.signal })
-          ran ||= ranOn(job)
-          continue
+        if (pause) {
+          if (delay > deadline - Date.now()) throw late()
+          await sleep(delay, call.signal)
+          delay = Math.min(delay * 2, 2_000)
         }
-        if (delay > left) throw new GatewayError('upstream_timeout', 'The model did not finish in time.')
-        await sleep(delay, call.signal)
-        delay = Math.min(delay * 2, 2_000)
-        job = await polled(() => client.status(endpoint, job.id, { signal: call.signal }), { signal: call.signal })
+        const waitMs = Math.min(runpod.runsyncWaitMs, deadline - Date.now())
+        if (hosted && waitMs < 1_000) throw late()
+        const asked = Date.now()
+        // A refused poll is asked again: cancelling a healthy job for it would bill its work for nothing.
+        job = await polled(() => (hosted ? client.statusSync(endpoint, job.id, { waitMs, signal: call.signal }) : client.status(endpoint, job.id, { signal: call.signal })), { signal: call.signal })
         ran ||= ranOn(job)
+        // A Runpod that answered a wait at once, still running, is paced as `/status` is: not asked in a
+        // tight loop until the deadline (past the Worker's subrequest limit, and its job's cancel with it).
+        pause = !hosted || Date.now() - asked < waitMs
       }
     } catch (error) {
       cancel(job.id)
