@@ -20,7 +20,7 @@ import { cancelJob, polled } from './job-calls.ts'
 import { endpointFailure, finalFailure, retryableFailure, sleep } from './retry.ts'
 import { nativeOutputToOpenAI } from './runpod/output.ts'
 import { isTerminal } from './runpod/client.ts'
-import type { JobStatus, JobStream } from './runpod/client.ts'
+import type { JobStatus } from './runpod/client.ts'
 import { completionId } from './types.ts'
 import type { CompletionCall, TokenUsage } from './types.ts'
 
@@ -113,7 +113,7 @@ export function failedOver(job: { status: string; ran: boolean }, failure: Gatew
  * or the worker's id. Runpod ends a job TIMED_OUT both in the queue (it never ran) and past its
  * execution timeout (it ran, and was billed for it).
  */
-export function ranOn(job: Pick<JobStream, 'status'> & Pick<JobStatus, 'executionTime' | 'workerId'>): boolean {
+export function ranOn(job: Pick<JobStatus, 'status' | 'executionTime' | 'workerId'>): boolean {
   return job.status === 'IN_PROGRESS' || job.status === 'RUNNING' || (job.executionTime ?? 0) > 0 || job.workerId !== undefined
 }
 
