@@ -162,8 +162,8 @@ export function scriptedUpstream(pieces: (endpoint: string) => Array<string | Er
     const queue = pieces(endpoint)
     const error = queue.at(-1) instanceof Error
     if (queue.slice(0, -1).some((piece) => piece instanceof Error)) throw new Error('scripted: an Error can only be the last piece')
-    const replayed = await fetch(env.TEST_REPLAY_URL!, { method: 'POST', body: JSON.stringify({ pieces: error ? queue.slice(0, -1) : queue, error, ...options }) })
-    return new Response(replayed.body, { headers: { 'content-type': 'text/event-stream' } })
+    // fetch's own Response, not a new one around its body: podgate pipes natively only what fetch answered.
+    return fetch(env.TEST_REPLAY_URL!, { method: 'POST', body: JSON.stringify({ pieces: error ? queue.slice(0, -1) : queue, error, ...options }) })
   }
   return { fetch: fetchFake as typeof fetch, calls }
 }

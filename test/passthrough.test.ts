@@ -123,8 +123,8 @@ const CHAT_BODY = {
 
 const SSE_TYPE = { 'content-type': 'text/event-stream' }
 const sse = (text: string) => new Response(text, { headers: SSE_TYPE })
-/** `text` in a body the runtime produced (test/global-setup.ts's replay server), as a fetch body is: podgate may pipe it natively. */
-const fetchedSse = async (text: string) => new Response((await fetch(env.TEST_REPLAY_URL!, { method: 'POST', body: JSON.stringify({ pieces: [text] }) })).body, { headers: SSE_TYPE })
+/** `text` as fetch answers it (test/global-setup.ts's replay server, `text/event-stream`): podgate may pipe it natively. */
+const fetchedSse = (text: string) => fetch(env.TEST_REPLAY_URL!, { method: 'POST', body: JSON.stringify({ pieces: [text] }) })
 /** The chunks a caller got, without the fields podgate writes itself (model always; id and created for native jobs). */
 const relayed = (events: unknown[], drop: string[]) =>
   events.map((e) => (typeof e === 'object' && e !== null ? Object.fromEntries(Object.entries(e).filter(([k]) => !drop.includes(k))) : e))

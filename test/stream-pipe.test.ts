@@ -111,6 +111,68 @@ describe('native relay: the caller gets the upstream bytes', () => {
   })
 })
 
+/** `promise`'s value, or a note that it did not settle within `ms`: a hang fails the assertion, not the test's timeout. */
+function answered<T>(promise: Promise<T>, ms = 5_000): Promise<T | string> {
+  let timer: ReturnType<typeof setTimeout> | undefined
+  const late = new Promise<string>((resolve) => (timer = setTimeout(() => resolve(`no answer within ${ms} ms`), ms)))
+  return Promise.race([promise, late]).finally(() => clearTimeout(timer))
+}
+
+/** The upstream's bytes as a runtime-made stream: an IdentityTransformStream's readable side, written by JavaScript. */
+function identityBody(text: string): ReadableStream<Uint8Array> {
+  const { readable, writable } = new IdentityTransformStream()
+  const writer = writable.getWriter()
+  void writer.write(new TextEncoder().encode(text)).then(() => writer.close())
+  return readable
+}
+
+describe('native relay: an answer a custom fetch built itself', () => {
+  // Found while writing a test: workerd `tee`s a body it made in the isolate (a string, bytes, a Blob,
+  // an IdentityTransformStream's readable) through its generic tee, whose branch refuses to be piped into
+  // an IdentityTransformStream ("Inter-TransformStream ReadableStream.pipeTo() is not implemented"): the
+  // error escapes as an uncaught one, the pipe neither ends nor fails, and the caller waited forever.
+  const BODIES: Array<[string, () => BodyInit]> = [
+    ['a string', () => UPSTREAM_SSE],
+    ['a Uint8Array', () => new TextEncoder().encode(UPSTREAM_SSE)],
+    ['a Blob', () => new Blob([UPSTREAM_SSE])],
+    ["an IdentityTransformStream's readable side", () => identityBody(UPSTREAM_SSE)],
+    // Controls: bodies that were piped before the fix.
+    ["a JavaScript stream of type 'bytes'", () => new ReadableStream({ type: 'bytes', start: (controller: ReadableByteStreamController) => (controller.enqueue(new TextEncoder().encode(UPSTREAM_SSE)), controller.close()) })],
+  ]
+
+  it.each(BODIES)('%s: the caller gets the bytes unchanged and the usage settles the quota', async (_name, body) => {
+    const built = (async () => new Response(body(), { headers: { 'content-type': 'text/event-stream' } })) as typeof fetch
+    const { stream, minute } = await setup({ fetch: built, calls: [] })
+    expect(await answered(stream(SERVED, WITH_USAGE).then((res) => res.text()))).toBe(UPSTREAM_SSE)
+    expect(await minute()).toMatchObject({ requests: 1, tokens: usage.total_tokens })
+  })
+
+  it('a Responses stream (another dialect: always piped) from a string: the caller gets it whole, its usage settles the quota', async () => {
+    const responses = [
+      'event: response.created\ndata: {"type":"response.created","response":{"id":"resp_1","object":"response","status":"in_progress","output":[],"usage":null},"sequence_number":0}\n\n',
+      'event: response.output_text.delta\ndata: {"type":"response.output_text.delta","item_id":"msg_1","output_index":0,"content_index":0,"delta":"Hi","sequence_number":1}\n\n',
+      'event: response.completed\ndata: {"type":"response.completed","response":{"id":"resp_1","object":"response","status":"completed","output":[],"usage":{"input_tokens":5,"output_tokens":7,"total_tokens":12}},"sequence_number":2}\n\n',
+    ].join('')
+    const built = (async () => new Response(responses, { headers: { 'content-type': 'text/event-stream' } })) as typeof fetch
+    const { h } = await setup({ fetch: built, calls: [] })
+    const { key } = await h.createKey({ name: 'responses', quota: { tokensPerMinute: 100_000 } })
+    const res = h.fetch('/v1/responses', authed(key, JSON.stringify({ model: SERVED, input: 'Hi', stream: true })))
+    expect(await answered(res.then((r) => r.text()))).toBe(responses)
+    await h.settle()
+    const report = (await (await h.fetch('/v1/usage', authed(key))).json()) as { windows: { minute: { tokens: number } } }
+    expect(report.windows.minute.tokens).toBe(12)
+  })
+
+  it("a fetch body a custom fetch wrapped in its own Response: the caller gets the bytes unchanged", async () => {
+    const wrapped = (async (input: RequestInfo | URL, init?: RequestInit) => {
+      const answer = await scripted(() => [UPSTREAM_SSE]).fetch(input, init)
+      return new Response(answer.body, answer)
+    }) as typeof fetch
+    const { stream } = await setup({ fetch: wrapped, calls: [] })
+    expect(await answered(stream(SERVED, WITH_USAGE).then((res) => res.text()))).toBe(UPSTREAM_SSE)
+  })
+})
+
 describe('native relay: endings', () => {
   const cut = UPSTREAM_SSE.slice(0, UPSTREAM_SSE.indexOf('data: [DONE]'))
 
@@ -888,6 +950,24 @@ async function pipedFromEmulator(prompt: string, extra: { idleMs?: number } = {}
 }
 
 describe('pipeOpenAIStream', () => {
+  // Its last resort, for a step that fails unexpectedly, aborted the caller's body through the stream,
+  // which the ending's writer held locked by then: the abort failed, and the caller's body never ended.
+  it('a step that throws after the ending began (here onEnd) still ends the caller\'s body, with an error', async () => {
+    const body = new ReadableStream<Uint8Array>({ start: (controller) => (controller.enqueue(bytesOf(UPSTREAM_SSE)), controller.close()) })
+    const stream = pipeOpenAIStream({
+      body,
+      abortUpstream: () => undefined,
+      onEnd: () => {
+        throw new Error('a recorder broke')
+      },
+    })
+    const ending = new Response(stream).text().then(
+      () => 'closed',
+      (error: unknown) => `errored: ${String(error)}`,
+    )
+    expect(await answered(ending)).toMatch(/^errored: .*The upstream connection broke/)
+  })
+
   it('an upstream held open after bytes that only look like [DONE] settles as it would closed: not whole', async () => {
     // The last event's data is `{"x":1}\n[DONE]` (two data lines): it ends like a [DONE] event, but is none.
     const text = 'data: {"choices":[{"index":0,"delta":{"content":"hi"}}]}\n\n' + 'data: {"x":1}\ndata: [DONE]\n\n'

@@ -167,6 +167,8 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
   let left = false
   /** The caller left while others wait for the answer: the upstream's part is read on for them (`detach`, `readOn`). */
   let detached = false
+  /** Holds the caller's body once the pipe let go of it: what ends it from then on. */
+  let writer: WritableStreamDefaultWriter<Uint8Array> | undefined
 
   /** Settles once: the usage, the outcome (with the events' count), then the close listeners (the revocation check's timer). */
   function report(outcome: RelayOutcome, end?: TailEnd): void {
@@ -283,7 +285,7 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
     )
     // The upstream's part is over for the caller: the copy is read to its end without waiting for ticks.
     pace.hurry()
-    const writer = writable.getWriter()
+    writer = writable.getWriter()
     // The pipe failed: the upstream broke, or the caller left (which its request's signal tells, when it
     // was given one, and otherwise only the write of the closing event below). Either way nothing more
     // goes to the caller: stop the model, and the copy ends too, unless others wait for the answer
@@ -371,7 +373,8 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
     const error = upstreamError(BROKEN_MESSAGE, { cause })
     if (!upstreamDone) options.abortUpstream(error)
     report({ ok: false, error, started: true })
-    writable.abort(error).catch(ignore)
+    // Through the writer once it holds the caller's body: the body's own abort then fails, and it would never end.
+    void (writer ?? writable).abort(error).catch(ignore)
   })
   return readable
 }

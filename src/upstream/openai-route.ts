@@ -76,7 +76,7 @@ async function openaiRouteStream(call: CompletionCall, path: string, body: Recor
   const open = async (endpoint: Endpoint, signal: AbortSignal | undefined) => {
     const upstream = await client.openai(endpoint, path, body, { signal, headersTimeoutOnly: true, timeoutMs: firstTimeoutMs })
     if (!upstream.body) throw upstreamError('The upstream answered a stream request with no body.')
-    return upstream.body
+    return { body: upstream.body, fetched: upstream.url !== '' }
   }
   const firstByteMs = () => started + timeouts.firstTokenMs - Date.now()
 
@@ -85,17 +85,24 @@ async function openaiRouteStream(call: CompletionCall, path: string, body: Recor
     // The native pipe ends a stream by aborting its upstream request: each attempt gets its own abort.
     const upstream = pipeable ? new AbortController() : undefined
     const signal = upstream && call.signal ? AbortSignal.any([call.signal, upstream.signal]) : (upstream?.signal ?? call.signal)
-    const stream = await open(endpoint, signal)
+    const { body: answer, fetched } = await open(endpoint, signal)
     // Decided before the first read: a BYOB reader can only be tried on an unlocked stream.
     // Another dialect's stream is always piped: only OpenAI's has a JavaScript relay, which rewrites it.
-    // Only a byte stream (a fetch body: it takes a BYOB reader) is piped natively: workerd cannot abort a
-    // pipe from a JavaScript stream while its read is pending, so a timeout could not end a stalled one
+    // Only a byte stream (a fetch body: it takes a BYOB reader) is piped: workerd cannot abort a pipe
+    // from a JavaScript stream while its read is pending, so a timeout could not end a stalled one
     // (in-process upstreams such as `podgate/testing`'s emulator take the JavaScript relay instead). A
     // JavaScript stream of `type: 'bytes'` from a custom `fetch` passes: if it stalls, the timeout still
     // settles the request at once, and the caller's stream ends when its pending read does; if it errors,
     // its `tee` drops what the pipe's copy had not read yet, so a break just after `[DONE]` settles as
     // failed (docs/passthrough.md).
-    const piped = upstream && (dialect !== undefined || isByteStream(stream)) ? upstream : undefined
+    const piped = upstream && (dialect !== undefined || isByteStream(answer)) ? upstream : undefined
+    // Natively only what fetch answered (its Response has a `url`): workerd `tee`s a body made in the
+    // isolate (a custom fetch's string, bytes or Blob, an IdentityTransformStream's readable side) into
+    // branches that cannot be piped into the caller's IdentityTransformStream, and that pipe never ends
+    // (its "Inter-TransformStream ReadableStream.pipeTo() is not implemented" escapes uncaught). Such a
+    // body looks like a fetch body a custom fetch wrapped anew: every Response fetch did not answer is
+    // piped through a JavaScript stream.
+    const stream = piped && !fetched ? answer.pipeThrough(new TransformStream<Uint8Array, Uint8Array>()) : answer
     // A piped stream is split first and its first chunk read from the copy, so that every byte reaches
     // the caller natively (openai-pipe.ts); both branches are cancelled if the attempt fails.
     const split = piped ? splitBody(stream) : undefined
