@@ -63,6 +63,28 @@ async function setup(upstream: Upstream, overrides: Partial<GatewayOptions> = {}
 
 const WITH_USAGE = { stream_options: { include_usage: true } }
 
+/**
+ * The test's KV, counting the cache's entry reads that have answered: a request that missed the cache
+ * joins a call in flight right after its read, so a test waits for the reads (`looked(n)`), then one
+ * task, rather than for a fixed time a loaded machine may not keep.
+ */
+function lookups() {
+  let answered = 0
+  const kv = env.PODGATE_KV
+  const counted = new Proxy(kv, {
+    get(target, name) {
+      if (name === 'get') return (key: string, ...rest: unknown[]) => (kv.get as (...args: unknown[]) => Promise<unknown>)(key, ...rest).finally(() => void (key.startsWith('cache:') && answered++))
+      const value = Reflect.get(target, name) as unknown
+      return typeof value === 'function' ? value.bind(target) : value
+    },
+  })
+  const looked = async (n: number) => {
+    await expect.poll(() => answered, { timeout: 10_000 }).toBeGreaterThanOrEqual(n)
+    await new Promise((resolve) => setTimeout(resolve, 0))
+  }
+  return { kv: () => counted, looked }
+}
+
 /** An upstream holding its connection open meets the idle timeout, or the total one. */
 const HELD_TIMEOUTS = [
   ['the idle timeout', { idleMs: 300, totalMs: 20_000 }],
@@ -331,7 +353,8 @@ describe('native relay: endings', () => {
       })
       return new Response(body, { headers: { 'content-type': 'text/event-stream' } })
     }) as typeof fetch
-    const { h } = await setup({ fetch: slow, calls: [] })
+    const { kv, looked } = lookups()
+    const { h } = await setup({ fetch: slow, calls: [] }, { kv })
     const { key } = await h.createKey({ name: 'left', quota: { maxConcurrentStreams: 2, tokensPerMinute: 100_000, strict: true } })
     // temperature 0: cacheable, so the twin joins the first call.
     const body = chatBody(SERVED, 'Hi', { stream: true, max_tokens: 2_000, temperature: 0, ...WITH_USAGE })
@@ -340,7 +363,8 @@ describe('native relay: endings', () => {
     const leader = h.fetch('/v1/chat/completions', { ...authed(key, body), signal: leaderLeaves.signal })
     await expect.poll(() => calls).toBe(1)
     const twin = h.fetch('/v1/chat/completions', { ...authed(key, body), signal: twinLeaves.signal })
-    await new Promise((resolve) => setTimeout(resolve, 50))
+    // The twin missed the cache after the leader did: it waits on the leader's call now.
+    await looked(2)
     leaderLeaves.abort()
     release()
     const twinRes = await twin
@@ -808,14 +832,15 @@ describe('native relay and the answer cache', () => {
   it('a twin that arrives while a piped answer is in flight gets it whole when it ends, from one upstream call', async () => {
     const pieces = UPSTREAM_SSE.split(/(?<=\n\n)/)
     const { upstream, release } = held(pieces, 2)
-    const { h, stream } = await setup(upstream)
+    const { kv, looked } = lookups()
+    const { h, stream } = await setup(upstream, { kv })
     const leader = await stream(SERVED, cacheable)
     expect(leader.headers.get('x-podgate-cache')).toBe('MISS')
     const leaderText = leader.text()
     const twinSansUsage = stream(SERVED, { temperature: 0 })
     const twin = stream(SERVED, cacheable)
-    // The twins are waiting on the flight now; let the answer finish.
-    await new Promise((resolve) => setTimeout(resolve, 50))
+    // The twins missed the cache after the leader did: they wait on the flight now; let the answer finish.
+    await looked(3)
     release()
     expect(await leaderText).toBe(UPSTREAM_SSE)
     const [a, b] = await Promise.all([twin, twinSansUsage])
