@@ -496,6 +496,19 @@ describe('faults', () => {
     expect(route.status).toBe(500)
   })
 
+  it("reports job_failed as runpod-python reports a generator handler's exception (worker-vllm's handlers are generators)", async () => {
+    const h = setup()
+    for (const endpoint of ['vllmclassic', 'vllmcurrent']) {
+      const id = await h.run(endpoint, { prompt: 'x [[emulator:fault=job_failed]]', stream: true })
+      // rp_job.run_job_generator: `{"error": f"handler: {str(err)} \ntraceback: {traceback.format_exc()}"}`,
+      // not run_job's JSON of error_type / error_message, which only a plain function handler gets.
+      expect(await h.status(endpoint, id)).toMatchObject({
+        status: 'FAILED',
+        error: expect.stringMatching(/^handler: Emulated handler failure \(fault=job_failed\)\. \ntraceback: Traceback \(most recent call last\):\n[\s\S]*RuntimeError: Emulated handler failure \(fault=job_failed\)\.\n$/),
+      })
+    }
+  })
+
   it('breaks the OpenAI SSE body after N tokens on mid_stream, with no [DONE]', async () => {
     const h = setup()
     const res = await h.send('POST', '/vllmopenai/openai/v1/chat/completions', {

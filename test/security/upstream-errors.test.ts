@@ -10,8 +10,29 @@ import { authed, chatBody, harness, MODELS, RUNPOD_KEY } from '../helpers.ts'
 const post = (key: string, body: unknown): RequestInit => authed(key, JSON.stringify(body))
 
 describe('L1: JSON /status of a failed worker', () => {
-  it('upstream-L1 gives the handler message and type, never the traceback, on status, status-sync and runsync', async () => {
-    const h = harness({ models: MODELS })
+  /** run_job's report of a plain function handler's exception; worker-vllm's generators get text (the emulator's). */
+  const RUN_JOB_ERROR = JSON.stringify({
+    error_type: "<class 'RuntimeError'>",
+    error_message: 'Emulated handler failure (fault=job_failed).',
+    error_traceback: 'Traceback (most recent call last):\n  File "handler.py", line 1, in handler\nRuntimeError: Emulated handler failure (fault=job_failed).\n',
+    hostname: 'emulator',
+    worker_id: 'emulator-worker',
+    runpod_version: '1.12.0',
+  })
+  const handlers = {
+    generator: { expected: (error: string) => expect(error).toBe('handler: Emulated handler failure (fault=job_failed).') },
+    function: { expected: (error: string) => expect(JSON.parse(error)).toEqual({ error_type: "<class 'RuntimeError'>", error_message: 'Emulated handler failure (fault=job_failed).' }) },
+  }
+
+  it.each(Object.keys(handlers) as Array<keyof typeof handlers>)('upstream-L1 gives the handler message and type, never the traceback, on status, status-sync and runsync (a %s handler)', async (handler) => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    const fetch = async (input: RequestInfo | URL, init?: RequestInit) => {
+      const res = await emulator.fetch(new Request(input, init))
+      if (handler === 'generator' || res.status !== 200) return res
+      const body = (await res.json()) as { status?: string; error?: unknown }
+      return Response.json(body.status === 'FAILED' ? { ...body, error: RUN_JOB_ERROR } : body)
+    }
+    const h = harness({ models: MODELS, fetch }, emulator)
     const { key } = await h.createKey()
     const input = { input: { messages: [{ role: 'user', content: 'x [[emulator:fault=job_failed]]' }] } }
     const run = (await (await h.fetch('/v2/chat-classic/run', post(key, input))).json()) as { id: string }
@@ -24,7 +45,7 @@ describe('L1: JSON /status of a failed worker', () => {
       expect(res.status).toBe(200)
       const body = (await res.json()) as { status: string; error: string }
       expect(body.status).toBe('FAILED')
-      expect(JSON.parse(body.error)).toEqual({ error_type: "<class 'RuntimeError'>", error_message: 'Emulated handler failure (fault=job_failed).' })
+      handlers[handler].expected(body.error)
       expect(JSON.stringify(body)).not.toMatch(/Traceback|handler\.py|error_traceback|worker_id|hostname/)
     }
   })

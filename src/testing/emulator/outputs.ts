@@ -76,8 +76,10 @@ export function buildJobScript(options: JobScriptOptions): JobScript {
   if (request.shape === 'invalid') return fail(request.message)
   if (request.shape === 'refused') return refuse(request.refusal)
   if (fault?.kind === 'job_failed') {
-    // A handler that raises before yielding: runpod-python reports the exception as a JSON string.
-    return { items: [], ending: { kind: 'failed', step: 0, error: handlerException(options.jobId) } }
+    // A handler that raises before yielding. worker-vllm's handlers are async generators, so runpod-python
+    // reports it as `run_job_generator` does (rp_job.py), in text with the traceback after it; the JSON
+    // of `error_type` / `error_message` is `run_job`'s, for plain function handlers only.
+    return { items: [], ending: { kind: 'failed', step: 0, error: handlerException() } }
   }
   if (request.shape === 'openai' && request.route === '/v1/models') {
     const model = options.servedModelName ?? DEFAULT_MODEL_NAME
@@ -278,13 +280,8 @@ function isContinuationByte(byte: number | undefined): boolean {
   return byte !== undefined && (byte & 0xc0) === 0x80
 }
 
-function handlerException(jobId: string): string {
-  return JSON.stringify({
-    error_type: "<class 'RuntimeError'>",
-    error_message: 'Emulated handler failure (fault=job_failed).',
-    error_traceback: 'Traceback (most recent call last):\n  File "handler.py", line 1, in handler\nRuntimeError: Emulated handler failure (fault=job_failed).\n',
-    hostname: 'emulator',
-    worker_id: `emulator-worker-${hashString(jobId).toString(16)}`,
-    runpod_version: '1.12.0',
-  })
+function handlerException(): string {
+  const message = 'Emulated handler failure (fault=job_failed).'
+  const traceback = `Traceback (most recent call last):\n  File "/src/handler.py", line 1, in handler\nRuntimeError: ${message}\n`
+  return `handler: ${message} \ntraceback: ${traceback}`
 }
