@@ -209,6 +209,30 @@ describe('/stream', () => {
     expect(await h.stream('vllmclassic', id)).toEqual({ id, status: 'COMPLETED', stream: [] })
   })
 
+  it('answers the last items IN_PROGRESS to a poll that was waiting when the job ended: the end is posted after them', async () => {
+    const h = setup()
+    const ends = [['p [[emulator:tokens=5,cold=50]]', 'COMPLETED'], ['p [[emulator:tokens=5,cold=50,fault=mid_stream,after=3]]', 'FAILED']]
+    for (const endpoint of ['vllmclassic', 'vllmcurrent']) {
+      for (const [prompt, end] of ends) {
+        const id = await h.run(endpoint, { prompt, stream: true })
+        const page = h.json<StreamBody>('GET', `/v2/${endpoint}/stream/${id}?wait=5000`)
+        // The poll's way to its wait holds no I/O: it waits on the queued job by now. The job then runs whole at once.
+        await new Promise((resolve) => setTimeout(resolve, 10))
+        h.clock.t += 50
+        const last = await page
+        expect(last.status).toBe('IN_PROGRESS')
+        expect(last.stream.length).toBeGreaterThan(0)
+        expect(await h.stream(endpoint, id)).toEqual({ id, status: end, stream: [] })
+        // A poll that comes after the end gets the items and the end together.
+        const late = await h.run(endpoint, { prompt, stream: true })
+        h.clock.t += 50
+        const page2 = await h.stream(endpoint, late)
+        expect(page2.status).toBe(end)
+        expect(page2.stream.length).toBeGreaterThan(0)
+      }
+    }
+  })
+
   it('returns as soon as an item exists instead of waiting the whole long poll', async () => {
     const h = setup({ now: Date.now, endpoints: { paced: { tokenDelayMs: 30, generation: 'classic' } } })
     const id = await h.run('paced', { prompt: 'p [[emulator:tokens=3]]', stream: true })

@@ -46,6 +46,7 @@ export function registerNativeRoutes(api: Hono<EmulatorEnv>, context: EmulatorCo
     const job = found(c)
     if (!job) return notFound()
     const wait = waitParam(c.req.query('wait'), DEFAULT_STREAM_WAIT_MS, context.maxWaitMs)
+    const begin = context.now()
     const state = await longPoll(
       context,
       job,
@@ -55,7 +56,11 @@ export function registerNativeRoutes(api: Hono<EmulatorEnv>, context: EmulatorCo
     // Each call hands out only what the previous calls did not (shared/runpod-api.md §1).
     const fresh = job.script.items.slice(job.delivered, state.produced)
     job.delivered = Math.max(job.delivered, state.produced)
-    return c.json({ id: job.id, status: state.status, stream: fresh.map((item) => ({ output: item.output })) })
+    // runpod-python posts each item as the handler yields it and the job's end only after the last
+    // (rp_job.handle_job: stream_result, then send_result): a poll that was waiting when the job ended
+    // woke at those last items, before the end, which the next poll tells.
+    const endedMeanwhile = state.endedAt !== undefined && state.endedAt > begin && fresh.length > 0
+    return c.json({ id: job.id, status: endedMeanwhile ? 'IN_PROGRESS' : state.status, stream: fresh.map((item) => ({ output: item.output })) })
   })
 
   api.post('/:endpointId/cancel/:jobId', endpointOp(context, 'cancel'), (c) => {
