@@ -300,13 +300,18 @@ describe('classic worker-vllm output', () => {
     expect(sync.output[0]?.choices[0]?.message.content).toBe(sseText(payloads))
   })
 
-  it('ends FAILED with the error item\'s text on a mid-stream failure, the item itself not streamed (runpod-python)', async () => {
+  it('ends FAILED with the repr of its engine\'s catch-all error item on a mid-stream failure, the item itself not streamed (runpod-python)', async () => {
     const h = setup()
     const id = await h.run('vllmclassic', { prompt: 'x [[emulator:fault=mid_stream,after=5,tokens=30]]', stream: true })
     const items = (await drain(h, 'vllmclassic', id)) as Json[]
     const tokens = items.flatMap((i) => (i as { choices: { tokens: string[] }[] }).choices[0]?.tokens ?? [])
     expect(tokens).toHaveLength(5)
-    expect(await h.status('vllmclassic', id)).toMatchObject({ status: 'FAILED', error: 'Emulated worker failure after 5 tokens (fault=mid_stream).' })
+    // engine.py's vLLMEngine.generate yields `{"error": create_error_response(str(e)).model_dump()}` for any
+    // exception of a generation: vLLM's whole error body, stamped BadRequestError / 400 whatever the cause.
+    expect(await h.status('vllmclassic', id)).toMatchObject({
+      status: 'FAILED',
+      error: "{'error': {'message': 'Emulated worker failure after 5 tokens (fault=mid_stream).', 'type': 'BadRequestError', 'param': None, 'code': 400}}",
+    })
   })
 })
 

@@ -145,6 +145,21 @@ describe('failover across endpoints', () => {
     expect(callsTo(h, ENDPOINT_B[model]!).length).toBeGreaterThan(0)
   })
 
+  // A classic worker stamps every failed generation 400 (engine.py's catch-all), an engine that died
+  // included: taken for the caller's refusal, it was answered 400 and never tried elsewhere.
+  it("chat-classic: a generation the worker's engine failed before any output is run on the other endpoint, though stamped 400", async () => {
+    const h = setup()
+    h.emulator.configure('classica', { fault: { kind: 'mid_stream', afterTokens: 0 } })
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-classic', 'Hello', { stream: true })))
+    expect(res.status).toBe(200)
+    await completeText(res)
+    const json = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-classic', 'Hello')))
+    expect(json.status).toBe(200)
+    expect(callsTo(h, 'classica', 'run')).toHaveLength(2)
+    expect(callsTo(h, 'classicb', 'run')).toHaveLength(2)
+  })
+
   it('an endpoint that keeps failing is skipped for the cool-down (breaker per isolate)', async () => {
     const h = setup({ breaker: { failures: 2, cooldownMs: 60_000 } })
     h.emulator.configure('oaia', { fault: { kind: 'http', status: 502 } })

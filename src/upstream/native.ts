@@ -158,6 +158,10 @@ export function jobFailure(job: Pick<JobStatus, 'status' | 'error'>): GatewayErr
  * job's, as JSON or, in versions that take `str()` of it, as a Python dict's repr.
  */
 function errorObjectRefusal(error: unknown): GatewayError | undefined {
+  // `{'error': {…, 'code': 400}}` is a classic worker's native path failing a generation: it stamps 400
+  // on any exception (engine.py), a dead engine's too. Refused in error, a crash would reach the caller as
+  // its 400, never tried elsewhere; a real refusal taken for a failure costs one more try, then a 502.
+  if (typeof error === 'string' && error.startsWith("{'error': {")) return undefined
   const value = typeof error === 'string' && error.startsWith('{') ? (parseJson(error) ?? pythonReprError(error)) : error
   return isRecord(value) ? codedRefusal(value) : undefined
 }

@@ -135,7 +135,14 @@ export function buildJobScript(options: JobScriptOptions): JobScript {
   if (fault?.kind === 'stall') return { items, ending: { kind: 'stalled' } }
   if (fault?.kind === 'mid_stream') {
     const step = cutoff ?? 0
-    return fail(`Emulated worker failure after ${step} tokens (fault=mid_stream).`, step, items)
+    const message = `Emulated worker failure after ${step} tokens (fault=mid_stream).`
+    // The classic worker's native path catches any exception of a generation in vLLMEngine.generate
+    // (engine.py) and yields vLLM's whole error body for it, stamped 400 by create_error_response's
+    // defaults whatever went wrong: its code says nothing about the request.
+    if (generation === 'classic' && request.shape === 'native') {
+      return failWith({ error: { error: { message, type: 'BadRequestError', param: null, code: 400 } } }, step, items)
+    }
+    return fail(message, step, items)
   }
   return { items, ending: { kind: 'completed', step: completion.steps } }
 }
