@@ -310,7 +310,7 @@ describe('classic worker-vllm output', () => {
     // exception of a generation: vLLM's whole error body, stamped BadRequestError / 400 whatever the cause.
     expect(await h.status('vllmclassic', id)).toMatchObject({
       status: 'FAILED',
-      error: "{'error': {'message': 'Emulated worker failure after 5 tokens (fault=mid_stream).', 'type': 'BadRequestError', 'param': None, 'code': 400}}",
+      error: "{'error': {'message': 'Emulated worker failure after 5 tokens (fault=mid_stream). EngineCore encountered an issue. See stack trace (above) for the root cause.', 'type': 'BadRequestError', 'param': None, 'code': 400}}",
     })
   })
 })

@@ -14,6 +14,8 @@ import type { CompletionOutcome, CompletionStage } from '../src/pipeline/index.t
 import { resolveModels } from '../src/routing/models.ts'
 import { createDispatcher } from '../src/upstream/dispatch.ts'
 import { RunpodClient } from '../src/upstream/runpod/client.ts'
+import { failedOver, jobFailure } from '../src/upstream/native.ts'
+import { isRetryable } from '../src/upstream/retry.ts'
 import { createRunpodEmulator } from '../src/testing/index.ts'
 import { authed, chatBody, droppingFetch, harness, readSSE, RUNPOD_KEY, scriptedUpstream, streamedText } from './helpers.ts'
 
@@ -158,6 +160,20 @@ describe('failover across endpoints', () => {
     expect(json.status).toBe(200)
     expect(callsTo(h, 'classica', 'run')).toHaveLength(2)
     expect(callsTo(h, 'classicb', 'run')).toHaveLength(2)
+  })
+
+  // The same stamp on vLLM's own refusal of the request: its message says so, and it stays the caller's.
+  it("chat-classic: a stamped 400 is the worker's failure only when its message is a dead engine's or GPU's", () => {
+    const stamped = (message: string) => `{'error': {'message': ${JSON.stringify(message)}, 'type': 'BadRequestError', 'param': None, 'code': 400}}`
+    const tooLong = "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens (4000 in the messages, 1000 in the completion)."
+    const refused = jobFailure({ status: 'FAILED', error: stamped(tooLong) })
+    expect(refused).toMatchObject({ code: 'invalid_request', status: 400, message: tooLong })
+    expect(isRetryable(failedOver({ status: 'FAILED', ran: true }, refused))).toBe(false)
+    for (const dead of ['EngineCore encountered an issue. See stack trace (above) for the root cause.', 'Background loop has errored already.', 'CUDA error: an illegal memory access was encountered']) {
+      const failure = jobFailure({ status: 'FAILED', error: stamped(dead) })
+      expect(failure.status).toBe(502)
+      expect(isRetryable(failedOver({ status: 'FAILED', ran: true }, failure))).toBe(true)
+    }
   })
 
   it('an endpoint that keeps failing is skipped for the cool-down (breaker per isolate)', async () => {

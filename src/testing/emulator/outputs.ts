@@ -138,9 +138,11 @@ export function buildJobScript(options: JobScriptOptions): JobScript {
     const message = `Emulated worker failure after ${step} tokens (fault=mid_stream).`
     // The classic worker's native path catches any exception of a generation in vLLMEngine.generate
     // (engine.py) and yields vLLM's whole error body for it, stamped 400 by create_error_response's
-    // defaults whatever went wrong: its code says nothing about the request.
+    // defaults whatever went wrong: its code says nothing about the request, its message does (here
+    // vLLM V1's EngineDeadError, an engine that died mid-generation).
     if (generation === 'classic' && request.shape === 'native') {
-      return failWith({ error: { error: { message, type: 'BadRequestError', param: null, code: 400 } } }, step, items)
+      const dead = `${message} EngineCore encountered an issue. See stack trace (above) for the root cause.`
+      return failWith({ error: { error: { message: dead, type: 'BadRequestError', param: null, code: 400 } } }, step, items)
     }
     return fail(message, step, items)
   }
