@@ -4,11 +4,14 @@
  * Without a RUNPOD_API_KEY (in the environment or .dev.vars) it also starts the built-in Runpod
  * emulator on 127.0.0.1:8788 ($EMULATOR_PORT) and points the Worker at it. On first run it writes
  * .dev.vars with a random admin token (git-ignored); while it runs, .wrangler/podgate-dev.json holds its
- * URL, so `npm run keys` works without flags. It prints how to create an API key.
+ * URL, so `npm run keys` works without flags. It prints how to create an API key. A port already taken
+ * (an earlier `npm run dev` still running, another project's `wrangler dev`) stops it before anything
+ * starts, with the variable that picks another.
  */
 import { spawn } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { chmodSync, existsSync, mkdirSync, writeFileSync } from 'node:fs'
+import { createServer } from 'node:net'
 import { createRunpodEmulator } from '../src/testing/index.ts'
 import { clearDevUrl, readDevVars, writeDevUrl } from './lib/dev-state.ts'
 import { serveNode } from './lib/serve-node.ts'
@@ -17,6 +20,21 @@ const port = Number(process.env.PORT ?? 8787)
 const emulatorPort = Number(process.env.EMULATOR_PORT ?? 8788)
 const host = '127.0.0.1'
 
+/**
+ * Stops the script when `port` is taken. Found later, it would be worse: the health check below would take
+ * the other server for this one and print "ready", and the emulator would die with a bare EADDRINUSE.
+ */
+async function requireFreePort(wanted: number, variable: string): Promise<void> {
+  const taken = await new Promise<boolean>((resolve) => {
+    const probe = createServer()
+    probe.once('error', () => resolve(true))
+    probe.listen(wanted, host, () => probe.close(() => resolve(false)))
+  })
+  if (!taken) return
+  console.error(`[podgate] ${host}:${wanted} is taken (an earlier \`npm run dev\` still running?): stop it, or pick another port with ${variable}, e.g. ${variable}=${wanted + 10} npm run dev`)
+  process.exit(1)
+}
+
 if (!existsSync('.dev.vars')) {
   writeFileSync('.dev.vars', `# Local secrets for \`npm run dev\` (git-ignored).\nPODGATE_ADMIN_TOKEN="${randomBytes(24).toString('hex')}"\n`, { mode: 0o600 })
   console.log('[podgate] wrote .dev.vars with a random PODGATE_ADMIN_TOKEN')
@@ -24,6 +42,8 @@ if (!existsSync('.dev.vars')) {
 const devVars = readDevVars('.')
 const adminToken = devVars.PODGATE_ADMIN_TOKEN ?? ''
 const realKey = process.env.RUNPOD_API_KEY ?? devVars.RUNPOD_API_KEY
+await requireFreePort(port, 'PORT')
+if (!realKey) await requireFreePort(emulatorPort, 'EMULATOR_PORT')
 const args = ['dev', '--env', 'dev', '--ip', host, '--port', String(port), '--show-interactive-dev-session=false', '--env-file', '.dev.vars']
 // Two dev servers at once (e.g. the docs test next to yours) would both want the default inspector port.
 if (process.env.INSPECTOR_PORT) args.push('--inspector-port', process.env.INSPECTOR_PORT)

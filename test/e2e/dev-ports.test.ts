@@ -1,0 +1,63 @@
+/**
+ * `npm run dev` when one of its ports is taken, as it is for a newcomer whose first `npm run dev` still
+ * runs in another terminal, or who has another project's `wrangler dev` on 8787: it must say which
+ * variable picks another port and stop, not print "ready" for the other server or a bare EADDRINUSE.
+ */
+import { spawn } from 'node:child_process'
+import { createServer } from 'node:http'
+import type { Server } from 'node:http'
+import { mkdtempSync, rmSync, symlinkSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join, resolve } from 'node:path'
+import { afterAll, describe, expect, it } from 'vitest'
+import { freePort } from '../../scripts/lib/podgate-server.ts'
+
+const ROOT = resolve(import.meta.dirname, '../..')
+const dirs: string[] = []
+const servers: Server[] = []
+
+afterAll(async () => {
+  await Promise.all(servers.map((server) => new Promise((r) => server.close(r))))
+  for (const dir of dirs) rmSync(dir, { recursive: true, force: true })
+})
+
+/** Another podgate already listening on a port: it answers `/healthz` as a running `npm run dev` does. */
+async function occupiedPort(): Promise<number> {
+  const port = await freePort()
+  const server = createServer((req, res) => res.writeHead(req.url === '/healthz' ? 200 : 404, { 'content-type': 'application/json' }).end('{"ok":true}'))
+  await new Promise<void>((r) => server.listen(port, '127.0.0.1', r))
+  servers.push(server)
+  return port
+}
+
+/** Runs scripts/dev.ts in a checkout of its own until it exits (at most 60 s), with its output. */
+async function runDev(ports: { PORT: number; EMULATOR_PORT: number }): Promise<{ code: number | null; output: string }> {
+  const dir = mkdtempSync(join(tmpdir(), 'podgate-dev-ports-'))
+  dirs.push(dir)
+  for (const name of ['node_modules', 'package.json', 'wrangler.toml', 'tsconfig.json', 'src', 'workers', 'scripts']) symlinkSync(join(ROOT, name), join(dir, name))
+  const env = { ...process.env, PORT: String(ports.PORT), EMULATOR_PORT: String(ports.EMULATOR_PORT), INSPECTOR_PORT: String(await freePort()), RUNPOD_API_KEY: '' }
+  const dev = spawn(process.execPath, ['scripts/dev.ts'], { cwd: dir, env, stdio: ['ignore', 'pipe', 'pipe'] })
+  let output = ''
+  dev.stdout.on('data', (d: Buffer) => (output += d.toString()))
+  dev.stderr.on('data', (d: Buffer) => (output += d.toString()))
+  const stopAfter = setTimeout(() => dev.kill('SIGTERM'), 60_000)
+  const code = await new Promise<number | null>((r) => dev.once('exit', r))
+  clearTimeout(stopAfter)
+  return { code, output }
+}
+
+describe('npm run dev on a port that is taken', () => {
+  it('PORT taken: names PORT and stops, without calling the other server ready', { timeout: 70_000 }, async () => {
+    const { code, output } = await runDev({ PORT: await occupiedPort(), EMULATOR_PORT: await freePort() })
+    expect(output).not.toContain('[podgate] ready on')
+    expect(output).toMatch(/\bPORT=\d+ npm run dev/)
+    expect(code).not.toBe(0)
+  })
+
+  it("EMULATOR_PORT taken: names EMULATOR_PORT and stops, without Node's stack trace", { timeout: 70_000 }, async () => {
+    const { code, output } = await runDev({ PORT: await freePort(), EMULATOR_PORT: await occupiedPort() })
+    expect(output).toMatch(/EMULATOR_PORT=\d+ npm run dev/)
+    expect(output).not.toMatch(/^\s+at /m)
+    expect(code).not.toBe(0)
+  })
+})
