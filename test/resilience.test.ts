@@ -163,14 +163,18 @@ describe('failover across endpoints', () => {
   })
 
   // The same stamp on vLLM's own refusal of the request: its message says so, and it stays the caller's.
-  it("chat-classic: a stamped 400 is the worker's failure only when its message is a dead engine's or GPU's", () => {
-    const stamped = (message: string) => `{'error': {'message': ${JSON.stringify(message)}, 'type': 'BadRequestError', 'param': None, 'code': 400}}`
+  // Both forms of vLLM's error: nested since vLLM 0.10.1, flat (`'object': 'error'`) before.
+  it.each([
+    ['nested', (message: string) => `{'error': {'message': ${JSON.stringify(message)}, 'type': 'BadRequestError', 'param': None, 'code': 400}}`],
+    ['flat', (message: string) => `{'object': 'error', 'message': ${JSON.stringify(message)}, 'type': 'BadRequestError', 'param': None, 'code': 400}`],
+  ])("chat-classic: a stamped 400 (%s) is the worker's failure only when its message is a dead engine's or GPU's", (_, stamped) => {
     const tooLong = "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens (4000 in the messages, 1000 in the completion)."
     const refused = jobFailure({ status: 'FAILED', error: stamped(tooLong) })
     expect(refused).toMatchObject({ code: 'invalid_request', status: 400, message: tooLong })
     expect(isRetryable(failedOver({ status: 'FAILED', ran: true }, refused))).toBe(false)
-    for (const dead of ['EngineCore encountered an issue. See stack trace (above) for the root cause.', 'Background loop has errored already.', 'CUDA error: an illegal memory access was encountered']) {
-      const failure = jobFailure({ status: 'FAILED', error: stamped(dead) })
+    const dead = ['EngineCore encountered an issue. See stack trace (above) for the root cause.', 'Background loop has errored already.', 'Engine loop is not running. Inspect the stacktrace to find the original error.', 'CUDA error: an illegal memory access was encountered']
+    for (const words of dead) {
+      const failure = jobFailure({ status: 'FAILED', error: stamped(words) })
       expect(failure.status).toBe(502)
       expect(isRetryable(failedOver({ status: 'FAILED', ran: true }, failure))).toBe(true)
     }
