@@ -64,7 +64,10 @@ export async function nativeJson(call: CompletionCall): Promise<Response> {
         ran ||= ranOn(job)
         // A Runpod that answered a wait at once, still running, is paced as `/status` is: not asked in a
         // tight loop until the deadline (past the Worker's subrequest limit, and its job's cancel with it).
-        pause = !hosted || Date.now() - asked < waitMs
+        // One that held the wait a while is asked again at once, the pause back at its least: a job that
+        // ends just after it answered is not kept waiting for a pause it did not need.
+        pause = !hosted || Date.now() - asked < Math.min(waitMs, 1_000)
+        if (!pause) delay = 250
       }
     } catch (error) {
       cancel(job.id)
