@@ -83,8 +83,8 @@ export class RetryPlan {
   readonly #options: RetryPlanOptions
   readonly #started = Date.now()
   #tried = 0
-  /** When each endpoint that sent a `Retry-After` may be asked again (epoch ms). */
-  readonly #notBefore = new Map<string, number>()
+  /** When each endpoint that sent a `Retry-After` may be asked again (epoch ms); made by the first one, not per request. */
+  #notBefore: Map<string, number> | undefined
 
   constructor(options: RetryPlanOptions) {
     this.#options = options
@@ -137,8 +137,8 @@ export class RetryPlan {
     // Retry-After speaks for the endpoint that sent it, whenever its turn comes again (after another
     // endpoint's try too); another endpoint is tried after the backoff alone.
     const asked = retryAfterMs(error)
-    if (asked !== undefined) this.#notBefore.set(endpoint.base, Date.now() + asked)
-    const held = (this.#notBefore.get(endpoints[this.#tried % endpoints.length]?.base ?? '') ?? 0) - Date.now()
+    if (asked !== undefined) (this.#notBefore ??= new Map()).set(endpoint.base, Date.now() + asked)
+    const held = (this.#notBefore?.get(endpoints[this.#tried % endpoints.length]?.base ?? '') ?? 0) - Date.now()
     const delay = Math.max(held, Math.floor((this.#options.random ?? Math.random)() * ceiling))
     // The time budget bounds retries of transient faults (a network error, a 429, a 5xx) and every wait a
     // Retry-After asks. An attempt that ended before any output (a FAILED job) fails over whenever it comes,
