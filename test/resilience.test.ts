@@ -225,6 +225,41 @@ describe('cold starts', () => {
     expect(h.emulator.activeJobs()).toEqual([])
   })
 
+  it.each(NATIVE)('%s: no hedge goes to an endpoint still inside the Retry-After it sent: the response opens with keep-alives instead', async (model) => {
+    const h = setup({ ttftBudgetMs: 100, hedge: true })
+    h.emulator.configure(ENDPOINT_A[model]!, { fault: { kind: 'http', status: 429, times: 1, retryAfter: 30, ops: ['run'] } })
+    h.emulator.configure(ENDPOINT_B[model]!, { coldStartMs: 600 })
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody(model, 'Hello', { stream: true })))
+    expect(res.status).toBe(200)
+    const text = await res.text()
+    await h.settle()
+    // `a` asked for 30 s: the hedge past the TTFT budget would have been its only other endpoint.
+    expect(callsTo(h, ENDPOINT_A[model]!, 'run').map((c) => c.status)).toEqual([429])
+    expect(callsTo(h, ENDPOINT_B[model]!, 'run').map((c) => c.status)).toEqual([200])
+    expect(text).toContain(': keep-alive')
+    expect(text.trimEnd().endsWith('data: [DONE]')).toBe(true)
+    expect(h.emulator.activeJobs()).toEqual([])
+  })
+
+  it("a hedge's own Retry-After holds its endpoint for the retries that follow", async () => {
+    // `currenta` is cold, hedged on `currentb`, which answers 429 Retry-After: 30; `currenta`'s job then
+    // FAILS, and again on the retry. The next turn is `currentb`'s, 30 s off: past the budget, so no try.
+    const h = setup({ ttftBudgetMs: 100, hedge: true, retries: { ...FAST_RETRIES, attempts: 4, budgetMs: 2_000 } })
+    h.emulator.configure('currenta', { coldStartMs: 300, fault: { kind: 'job_failed' } })
+    h.emulator.configure('currentb', { fault: { kind: 'http', status: 429, times: 1, retryAfter: 30, ops: ['run'] } })
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-current', 'Hello', { stream: true })))
+    expect(res.status).toBe(200)
+    const events = await readSSE(res)
+    await h.settle()
+    expect(callsTo(h, 'currenta', 'run').map((c) => c.status)).toEqual([200, 200])
+    expect(callsTo(h, 'currentb', 'run').map((c) => c.status)).toEqual([429])
+    expect(events).not.toContain('[DONE]')
+    expect(events.at(-1)).toMatchObject({ error: { code: 'upstream_error' } })
+    expect(h.emulator.activeJobs()).toEqual([])
+  })
+
   it('without a hedge, the response opens at the TTFT budget and keep-alives carry the cold start', async () => {
     const h = setup({ ttftBudgetMs: 100 })
     h.emulator.configure('currenta', { coldStartMs: 1_000 })

@@ -106,12 +106,15 @@ export class RetryPlan {
     return endpoints[this.#tried++ % endpoints.length]
   }
 
-  /** The next attempt's endpoint when it differs from `current` (for a hedge), else undefined. */
+  /**
+   * The next attempt's endpoint (for a hedge), else undefined: when it is `current`, cooling down (the
+   * breaker), or still inside a `Retry-After` it sent. A hedge is never worth a wait.
+   */
   nextOther(current: Endpoint): Endpoint | undefined {
     const { endpoints, resilience } = this.#options
     if (this.#tried >= resilience.retries.attempts) return undefined
     const candidate = endpoints[this.#tried % endpoints.length]
-    if (!candidate || candidate.base === current.base || this.#options.breaker.isOpen(candidate)) return undefined
+    if (!candidate || candidate.base === current.base || this.#options.breaker.isOpen(candidate) || this.#held(candidate) > 0) return undefined
     this.#tried++
     return candidate
   }
@@ -120,10 +123,20 @@ export class RetryPlan {
     this.#options.breaker.success(endpoint)
   }
 
-  /** Counts a failure against its endpoint's breaker, when it is the endpoint's fault. */
+  /**
+   * Counts a failure against its endpoint's breaker, when it is the endpoint's fault, and keeps its
+   * `Retry-After` (a hedge's too): it speaks for the endpoint whenever its turn comes again.
+   */
   recordFailure(error: unknown, endpoint: Endpoint): void {
     // A failed poll is not retried (`finalFailure`), but it is still the endpoint's fault.
     if (endpointFault(error)) this.#options.breaker.failure(endpoint, this.#options.resilience.breaker)
+    const asked = retryAfterMs(error)
+    if (asked !== undefined) (this.#notBefore ??= new Map()).set(endpoint.base, Date.now() + asked)
+  }
+
+  /** How long `endpoint` is still held by its `Retry-After` (ms; none when 0 or less). */
+  #held(endpoint: Endpoint | undefined): number {
+    return (this.#notBefore?.get(endpoint?.base ?? '') ?? 0) - Date.now()
   }
 
   /** Counts a failed attempt against its endpoint; resolves true (after the backoff) when another try is worth it. */
@@ -134,11 +147,9 @@ export class RetryPlan {
     const { attempts, baseDelayMs, maxDelayMs, budgetMs } = resilience.retries
     if (this.#tried >= attempts) return false
     const ceiling = Math.min(maxDelayMs, baseDelayMs * 2 ** (this.#tried - 1))
-    // Retry-After speaks for the endpoint that sent it, whenever its turn comes again (after another
-    // endpoint's try too); another endpoint is tried after the backoff alone.
-    const asked = retryAfterMs(error)
-    if (asked !== undefined) (this.#notBefore ??= new Map()).set(endpoint.base, Date.now() + asked)
-    const held = (this.#notBefore?.get(endpoints[this.#tried % endpoints.length]?.base ?? '') ?? 0) - Date.now()
+    // Retry-After speaks for the endpoint that sent it (`recordFailure`), whenever its turn comes again
+    // (after another endpoint's try too); another endpoint is tried after the backoff alone.
+    const held = this.#held(endpoints[this.#tried % endpoints.length])
     const delay = Math.max(held, Math.floor((this.#options.random ?? Math.random)() * ceiling))
     // The time budget bounds retries of transient faults (a network error, a 429, a 5xx) and every wait a
     // Retry-After asks. An attempt that ended before any output (a FAILED job) fails over whenever it comes,
