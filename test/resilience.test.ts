@@ -454,3 +454,71 @@ describe('Runpod OpenAI-route requests, run by Runpod as jobs', () => {
     })
   }
 })
+
+/**
+ * A fetch to the emulator that holds the calls `slow` picks (by endpoint id and op) `ms` first, then
+ * answers them `status` itself or passes them on, as a slow upstream does; aborting a call ends its wait.
+ * `calls` lists each call as `endpoint op`.
+ */
+function slowFetch(emulator: ReturnType<typeof createRunpodEmulator>, slow: (endpoint: string, op: string) => { ms: number; status?: number } | undefined) {
+  const calls: string[] = []
+  const fetchSlow = async (input: RequestInfo | URL, init?: RequestInit) => {
+    const request = new Request(input, init)
+    const [, , endpoint = '', op = ''] = new URL(request.url).pathname.split('/')
+    calls.push(`${endpoint} ${op}`)
+    const hold = slow(endpoint, op)
+    if (hold) {
+      await new Promise<void>((resolve, reject) => {
+        const timer = setTimeout(resolve, hold.ms)
+        request.signal.addEventListener('abort', () => (clearTimeout(timer), reject(request.signal.reason)), { once: true })
+      })
+      if (hold.status) return Response.json({ error: 'busy' }, { status: hold.status })
+    }
+    return emulator.fetch(request)
+  }
+  return { fetch: fetchSlow as typeof fetch, calls }
+}
+
+describe('timeouts.totalMs bounds the whole call, retries and backoff included', () => {
+  for (const [mode, stream] of [['openai', false], ['openai', true], ['native', false], ['native', true]] as const) {
+    it(`${mode} (stream: ${stream}): a retry whose Retry-After would pass totalMs is not started: the 429 is passed on`, async () => {
+      const h = harness({ models: { m: { endpoints: [{ endpointId: 'solo' }], mode, resilience: { retries: FAST_RETRIES, timeouts: { totalMs: 800 } } } } })
+      h.emulator.configure('solo', { fault: { kind: 'http', status: 429, times: 1, retryAfter: 1, ops: ['run', 'openai'] } })
+      const { key } = await h.createKey()
+      const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('m', 'Hi', { stream })))
+      await h.settle()
+      expect(h.emulator.calls.filter((c) => c.op === 'run' || c.op === 'openai').map((c) => c.status)).toEqual([429])
+      expect(res.status).toBe(429)
+      expect(res.headers.get('retry-after')).toBe('1')
+    })
+  }
+
+  it('chat-openai: a retry gets only the time left of totalMs, and ends with the timeout error', async () => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    // `oaia` fails after 600 ms; `oaib` would answer 700 ms after it was asked, past the 1 s in all.
+    const upstream = slowFetch(emulator, (endpoint) => (endpoint === 'oaia' ? { ms: 600, status: 503 } : { ms: 700 }))
+    const h = harness({ models: twoEndpoints({ timeouts: { totalMs: 1_000 } }), fetch: upstream.fetch }, emulator)
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai')))
+    expect(upstream.calls).toEqual(['oaia openai', 'oaib openai'])
+    expect(res.status).toBe(504)
+    expect(((await res.json()) as OpenAIError).error).toMatchObject({ code: 'upstream_timeout', message: 'The upstream did not answer in time.' })
+  })
+
+  it("a model's other mode, tried after the first failed, gets what is left of totalMs, not all of it again", async () => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    const upstream = slowFetch(emulator, (endpoint) => (endpoint === 'epmixo' ? { ms: 700, status: 503 } : undefined))
+    const models: GatewayOptions['models'] = {
+      mixed: { endpoints: [{ endpointId: 'epmixo', mode: 'openai', weight: 1e6 }, { endpointId: 'epmixn', mode: 'native', weight: 1e-6 }], resilience: { retries: { ...FAST_RETRIES, attempts: 1 }, timeouts: { totalMs: 1_500 } } },
+    }
+    const h = harness({ models, fetch: upstream.fetch }, emulator)
+    emulator.configure('epmixn', { coldStartMs: 1_000 })
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('mixed')))
+    await h.settle()
+    expect(upstream.calls.slice(0, 2)).toEqual(['epmixo openai', 'epmixn run'])
+    expect(res.status).toBe(504)
+    expect(((await res.json()) as OpenAIError).error.code).toBe('upstream_timeout')
+    expect(emulator.activeJobs()).toEqual([])
+  })
+})

@@ -105,7 +105,7 @@ export const resilienceSchema = strictObject({
       firstTokenMs: withDefault(positiveInt(3_600_000), 120_000),
       /** Longest silence between chunks once output began. Default 60000. */
       idleMs: withDefault(positiveInt(3_600_000), 60_000),
-      /** Longest answer in all. Default 600000. */
+      /** Longest call in all, retries and their backoff included. Default 600000. */
       totalMs: withDefault(positiveInt(3_600_000), 600_000),
     }),
   ),

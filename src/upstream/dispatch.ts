@@ -34,6 +34,8 @@ export function createDispatcher(options: DispatchOptions): CompletionHandler {
     const signal = ctx.signal ?? ctx.c.req.raw.signal
     const ordered = orderEndpoints(ctx.model, (e) => breaker.isOpen(e))
     const groups = byMode(ordered, ctx.model.config.mode)
+    // `timeouts.totalMs` bounds the whole call: every mode's tries, their retries and backoff included.
+    const deadline = Date.now() + ctx.model.config.resilience.timeouts.totalMs
     for (let i = 0; ; i++) {
       const { mode, endpoints } = groups[i]!
       const last = i === groups.length - 1
@@ -44,7 +46,7 @@ export function createDispatcher(options: DispatchOptions): CompletionHandler {
         runpod: options.runpod,
         streaming: options.streaming,
         model: ctx.model,
-        plan: new RetryPlan({ endpoints, resilience: ctx.model.config.resilience, breaker, signal }),
+        plan: new RetryPlan({ endpoints, resilience: ctx.model.config.resilience, breaker, signal, deadline }),
         request: ctx.request,
         signal,
         waitUntil: waitUntilOf(ctx.c),

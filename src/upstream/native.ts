@@ -26,8 +26,8 @@ import type { CompletionCall, TokenUsage } from './types.ts'
 
 export async function nativeJson(call: CompletionCall): Promise<Response> {
   const { client, runpod, request, model, plan } = call
-  const timeoutMs = Math.min(runpod.timeoutMs, model.config.resilience.timeouts.totalMs)
-  const deadline = Date.now() + timeoutMs
+  // Every try's polls share one deadline, never past the call's `timeouts.totalMs` (retries included).
+  const deadline = Math.min(Date.now() + runpod.timeoutMs, plan.deadline)
   const gone = () => call.signal?.aborted === true
   const job = await plan.run(async (endpoint) => {
     // Not under the caller's signal: a `/run` cut off when the caller leaves may still have queued its

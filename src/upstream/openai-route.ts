@@ -36,7 +36,8 @@ export async function openaiRouteCompletion(call: CompletionCall): Promise<Respo
   if (request.stream) return openaiRouteStream(call, path, body, started)
 
   return plan.run(async (endpoint) => {
-    const timeoutMs = Math.min(call.runpod.timeoutMs, timeouts.totalMs)
+    // Each try waits only for what is left of the call's `timeouts.totalMs` (see RetryPlan.deadline).
+    const timeoutMs = Math.min(call.runpod.timeoutMs, plan.deadline - Date.now())
     const json = (await client.openaiJson(endpoint, path, body, { signal: call.signal, timeoutMs })) as Record<string, unknown>
     const message = upstreamErrorMessage(json)
     if (message !== undefined) throw workerFailure(message)

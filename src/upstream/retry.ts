@@ -70,13 +70,15 @@ export interface RetryPlanOptions {
   signal?: AbortSignal
   /** Default `Math.random`. */
   random?: () => number
+  /** When the whole call must have ended (epoch ms): its start plus `timeouts.totalMs`. */
+  deadline: number
 }
 
 /**
  * The attempts of one request: each `next()` is one try, on the endpoints in turn.
  *
  * @example
- * const plan = new RetryPlan({ endpoints, resilience, breaker })
+ * const plan = new RetryPlan({ endpoints, resilience, breaker, deadline: Date.now() + resilience.timeouts.totalMs })
  * const answer = await plan.run((endpoint) => client.openai(endpoint, '/chat/completions', body))
  */
 export class RetryPlan {
@@ -88,6 +90,14 @@ export class RetryPlan {
 
   constructor(options: RetryPlanOptions) {
     this.#options = options
+  }
+
+  /**
+   * When the whole call must have ended (epoch ms), retries and backoff included: an attempt waits only
+   * for what is left of it, and no retry starts whose backoff would reach it.
+   */
+  get deadline(): number {
+    return this.#options.deadline
   }
 
   /** Attempts handed out so far (each may have reached its upstream). */
@@ -154,8 +164,9 @@ export class RetryPlan {
     // The time budget bounds retries of transient faults (a network error, a 429, a 5xx) and every wait a
     // Retry-After asks. An attempt that ended before any output (a FAILED job) fails over whenever it comes,
     // within `attempts`: nothing runs twice, and a caller who waited out a cold start is better served by the
-    // next endpoint than by the error.
-    if ((held > 0 || marked.get(error as GatewayError) !== 'retry') && Date.now() - this.#started + delay > budgetMs) return false
+    // next endpoint than by the error. `timeouts.totalMs` bounds them all: a retry with no time left is not
+    // started, and the caller gets the last failure.
+    if (((held > 0 || marked.get(error as GatewayError) !== 'retry') && Date.now() - this.#started + delay > budgetMs) || Date.now() + delay >= this.deadline) return false
     await sleep(delay, signal)
     return !signal?.aborted
   }
