@@ -505,6 +505,31 @@ describe('timeouts.totalMs bounds the whole call, retries and backoff included',
     expect(((await res.json()) as OpenAIError).error).toMatchObject({ code: 'upstream_timeout', message: 'The upstream did not answer in time.' })
   })
 
+  it('chat-openai: a retried stream waits for its answer only until totalMs, never opening past it', async () => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    const upstream = slowFetch(emulator, (endpoint) => (endpoint === 'oaia' ? { ms: 600, status: 503 } : { ms: 700 }))
+    const h = harness({ models: twoEndpoints({ timeouts: { totalMs: 1_000, firstTokenMs: 5_000 } }), fetch: upstream.fetch }, emulator)
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai', 'Hi', { stream: true })))
+    expect(upstream.calls).toEqual(['oaia openai', 'oaib openai'])
+    expect(res.status).toBe(504)
+    expect(((await res.json()) as OpenAIError).error.code).toBe('upstream_timeout')
+  })
+
+  it.each(NATIVE)('%s: a FAILED job failed over near totalMs gets a 504, not a first chunk cut short, and its job is cancelled', async (model) => {
+    const h = setup({ timeouts: { totalMs: 1_000, firstTokenMs: 5_000 } })
+    h.emulator.configure(ENDPOINT_A[model]!, { coldStartMs: 600, fault: { kind: 'job_failed' } })
+    h.emulator.configure(ENDPOINT_B[model]!, { coldStartMs: 600 })
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody(model, 'Hello', { stream: true })))
+    expect(res.status).toBe(504)
+    expect(((await res.json()) as OpenAIError).error.code).toBe('upstream_timeout')
+    await h.settle()
+    expect(callsTo(h, ENDPOINT_B[model]!, 'run')).toHaveLength(1)
+    expect(callsTo(h, ENDPOINT_B[model]!, 'cancel')).toHaveLength(1)
+    expect(h.emulator.activeJobs()).toEqual([])
+  })
+
   it("a model's other mode, tried after the first failed, gets what is left of totalMs, not all of it again", async () => {
     const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
     const upstream = slowFetch(emulator, (endpoint) => (endpoint === 'epmixo' ? { ms: 700, status: 503 } : undefined))
@@ -521,4 +546,24 @@ describe('timeouts.totalMs bounds the whole call, retries and backoff included',
     expect(((await res.json()) as OpenAIError).error.code).toBe('upstream_timeout')
     expect(emulator.activeJobs()).toEqual([])
   })
+
+  for (const first of ['openai', 'native'] as const) {
+    it(`a stream on a model's other mode, tried after ${first} failed, ends at totalMs from the request's start`, async () => {
+      const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+      const failing = first === 'openai' ? 'epmixo' : 'epmixn'
+      const upstream = slowFetch(emulator, (endpoint) => (endpoint === failing ? { ms: 700, status: 503 } : undefined))
+      const endpoints = [{ endpointId: 'epmixo', mode: 'openai' as const, weight: first === 'openai' ? 1e6 : 1e-6 }, { endpointId: 'epmixn', mode: 'native' as const, weight: first === 'native' ? 1e6 : 1e-6 }]
+      const h = harness({ models: { mixed: { endpoints, resilience: { retries: { ...FAST_RETRIES, attempts: 1 }, timeouts: { totalMs: 1_500, idleMs: 5_000 } } } }, fetch: upstream.fetch }, emulator)
+      const { key } = await h.createKey()
+      // 24 tokens 50 ms apart, begun 700 ms in: about 1.9 s from the start, past the 1.5 s in all.
+      const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('mixed', 'x [[emulator:delay=50,tokens=24]]', { stream: true, max_tokens: 100 })))
+      expect(res.status).toBe(200)
+      const events = await readSSE(res)
+      await h.settle()
+      expect(upstream.calls[0]).toBe(`${failing} ${first === 'openai' ? 'openai' : 'run'}`)
+      expect(events).not.toContain('[DONE]')
+      expect(events.at(-1)).toMatchObject({ error: { code: 'upstream_timeout', message: 'The answer took longer than podgate allows.' } })
+      expect(emulator.activeJobs()).toEqual([])
+    })
+  }
 })

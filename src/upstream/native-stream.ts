@@ -332,7 +332,8 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
 
   /** Waits for the first attempt with output, failing over, hedging and opening the response on time. */
   async function firstOutput(): Promise<Attempt> {
-    const firstTokenDeadline = started + timeouts.firstTokenMs
+    // Never past `timeouts.totalMs`: an answer whose first token came later would be cut at once.
+    const firstTokenDeadline = Math.min(started + timeouts.firstTokenMs, plan.deadline)
     let holdDeadline = started + ttftBudgetMs
     let hedged = false
     await start()
@@ -407,7 +408,8 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
     for (const other of [...live]) if (other !== winner) drop(other)
     plan.succeeded(winner.endpoint)
     won = winner
-    const totalDeadline = started + timeouts.totalMs
+    // The call's (RetryPlan.deadline): retries, and another mode's tries before these, count too.
+    const totalDeadline = plan.deadline
     let lastOutput = Date.now()
     for (;;) {
       if (winner.pending.length > 0) {

@@ -68,18 +68,18 @@ async function openaiRouteStream(call: CompletionCall, path: string, body: Recor
   const generates = call.request.route?.generates
   const dialect = generates ? DIALECTS[generates.dialect] : undefined
   const { timeouts } = model.config.resilience
-  const firstTimeoutMs = Math.min(call.runpod.timeoutMs, timeouts.firstTokenMs)
   let usage: TokenUsage | undefined
   const onUsage = (u: TokenUsage) => (usage = u)
   // The relay exists once the upstream answered: whatever ends it, the prompt was processed. With no
   // usage (a cut stream: vLLM sends it last), the relay's count of the events is charged.
   const onEnd = (end: RelayOutcome) => call.settle(end.ok ? { ...end, usage } : { ...end, producedOutput: end.started, usage, reachedUpstream: true })
   const open = async (endpoint: Endpoint, signal: AbortSignal | undefined) => {
-    const upstream = await client.openai(endpoint, path, body, { signal, headersTimeoutOnly: true, timeoutMs: firstTimeoutMs })
+    const upstream = await client.openai(endpoint, path, body, { signal, headersTimeoutOnly: true, timeoutMs: Math.min(call.runpod.timeoutMs, firstByteMs()) })
     if (!upstream.body) throw upstreamError('The upstream answered a stream request with no body.')
     return { body: upstream.body, fetched: upstream.url !== '' }
   }
-  const firstByteMs = () => started + timeouts.firstTokenMs - Date.now()
+  // A retry's first byte is waited for only until the first one's deadline, and never past `totalMs`.
+  const firstByteMs = () => Math.min(started + timeouts.firstTokenMs, plan.deadline) - Date.now()
 
   const pipeable = !needsRewrite(call)
   const opened = await plan.run(async (endpoint) => {
@@ -131,7 +131,7 @@ async function openaiRouteStream(call: CompletionCall, path: string, body: Recor
     }
     const { copy } = call
     if (copy) copy.piped = true
-    const native = pipeOpenAIStream({ body: split, first, abortUpstream: (reason) => piped.abort(reason), totalDeadline: started + timeouts.totalMs, idleMs: timeouts.idleMs, onUsage, onEnd, dialect, signal: call.signal, ...(copy ? { onText: copy.text, onCopyEnd: copy.end, readOn: copy.readOn } : {}) })
+    const native = pipeOpenAIStream({ body: split, first, abortUpstream: (reason) => piped.abort(reason), totalDeadline: plan.deadline, idleMs: timeouts.idleMs, onUsage, onEnd, dialect, signal: call.signal, ...(copy ? { onText: copy.text, onCopyEnd: copy.end, readOn: copy.readOn } : {}) })
     return new Response(native, { status: 200, headers: SSE_HEADERS })
   }
   const relay = createOpenAIRelay({
@@ -140,7 +140,7 @@ async function openaiRouteStream(call: CompletionCall, path: string, body: Recor
     model: model.streamedModelName,
     includeUsage: call.request.includeUsage || streaming.usage === 'always',
     idleMs: timeouts.idleMs,
-    totalDeadline: started + timeouts.totalMs,
+    totalDeadline: plan.deadline,
     onUsage,
     onEnd,
     signal: call.signal,
