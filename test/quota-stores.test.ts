@@ -29,6 +29,11 @@ const KINDS: StoreKind[] = [
 
 const newKeyId = () => `key_${crypto.randomUUID().replaceAll('-', '').slice(0, 16)}`
 
+/** What a shard published for a key: its newest minute `m` (requests `r`, tokens `t`) and day `d` (`dr`, `dt`). */
+async function published(keyId: string, shard: string) {
+  return (await env.PODGATE_KV.getWithMetadata<{ m: number; r: number; t: number; d: number; dr: number; dt: number }>(`quota:${keyId}:s:${shard}`)).metadata
+}
+
 function admitted(results: ReserveResult[]): number {
   return results.filter((r) => r.ok).length
 }
@@ -171,11 +176,11 @@ describe('KvQuotaStore across isolates', () => {
     // Hot path: no KV get ever, and at most one list per isolate per flush interval.
     expect(stats.gets).toBe(0)
     expect(stats.lists).toBeLessThanOrEqual(n * (50_000 / FLUSH + 1))
-    // No KV key is written twice within a flush interval.
+    // No KV key is written twice within a flush interval, and each shard writes one key for both windows.
     for (const times of stats.puts.values()) {
       for (let i = 1; i < times.length; i++) expect(times[i]! - times[i - 1]!).toBeGreaterThanOrEqual(FLUSH)
     }
-    expect(stats.puts.size).toBe(2 * n)
+    expect(stats.puts.size).toBe(n)
   })
 
   it('a busy key never waits on a list: a view younger than 2 intervals is used while the next list runs', async () => {
@@ -323,17 +328,15 @@ describe('KvQuotaStore across isolates', () => {
     for (let i = 0; i < 5; i++) last = await reserve(a)
     await store.flush()
     await reserve(b)
-    // Key a comes back while KV's reads fail (the second of the two fails after the first landed).
+    // Key a comes back while KV's read fails.
     failGets = 1
     await expect(reserve(a)).rejects.toThrow('KV get failed')
     if (!last?.ok) throw new Error('the last reservation was refused')
     // A settle of a reservation made before the eviction: it must restore first, not publish over the counts.
     await store.settle({ reservation: last.reservation, tokens: 0, background: clock.background })
     await store.flush()
-    const published = async (window: string) => (await env.PODGATE_KV.getWithMetadata<{ r: number; t: number }>(`quota:${a}:${window}:r`)).metadata
-    // Both windows once: the read that landed before the other failed was not applied twice.
-    expect(await published(`m:${last.reservation.minute}`)).toEqual({ r: 5, t: 40 })
-    expect(await published(`d:${last.reservation.day}`)).toEqual({ r: 5, t: 40 })
+    // Both windows once: the failed read was not applied, nor the one after it twice.
+    expect(await published(a!, 'r')).toEqual({ m: last.reservation.minute, r: 5, t: 40, d: last.reservation.day, dr: 5, dt: 40 })
   })
 
   it('a simultaneous burst overshoots at most (N - 1) x limit, and stops once counters are published', async () => {
@@ -351,7 +354,7 @@ describe('KvQuotaStore across isolates', () => {
     expect(totals.every((u) => u.minuteCounts.requests === burst)).toBe(true)
   })
 
-  it('gives every window key a TTL that outlives its window', async () => {
+  it("writes one key a shard for both windows, with a TTL that outlives the day", async () => {
     const clock = fakeClock(START)
     const puts: { name: string; ttl: number | undefined }[] = []
     const kv = kvWith({
@@ -364,11 +367,9 @@ describe('KvQuotaStore across isolates', () => {
     const store = new KvQuotaStore(kv, { now: clock.now, sleep: clock.sleep })
     await store.reserve({ keyId: newKeyId(), policy: { requestsPerMinute: 5 }, cost: { tokens: 0, stream: false }, now: clock.now(), background: clock.background })
     await clock.advance(0)
-    expect(puts).toHaveLength(2)
-    const minute = puts.find((p) => p.name.includes(':m:'))!
-    const day = puts.find((p) => p.name.includes(':d:'))!
-    expect(minute.ttl).toBe(50 + 60)
-    expect(day.ttl).toBe(86_400 - 10 + 60)
+    expect(puts).toHaveLength(1)
+    expect(puts[0]!.name).toMatch(/^quota:key_\w+:s:\w+$/)
+    expect(puts[0]!.ttl).toBe(86_400 - 10 + 60)
   })
 
   /**
@@ -382,8 +383,8 @@ describe('KvQuotaStore across isolates', () => {
     { change: 'reserve', first: 'fails' },
   ] as const)('one write per KV key in flight, and the newest count lands last (count changed by $change, first write $first late)', async ({ change, first }) => {
     const clock = fakeClock(START)
-    // KV holds this shard's first two puts (the first flush's minute and day) until the test lets them
-    // land, or fail; every later put lands at once.
+    // KV holds this shard's first put (the first flush's) until the test lets it land, or fail; every
+    // later put lands at once.
     const held: { name: string; release: () => void }[] = []
     const inFlight = new Map<string, number>()
     let mostInFlight = 0
@@ -395,7 +396,7 @@ describe('KvQuotaStore across isolates', () => {
         mostInFlight = Math.max(mostInFlight, inFlight.get(name)!)
         outstanding++
         try {
-          if (held.length < 2) {
+          if (held.length < 1) {
             await new Promise<void>((release) => held.push({ name, release }))
             if (first === 'fails') throw new Error('KV put failed: 429 Too Many Requests')
           }
@@ -416,9 +417,9 @@ describe('KvQuotaStore across isolates', () => {
     const admission = await reserve(mine!, 10)
     if (!admission.ok) throw new Error('refused')
     await ticks()
-    expect(held.map((h) => h.name).sort()).toEqual([`quota:${keyId}:d:${admission.reservation.day}:iso0`, `quota:${keyId}:m:${admission.reservation.minute}:iso0`])
+    expect(held.map((h) => h.name)).toEqual([`quota:${keyId}:s:iso0`])
 
-    // Half an interval on, the count grows while the first flush's puts are still out.
+    // Half an interval on, the count grows while the first flush's put is still out.
     await clock.advance(FLUSH / 2)
     if (change === 'reserve') {
       expect((await reserve(mine!, 10)).ok).toBe(true)
@@ -427,7 +428,7 @@ describe('KvQuotaStore across isolates', () => {
       await mine!.settle({ reservation: admission.reservation, tokens: 50, background: () => undefined })
     }
     const newest = change === 'reserve' ? { r: 3, t: 30 } : { r: 1, t: 50 }
-    // The next flush is due, and still the first one's puts are out.
+    // The next flush is due, and still the first one's put is out.
     await clock.advance(FLUSH / 2)
     await ticks()
     for (const h of held) h.release()
@@ -435,9 +436,7 @@ describe('KvQuotaStore across isolates', () => {
     await mine!.flush()
 
     expect(mostInFlight).toBe(1)
-    const published = async (window: string) => (await env.PODGATE_KV.getWithMetadata<{ r: number; t: number }>(`quota:${keyId}:${window}:iso0`)).metadata
-    expect(await published(`m:${admission.reservation.minute}`)).toEqual(newest)
-    expect(await published(`d:${admission.reservation.day}`)).toEqual(newest)
+    expect(await published(keyId, 'iso0')).toEqual({ m: admission.reservation.minute, ...newest, d: admission.reservation.day, dr: newest.r, dt: newest.t })
     expect(errors).toHaveLength(first === 'fails' ? 1 : 0)
     // The other isolate sees this one's whole count: it admits only what is left of the limit.
     expect((await other!.usage({ keyId, now: clock.now() })).minuteCounts).toEqual({ requests: newest.r, tokens: newest.t })
@@ -447,13 +446,13 @@ describe('KvQuotaStore across isolates', () => {
 
   it('a flush whose writes never end holds the next ones back for a minute at most, then is given up on', async () => {
     const clock = fakeClock(START)
-    // The first flush's two puts never answer (their request was cancelled); every later put lands.
+    // The first flush's put never answers (its request was cancelled); every later put lands.
     const stuck: ((error: Error) => void)[] = []
     const names: string[] = []
     const kv = kvWith({
       put(original, ...args) {
         names.push((args as unknown as [string])[0])
-        if (stuck.length < 2) return new Promise((_, fail) => stuck.push(fail))
+        if (stuck.length < 1) return new Promise((_, fail) => stuck.push(fail))
         return original(...args)
       },
     })
@@ -466,7 +465,7 @@ describe('KvQuotaStore across isolates', () => {
       return result.reservation
     }
     const { day } = await reserve()
-    expect(stuck).toHaveLength(2)
+    expect(stuck).toHaveLength(1)
     // Within the minute, the flushes due wait for the stuck one: nothing more is written.
     for (const step of [FLUSH, 10 * FLUSH, 40 * FLUSH]) {
       await clock.advance(step)
@@ -474,17 +473,34 @@ describe('KvQuotaStore across isolates', () => {
       await clock.advance(FLUSH)
       await ticks()
     }
-    expect(names).toHaveLength(2)
+    expect(names).toHaveLength(1)
     // A minute after it began, the next flush no longer waits for it.
     await clock.advance(10 * FLUSH)
     await reserve()
-    const published = await env.PODGATE_KV.getWithMetadata<{ r: number; t: number }>(`quota:${keyId}:d:${day}:iso0`)
-    expect(published.metadata).toEqual({ r: 5, t: 0 })
+    expect(await published(keyId, 'iso0')).toMatchObject({ d: day, dr: 5, dt: 0 })
     // Should the stuck writes end after all, the flush that waited on them does not start too.
     const written = names.length
     for (const fail of stuck) fail(new Error('The request was cancelled'))
     await ticks()
     expect(names).toHaveLength(written)
+  })
+
+  it("counts what other shards published, an older version's per-window keys too, each in its own window only", async () => {
+    const clock = fakeClock(START + 30_000)
+    const { minute, day } = { minute: Math.floor(clock.now() / 60_000), day: Math.floor(clock.now() / 86_400_000) }
+    const keyId = newKeyId()
+    const put = (name: string, metadata: object) => env.PODGATE_KV.put(`quota:${keyId}:${name}`, '', { metadata, expirationTtl: 600 })
+    // An isolate of an earlier version (one key per window), and one of this version last minute.
+    await put(`m:${minute}:old0`, { r: 3, t: 30 })
+    await put(`m:${minute - 1}:old0`, { r: 9, t: 90 })
+    await put(`d:${day}:old0`, { r: 12, t: 120 })
+    await put('s:new0', { m: minute - 1, r: 4, t: 40, d: day, dr: 4, dt: 40 })
+    const store = new KvQuotaStore(env.PODGATE_KV, { now: clock.now, sleep: clock.sleep, flushIntervalMs: FLUSH, shard: 'iso0' })
+    const policy = { requestsPerMinute: 5, requestsPerDay: 100 }
+    const reserve = () => store.reserve({ keyId, policy, cost: { tokens: 0, stream: false }, now: clock.now(), background: clock.background })
+    expect((await store.usage({ keyId, now: clock.now() })).minuteCounts).toEqual({ requests: 3, tokens: 30 })
+    expect((await store.usage({ keyId, now: clock.now() })).dayCounts).toEqual({ requests: 16, tokens: 160 })
+    expect(admitted(await Promise.all(Array.from({ length: 5 }, reserve)))).toBe(2)
   })
 })
 

@@ -3,8 +3,8 @@
  * key, eventual consistency, 60 s minimum TTL).
  *
  * Each store instance (one per isolate) is a *shard*: it counts its own admissions exactly in memory and
- * publishes its cumulative counts per window as the metadata of its own KV keys, at most once per
- * `flushIntervalMs` (written from `waitUntil`, never on the response path). A key's total is its own
+ * publishes its cumulative counts of the current minute and day as the metadata of one KV key per
+ * quota key, at most once per `flushIntervalMs` (written from `waitUntil`, never on the response path). A key's total is its own
  * counts plus the other shards' metadata from one `list({ prefix })`, reused for `flushIntervalMs` F.
  * A view between F and 2F old is still used while a new list runs in the background, so a key with a
  * request at least every F never waits on KV; an older view (or none) is awaited. So there is at most
@@ -13,8 +13,12 @@
  * One flush runs at a time: one that falls due while the last one's writes are out waits for them, so
  * a KV key never has two writes in flight, and the last to land holds the newest count.
  * Storage schema (docs/storage.md):
- *   `quota:<keyId>:m:<minute>:<shard>`  metadata `{ r, t }`, TTL: the window's end + 60 s
- *   `quota:<keyId>:d:<day>:<shard>`     metadata `{ r, t }`, TTL: the window's end + 60 s
+ *   `quota:<keyId>:s:<shard>`  metadata `{ m, r, t, d, dr, dt }` (minute, its requests and tokens; day,
+ *                              its requests and tokens), TTL: the day's end + 60 s
+ * One key for both windows halves the writes (KV bills a write as ten reads) and keeps a key's list to
+ * one entry per shard. Earlier versions wrote `quota:<keyId>:m:<minute>:<shard>` and
+ * `quota:<keyId>:d:<day>:<shard>` (metadata `{ r, t }`); the list still reads them, so the counts of
+ * isolates that ran an earlier version count until their keys expire, the day's end at the latest.
  *
  * Accuracy: a shard sees the others' counts at most `3 * flushIntervalMs + KV propagation` late (F
  * before they publish, up to 2F of view age), so a window can overshoot its limit by what the other
@@ -29,7 +33,7 @@
  * writer), not from `list`, which can lag by KV's propagation delay and would start the key again from
  * zero.
  */
-import { addCounts, applyDelta, DAY_MS, emptyUsage, exceededLimit, MINUTE_MS, windowsAt } from './limits.ts'
+import { addCounts, applyDelta, DAY_MS, emptyUsage, exceededLimit, windowsAt } from './limits.ts'
 import type { Counts, QuotaUsage } from './limits.ts'
 import type { QuotaStore, ReserveInput, ReserveResult, SettleInput } from './store.ts'
 
@@ -48,9 +52,14 @@ export interface KvQuotaStoreOptions {
   onWriteError?: (error: unknown) => void
 }
 
+/** One shard's counts: its newest minute (`m`: requests `r`, tokens `t`) and day (`d`: `dr`, `dt`). Earlier versions wrote `{ r, t }` per window. */
 interface ShardMetadata {
+  m?: number
   r: number
   t: number
+  d?: number
+  dr?: number
+  dt?: number
 }
 
 interface KeyState {
@@ -187,23 +196,32 @@ export class KvQuotaStore implements QuotaStore {
     const writes: Promise<void>[] = []
     let failure: unknown
     for (const [keyId, state] of this.#keys) {
-      for (const id of state.dirty) {
-        const counts = state.own.get(id)
-        if (!counts) continue
-        const metadata: ShardMetadata = { r: counts.requests, t: counts.tokens }
-        const write = this.#kv.put(shardKey(keyId, id, this.shard), '', { metadata, expirationTtl: ttlSeconds(id, now) })
-        state.writing++
-        // A failed write (e.g. KV's own rate limit) is retried with the next flush.
-        writes.push(
-          write
-            .catch((error: unknown) => {
-              failure = error
-              state.dirty.add(id)
-            })
-            .finally(() => void state.writing--),
-        )
-      }
+      if (!state.dirty.size) continue
+      const changed = [...state.dirty]
       state.dirty.clear()
+      // The newest minute and day this shard counted in: an older one's late correction no longer counts.
+      let minute = -1
+      let day = -1
+      for (const id of state.own.keys()) {
+        const index = Number(id.slice(2))
+        if (id[0] === 'm') minute = Math.max(minute, index)
+        else day = Math.max(day, index)
+      }
+      const m = state.own.get(`m:${minute}`)
+      const d = state.own.get(`d:${day}`)
+      const metadata: ShardMetadata = { m: minute, r: m?.requests ?? 0, t: m?.tokens ?? 0, d: day, dr: d?.requests ?? 0, dt: d?.tokens ?? 0 }
+      const expirationTtl = Math.max(TTL_MARGIN_SECONDS, Math.ceil(((day + 1) * DAY_MS - now) / 1000) + TTL_MARGIN_SECONDS)
+      state.writing++
+      // A failed write (e.g. KV's own rate limit) is retried with the next flush.
+      writes.push(
+        this.#kv
+          .put(shardKey(keyId, this.shard), '', { metadata, expirationTtl })
+          .catch((error: unknown) => {
+            failure = error
+            for (const id of changed) state.dirty.add(id)
+          })
+          .finally(() => void state.writing--),
+      )
     }
     await Promise.all(writes)
     // Unpublished counts hold the key's other isolates to their own share only: the operator must know.
@@ -263,20 +281,21 @@ export class KvQuotaStore implements QuotaStore {
     do {
       const page = await this.#kv.list<ShardMetadata>({ prefix, cursor })
       for (const key of page.keys) {
-        // `<m|d>:<index>:<shard>` after the prefix; the key id itself may hold colons.
+        // `s:<shard>` after the prefix, or an older version's `<m|d>:<index>:<shard>`.
         const rest = key.name.slice(prefix.length)
         const cut = rest.lastIndexOf(':')
         if (cut < 0 || !key.metadata) continue
-        const id = rest.slice(0, cut)
-        const counts = { requests: key.metadata.r, tokens: key.metadata.t }
-        if (rest.slice(cut + 1) === this.shard) {
+        const own = rest.slice(cut + 1) === this.shard
+        for (const [id, counts] of windowCounts(rest.slice(0, cut), key.metadata)) {
           // Our own published counts: memory is ahead of them, unless the key's state was evicted.
-          if (!state.own.has(id)) state.own.set(id, counts)
-          continue
+          if (own) {
+            if (!state.own.has(id)) state.own.set(id, counts)
+            continue
+          }
+          const sum = others.get(id)
+          if (sum) addCounts(sum, counts)
+          else others.set(id, counts)
         }
-        const sum = others.get(id)
-        if (sum) addCounts(sum, counts)
-        else others.set(id, counts)
       }
       cursor = page.list_complete ? undefined : page.cursor
     } while (cursor)
@@ -291,16 +310,15 @@ export class KvQuotaStore implements QuotaStore {
    */
   async #restoreOwn(keyId: string, state: KeyState): Promise<void> {
     const { minute, day } = windowsAt(this.#now())
-    const ids = [`m:${minute}`, `d:${day}`]
-    const published = await Promise.all(ids.map((id) => this.#kv.getWithMetadata<ShardMetadata>(shardKey(keyId, id, this.shard))))
-    ids.forEach((id, i) => {
-      const metadata = published[i]!.metadata
-      if (!metadata) return
+    const { metadata } = await this.#kv.getWithMetadata<ShardMetadata>(shardKey(keyId, this.shard))
+    if (!metadata) return
+    for (const [id, published] of windowCounts('s', metadata)) {
+      if (id !== `m:${minute}` && id !== `d:${day}`) continue
       const counts = state.own.get(id)
       // Requests admitted meanwhile in this isolate are added on top of what was published.
-      if (counts) addCounts(counts, { requests: metadata.r, tokens: metadata.t })
-      else state.own.set(id, { requests: metadata.r, tokens: metadata.t })
-    })
+      if (counts) addCounts(counts, published)
+      else state.own.set(id, published)
+    }
   }
 
   #usageOf(state: KeyState, now: number): QuotaUsage {
@@ -355,12 +373,12 @@ export class KvQuotaStore implements QuotaStore {
   }
 }
 
-function shardKey(keyId: string, windowId: string, shard: string): string {
-  return `${QUOTA_KEY_PREFIX}${keyId}:${windowId}:${shard}`
+function shardKey(keyId: string, shard: string): string {
+  return `${QUOTA_KEY_PREFIX}${keyId}:s:${shard}`
 }
 
-function ttlSeconds(windowId: string, now: number): number {
-  const index = Number(windowId.slice(2))
-  const end = (index + 1) * (windowId.startsWith('m:') ? MINUTE_MS : DAY_MS)
-  return Math.max(TTL_MARGIN_SECONDS, Math.ceil((end - now) / 1000) + TTL_MARGIN_SECONDS)
+/** The window counts a shard's key holds: `s` (both windows), or an older version's one window (`m:<index>`, `d:<index>`). */
+function windowCounts(kind: string, { m, r, t, d, dr, dt }: ShardMetadata): Array<[string, Counts]> {
+  if (kind !== 's') return [[kind, { requests: r, tokens: t }]]
+  return [[`m:${m}`, { requests: r, tokens: t }], [`d:${d}`, { requests: dr ?? 0, tokens: dt ?? 0 }]]
 }

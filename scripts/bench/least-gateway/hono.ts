@@ -107,8 +107,7 @@ featured.post('/v1/chat/completions', async (c) => {
     publishedAt = now
     const kv = c.env.PODGATE_KV
     c.executionCtx.waitUntil(Promise.all([
-      kv.put(`quota:${c.var.keyId}:m:${minute}:s`, '', { metadata: { r: counts.requests, t: counts.tokens }, expirationTtl: 120 }),
-      kv.put(`quota:${c.var.keyId}:d:${day}:s`, '', { metadata: { r: counts.dayRequests, t: counts.dayTokens }, expirationTtl: 86_460 }),
+      kv.put(`quota:${c.var.keyId}:s:s`, '', { metadata: { m: minute, r: counts.requests, t: counts.tokens, d: day, dr: counts.dayRequests, dt: counts.dayTokens }, expirationTtl: 86_460 }),
       kv.list({ prefix: `quota:${c.var.keyId}:` }),
     ]))
   }
