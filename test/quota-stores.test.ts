@@ -485,6 +485,38 @@ describe('KvQuotaStore across isolates', () => {
     expect(names).toHaveLength(written)
   })
 
+  it('a key whose write was given up on is written again by the next flush, though it had no call since', async () => {
+    const clock = fakeClock(START)
+    // The first put (key a's) never answers; every later put lands.
+    let stuck = 0
+    const kv = kvWith({
+      put(original, ...args) {
+        if (stuck++ === 0) return new Promise(() => undefined)
+        return original(...args)
+      },
+    })
+    const store = new KvQuotaStore(kv, { now: clock.now, sleep: clock.sleep, flushIntervalMs: FLUSH, shard: 'iso0', maxKeys: 1 })
+    const [a, b] = [newKeyId(), newKeyId()]
+    const reserve = async (keyId: string) => {
+      const result = await store.reserve({ keyId, policy: { requestsPerDay: 100 }, cost: { tokens: 7, stream: false }, now: clock.now(), background: () => undefined })
+      await ticks()
+      if (!result.ok) throw new Error('refused')
+      return result.reservation
+    }
+    const { day } = await reserve(a)
+    // A minute on, only key b is called: its flush gives up on a's write, and writes a's count too.
+    await clock.advance(61 * FLUSH)
+    await reserve(b)
+    await clock.advance(FLUSH)
+    await ticks()
+    expect(await published(a, 'iso0')).toMatchObject({ d: day, dr: 1, dt: 7 })
+    // Nor does the lost write keep a's counters in memory for good: once published, they may be evicted.
+    await reserve(newKeyId())
+    await clock.advance(FLUSH)
+    await ticks()
+    expect((await store.usage({ keyId: a, now: clock.now() })).dayCounts).toEqual({ requests: 1, tokens: 7 })
+  })
+
   it("counts what other shards published, an older version's per-window keys too, each in its own window only", async () => {
     const clock = fakeClock(START + 30_000)
     const { minute, day } = { minute: Math.floor(clock.now() / 60_000), day: Math.floor(clock.now() / 86_400_000) }

@@ -74,8 +74,6 @@ interface KeyState {
   triedAt: number
   listing: Promise<void> | null
   streams: number
-  /** Writes of this key's counters not yet answered: the key is not evictable until they land. */
-  writing: number
   /** Set when this shard evicted counters before: the first refresh reads its own published counts back. */
   restore: boolean
 }
@@ -106,6 +104,11 @@ export class KvQuotaStore implements QuotaStore {
   /** The flush whose writes are out, and the one that starts once they have all landed or failed. */
   #flushing: Promise<void> | null = null
   #nextFlush: Promise<void> | null = null
+  /**
+   * The keys whose writes are out (one flush's: flushes run one at a time), with the windows each write
+   * published. Such a key is not evicted until its write lands.
+   */
+  #out = new Map<KeyState, string[]>()
   /** Whether any key's counters were evicted: new keys may then have published counts of this shard. */
   #evicted = false
 
@@ -164,8 +167,11 @@ export class KvQuotaStore implements QuotaStore {
   flush(): Promise<void> {
     if (this.#flushing && this.#now() - this.#lastFlush >= STALLED_FLUSH_MS) {
       // Writes out this long will not end (the request they ran in was cancelled, or KV never answered):
-      // waiting on them would stop this shard publishing, and evicting, for good.
+      // waiting on them would stop this shard publishing, and evicting, for good. Their keys are written
+      // again by the flush that starts now, whether or not they were called since.
       this.#flushing = this.#nextFlush = null
+      for (const [state, changed] of this.#out) for (const id of changed) state.dirty.add(id)
+      this.#out.clear()
     }
     if (this.#nextFlush) return this.#nextFlush
     if (!this.#flushing) return this.#startFlush()
@@ -195,6 +201,7 @@ export class KvQuotaStore implements QuotaStore {
     this.#lastFlush = now
     const writes: Promise<void>[] = []
     let failure: unknown
+    const out = (this.#out = new Map())
     for (const [keyId, state] of this.#keys) {
       if (!state.dirty.size) continue
       const changed = [...state.dirty]
@@ -211,16 +218,16 @@ export class KvQuotaStore implements QuotaStore {
       const d = state.own.get(`d:${day}`)
       const metadata: ShardMetadata = { m: minute, r: m?.requests ?? 0, t: m?.tokens ?? 0, d: day, dr: d?.requests ?? 0, dt: d?.tokens ?? 0 }
       const expirationTtl = Math.max(TTL_MARGIN_SECONDS, Math.ceil(((day + 1) * DAY_MS - now) / 1000) + TTL_MARGIN_SECONDS)
-      state.writing++
-      // A failed write (e.g. KV's own rate limit) is retried with the next flush.
+      out.set(state, changed)
       writes.push(
-        this.#kv
-          .put(shardKey(keyId, this.shard), '', { metadata, expirationTtl })
-          .catch((error: unknown) => {
+        this.#kv.put(shardKey(keyId, this.shard), '', { metadata, expirationTtl }).then(
+          () => void out.delete(state),
+          (error: unknown) => {
             failure = error
-            for (const id of changed) state.dirty.add(id)
-          })
-          .finally(() => void state.writing--),
+            // A failed write (e.g. KV's own rate limit) is retried with the next flush, unless given up on already.
+            if (out.delete(state)) for (const id of changed) state.dirty.add(id)
+          },
+        ),
       )
     }
     await Promise.all(writes)
@@ -356,7 +363,7 @@ export class KvQuotaStore implements QuotaStore {
     let state = this.#keys.get(keyId)
     if (state) return state
     if (this.#keys.size >= this.#maxKeys) this.#evictIdle()
-    state = { own: new Map(), dirty: new Set(), others: new Map(), listedAt: Number.NEGATIVE_INFINITY, triedAt: Number.NEGATIVE_INFINITY, listing: null, streams: 0, writing: 0, restore: this.#evicted }
+    state = { own: new Map(), dirty: new Set(), others: new Map(), listedAt: Number.NEGATIVE_INFINITY, triedAt: Number.NEGATIVE_INFINITY, listing: null, streams: 0, restore: this.#evicted }
     this.#keys.set(keyId, state)
     return state
   }
@@ -364,7 +371,7 @@ export class KvQuotaStore implements QuotaStore {
   /** Drops the oldest key whose counts are all published; none such: keeps them all (the next flush makes room). */
   #evictIdle(): void {
     for (const [keyId, state] of this.#keys) {
-      if (state.dirty.size === 0 && state.writing === 0 && state.streams === 0 && !state.listing && !state.restore) {
+      if (state.dirty.size === 0 && !this.#out.has(state) && state.streams === 0 && !state.listing && !state.restore) {
         this.#keys.delete(keyId)
         this.#evicted = true
         return
