@@ -25,7 +25,7 @@ import { callLog, createLogger, lateFailureLog, secretScrubber } from './http/lo
 import type { LogSink } from './http/log.ts'
 import { createErrorHandler, errorResponse, formatForPath } from './http/respond.ts'
 import { openaiRoutes, runpodOpenAIRoutes } from './openai/routes.ts'
-import { nativeRoutes, waitParam } from './native-surface/routes.ts'
+import { isEventStream, lastEventId, nativeRoutes, waitParam } from './native-surface/routes.ts'
 import { quotaRoutes } from './quota/routes.ts'
 import { assertEnforceable, createQuotaService } from './quota/service.ts'
 import type { QuotaServiceOptions } from './quota/service.ts'
@@ -191,9 +191,14 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
     return /\/v2\/[^/]+\/stream\/[^/]+$/.test(c.req.path) ? nativeStreamAuth(c, next) : nativeAuth(c, next)
   })
   // purge-queue is refused to every key (native-surface/routes.ts): nothing to count. A malformed
-  // `?wait=` is refused before the count, as a call refused for its input counts nothing.
+  // `?wait=` (or an event stream's `Last-Event-ID`) is refused before the count, as a call refused for
+  // its input counts nothing.
   app.use('/v2/:model/status-sync/:id', async function waitChecked(c, next) {
     waitParam(c, 0)
+    await next()
+  })
+  app.use('/v2/:model/stream/:id', async function resumeChecked(c, next) {
+    if (isEventStream(c)) lastEventId(c)
     await next()
   })
   // A JSON stream page is a poll. So is opening an event stream (which the completion stages also admit,

@@ -137,7 +137,7 @@ export function nativeRoutes(options: NativeRoutesOptions): Hono<GatewayEnv> {
 
   app.on(['GET', 'POST'], '/:model/stream/:id', async (c) => {
     const { binding, job } = await jobOf(c)
-    if ((c.req.header('accept') ?? '').includes('text/event-stream')) {
+    if (isEventStream(c)) {
       const resumeAfter = lastEventId(c)
       // An open event stream holds one of the key's concurrent streams (quota), freed when it ends.
       const admitted = composeStages(options.stages ?? [], async (ctx: CompletionContext) => jobEventStream({
@@ -222,8 +222,16 @@ export function waitParam(c: Context, fallback: number): number {
   return Math.min(Math.max(Number(raw), MIN_WAIT_MS), MAX_WAIT_MS)
 }
 
-/** The items an EventSource already has (`Last-Event-ID`), or undefined on a first connection. */
-function lastEventId(c: Context): number | undefined {
+/** Whether the caller asks for the job's events (`Accept: text/event-stream`) rather than a JSON page. */
+export function isEventStream(c: Context): boolean {
+  return (c.req.header('accept') ?? '').includes('text/event-stream')
+}
+
+/**
+ * The items an EventSource already has (`Last-Event-ID`), or undefined on a first connection. The
+ * gateway also reads it before counting the opening as a control call: a malformed one counts nothing.
+ */
+export function lastEventId(c: Context): number | undefined {
   const raw = c.req.header('last-event-id')
   if (raw === undefined || raw === '') return undefined
   if (!/^\d{1,9}$/.test(raw)) throw new GatewayError('invalid_request', 'Last-Event-ID must be an event id this stream sent (a whole number).')

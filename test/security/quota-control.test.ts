@@ -84,6 +84,18 @@ describe('M4 control calls count against controlPerMinute', () => {
     expect((await h.fetch('/v2/chat-current/health', call(key, 'GET'))).status).toBe(429)
   })
 
+  it('quota-control: a job event stream opened with a malformed Last-Event-ID is a 400 that counts nothing', async () => {
+    const h = harness({ quota: { now: () => START } })
+    const { key } = await h.createKey({ name: 'resumer', quota: { controlPerMinute: 1 } })
+    const id = await startJob(h, key)
+    const bad = await h.fetch(`/v2/chat-current/stream/${id}?detach=true`, { headers: { authorization: `Bearer ${key}`, accept: 'text/event-stream', 'last-event-id': 'abc' } })
+    expect(bad.status).toBe(400)
+    expect(await bad.json()).toMatchObject({ code: 'invalid_request', error: expect.stringContaining('Last-Event-ID') })
+    // The key's one control call is still there.
+    expect((await h.fetch(`/v2/chat-current/status/${id}`, call(key, 'GET'))).status).toBe(200)
+    expect((await h.fetch(`/v2/chat-current/status/${id}`, call(key, 'GET'))).status).toBe(429)
+  })
+
   it('quota-control: a mint whose token would be too long to use is a 400 that counts nothing; one just short of it works', async () => {
     // A gateway of many long aliases: a token naming all of them would pass 4096 characters, which `verify` refuses.
     const aliases = Array.from({ length: 40 }, (_, i) => `team-${String(i).padStart(2, '0')}-${'x'.repeat(90)}`)
