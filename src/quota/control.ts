@@ -39,16 +39,16 @@ export async function countControl(service: QuotaService, c: Context<GatewayEnv>
     const policy = { requestsPerMinute: limit, ...(strict === undefined ? {} : { strict }) }
     const store = service.storeFor(c, policy)
     const result = await store.reserve({ keyId: controlCounterId(counter), policy, cost: { tokens: 0, stream: false }, now, background })
-    return { store, result, headers: controlHeaders(limit, result.usage, now) }
+    return { store, result, headers: controlHeaders(limit, result.usage, now), left: limit - result.usage.minuteCounts.requests }
   }
   // A token minted with a `controlPerMinute` of its own is held to it first, under its token id, so one
   // busy token cannot use up its siblings' share of the key's control calls.
   const own = principal.tokenId !== null ? principal.tokenQuota?.controlPerMinute : undefined
-  let taken: { store: QuotaStore; reservation: Reservation } | undefined
+  let taken: { store: QuotaStore; reservation: Reservation; headers: Record<string, string>; left: number } | undefined
   if (principal.tokenId !== null && own !== undefined) {
-    const { store, result, headers } = await reserve(principal.tokenId, own, principal.tokenQuota?.strict)
+    const { store, result, headers, left } = await reserve(principal.tokenId, own, principal.tokenQuota?.strict)
     if (!result.ok) throw refused(own, 'token', headers, result.usage, now)
-    taken = { store, reservation: result.reservation }
+    taken = { store, reservation: result.reservation, headers, left }
   }
   const control = service.controlPolicy(principal.quota, model)
   const key = await reserve(principal.keyId, control.controlPerMinute, control.strict)
@@ -57,7 +57,8 @@ export async function countControl(service: QuotaService, c: Context<GatewayEnv>
     if (taken) await taken.store.settle({ reservation: taken.reservation, tokens: 0, release: true, background })
     throw refused(control.controlPerMinute, 'key', key.headers, key.result.usage, now)
   }
-  return key.headers
+  // Held to two limits, the call reports the one with less left, as a completion does (quota/stage.ts).
+  return taken && taken.left < key.left ? taken.headers : key.headers
 }
 
 function refused(limit: number, holder: 'key' | 'token', headers: Record<string, string>, usage: QuotaUsage, now: number): GatewayError {

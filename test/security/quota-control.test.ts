@@ -96,6 +96,26 @@ describe('M4 control calls count against controlPerMinute', () => {
     expect((await h.fetch(`/v2/chat-current/status/${id}`, call(key, 'GET'))).status).toBe(429)
   })
 
+  it('quota-control: a token with a controlPerMinute of its own answers with the control fields of the tighter of its limit and its key\'s', async () => {
+    const h = harness({ quota: { now: () => START } })
+    const { key } = await h.createKey({ name: 'backend', quota: { controlPerMinute: 100 } })
+    const minted = await h.fetch('/v1/tokens', authed(key, JSON.stringify({ quota: { controlPerMinute: 2 } })))
+    const { token } = (await minted.json()) as { token: string }
+    const first = await h.fetch('/v2/chat-current/health', call(token, 'GET'))
+    expect(first.status).toBe(200)
+    // The token has 1 of its 2 left, the key 98 of its 100: the page is told of the token's.
+    expect(first.headers.get('ratelimit-policy')).toBe('"control";q=2;w=60')
+    expect(first.headers.get('ratelimit')).toMatch(/^"control";r=1;t=\d+$/)
+    const second = await h.fetch('/v2/chat-current/health', call(token, 'GET'))
+    expect(second.headers.get('ratelimit')).toMatch(/^"control";r=0;t=\d+$/)
+    expect((await h.fetch('/v2/chat-current/health', call(token, 'GET'))).status).toBe(429)
+    // A sibling token without a control limit of its own reports its key's.
+    const sibling = ((await (await h.fetch('/v1/tokens', authed(key, '{}'))).json()) as { token: string }).token
+    const third = await h.fetch('/v2/chat-current/health', call(sibling, 'GET'))
+    expect(third.headers.get('ratelimit-policy')).toBe('"control";q=100;w=60')
+    expect(third.headers.get('ratelimit')).toMatch(/^"control";r=95;t=\d+$/)
+  })
+
   it('quota-control: a mint whose token would be too long to use is a 400 that counts nothing; one just short of it works', async () => {
     // A gateway of many long aliases: a token naming all of them would pass 4096 characters, which `verify` refuses.
     const aliases = Array.from({ length: 40 }, (_, i) => `team-${String(i).padStart(2, '0')}-${'x'.repeat(90)}`)
