@@ -96,10 +96,10 @@ describe('M4 control calls count against controlPerMinute', () => {
     expect((await h.fetch(`/v2/chat-current/status/${id}`, call(key, 'GET'))).status).toBe(429)
   })
 
-  it('quota-control: a token with a controlPerMinute of its own answers with the control fields of the tighter of its limit and its key\'s', async () => {
+  it.each([false, true])('quota-control: a token with a controlPerMinute of its own answers with the control fields of the tighter of its limit and its key\'s (strict: %s)', async (strict) => {
     const h = harness({ quota: { now: () => START } })
-    const { key } = await h.createKey({ name: 'backend', quota: { controlPerMinute: 100 } })
-    const minted = await h.fetch('/v1/tokens', authed(key, JSON.stringify({ quota: { controlPerMinute: 2 } })))
+    const { key } = await h.createKey({ name: 'backend', quota: { controlPerMinute: 100, strict } })
+    const minted = await h.fetch('/v1/tokens', authed(key, JSON.stringify({ quota: { controlPerMinute: 2, strict } })))
     const { token } = (await minted.json()) as { token: string }
     const first = await h.fetch('/v2/chat-current/health', call(token, 'GET'))
     expect(first.status).toBe(200)
