@@ -561,6 +561,48 @@ describe('faults', () => {
   })
 })
 
+describe('fault=error_event: vLLM\'s in-band error', () => {
+  const inBand = expect.objectContaining({ error: { message: expect.stringContaining('EngineCore encountered an issue'), type: 'BadRequestError', param: null, code: 400 } })
+
+  it('a chat stream on the OpenAI route: N tokens, the error event, then [DONE], and the body ends whole', async () => {
+    const h = setup()
+    const res = await h.send('POST', '/vllmopenai/openai/v1/chat/completions', { messages: chat('[[emulator:fault=error_event,after=3]]'), stream: true })
+    expect(res.status).toBe(200)
+    const payloads = sseData(await res.text())
+    expect(payloads).toHaveLength(1 + 3 + 2)
+    expect(JSON.parse(payloads.at(-2)!)).toEqual(inBand)
+    expect(payloads.at(-1)).toBe('[DONE]')
+  })
+
+  it('a current worker\'s job relays it in its SSE text, and the job completes', async () => {
+    const h = setup()
+    const id = await h.run('vllmcurrent', { messages: chat('[[emulator:fault=error_event,after=3]]'), stream: true })
+    const payloads = sseData(((await drain(h, 'vllmcurrent', id)) as string[]).join(''))
+    expect(sseText(payloads.slice(0, -2)).split(' ')).toHaveLength(3)
+    expect(JSON.parse(payloads.at(-2)!)).toEqual(inBand)
+    expect(payloads.at(-1)).toBe('[DONE]')
+    expect((await h.status('vllmcurrent', id)).status).toBe('COMPLETED')
+  })
+
+  it('a classic worker\'s openai_route job sends it as whole events in its items', async () => {
+    const h = setup()
+    const id = await h.run('vllmclassic', { openai_route: '/v1/completions', openai_input: { prompt: 'x [[emulator:fault=error_event,after=2]]', stream: true } })
+    const payloads = sseData(((await drain(h, 'vllmclassic', id)) as string[]).join(''))
+    expect(JSON.parse(payloads.at(-2)!)).toEqual(inBand)
+    expect(payloads.at(-1)).toBe('[DONE]')
+    expect((await h.status('vllmclassic', id)).status).toBe('COMPLETED')
+  })
+
+  it('where no SSE carries it (a classic native generation, no stream) it fails as mid_stream does', async () => {
+    const h = setup()
+    const id = await h.run('vllmclassic', { prompt: 'x [[emulator:fault=error_event,after=5,tokens=30]]', stream: true })
+    await drain(h, 'vllmclassic', id)
+    expect(await h.status('vllmclassic', id)).toMatchObject({ status: 'FAILED', error: expect.stringContaining("'code': 400") })
+    const res = await h.send('POST', '/vllmopenai/openai/v1/chat/completions', { messages: chat('[[emulator:fault=error_event,after=3]]') })
+    expect(res.status).toBe(500)
+  })
+})
+
 describe('directives', () => {
   it('sets token count, cold start and token delay per request', async () => {
     const h = setup()

@@ -170,6 +170,24 @@ describe('upstream faults', () => {
     ])
   })
 
+  it.each(MODEL_NAMES)('%s: vLLM\'s in-band error event mid-stream reaches the caller, and the call is a failure', async (model) => {
+    const h = harness()
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody(model, 'x [[emulator:fault=error_event,after=3,tokens=20]]', { stream: true })))
+    expect(res.status).toBe(200)
+    const events = await readSSE(res)
+    // The three tokens, then the error: the engine's own words, as the worker's failure (not the caller's 400).
+    expect(events).not.toContain('[DONE]')
+    const last = events.at(-1) as OpenAIError
+    expect(last.error).toMatchObject({ code: 'upstream_error', message: expect.stringContaining('EngineCore encountered an issue') })
+    const text = (events.slice(0, -1) as Array<{ choices: Array<{ delta: { content?: string } }> }>).map((e) => e.choices[0]?.delta.content ?? '').join('')
+    expect(text.trim().split(/\s+/)).toHaveLength(3)
+    await h.settle()
+    expect(h.logs.map((line) => JSON.parse(line) as unknown)).toEqual([
+      expect.objectContaining({ level: 'error', status: 502, model, code: 'upstream_error', message: last.error.message }),
+    ])
+  })
+
   it.each(MODEL_NAMES)('%s: a caller who leaves a stream is no failure: nothing is logged', async (model) => {
     const h = harness()
     const { key } = await h.createKey()

@@ -34,6 +34,7 @@ const faultSchema = z.discriminatedUnion('kind', [
   z.object({ kind: z.literal('stall'), afterTokens }),
   z.object({ kind: z.literal('job_failed') }),
   z.object({ kind: z.literal('mid_stream'), afterTokens }),
+  z.object({ kind: z.literal('error_event'), afterTokens }),
 ])
 const ms = z.optional(z.number().check(z.minimum(0)))
 /** `null` clears an optional field (`fault`, `servedModelName`): it arrives as undefined. */

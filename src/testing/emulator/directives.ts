@@ -4,8 +4,8 @@
  * `/v1/responses` also `instructions` and input items, on `/v1/messages` also `system`; on the routes
  * that generate nothing, any string of the body, `input` only on embeddings).
  *
- * Keys: `fault=http|stall|job_failed|mid_stream`, `status=500` (http), `retry_after=2` (http, seconds),
- * `after=5` (tokens before stall/mid_stream), `tokens=100` (exact length), `cold=2000` (ms IN_QUEUE),
+ * Keys: `fault=http|stall|job_failed|mid_stream|error_event`, `status=500` (http), `retry_after=2` (http, seconds),
+ * `after=5` (tokens before stall/mid_stream/error_event), `tokens=100` (exact length), `cold=2000` (ms IN_QUEUE),
  * `delay=5` (ms per token), `mangle=1` (split multibyte characters become U+FFFD),
  * `auto_tool_choice=0` (this request meets a vLLM started without `--enable-auto-tool-choice`).
  */
@@ -77,7 +77,8 @@ function toFault(values: Map<string, string>): Fault | undefined {
     case 'job_failed':
       return { kind: 'job_failed' }
     case 'mid_stream':
-      return { kind: 'mid_stream', afterTokens }
+    case 'error_event':
+      return { kind: values.get('fault') as 'mid_stream' | 'error_event', afterTokens }
     default:
       return undefined
   }

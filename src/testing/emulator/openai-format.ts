@@ -9,7 +9,7 @@ import type { Delta, PlannedChoice } from './choices.ts'
 import { countPromptTokens, hashString } from './generate.ts'
 import { chatLogprob, completionLogprobs, promptLogprobs } from './logprobs.ts'
 import type { GenerationRequest, Refusal, ToolSpec } from './requests.ts'
-import type { EndpointBehaviour, JsonObject, JsonValue } from './types.ts'
+import type { EndpointBehaviour, Fault, JsonObject, JsonValue } from './types.ts'
 
 /** One generation: a request and its deterministic choices. */
 export interface Completion {
@@ -231,6 +231,30 @@ export function toolTokens(tools: readonly ToolSpec[]): number {
 /** One event as it goes on the wire. */
 export function sseEvent(event: Pick<TimedEvent, 'data' | 'event'>): string {
   return `${event.event === undefined ? '' : `event: ${event.event}\n`}data: ${event.data}\n\n`
+}
+
+/**
+ * A fault as it acts on one request: `error_event` is sent in band only on a chat or completions stream
+ * (`inBandError`); anywhere else (no stream, another route, a classic worker's native generation, whose
+ * caller passes no route) it fails as `mid_stream` does.
+ */
+export function actingFault(fault: Fault | undefined, stream: boolean, route?: string): Fault | undefined {
+  if (fault?.kind !== 'error_event' || (stream && (route === '/v1/chat/completions' || route === '/v1/completions'))) return fault
+  return { kind: 'mid_stream', afterTokens: fault.afterTokens }
+}
+
+/**
+ * `fault=error_event` as vLLM reports an engine that died mid-stream: its chat and completions stream
+ * generators catch the exception and write `create_streaming_error_response(e)` (400 BadRequestError,
+ * its defaults) as one more event, then `[DONE]`, on the 200 already under way.
+ */
+export function inBandError(afterTokens: number): TimedEvent[] {
+  const message = `Emulated engine failure after ${afterTokens} tokens (fault=error_event): EngineCore encountered an issue. See stack trace (above) for the root cause.`
+  const step = afterTokens + 1
+  return [
+    { step, kind: 'chunk', data: JSON.stringify(vllmError(message, 'BadRequestError', 400)) },
+    { step, kind: 'done', data: '[DONE]' },
+  ]
 }
 
 /** vLLM's error body (v0.10.1 and later), also used for the emulator's own errors on the OpenAI route. */

@@ -15,7 +15,7 @@ import type { GenerationRoute } from './dialects.ts'
 import { parseDirectives } from './directives.ts'
 import { httpFaultResponse, requestFault } from './faults.ts'
 import { endpointOp } from './middleware.ts'
-import { complete, DEFAULT_MODEL_NAME, errorDialect, modelList, refusalBody, sseEvent, wrongModel } from './openai-format.ts'
+import { actingFault, complete, DEFAULT_MODEL_NAME, errorDialect, inBandError, modelList, refusalBody, sseEvent, wrongModel } from './openai-format.ts'
 import type { TimedEvent } from './openai-format.ts'
 import { servedRefusal } from './requests.ts'
 import type { Refusal } from './requests.ts'
@@ -63,7 +63,7 @@ async function generation(c: Context<EmulatorEnv>, context: EmulatorContext, rou
   const served = behaviour.servedModelName
   const misnamed = wrongModel({ served, model: request.model, route })
   if (misnamed) return refuse(c, route, misnamed)
-  const fault = requestFault(request.directives, behaviour)
+  const fault = actingFault(requestFault(request.directives, behaviour), request.stream, route)
   if (fault?.kind === 'http') return httpFaultResponse(fault)
   const refusal = servedRefusal(request, behaviour)
   if (refusal) return refuse(c, route, refusal)
@@ -81,7 +81,7 @@ async function generation(c: Context<EmulatorEnv>, context: EmulatorContext, rou
   }
   context.endpoints.keepWarm(endpointId, now + queueMs + completion.steps * delayMs)
   const signal = c.req.raw.signal
-  const cutoff = fault?.kind === 'stall' || fault?.kind === 'mid_stream' ? Math.min(fault.afterTokens, completion.steps) : undefined
+  const cutoff = fault && 'afterTokens' in fault ? Math.min(fault.afterTokens, completion.steps) : undefined
 
   if (fault?.kind === 'job_failed') {
     await sleep(queueMs, signal)
@@ -134,14 +134,16 @@ async function utility(c: Context<EmulatorEnv>, context: EmulatorContext, route:
 
 /**
  * The SSE body, one pull per generation step: the first pull waits out the queue, later ones the
- * token delay. After `cutoff` a stall hangs and a mid-stream failure errors the body (no `[DONE]`).
+ * token delay. After `cutoff` a stall hangs, a mid-stream failure errors the body (no `[DONE]`), and an
+ * in-band error event is sent and the body ends.
  */
 function paceEvents(
   events: readonly TimedEvent[],
   options: { queueMs: number; delayMs: number; fault: Fault | undefined; cutoff: number | undefined; onCancel?: () => void },
 ): ReadableStream<Uint8Array> {
   const { cutoff, fault } = options
-  const kept = cutoff === undefined ? events : events.filter((e) => e.step <= cutoff && e.kind === 'chunk')
+  let kept = cutoff === undefined ? events : events.filter((e) => e.step <= cutoff && e.kind === 'chunk')
+  if (fault?.kind === 'error_event') kept = [...kept, ...inBandError(cutoff ?? 0)]
   const groups: TimedEvent[][] = []
   for (const event of kept) {
     const last = groups.at(-1)

@@ -11,7 +11,7 @@
 import { DIALECTS, nativeRoute } from './dialects.ts'
 import { createPrng, hashString, hexId } from './generate.ts'
 import type { JobRequest } from './job-input.ts'
-import { complete, DEFAULT_MODEL_NAME, modelList, refusalBody, sseEvent, wrongModel } from './openai-format.ts'
+import { actingFault, complete, DEFAULT_MODEL_NAME, inBandError, modelList, refusalBody, sseEvent, wrongModel } from './openai-format.ts'
 import type { Completion, CompletionMeta, TimedEvent } from './openai-format.ts'
 import type { BatchSizing, Refusal } from './requests.ts'
 import { servedRefusal } from './requests.ts'
@@ -55,7 +55,8 @@ const MAX_CUT_BYTES = 200
 
 /** Builds everything a job will ever yield. */
 export function buildJobScript(options: JobScriptOptions): JobScript {
-  const { request, generation, fault } = options
+  const { request, generation } = options
+  let { fault } = options
   // runpod-python (since 1.7.6, Dec 2024; worker-vllm pins 1.11 and 1.12) ends a job at the first dict
   // item with a truthy `error`: that item is not streamed nor kept in `output`, and the job's `error`
   // is Python's `str()` of it: the text itself, or a dict's repr (`{'message': …, 'code': None}`).
@@ -102,6 +103,8 @@ export function buildJobScript(options: JobScriptOptions): JobScript {
   const req = request.request
   const route = request.shape === 'native' ? nativeRoute(req) : request.route
   const dialect = DIALECTS[route]
+  // A classic worker's native generation writes no SSE: an in-band error is its error item there.
+  fault = actingFault(fault, req.stream, generation === 'classic' && request.shape === 'native' ? undefined : route)
   const refusal = request.shape === 'openai' ? (wrongModel({ served: servedModelName, model: req.model, route }) ?? servedRefusal(req, options.served)) : undefined
   if (refusal) return refuse(refusal)
   const completion = complete(req)
@@ -112,8 +115,7 @@ export function buildJobScript(options: JobScriptOptions): JobScript {
     reasoningFields: options.served.reasoningFields,
     messagesDone: options.served.messagesDone,
   }
-  const cutoff =
-    fault?.kind === 'stall' || fault?.kind === 'mid_stream' ? Math.min(fault.afterTokens, completion.steps) : undefined
+  const cutoff = fault && 'afterTokens' in fault ? Math.min(fault.afterTokens, completion.steps) : undefined
 
   let items: TimedItem[]
   if (!req.stream) {
@@ -126,6 +128,8 @@ export function buildJobScript(options: JobScriptOptions): JobScript {
     // A usage chunk only when the body asked for one: OpenAI input with `stream_options.include_usage` (never the shorthand).
     let events = dialect.events(completion, meta)
     if (cutoff !== undefined) events = events.filter((e) => e.step <= cutoff && e.kind === 'chunk')
+    // vLLM's SSE as the worker relays it, in-band error and `[DONE]` included: the job itself completes.
+    if (fault?.kind === 'error_event') events = [...events, ...inBandError(cutoff ?? 0)]
     items =
       generation === 'classic'
         ? wholeEventBatches(events, dialect.classicBatching)
@@ -146,7 +150,7 @@ export function buildJobScript(options: JobScriptOptions): JobScript {
     }
     return fail(message, step, items)
   }
-  return { items, ending: { kind: 'completed', step: completion.steps } }
+  return { items, ending: { kind: 'completed', step: fault?.kind === 'error_event' ? (cutoff ?? 0) + 1 : completion.steps } }
 }
 
 /** The error item of a worker generation (§3): a string for classic, an object for current. */

@@ -33,6 +33,11 @@ export type Fault =
   | { kind: 'job_failed' }
   /** `afterTokens` tokens, then the job fails (native: an error item; OpenAI route: the body errors). */
   | { kind: 'mid_stream'; afterTokens: number }
+  /**
+   * `afterTokens` tokens, then vLLM's in-band error event and `[DONE]` on the 200 (a chat or completions
+   * stream: how vLLM reports an engine that died mid-generation); anything else fails as `mid_stream`.
+   */
+  | { kind: 'error_event'; afterTokens: number }
 
 /** How one emulated endpoint behaves. Every field has a default; see {@link DEFAULT_BEHAVIOUR}. */
 export interface EndpointBehaviour {
