@@ -445,6 +445,18 @@ describe('openai_route jobs and request recording', () => {
     expect(classic.status).toBe('FAILED')
   })
 
+  it('classic native input: a sampling param current vLLM\'s SamplingParams lacks fails the job (worker-vllm <= v2.23 builds SamplingParams(**sampling_params)); the current worker posts it to vLLM, which ignores it', async () => {
+    const { runsync } = setup()
+    for (const extra of [{ best_of: 2 }, { use_beam_search: true }, { length_penalty: 0.8 }, { early_stopping: true }, { truncate_prompt_tokens: 8 }, { some_future_param: 1 }]) {
+      const input = { messages: user('Hi'), sampling_params: { max_tokens: 4, ...extra } }
+      const classic = await runsync('vllmclassic', input)
+      expect(classic.status).toBe('FAILED')
+      expect(classic.error).toBe(`Unexpected keyword argument '${Object.keys(extra)[0]}'`)
+      expect((await runsync('vllmcurrent', input)).status).toBe('COMPLETED')
+    }
+    expect((await runsync('vllmclassic', { messages: user('Hi'), sampling_params: { max_tokens: 4, n: 2, seed: 1, logprobs: 1, logit_bias: { 5: 1 } } })).status).toBe('COMPLETED')
+  })
+
   it('unknown fields are accepted; the last request body of each endpoint is recorded exactly', async () => {
     const { client, emulator, post } = setup()
     const body = { model: 'm', messages: user('Hi'), some_future_field: { nested: [1, 'x'] }, top_k: 5, vllm_xargs: { a: 1 } }

@@ -189,6 +189,20 @@ describe('against the emulator', () => {
     expect(body.choices[0]).toMatchObject({ text: 'Score this sentence', finish_reason: 'length' })
   })
 
+  it.each(['chat-classic', 'chat-current'])('%s: best_of (legacy completions clients send best_of: 1) is answered, not a failed job', async (model) => {
+    const h = harness()
+    const { key } = await h.createKey()
+    for (const [path, body] of [
+      ['/v1/completions', { model, prompt: 'Once upon a time', best_of: 1, max_tokens: 8 }],
+      ['/v1/chat/completions', { model, messages: [{ role: 'user', content: 'Hi' }], n: 1, best_of: 2, max_tokens: 8 }],
+    ] as const) {
+      const res = await h.fetch(path, authed(key, JSON.stringify(body)))
+      expect(res.status, await res.clone().text()).toBe(200)
+      const answer = (await res.json()) as { choices: unknown[] }
+      expect(answer.choices).toHaveLength(1)
+    }
+  })
+
   it.each(['embed-openai', 'embed-current'])('%s embeds chat messages, the same conversation to the same vector', async (model) => {
     const h = harness()
     const { key } = await h.createKey()

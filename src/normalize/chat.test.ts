@@ -72,15 +72,15 @@ describe('normalizeChatRequest: mapping', () => {
 
   it('maps every sampling param one to one', () => {
     const sampling = {
-      max_tokens: 100, n: 2, best_of: 3, temperature: 0.5, top_p: 0.9, top_k: 40, min_p: 0.05,
+      max_tokens: 100, n: 2, temperature: 0.5, top_p: 0.9, top_k: 40, min_p: 0.05,
       presence_penalty: 0.1, frequency_penalty: -0.2, repetition_penalty: 1.1,
       stop: ['END', '###'], stop_token_ids: [2, 7], ignore_eos: true, min_tokens: 5, skip_special_tokens: false,
       spaces_between_special_tokens: false, include_stop_str_in_output: true, seed: 42,
     }
     expect(chat(sampling).sampling).toEqual(sampling)
-    // Beam-search params and truncation: current vLLM's SamplingParams has none of them, so a classic worker
-    // would fail the job; on the OpenAI surface they go as an openai_route job, where vLLM's server takes them.
-    for (const extra of [{ use_beam_search: true }, { length_penalty: 0.8 }, { early_stopping: true }, { truncate_prompt_tokens: 64 }]) {
+    // best_of, beam-search params and truncation: current vLLM's SamplingParams has none of them, so a classic
+    // worker would fail the job; on the OpenAI surface they go as an openai_route job, where vLLM's server takes them.
+    for (const extra of [{ best_of: 3 }, { use_beam_search: true }, { length_penalty: 0.8 }, { early_stopping: true }, { truncate_prompt_tokens: 64 }]) {
       expect(chat({ ...sampling, ...extra }).shorthand).toBe(false)
       expect(normalizeChatRequest({ ...base, ...sampling, ...extra }, MODEL, 'llama', { nativeInput: true }).sampling).toEqual({ ...sampling, ...extra })
     }

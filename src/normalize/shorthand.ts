@@ -87,12 +87,12 @@ const allSamplingKeysListed: [UnlistedSamplingKey] extends [never] ? true : Unli
 void allSamplingKeysListed
 
 /**
- * worker-vllm's params (runpod-api.md §2) that current vLLM's own `SamplingParams` no longer has (beam
- * search moved out of it): a classic worker passing them to `SamplingParams(**params)` fails the job. So
+ * worker-vllm's params (runpod-api.md §2) that current vLLM's own `SamplingParams` no longer has (`best_of`
+ * was removed, beam search moved out of it): a classic worker passing them to `SamplingParams(**params)` fails the job. So
  * an OpenAI-surface request carrying them goes as an `openai_route` job, where vLLM's OpenAI server takes
  * them; only native input (`/v2/{model}/run`), which the caller wrote for the worker, sends them as is.
  */
-const NATIVE_INPUT_ONLY = new Set(['use_beam_search', 'length_penalty', 'early_stopping', 'truncate_prompt_tokens'])
+const NATIVE_INPUT_ONLY = new Set(['best_of', 'use_beam_search', 'length_penalty', 'early_stopping', 'truncate_prompt_tokens'])
 
 /** Fields with no sampling meaning that the shorthand may leave out: `user` affects no output. */
 const FRAMING = new Set(['model', 'messages', 'prompt', 'stream', 'stream_options', 'user', 'max_completion_tokens'])

@@ -29,6 +29,18 @@ export type JobRequest =
  */
 export const CLASSIC_ROUTES: readonly string[] = ['/v1/models', '/v1/chat/completions', '/v1/completions', '/v1/responses', '/v1/messages']
 
+/**
+ * The fields of vLLM's `SamplingParams` (vllm/sampling_params.py, the vLLM the classic worker v2.23 runs)
+ * a job may set. `best_of`, beam search (`use_beam_search`, `length_penalty`, `early_stopping`) and
+ * `truncate_prompt_tokens` are no longer among them.
+ */
+const SAMPLING_PARAMS: ReadonlySet<string> = new Set([
+  'n', 'presence_penalty', 'frequency_penalty', 'repetition_penalty', 'temperature', 'top_p', 'top_k', 'min_p', 'seed',
+  'stop', 'stop_token_ids', 'ignore_eos', 'max_tokens', 'min_tokens', 'logprobs', 'prompt_logprobs', 'logprob_token_ids',
+  'detokenize', 'skip_special_tokens', 'spaces_between_special_tokens', 'include_stop_str_in_output', 'stream_interval',
+  'structured_outputs', 'logit_bias', 'allowed_token_ids', 'extra_args', 'bad_words', 'thinking_token_budget', 'repetition_detection',
+])
+
 export const passthroughInputSchema = z.looseObject({
   openai_route: z.string(),
   openai_input: z.optional(z.unknown()),
@@ -42,7 +54,14 @@ export function parseJobInput(input: unknown, generation: 'classic' | 'current' 
   const passthrough = passthroughInputSchema.safeParse(input)
   if (!passthrough.success) {
     const native = parseNativeInput(input)
-    return native.ok ? { shape: 'native', request: native.request, batching: native.batching } : { shape: 'invalid', message: native.message }
+    if (!native.ok) return { shape: 'invalid', message: native.message }
+    // The classic worker builds vLLM's SamplingParams(**sampling_params) (utils.py JobInput), a msgspec
+    // Struct that refuses any other key: the job fails with the TypeError's text. The current worker posts
+    // them into vLLM's OpenAI body, which ignores what it does not know.
+    const sampling = (input as { sampling_params?: object }).sampling_params ?? {}
+    const unknown = generation === 'classic' ? Object.keys(sampling).find((key) => !SAMPLING_PARAMS.has(key)) : undefined
+    if (unknown !== undefined) return { shape: 'invalid', message: `Unexpected keyword argument '${unknown}'` }
+    return { shape: 'native', request: native.request, batching: native.batching }
   }
   const route = passthrough.data.openai_route
   const body = passthrough.data.openai_input
