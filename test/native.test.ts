@@ -238,6 +238,8 @@ describe('native job API: input normalization', () => {
     ['an early_stopping that is neither a boolean nor never', { prompt: 'x', sampling_params: { early_stopping: 'soon' } }, "expected 'never', got 'soon'"],
     ['a message the native input cannot carry', { messages: [{ role: 'tool', content: 'x' }] }, "(at 'input.messages')"],
     ['a message of the wrong shape', { messages: [{ role: 'user', content: 5 }] }, 'input.messages[0].content'],
+    ['a prompt list (the native input takes one string)', { prompt: ['x', 'y'] }, "prompt lists and other OpenAI fields to /v2/chat-classic/openai/v1/completions (at 'input.prompt')"],
+    ['a token-id prompt', { prompt: [1, 2, 3] }, "(at 'input.prompt')"],
     ['the OpenAI passthrough input', { openai_route: '/v1/chat/completions', openai_input: {} }, 'openai_route'],
     ['neither messages nor prompt', { sampling_params: { max_tokens: 3 } }, 'input.messages'],
     ['both messages and prompt', { prompt: 'x', messages: [{ role: 'user', content: 'x' }] }, 'not both'],

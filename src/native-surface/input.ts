@@ -105,9 +105,10 @@ export function normalizeJobBody(raw: unknown, model: ResolvedModel): JobRequest
   if (!request.shorthand) {
     // A sampling value out of vLLM's bounds names itself; anything else is in the messages.
     located(() => assertNativeSampling(request.body), 'input.', (param) => `sampling_params.${param}`)
-    // The OpenAI surface serves tools, media parts and other fields (as an `openai_route` job on native endpoints).
+    // The OpenAI surface serves tools, media parts, prompt lists and other fields (as an `openai_route` job on native endpoints).
+    const chat = kind === 'chat'
     located(() => {
-      throw new GatewayError('invalid_request', `worker-vllm's native input takes text messages (system, user, assistant) only: send tools, media and other OpenAI fields to /v2/${model.alias}/openai/v1/chat/completions`, { param: 'messages' })
+      throw new GatewayError('invalid_request', `worker-vllm's native input takes text messages (system, user, assistant) or one string prompt only: send tools, media, prompt lists and other OpenAI fields to /v2/${model.alias}/openai/v1/${chat ? 'chat/' : ''}completions`, { param: chat ? 'messages' : 'prompt' })
     }, 'input.')
   }
   const upstream = toNativeInput(request)
