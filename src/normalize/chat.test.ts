@@ -146,6 +146,15 @@ describe('normalizeChatRequest: mapping', () => {
     expect(chat({ messages: [image] }).estimate.promptTokens).toBe(1 + 1024)
     expect(chat({ n: 2, best_of: 3 }).estimate.sequences).toBe(3)
   })
+
+  it('estimates the other text parts vLLM takes (input_text, output_text) as text, not as media', () => {
+    const text = 'x'.repeat(400)
+    const asText = chat({ messages: [{ role: 'user', content: [{ type: 'text', text }] }] }).estimate.promptTokens
+    expect(asText).toBe(100)
+    for (const part of [{ type: 'input_text', text }, { type: 'output_text', text }]) {
+      expect(chat({ messages: [{ role: 'user', content: [part] }] }).estimate.promptTokens, JSON.stringify(part).slice(0, 40)).toBe(asText)
+    }
+  })
 })
 
 describe('normalizeChatRequest: defaults and caps', () => {

@@ -27,8 +27,8 @@ export function chatPromptTokens(body: Record<string, unknown>, messages: readon
       else if (name === 'content' && Array.isArray(value)) {
         for (const part of value as (string | Record<string, unknown>)[]) {
           if (typeof part === 'string') chars += part.length
-          else if (part.type === 'text' && typeof part.text === 'string') chars += part.text.length
-          else if (part.type === 'text') continue
+          // vLLM's text, input_text and output_text parts (chat_utils.py); a null text is skipped, as vLLM skips it.
+          else if (/text/.test(part.type as string)) chars += typeof part.text === 'string' ? part.text.length : 0
           else media++
         }
       } else chars += JSON.stringify(value).length
