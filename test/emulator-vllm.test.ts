@@ -457,6 +457,24 @@ describe('openai_route jobs and request recording', () => {
     expect((await runsync('vllmclassic', { messages: user('Hi'), sampling_params: { max_tokens: 4, n: 2, seed: 1, logprobs: 1, logit_bias: { 5: 1 } } })).status).toBe('COMPLETED')
   })
 
+  it('SamplingParams\' cross-field checks: greedy sampling with n > 1, min_tokens past max_tokens; the classic worker fails the job with the text, vLLM answers 400', async () => {
+    const { runsync, client } = setup()
+    const cases = [
+      [{ temperature: 0, n: 2, max_tokens: 4 }, 'n must be 1 when using greedy sampling, got 2.'],
+      [{ min_tokens: 9, max_tokens: 4 }, 'min_tokens must be less than or equal to max_tokens=4, got 9.'],
+    ] as const
+    for (const [params, message] of cases) {
+      const classic = await runsync('vllmclassic', { messages: user('Hi'), sampling_params: params })
+      expect(classic).toMatchObject({ status: 'FAILED', error: message })
+      const current = await runsync('vllmcurrent', { prompt: 'Once', sampling_params: params })
+      expect(current.status).toBe('FAILED')
+      expect(current.error).toContain(`vLLM returned HTTP 400: `)
+      expect(current.error).toContain(message)
+      await expect(client().chat.completions.create({ model: 'm', messages: user('Hi'), ...params })).rejects.toMatchObject({ status: 400, message: expect.stringContaining(message) })
+    }
+    expect((await runsync('vllmclassic', { messages: user('Hi'), sampling_params: { min_tokens: 101 } })).error).toBe('min_tokens must be less than or equal to max_tokens=100, got 101.')
+  })
+
   it('unknown fields are accepted; the last request body of each endpoint is recorded exactly', async () => {
     const { client, emulator, post } = setup()
     const body = { model: 'm', messages: user('Hi'), some_future_field: { nested: [1, 'x'] }, top_k: 5, vllm_xargs: { a: 1 } }

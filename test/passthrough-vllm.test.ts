@@ -203,6 +203,35 @@ describe('against the emulator', () => {
     }
   })
 
+  it.each(['chat-classic', 'chat-current', 'chat-openai'])('%s: greedy sampling with n > 1, or min_tokens past max_tokens, is vLLM\'s 400, not a failed worker', async (model) => {
+    const h = harness()
+    const { key } = await h.createKey()
+    for (const [params, message] of [
+      [{ temperature: 0, n: 2, max_tokens: 8 }, 'n must be 1 when using greedy sampling, got 2.'],
+      [{ min_tokens: 9, max_tokens: 8 }, 'min_tokens must be less than or equal to max_tokens=8, got 9.'],
+    ] as const) {
+      const res = await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ model, messages: [{ role: 'user', content: 'Hi' }], ...params })))
+      const text = await res.text()
+      expect(res.status, text).toBe(400)
+      expect(JSON.parse(text)).toMatchObject({ error: { type: 'invalid_request_error', message: expect.stringContaining(message) } })
+    }
+  })
+
+  it.each(['chat-classic', 'chat-current'])('native /run on %s: greedy sampling with n > 1, or min_tokens past max_tokens, is a 400 before any upstream call', async (model) => {
+    const h = harness()
+    const { key } = await h.createKey()
+    for (const params of [{ temperature: 0, n: 2 }, { min_tokens: 9, max_tokens: 8 }, { min_tokens: 600 }]) {
+      const res = await h.fetch(`/v2/${model}/run`, authed(key, JSON.stringify({ input: { messages: [{ role: 'user', content: 'Hi' }], sampling_params: params } })))
+      const text = await res.text()
+      expect(res.status, text).toBe(400)
+      expect(JSON.parse(text)).toEqual({ code: 'invalid_request', error: "Invalid request: vLLM takes 'n' 1 at temperature 0 (greedy sampling) and 'min_tokens' at most 'max_tokens'" })
+    }
+    expect(h.emulator.calls).toEqual([])
+    // Beam search (worker-vllm's use_beam_search) is not greedy sampling: older vLLM ran it only at temperature 0.
+    const beam = await h.fetch(`/v2/${model}/run`, authed(key, JSON.stringify({ input: { prompt: 'Hi', sampling_params: { use_beam_search: true, temperature: 0, n: 2 } } })))
+    expect(beam.status, await beam.text()).toBe(200)
+  })
+
   it.each(['embed-openai', 'embed-current'])('%s embeds chat messages, the same conversation to the same vector', async (model) => {
     const h = harness()
     const { key } = await h.createKey()

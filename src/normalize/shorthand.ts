@@ -14,6 +14,7 @@ import type { ModelConfig } from '../config/schema.ts'
 import { parseRequest } from './zod-errors.ts'
 import { oneOf } from '../zod/one-of.ts'
 import { int } from '../zod/numbers.ts'
+import { refine } from '../zod/refine.ts'
 import { union } from '../zod/union.ts'
 import { boolean } from '../zod/boolean.ts'
 import { optional } from '../zod/optional.ts'
@@ -53,7 +54,10 @@ const nativeSamplingSchema = strictObject({
   include_stop_str_in_output: optional(boolean()),
   truncate_prompt_tokens: optionalInt(z.minimum(-1)),
   seed: optional(seed()),
-})
+  // SamplingParams' checks across fields (vLLM's sampling_params.py `_verify_args`): a classic worker
+  // raises them while reading its input, which fails the job as the worker's error, not the caller's.
+  // Beam search, which older vLLM ran only at temperature 0, is not greedy sampling.
+}).check(refine((v) => !(v.temperature! < 1e-5 && v.n! > 1 && !v.use_beam_search) && !(v.min_tokens! > v.max_tokens!), "vLLM takes 'n' 1 at temperature 0 (greedy sampling) and 'min_tokens' at most 'max_tokens'"))
 
 /** Every sampling param, in the order native inputs list them. */
 export const SAMPLING_KEYS = [
@@ -130,6 +134,7 @@ export function shorthandSampling(body: Record<string, unknown>, maxTokens: numb
     if (!SAMPLING.has(name)) return undefined
     picked[name] = value
   }
+  picked.max_tokens = maxTokens
   const parsed = nativeSamplingSchema.safeParse(picked)
   if (!parsed.success) return undefined
   const values = parsed.data

@@ -10,7 +10,7 @@ import type { Directives } from './directives.ts'
 import { DIALECTS, isGenerationRoute } from './dialects.ts'
 import type { GenerationRoute } from './dialects.ts'
 import { errorDialect } from './openai-format.ts'
-import { parseNativeInput } from './requests.ts'
+import { parseNativeInput, samplingProblem } from './requests.ts'
 import type { BatchSizing, GenerationRequest, Refusal } from './requests.ts'
 import { isUtilityRoute, utilityTexts } from './utility-routes.ts'
 import type { UtilityRoute } from './utility-routes.ts'
@@ -58,9 +58,18 @@ export function parseJobInput(input: unknown, generation: 'classic' | 'current' 
     // The classic worker builds vLLM's SamplingParams(**sampling_params) (utils.py JobInput), a msgspec
     // Struct that refuses any other key: the job fails with the TypeError's text. The current worker posts
     // them into vLLM's OpenAI body, which ignores what it does not know.
-    const sampling = (input as { sampling_params?: object }).sampling_params ?? {}
+    const sampling = (input as { sampling_params?: Record<string, unknown> }).sampling_params ?? {}
     const unknown = generation === 'classic' ? Object.keys(sampling).find((key) => !SAMPLING_PARAMS.has(key)) : undefined
     if (unknown !== undefined) return { shape: 'invalid', message: `Unexpected keyword argument '${unknown}'` }
+    // SamplingParams' own checks: the classic worker raises them while reading the input (the job fails
+    // with their text, as any exception there); the current worker's vLLM refuses them with a 400.
+    // (The classic handler's max_tokens default is 100.)
+    const problem = samplingProblem(generation === 'classic' ? { max_tokens: 100, ...sampling } : sampling)
+    if (problem !== undefined) {
+      return generation === 'classic'
+        ? { shape: 'invalid', message: problem }
+        : { shape: 'refused', refusal: { status: 400, type: 'BadRequestError', message: problem }, directives: native.request.directives }
+    }
     return { shape: 'native', request: native.request, batching: native.batching }
   }
   const route = passthrough.data.openai_route

@@ -388,11 +388,25 @@ function toStops(value: string | string[] | null | undefined): string[] {
   return typeof value === 'string' ? [value] : value
 }
 
+/**
+ * The checks of vLLM's SamplingParams (sampling_params.py `_verify_args`) that span two fields, in its
+ * words: greedy sampling (temperature below 1e-5) makes one choice, and `min_tokens` cannot pass `max_tokens`.
+ */
+export function samplingProblem(params: Record<string, unknown>): string | undefined {
+  const n = typeof params.n === 'number' ? params.n : 1
+  const { temperature, min_tokens: min, max_tokens: max } = params
+  if (typeof temperature === 'number' && temperature < 1e-5 && n > 1) return `n must be 1 when using greedy sampling, got ${n}.`
+  if (typeof min === 'number' && typeof max === 'number' && min > max) return `min_tokens must be less than or equal to max_tokens=${max}, got ${min}.`
+  return undefined
+}
+
 function openAICommon(b: z.infer<typeof chatBodySchema> | z.infer<typeof completionBodySchema>) {
   const stream = b.stream ?? false
   if (stream && b.prompt_logprobs != null && b.prompt_logprobs > 0) {
     return { ok: false as const, message: '`prompt_logprobs` are not available when `stream=True`.' }
   }
+  const problem = samplingProblem({ ...b, max_tokens: (b as { max_completion_tokens?: number | null }).max_completion_tokens ?? b.max_tokens })
+  if (problem) return { ok: false as const, message: problem }
   const includeUsage = b.stream_options?.include_usage ?? false
   const structured = structuredOutput(b)
   return {
