@@ -5,6 +5,7 @@
 import * as z from 'zod/mini'
 import { lazily } from '../zod/lazily.ts'
 import { refine } from '../zod/refine.ts'
+import { string } from '../zod/scalars.ts'
 
 /**
  * `https://App.Example.com:443/` -> `https://app.example.com`; null for anything that is not a bare
@@ -29,7 +30,7 @@ export function canonicalOrigin(text: string): string | null {
  * to the bundle for these two fields.
  */
 export const originSchema = lazily(() =>
-  z.string().check(
+  string().check(
     z.maxLength(256),
     refine((text: string) => canonicalOrigin(text) !== null, 'must be a browser origin such as https://app.example.com (scheme, host and optional port; no path or wildcard)'),
   ),

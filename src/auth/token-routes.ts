@@ -23,16 +23,17 @@ import { canonicalOrigin, originSchema } from './origins.ts'
 import type { TokenSigner } from './tokens.ts'
 import { optional } from '../zod/optional.ts'
 import { strictObject } from '../zod/object.ts'
+import { string } from '../zod/scalars.ts'
 
 /** A token's `sub` (checked as code, not `z.regex`: the OpenAPI document shows it as `pattern`, src/openapi/descriptions.ts). */
 export const SUB_PATTERN = /^[\x21-\x7e]{1,128}$/
 
 export const mintTokenSchema = lazily(() => strictObject({
-  models: optional(z.array(z.string().check(z.minLength(1), z.maxLength(128))).check(z.minLength(1), z.maxLength(256))),
+  models: optional(z.array(string().check(z.minLength(1), z.maxLength(128))).check(z.minLength(1), z.maxLength(256))),
   origin: optional(originSchema()),
   ttlSeconds: optional(positiveInt()),
   quota: optional(quotaPolicySchema),
-  sub: optional(z.string().check(refine((sub: string) => SUB_PATTERN.test(sub), 'must be 1-128 printable ASCII characters without spaces, e.g. your user id'))),
+  sub: optional(string().check(refine((sub: string) => SUB_PATTERN.test(sub), 'must be 1-128 printable ASCII characters without spaces, e.g. your user id'))),
 }))
 
 export interface TokenRoutesOptions {

@@ -18,6 +18,7 @@ import { nullable } from '../zod/nullable.ts'
 import { int } from '../zod/numbers.ts'
 import { optional } from '../zod/optional.ts'
 import { object } from '../zod/object.ts'
+import { number, string } from '../zod/scalars.ts'
 
 export const TOKEN_PREFIX = 'pg_tk_'
 
@@ -26,21 +27,21 @@ const MAX_TOKEN_LENGTH = 4096
 
 const claimsSchema = lazily(() => object({
   /** The claims' version: 1 (`verify` refuses any other). */
-  v: z.number(),
+  v: number(),
   /** Token id, for logs and per-token quota counters. */
-  jti: z.string(),
+  jti: string(),
   /** Parent key id. */
-  kid: z.string(),
+  kid: string(),
   /** First 16 hex chars of the parent secret's SHA-256: a rotation ends the token. */
-  gen: z.string(),
+  gen: string(),
   /** Issued at / expires at, in seconds since the epoch. */
-  iat: z.number().check(int()),
-  exp: z.number().check(int()),
-  models: nullable(z.array(z.string())),
-  origin: nullable(z.string()),
+  iat: number().check(int()),
+  exp: number().check(int()),
+  models: nullable(z.array(string())),
+  origin: nullable(string()),
   quota: nullable(quotaPolicySchema),
   /** The end user the token stands for, named by the minting backend; absent on tokens minted without one. */
-  sub: optional(z.string()),
+  sub: optional(string()),
 }))
 
 export type TokenClaims = z.infer<ReturnType<typeof claimsSchema>>

@@ -5,10 +5,10 @@
 import * as z from 'zod/mini'
 import { intIn } from '../zod/numbers.ts'
 import { oneOf } from '../zod/one-of.ts'
-import { boolean } from '../zod/boolean.ts'
 import { withDefault } from '../zod/with-default.ts'
 import { optional } from '../zod/optional.ts'
 import { strictObject } from '../zod/object.ts'
+import { boolean } from '../zod/scalars.ts'
 
 export const cacheConfigSchema = strictObject({
   /** Cache answers at all. Default true (deterministic requests only, unless a model or caller opts in). */

@@ -10,12 +10,12 @@ import { optionalFields } from '../zod/optional-fields.ts'
 import { recordOf } from '../zod/records.ts'
 import { refine } from '../zod/refine.ts'
 import { union } from '../zod/union.ts'
-import { boolean } from '../zod/boolean.ts'
 import { withDefault, withFieldDefaults } from '../zod/with-default.ts'
 import { quotaPolicySchema, quotaStoreKindSchema } from '../quota/policy.ts'
 import { cacheConfigSchema, modelCacheSchema } from '../cache/config.ts'
 import { optional } from '../zod/optional.ts'
 import { strictObject } from '../zod/object.ts'
+import { boolean, number, string } from '../zod/scalars.ts'
 
 /** Runpod endpoint ids are lowercase alphanumerics (runpod-api.md §1). */
 export const ENDPOINT_ID_PATTERN = /^[a-z0-9]{1,64}$/
@@ -29,17 +29,17 @@ export type UpstreamMode = z.infer<typeof upstreamModeSchema>
 /** Sampling parameters in worker-vllm's names (runpod-api.md §2); used for per-model defaults. */
 export const samplingDefaultsSchema = strictObject(
   optionalFields({
-    temperature: z.number().check(z.minimum(0)),
-    top_p: z.number().check(z.gt(0), z.maximum(1)),
-    top_k: z.number().check(int(), z.minimum(-1)),
-    min_p: z.number().check(z.minimum(0), z.maximum(1)),
+    temperature: number().check(z.minimum(0)),
+    top_p: number().check(z.gt(0), z.maximum(1)),
+    top_k: number().check(int(), z.minimum(-1)),
+    min_p: number().check(z.minimum(0), z.maximum(1)),
     max_tokens: positiveInt(),
-    min_tokens: z.number().check(int(), z.minimum(0)),
-    presence_penalty: z.number().check(z.minimum(-2), z.maximum(2)),
-    frequency_penalty: z.number().check(z.minimum(-2), z.maximum(2)),
-    repetition_penalty: z.number().check(z.gt(0)),
-    seed: z.number().check(int()),
-    stop: union([z.string(), z.array(z.string()).check(z.maxLength(16))]),
+    min_tokens: number().check(int(), z.minimum(0)),
+    presence_penalty: number().check(z.minimum(-2), z.maximum(2)),
+    frequency_penalty: number().check(z.minimum(-2), z.maximum(2)),
+    repetition_penalty: number().check(z.gt(0)),
+    seed: number().check(int()),
+    stop: union([string(), z.array(string()).check(z.maxLength(16))]),
   }),
 )
 export type SamplingDefaults = z.infer<typeof samplingDefaultsSchema>
@@ -48,18 +48,18 @@ const endpointBase = {
   /** `openai` uses Runpod's `/openai/v1/*` route; `native` uses `/run` + `/stream/{id}` and `/runsync`. Default: the model's `mode`, else `openai`. */
   mode: optional(upstreamModeSchema),
   /** Relative share of traffic among a model's endpoints. Default 1. */
-  weight: withDefault(z.number().check(z.positive()), 1),
+  weight: withDefault(number().check(z.positive()), 1),
 }
 
 export const endpointSchema = union([
   strictObject({
     /** A Runpod Serverless endpoint id, e.g. `abc123xyz`. */
-    endpointId: z.string().check(refine((id: string) => ENDPOINT_ID_PATTERN.test(id), 'must be a Runpod endpoint id: lowercase letters and digits only')),
+    endpointId: string().check(refine((id: string) => ENDPOINT_ID_PATTERN.test(id), 'must be a Runpod endpoint id: lowercase letters and digits only')),
     ...endpointBase,
   }),
   strictObject({
     /** A full base URL for a job API, e.g. `http://127.0.0.1:8000` (runpod-python's local server). Plain `http://` only to loopback. */
-    url: z.string().check(
+    url: string().check(
       // `abort`: the loopback test below parses the URL, so it runs only on one that parsed.
       refine((u: string) => /^https?:\/\//.test(u) && URL.canParse(u), 'must be an absolute http(s) URL', true),
       refine(
@@ -68,7 +68,7 @@ export const endpointSchema = union([
       ),
     ),
     /** The bearer sent to this URL (a secret: pass it from your environment). Default: none. The Runpod key is never sent to a `url:` endpoint unless given here. */
-    apiKey: optional(z.string().check(z.minLength(1, { message: 'is empty: set the secret it is read from' }))),
+    apiKey: optional(string().check(z.minLength(1, { message: 'is empty: set the secret it is read from' }))),
     ...endpointBase,
   }),
 ])
@@ -127,7 +127,7 @@ export const modelSchema = strictObject({
   /** Default upstream mode for endpoints that do not set one. Default `openai`. */
   mode: withDefault(upstreamModeSchema, 'openai'),
   /** The model name vLLM serves (sent upstream as `model` on the OpenAI route). Default: the alias. */
-  servedModelName: optional(z.string().check(z.minLength(1), z.maxLength(256))),
+  servedModelName: optional(string().check(z.minLength(1), z.maxLength(256))),
   /** Default sampling parameters, applied where the caller sends none. */
   defaults: withDefault(samplingDefaultsSchema, {}),
   /** Largest `max_tokens` a caller may ask for; larger asks get a 400. Default 4096. */
@@ -163,9 +163,9 @@ export const gatewayOptionsSchema = strictObject({
   models: recordOf(modelSchema).check(refine((m: object) => Object.keys(m).length > 0, 'needs at least one model')),
   runpod: strictObject({
     /** The Runpod API key. Sent only in the `Authorization` header upstream, never logged or returned. */
-    apiKey: z.string().check(z.minLength(1, { message: 'is empty: set the RUNPOD_API_KEY secret' })),
+    apiKey: string().check(z.minLength(1, { message: 'is empty: set the RUNPOD_API_KEY secret' })),
     /** Base URL of Runpod's endpoint API. Default `https://api.runpod.ai/v2`. */
-    baseUrl: withDefault(z.string().check(refine((u: string) => URL.canParse(u), 'must be an absolute URL, e.g. https://api.runpod.ai/v2')), 'https://api.runpod.ai/v2'),
+    baseUrl: withDefault(string().check(refine((u: string) => URL.canParse(u), 'must be an absolute URL, e.g. https://api.runpod.ai/v2')), 'https://api.runpod.ai/v2'),
     /** Upstream request timeout for non-streaming calls, in ms. Default 120000. */
     timeoutMs: withDefault(positiveInt(), 120_000),
     /** `?wait=` for native `/runsync`, in ms (1000..300000). Default 90000. */
@@ -176,9 +176,9 @@ export const gatewayOptionsSchema = strictObject({
     maxPollsPerStream: withDefault(intIn(1, 9_000), 900),
   }),
   /** Secret for signed browser tokens and job ids (32+ chars). Default: derived from the Runpod key. */
-  signingSecret: optional(z.string().check(z.minLength(32, { message: 'must be at least 32 characters: e.g. `openssl rand -hex 32`' }))),
+  signingSecret: optional(string().check(z.minLength(32, { message: 'must be at least 32 characters: e.g. `openssl rand -hex 32`' }))),
   /** Bearer token for `/admin/*`. Admin routes answer 404 when unset. */
-  adminToken: optional(z.string().check(z.minLength(16, { message: 'must be at least 16 characters' }))),
+  adminToken: optional(string().check(z.minLength(16, { message: 'must be at least 16 characters' }))),
   /**
    * Largest accepted request body, in bytes. Default 10 MiB, Runpod's own limit on `/run` (20 MB on
    * `/runsync`): room for images as base64 `image_url` parts. A request holds a few times its body in the

@@ -15,10 +15,10 @@ import { lazily } from '../zod/lazily.ts'
 import { int } from '../zod/numbers.ts'
 import { keysIn } from '../zod/records.ts'
 import { refine } from '../zod/refine.ts'
-import { boolean } from '../zod/boolean.ts'
 import type { JobKind } from './job-id.ts'
 import { optional } from '../zod/optional.ts'
 import { looseObject, strictObject } from '../zod/object.ts'
+import { boolean, number, unknown } from '../zod/scalars.ts'
 
 export interface JobRequest {
   kind: JobKind
@@ -30,7 +30,7 @@ export interface JobRequest {
 
 // Worded after the field's name, which the message puts first: "'webhook' is not forwarded ...".
 const refused = () =>
-  optional(z.unknown().check(refine(
+  optional(unknown().check(refine(
     (v) => v === undefined || v === null,
     'is not forwarded by podgate: follow the job with /status/{id} or /stream/{id}',
   )))
@@ -38,8 +38,8 @@ const refused = () =>
 const DAY_MS = 24 * 60 * 60_000
 
 const policyShape = () => strictObject({
-  executionTimeout: optional(z.number().check(int(), z.minimum(5_000), z.maximum(7 * DAY_MS))),
-  ttl: optional(z.number().check(int(), z.minimum(10_000), z.maximum(7 * DAY_MS))),
+  executionTimeout: optional(number().check(int(), z.minimum(5_000), z.maximum(7 * DAY_MS))),
+  ttl: optional(number().check(int(), z.minimum(10_000), z.maximum(7 * DAY_MS))),
   lowPriority: optional(boolean()),
 })
 type JobPolicy = z.infer<ReturnType<typeof policyShape>>
@@ -55,14 +55,14 @@ const runBodySchema = lazily(() => strictObject({
 
 /** worker-vllm's input (runpod-api.md §2). `messages`, `prompt` and the sampling values are checked by the normalizer. */
 const vllmInputSchema = lazily(() => strictObject({
-  messages: optional(z.unknown()),
-  prompt: optional(z.unknown()),
+  messages: optional(unknown()),
+  prompt: optional(unknown()),
   sampling_params: optional(keysIn(SAMPLING_KEYS)),
   stream: optional(boolean()),
   apply_chat_template: optional(boolean()),
-  max_batch_size: optional(z.number().check(int(), z.minimum(1), z.maximum(1_000))),
-  min_batch_size: optional(z.number().check(int(), z.minimum(0), z.maximum(1_000))),
-  batch_size_growth_factor: optional(z.number().check(z.minimum(0), z.maximum(100))),
+  max_batch_size: optional(number().check(int(), z.minimum(1), z.maximum(1_000))),
+  min_batch_size: optional(number().check(int(), z.minimum(0), z.maximum(1_000))),
+  batch_size_growth_factor: optional(number().check(z.minimum(0), z.maximum(100))),
 }))
 
 /** The normalizer reads this input as worker-vllm's own: its params go to the worker as written. */

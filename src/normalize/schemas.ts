@@ -13,16 +13,16 @@ import { int } from '../zod/numbers.ts'
 import { nullish } from '../zod/nullable.ts'
 import { refine } from '../zod/refine.ts'
 import { union } from '../zod/union.ts'
-import { boolean } from '../zod/boolean.ts'
 import { optional } from '../zod/optional.ts'
 import { looseObject } from '../zod/object.ts'
+import { boolean, number, string, unknown } from '../zod/scalars.ts'
 
 
 /**
  * vLLM's seed: any 64-bit integer (`ge=INT64_MIN, le=INT64_MAX`), wider than JavaScript's safe integers:
  * past those, the body reader keeps the caller's digits as a raw JSON value (http/body.ts).
  */
-export const seed = () => z.unknown().check(refine((v) => isRawJSON(v) ? inInt64(BigInt(v.rawJSON)) : Number.isInteger(v) && inInt64(BigInt(v as number)), 'must be a 64-bit integer'))
+export const seed = () => unknown().check(refine((v) => isRawJSON(v) ? inInt64(BigInt(v.rawJSON)) : Number.isInteger(v) && inInt64(BigInt(v as number)), 'must be a 64-bit integer'))
 
 const inInt64 = (v: bigint) => v >= -(2n ** 63n) && v < 2n ** 63n
 
@@ -42,10 +42,10 @@ const MAX_CHOICES_CEILING = 128
 export const MAX_TOKEN_IDS = 1_000_000
 
 /** A string of at most `max` characters. */
-const chars = (max: number) => z.string().check(z.maxLength(max))
-const modelField = z.string().check(z.minLength(1), z.maxLength(256))
+const chars = (max: number) => string().check(z.maxLength(max))
+const modelField = string().check(z.minLength(1), z.maxLength(256))
 /** `n` and `best_of`; the model's `maxChoices` is checked by the normalizer. */
-const choices = () => nullish(z.number().check(int(), z.minimum(1), z.maximum(MAX_CHOICES_CEILING)))
+const choices = () => nullish(number().check(int(), z.minimum(1), z.maximum(MAX_CHOICES_CEILING)))
 
 /**
  * What podgate reads to size the quota reservation and to decide caching; validated so its 400s name
@@ -55,11 +55,11 @@ const readShape = {
   model: modelField,
   stream: nullish(boolean()),
   stream_options: nullish(looseObject({ include_usage: nullish(boolean()) })),
-  max_tokens: nullish(z.number().check(int(), z.minimum(1))),
-  max_completion_tokens: nullish(z.number().check(int(), z.minimum(1))),
+  max_tokens: nullish(number().check(int(), z.minimum(1))),
+  max_completion_tokens: nullish(number().check(int(), z.minimum(1))),
   n: choices(),
   best_of: choices(),
-  temperature: nullish(z.number().check(z.minimum(0))),
+  temperature: nullish(number().check(z.minimum(0))),
   seed: nullish(seed()),
   user: nullish(chars(256)),
 }
@@ -73,7 +73,7 @@ const contentPartSchema = union(
   [
     chars(MAX_TEXT_CHARS),
     looseObject({
-      type: optional(z.string().check(z.minLength(1), z.maxLength(64))),
+      type: optional(string().check(z.minLength(1), z.maxLength(64))),
       text: nullish(chars(MAX_TEXT_CHARS)),
     }),
   ],
@@ -88,7 +88,7 @@ const messageContentSchema = nullish(
 )
 
 const messageSchema = looseObject({
-  role: z.string().check(z.minLength(1), z.maxLength(64)),
+  role: string().check(z.minLength(1), z.maxLength(64)),
   content: messageContentSchema,
 })
 
@@ -97,7 +97,7 @@ export const chatCompletionRequestSchema = looseObject({
   messages: z.array(messageSchema).check(z.minLength(1), z.maxLength(MAX_MESSAGES)),
 })
 
-const tokenIds = z.array(z.number().check(int(), z.minimum(0))).check(z.minLength(1), z.maxLength(MAX_TOKEN_IDS))
+const tokenIds = z.array(number().check(int(), z.minimum(0))).check(z.minLength(1), z.maxLength(MAX_TOKEN_IDS))
 
 /** string | string[] | int[] | int[][]: OpenAI's prompt and embedding input forms. */
 function textOrTokens() {
@@ -117,7 +117,7 @@ function textOrTokens() {
 /** `prompt`, or vLLM's `prompt_embeds`, or both; `max_tokens: 0` only with `echo` (checked by the normalizer). */
 export const completionRequestSchema = looseObject({
   ...readShape,
-  max_tokens: nullish(z.number().check(int(), z.minimum(0))),
+  max_tokens: nullish(number().check(int(), z.minimum(0))),
   prompt: nullish(textOrTokens()),
 })
 

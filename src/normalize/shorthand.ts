@@ -16,14 +16,14 @@ import { oneOf } from '../zod/one-of.ts'
 import { int } from '../zod/numbers.ts'
 import { refine } from '../zod/refine.ts'
 import { union } from '../zod/union.ts'
-import { boolean } from '../zod/boolean.ts'
 import { optional } from '../zod/optional.ts'
 import { strictObject } from '../zod/object.ts'
+import { boolean, number, string } from '../zod/scalars.ts'
 
-const stopString = z.string().check(z.minLength(1), z.maxLength(1_000))
+const stopString = string().check(z.minLength(1), z.maxLength(1_000))
 const MAX_STOP_TOKEN_IDS = 100_000
-const optionalInt = (...checks: z.core.$ZodCheck<number>[]) => optional(z.number().check(int(), ...checks))
-const optionalNumber = (...checks: z.core.$ZodCheck<number>[]) => optional(z.number().check(...checks))
+const optionalInt = (...checks: z.core.$ZodCheck<number>[]) => optional(number().check(int(), ...checks))
+const optionalNumber = (...checks: z.core.$ZodCheck<number>[]) => optional(number().check(...checks))
 
 /**
  * worker-vllm's sampling params (runpod-api.md §2) in the types its native input takes, with the bounds
@@ -46,7 +46,7 @@ const nativeSamplingSchema = strictObject({
   length_penalty: optionalNumber(),
   early_stopping: optional(union([boolean(), oneOf(['never'])])),
   stop: optional(union([stopString, z.array(stopString).check(z.maxLength(MAX_STOP_SEQUENCES))])),
-  stop_token_ids: optional(z.array(z.number().check(int(), z.minimum(0))).check(z.maxLength(MAX_STOP_TOKEN_IDS))),
+  stop_token_ids: optional(z.array(number().check(int(), z.minimum(0))).check(z.maxLength(MAX_STOP_TOKEN_IDS))),
   ignore_eos: optional(boolean()),
   min_tokens: optionalInt(z.minimum(0)),
   skip_special_tokens: optional(boolean()),

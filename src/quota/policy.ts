@@ -8,9 +8,9 @@
 import * as z from 'zod/mini'
 import { positiveInt } from '../zod/numbers.ts'
 import { oneOf } from '../zod/one-of.ts'
-import { boolean } from '../zod/boolean.ts'
 import { optional } from '../zod/optional.ts'
 import { strictObject } from '../zod/object.ts'
+import { boolean } from '../zod/scalars.ts'
 
 /** A limit: a positive integer (described for the OpenAPI document in src/openapi/descriptions.ts). */
 const limit = () => optional(positiveInt())

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest'
 import * as z from 'zod/mini'
 import { expectSameJsonSchemas, expectSameParses } from './__fixtures__/zod-parity.ts'
-import { boolean } from './boolean.ts'
+import { boolean } from './scalars.ts'
 import { nullable, nullish } from './nullable.ts'
 import { positiveInt } from './numbers.ts'
 import { union } from './union.ts'

@@ -1,7 +1,7 @@
 import { describe, expect, expectTypeOf, it } from 'vitest'
 import * as z from 'zod/mini'
 import { expectSameJsonSchemas, expectSameParses, resultOf } from './__fixtures__/zod-parity.ts'
-import { boolean } from './boolean.ts'
+import { boolean } from './scalars.ts'
 import { nullable, nullish } from './nullable.ts'
 import { intIn, positiveInt } from './numbers.ts'
 import { catchall, looseObject, object, strictObject } from './object.ts'

@@ -13,6 +13,7 @@
 import * as z from 'zod/mini'
 import { ZodMiniType } from 'zod/mini'
 import { $constructor } from 'zod/v4/core'
+import { never, unknown } from './scalars.ts'
 
 type Field = z.core.$ZodTypeInternals
 
@@ -87,7 +88,7 @@ export function object<T extends Shape = Record<never, z.core.SomeType>>(shape: 
  * const policy = strictObject({ requestsPerMinute: optional(positiveInt()) })
  */
 export function strictObject<T extends Shape>(shape: T): z.ZodMiniObject<Writeable<T>, z.core.$strict> {
-  return objectOf(shape, z.never())
+  return objectOf(shape, never())
 }
 
 /**
@@ -97,7 +98,7 @@ export function strictObject<T extends Shape>(shape: T): z.ZodMiniObject<Writeab
  * const message = looseObject({ role: z.string() })
  */
 export function looseObject<T extends Shape>(shape: T): z.ZodMiniObject<Writeable<T>, z.core.$loose> {
-  return objectOf(shape, z.unknown())
+  return objectOf(shape, unknown())
 }
 
 /**

@@ -6,6 +6,7 @@
  * src/openapi/descriptions.ts.
  */
 import * as z from 'zod/mini'
+import { unknown } from './scalars.ts'
 
 /**
  * One of `values`.
@@ -14,7 +15,7 @@ import * as z from 'zod/mini'
  * const kind = z._default(oneOf(['secret', 'publishable']), 'secret')
  */
 export function oneOf<const T extends readonly [string, ...string[]]>(values: T): z.ZodMiniType<T[number]> {
-  return z.unknown().check(z.check((ctx) => {
+  return unknown().check(z.check((ctx) => {
     if (!values.includes(ctx.value as string)) ctx.issues.push({ code: 'invalid_value', values: [...values], input: ctx.value })
   })) as z.ZodMiniType<T[number]>
 }

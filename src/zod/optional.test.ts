@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest'
 import * as z from 'zod/mini'
 import { expectSameJsonSchemas, expectSameParses } from './__fixtures__/zod-parity.ts'
-import { boolean } from './boolean.ts'
+import { boolean } from './scalars.ts'
 import { nullable } from './nullable.ts'
 import { intIn, positiveInt } from './numbers.ts'
 import { oneOf } from './one-of.ts'

@@ -55,11 +55,12 @@ describe('the production Worker bundle', () => {
     // smaller stand-ins (records.ts, one-of.ts, optional-fields.ts; a pattern is a `refine()`). A zod schema
     // class keeps its name (`$constructor("$ZodRecord", ...)`), so a name found here is a class shipped. `z.int()`
     // is src/zod/numbers.ts's `int()` check (~300 B gzipped), `z.refine` src/zod/refine.ts's (~180 B), `z.union`
-    // src/zod/union.ts's `union()` (~190 B), `z.boolean()` src/zod/boolean.ts's (~40 B), `z._default` src/zod/with-default.ts's
+    // src/zod/union.ts's `union()` (~190 B), `z.boolean()` src/zod/scalars.ts's (~40 B), `z._default` src/zod/with-default.ts's
     // `withDefault()` (~140 B), `z.nullable` src/zod/nullable.ts's (~40 B),
     // `z.optional` src/zod/optional.ts's (~120 B), `z.object`, `z.strictObject`, `z.looseObject` and `z.catchall`
-    // src/zod/object.ts's (~940 B).
-    expect(code.toString('utf8').match(/"\$Zod(?:Record|Enum|CheckRegex|CheckStringFormat|CheckNumberFormat|Custom|Union|Boolean|Default|Nullable|Optional|Object)"/g)).toBeNull()
+    // src/zod/object.ts's (~940 B), `z.string()`, `z.number()`, `z.unknown()` and `z.never()` src/zod/scalars.ts's
+    // (~310 B with the boolean's).
+    expect(code.toString('utf8').match(/"\$Zod(?:Record|Enum|CheckRegex|CheckStringFormat|CheckNumberFormat|Custom|Union|Boolean|Default|Nullable|Optional|Object|String|Number|Unknown|Never)"/g)).toBeNull()
     expect(code.toString('utf8')).not.toContain('cannot be used on tuple schemas')
     // src/normalize/zod-errors.ts has no wording for an `invalid_format` issue or an exact length (`exact: true`):
     // no check shipped raises one (zod's string formats and regex, includes/startsWith/endsWith, case checks,
