@@ -25,12 +25,13 @@ import { withDefault } from '../zod/with-default.ts'
 import { optional } from '../zod/optional.ts'
 import { strictObject } from '../zod/object.ts'
 import { string } from '../zod/scalars.ts'
+import { maxLength, minLength } from '../zod/bounds.ts'
 
 const scopeFields = lazily(() => ({
-  name: string().check(z.minLength(1), z.maxLength(100)),
-  models: nullable(z.array(string().check(z.minLength(1), z.maxLength(128))).check(z.maxLength(256))),
-  origins: z.array(originSchema()).check(z.maxLength(100)),
-  metadata: recordOf(string().check(z.maxLength(512))).check(refine((m: Record<string, string>) => Object.keys(m).every((key) => key.length <= 64), 'must have keys of at most 64 characters')),
+  name: string().check(minLength(1), maxLength(100)),
+  models: nullable(z.array(string().check(minLength(1), maxLength(128))).check(maxLength(256))),
+  origins: z.array(originSchema()).check(maxLength(100)),
+  metadata: recordOf(string().check(maxLength(512))).check(refine((m: Record<string, string>) => Object.keys(m).every((key) => key.length <= 64), 'must have keys of at most 64 characters')),
   quota: nullable(quotaPolicySchema),
   expiresAt: nullable(positiveInt()),
 }))

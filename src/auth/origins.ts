@@ -6,6 +6,7 @@ import * as z from 'zod/mini'
 import { lazily } from '../zod/lazily.ts'
 import { refine } from '../zod/refine.ts'
 import { string } from '../zod/scalars.ts'
+import { maxLength } from '../zod/bounds.ts'
 
 /**
  * `https://App.Example.com:443/` -> `https://app.example.com`; null for anything that is not a bare
@@ -31,7 +32,7 @@ export function canonicalOrigin(text: string): string | null {
  */
 export const originSchema = lazily(() =>
   string().check(
-    z.maxLength(256),
+    maxLength(256),
     refine((text: string) => canonicalOrigin(text) !== null, 'must be a browser origin such as https://app.example.com (scheme, host and optional port; no path or wildcard)'),
   ),
 )

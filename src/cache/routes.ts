@@ -21,10 +21,11 @@ import type { GenerationCache } from './store.ts'
 import { optional } from '../zod/optional.ts'
 import { strictObject } from '../zod/object.ts'
 import { string } from '../zod/scalars.ts'
+import { maxLength, minLength } from '../zod/bounds.ts'
 
 export const purgeSchema = lazily(() => strictObject({
-  model: optional(string().check(z.minLength(1), z.maxLength(128))),
-  keyId: optional(string().check(z.minLength(1), z.maxLength(64))),
+  model: optional(string().check(minLength(1), maxLength(128))),
+  keyId: optional(string().check(minLength(1), maxLength(64))),
 }).check(refine((body: { model?: string, keyId?: string }) => body.model !== undefined || body.keyId !== undefined, 'give `model`, `keyId` or both')))
 
 export interface CacheRoutesOptions {

@@ -16,6 +16,7 @@ import { cacheConfigSchema, modelCacheSchema } from '../cache/config.ts'
 import { optional } from '../zod/optional.ts'
 import { strictObject } from '../zod/object.ts'
 import { boolean, number, string } from '../zod/scalars.ts'
+import { gt, maxLength, maximum, minLength, minimum, positive } from '../zod/bounds.ts'
 
 /** Runpod endpoint ids are lowercase alphanumerics (runpod-api.md §1). */
 export const ENDPOINT_ID_PATTERN = /^[a-z0-9]{1,64}$/
@@ -29,17 +30,17 @@ export type UpstreamMode = z.infer<typeof upstreamModeSchema>
 /** Sampling parameters in worker-vllm's names (runpod-api.md §2); used for per-model defaults. */
 export const samplingDefaultsSchema = strictObject(
   optionalFields({
-    temperature: number().check(z.minimum(0)),
-    top_p: number().check(z.gt(0), z.maximum(1)),
-    top_k: number().check(int(), z.minimum(-1)),
-    min_p: number().check(z.minimum(0), z.maximum(1)),
+    temperature: number().check(minimum(0)),
+    top_p: number().check(gt(0), maximum(1)),
+    top_k: number().check(int(), minimum(-1)),
+    min_p: number().check(minimum(0), maximum(1)),
     max_tokens: positiveInt(),
-    min_tokens: number().check(int(), z.minimum(0)),
-    presence_penalty: number().check(z.minimum(-2), z.maximum(2)),
-    frequency_penalty: number().check(z.minimum(-2), z.maximum(2)),
-    repetition_penalty: number().check(z.gt(0)),
+    min_tokens: number().check(int(), minimum(0)),
+    presence_penalty: number().check(minimum(-2), maximum(2)),
+    frequency_penalty: number().check(minimum(-2), maximum(2)),
+    repetition_penalty: number().check(gt(0)),
     seed: number().check(int()),
-    stop: union([string(), z.array(string()).check(z.maxLength(16))]),
+    stop: union([string(), z.array(string()).check(maxLength(16))]),
   }),
 )
 export type SamplingDefaults = z.infer<typeof samplingDefaultsSchema>
@@ -48,7 +49,7 @@ const endpointBase = {
   /** `openai` uses Runpod's `/openai/v1/*` route; `native` uses `/run` + `/stream/{id}` and `/runsync`. Default: the model's `mode`, else `openai`. */
   mode: optional(upstreamModeSchema),
   /** Relative share of traffic among a model's endpoints. Default 1. */
-  weight: withDefault(number().check(z.positive()), 1),
+  weight: withDefault(number().check(positive()), 1),
 }
 
 export const endpointSchema = union([
@@ -68,7 +69,7 @@ export const endpointSchema = union([
       ),
     ),
     /** The bearer sent to this URL (a secret: pass it from your environment). Default: none. The Runpod key is never sent to a `url:` endpoint unless given here. */
-    apiKey: optional(string().check(z.minLength(1, { message: 'is empty: set the secret it is read from' }))),
+    apiKey: optional(string().check(minLength(1, { message: 'is empty: set the secret it is read from' }))),
     ...endpointBase,
   }),
 ])
@@ -123,11 +124,11 @@ export type ResilienceConfig = z.output<typeof resilienceSchema>
 
 export const modelSchema = strictObject({
   /** One or more endpoints that serve this model. */
-  endpoints: z.array(endpointSchema).check(z.minLength(1, { message: 'needs at least one endpoint' }), z.maxLength(16)),
+  endpoints: z.array(endpointSchema).check(minLength(1, { message: 'needs at least one endpoint' }), maxLength(16)),
   /** Default upstream mode for endpoints that do not set one. Default `openai`. */
   mode: withDefault(upstreamModeSchema, 'openai'),
   /** The model name vLLM serves (sent upstream as `model` on the OpenAI route). Default: the alias. */
-  servedModelName: optional(string().check(z.minLength(1), z.maxLength(256))),
+  servedModelName: optional(string().check(minLength(1), maxLength(256))),
   /** Default sampling parameters, applied where the caller sends none. */
   defaults: withDefault(samplingDefaultsSchema, {}),
   /** Largest `max_tokens` a caller may ask for; larger asks get a 400. Default 4096. */
@@ -137,7 +138,7 @@ export const modelSchema = strictObject({
   /** Largest `n` a caller may ask for. Default 4. */
   maxChoices: withDefault(positiveInt(16), 4),
   /** `chat` models accept `messages` (`/chat/completions`), `completion` models `prompt` (`/completions`), `embedding` models `input` (`/embeddings`); all three by default (vLLM refuses what the served model cannot do). */
-  kinds: withDefault(z.array(oneOf(['chat', 'completion', 'embedding'])).check(z.minLength(1)), ['chat', 'completion', 'embedding']),
+  kinds: withDefault(z.array(oneOf(['chat', 'completion', 'embedding'])).check(minLength(1)), ['chat', 'completion', 'embedding']),
   /** Native surface (`/v2/{model}/run`): send the job `input` unchanged, for handlers other than worker-vllm. Default false: the input must be worker-vllm's and is normalized and capped. */
   passthrough: withDefault(boolean(), false),
   /** Retries, failover, cold-start hedging, timeouts and breaker. Default: see `resilienceSchema`. */
@@ -163,7 +164,7 @@ export const gatewayOptionsSchema = strictObject({
   models: recordOf(modelSchema).check(refine((m: object) => Object.keys(m).length > 0, 'needs at least one model')),
   runpod: strictObject({
     /** The Runpod API key. Sent only in the `Authorization` header upstream, never logged or returned. */
-    apiKey: string().check(z.minLength(1, { message: 'is empty: set the RUNPOD_API_KEY secret' })),
+    apiKey: string().check(minLength(1, { message: 'is empty: set the RUNPOD_API_KEY secret' })),
     /** Base URL of Runpod's endpoint API. Default `https://api.runpod.ai/v2`. */
     baseUrl: withDefault(string().check(refine((u: string) => URL.canParse(u), 'must be an absolute URL, e.g. https://api.runpod.ai/v2')), 'https://api.runpod.ai/v2'),
     /** Upstream request timeout for non-streaming calls, in ms. Default 120000. */
@@ -176,9 +177,9 @@ export const gatewayOptionsSchema = strictObject({
     maxPollsPerStream: withDefault(intIn(1, 9_000), 900),
   }),
   /** Secret for signed browser tokens and job ids (32+ chars). Default: derived from the Runpod key. */
-  signingSecret: optional(string().check(z.minLength(32, { message: 'must be at least 32 characters: e.g. `openssl rand -hex 32`' }))),
+  signingSecret: optional(string().check(minLength(32, { message: 'must be at least 32 characters: e.g. `openssl rand -hex 32`' }))),
   /** Bearer token for `/admin/*`. Admin routes answer 404 when unset. */
-  adminToken: optional(string().check(z.minLength(16, { message: 'must be at least 16 characters' }))),
+  adminToken: optional(string().check(minLength(16, { message: 'must be at least 16 characters' }))),
   /**
    * Largest accepted request body, in bytes. Default 10 MiB, Runpod's own limit on `/run` (20 MB on
    * `/runsync`): room for images as base64 `image_url` parts. A request holds a few times its body in the

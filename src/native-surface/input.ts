@@ -19,6 +19,7 @@ import type { JobKind } from './job-id.ts'
 import { optional } from '../zod/optional.ts'
 import { looseObject, strictObject } from '../zod/object.ts'
 import { boolean, number, unknown } from '../zod/scalars.ts'
+import { maximum, minimum } from '../zod/bounds.ts'
 
 export interface JobRequest {
   kind: JobKind
@@ -38,8 +39,8 @@ const refused = () =>
 const DAY_MS = 24 * 60 * 60_000
 
 const policyShape = () => strictObject({
-  executionTimeout: optional(number().check(int(), z.minimum(5_000), z.maximum(7 * DAY_MS))),
-  ttl: optional(number().check(int(), z.minimum(10_000), z.maximum(7 * DAY_MS))),
+  executionTimeout: optional(number().check(int(), minimum(5_000), maximum(7 * DAY_MS))),
+  ttl: optional(number().check(int(), minimum(10_000), maximum(7 * DAY_MS))),
   lowPriority: optional(boolean()),
 })
 type JobPolicy = z.infer<ReturnType<typeof policyShape>>
@@ -60,9 +61,9 @@ const vllmInputSchema = lazily(() => strictObject({
   sampling_params: optional(keysIn(SAMPLING_KEYS)),
   stream: optional(boolean()),
   apply_chat_template: optional(boolean()),
-  max_batch_size: optional(number().check(int(), z.minimum(1), z.maximum(1_000))),
-  min_batch_size: optional(number().check(int(), z.minimum(0), z.maximum(1_000))),
-  batch_size_growth_factor: optional(number().check(z.minimum(0), z.maximum(100))),
+  max_batch_size: optional(number().check(int(), minimum(1), maximum(1_000))),
+  min_batch_size: optional(number().check(int(), minimum(0), maximum(1_000))),
+  batch_size_growth_factor: optional(number().check(minimum(0), maximum(100))),
 }))
 
 /** The normalizer reads this input as worker-vllm's own: its params go to the worker as written. */

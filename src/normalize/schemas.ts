@@ -16,6 +16,7 @@ import { union } from '../zod/union.ts'
 import { optional } from '../zod/optional.ts'
 import { looseObject } from '../zod/object.ts'
 import { boolean, number, string, unknown } from '../zod/scalars.ts'
+import { maxLength, maximum, minLength, minimum } from '../zod/bounds.ts'
 
 
 /**
@@ -42,10 +43,10 @@ const MAX_CHOICES_CEILING = 128
 export const MAX_TOKEN_IDS = 1_000_000
 
 /** A string of at most `max` characters. */
-const chars = (max: number) => string().check(z.maxLength(max))
-const modelField = string().check(z.minLength(1), z.maxLength(256))
+const chars = (max: number) => string().check(maxLength(max))
+const modelField = string().check(minLength(1), maxLength(256))
 /** `n` and `best_of`; the model's `maxChoices` is checked by the normalizer. */
-const choices = () => nullish(number().check(int(), z.minimum(1), z.maximum(MAX_CHOICES_CEILING)))
+const choices = () => nullish(number().check(int(), minimum(1), maximum(MAX_CHOICES_CEILING)))
 
 /**
  * What podgate reads to size the quota reservation and to decide caching; validated so its 400s name
@@ -55,11 +56,11 @@ const readShape = {
   model: modelField,
   stream: nullish(boolean()),
   stream_options: nullish(looseObject({ include_usage: nullish(boolean()) })),
-  max_tokens: nullish(number().check(int(), z.minimum(1))),
-  max_completion_tokens: nullish(number().check(int(), z.minimum(1))),
+  max_tokens: nullish(number().check(int(), minimum(1))),
+  max_completion_tokens: nullish(number().check(int(), minimum(1))),
   n: choices(),
   best_of: choices(),
-  temperature: nullish(number().check(z.minimum(0))),
+  temperature: nullish(number().check(minimum(0))),
   seed: nullish(seed()),
   user: nullish(chars(256)),
 }
@@ -73,7 +74,7 @@ const contentPartSchema = union(
   [
     chars(MAX_TEXT_CHARS),
     looseObject({
-      type: optional(string().check(z.minLength(1), z.maxLength(64))),
+      type: optional(string().check(minLength(1), maxLength(64))),
       text: nullish(chars(MAX_TEXT_CHARS)),
     }),
   ],
@@ -81,23 +82,23 @@ const contentPartSchema = union(
 )
 
 const messageContentSchema = nullish(
-  union([chars(MAX_TEXT_CHARS), z.array(contentPartSchema).check(z.maxLength(MAX_MESSAGES))], {
+  union([chars(MAX_TEXT_CHARS), z.array(contentPartSchema).check(maxLength(MAX_MESSAGES))], {
     // For unions the message is the "expected ..." clause; the mapper adds the param and the actual type.
     error: 'expected a string, an array of content parts or null',
   }),
 )
 
 const messageSchema = looseObject({
-  role: string().check(z.minLength(1), z.maxLength(64)),
+  role: string().check(minLength(1), maxLength(64)),
   content: messageContentSchema,
 })
 
 export const chatCompletionRequestSchema = looseObject({
   ...readShape,
-  messages: z.array(messageSchema).check(z.minLength(1), z.maxLength(MAX_MESSAGES)),
+  messages: z.array(messageSchema).check(minLength(1), maxLength(MAX_MESSAGES)),
 })
 
-const tokenIds = z.array(number().check(int(), z.minimum(0))).check(z.minLength(1), z.maxLength(MAX_TOKEN_IDS))
+const tokenIds = z.array(number().check(int(), minimum(0))).check(minLength(1), maxLength(MAX_TOKEN_IDS))
 
 /** string | string[] | int[] | int[][]: OpenAI's prompt and embedding input forms. */
 function textOrTokens() {
@@ -107,8 +108,8 @@ function textOrTokens() {
     [
       chars(MAX_TEXT_CHARS),
       tokenIds,
-      z.array(chars(MAX_TEXT_CHARS)).check(z.minLength(1), z.maxLength(MAX_MESSAGES)),
-      z.array(tokenIds).check(z.minLength(1), z.maxLength(MAX_MESSAGES)),
+      z.array(chars(MAX_TEXT_CHARS)).check(minLength(1), maxLength(MAX_MESSAGES)),
+      z.array(tokenIds).check(minLength(1), maxLength(MAX_MESSAGES)),
     ],
     { error: 'expected a string, an array of strings, an array of token ids or an array of token-id arrays' },
   )
@@ -117,7 +118,7 @@ function textOrTokens() {
 /** `prompt`, or vLLM's `prompt_embeds`, or both; `max_tokens: 0` only with `echo` (checked by the normalizer). */
 export const completionRequestSchema = looseObject({
   ...readShape,
-  max_tokens: nullish(number().check(int(), z.minimum(0))),
+  max_tokens: nullish(number().check(int(), minimum(0))),
   prompt: nullish(textOrTokens()),
 })
 
@@ -125,7 +126,7 @@ export const completionRequestSchema = looseObject({
 export const embeddingRequestSchema = looseObject({
   model: modelField,
   input: nullish(textOrTokens()),
-  messages: nullish(z.array(messageSchema).check(z.minLength(1), z.maxLength(MAX_MESSAGES))),
+  messages: nullish(z.array(messageSchema).check(minLength(1), maxLength(MAX_MESSAGES))),
   user: readShape.user,
 })
 

@@ -19,8 +19,9 @@ import { union } from '../zod/union.ts'
 import { optional } from '../zod/optional.ts'
 import { strictObject } from '../zod/object.ts'
 import { boolean, number, string } from '../zod/scalars.ts'
+import { gt, maxLength, maximum, minLength, minimum } from '../zod/bounds.ts'
 
-const stopString = string().check(z.minLength(1), z.maxLength(1_000))
+const stopString = string().check(minLength(1), maxLength(1_000))
 const MAX_STOP_TOKEN_IDS = 100_000
 const optionalInt = (...checks: z.core.$ZodCheck<number>[]) => optional(number().check(int(), ...checks))
 const optionalNumber = (...checks: z.core.$ZodCheck<number>[]) => optional(number().check(...checks))
@@ -32,27 +33,27 @@ const optionalNumber = (...checks: z.core.$ZodCheck<number>[]) => optional(numbe
  * job instead, where vLLM answers for itself.
  */
 const nativeSamplingSchema = strictObject({
-  max_tokens: optionalInt(z.minimum(1)),
-  n: optionalInt(z.minimum(1)),
-  best_of: optionalInt(z.minimum(1)),
-  temperature: optionalNumber(z.minimum(0), z.maximum(2)),
-  top_p: optionalNumber(z.gt(0), z.maximum(1)),
-  top_k: optionalInt(z.minimum(-1)),
-  min_p: optionalNumber(z.minimum(0), z.maximum(1)),
-  presence_penalty: optionalNumber(z.minimum(-2), z.maximum(2)),
-  frequency_penalty: optionalNumber(z.minimum(-2), z.maximum(2)),
-  repetition_penalty: optionalNumber(z.gt(0)),
+  max_tokens: optionalInt(minimum(1)),
+  n: optionalInt(minimum(1)),
+  best_of: optionalInt(minimum(1)),
+  temperature: optionalNumber(minimum(0), maximum(2)),
+  top_p: optionalNumber(gt(0), maximum(1)),
+  top_k: optionalInt(minimum(-1)),
+  min_p: optionalNumber(minimum(0), maximum(1)),
+  presence_penalty: optionalNumber(minimum(-2), maximum(2)),
+  frequency_penalty: optionalNumber(minimum(-2), maximum(2)),
+  repetition_penalty: optionalNumber(gt(0)),
   use_beam_search: optional(boolean()),
   length_penalty: optionalNumber(),
   early_stopping: optional(union([boolean(), oneOf(['never'])])),
-  stop: optional(union([stopString, z.array(stopString).check(z.maxLength(MAX_STOP_SEQUENCES))])),
-  stop_token_ids: optional(z.array(number().check(int(), z.minimum(0))).check(z.maxLength(MAX_STOP_TOKEN_IDS))),
+  stop: optional(union([stopString, z.array(stopString).check(maxLength(MAX_STOP_SEQUENCES))])),
+  stop_token_ids: optional(z.array(number().check(int(), minimum(0))).check(maxLength(MAX_STOP_TOKEN_IDS))),
   ignore_eos: optional(boolean()),
-  min_tokens: optionalInt(z.minimum(0)),
+  min_tokens: optionalInt(minimum(0)),
   skip_special_tokens: optional(boolean()),
   spaces_between_special_tokens: optional(boolean()),
   include_stop_str_in_output: optional(boolean()),
-  truncate_prompt_tokens: optionalInt(z.minimum(-1)),
+  truncate_prompt_tokens: optionalInt(minimum(-1)),
   seed: optional(seed()),
   // SamplingParams' checks across fields (vLLM's sampling_params.py `_verify_args`): a classic worker
   // raises them while reading its input, which fails the job as the worker's error, not the caller's.

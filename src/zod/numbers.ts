@@ -3,6 +3,7 @@
  */
 import * as z from 'zod/mini'
 import { number } from './scalars.ts'
+import { maximum, minimum, positive } from './bounds.ts'
 
 /**
  * zod's `z.int()` as a check, raising zod's own issues: a non-integer is `invalid_type` (expected `int`)
@@ -31,10 +32,10 @@ const INT_DEF = { check: 'number_format', format: 'safeint' }
 
 /** An integer from `min` to `max`, both included. */
 export function intIn(min: number, max: number) {
-  return number().check(int(), z.minimum(min), z.maximum(max))
+  return number().check(int(), minimum(min), maximum(max))
 }
 
 /** A positive integer, at most `max` when given. */
 export function positiveInt(max?: number) {
-  return max === undefined ? number().check(int(), z.positive()) : number().check(int(), z.positive(), z.maximum(max))
+  return max === undefined ? number().check(int(), positive()) : number().check(int(), positive(), maximum(max))
 }
