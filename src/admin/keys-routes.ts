@@ -26,11 +26,12 @@ import { optional } from '../zod/optional.ts'
 import { strictObject } from '../zod/object.ts'
 import { string } from '../zod/scalars.ts'
 import { maxLength, minLength } from '../zod/bounds.ts'
+import { array } from '../zod/array.ts'
 
 const scopeFields = lazily(() => ({
   name: string().check(minLength(1), maxLength(100)),
-  models: nullable(z.array(string().check(minLength(1), maxLength(128))).check(maxLength(256))),
-  origins: z.array(originSchema()).check(maxLength(100)),
+  models: nullable(array(string().check(minLength(1), maxLength(128))).check(maxLength(256))),
+  origins: array(originSchema()).check(maxLength(100)),
   metadata: recordOf(string().check(maxLength(512))).check(refine((m: Record<string, string>) => Object.keys(m).every((key) => key.length <= 64), 'must have keys of at most 64 characters')),
   quota: nullable(quotaPolicySchema),
   expiresAt: nullable(positiveInt()),

@@ -25,12 +25,13 @@ import { optional } from '../zod/optional.ts'
 import { strictObject } from '../zod/object.ts'
 import { string } from '../zod/scalars.ts'
 import { maxLength, minLength } from '../zod/bounds.ts'
+import { array } from '../zod/array.ts'
 
 /** A token's `sub` (checked as code, not `z.regex`: the OpenAPI document shows it as `pattern`, src/openapi/descriptions.ts). */
 export const SUB_PATTERN = /^[\x21-\x7e]{1,128}$/
 
 export const mintTokenSchema = lazily(() => strictObject({
-  models: optional(z.array(string().check(minLength(1), maxLength(128))).check(minLength(1), maxLength(256))),
+  models: optional(array(string().check(minLength(1), maxLength(128))).check(minLength(1), maxLength(256))),
   origin: optional(originSchema()),
   ttlSeconds: optional(positiveInt()),
   quota: optional(quotaPolicySchema),

@@ -19,6 +19,7 @@ import { int } from '../zod/numbers.ts'
 import { optional } from '../zod/optional.ts'
 import { object } from '../zod/object.ts'
 import { number, string } from '../zod/scalars.ts'
+import { array } from '../zod/array.ts'
 
 export const TOKEN_PREFIX = 'pg_tk_'
 
@@ -37,7 +38,7 @@ const claimsSchema = lazily(() => object({
   /** Issued at / expires at, in seconds since the epoch. */
   iat: number().check(int()),
   exp: number().check(int()),
-  models: nullable(z.array(string())),
+  models: nullable(array(string())),
   origin: nullable(string()),
   quota: nullable(quotaPolicySchema),
   /** The end user the token stands for, named by the minting backend; absent on tokens minted without one. */

@@ -17,6 +17,7 @@ import { optional } from '../zod/optional.ts'
 import { strictObject } from '../zod/object.ts'
 import { boolean, number, string } from '../zod/scalars.ts'
 import { gt, maxLength, maximum, minLength, minimum, positive } from '../zod/bounds.ts'
+import { array } from '../zod/array.ts'
 
 /** Runpod endpoint ids are lowercase alphanumerics (runpod-api.md §1). */
 export const ENDPOINT_ID_PATTERN = /^[a-z0-9]{1,64}$/
@@ -40,7 +41,7 @@ export const samplingDefaultsSchema = strictObject(
     frequency_penalty: number().check(minimum(-2), maximum(2)),
     repetition_penalty: number().check(gt(0)),
     seed: number().check(int()),
-    stop: union([string(), z.array(string()).check(maxLength(16))]),
+    stop: union([string(), array(string()).check(maxLength(16))]),
   }),
 )
 export type SamplingDefaults = z.infer<typeof samplingDefaultsSchema>
@@ -124,7 +125,7 @@ export type ResilienceConfig = z.output<typeof resilienceSchema>
 
 export const modelSchema = strictObject({
   /** One or more endpoints that serve this model. */
-  endpoints: z.array(endpointSchema).check(minLength(1, { message: 'needs at least one endpoint' }), maxLength(16)),
+  endpoints: array(endpointSchema).check(minLength(1, { message: 'needs at least one endpoint' }), maxLength(16)),
   /** Default upstream mode for endpoints that do not set one. Default `openai`. */
   mode: withDefault(upstreamModeSchema, 'openai'),
   /** The model name vLLM serves (sent upstream as `model` on the OpenAI route). Default: the alias. */
@@ -138,7 +139,7 @@ export const modelSchema = strictObject({
   /** Largest `n` a caller may ask for. Default 4. */
   maxChoices: withDefault(positiveInt(16), 4),
   /** `chat` models accept `messages` (`/chat/completions`), `completion` models `prompt` (`/completions`), `embedding` models `input` (`/embeddings`); all three by default (vLLM refuses what the served model cannot do). */
-  kinds: withDefault(z.array(oneOf(['chat', 'completion', 'embedding'])).check(minLength(1)), ['chat', 'completion', 'embedding']),
+  kinds: withDefault(array(oneOf(['chat', 'completion', 'embedding'])).check(minLength(1)), ['chat', 'completion', 'embedding']),
   /** Native surface (`/v2/{model}/run`): send the job `input` unchanged, for handlers other than worker-vllm. Default false: the input must be worker-vllm's and is normalized and capped. */
   passthrough: withDefault(boolean(), false),
   /** Retries, failover, cold-start hedging, timeouts and breaker. Default: see `resilienceSchema`. */

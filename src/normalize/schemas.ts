@@ -17,6 +17,7 @@ import { optional } from '../zod/optional.ts'
 import { looseObject } from '../zod/object.ts'
 import { boolean, number, string, unknown } from '../zod/scalars.ts'
 import { maxLength, maximum, minLength, minimum } from '../zod/bounds.ts'
+import { array } from '../zod/array.ts'
 
 
 /**
@@ -82,7 +83,7 @@ const contentPartSchema = union(
 )
 
 const messageContentSchema = nullish(
-  union([chars(MAX_TEXT_CHARS), z.array(contentPartSchema).check(maxLength(MAX_MESSAGES))], {
+  union([chars(MAX_TEXT_CHARS), array(contentPartSchema).check(maxLength(MAX_MESSAGES))], {
     // For unions the message is the "expected ..." clause; the mapper adds the param and the actual type.
     error: 'expected a string, an array of content parts or null',
   }),
@@ -95,10 +96,10 @@ const messageSchema = looseObject({
 
 export const chatCompletionRequestSchema = looseObject({
   ...readShape,
-  messages: z.array(messageSchema).check(minLength(1), maxLength(MAX_MESSAGES)),
+  messages: array(messageSchema).check(minLength(1), maxLength(MAX_MESSAGES)),
 })
 
-const tokenIds = z.array(number().check(int(), minimum(0))).check(minLength(1), maxLength(MAX_TOKEN_IDS))
+const tokenIds = array(number().check(int(), minimum(0))).check(minLength(1), maxLength(MAX_TOKEN_IDS))
 
 /** string | string[] | int[] | int[][]: OpenAI's prompt and embedding input forms. */
 function textOrTokens() {
@@ -108,8 +109,8 @@ function textOrTokens() {
     [
       chars(MAX_TEXT_CHARS),
       tokenIds,
-      z.array(chars(MAX_TEXT_CHARS)).check(minLength(1), maxLength(MAX_MESSAGES)),
-      z.array(tokenIds).check(minLength(1), maxLength(MAX_MESSAGES)),
+      array(chars(MAX_TEXT_CHARS)).check(minLength(1), maxLength(MAX_MESSAGES)),
+      array(tokenIds).check(minLength(1), maxLength(MAX_MESSAGES)),
     ],
     { error: 'expected a string, an array of strings, an array of token ids or an array of token-id arrays' },
   )
@@ -126,7 +127,7 @@ export const completionRequestSchema = looseObject({
 export const embeddingRequestSchema = looseObject({
   model: modelField,
   input: nullish(textOrTokens()),
-  messages: nullish(z.array(messageSchema).check(minLength(1), maxLength(MAX_MESSAGES))),
+  messages: nullish(array(messageSchema).check(minLength(1), maxLength(MAX_MESSAGES))),
   user: readShape.user,
 })
 

@@ -20,6 +20,7 @@ import { optional } from '../zod/optional.ts'
 import { strictObject } from '../zod/object.ts'
 import { boolean, number, string } from '../zod/scalars.ts'
 import { gt, maxLength, maximum, minLength, minimum } from '../zod/bounds.ts'
+import { array } from '../zod/array.ts'
 
 const stopString = string().check(minLength(1), maxLength(1_000))
 const MAX_STOP_TOKEN_IDS = 100_000
@@ -46,8 +47,8 @@ const nativeSamplingSchema = strictObject({
   use_beam_search: optional(boolean()),
   length_penalty: optionalNumber(),
   early_stopping: optional(union([boolean(), oneOf(['never'])])),
-  stop: optional(union([stopString, z.array(stopString).check(maxLength(MAX_STOP_SEQUENCES))])),
-  stop_token_ids: optional(z.array(number().check(int(), minimum(0))).check(maxLength(MAX_STOP_TOKEN_IDS))),
+  stop: optional(union([stopString, array(stopString).check(maxLength(MAX_STOP_SEQUENCES))])),
+  stop_token_ids: optional(array(number().check(int(), minimum(0))).check(maxLength(MAX_STOP_TOKEN_IDS))),
   ignore_eos: optional(boolean()),
   min_tokens: optionalInt(minimum(0)),
   skip_special_tokens: optional(boolean()),
