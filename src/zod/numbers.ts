@@ -1,9 +1,10 @@
 /**
  * The number schemas podgate's settings repeat, in `zod/mini`'s functional form.
  */
-import * as z from 'zod/mini'
+import type * as z from 'zod/mini'
 import { number } from './scalars.ts'
 import { maximum, minimum, positive } from './bounds.ts'
+import { customCheck } from './refine.ts'
 
 /**
  * zod's `z.int()` as a check, raising zod's own issues: a non-integer is `invalid_type` (expected `int`)
@@ -16,7 +17,7 @@ import { maximum, minimum, positive } from './bounds.ts'
  * const seed = z.number().check(int())
  */
 export function int(): z.core.$ZodCheck<number> {
-  return z.check<number>((ctx) => {
+  return customCheck<number>((ctx) => {
     const input = ctx.value
     if (!Number.isInteger(input)) ctx.issues.push({ code: 'invalid_type', expected: 'int', format: 'safeint', input, continue: false })
     else if (!Number.isSafeInteger(input)) {
@@ -24,10 +25,10 @@ export function int(): z.core.$ZodCheck<number> {
         ? { code: 'too_big', origin: 'int', maximum: Number.MAX_SAFE_INTEGER, inclusive: true, input, continue: true }
         : { code: 'too_small', origin: 'int', minimum: Number.MIN_SAFE_INTEGER, inclusive: true, input, continue: true })
     }
-  }, INT_DEF as object)
+  }, INT_DEF)
 }
 
-// Spread over the check's def after `check: 'custom'` (zod/mini's `z.check`); its params type has no room for them.
+// Spread over the check's def after `check: 'custom'`.
 const INT_DEF = { check: 'number_format', format: 'safeint' }
 
 /** An integer from `min` to `max`, both included. */

@@ -5,8 +5,9 @@
  * `z.toJSONSchema` sees any value here: the OpenAPI document gets its `enum` from
  * src/openapi/descriptions.ts.
  */
-import * as z from 'zod/mini'
+import type * as z from 'zod/mini'
 import { unknown } from './scalars.ts'
+import { customCheck } from './refine.ts'
 
 /**
  * One of `values`.
@@ -15,7 +16,7 @@ import { unknown } from './scalars.ts'
  * const kind = z._default(oneOf(['secret', 'publishable']), 'secret')
  */
 export function oneOf<const T extends readonly [string, ...string[]]>(values: T): z.ZodMiniType<T[number]> {
-  return unknown().check(z.check((ctx) => {
+  return unknown().check(customCheck((ctx) => {
     if (!values.includes(ctx.value as string)) ctx.issues.push({ code: 'invalid_value', values: [...values], input: ctx.value })
   })) as z.ZodMiniType<T[number]>
 }

@@ -3,8 +3,9 @@
  * code ships anyway, where `z.record` adds its own (~500 gzipped bytes of the deployed Worker). The
  * members keep the caller's order, as a record's do.
  */
-import * as z from 'zod/mini'
+import type * as z from 'zod/mini'
 import { catchall, looseObject, object } from './object.ts'
+import { customCheck } from './refine.ts'
 
 /** An object whose every member is `value` (`z.record(z.string(), value)`). */
 export function recordOf<T extends z.core.SomeType>(value: T) {
@@ -13,7 +14,7 @@ export function recordOf<T extends z.core.SomeType>(value: T) {
 
 /** An object of any members whose names are all in `keys`; another name is refused as an unrecognized argument. */
 export function keysIn(keys: readonly string[]) {
-  return looseObject({}).check(z.check((ctx) => {
+  return looseObject({}).check(customCheck<Record<string, unknown>>((ctx) => {
     const unknown = Object.keys(ctx.value).filter((key) => !keys.includes(key))
     if (unknown.length > 0) ctx.issues.push({ code: 'unrecognized_keys', keys: unknown, input: ctx.value })
   }))
