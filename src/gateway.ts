@@ -38,14 +38,14 @@ import { RunpodClient } from './upstream/runpod/client.ts'
 import { createDispatcher } from './upstream/dispatch.ts'
 import type { Breaker } from './upstream/breaker.ts'
 import type { CompletionStage } from './pipeline/index.ts'
-import type { GatewayEnv } from './types.ts'
+import type { GatewayEnv, HookContext } from './types.ts'
 
 export interface GatewayOptions extends GatewayOptionsInput {
   /**
-   * The KV namespace holding keys (and later quotas and cache entries).
-   * Default: the `PODGATE_KV` binding.
+   * The KV namespace holding keys, quota counters and cache entries. Default: the `PODGATE_KV` binding.
+   * `c` is the request's context in your app, with your app's bindings (`(c) => c.env.APP_KV`).
    */
-  kv?: (c: Context<GatewayEnv>) => KVNamespace
+  kv?: (c: HookContext) => KVNamespace
   /** Supplies the caller's podgate key. Default: `Authorization: Bearer <key>`, else `x-api-key` (`bearerCredential`). */
   credential?: CredentialResolver
   /**

@@ -1,6 +1,7 @@
 /**
  * The Hono environment podgate's app and middleware share.
  */
+import type { Context } from 'hono'
 import type { Principal } from './auth/keys.ts'
 import type { QuotaObject } from './quota/durable-object.ts'
 
@@ -26,3 +27,9 @@ export interface GatewayEnv {
   Bindings: GatewayBindings
   Variables: GatewayVariables
 }
+
+/**
+ * The context a hook of podgate's options gets (`kv`, `quota.objects`, `apiKeyAuth`'s `store`): the
+ * request's, in your app, so `c.env` holds your app's bindings under their own names (`c.env.APP_KV`).
+ */
+export type HookContext = Context<{ Bindings: any; Variables: GatewayVariables }>

@@ -7,8 +7,11 @@ import { env } from 'cloudflare:test'
 import { Hono } from 'hono'
 import OpenAI from 'openai'
 import { describe, expect, it } from 'vitest'
+import { adminAuth, apiKeyAuth, createGateway, KeyStore, podgateCors } from '../src/index.ts'
+import type { GatewayVariables } from '../src/index.ts'
+import { createRunpodEmulator } from '../src/testing/index.ts'
 import { callComposed as call, loginComposed } from './composed-app.ts'
-import { authed, chatBody, harness } from './helpers.ts'
+import { ADMIN_TOKEN, authed, chatBody, harness, MODELS, RUNPOD_KEY } from './helpers.ts'
 
 async function login(user: string): Promise<string> {
   const { status, setCookie, cookie } = await loginComposed(user)
@@ -171,5 +174,41 @@ describe('a host app\'s own middleware before the gateway', () => {
     expect(native.status).toBe(400)
     expect(await native.json()).toEqual({ error: 'The request body is not valid JSON.', code: 'invalid_json' })
     expect(await (await app.request('/api/v2/v2/chat-classic/status/nope', authed(key), env)).json()).toMatchObject({ code: 'not_found' })
+  })
+})
+
+describe('the middleware on its own, with the app\'s own binding names (docs/composition.md)', () => {
+  it('apiKeyAuth, podgateCors and adminAuth guard the app\'s routes, and createGateway reads the same KV by another name', async () => {
+    interface Env { APP_KV: KVNamespace; APP_QUOTA?: DurableObjectNamespace }
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    const app = new Hono<{ Bindings: Env; Variables: GatewayVariables }>()
+    // As a user writes them: each hook's `c` is typed with the app's bindings, no cast.
+    app.use('/api/*', podgateCors(), apiKeyAuth({ store: (c) => new KeyStore(c.env.APP_KV, { cacheTtlMs: 0 }) }))
+    app.get('/api/whoami', (c) => c.json({ key: c.get('principal').keyId, name: c.get('principal').name }))
+    app.use('/ops/*', adminAuth({ token: ADMIN_TOKEN }))
+    app.get('/ops/ping', (c) => c.text('pong'))
+    app.route('/ai', createGateway({
+      models: MODELS,
+      runpod: { apiKey: RUNPOD_KEY, baseUrl: 'http://emulator.test/v2' },
+      adminToken: ADMIN_TOKEN,
+      kv: (c) => c.env.APP_KV,
+      quota: { objects: (c) => c.env.APP_QUOTA },
+      fetch: (input, init) => emulator.fetch(new Request(input, init)),
+      logSink: () => {},
+    }))
+    const appEnv = { APP_KV: env.PODGATE_KV }
+    const created = await app.request('/ai/admin/keys', { method: 'POST', headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify({ name: 'own-api' }) }, appEnv)
+    expect(created.status).toBe(201)
+    const { id, key } = (await created.json()) as { id: string; key: string }
+
+    expect(await (await app.request('/api/whoami', authed(key), appEnv)).json()).toEqual({ key: id, name: 'own-api' })
+    const anonymous = await app.request('/api/whoami', { headers: { origin: 'https://app.example.com' } }, appEnv)
+    expect(anonymous.status).toBe(401)
+    expect(anonymous.headers.get('access-control-allow-origin')).toBe('https://app.example.com')
+    expect(await anonymous.json()).toMatchObject({ error: { code: 'missing_api_key', type: 'authentication_error' } })
+    expect((await app.request('/ops/ping', authed('wrong'), appEnv)).status).toBe(401)
+    expect(await (await app.request('/ops/ping', authed(ADMIN_TOKEN), appEnv)).text()).toBe('pong')
+    const chat = await app.request('/ai/v1/chat/completions', authed(key, chatBody('chat-openai', 'own names')), appEnv)
+    expect(chat.status).toBe(200)
   })
 })

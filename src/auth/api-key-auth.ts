@@ -24,7 +24,7 @@
  */
 import type { Context, MiddlewareHandler } from 'hono'
 import { GatewayError } from '../errors/index.ts'
-import type { GatewayEnv } from '../types.ts'
+import type { GatewayEnv, HookContext } from '../types.ts'
 import { isLive, keyGeneration, toPrincipal } from './keys.ts'
 import type { KeyRecord, KeyStore, Principal } from './keys.ts'
 import { formatForPath, runpodErrorBody } from '../http/respond.ts'
@@ -39,8 +39,8 @@ import type { TokenSigner } from './tokens.ts'
 export type CredentialResolver = (c: Context) => string | undefined | Promise<string | undefined>
 
 export interface ApiKeyAuthOptions {
-  /** Where key records live. */
-  store: (c: Context<GatewayEnv>) => KeyStore
+  /** Where key records live. `c` is the request's context in your app, with its bindings (`(c) => new KeyStore(c.env.APP_KV, ...)`). */
+  store: (c: HookContext) => KeyStore
   /**
    * Supplies the credential. Default: the `Authorization: Bearer` header. A credential it returns that
    * the request did not carry in its `Authorization` header skips the origin rules.

@@ -8,7 +8,7 @@ import { Hono } from 'hono/tiny'
 import type { Context } from 'hono'
 import type { KeyStore } from '../auth/keys.ts'
 import { GatewayError } from '../errors/index.ts'
-import type { GatewayEnv } from '../types.ts'
+import type { GatewayEnv, HookContext } from '../types.ts'
 import { limitStates, MINUTE_MS, DAY_MS } from './limits.ts'
 import type { QuotaPolicy } from './policy.ts'
 import type { QuotaService } from './service.ts'
@@ -16,7 +16,7 @@ import type { QuotaService } from './service.ts'
 export interface QuotaRoutesOptions {
   service: QuotaService
   /** Where key records live (for the admin route). */
-  keys: (c: Context<GatewayEnv>) => KeyStore
+  keys: (c: HookContext) => KeyStore
 }
 
 const KEY_ID = /^key_[A-Za-z0-9]{16}$/

@@ -5,7 +5,7 @@
 import type { Context } from 'hono'
 import { ConfigError } from '../config/resolve.ts'
 import { GatewayError } from '../errors/index.ts'
-import type { GatewayEnv } from '../types.ts'
+import type { GatewayEnv, HookContext } from '../types.ts'
 import { KvQuotaStore } from './kv-store.ts'
 import { DEFAULT_CONTROL_PER_MINUTE, effectivePolicy } from './policy.ts'
 import type { QuotaPolicy, QuotaStoreKind } from './policy.ts'
@@ -21,9 +21,9 @@ export interface QuotaServiceOptions {
   /** The store for policies that do not set `strict`. Default `kv`. */
   store?: QuotaStoreKind
   /** KV namespace of the KV store. */
-  kv: (c: Context<GatewayEnv>) => KVNamespace
-  /** Durable Object namespace of the strict store. Default: the `PODGATE_QUOTA` binding. */
-  objects?: (c: Context<GatewayEnv>) => DurableObjectNamespace<QuotaObject> | undefined
+  kv: (c: HookContext) => KVNamespace
+  /** Durable Object namespace of the strict store. Default: the `PODGATE_QUOTA` binding. `c` has your app's bindings. */
+  objects?: (c: HookContext) => DurableObjectNamespace<QuotaObject> | undefined
   /** KV store flush and list interval, in ms. Default 1000. */
   flushIntervalMs?: number
   /** Clock deciding windows. Default `Date.now`. */

@@ -182,7 +182,7 @@ describe('the packed package', () => {
       }
     }
     // The README's library snippet, configuration's example, composition's Worker and app at least.
-    expect(names).toEqual(expect.arrayContaining(['README_md_1.ts', 'docs_configuration_md_1.ts', 'docs_composition_md_1.ts', 'docs_composition_md_2.ts']))
+    expect(names).toEqual(expect.arrayContaining(['README_md_1.ts', 'docs_configuration_md_1.ts', 'docs_composition_md_1.ts', 'docs_composition_md_2.ts', 'docs_composition_md_3.ts']))
     // As a Worker project compiles them: bundler resolution, workers-types, strict.
     writeFileSync(join(scratch, 'tsconfig.snippets.json'), JSON.stringify({
       compilerOptions: { target: 'ES2022', module: 'ESNext', moduleResolution: 'Bundler', strict: true, noUncheckedIndexedAccess: true, verbatimModuleSyntax: true, types: ['@cloudflare/workers-types'], lib: ['ES2023'], noEmit: true, skipLibCheck: true },
