@@ -151,6 +151,12 @@ describe('the packed package', () => {
     expect(String(result.text).length).toBeGreaterThan(0)
   })
 
+  it('a CommonJS module require()s the package and each subpath but the Workers-only one (Node >= 22.12, the engines floor, loads ESM through require)', () => {
+    const probe = "const p = require('podgate'); const t = require('podgate/testing'); const w = require('podgate/worker'); console.log(JSON.stringify([typeof p.createGateway, typeof t.createRunpodEmulator, typeof w.optionsFromEnv]))"
+    const output = run(process.execPath, ['-e', probe], { cwd: scratch })
+    expect(JSON.parse(output.trim().split('\n').at(-1)!)).toEqual(['function', 'function', 'function'])
+  })
+
   it('the composed example Worker bundles for deployment (docs/composition.md: npm run deploy -- --config workers/composed.wrangler.toml), its placeholders named', { timeout: 60_000 }, () => {
     const outdir = join(scratch, 'composed-bundle')
     const deploy = spawnSync('npm', ['run', 'deploy', '--', '--dry-run', '--config', 'workers/composed.wrangler.toml', '--outdir', outdir], { cwd: ROOT, encoding: 'utf8', timeout: 90_000 })
