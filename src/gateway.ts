@@ -21,6 +21,7 @@ import { podgateCors } from './cors/index.ts'
 import type { GatewayOptionsInput } from './config/schema.ts'
 import { GatewayError } from './errors/index.ts'
 import { setAnswerHeader } from './http/headers.ts'
+import { notJson } from './http/body.ts'
 import { callLog, createLogger, lateFailureLog, secretScrubber } from './http/log.ts'
 import type { LogSink } from './http/log.ts'
 import { createErrorHandler, errorResponse, formatForPath } from './http/respond.ts'
@@ -122,8 +123,9 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
     })
   app.use(async function requestId(c, next) {
     // A host app's middleware that read the body through Hono (`c.req.json()`, cached for later readers)
-    // used up the raw body podgate reads: it gets Hono's copy back.
-    if (c.req.raw.bodyUsed) c.req.raw = new Request(c.req.raw, { body: await c.req.arrayBuffer() })
+    // used up the raw body podgate reads: it gets Hono's copy back. Hono before 4.8.4 caches only the parse,
+    // which fails again here for a body that is not JSON: refused as podgate refuses it, not as a 500.
+    if (c.req.raw.bodyUsed) c.req.raw = new Request(c.req.raw, { body: await c.req.arrayBuffer().catch(notJson) })
     const id = crypto.randomUUID()
     c.set('requestId', id)
     await next()

@@ -34,7 +34,7 @@ export async function readJsonBody(request: Request, maxBytes: number, wide = fa
   try {
     value = JSON.parse(text)
   } catch {
-    throw new GatewayError('invalid_json', 'The request body is not valid JSON.')
+    notJson()
   }
   return wide ? keepWideIntegers(value, text) : value
 }
@@ -96,6 +96,11 @@ export function concatBytes(parts: Uint8Array[], total: number): Uint8Array {
     offset += part.byteLength
   }
   return out
+}
+
+/** Refuses a body that is not JSON. */
+export function notJson(): never {
+  throw new GatewayError('invalid_json', 'The request body is not valid JSON.')
 }
 
 function empty(): GatewayError {

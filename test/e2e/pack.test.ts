@@ -93,12 +93,14 @@ console.log(JSON.stringify({
 `
 
 let files: string[] = []
+let tarball = ''
 
 // Build, pack and install once; every test below uses the installed tarball.
 beforeAll(() => {
   run('npm', ['run', 'build'], { cwd: ROOT })
   const packed = JSON.parse(run('npm', ['pack', '--json', '--pack-destination', scratch], { cwd: ROOT })) as { filename: string; files: { path: string }[] }[]
   files = packed[0]!.files.map((f) => f.path)
+  tarball = join(scratch, packed[0]!.filename)
 
   // The versions this repo is tested with (npm's cache already holds them, so the install stays quick).
   const local = (name: string) => (JSON.parse(readFileSync(join(ROOT, 'node_modules', name, 'package.json'), 'utf8')) as { version: string }).version
@@ -228,5 +230,76 @@ describe('the packed package', () => {
     } finally {
       await server.close()
     }
+  })
+})
+
+// The lowest versions package.json's peerDependencies allow, with a host app's own middleware that
+// parses the body first (docs/composition.md: Hono before 4.8.4 caches c.req.json()'s parsed value).
+const LOWEST_PEERS_APP = `import { Hono } from 'hono'
+import { createGateway, KeyStore } from 'podgate'
+import { createRunpodEmulator } from 'podgate/testing'
+
+const data = new Map()
+const kv = {
+  async get(name, type) { const e = data.get(name); if (!e) return null; return (typeof type === 'string' ? type : type?.type) === 'json' ? JSON.parse(e.value) : e.value },
+  async getWithMetadata(name) { const e = data.get(name); return { value: e?.value ?? null, metadata: e?.metadata ?? null } },
+  async put(name, value, options) { data.set(name, { value, metadata: options?.metadata ?? null }) },
+  async delete(name) { data.delete(name) },
+  async list() { return { keys: [], list_complete: true } },
+}
+const emulator = createRunpodEmulator({ apiKey: 'rp_demo_key' })
+const app = new Hono()
+const seen = []
+app.use('/ai/*', async (c, next) => {
+  if (c.req.method === 'POST') seen.push((await c.req.json().catch(() => null))?.model ?? null)
+  await next()
+})
+app.route('/ai', createGateway({
+  models: { 'chat-openai': { endpoints: [{ endpointId: 'vllmopenai' }], mode: 'openai' }, 'chat-current': { endpoints: [{ endpointId: 'vllmcurrent' }], mode: 'native' } },
+  runpod: { apiKey: 'rp_demo_key', baseUrl: 'http://emulator.test/v2' },
+  kv: () => kv,
+  fetch: (input, init) => emulator.fetch(new Request(input, init)),
+  logSink: () => {},
+}))
+const { key } = await new KeyStore(kv, { cacheTtlMs: 0 }).create({ name: 'lowest' })
+const post = async (path, body) => {
+  const res = await app.request(path, { method: 'POST', headers: { authorization: 'Bearer ' + key, 'content-type': 'application/json' }, body })
+  const json = await res.json()
+  return [res.status, json.error?.code ?? json.code ?? json.object ?? json.status]
+}
+const chat = (extra) => JSON.stringify({ model: 'chat-openai', messages: [{ role: 'user', content: 'hi' }], max_tokens: 4, ...extra })
+console.log(JSON.stringify({
+  chat: await post('/ai/v1/chat/completions', chat({})),
+  badJson: await post('/ai/v1/chat/completions', '{"model": "chat-openai", '),
+  badField: await post('/ai/v1/chat/completions', chat({ temperature: 'hot' })),
+  native: await post('/ai/v2/chat-current/runsync', JSON.stringify({ input: { prompt: 'hi', sampling_params: { max_tokens: 4 } } })),
+  nativeBadJson: await post('/ai/v2/chat-current/run', '{'),
+  refused: (await app.request('/ai/v1/models')).status,
+  seen,
+}))
+`
+
+describe('the packed package with the lowest peer versions it declares', () => {
+  it('installs with hono and zod at their floors and answers as with current ones, a host middleware that parsed the body first included', { timeout: 180_000 }, () => {
+    const peers = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { peerDependencies: Record<string, string> }).peerDependencies
+    const floor = (name: string) => /^\^(\d+\.\d+\.\d+)$/.exec(peers[name] ?? '')?.[1]
+    expect(floor('hono'), 'hono peer range').toBeDefined()
+    expect(floor('zod'), 'zod peer range').toBeDefined()
+    const dir = join(scratch, 'lowest-peers')
+    mkdirSync(dir, { recursive: true })
+    writeFileSync(join(dir, 'package.json'), JSON.stringify({ name: 'lowest-peers', private: true, type: 'module', dependencies: { podgate: `file:${tarball}`, hono: floor('hono'), zod: floor('zod') } }))
+    writeFileSync(join(dir, 'app.js'), LOWEST_PEERS_APP)
+    run('npm', ['install', '--no-audit', '--no-fund', '--prefer-offline', '--ignore-scripts', '--loglevel', 'error'], { cwd: dir, timeout: 150_000 })
+    expect((JSON.parse(readFileSync(join(dir, 'node_modules/hono/package.json'), 'utf8')) as { version: string }).version).toBe(floor('hono'))
+    const output = run(process.execPath, ['app.js'], { cwd: dir })
+    expect(JSON.parse(output.trim().split('\n').at(-1)!)).toEqual({
+      chat: [200, 'chat.completion'],
+      badJson: [400, 'invalid_json'],
+      badField: [400, 'invalid_request'],
+      native: [200, 'COMPLETED'],
+      nativeBadJson: [400, 'invalid_json'],
+      refused: 401,
+      seen: ['chat-openai', null, 'chat-openai', null, null],
+    })
   })
 })
