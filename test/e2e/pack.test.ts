@@ -159,6 +159,22 @@ describe('the packed package', () => {
     expect(JSON.parse(output.trim().split('\n').at(-1)!)).toEqual(['function', 'function', 'function'])
   })
 
+  it('every relative link of the README and docs/ it ships leads to a file it ships, but the repository\'s own records', () => {
+    // Repository material the docs cite, not part of what a user installs: benchmark records and the
+    // example Worker's source (docs/composition.md shows it whole).
+    const repositoryOnly = new Set(['BENCHMARKS.md', 'scripts/bench/NOTES.md', 'workers/composed.ts'])
+    const missing: string[] = []
+    for (const doc of files.filter((f) => f.endsWith('.md'))) {
+      const text = readFileSync(join(scratch, 'node_modules', 'podgate', doc), 'utf8')
+      for (const [, target] of text.matchAll(/\]\(([^)#\s]+)(?:#[^)]*)?\)/g)) {
+        if (/^[a-z]+:/.test(target!)) continue
+        const path = join(doc, '..', target!)
+        if (!files.includes(path) && !repositoryOnly.has(path)) missing.push(`${doc} -> ${target}`)
+      }
+    }
+    expect(missing).toEqual([])
+  })
+
   it('the composed example Worker bundles for deployment (docs/composition.md: npm run deploy -- --config workers/composed.wrangler.toml), its placeholders named', { timeout: 60_000 }, () => {
     const outdir = join(scratch, 'composed-bundle')
     const deploy = spawnSync('npm', ['run', 'deploy', '--', '--dry-run', '--config', 'workers/composed.wrangler.toml', '--outdir', outdir], { cwd: ROOT, encoding: 'utf8', timeout: 90_000 })
