@@ -5,9 +5,10 @@
  */
 import { env } from 'cloudflare:test'
 import { Hono } from 'hono'
+import { HTTPException } from 'hono/http-exception'
 import OpenAI from 'openai'
 import { describe, expect, it } from 'vitest'
-import { adminAuth, apiKeyAuth, createGateway, KeyStore, podgateCors } from '../src/index.ts'
+import { adminAuth, apiKeyAuth, createGateway, GatewayError, KeyStore, podgateCors } from '../src/index.ts'
 import type { GatewayVariables } from '../src/index.ts'
 import { createRunpodEmulator } from '../src/testing/index.ts'
 import { callComposed as call, loginComposed } from './composed-app.ts'
@@ -210,5 +211,27 @@ describe('the middleware on its own, with the app\'s own binding names (docs/com
     expect(await (await app.request('/ops/ping', authed(ADMIN_TOKEN), appEnv)).text()).toBe('pong')
     const chat = await app.request('/ai/v1/chat/completions', authed(key, chatBody('chat-openai', 'own names')), appEnv)
     expect(chat.status).toBe(200)
+  })
+
+  it('an onError of the app\'s that answers getResponse() for GatewayError keeps the refusal\'s status; inside the mount podgate\'s own answers', async () => {
+    const h = harness()
+    const app = new Hono()
+    app.onError((err, c) => (err instanceof HTTPException || err instanceof GatewayError ? err.getResponse() : c.text('Internal error', 500)))
+    app.use('/api/*', apiKeyAuth({ store: () => new KeyStore(env.PODGATE_KV, { cacheTtlMs: 0 }) }))
+    app.get('/api/hello', (c) => c.text('hi'))
+    app.route('/ai', h.app)
+    const refused = await app.request('/api/hello', {}, env)
+    expect(refused.status).toBe(401)
+    expect(refused.headers.get('www-authenticate')).toBe('Bearer realm="podgate"')
+    expect(await refused.json()).toMatchObject({ error: { code: 'missing_api_key' } })
+    const mounted = await app.request('/ai/v1/models', {}, env)
+    expect(mounted.status).toBe(401)
+    expect(await mounted.json()).toMatchObject({ error: { code: 'missing_api_key' } })
+    // The instanceof-HTTPException idiom alone answers the app's 500, as docs/composition.md warns.
+    const idiom = new Hono()
+    idiom.onError((err, c) => (err instanceof HTTPException ? err.getResponse() : c.text('Internal error', 500)))
+    idiom.use('/api/*', apiKeyAuth({ store: () => new KeyStore(env.PODGATE_KV, { cacheTtlMs: 0 }) }))
+    idiom.get('/api/hello', (c) => c.text('hi'))
+    expect((await idiom.request('/api/hello', {}, env)).status).toBe(500)
   })
 })
