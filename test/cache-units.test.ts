@@ -208,8 +208,10 @@ describe('answer capture', () => {
     step(1, { delta: { content: 'b' }, finish_reason: 'stop' }, { usage: { prompt_tokens: 2, completion_tokens: 1, total_tokens: 3 } })
     const events = (sse: string) => sse.split('\n\n').filter((line) => line.startsWith('data: {')).map((line) => JSON.parse(line.slice(6)) as Record<string, unknown>)
     const streamed = events(renderStream(capture.result(usage)!, meta, true))
-    expect(streamed.map((e) => e.prompt_token_ids)).toEqual([[1, 2], undefined, [1, 2], undefined, undefined])
-    expect(streamed.map((e) => (e.usage as { completion_tokens: number }).completion_tokens)).toEqual([0, 1, 0, 1, 2])
+    // In the order they came: the choices' chunks interleaved, the usage on every chunk counting up.
+    expect(streamed.map((e) => (e.choices as { index: number }[])[0]?.index)).toEqual([0, 1, 0, 1, undefined])
+    expect(streamed.map((e) => e.prompt_token_ids)).toEqual([[1, 2], [1, 2], undefined, undefined, undefined])
+    expect(streamed.map((e) => (e.usage as { completion_tokens: number }).completion_tokens)).toEqual([0, 0, 1, 1, 2])
     // JSON: at the top level of the body, the JSON-only ones included.
     const body = { id: 'c', object: 'chat.completion', created: 1, model: 'm', choices: [{ index: 0, message: { role: 'assistant', content: 'x' }, logprobs: null, finish_reason: 'stop' }], usage, prompt_logprobs: [null, { 5: { logprob: -1 } }], kv_transfer_params: { remote: 1 }, prompt_token_ids: [1, 2] }
     expect(renderJson(captureJsonAnswer('chat', body)!, meta)).toMatchObject({ usage, prompt_logprobs: body.prompt_logprobs, kv_transfer_params: { remote: 1 }, prompt_token_ids: [1, 2] })

@@ -3,7 +3,8 @@
  *
  * One entry serves both forms of a request, whatever the answer holds (text, tool calls, reasoning,
  * logprobs, refusals, fields vLLM adds later): a streamed answer is kept as each choice's chunk objects
- * in order (a replayed stream is the live one, chunk for chunk); a JSON answer as its whole choice
+ * in order, with the order several choices' chunks interleaved in (a replayed stream is the live one,
+ * chunk for chunk); a JSON answer as its whole choice
  * objects. Rendering the other form converts: chunks are merged the way clients reassemble them
  * (strings and lists appended, tool calls joined by `index`), a JSON choice becomes a role chunk and one
  * delta chunk. Embeddings (JSON only) are kept whole.
@@ -30,6 +31,8 @@ export interface CachedAnswer {
   usage?: Usage
   /** Top-level fields of a JSON answer besides id, object, created, model, choices and usage (`prompt_logprobs`; an embeddings list's `data`). */
   extra?: Json
+  /** Captured from a stream of several choices: the choice of each chunk, in stream order (their chunks interleave). */
+  order?: number[]
 }
 
 /** The identity a rendering writes into each body. */
@@ -71,6 +74,7 @@ export interface AnswerCapture {
  */
 export function createAnswerCapture(kind: RequestKind): AnswerCapture {
   const choices: CachedChoice[] = []
+  const order: number[] = []
   let broken = false
   let meta: { id: string; created: number } | undefined
 
@@ -94,6 +98,7 @@ export function createAnswerCapture(kind: RequestKind): AnswerCapture {
       const chunks = (record.chunks ??= [])
       if (top) (record.tops ??= {})[chunks.length] = top
       chunks.push(rest)
+      order.push(index)
     }
     return 'chunk'
   }
@@ -105,7 +110,7 @@ export function createAnswerCapture(kind: RequestKind): AnswerCapture {
     },
     result(usage) {
       if (broken || choices.length === 0 || choices.some((c) => c === undefined)) return undefined
-      return { kind, choices, ...(usage ? { usage } : {}) }
+      return { kind, choices, ...(choices.length > 1 ? { order } : {}), ...(usage ? { usage } : {}) }
     },
   }
 }
@@ -147,14 +152,17 @@ export function renderStream(answer: CachedAnswer, meta: RenderMeta, includeUsag
   const object = answer.kind === 'chat' ? 'chat.completion.chunk' : 'text_completion'
   const head = `{"id":${JSON.stringify(meta.id)},"object":"${object}","created":${meta.created},"model":${JSON.stringify(meta.model)},"choices":[`
   let out = ''
-  answer.choices.forEach((choice, index) => {
-    const chunks = choice.chunks ?? split(answer.kind, choice.whole ?? {})
-    chunks.forEach((chunk, at) => {
-      const top = choice.tops?.[at]
-      const tail = top ? `,${JSON.stringify(top).slice(1, -1)}` : ''
-      out += `data: ${head}${JSON.stringify({ index, ...chunk })}]${tail}}\n\n`
-    })
-  })
+  const lists = answer.choices.map((choice) => choice.chunks ?? split(answer.kind, choice.whole ?? {}))
+  const next = lists.map(() => 0)
+  // In the live order where it was recorded (several streamed choices interleave), else each choice in turn.
+  for (const index of answer.order ?? lists.flatMap((list, index) => list.map(() => index))) {
+    const at = next[index]!++
+    const chunk = lists[index]?.[at]
+    if (!chunk) continue
+    const top = answer.choices[index]!.tops?.[at]
+    const tail = top ? `,${JSON.stringify(top).slice(1, -1)}` : ''
+    out += `data: ${head}${JSON.stringify({ index, ...chunk })}]${tail}}\n\n`
+  }
   if (includeUsage && answer.usage) out += `data: ${head}],"usage":${JSON.stringify(answer.usage)}}\n\n`
   return out + DONE_TEXT
 }
