@@ -533,6 +533,33 @@ describe('cache', () => {
   })
 })
 
+describe('a stream missing a choice', () => {
+  // An upstream that skipped a choice (n: 2, only index 1 came): its answer reaches its caller as it is,
+  // but it is no answer the cache can replay, so it is not stored (a HIT of it would fail).
+  const GAPPED = [
+    { ...head, choices: [{ index: 1, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }] },
+    { ...head, choices: [{ index: 1, delta: { content: 'Only one.' }, logprobs: null, finish_reason: 'stop', stop_reason: null }] },
+    { ...head, choices: [], usage },
+  ]
+  const GAPPED_SSE = `${GAPPED.map((e) => `data: ${JSON.stringify(e)}\n\n`).join('')}data: [DONE]\n\n`
+
+  it.each([true, false])('is not stored: the next identical call goes upstream (stream %s)', async (stream) => {
+    const json = { id: 'x', object: 'chat.completion', created: 1, model: SERVED, choices: [0, 1].map((index) => ({ index, message: { role: 'assistant', content: 'Both.' }, finish_reason: 'stop' })), usage }
+    const { h, calls } = setup({ openai: (call) => (call.body?.stream ? sse(GAPPED_SSE) : Response.json(json)) })
+    const { key } = await h.createKey()
+    const body = JSON.stringify({ model: 'openai', messages: [{ role: 'user', content: 'two' }], n: 2, seed: 1, stream: true })
+    const live = await h.fetch('/v1/chat/completions', authed(key, body))
+    expect(live.status).toBe(200)
+    await live.text()
+    await h.settle()
+    const again = await h.fetch('/v1/chat/completions', authed(key, stream ? body : JSON.stringify({ ...JSON.parse(body), stream: false })))
+    await again.text()
+    expect(again.status).toBe(200)
+    expect(again.headers.get('x-podgate-cache')).toBe('MISS')
+    expect(calls.filter((c) => c.op.startsWith('openai/'))).toHaveLength(2)
+  })
+})
+
 describe('the cache shows the model name a live answer shows', () => {
   const JSON_ANSWER = { id: 'x', object: 'chat.completion', created: 1, model: SERVED, choices: [{ index: 0, message: { role: 'assistant', content: 'hi' }, finish_reason: 'stop' }], usage }
   const modelsOf = (events: unknown[]) => new Set(events.flatMap((e) => (typeof e === 'object' && e !== null ? [(e as { model: unknown }).model] : [])))

@@ -109,7 +109,8 @@ export function createAnswerCapture(kind: RequestKind): AnswerCapture {
       return meta
     },
     result(usage) {
-      if (broken || choices.length === 0 || choices.some((c) => c === undefined)) return undefined
+      // `includes` sees a choice that never came (a hole), where `some` would skip it.
+      if (broken || choices.length === 0 || choices.includes(undefined as never)) return undefined
       return { kind, choices, ...(choices.length > 1 ? { order } : {}), ...(usage ? { usage } : {}) }
     },
   }
