@@ -592,6 +592,37 @@ describe('coalescing', () => {
     await h.settle()
     expect(jobs()).toBe(before)
   })
+  it.each<[string, string, { stream?: boolean }, { stream?: boolean }, string]>([
+    ['JSON', 'a JSON', {}, {}, 'cold=150,fault=http,status=503'],
+    ['JSON', 'a streaming', {}, { stream: true }, 'cold=150,fault=http,status=503'],
+    ['streamed', 'a JSON', { stream: true }, {}, 'delay=20,tokens=20,fault=mid_stream,after=8'],
+  ])('a %s call that runs on for %s joiner after its first caller left, and then fails, gives that joiner its error: it asks nothing on its own', async (_l, _j, leaderForm, joinerForm, directive) => {
+    const { h, key, jobs } = await setup()
+    const failing = deterministic('chat-current', `fails once its caller left [[emulator:${directive}]]`, leaderForm)
+    // One caller's worth of upstream attempts (the dispatcher's retries included).
+    const alone = await h.fetch('/v1/chat/completions', authed(key, failing))
+    await alone.text()
+    await h.settle()
+    const perCall = jobs()
+    const leaving = new AbortController()
+    const leader = h.fetch('/v1/chat/completions', { ...authed(key, failing), signal: leaving.signal }).catch((error: unknown) => error)
+    await new Promise((r) => setTimeout(r, 10))
+    const { stream: _stream, ...question } = JSON.parse(failing) as Record<string, unknown>
+    const joinerBody = JSON.stringify({ ...question, ...joinerForm })
+    const joiner = h.fetch('/v1/chat/completions', authed(key, joinerBody))
+    await new Promise((r) => setTimeout(r, 10))
+    leaving.abort()
+    await leader
+    const res = await joiner
+    const text = await res.text()
+    await h.settle()
+    expect(res.headers.get('x-podgate-cache')).toBe(joinerForm.stream ? 'COALESCED' : null)
+    if (joinerForm.stream) expect(text).toContain('"error"')
+    else expect(res.status).toBeGreaterThanOrEqual(500)
+    // The shared call failed for the joiner as it would have for its first caller: no second call.
+    expect(jobs()).toBe(2 * perCall)
+  })
+
   // A caller who leaves ends its own part, not the others': its signal fires and its body is cancelled
   // (as workerd does on a disconnect), and the shared call runs on for the joiner still reading it.
   it.each(MODEL_NAMES)('%s: a streaming joiner following live reads to the end after the first caller left', async (model) => {

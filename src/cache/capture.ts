@@ -35,6 +35,11 @@ interface Leader {
   /** Takes the flight out of the coalescing map: no one joins it from then on. */
   release: () => void
   store: (answer: CachedAnswer) => void
+  /**
+   * The call was stopped for its caller (who left with no joiner waiting): its failure is no answer for
+   * anyone, and a joiner still around asks on its own. A call that runs on for joiners after its caller
+   * left and then fails failed for them: they get its error.
+   */
   callerGone: () => boolean
   /** Its caller left mid-answer while joiners wait (its pipe read on for them): once none does, the call stops. */
   left: () => void
@@ -74,7 +79,7 @@ export async function lead(run: CacheRun, ctx: CompletionContext, next: Completi
       const write = writeEntry(options.tiers(ctx.c), plan.key, { v: 1, storedAt: options.now(), answer }, { ttlSeconds: plan.ttlSeconds, maxEntryBytes: options.maxEntryBytes })
       waitUntilOf(ctx.c)(write.catch((error: unknown) => log(ctx, { message: 'cache write failed', cause: String(error) })))
     },
-    callerGone: () => ctx.c.req.raw.signal?.aborted === true,
+    callerGone: () => (ctx.signal ?? ctx.c.req.raw.signal)?.aborted === true,
     left: () => {
       leftByBody = true
       // Heard by its pipe, maybe not by its request's signal: the quota stages free its stream slot now.
