@@ -910,6 +910,43 @@ describe('native relay and the answer cache', () => {
     expect(upstream.calls).toHaveLength(2)
   })
 
+  it('a piped event that grows past maxEntryBytes is given up on as it comes, not held whole: its waiting twin asks on its own at once', async () => {
+    // One event of 200 KB whose end the upstream holds back: podgate's copy of a piped stream reads it as
+    // it comes, and must not keep it whole (an upstream's event has no other bound there).
+    const start = `data: {${head},"choices":[{"index":0,"delta":{"content":"${'w'.repeat(200_000)}`
+    const rest = `"},"logprobs":null,"finish_reason":null}]}\n\n${UPSTREAM_SSE}`
+    // The first call's body waits for its twin to join, then sends the event's start and holds its end.
+    const { upstream, release } = held([start, rest], 1)
+    let joined!: () => void
+    const twinJoined = new Promise<void>((resolve) => (joined = resolve))
+    const gated = { calls: upstream.calls, fetch: (async (input: RequestInfo | URL, init?: RequestInit) => {
+      const response = await upstream.fetch(input, init)
+      if (upstream.calls.length > 1) return response
+      const reader = response.body!.getReader()
+      return new Response(new ReadableStream({ type: 'bytes', async pull(controller) {
+        await twinJoined
+        const next = await reader.read()
+        if (next.done) controller.close()
+        else controller.enqueue(next.value)
+      } }), response)
+    }) as typeof fetch }
+    const { kv, looked } = lookups()
+    const { stream } = await setup(gated, { cache: { maxEntryBytes: 1024 }, kv })
+    const leader = stream(SERVED, cacheable)
+    await looked(1)
+    const twin = stream(SERVED, cacheable)
+    await looked(2)
+    joined()
+    const leaderText = (await leader).text()
+    const twinText = twin.then((res) => res.text())
+    // The leader's event is still open upstream; the twin learnt the answer is too large to share.
+    for (let i = 0; i < 100 && upstream.calls.length < 2; i++) await new Promise((resolve) => setTimeout(resolve, 20))
+    expect(upstream.calls).toHaveLength(2)
+    release()
+    expect(await leaderText).toBe(start + rest)
+    expect((await twinText).replace(/^(: keep-alive\n\n)+/, '')).toBe(start + rest)
+  })
+
   it('a piped answer cut before [DONE] is not stored', async () => {
     const cut = UPSTREAM_SSE.slice(0, UPSTREAM_SSE.lastIndexOf('data: [DONE]'))
     const upstream = scripted(() => [cut])

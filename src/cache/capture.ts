@@ -10,6 +10,7 @@
  * The caller's own bytes never wait on the capture.
  */
 import { createParser } from 'eventsource-parser'
+import type { EventSourceParser, ParserCallbacks } from 'eventsource-parser'
 import { CALLER_GONE, GatewayError, toGatewayError, upstreamError } from '../errors/index.ts'
 import { concatBytes } from '../http/body.ts'
 import { onAbort, waitUntilOf } from '../http/context.ts'
@@ -208,7 +209,10 @@ function streamRecorder(leader: Leader): StreamRecorder {
     text(text) {
       if (gaveUp) return
       try {
-        parser.feed(text)
+        // Made at the first text, once it is known whether the stream is piped: a piped stream's events have
+        // no other bound, so one that grows past maxEntryBytes (no entry could hold it) is given up on as it
+        // comes instead of held whole. A relayed stream's are bounded by the relay, and its readers need them all.
+        ;(parser ??= createParser(copy.piped ? { ...callbacks, maxBufferSize: maxEntryBytes, onError: giveUp } : callbacks)).feed(text)
       } catch (error) {
         run.log(ctx, { message: 'cache: recording a piped stream failed', cause: String(error) })
         giveUp()
@@ -238,7 +242,8 @@ function streamRecorder(leader: Leader): StreamRecorder {
     if (flight.sealed) run.log(ctx, { level: 'info', message: 'cache: answer over maxEntryBytes, not stored', max_entry_bytes: maxEntryBytes, peak_buffered_chars: flight.peakBufferedChars })
     if (answer) leader.store(answer)
   }
-  const parser = createParser({
+  let parser: EventSourceParser | undefined
+  const callbacks: ParserCallbacks = {
     onEvent(event) {
       if (event.data === '[DONE]') {
         sawDone = true
@@ -256,7 +261,7 @@ function streamRecorder(leader: Leader): StreamRecorder {
     onComment() {
       if (!copy.piped) flight.push({ comment: true })
     },
-  })
+  }
   return {
     copy,
     feed: copy.text,
