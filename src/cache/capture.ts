@@ -42,6 +42,8 @@ interface Leader {
    * left and then fails failed for them: they get its error.
    */
   callerGone: () => boolean
+  /** Stops being shared: no one may join it any more, and its failure is its caller's alone (`callerGone`). */
+  halt: () => void
   /** Its caller left mid-answer while joiners wait (its pipe read on for them): once none does, the call stops. */
   left: () => void
 }
@@ -55,6 +57,12 @@ export async function lead(run: CacheRun, ctx: CompletionContext, next: Completi
   }
   /** Its caller left mid-answer, as its pipe heard (`Leader.left`), also on a host whose request signal does not say so. */
   let leftByBody = false
+  /** Stopped for its caller, with no joiner waiting (`Leader.halt`). */
+  let halted = false
+  const halt = () => {
+    halted = true
+    release()
+  }
   if (options.coalesce) {
     flights.set(hash, flight)
     // The call is the flight's: its caller leaving stops it only when no joiner follows it, and its
@@ -62,7 +70,7 @@ export async function lead(run: CacheRun, ctx: CompletionContext, next: Completi
     // whose upstream ignores the abort and answers later is cut by its relay (openai-relay.ts).
     const shared = new AbortController()
     const { signal } = ctx.c.req.raw
-    const stop = () => (signal.aborted || leftByBody) && (shared.abort(signal.aborted ? signal.reason : upstreamError(CALLER_GONE)), release())
+    const stop = () => (signal.aborted || leftByBody) && (shared.abort(signal.aborted ? signal.reason : upstreamError(CALLER_GONE)), halt())
     ctx.signal = shared.signal
     flight.onIdle = stop
     onAbort(signal, () => {
@@ -80,7 +88,8 @@ export async function lead(run: CacheRun, ctx: CompletionContext, next: Completi
       const write = writeEntry(options.tiers(ctx.c), plan.key, { v: 1, storedAt: options.now(), answer }, { ttlSeconds: plan.ttlSeconds, maxEntryBytes: options.maxEntryBytes })
       waitUntilOf(ctx.c)(write.catch((error: unknown) => log(ctx, { message: 'cache write failed', cause: String(error) })))
     },
-    callerGone: () => (ctx.signal ?? ctx.c.req.raw.signal)?.aborted === true,
+    callerGone: () => halted,
+    halt,
     left: () => {
       leftByBody = true
       // Heard by its pipe, maybe not by its request's signal: the quota stages free its stream slot now.
@@ -318,7 +327,10 @@ function captureStream(leader: Leader, recorder: StreamRecorder, response: Respo
   })()
   waitUntilOf(ctx.c)(pump)
   // Everyone left before the end: stop the upstream call, as a caller that hangs up would.
-  flight.onIdle = () => void source.cancel().catch(() => undefined)
+  flight.onIdle = () => {
+    leader.halt()
+    void source.cancel().catch(() => undefined)
+  }
   return withCacheHeaders(new Response(follow(flight, own, ctx), response), 'MISS', 0)
 }
 
