@@ -28,7 +28,7 @@ function run(command: string, args: string[], options: SpawnSyncOptions = {}): s
 // A small app a user would write: podgate mounted in Hono, with an in-memory KV (Node has none).
 const APP = `import { Hono } from 'hono'
 import { createGateway, GatewayError, openApiHandler } from 'podgate'
-import type { GatewayOptions } from 'podgate'
+import type { GatewayOptions, LogSink } from 'podgate'
 import { createRunpodEmulator } from 'podgate/testing'
 
 function memoryKv(): KVNamespace {
@@ -60,6 +60,8 @@ function memoryKv(): KVNamespace {
 
 const emulator = createRunpodEmulator({ apiKey: 'rp_demo_key' })
 const kv = memoryKv()
+const lines: string[] = []
+const logSink: LogSink = (line) => void lines.push(line)
 const options: GatewayOptions = {
   models: { 'chat-current': { endpoints: [{ endpointId: 'vllmcurrent' }], mode: 'native' } },
   runpod: { apiKey: 'rp_demo_key', baseUrl: 'http://emulator.test/v2' },
@@ -67,6 +69,7 @@ const options: GatewayOptions = {
   kv: () => kv,
   fetch: (input, init) => emulator.fetch(new Request(input, init)),
   extras: { openapi: openApiHandler },
+  logSink,
 }
 const app = new Hono()
 app.get('/', (c) => c.text('host app'))
@@ -153,10 +156,10 @@ describe('the packed package', () => {
     expect(String(result.text).length).toBeGreaterThan(0)
   })
 
-  it('a CommonJS module require()s the package and each subpath but the Workers-only one (Node >= 22.12, the engines floor, loads ESM through require)', () => {
-    const probe = "const p = require('podgate'); const t = require('podgate/testing'); const w = require('podgate/worker'); console.log(JSON.stringify([typeof p.createGateway, typeof t.createRunpodEmulator, typeof w.optionsFromEnv]))"
+  it('a CommonJS module require()s the package and each subpath but the Workers-only one (Node >= 22.12, the engines floor, loads ESM through require), and its package.json', () => {
+    const probe = "const p = require('podgate'); const t = require('podgate/testing'); const w = require('podgate/worker'); console.log(JSON.stringify([typeof p.createGateway, typeof t.createRunpodEmulator, typeof w.optionsFromEnv, require('podgate/package.json').name]))"
     const output = run(process.execPath, ['-e', probe], { cwd: scratch })
-    expect(JSON.parse(output.trim().split('\n').at(-1)!)).toEqual(['function', 'function', 'function'])
+    expect(JSON.parse(output.trim().split('\n').at(-1)!)).toEqual(['function', 'function', 'function', 'podgate'])
   })
 
   it('every relative link of the README and docs/ it ships leads to a file it ships, but the repository\'s own records', () => {
