@@ -300,6 +300,24 @@ describe('classic worker-vllm output', () => {
     expect(sync.output[0]?.choices[0]?.message.content).toBe(sseText(payloads))
   })
 
+  it('with rawOpenAIOutput false (RAW_OPENAI_OUTPUT=0), streams lists of the chunk objects instead, no [DONE], batched as events are', async () => {
+    const raw = setup()
+    const listed = setup({ endpoints: { vllmclassic: { rawOpenAIOutput: false } } })
+    const openai_input = { model: 'm', messages: chat('pass [[emulator:tokens=20]]'), stream: true }
+    const text = await drain(raw, 'vllmclassic', await raw.run('vllmclassic', { openai_route: '/v1/chat/completions', openai_input }))
+    const items = (await drain(listed, 'vllmclassic', await listed.run('vllmclassic', { openai_route: '/v1/chat/completions', openai_input }))) as Json[][]
+    expect(items.every((i) => Array.isArray(i) && i.every((chunk) => chunk.object === 'chat.completion.chunk'))).toBe(true)
+    // engine.py skips `[DONE]` before counting a batch: 21 chunks in batches of 1, 3, 9, then the 8 left.
+    expect(items.map((i) => i.length)).toEqual([1, 3, 9, 8])
+    const payloads = sseData((text as string[]).join(''))
+    expect(items.flat()).toHaveLength(payloads.length - 1)
+    expect(sseText(items.flat().map((chunk) => JSON.stringify(chunk)))).toBe(sseText(payloads))
+    // Not streamed, the answer is the same JSON either way.
+    const body = { input: { openai_route: '/v1/chat/completions', openai_input: { ...openai_input, stream: false } } }
+    const sync = await listed.json<{ output: { object: string }[] }>('POST', '/v2/vllmclassic/runsync', body)
+    expect(sync.output[0]?.object).toBe('chat.completion')
+  })
+
   it('ends FAILED with the repr of its engine\'s catch-all error item on a mid-stream failure, the item itself not streamed (runpod-python)', async () => {
     const h = setup()
     const id = await h.run('vllmclassic', { prompt: 'x [[emulator:fault=mid_stream,after=5,tokens=30]]', stream: true })

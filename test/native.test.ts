@@ -992,3 +992,39 @@ describe('job SSE never makes a broken answer look whole', () => {
     expect(last?.data).not.toMatch(/Traceback|handler\.py|error_traceback/)
   })
 })
+
+describe('a classic worker run with RAW_OPENAI_OUTPUT=0', () => {
+  // engine.py v2.23.0: an `openai_route` job's chat or completions stream then yields lists of the parsed
+  // chunks, with no `[DONE]`. Before, every such stream (tools, media, logprobs on a native model) was a 502.
+  const body = {
+    model: 'chat-classic',
+    messages: [{ role: 'user', content: 'weather in Oslo? [[emulator:tokens=12]]' }],
+    tools: [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } } }],
+    logprobs: true,
+    stream: true,
+    stream_options: { include_usage: true },
+  }
+  const answer = async (raw: boolean) => {
+    const h = harness({ models: MODELS })
+    h.emulator.configure('vllmclassic', { rawOpenAIOutput: raw })
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', post(key, body))
+    expect(res.status).toBe(200)
+    const data = (await readEvents(res)).map((e) => e.data)
+    const run = h.emulator.calls.find((call) => call.op === 'run')
+    const json = await h.fetch('/v1/chat/completions', post(key, { ...body, stream: false, stream_options: undefined }))
+    return { run, data, json: (await json.json()) as { choices: unknown[] } }
+  }
+
+  it('streams the same chunks as with the default, to [DONE], and answers the same JSON', async () => {
+    const [listed, raw] = [await answer(false), await answer(true)]
+    expect(listed.run).toBeDefined()
+    expect(listed.data.at(-1)).toBe('[DONE]')
+    // Each job names its answer and tool calls anew.
+    const strip = (data: unknown) => JSON.parse(JSON.stringify(data).replace(/chatcmpl-(tool-)?[0-9a-f]+/g, 'x').replace(/\\"created\\":\d+/g, '\\"created\\":0')) as unknown
+    expect(strip(listed.data)).toEqual(strip(raw.data))
+    expect(listed.data.some((d) => d.includes('"tool_calls"'))).toBe(true)
+    expect(listed.data.some((d) => d.includes('"usage"'))).toBe(true)
+    expect(strip(listed.json.choices)).toEqual(strip(raw.json.choices))
+  })
+})

@@ -209,6 +209,8 @@ describe('answers come back whole', () => {
   it.each([
     ['current worker-vllm (raw SSE cut anywhere)', cutRandom(TOOL_SSE, 5)],
     ['classic worker-vllm (whole-SSE string items)', [TOOL_SSE.split('\n\n').slice(0, 3).join('\n\n') + '\n\n', TOOL_SSE.split('\n\n').slice(3).join('\n\n')]],
+    // engine.py v2.23.0 under RAW_OPENAI_OUTPUT=0: each item a list of the parsed chunks, no `[DONE]`.
+    ['classic worker-vllm with RAW_OPENAI_OUTPUT=0 (lists of chunk objects)', [TOOL_STREAM.slice(0, 1), TOOL_STREAM.slice(1, 4), TOOL_STREAM.slice(4)]],
   ])('native job stream, %s: every chunk field reaches the caller', async (_name, items) => {
     const { h, calls } = setup({ job: () => ({ status: 'COMPLETED', output: items }) })
     const { key } = await h.createKey()

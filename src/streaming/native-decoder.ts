@@ -2,8 +2,8 @@
  * Turns the `/stream` items of one native worker-vllm job into OpenAI chunks, whichever worker generation
  * produced them (runpod-api.md §3), so a native stream reads exactly like one from the `/openai/v1` route.
  *
- * Owns: telling the three item shapes apart (classic token batches, SSE text whole or cut anywhere, error
- * items), synthesizing what classic output lacks (role chunk, finish_reason, OpenAI usage), and refusing
+ * Owns: telling the item shapes apart (classic token batches, SSE text whole or cut anywhere, a classic
+ * worker's chunk lists under `RAW_OPENAI_OUTPUT=0`, error items), synthesizing what classic output lacks (role chunk, finish_reason, OpenAI usage), and refusing
  * to call a stream complete that the model never finished.
  */
 import { createParser } from 'eventsource-parser'
@@ -100,6 +100,8 @@ export function createNativeStreamDecoder(options: NativeDecoderOptions): Native
   // event (or a line ending) may start in one item and end in the next.
   let parser: EventSourceParser | undefined
   let sawDone = false
+  /** The chunks came as lists of objects, which end with the job, never with `[DONE]`. */
+  let listed = false
   /** Per choice index: its finish_reason, `null` while open. */
   const finishReasons: (FinishReason | null)[] = []
   let contentDeltas = 0
@@ -134,6 +136,13 @@ export function createNativeStreamDecoder(options: NativeDecoderOptions): Native
       useShape('sse')
       parser ??= createParser({ onEvent: acceptEvent, onError: refuseOversizedEvent, maxBufferSize: options.maxEventChars ?? DEFAULT_MAX_EVENT_CHARS })
       parser.feed(item)
+      return
+    }
+    // A classic worker under RAW_OPENAI_OUTPUT=0: an `openai_route` job's chunks as objects, no `[DONE]`.
+    if (Array.isArray(item) && item.length > 0 && item.every(isRecord)) {
+      useShape('sse')
+      listed = true
+      for (const value of item) acceptValue(value)
       return
     }
     const failure = errorItemFailure(item)
@@ -209,6 +218,10 @@ export function createNativeStreamDecoder(options: NativeDecoderOptions): Native
     } catch (cause) {
       throw upstreamError('The model worker sent a stream event that is not JSON.', { cause })
     }
+    acceptValue(value)
+  }
+
+  function acceptValue(value: unknown): void {
     const message = upstreamErrorMessage(value)
     if (message !== undefined) throw workerFailure(message)
     if (!isRecord(value) || !Array.isArray(value.choices)) throw unknownEvent()
@@ -255,7 +268,7 @@ export function createNativeStreamDecoder(options: NativeDecoderOptions): Native
       if (typeof reason === 'string') done++
       else if (reason === null) open++
     }
-    if (!sawDone || done === 0 || open > 0) {
+    if (!(sawDone || listed) || done === 0 || open > 0) {
       throw upstreamError('The model stream ended before the model finished.')
     }
     reportSoFar()

@@ -48,7 +48,7 @@ export interface JobScriptOptions {
   /** Unix seconds for the `created` field of OpenAI bodies. */
   created: number
   /** How the endpoint's vLLM was started. */
-  served: Pick<EndpointBehaviour, 'enableAutoToolChoice' | 'maxLogprobs' | 'reasoningFields' | 'embeddingDimensions' | 'messagesDone'>
+  served: Pick<EndpointBehaviour, 'enableAutoToolChoice' | 'maxLogprobs' | 'reasoningFields' | 'embeddingDimensions' | 'messagesDone'> & Partial<Pick<EndpointBehaviour, 'rawOpenAIOutput'>>
 }
 
 const MAX_CUT_BYTES = 200
@@ -132,7 +132,7 @@ export function buildJobScript(options: JobScriptOptions): JobScript {
     if (fault?.kind === 'error_event') events = [...events, ...inBandError(cutoff ?? 0)]
     items =
       generation === 'classic'
-        ? wholeEventBatches(events, dialect.classicBatching)
+        ? wholeEventBatches(events, dialect.classicBatching, options.served.rawOpenAIOutput === false && (route === '/v1/chat/completions' || route === '/v1/completions'))
         : cutEvents(events, { seed: options.jobId, mangleUtf8: options.mangleUtf8, paced: options.paced })
   }
 
@@ -213,22 +213,28 @@ function classicBatches(completion: Completion, sizing: BatchSizing, cutoff?: nu
   return items
 }
 
-/** Classic OpenAI passthrough: whole SSE events joined into batches (growing ones for chat), `[DONE]` counted as one. */
-function wholeEventBatches(events: readonly TimedEvent[], sizing: BatchSizing): TimedItem[] {
+/**
+ * Classic OpenAI passthrough: whole SSE events joined into batches (growing ones for chat), `[DONE]`
+ * counted as one. `objects` (chat and completions under `RAW_OPENAI_OUTPUT=0`): each batch is a list of
+ * the events' parsed data instead, `[DONE]` left out and not counted, as engine.py does.
+ */
+function wholeEventBatches(events: readonly TimedEvent[], sizing: BatchSizing, objects = false): TimedItem[] {
   const nextSize = batchSizes(sizing)
   const items: TimedItem[] = []
+  const output = (batch: TimedEvent[]): JsonValue => (objects ? batch.map((e) => JSON.parse(e.data) as JsonValue) : batch.map((e) => sseEvent(e)).join(''))
   let size = nextSize()
   let batch: TimedEvent[] = []
   for (const event of events) {
+    if (objects && event.kind === 'done') continue
     batch.push(event)
     if (batch.length >= size) {
-      items.push({ output: batch.map((e) => sseEvent(e)).join(''), step: event.step })
+      items.push({ output: output(batch), step: event.step })
       batch = []
       size = nextSize()
     }
   }
   const last = batch.at(-1)
-  if (last) items.push({ output: batch.map((e) => sseEvent(e)).join(''), step: last.step })
+  if (last) items.push({ output: output(batch), step: last.step })
   return items
 }
 

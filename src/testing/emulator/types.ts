@@ -84,6 +84,12 @@ export interface EndpointBehaviour {
    * current vLLM's Anthropic route (`entrypoints/anthropic/serving.py`) ends with `message_stop`.
    */
   messagesDone: boolean
+  /**
+   * Classic generation only: worker-vllm's `RAW_OPENAI_OUTPUT` (v2.23.0 `engine.py`). When false, an
+   * `openai_route` job's chat or completions stream yields lists of the parsed chunk objects (no
+   * `[DONE]`) instead of SSE text. Default true, the worker's default.
+   */
+  rawOpenAIOutput: boolean
 }
 
 export const DEFAULT_BEHAVIOUR: Omit<EndpointBehaviour, 'generation'> = {
@@ -99,6 +105,7 @@ export const DEFAULT_BEHAVIOUR: Omit<EndpointBehaviour, 'generation'> = {
   reasoningFields: ['reasoning', 'reasoning_content'],
   embeddingDimensions: 384,
   messagesDone: false,
+  rawOpenAIOutput: true,
 }
 
 export interface EmulatorOptions {
