@@ -231,7 +231,7 @@ describe('native job API: input normalization', () => {
   it.each([
     ['max_tokens over the cap', { messages: [{ role: 'user', content: 'x' }], sampling_params: { max_tokens: 99_999 } }, 'input.sampling_params.max_tokens'],
     ['n over maxChoices', { prompt: 'x', sampling_params: { n: 9 } }, 'input.sampling_params.n'],
-    ['an unknown sampling parameter', { prompt: 'x', sampling_params: { logit_bias: { '1': 5 } } }, 'input.sampling_params.logit_bias'],
+    ['an unknown sampling parameter', { prompt: 'x', sampling_params: { logit_bias: { '1': 5 } } }, "logit_bias: send vLLM's other fields to the OpenAI surface, /v2/chat-classic/openai/v1 (at 'input.sampling_params.logit_bias')"],
     ['sampling parameters that are not an object', { prompt: 'x', sampling_params: [1] }, "Invalid type for 'sampling_params': expected an object, got an array (at 'input.sampling_params')"],
     ['an input that is not an object', ['x'], "Invalid type for 'input': expected an object, got an array"],
     ['a sampling value out of vLLM\'s bounds', { prompt: 'x', sampling_params: { top_p: 0 } }, 'input.sampling_params.top_p'],
@@ -240,7 +240,7 @@ describe('native job API: input normalization', () => {
     ['a message of the wrong shape', { messages: [{ role: 'user', content: 5 }] }, 'input.messages[0].content'],
     ['a prompt list (the native input takes one string)', { prompt: ['x', 'y'] }, "prompt lists and other OpenAI fields to /v2/chat-classic/openai/v1/completions (at 'input.prompt')"],
     ['a token-id prompt', { prompt: [1, 2, 3] }, "(at 'input.prompt')"],
-    ['the OpenAI passthrough input', { openai_route: '/v1/chat/completions', openai_input: {} }, 'openai_route'],
+    ['the OpenAI passthrough input', { openai_route: '/v1/chat/completions', openai_input: {} }, "openai_route: send vLLM's other fields to the OpenAI surface, /v2/chat-classic/openai/v1"],
     ['neither messages nor prompt', { sampling_params: { max_tokens: 3 } }, 'input.messages'],
     ['both messages and prompt', { prompt: 'x', messages: [{ role: 'user', content: 'x' }] }, 'not both'],
     ['a non-boolean stream', { prompt: 'x', stream: 'yes' }, 'input.stream'],

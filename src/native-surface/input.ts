@@ -81,7 +81,15 @@ export function normalizeJobBody(raw: unknown, model: ResolvedModel): JobRequest
   const policy = envelope.policy === undefined ? {} : { policy: envelope.policy }
   if (model.config.passthrough) return { kind: 'raw', body: { input: envelope.input, ...policy } }
 
-  const input = located(() => parseRequest(vllmInputSchema(), envelope.input), 'input.')
+  const input = located(() => {
+    try {
+      return parseRequest(vllmInputSchema(), envelope.input)
+    } catch (error) {
+      // A field worker-vllm's input lacks: the OpenAI surface carries every field vLLM takes.
+      if (error instanceof GatewayError && error.message.startsWith('Unrecognized')) error.message += `: send vLLM's other fields to the OpenAI surface, /v2/${model.alias}/openai/v1`
+      throw error
+    }
+  }, 'input.')
   const kind = input.messages !== undefined ? 'chat' : 'completion'
   if (input.messages !== undefined && input.prompt !== undefined) {
     throw new GatewayError('invalid_request', "Send either 'input.messages' or 'input.prompt', not both.")
