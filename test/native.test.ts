@@ -1028,3 +1028,25 @@ describe('a classic worker run with RAW_OPENAI_OUTPUT=0', () => {
     expect(strip(listed.json.choices)).toEqual(strip(raw.json.choices))
   })
 })
+
+describe("jobs that report RUNNING (Runpod's other name for IN_PROGRESS)", () => {
+  it.each([['chat-classic', 'vllmclassic'], ['chat-current', 'vllmcurrent']])('%s: JSON and streamed answers come whole, and /v2 shows the status as Runpod sent it', async (model, endpoint) => {
+    const h = harness({ models: NATIVE_MODELS })
+    h.emulator.configure(endpoint, { runningStatus: 'RUNNING', tokenDelayMs: 20 })
+    const { key } = await h.createKey()
+    const body = { model, messages: [{ role: 'user', content: 'hi [[emulator:tokens=25]]' }] }
+    const answer = await h.fetch('/v1/chat/completions', post(key, body))
+    expect(answer.status).toBe(200)
+    expect(((await answer.json()) as { choices: { message: { content: string } }[] }).choices[0]!.message.content).not.toBe('')
+    const events = await readEvents(await h.fetch('/v1/chat/completions', post(key, { ...body, stream: true })))
+    expect(events.at(-1)!.data).toBe('[DONE]')
+    expect(events.some((e) => e.data.includes('"finish_reason":"stop"'))).toBe(true)
+
+    const id = await startJob(h, key, model, chatInput('hi [[emulator:tokens=40]]'))
+    expect((await json(await h.fetch(`/v2/${model}/status/${id}`, get(key)))).status).toBe('RUNNING')
+    const page = await json(await h.fetch(`/v2/${model}/stream/${id}`, get(key)))
+    expect(['RUNNING', 'COMPLETED']).toContain(page.status)
+    const done = await json(await h.fetch(`/v2/${model}/status-sync/${id}?wait=5000`, post(key)))
+    expect(done.status).toBe('COMPLETED')
+  })
+})

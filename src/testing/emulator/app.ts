@@ -57,6 +57,8 @@ export const configureBodySchema = z.object({
     reasoningFields: z.optional(z.array(z.enum(['reasoning', 'reasoning_content']))),
     embeddingDimensions: z.optional(z.number().check(z.int(), z.minimum(1), z.maximum(8192))),
     messagesDone: z.optional(z.boolean()),
+    rawOpenAIOutput: z.optional(z.boolean()),
+    runningStatus: z.optional(z.enum(['IN_PROGRESS', 'RUNNING'])),
   }),
 })
 

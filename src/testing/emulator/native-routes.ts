@@ -14,7 +14,7 @@ import { buildJobScript } from './outputs.ts'
 import { jobDirectives, parseJobInput } from './job-input.ts'
 import { runBodySchema } from './requests.ts'
 import type { RunBody } from './requests.ts'
-import type { JsonObject } from './types.ts'
+import type { EndpointBehaviour, JsonObject } from './types.ts'
 
 const MB = 1024 * 1024
 const DEFAULT_SYNC_WAIT_MS = 90_000
@@ -29,9 +29,12 @@ export function registerNativeRoutes(api: Hono<EmulatorEnv>, context: EmulatorCo
   api.post('/:endpointId/run', endpointOp(context, 'run'), (c) => submit(c, context, 'run'))
   api.post('/:endpointId/runsync', endpointOp(context, 'runsync'), (c) => submit(c, context, 'runsync'))
 
+  // The status a running job reports on this endpoint (`runningStatus`).
+  const running = (c: Context<EmulatorEnv>) => context.endpoints.behaviour(c.req.param('endpointId') ?? '').runningStatus
+
   api.on(['GET', 'POST'], '/:endpointId/status/:jobId', endpointOp(context, 'status'), (c) => {
     const job = found(c)
-    return job ? c.json(statusBody(job, jobState(job, context.now()))) : notFound()
+    return job ? c.json(statusBody(job, jobState(job, context.now()), running(c))) : notFound()
   })
 
   api.on(['GET', 'POST'], '/:endpointId/status-sync/:jobId', endpointOp(context, 'status-sync'), async (c) => {
@@ -39,7 +42,7 @@ export function registerNativeRoutes(api: Hono<EmulatorEnv>, context: EmulatorCo
     if (!job) return notFound()
     const wait = waitParam(c.req.query('wait'), DEFAULT_SYNC_WAIT_MS, context.maxWaitMs)
     const state = await longPoll(context, job, { waitMs: wait, signal: c.req.raw.signal }, (s) => isTerminal(s.status))
-    return c.json(statusBody(job, state))
+    return c.json(statusBody(job, state, running(c)))
   })
 
   api.on(['GET', 'POST'], '/:endpointId/stream/:jobId', endpointOp(context, 'stream'), async (c) => {
@@ -60,7 +63,7 @@ export function registerNativeRoutes(api: Hono<EmulatorEnv>, context: EmulatorCo
     // (rp_job.handle_job: stream_result, then send_result): a poll that was waiting when the job ended
     // woke at those last items, before the end, which the next poll tells.
     const endedMeanwhile = state.endedAt !== undefined && state.endedAt > begin && fresh.length > 0
-    return c.json({ id: job.id, status: endedMeanwhile ? 'IN_PROGRESS' : state.status, stream: fresh.map((item) => ({ output: item.output })) })
+    return c.json({ id: job.id, status: shown(endedMeanwhile ? 'IN_PROGRESS' : state.status, running(c)), stream: fresh.map((item) => ({ output: item.output })) })
   })
 
   api.post('/:endpointId/cancel/:jobId', endpointOp(context, 'cancel'), (c) => {
@@ -122,7 +125,7 @@ async function submit(c: Context<EmulatorEnv>, context: EmulatorContext, via: 'r
 
   const wait = waitParam(c.req.query('wait'), DEFAULT_SYNC_WAIT_MS, context.maxWaitMs)
   const state = await longPoll(context, job, { waitMs: wait, signal: c.req.raw.signal }, (s) => isTerminal(s.status))
-  return c.json(statusBody(job, state))
+  return c.json(statusBody(job, state, behaviour.runningStatus))
 }
 
 function createJob(context: EmulatorContext, endpointId: string, via: 'run' | 'runsync', body: RunBody): JobRecord {
@@ -203,8 +206,8 @@ async function longPoll(
   }
 }
 
-function statusBody(job: JobRecord, state: JobState): JsonObject {
-  const body: JsonObject = { id: job.id, status: state.status }
+function statusBody(job: JobRecord, state: JobState, running: EndpointBehaviour['runningStatus']): JsonObject {
+  const body: JsonObject = { id: job.id, status: shown(state.status, running) }
   if (state.started) {
     body.delayTime = job.startAt - job.attemptAt
     body.workerId = `emulator-${job.endpointId}`
@@ -214,6 +217,10 @@ function statusBody(job: JobRecord, state: JobState): JsonObject {
   if (state.error !== undefined) body.error = state.error
   if (job.retries > 0) body.retries = job.retries
   return body
+}
+
+function shown(status: JobState['status'], running: EndpointBehaviour['runningStatus']): string {
+  return status === 'IN_PROGRESS' ? running : status
 }
 
 function health(context: EmulatorContext, endpointId: string): JsonObject {

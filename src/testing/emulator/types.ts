@@ -90,6 +90,8 @@ export interface EndpointBehaviour {
    * `[DONE]`) instead of SSE text. Default true, the worker's default.
    */
   rawOpenAIOutput: boolean
+  /** The status a running job reports: Runpod's `IN_PROGRESS`, or `RUNNING`, which its API also uses. Default `IN_PROGRESS`. */
+  runningStatus: 'IN_PROGRESS' | 'RUNNING'
 }
 
 export const DEFAULT_BEHAVIOUR: Omit<EndpointBehaviour, 'generation'> = {
@@ -106,6 +108,7 @@ export const DEFAULT_BEHAVIOUR: Omit<EndpointBehaviour, 'generation'> = {
   embeddingDimensions: 384,
   messagesDone: false,
   rawOpenAIOutput: true,
+  runningStatus: 'IN_PROGRESS',
 }
 
 export interface EmulatorOptions {
