@@ -705,3 +705,45 @@ describe('auth, calls and control API', () => {
     expect(a.calls).not.toBe(b.calls)
   })
 })
+
+describe("Runpod's rate limits (rateLimitScale)", () => {
+  it('refuse past the requests per 10 s of an op with 429, per endpoint and op, until the window moves on', async () => {
+    // A hundredth of Runpod's numbers: /run 10 per 10 s, /cancel 1.
+    const h = setup({ endpoints: { vllmcurrent: { rateLimitScale: 0.01 } } })
+    const runs = []
+    for (let i = 0; i < 11; i++) runs.push((await h.send('POST', '/v2/vllmcurrent/run', { input: { prompt: 'x' } })).status)
+    expect(runs).toEqual([...Array(10).fill(200), 429])
+    // Another op, and another endpoint, have buckets of their own.
+    const id = await h.run('vllmclassic', { prompt: 'x' })
+    expect((await h.send('GET', `/v2/vllmclassic/status/${id}`)).status).toBe(200)
+    const job = h.emulator.calls.find((call) => call.endpointId === 'vllmcurrent' && call.op === 'run' && call.status === 200)!.jobId!
+    expect((await h.send('POST', `/v2/vllmcurrent/cancel/${job}`, {})).status).toBe(200)
+    const refused = await h.send('POST', `/v2/vllmcurrent/cancel/${job}`, {})
+    expect(refused.status).toBe(429)
+    expect(await refused.text()).toContain('rate limit')
+    h.clock.t += 10_000
+    expect((await h.send('POST', '/v2/vllmcurrent/run', { input: { prompt: 'x' } })).status).toBe(200)
+    expect((await h.send('POST', `/v2/vllmcurrent/cancel/${job}`, {})).status).toBe(200)
+  })
+
+  it('refuse a request past the requests at once: a long poll holds its place while it waits', async () => {
+    // 0.0025 of Runpod's: /status-sync 5 per 10 s, 1 at once.
+    const h = setup({ endpoints: { vllmcurrent: { rateLimitScale: 0.0025 } } })
+    const id = await h.run('vllmcurrent', { prompt: 'x [[emulator:fault=stall]]' })
+    const waiting = h.send('GET', `/v2/vllmcurrent/status-sync/${id}?wait=1000`)
+    await new Promise((resolve) => setTimeout(resolve, 20))
+    expect((await h.send('GET', `/v2/vllmcurrent/status-sync/${id}?wait=0`)).status).toBe(429)
+    await h.send('POST', `/v2/vllmcurrent/cancel/${id}`, {})
+    expect((await waiting).status).toBe(200)
+    expect((await h.send('GET', `/v2/vllmcurrent/status-sync/${id}?wait=0`)).status).toBe(200)
+  })
+
+  it('are off by default, and set at run time like every switch', async () => {
+    const h = setup()
+    for (let i = 0; i < 30; i++) expect((await h.send('POST', '/v2/vllmcurrent/run', { input: { prompt: 'x' } })).status).toBe(200)
+    const configured = await h.send('POST', '/__emulator/configure', { endpointId: 'vllmcurrent', behaviour: { rateLimitScale: 0.001 } })
+    expect(configured.status).toBe(200)
+    expect((await h.send('POST', '/v2/vllmcurrent/run', { input: { prompt: 'x' } })).status).toBe(200)
+    expect((await h.send('POST', '/v2/vllmcurrent/run', { input: { prompt: 'x' } })).status).toBe(429)
+  })
+})

@@ -584,3 +584,23 @@ describe('native jobs that TIMED_OUT upstream', () => {
     })
   }
 })
+
+describe("under Runpod's own rate limits (the emulator's rateLimitScale)", () => {
+  it("a burst past one endpoint's /run limits fails over to the next: every call, JSON or stream, answers whole", async () => {
+    // The weights make the limited endpoint the first pick of every call.
+    const models: GatewayOptions['models'] = { ...MODELS, pair: { endpoints: [{ endpointId: 'vllmcurrent', weight: 1e6 }, { endpointId: 'vllmclassic', weight: 1e-6 }], mode: 'native' } }
+    const h = harness({ models })
+    // 0.003 of Runpod's numbers: /run 3 per 10 s and 1 at once.
+    h.emulator.configure('vllmcurrent', { rateLimitScale: 0.003 })
+    const { key } = await h.createKey()
+    const answers = await Promise.all(Array.from({ length: 8 }, (_, i) => h.fetch('/v1/chat/completions', post(key, chat('pair', `burst ${i} [[emulator:tokens=5]]`, { max_tokens: 10, stream: i % 2 === 0 })))))
+    expect(answers.map((res) => res.status)).toEqual(Array(8).fill(200))
+    for (const [i, res] of answers.entries()) {
+      if (i % 2 === 0) expect((await readSSE(res)).at(-1)).toBe('[DONE]')
+      else expect(((await res.json()) as { choices: { finish_reason: string }[] }).choices[0]!.finish_reason).toBe('stop')
+    }
+    const runs = h.emulator.calls.filter((call) => call.op === 'run')
+    expect(runs.some((call) => call.endpointId === 'vllmcurrent' && call.status === 429)).toBe(true)
+    expect(runs.some((call) => call.endpointId === 'vllmclassic' && call.status === 200)).toBe(true)
+  })
+})

@@ -59,6 +59,7 @@ export const configureBodySchema = z.object({
     messagesDone: z.optional(z.boolean()),
     rawOpenAIOutput: z.optional(z.boolean()),
     runningStatus: z.optional(z.enum(['IN_PROGRESS', 'RUNNING'])),
+    rateLimitScale: z.optional(z.number().check(z.minimum(0))),
   }),
 })
 

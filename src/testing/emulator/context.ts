@@ -5,6 +5,7 @@
 import type { EndpointRegistry } from './endpoints.ts'
 import type { JobStore } from './jobs.ts'
 import type { EmulatorCall, EmulatorOp, EmulatorRequestRecord } from './types.ts'
+import type { RateLimits } from './rate-limits.ts'
 
 export interface EmulatorContext {
   now: () => number
@@ -16,6 +17,8 @@ export interface EmulatorContext {
   calls: EmulatorCall[]
   /** The last body each endpoint received (OpenAI route and run/runsync). */
   lastRequests: Map<string, EmulatorRequestRecord>
+  /** Runpod's per-endpoint rate limits, where an endpoint's `rateLimitScale` turns them on. */
+  rateLimits: RateLimits
 }
 
 /** What the recording middleware writes down about a request, filled in by the route that took it. */

@@ -8,6 +8,7 @@ import type { EmulatorContext } from './context.ts'
 import { EndpointRegistry } from './endpoints.ts'
 import { isTerminal, jobState, JobStore, viewJob } from './jobs.ts'
 import type { EmulatorCall, EmulatorOptions, RunpodEmulator } from './types.ts'
+import { RateLimits } from './rate-limits.ts'
 
 const DEFAULT_MAX_WAIT_MS = 10_000
 const DEFAULT_MAX_CALLS = 100_000
@@ -35,6 +36,7 @@ export function createRunpodEmulator(options: EmulatorOptions = {}): RunpodEmula
     jobs: new JobStore(),
     calls,
     lastRequests: new Map(),
+    rateLimits: new RateLimits(),
   }
 
   const emulator: RunpodEmulator = {
@@ -48,6 +50,7 @@ export function createRunpodEmulator(options: EmulatorOptions = {}): RunpodEmula
       context.jobs.clear()
       context.endpoints.reset()
       context.lastRequests.clear()
+      context.rateLimits.reset()
     },
     lastRequest(endpointId) {
       return context.lastRequests.get(endpointId)

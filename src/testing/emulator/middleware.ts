@@ -34,7 +34,7 @@ export function recordCalls(context: EmulatorContext): MiddlewareHandler<Emulato
   }
 }
 
-/** Labels the request with its op, then refuses it on a bad key (401) or answers the endpoint's HTTP fault. */
+/** Labels the request with its op, then refuses it on a bad key (401), answers the endpoint's HTTP fault, or 429 past Runpod's rate limits (`rateLimitScale`). */
 export function endpointOp(context: EmulatorContext, op: EmulatorOp): MiddlewareHandler<EmulatorEnv> {
   return async function guardEndpointOp(c, next) {
     const endpointId = c.req.param('endpointId') ?? null
@@ -42,9 +42,16 @@ export function endpointOp(context: EmulatorContext, op: EmulatorOp): Middleware
     const authorized = isAuthorized(context, c.req.header('authorization'))
     c.set('call', { op, endpointId, authorized, ...(jobId !== undefined ? { jobId } : {}) })
     if (!authorized) return c.text('Unauthorized', 401)
-    const fault = endpointId === null ? undefined : context.endpoints.takeHttpFault(endpointId, op)
+    if (endpointId === null) return next()
+    const fault = context.endpoints.takeHttpFault(endpointId, op)
     if (fault) return httpFaultResponse(fault)
-    await next()
+    const done = context.rateLimits.admit(endpointId, op, context.endpoints.behaviour(endpointId).rateLimitScale, context.now())
+    if (!done) return c.text(`Too Many Requests: past the endpoint's ${op} rate limit (emulated)`, 429)
+    try {
+      await next()
+    } finally {
+      done()
+    }
   }
 }
 

@@ -92,6 +92,11 @@ export interface EndpointBehaviour {
   rawOpenAIOutput: boolean
   /** The status a running job reports: Runpod's `IN_PROGRESS`, or `RUNNING`, which its API also uses. Default `IN_PROGRESS`. */
   runningStatus: 'IN_PROGRESS' | 'RUNNING'
+  /**
+   * Runpod's per-endpoint rate limits (requests per 10 s and at once, per op; `rate-limits.ts`), scaled:
+   * past them, HTTP 429. 1 is Runpod's numbers, 0.01 a hundredth (at least 1). Default 0: no limits.
+   */
+  rateLimitScale: number
 }
 
 export const DEFAULT_BEHAVIOUR: Omit<EndpointBehaviour, 'generation'> = {
@@ -109,6 +114,7 @@ export const DEFAULT_BEHAVIOUR: Omit<EndpointBehaviour, 'generation'> = {
   messagesDone: false,
   rawOpenAIOutput: true,
   runningStatus: 'IN_PROGRESS',
+  rateLimitScale: 0,
 }
 
 export interface EmulatorOptions {
