@@ -148,8 +148,9 @@ describe('tokens', () => {
     const minted = await mint(h, key, { models: ['chat-classic'], ttlSeconds: 120 })
     expect(minted.token).toMatch(/^pg_tk_[A-Za-z0-9_-]+\.[A-Za-z0-9_-]{43}$/)
     expect(minted).toMatchObject({ object: 'token', keyId: id, models: ['chat-classic'], origin: null })
+    // Whole seconds, rounded up: at least the ttl asked, less than a second more.
     expect(minted.expiresAt).toBeGreaterThan(Date.now() + 110_000)
-    expect(minted.expiresAt).toBeLessThanOrEqual(Date.now() + 120_000)
+    expect(minted.expiresAt).toBeLessThan(Date.now() + 121_000)
     const res = await h.fetch('/v1/chat/completions', withOrigin(authed(minted.token, chatBody('chat-classic', 'hi', { stream: true })), APP))
     expect(res.status).toBe(200)
     expect(streamedText(await readSSE(res)).length).toBeGreaterThan(0)
@@ -172,7 +173,7 @@ describe('tokens', () => {
     expect((await h.fetch('/v1/tokens', authed(key, JSON.stringify({ origin: 'not an origin' })))).status).toBe(400)
     expect((await h.fetch('/v1/tokens', authed(key, JSON.stringify({ extra: 1 })))).status).toBe(400)
     const token = await mint(h, key)
-    expect(token.expiresAt).toBeLessThanOrEqual(Date.now() + 300_000)
+    expect(token.expiresAt).toBeLessThan(Date.now() + 301_000)
     expect((await h.fetch('/v1/tokens', authed(token.token, '{}'))).status).toBe(403)
   })
 
@@ -187,7 +188,7 @@ describe('tokens', () => {
       expect((await h.fetch('/v1/models', authed(minted.token))).status).toBe(200)
     }
     // A token shorter-lived than its key keeps the lifetime it asked for.
-    expect((await mint(h, key, { ttlSeconds: 30 })).expiresAt).toBeLessThanOrEqual(Date.now() + 30_000)
+    expect((await mint(h, key, { ttlSeconds: 30 })).expiresAt).toBeLessThan(Date.now() + 31_000)
   })
 
   it('are not minted from a key that expires before a token could live a second: 401, as an expired key gets', async () => {
@@ -207,6 +208,20 @@ describe('tokens', () => {
     } finally {
       clock.mockRestore()
     }
+  })
+
+  it('live at least the ttlSeconds asked, whatever the millisecond they are minted at', async () => {
+    const signer = new TokenSigner({ secret: RUNPOD_KEY })
+    const input = { tokenId: 'tok_t', keyId: 'key_t', keyGeneration: 'g', ttlSeconds: 1, models: null, origin: null, quota: null }
+    for (const ms of [0, 1, 500, 999]) {
+      const now = 1_800_000_000_000 + ms
+      const { token, claims } = await signer.mint(input, now)
+      expect(claims.exp * 1000, `minted at +${ms} ms`).toBeGreaterThanOrEqual(now + 1000)
+      expect(claims.exp * 1000).toBeLessThan(now + 2000)
+      expect((await signer.verify(token, now + 999)).ok, `minted at +${ms} ms`).toBe(true)
+    }
+    // The key's expiry still caps it, rounded down to the second.
+    expect((await signer.mint({ ...input, ttlSeconds: 60, keyExpiresAt: 1_800_000_030_700 }, 1_800_000_000_999)).claims.exp).toBe(1_800_000_030)
   })
 
   it('bound to an origin work only from it', async () => {

@@ -87,8 +87,8 @@ export class TokenSigner {
       kid: input.keyId,
       gen: input.keyGeneration,
       iat,
-      // Whole seconds, rounded down: a token never outlives its key, so its `expiresAt` is when to refresh.
-      exp: Math.min(iat + input.ttlSeconds, Math.floor((input.keyExpiresAt ?? Infinity) / 1000)),
+      // Whole seconds: rounded up, a token lives at least the ttl asked; rounded down, never past its key, so its `expiresAt` is when to refresh.
+      exp: Math.min(Math.ceil(now / 1000) + input.ttlSeconds, Math.floor((input.keyExpiresAt ?? Infinity) / 1000)),
       models: input.models,
       origin: input.origin,
       quota: input.quota,

@@ -92,7 +92,7 @@ describe('L8 revocation ends open streams', () => {
   it('auth-revocation: an open stream answered to a token ends with an error event once the token expires', async () => {
     const h = harness()
     const { key } = await h.createKey()
-    // 2 s: `exp` is whole seconds, rounded down, so a 1 s token minted late in a second could expire before its first call.
+    // 2 s: time for the stream to start; `exp` is whole seconds, rounded up, so the token lives 2 to 3 s.
     const minted = (await (await h.fetch('/v1/tokens', authed(key, JSON.stringify({ ttlSeconds: 2 })))).json()) as { token: string; expiresAt: number }
     const res = await h.fetch('/v1/chat/completions', authed(minted.token, chatBody('chat-openai', 'hold [[emulator:fault=stall,after=3]]', { stream: true, max_tokens: 50 })))
     expect(res.status).toBe(200)
