@@ -160,6 +160,25 @@ describe('tokens', () => {
     expect(models.data.map((m) => m.id)).toEqual(['chat-classic'])
   })
 
+  it('take every default from an absent or empty body; a malformed one is a 400 in OpenAI error JSON', async () => {
+    const h = harness({ tokens: { defaultTtlSeconds: 120 } })
+    const { id, key } = await h.createKey({ name: 'backend' })
+    const headers = { authorization: `Bearer ${key}` }
+    for (const init of [{ method: 'POST', headers }, { method: 'POST', headers, body: '' }, authed(key, '')]) {
+      const res = await h.fetch('/v1/tokens', init)
+      expect(res.status, JSON.stringify(init.body)).toBe(201)
+      const minted = (await res.json()) as { keyId: string; models: null; origin: null; quota: null; sub: null; expiresAt: number; token: string }
+      expect(minted).toMatchObject({ keyId: id, models: null, origin: null, quota: null, sub: null })
+      expect(minted.expiresAt).toBeGreaterThan(Date.now() + 110_000)
+      expect((await h.fetch('/v1/models', authed(minted.token))).status).toBe(200)
+    }
+    for (const [body, code] of [['{', 'invalid_json'], [' ', 'invalid_json'], ['null', 'invalid_request'], ['[]', 'invalid_request']]) {
+      const res = await h.fetch('/v1/tokens', authed(key, body))
+      expect(res.status, body).toBe(400)
+      expect(((await res.json()) as { error: { code: string } }).error.code, body).toBe(code)
+    }
+  })
+
   it('cannot widen the key: models outside it, too long a TTL, a token or bad input minting are refused', async () => {
     const h = harness({ tokens: { maxTtlSeconds: 300 } })
     const { key } = await h.createKey({ name: 'backend', models: ['chat-openai'] })

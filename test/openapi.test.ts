@@ -98,6 +98,8 @@ describe('GET /openapi.json', () => {
     const op = doc.paths['/v1/chat/completions']?.post
     expect(op?.requestBody).toEqual({ required: true, content: { 'application/json': { schema: { $ref: '#/components/schemas/ChatCompletionRequest' } } } })
     expect(op?.security).toEqual([{ apiKey: [] }])
+    // Every field of a mint is optional, so is its body.
+    expect(doc.paths['/v1/tokens']?.post?.requestBody).toMatchObject({ required: false })
     expect(doc.paths['/admin/keys']?.post?.security).toEqual([{ adminToken: [] }])
     expect(doc.paths['/healthz']?.get?.security).toEqual([])
     for (const ref of refs(doc)) {

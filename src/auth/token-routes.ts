@@ -1,5 +1,6 @@
 /**
  * `POST /v1/tokens`: an app's backend trades its secret key for a short-lived token a browser may hold.
+ * Every field of its body is optional, so is the body: an absent or empty one takes every default.
  *
  * The token's scope can only narrow the key's: a subset of its models, optionally one origin and a
  * quota of its own, for at most `tokens.maxTtlSeconds` and never past the key's own `expiresAt` (a key that
@@ -65,7 +66,7 @@ export function tokenRoutes(options: TokenRoutesOptions): Hono<GatewayEnv> {
     if (principal.credential !== 'secret') {
       throw new GatewayError('permission_denied', 'Only a secret key can mint tokens: call POST /v1/tokens from your backend, not from a browser.')
     }
-    const input = parseRequest(mintTokenSchema(), await readJsonBody(c.req.raw, options.maxBodyBytes))
+    const input = parseRequest(mintTokenSchema(), await readJsonBody(c.req.raw, options.maxBodyBytes, false, {}))
     const ttlSeconds = input.ttlSeconds ?? defaultTtl
     if (ttlSeconds > options.maxTtlSeconds) {
       throw new GatewayError('invalid_request', `ttlSeconds may be at most ${options.maxTtlSeconds} (the gateway's tokens.maxTtlSeconds).`, { param: 'ttlSeconds' })

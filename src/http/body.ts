@@ -14,16 +14,17 @@ const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: false })
 
 /**
  * `wide`: integers past 2^53 keep the caller's digits (`keepWideIntegers`), for bodies that go upstream;
- * podgate's own bodies (admin, tokens) take numbers as JavaScript does.
+ * podgate's own bodies (admin, tokens) take numbers as JavaScript does. `absent`: the value of an absent
+ * or empty body (one whose fields are all optional); without it, such a body is refused.
  */
-export async function readJsonBody(request: Request, maxBytes: number, wide = false): Promise<unknown> {
+export async function readJsonBody(request: Request, maxBytes: number, wide = false, absent?: object): Promise<unknown> {
   const declared = request.headers.get('content-length')
   if (declared !== null && Number(declared) > maxBytes) throw tooLarge(maxBytes)
-  if (!request.body) throw empty()
+  if (!request.body) return empty(absent)
   // The runtime's own read costs a fraction of a JavaScript read loop (one call, no reader, no chunk objects).
   const bytes = declared !== null && /^\d+$/.test(declared) ? new Uint8Array(await request.arrayBuffer()) : await readCounted(request.body, maxBytes)
   if (bytes.byteLength > maxBytes) throw tooLarge(maxBytes)
-  if (bytes.byteLength === 0) throw empty()
+  if (bytes.byteLength === 0) return empty(absent)
   let text: string
   try {
     text = utf8.decode(bytes)
@@ -103,8 +104,9 @@ export function notJson(): never {
   throw new GatewayError('invalid_json', 'The request body is not valid JSON.')
 }
 
-function empty(): GatewayError {
-  return new GatewayError('invalid_json', 'The request body is empty: send a JSON object.')
+function empty(absent: object | undefined): object {
+  if (absent) return absent
+  throw new GatewayError('invalid_json', 'The request body is empty: send a JSON object.')
 }
 
 function tooLarge(maxBytes: number): GatewayError {

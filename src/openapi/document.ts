@@ -87,7 +87,7 @@ function operation(route: RouteEntry, spec: OperationSpec | undefined): Record<s
     security: spec.security === 'key' ? [{ apiKey: [] }] : spec.security === 'admin' ? [{ adminToken: [] }] : [],
     ...(params.length ? { parameters: params } : {}),
     ...(spec.requestBody
-      ? { requestBody: { required: true, content: { 'application/json': { schema: { $ref: `#/components/schemas/${spec.requestBody}` } } } } }
+      ? { requestBody: { required: !spec.optionalBody, content: { 'application/json': { schema: { $ref: `#/components/schemas/${spec.requestBody}` } } } } }
       : {}),
     responses: { [String(spec.status ?? 200)]: { description: spec.summary, content }, default: ERROR_RESPONSE },
   }

@@ -22,6 +22,8 @@ export interface OperationSpec {
   security: Security
   /** Name of a request-body schema in `components.schemas`. */
   requestBody?: string
+  /** The body may be left out (every field of it is optional). */
+  optionalBody?: boolean
   /** Name of the 2xx response schema in `components.schemas`; a bare object when unset. */
   response?: string
   /** HTTP status of success. Default 200. */
@@ -79,6 +81,7 @@ export const OPERATIONS: Record<string, OperationSpec> = {
     tag: 'Auth',
     security: 'key',
     requestBody: 'MintTokenRequest',
+    optionalBody: true,
     response: 'Token',
     status: 201,
   },
