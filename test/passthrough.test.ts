@@ -317,6 +317,21 @@ describe("Runpod's URL shape /v2/<model>/openai/v1", () => {
     expect((await h.fetch('/v2/openai/openai/v1/chat/completions', { method: 'POST', body: '{}' })).status).toBe(401)
   })
 
+  it("answers models for a model the key may not use, or no such model, as the path's other routes do: 403, 404", async () => {
+    const { h } = setup({})
+    const { key } = await h.createKey({ name: 'scoped', models: ['openai'] })
+    const chat = JSON.stringify({ messages: [{ role: 'user', content: 'hi' }] })
+    for (const [model, status, code] of [['native', 403, 'permission_denied'], ['nope', 404, 'model_not_found']] as const) {
+      const other = await h.fetch(`/v2/${model}/openai/v1/chat/completions`, authed(key, chat))
+      const models = await h.fetch(`/v2/${model}/openai/v1/models`, authed(key))
+      expect([models.status, other.status], model).toEqual([status, status])
+      const error = ((await models.json()) as { error: { code: string; param: string } }).error
+      expect(error, model).toMatchObject({ code, param: 'model' })
+      expect(error).toEqual(((await other.json()) as { error: unknown }).error)
+    }
+    expect(await (await h.fetch('/v2/openai/openai/v1/models', authed(key))).json()).toEqual({ object: 'list', data: [{ id: 'openai', object: 'model', created: 0, owned_by: 'podgate' }] })
+  })
+
   function list0() {
     return { object: 'list', model: SERVED, data: [{ index: 0, object: 'embedding', embedding: [1] }], usage: { prompt_tokens: 1, total_tokens: 1 } }
   }

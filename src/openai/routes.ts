@@ -87,11 +87,11 @@ function surface(options: OpenAIRoutesOptions, resolve: ModelResolver, prefix: s
   }
   if (byBody) app.post('/rerank', (c) => complete(c, (body, config, alias) => normalizeRouteRequest(body, config, alias, COHERE_RERANK), runRoute, byBody))
 
+  // `/v2/<model>/openai/v1/models`: the path's model, refused (404, 403) as the path's other routes refuse it.
   app.get(`${prefix}/models`, (c) => {
-    const allowed = c.get('principal').models
+    const principal = c.get('principal')
     const only = c.req.param('model')
-    const data = [...options.models.keys()]
-      .filter((alias) => (allowed === null || allowed.includes(alias)) && (only === undefined || alias === only))
+    const data = (only === undefined ? [...options.models.keys()].filter((alias) => principal.models === null || principal.models.includes(alias)) : [modelFor(options.models, only, principal).alias])
       .map((id) => ({ id, object: 'model', created: 0, owned_by: 'podgate' }))
     return c.json({ object: 'list', data })
   })

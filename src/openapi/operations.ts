@@ -74,7 +74,7 @@ export const OPERATIONS: Record<string, OperationSpec> = {
   },
   'POST /v2/:model/openai/v1/completions': { summary: 'Create a completion (Runpod\'s URL shape)', tag: 'OpenAI', security: 'key', requestBody: 'CompletionRequest', response: 'Completion', streams: true },
   'POST /v2/:model/openai/v1/embeddings': { summary: 'Create embeddings (Runpod\'s URL shape)', tag: 'OpenAI', security: 'key', requestBody: 'EmbeddingRequest' },
-  'GET /v2/:model/openai/v1/models': { summary: 'The model of the path, if this key may use it (Runpod\'s URL shape)', tag: 'OpenAI', security: 'key', response: 'ModelList' },
+  'GET /v2/:model/openai/v1/models': { summary: 'The model of the path (403 if this key may not use it; Runpod\'s URL shape)', tag: 'OpenAI', security: 'key', response: 'ModelList' },
   'POST /v1/tokens': {
     summary: 'Mint a short-lived token from a secret key',
     description: 'For an app\'s backend: the token (pg_tk_) may be handed to a browser. Its scope can only narrow the key\'s.',
