@@ -26,7 +26,7 @@ import { callLog, createLogger, lateFailureLog, secretScrubber } from './http/lo
 import type { LogSink } from './http/log.ts'
 import { createErrorHandler, errorResponse, formatForPath } from './http/respond.ts'
 import { openaiRoutes, runpodOpenAIRoutes } from './openai/routes.ts'
-import { isEventStream, lastEventId, nativeRoutes, waitParam } from './native-surface/routes.ts'
+import { isEventStream, lastEventId, nativeSurface, waitParam } from './native-surface/routes.ts'
 import { quotaRoutes } from './quota/routes.ts'
 import { assertEnforceable, createQuotaService } from './quota/service.ts'
 import type { QuotaServiceOptions } from './quota/service.ts'
@@ -212,7 +212,7 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
   app.get('/v2/:model/health', control)
   // Runpod's URL shape for the OpenAI surface (`/v2/<model>/openai/v1/*`): the same stages, cache included.
   app.route('/v2', runpodOpenAIRoutes(openai))
-  app.route('/v2', nativeRoutes({ models, client, runpod: config.runpod, secret: config.signingSecret ?? config.runpod.apiKey, maxBodyBytes: config.maxBodyBytes, stages: uncached }))
+  app.route('/v2', nativeSurface({ models, client, runpod: config.runpod, secret: config.signingSecret ?? config.runpod.apiKey, maxBodyBytes: config.maxBodyBytes, stages: uncached }))
 
   app.use('/admin/*', adminAuth({ token: config.adminToken }))
   app.route('/admin/keys', keysRoutes({ store, models: new Set(models.keys()), maxBodyBytes: config.maxBodyBytes, checkQuota: (c, policy) => assertEnforceable(quota, c, policy, 'quota') }))

@@ -190,6 +190,33 @@ describe('nativeRoutes on its own', () => {
     expect(run.status).toBe(200)
     expect((await json(run)).status).toBe('COMPLETED')
   })
+
+  it("answers its routes' errors in Runpod's format, as createGateway's native routes do", async () => {
+    const h = harness()
+    const config = podgate.resolveConfig({ models: MODELS, runpod: { apiKey: RUNPOD_KEY, baseUrl: 'http://emulator.test/v2' } })
+    const client = new podgate.RunpodClient({ apiKey: RUNPOD_KEY, timeoutMs: config.runpod.timeoutMs, fetch: (input, init) => h.emulator.fetch(new Request(input, init)) })
+    const app = new Hono<podgate.GatewayEnv>()
+    app.use('/v2/*', podgate.apiKeyAuth({ store: () => new podgate.KeyStore(env.PODGATE_KV, { cacheTtlMs: 0 }) }))
+    app.route('/v2', podgate.nativeRoutes({ models: podgate.resolveModels(config), client, runpod: config.runpod, secret: 'a-secret-of-this-app-0123456789', maxBodyBytes: 1 << 20 }))
+    const { key } = await h.createKey({ name: 'scoped', models: ['chat-classic'] })
+    const calls: [string, RequestInit, number][] = [
+      ['/v2/nope/run', post(key, chatInput('x')), 404],
+      ['/v2/chat-current/run', post(key, chatInput('x')), 403],
+      ['/v2/chat-classic/run', post(key, { input: ['x'] }), 400],
+      ['/v2/chat-classic/run', { ...post(key), body: '{' }, 400],
+      ['/v2/chat-classic/runsync?wait=soon', post(key, chatInput('x')), 400],
+      ['/v2/chat-classic/status/not-a-job', get(key), 404],
+      ['/v2/chat-classic/purge-queue', post(key, {}), 403],
+    ]
+    for (const [path, init, status] of calls) {
+      const standalone = await app.request(path, init, env)
+      const mounted = await h.fetch(path, init)
+      expect([standalone.status, mounted.status], path).toEqual([status, status])
+      const body = (await standalone.json()) as { error: unknown; code: unknown }
+      expect(typeof body.error, path).toBe('string')
+      expect(body, path).toEqual(await mounted.json())
+    }
+  })
 })
 
 describe('native job API: jobs belong to their caller', () => {

@@ -10,6 +10,7 @@ import { Hono } from 'hono/tiny'
 import type { Context } from 'hono'
 import { CALLER_GONE, GatewayError, upstreamError } from '../errors/index.ts'
 import { readJsonBody } from '../http/body.ts'
+import { errorResponse } from '../http/respond.ts'
 import { waitUntilOf } from '../http/context.ts'
 import type { ResolvedOptions } from '../config/schema.ts'
 import { modelFor, pickEndpoint } from '../routing/models.ts'
@@ -58,12 +59,24 @@ const MAX_WAIT_MS = 300_000
 const LEG_MS = 25_000
 
 /**
+ * The native routes on their own, for an app without `createGateway`: their errors answer in Runpod's
+ * format (`{"error", "code"}`), as under `createGateway`. Only a `GatewayError` does: anything else, and a
+ * refusal of your middleware (`apiKeyAuth`), is your app's `onError`'s to answer.
+ *
  * @example
  * const config = resolveConfig(options)
  * app.use('/v2/*', apiKeyAuth({ store }))
  * app.route('/v2', nativeRoutes({ models: resolveModels(config), client, runpod: config.runpod, secret, maxBodyBytes: 1 << 20 }))
  */
 export function nativeRoutes(options: NativeRoutesOptions): Hono<GatewayEnv> {
+  return nativeSurface(options).onError((error, c) => {
+    if (!(error instanceof GatewayError)) throw error
+    return errorResponse(error, 'runpod', c.get('requestId'))
+  })
+}
+
+/** The native routes with no error handler of their own: `createGateway`'s answers (and logs) their errors. */
+export function nativeSurface(options: NativeRoutesOptions): Hono<GatewayEnv> {
   const { models, client, runpod } = options
   const jobs = createJobSealer(options.secret)
   const app = new Hono<GatewayEnv>()
