@@ -2,8 +2,11 @@
  * CORS: preflights answered without a credential, the real request deciding by the credential's origin
  * policy, `Vary: Origin`, no credentials mode, and the headers a page may read.
  */
+import { env } from 'cloudflare:test'
+import { Hono } from 'hono'
+import { cors } from 'hono/cors'
 import { describe, expect, it } from 'vitest'
-import { EXPOSED_HEADERS } from '../src/cors/index.ts'
+import { EXPOSED_HEADERS, podgateCors } from '../src/cors/index.ts'
 import { ADMIN_TOKEN, authed, chatBody, harness } from './helpers.ts'
 
 const APP = 'https://app.example.com'
@@ -64,6 +67,42 @@ describe('CORS', () => {
     expect(preflight.headers.has('access-control-allow-origin')).toBe(false)
     const adminCall = await h.fetch('/admin/keys', fromPage(authed(ADMIN_TOKEN)))
     expect(adminCall.headers.has('access-control-allow-origin')).toBe(false)
+  })
+
+  it('adds Origin to a Vary that lists it already (any case) only once, keeping the other names', async () => {
+    const h = harness()
+    // A secret key that allows the page's origin: good from a server and from that page.
+    const { key } = await h.createKey({ name: 'internal tool', origins: [APP] })
+    // A host app whose middleware sets Vary before podgate answers (Hono copies it onto podgate's answer).
+    const host = new Hono()
+    host.use('*', async (c, next) => {
+      c.header('Vary', 'Accept-Encoding, origin')
+      await next()
+    })
+    host.route('/', h.app)
+    // podgateCors guarding an app's own routes, with Hono's cors after it, or a handler that sets Vary itself.
+    const own = new Hono()
+    own.use('/api/*', podgateCors(), cors({ origin: (origin) => origin }))
+    own.get('/api/x', (c) => c.text('x'))
+    own.use('/x', podgateCors())
+    own.get('/x', (c) => c.text('x', 200, { vary: 'ORIGIN' }))
+    const calls: [Hono, string, string | undefined, string][] = [
+      [host, '/v1/models', APP, 'Accept-Encoding, origin'],
+      [host, '/v1/models', undefined, 'Accept-Encoding, origin'],
+      [own, '/api/x', APP, 'Origin'],
+      [own, '/api/x', undefined, 'Origin'],
+      [own, '/x', APP, 'ORIGIN'],
+    ]
+    for (const [app, path, origin, vary] of calls) {
+      const res = await app.request(path, { headers: { authorization: `Bearer ${key}`, ...(origin ? { origin } : {}) } }, env)
+      expect(res.status, `${path} ${origin}`).toBe(200)
+      expect(res.headers.get('vary'), `${path} ${origin}`).toBe(vary)
+    }
+    // A Vary that names a header merely containing the word still gets Origin.
+    const other = new Hono()
+    other.use('/x', podgateCors())
+    other.get('/x', (c) => c.text('x', 200, { vary: 'X-Origin-Hint' }))
+    expect((await other.request('/x', { headers: { origin: APP } })).headers.get('vary')).toBe('X-Origin-Hint, Origin')
   })
 
   it('preflights the /v2 surface the same way', async () => {

@@ -45,13 +45,7 @@ export function podgateCors(options: PodgateCorsOptions = {}): MiddlewareHandler
   const maxAge = String(options.maxAgeSeconds ?? 600)
   return async function podgateCors(c, next) {
     const origin = c.req.header('origin')
-    if (origin === undefined) {
-      await next()
-      setAnswerHeader(c, 'vary', 'Origin', { append: true })
-      return
-    }
-    const requestedMethod = c.req.header('access-control-request-method')
-    if (c.req.method === 'OPTIONS' && requestedMethod !== undefined) {
+    if (origin !== undefined && c.req.method === 'OPTIONS' && c.req.header('access-control-request-method') !== undefined) {
       const requestedHeaders = c.req.header('access-control-request-headers')
       return c.body(null, 204, {
         'access-control-allow-origin': origin,
@@ -62,8 +56,11 @@ export function podgateCors(options: PodgateCorsOptions = {}): MiddlewareHandler
       })
     }
     await next()
-    setAnswerHeader(c, 'access-control-allow-origin', origin)
-    setAnswerHeader(c, 'access-control-expose-headers', EXPOSE)
-    setAnswerHeader(c, 'vary', 'Origin', { append: true })
+    if (origin !== undefined) {
+      setAnswerHeader(c, 'access-control-allow-origin', origin)
+      setAnswerHeader(c, 'access-control-expose-headers', EXPOSE)
+    }
+    // Once: a host app's own CORS (or a handler) may have listed it already, in any case.
+    if (!/(^|,)\s*origin\s*(,|$)/i.test(c.res.headers.get('vary') ?? '')) setAnswerHeader(c, 'vary', 'Origin', { append: true })
   }
 }
