@@ -15,7 +15,6 @@ import type { Hono } from 'hono'
 import { createGateway } from './gateway.ts'
 import type { GatewayExtras } from './gateway.ts'
 import { optionsFromEnv } from './config/env.ts'
-import { ConfigError } from './config/resolve.ts'
 import type { PodgateWorkerEnv } from './config/env.ts'
 import type { GatewayEnv } from './types.ts'
 
@@ -41,11 +40,9 @@ export function createPodgateWorker(options: PodgateWorkerOptions = {}): Exporte
   return {
     fetch(request, env, ctx) {
       if (!gateway) {
-        const config = optionsFromEnv(env)
-        // This Worker's strict store is its binding: without it every call a quota counts (control calls too) would be a 500.
-        if (config.quota?.store === 'strict' && !env.PODGATE_QUOTA) throw new ConfigError("podgate: quota.store 'strict' needs a Durable Object: bind QuotaObject as PODGATE_QUOTA in wrangler.toml (docs/quotas.md), or set it to 'kv'.")
+        // optionsFromEnv refuses a strict quota with no PODGATE_QUOTA binding: this Worker's strict store.
         gateway = createGateway({
-          ...config,
+          ...optionsFromEnv(env),
           ...(options.extras ? { extras: options.extras } : {}),
           // Without `extras.playground` (the production entry) this refuses to start: a dev tool stays in dev.
           ...(String(env.PODGATE_PLAYGROUND) === 'true' ? { playground: true } : {}),

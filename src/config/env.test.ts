@@ -39,14 +39,32 @@ describe('optionsFromEnv', () => {
   })
 
   it("PODGATE_QUOTA_CONFIG sets quota fields over PODGATE_CONFIG's quota, keeping the fields it does not name", () => {
+    // The strict store's binding: without it a strict quota is refused (below).
+    const bound = { ...base, PODGATE_QUOTA: {} as NonNullable<PodgateWorkerEnv['PODGATE_QUOTA']> }
     const options = optionsFromEnv({
-      ...base,
+      ...bound,
       PODGATE_MODELS: JSON.stringify(MODELS),
       PODGATE_CONFIG: JSON.stringify({ quota: { store: 'strict', flushIntervalMs: 5000, defaults: { requestsPerMinute: 10 } } }),
       PODGATE_QUOTA_CONFIG: JSON.stringify({ defaults: { requestsPerMinute: 60, tokensPerDay: 1000 } }),
     })
     expect(resolveConfig(options).quota).toEqual({ store: 'strict', flushIntervalMs: 5000, defaults: { requestsPerMinute: 60, tokensPerDay: 1000 } })
-    expect(resolveConfig(optionsFromEnv({ ...base, PODGATE_MODELS: JSON.stringify(MODELS), PODGATE_QUOTA_CONFIG: '{"store":"strict"}' })).quota).toEqual({ store: 'strict', flushIntervalMs: 1000 })
+    expect(resolveConfig(optionsFromEnv({ ...bound, PODGATE_MODELS: JSON.stringify(MODELS), PODGATE_QUOTA_CONFIG: '{"store":"strict"}' })).quota).toEqual({ store: 'strict', flushIntervalMs: 1000 })
+  })
+
+  it('refuses a strict quota with no PODGATE_QUOTA binding at startup, naming the binding, as the Worker does', () => {
+    const quota = {} as NonNullable<PodgateWorkerEnv['PODGATE_QUOTA']>
+    const strict: [string, Partial<PodgateWorkerEnv>][] = [
+      ['quota.store', { PODGATE_QUOTA_CONFIG: '{"store":"strict"}' }],
+      ['quota.defaults', { PODGATE_CONFIG: { quota: { defaults: { requestsPerMinute: 5, strict: true } } } }],
+      ["a model's quota", { PODGATE_MODELS: { chat: { endpoints: [{ endpointId: 'abc123' }], quota: { strict: true } } } }],
+    ]
+    for (const [name, vars] of strict) {
+      const env = { ...base, PODGATE_MODELS: JSON.stringify(MODELS), ...vars }
+      expect(() => createGateway(optionsFromEnv(env)), name).toThrow(/strict.*PODGATE_QUOTA/)
+      expect(() => createGateway(optionsFromEnv({ ...env, PODGATE_QUOTA: quota })), name).not.toThrow()
+    }
+    const kv = { ...base, PODGATE_MODELS: JSON.stringify(MODELS), PODGATE_QUOTA_CONFIG: '{"store":"kv","defaults":{"strict":false}}' }
+    expect(() => createGateway(optionsFromEnv(kv))).not.toThrow()
   })
 
   it('takes models from PODGATE_CONFIG alone, and a wrong value fails at startup naming the field', () => {

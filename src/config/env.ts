@@ -21,7 +21,7 @@ export const PLACEHOLDER_ENDPOINT_ID = 'your0endpoint0id'
  * | variable | kind | meaning |
  * |---|---|---|
  * | `PODGATE_KV` | KV binding | keys, quota counters, cache entries |
- * | `PODGATE_QUOTA` | Durable Object binding, optional | `QuotaObject`: the strict quota store |
+ * | `PODGATE_QUOTA` | Durable Object binding, optional | `QuotaObject`: the strict quota store (needed by a strict quota: refused without it) |
  * | `RUNPOD_API_KEY` | secret | the Runpod API key (`runpod.apiKey`) |
  * | `PODGATE_ADMIN_TOKEN` | secret, optional | enables `/admin/*` (`adminToken`) |
  * | `PODGATE_SIGNING_SECRET` | secret, optional | signs browser tokens and job ids (`signingSecret`) |
@@ -90,6 +90,12 @@ export function optionsFromEnv(env: PodgateWorkerEnv): GatewayOptions {
   for (const [name, value] of Object.entries({ quota, cache: base.cache })) {
     for (const key of ['objects', 'now', 'edgeCache']) if (isRecord(value) && key in value) refuseCodeOption(`${name}.${key}`)
   }
+  // Its strict store is this binding (createGateway's default `quota.objects`): without it every call a strict
+  // quota counts (control calls too) would be a 500, so refused here, as the shipped Worker starts.
+  const strict = [(quota as QuotaVar)?.defaults, ...Object.values((withKeys ?? {}) as Record<string, QuotaVar>).map((m) => m?.quota)].some((p) => p?.strict === true)
+  if (((quota as QuotaVar)?.store === 'strict' || strict) && !env.PODGATE_QUOTA) {
+    throw new ConfigError("podgate: a strict quota (quota.store 'strict', or a policy's strict: true) needs a Durable Object: bind QuotaObject as PODGATE_QUOTA in wrangler.toml (docs/quotas.md), or make it kv.")
+  }
   const ttl = env.PODGATE_TOKEN_MAX_TTL
   // `1h` or `3600s` are NaN, which the schema would report as "expected a number, got a number".
   if (ttl && Number.isNaN(+ttl)) throw new ConfigError(`podgate: PODGATE_TOKEN_MAX_TTL must be seconds, e.g. "3600", got "${ttl}".`)
@@ -105,6 +111,9 @@ export function optionsFromEnv(env: PodgateWorkerEnv): GatewayOptions {
     ...(env.PODGATE_SIGNING_SECRET ? { signingSecret: env.PODGATE_SIGNING_SECRET } : {}),
   } as GatewayOptions
 }
+
+/** What the strict-store check reads of `quota` (and a model's), before the schema has checked them. */
+type QuotaVar = { store?: unknown; strict?: unknown; defaults?: QuotaVar; quota?: QuotaVar } | undefined
 
 function refuseCodeOption(key: string): never {
   throw new ConfigError(`podgate: PODGATE_CONFIG cannot set ${key}: no such option, or one only code sets (docs/configuration.md).`)
