@@ -176,7 +176,8 @@ export function usageChunkText(kind: RequestKind, meta: RenderMeta, usage: Usage
 
 /** A streamed choice as one JSON choice, reassembled as clients do. */
 function assembled(kind: RequestKind, chunks: readonly Json[], autoTools = false): Json {
-  const out: Json = kind === 'chat' ? { message: { role: 'assistant', content: null } } : { text: '' }
+  // vLLM's JSON message always has a list of tool calls, empty when there are none.
+  const out: Json = kind === 'chat' ? { message: { role: 'assistant', content: null, tool_calls: [] } } : { text: '' }
   for (const chunk of chunks) {
     const { delta, ...rest } = chunk
     if (kind === 'chat' && isRecord(delta)) merge(out.message as Json, delta)
@@ -185,7 +186,7 @@ function assembled(kind: RequestKind, chunks: readonly Json[], autoTools = false
   const message = out.message
   // JSON tool calls carry no `index`: it only orders the stream's fragments. Tool calls the model chose
   // with no text have `content: null` in vLLM's JSON (`RenderMeta.autoTools`); the stream sent `""`.
-  if (isRecord(message) && Array.isArray(message.tool_calls)) {
+  if (isRecord(message) && Array.isArray(message.tool_calls) && message.tool_calls.length > 0) {
     message.tool_calls = message.tool_calls.map((call) => (isRecord(call) ? withoutIndex(call) : call))
     if (autoTools && message.content === '') message.content = null
   }
