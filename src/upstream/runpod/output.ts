@@ -165,7 +165,7 @@ function fromStreamItems(items: unknown[], options: NativeOutputOptions): Native
   texts.forEach((parts, index) => {
     const content = parts.join('')
     const finish_reason = reasons[index] ?? null
-    if (kind === 'chat') chatChoices.push({ index, message: { role: 'assistant', content }, logprobs: null, finish_reason })
+    if (kind === 'chat') chatChoices.push({ index, message: { role: 'assistant', content, tool_calls: [] }, logprobs: null, finish_reason })
     else textChoices.push({ index, text: content, logprobs: null, finish_reason })
   })
   const body: ChatCompletion | TextCompletion =
