@@ -246,6 +246,27 @@ describe('storage failures', () => {
   })
 })
 
+describe('malformed entries', () => {
+  it.each([['JSON', {}], ['stream', { stream: true }]])('an entry with a missing choice (stored by an older version) is a MISS for a %s request, then overwritten', async (_form, form) => {
+    let written: string | undefined
+    const kv = kvHooked({ put: (key) => void (key.startsWith('cache:') && (written = key)) })
+    const { chat, jobs } = await setup({ kv: () => kv, cache: { cacheApi: false } })
+    const content = `hole ${crypto.randomUUID()}`
+    const body = (extra = {}) => deterministic('chat-openai', content, { n: 2, seed: 5, temperature: 0.7, ...extra })
+    expect((await chat(body())).headers.get('x-podgate-cache')).toBe('MISS')
+    const entry = JSON.parse((await env.PODGATE_KV.get(written!, 'text'))!) as { answer: { choices: unknown[] } }
+    entry.answer.choices[0] = null
+    await env.PODGATE_KV.put(written!, JSON.stringify(entry))
+    const res = await chat(body(form))
+    expect(res.status).toBe(200)
+    expect(res.headers.get('x-podgate-cache')).toBe('MISS')
+    await res.text()
+    expect(jobs()).toBe(2)
+    expect((await chat(body(form))).headers.get('x-podgate-cache')).toBe('HIT')
+    expect(jobs()).toBe(2)
+  })
+})
+
 describe('the cold path', () => {
   it('a new isolate reads the purge generation while the quota stage waits for its KV list', async () => {
     const order: string[] = []

@@ -82,7 +82,7 @@ export function cacheStage(options: CacheStageOptions): CompletionStage {
     const { plan, hit } = await cacheable.lookup()
     if (hit) {
       ctx.settle({ ok: true, usage: hit.entry.answer.usage, cached: true })
-      return replay(hit.entry.answer, ctx, 'HIT', hit.age)
+      return hit.response
     }
     return coalesceOrLead(run, ctx, next, plan, false)
   }
@@ -105,10 +105,10 @@ interface Prepared {
   lookup: () => Promise<{ plan: Plan; hit: FreshHit | undefined }>
 }
 
-/** A stored answer fresh enough for the request, and its age in ms. */
+/** A stored answer fresh enough for the request, and its replay. */
 interface FreshHit {
   entry: CacheEntry
-  age: number
+  response: Response
 }
 
 type CacheableDecision = Extract<CacheDecision, { cacheable: true }>
@@ -121,7 +121,11 @@ function scopeKeyId(options: CacheStageOptions, ctx: CompletionContext): string 
   return options.scope === 'key' ? ctx.c.get('principal')?.keyId : undefined
 }
 
-/** The stored entry for the plan's key if it is fresh for this request, with its age; a storage failure is a miss. */
+/**
+ * The stored entry for the plan's key if it is fresh for this request, rendered; a storage failure is a
+ * miss, and so is an entry that cannot be rendered (one an older version stored with a missing choice):
+ * the miss's answer overwrites it.
+ */
 async function freshHit(run: CacheRun, ctx: CompletionContext, plan: Plan, decision: CacheableDecision): Promise<FreshHit | undefined> {
   const hit = await readEntry(run.options.tiers(ctx.c), plan.key, waitUntilOf(ctx.c)).catch((error: unknown) => {
     run.log(ctx, { message: 'cache lookup failed', cause: String(error) })
@@ -130,5 +134,9 @@ async function freshHit(run: CacheRun, ctx: CompletionContext, plan: Plan, decis
   if (!hit) return undefined
   const age = Math.max(0, run.options.now() - hit.entry.storedAt)
   const fresh = age <= decision.ttlSeconds * 1000 && (decision.maxAgeSeconds === undefined || age <= decision.maxAgeSeconds * 1000)
-  return fresh ? { entry: hit.entry, age } : undefined
+  try {
+    return fresh ? { entry: hit.entry, response: replay(hit.entry.answer, ctx, 'HIT', age) } : undefined
+  } catch {
+    return undefined
+  }
 }
