@@ -850,6 +850,25 @@ describe('purge', () => {
     expect(jobs()).toBe(6)
   })
 
+  it.each([['key', (id: string) => ({ keyId: id })], ['gateway', () => ({})]] as const)('a purge of a model in the %s scope deletes only its KV entries, not those of an alias it begins (`<model>:v2`)', async (scope, target) => {
+    const written: string[] = []
+    const kv = kvHooked({ put: (key) => void (key.startsWith('cache:') && written.push(key)) })
+    const { h, chat, id } = await setup({ kv: () => kv, cache: { scope, cacheApi: false }, models: { ...MODELS, 'chat-current:v2': MODELS['chat-current']! } })
+    const content = `purge one ${crypto.randomUUID()}`
+    await chat(deterministic('chat-current', content))
+    await chat(deterministic('chat-current:v2', content))
+    const prefix = `cache:${scope === 'key' ? `key:${id}` : 'shared'}:chat-current:`
+    const names = async () => {
+      const kept = await Promise.all(written.map(async (name) => ((await env.PODGATE_KV.get(name)) === null ? [] : [name.slice(prefix.length).replace(/[0-9a-f]{64}$/, '<hash>')])))
+      return kept.flat().sort()
+    }
+    expect(await names()).toEqual(['<hash>', 'v2:<hash>'])
+    expect((await purge(h, { model: 'chat-current', ...target(id) })).status).toBe(200)
+    await h.settle()
+    expect(await names()).toEqual(['v2:<hash>'])
+    expect((await chat(deterministic('chat-current:v2', content))).headers.get('x-podgate-cache')).toBe('HIT')
+  })
+
   it('refuses bad purges with a 4xx and needs the admin token', async () => {
     const { h } = await setup()
     expect((await purge(h, {})).status).toBe(400)

@@ -61,7 +61,7 @@ export function cacheRoutes(options: CacheRoutesOptions): Hono<GatewayEnv> {
     const kv = options.kv(c)
     await options.generations.bump(kv, { model, keyId })
     const prefix = cheapPrefix(options.scope, model, keyId)
-    if (prefix !== undefined) waitUntilOf(c)(deletePrefix(kv, prefix).catch(() => undefined))
+    if (prefix !== undefined) waitUntilOf(c)(deletePrefix(kv, prefix, model !== undefined).catch(() => undefined))
     return c.json({
       purged: { model: model ?? null, keyId: keyId ?? null },
       // Other isolates trust a generation for generationCacheMs, then use it for as long again while they re-read it.
@@ -79,7 +79,11 @@ function cheapPrefix(scope: 'key' | 'gateway', model: string | undefined, keyId:
   return undefined
 }
 
-async function deletePrefix(kv: KVNamespace, prefix: string): Promise<void> {
+/**
+ * With `oneModel`, only the keys the prefix ends at a hash: an alias may hold `:`, so `cache:<scope>:chat:`
+ * also begins the entries of `chat:v2` (and `cache:key:<id>:sub:` those of the key's end users), which stay.
+ */
+async function deletePrefix(kv: KVNamespace, prefix: string, oneModel: boolean): Promise<void> {
   const page = await kv.list({ prefix, limit: MAX_PURGE_DELETES })
-  await Promise.all(page.keys.map((k) => kv.delete(k.name)))
+  await Promise.all(page.keys.filter((k) => !oneModel || !k.name.includes(':', prefix.length)).map((k) => kv.delete(k.name)))
 }
