@@ -774,6 +774,36 @@ describe('coalescing', () => {
     await h.settle()
   }, 20_000)
 
+  it.each<[string, { stream?: boolean }]>([['JSON', {}], ['streaming', { stream: true }]])('a %s joiner waits at most timeouts.totalMs + 5 s in all for a call that does not end, then asks on its own', async (_form, form) => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    let wake!: () => void
+    const hung = new Promise<void>((resolve) => (wake = resolve))
+    let calls = 0
+    const fetch = async (input: RequestInfo | URL, init?: RequestInit) => {
+      const request = new Request(input, init)
+      // The first call upstream never answers (nor hears its abort), as a hung connection.
+      if (new URL(request.url).pathname.includes('/openai/') && calls++ === 0) await hung
+      return emulator.fetch(request)
+    }
+    const resilience = { timeouts: { totalMs: 300 } }
+    const h = harness({ models: { ...MODELS, 'chat-openai': { ...MODELS['chat-openai']!, resilience } }, runpod: { apiKey: RUNPOD_KEY, baseUrl: 'http://emulator.test/v2', timeoutMs: 60_000 }, fetch }, emulator)
+    const { key } = await h.createKey()
+    const body = deterministic('chat-openai', 'a call that hangs', form)
+    const leader = h.fetch('/v1/chat/completions', authed(key, body)).catch((error: unknown) => error)
+    await new Promise((r) => setTimeout(r, 50))
+    const started = Date.now()
+    const joiner = await h.fetch('/v1/chat/completions', authed(key, body))
+    expect(joiner.status).toBe(200)
+    expect(await joiner.text()).toMatch(form.stream ? /data: \[DONE\]\n\n$/ : /"choices"/)
+    const waited = Date.now() - started
+    wake()
+    await leader
+    await h.settle()
+    expect(calls).toBe(2)
+    expect(waited).toBeGreaterThan(5_000)
+    expect(waited).toBeLessThan(7_000)
+  }, 30_000)
+
   it('a reader slower than the model, past maxEntryBytes, is not taken for a silent upstream once the first caller left', async () => {
     const resilience = { timeouts: { firstTokenMs: 300, idleMs: 300 } }
     const { h, key } = await setup({ cache: { maxEntryBytes: 1024 }, models: { ...MODELS, 'chat-current': { ...MODELS['chat-current']!, resilience } } })

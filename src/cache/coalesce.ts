@@ -15,11 +15,14 @@ import { nowSeconds, render, withCacheHeaders } from './replay.ts'
 import type { CacheRun, Plan } from './run.ts'
 
 
-/** Joins the request's flight when one is in the air, else leads a new one. */
-export function coalesceOrLead(run: CacheRun, ctx: CompletionContext, next: CompletionHandler, plan: Plan, retried: boolean): Promise<Response> {
+/**
+ * Joins the request's flight when one is in the air, else leads a new one. `until`: this caller joined
+ * a flight before and asks again (once), with what is left of its wait (`deadlineOf`), not a new one.
+ */
+export function coalesceOrLead(run: CacheRun, ctx: CompletionContext, next: CompletionHandler, plan: Plan, until?: number): Promise<Response> {
   const flight = run.options.coalesce ? run.flights.get(plan.key.hash) : undefined
   // A flight gone silent lost its leader, whose request ended without taking it out of the map.
-  return flight?.live() ? join(run, flight, { ctx, next, plan, retried }) : lead(run, ctx, next, plan)
+  return flight?.live() && (until ?? Infinity) > Date.now() ? join(run, flight, { ctx, next, plan, until }) : lead(run, ctx, next, plan)
 }
 
 /**
@@ -32,12 +35,17 @@ function settleFromFlight(ctx: CompletionContext): CompletionContext['settle'] {
   return (outcome) => ctx.settle({ ...outcome, cached: true })
 }
 
-async function join(run: CacheRun, flight: Flight, call: { ctx: CompletionContext; next: CompletionHandler; plan: Plan; retried: boolean }): Promise<Response> {
-  const { ctx, next, plan, retried } = call
+async function join(run: CacheRun, flight: Flight, call: { ctx: CompletionContext; next: CompletionHandler; plan: Plan; until?: number }): Promise<Response> {
+  const { ctx, next, plan, until } = call
   const { request } = ctx
+  const { signal } = ctx.c.req.raw
   const settle = settleFromFlight(ctx)
+  // One wait in all, however often this caller joins: a second join waits only for what is left of it.
+  const deadline = until ?? deadlineOf(ctx)
+  /** This caller's own call: after a second join, or else through the flight in the air now, if any. */
+  const again = () => (until ? lead(run, ctx, next, plan) : coalesceOrLead(run, ctx, next, plan, deadline))
   const failed = (): Promise<Response> => {
-    if (flight.abandoned && !retried) return coalesceOrLead(run, ctx, next, plan, true)
+    if (flight.abandoned && !until) return again()
     const error = flight.error ?? upstreamError('The shared upstream call failed.')
     settle({ ok: false, error, producedOutput: false })
     throw error
@@ -47,10 +55,11 @@ async function join(run: CacheRun, flight: Flight, call: { ctx: CompletionContex
     // Registered before any wait: the flight keeps every event from here on for this reader.
     const reader = flight.reader()
     flight.followers++
-    // Until the leader's first event, or this caller left (`follow` then lets go at once).
-    while (flight.end === 0 && flight.state === 'open' && flight.streams && !ctx.c.req.raw.signal.aborted) await flight.changed()
-    // A flight that ended with no events (a piped one that gave up at once) has nothing to follow.
-    if (flight.streams && !(flight.end === 0 && flight.state === 'ok')) {
+    // Until the leader's first event, or this caller left (`follow` then lets go at once), or its wait ran out.
+    while (flight.end === 0 && flight.state === 'open' && flight.streams && !signal.aborted && Date.now() < deadline) await flight.changed()
+    // A flight that ended with no events (a piped one that gave up at once) has nothing to follow; one
+    // that sent none in time leaves this caller to its own call (`awaitPiped`, its wait over).
+    if (flight.streams && (flight.end > 0 || flight.state === 'failed' || signal.aborted)) {
       if (flight.end === 0 && flight.state === 'failed') {
         flight.unread(reader)
         flight.leave()
@@ -62,11 +71,10 @@ async function join(run: CacheRun, flight: Flight, call: { ctx: CompletionContex
     flight.unread(reader)
     flight.followers--
   }
-  if (request.stream && flight.state === 'open') return withCacheHeaders(new Response(awaitPiped(run, flight, call), { headers: SSE_HEADERS }), 'COALESCED', 0)
+  if (request.stream && flight.state === 'open') return withCacheHeaders(new Response(awaitPiped(flight, ctx, deadline, again), { headers: SSE_HEADERS }), 'COALESCED', 0)
 
   flight.followers++
-  const { signal } = ctx.c.req.raw
-  await flight.whole(deadlineOf(ctx), signal)
+  await flight.whole(deadline, signal)
   flight.leave()
   // Its caller left while it waited: let go, and ask nothing on its own for a caller who is gone.
   if (signal.aborted) {
@@ -75,14 +83,14 @@ async function join(run: CacheRun, flight: Flight, call: { ctx: CompletionContex
     throw gone
   }
   // The answer turned out too large to share, or the leader never finished in the time its own call had: ask alone.
-  if (flight.state === 'open' || !flight.shareable) return retried ? lead(run, ctx, next, plan) : coalesceOrLead(run, ctx, next, plan, true)
+  if (flight.state === 'open' || !flight.shareable) return again()
   if (flight.state === 'failed') return failed()
   if (!request.stream && flight.json !== undefined) {
     settle({ ok: true, usage: flight.usage })
     return withCacheHeaders(new Response(flight.json, { headers: { 'content-type': 'application/json' } }), 'COALESCED', 0)
   }
   // The leader's answer could not be captured (too large, or nothing podgate replays): ask alone.
-  if (!flight.answer) return retried ? lead(run, ctx, next, plan) : coalesceOrLead(run, ctx, next, plan, true)
+  if (!flight.answer) return again()
   settle({ ok: true, usage: flight.usage })
   return render(flight.answer, ctx, identityOf(flight, ctx), 'COALESCED', 0)
 }
@@ -106,9 +114,7 @@ const HEARTBEAT_MS = 10_000
  * error; or, when the leader's caller left or the answer was too large to share, the joiner's own call
  * relayed. Errors after the answer began are SSE error events, as for any stream.
  */
-function awaitPiped(run: CacheRun, flight: Flight, call: { ctx: CompletionContext; next: CompletionHandler; plan: Plan; retried: boolean }): ReadableStream<Uint8Array> {
-  const { ctx, next, plan, retried } = call
-  const { request } = ctx
+function awaitPiped(flight: Flight, ctx: CompletionContext, deadline: number, again: () => Promise<Response>): ReadableStream<Uint8Array> {
   const settle = settleFromFlight(ctx)
   flight.followers++
   let waiting = true
@@ -116,7 +122,6 @@ function awaitPiped(run: CacheRun, flight: Flight, call: { ctx: CompletionContex
   /** This caller's own call was started: from then on its dispatcher settles it, not the flight. */
   let asking = false
   let beat = Date.now()
-  const deadline = deadlineOf(ctx)
   let own: ReadableStreamDefaultReader<Uint8Array> | undefined
   const stopWaiting = () => {
     if (!waiting) return
@@ -184,7 +189,7 @@ function awaitPiped(run: CacheRun, flight: Flight, call: { ctx: CompletionContex
     // The leader's caller left, its answer cannot be shared, or it did not end in time: this caller's own call, relayed.
     asking = true
     try {
-      const response = retried ? await lead(run, ctx, next, plan) : await coalesceOrLead(run, ctx, next, plan, true)
+      const response = await again()
       if (response.status !== 200 || !response.body) throw await errorOf(response)
       return response.body.getReader()
     } catch (error) {

@@ -84,7 +84,7 @@ export function cacheStage(options: CacheStageOptions): CompletionStage {
       ctx.settle({ ok: true, usage: hit.entry.answer.usage, cached: true })
       return hit.response
     }
-    return coalesceOrLead(run, ctx, next, plan, false)
+    return coalesceOrLead(run, ctx, next, plan)
   }
   // The purge generation's KV read, awaited when the isolate has no copy younger than 2 ×
   // `generationCacheMs` (a new isolate's first requests), overlaps the stages ahead of it: the quota
