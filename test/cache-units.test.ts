@@ -452,4 +452,12 @@ describe('Flight', () => {
     await present.changed(5)
     expect(present.state).toBe('open')
   })
+
+  it('a flight still open past the time its leader\'s call had (its request was ended with no word) fails: no one joins it', async () => {
+    const [dead, young] = [new Flight(false, Infinity, Date.now() + 30), new Flight(true, Infinity, Date.now() + 60_000)]
+    await new Promise((r) => setTimeout(r, 40))
+    expect([dead.live(), young.live()]).toEqual([false, true])
+    expect(dead.error?.code).toBe('upstream_timeout')
+    expect(dead.abandoned).toBe(true)
+  })
 })

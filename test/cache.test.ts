@@ -804,6 +804,36 @@ describe('coalescing', () => {
     expect(waited).toBeLessThan(7_000)
   }, 30_000)
 
+  it('a call still open past the time it had (its request was ended with no word, its caller there) is not joined', async () => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    let wake!: () => void
+    const hung = new Promise<void>((resolve) => (wake = resolve))
+    let calls = 0
+    const fetch = async (input: RequestInfo | URL, init?: RequestInit) => {
+      const request = new Request(input, init)
+      // The first call never answers, nor hears its abort: its request is as good as gone.
+      if (new URL(request.url).pathname.includes('/openai/') && calls++ === 0) await hung
+      return emulator.fetch(request)
+    }
+    const resilience = { timeouts: { totalMs: 300 } }
+    const h = harness({ models: { ...MODELS, 'chat-openai': { ...MODELS['chat-openai']!, resilience } }, runpod: { apiKey: RUNPOD_KEY, baseUrl: 'http://emulator.test/v2', timeoutMs: 60_000 }, fetch }, emulator)
+    const { key } = await h.createKey()
+    const body = deterministic('chat-openai', 'a call whose request is gone')
+    const leader = h.fetch('/v1/chat/completions', authed(key, body)).catch((error: unknown) => error)
+    // Past timeouts.totalMs and the 5 s a call's ending may take.
+    await new Promise((r) => setTimeout(r, 5_500))
+    const started = Date.now()
+    const twin = await h.fetch('/v1/chat/completions', authed(key, body))
+    expect(twin.headers.get('x-podgate-cache')).toBe('MISS')
+    expect(twin.status).toBe(200)
+    await twin.text()
+    expect(Date.now() - started).toBeLessThan(2_000)
+    expect(calls).toBe(2)
+    wake()
+    await leader
+    await h.settle()
+  }, 30_000)
+
   it('a reader slower than the model, past maxEntryBytes, is not taken for a silent upstream once the first caller left', async () => {
     const resilience = { timeouts: { firstTokenMs: 300, idleMs: 300 } }
     const { h, key } = await setup({ cache: { maxEntryBytes: 1024 }, models: { ...MODELS, 'chat-current': { ...MODELS['chat-current']!, resilience } } })

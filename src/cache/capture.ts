@@ -23,7 +23,7 @@ import { captureJsonAnswer, createAnswerCapture } from './answer.ts'
 import type { AnswerCapture, CachedAnswer, CapturedEvent } from './answer.ts'
 import { follow } from './follow.ts'
 import { streamControl } from '../streaming/stream-control.ts'
-import { Flight } from './flight.ts'
+import { deadlineOf, Flight } from './flight.ts'
 import { metaOf, withCacheHeaders } from './replay.ts'
 import { fitsInBytes, writeEntry } from './store.ts'
 import type { CacheRun, Plan } from './run.ts'
@@ -50,7 +50,7 @@ interface Leader {
 
 export async function lead(run: CacheRun, ctx: CompletionContext, next: CompletionHandler, plan: Plan): Promise<Response> {
   const { options, flights, log } = run
-  const flight = new Flight(ctx.request.stream)
+  const flight = new Flight(ctx.request.stream, Infinity, deadlineOf(ctx))
   const hash = plan.key.hash
   const release = () => {
     if (flights.get(hash) === flight) flights.delete(hash)
@@ -64,6 +64,8 @@ export async function lead(run: CacheRun, ctx: CompletionContext, next: Completi
     release()
   }
   if (options.coalesce) {
+    // Flights whose requests were ended with no word, never asked again, go too (`Flight.live`).
+    for (const [other, old] of flights) if (!old.live()) flights.delete(other)
     flights.set(hash, flight)
     // The call is the flight's: its caller leaving stops it only when no joiner follows it, and its
     // request lives on (waitUntil) while the call runs for them. A stopped call takes no joiner: one

@@ -10,6 +10,7 @@ import { HEARTBEAT, sseErrorEvent } from '../streaming/openai-chunks.ts'
 import { completionId, SSE_HEADERS } from '../upstream/types.ts'
 import { lead } from './capture.ts'
 import { follow } from './follow.ts'
+import { deadlineOf } from './flight.ts'
 import type { Flight } from './flight.ts'
 import { nowSeconds, render, withCacheHeaders } from './replay.ts'
 import type { CacheRun, Plan } from './run.ts'
@@ -41,6 +42,7 @@ async function join(run: CacheRun, flight: Flight, call: { ctx: CompletionContex
   const { signal } = ctx.c.req.raw
   const settle = settleFromFlight(ctx)
   // One wait in all, however often this caller joins: a second join waits only for what is left of it.
+  // The longest a joiner waits on flights: as long as the leader's own call may take.
   const deadline = until ?? deadlineOf(ctx)
   /** This caller's own call: after a second join, or else through the flight in the air now, if any. */
   const again = () => (until ? lead(run, ctx, next, plan) : coalesceOrLead(run, ctx, next, plan, deadline))
@@ -98,11 +100,6 @@ async function join(run: CacheRun, flight: Flight, call: { ctx: CompletionContex
 /** The `id` and `created` of the leader's answer, which its twins share. */
 function identityOf(flight: Flight, ctx: CompletionContext): { id: string; created: number } {
   return { id: flight.meta?.id ?? completionId(ctx.request.kind), created: flight.meta?.created ?? nowSeconds() }
-}
-
-/** The longest a joiner waits on a flight: the model's total timeout, and a little more for the leader's ending. */
-function deadlineOf(ctx: CompletionContext): number {
-  return Date.now() + ctx.model.config.resilience.timeouts.totalMs + 5_000
 }
 
 /** How often a joiner waiting on a piped stream is sent an SSE comment, so it and the proxies on its way keep the connection. */

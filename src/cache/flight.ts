@@ -6,6 +6,7 @@
  * and, at the end, the normalized answer, so each joiner can be served in the form it asked for.
  */
 import { GatewayError } from '../errors/index.ts'
+import type { CompletionContext } from '../pipeline/index.ts'
 import type { Usage } from '../streaming/openai-chunks.ts'
 import type { CachedAnswer } from './answer.ts'
 
@@ -77,10 +78,17 @@ export class Flight {
    * its call by its own timeouts).
    */
   staleMs: number
+  /**
+   * When the leader's call must have ended (epoch ms, `deadlineOf`). Still open after it, the leader's
+   * request was ended with no word (as when the runtime ends it, its caller there or not): the flight
+   * fails as a silent one does. Default: never.
+   */
+  readonly until: number
 
-  constructor(streams: boolean, staleMs = Infinity) {
+  constructor(streams: boolean, staleMs = Infinity, until = Infinity) {
     this.streams = streams
     this.staleMs = staleMs
+    this.until = until
   }
 
   /** Index one past the last event pushed. */
@@ -185,9 +193,9 @@ export class Flight {
     if (this.followers <= 0 && this.state === 'open') this.onIdle?.()
   }
 
-  /** Open, unless silent past `staleMs` (then failed now, for its readers and for callers who would join it). */
+  /** Open, unless silent past `staleMs` or open past `until` (then failed now, for its readers and for callers who would join it). */
   live(): boolean {
-    if (Date.now() - this.heardAt > this.staleMs) this.fail(new GatewayError('upstream_timeout', 'The shared upstream call ended with the request that made it.'), true)
+    if (Date.now() - this.heardAt > this.staleMs || Date.now() > this.until) this.fail(new GatewayError('upstream_timeout', 'The shared upstream call ended with the request that made it.'), true)
     return this.state === 'open'
   }
 
@@ -226,4 +234,9 @@ export class Flight {
     this.#wake = []
     for (const resolve of wake) resolve()
   }
+}
+
+/** The latest a call ends: the model's `timeouts.totalMs` from now, and a little more for its ending. */
+export function deadlineOf(ctx: CompletionContext): number {
+  return Date.now() + ctx.model.config.resilience.timeouts.totalMs + 5_000
 }
