@@ -242,6 +242,26 @@ describe('cold starts', () => {
     expect(h.emulator.activeJobs()).toEqual([])
   })
 
+  it.each(NATIVE)('%s: a hedge passes over the endpoint next in turn while its Retry-After holds it, to the next one that is free', async (model) => {
+    // `a` asks for 30 s (429), `b` fails once (503), `c` is cold: past the TTFT budget the endpoint next
+    // in turn is `a`, still held, but `b` is free again. It gets the hedge, answers, and `c`'s job is cancelled.
+    const [a, b, c] = ['a', 'b', 'c'].map((s) => `${ENDPOINT_A[model]!.slice(0, -1)}h${s}`) as [string, string, string]
+    const endpoints = [{ endpointId: a, weight: 1e12 }, { endpointId: b, weight: 1e6 }, { endpointId: c, weight: 1 }]
+    const h = harness({ models: { [model]: { endpoints, mode: 'native', resilience: { retries: { ...FAST_RETRIES, attempts: 4 }, ttftBudgetMs: 100, hedge: true } } } })
+    h.emulator.configure(a, { fault: { kind: 'http', status: 429, times: 1, retryAfter: 30, ops: ['run'] } })
+    h.emulator.configure(b, { fault: { kind: 'http', status: 503, times: 1, ops: ['run'] } })
+    h.emulator.configure(c, { coldStartMs: 3_000 })
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody(model, 'Hello', { stream: true })))
+    expect(res.status).toBe(200)
+    await completeText(res)
+    await h.settle()
+    const runs = (id: string) => callsTo(h, id, 'run').map((call) => call.status)
+    expect({ a: runs(a), b: runs(b), c: runs(c) }).toEqual({ a: [429], b: [503, 200], c: [200] })
+    expect(callsTo(h, c, 'cancel')).toHaveLength(1)
+    expect(h.emulator.activeJobs()).toEqual([])
+  })
+
   it("a hedge's own Retry-After holds its endpoint for the retries that follow", async () => {
     // `currenta` is cold, hedged on `currentb`, which answers 429 Retry-After: 30; `currenta`'s job then
     // FAILS, and again on the retry. The next turn is `currentb`'s, 30 s off: past the budget, so no try.

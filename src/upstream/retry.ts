@@ -85,11 +85,14 @@ export class RetryPlan {
   readonly #options: RetryPlanOptions
   readonly #started = Date.now()
   #tried = 0
+  /** `endpoints`, in the order of turns: a hedge brings its endpoint forward (`nextOther`). */
+  #order: readonly Endpoint[]
   /** When each endpoint that sent a `Retry-After` may be asked again (epoch ms); made by the first one, not per request. */
   #notBefore: Map<string, number> | undefined
 
   constructor(options: RetryPlanOptions) {
     this.#options = options
+    this.#order = options.endpoints
   }
 
   /**
@@ -110,23 +113,32 @@ export class RetryPlan {
    * (it throws): nothing is sent for it, and with no attempt made its prompt is not charged.
    */
   next(): Endpoint | undefined {
-    const { endpoints, resilience, signal } = this.#options
+    const { resilience, signal } = this.#options
     if (signal?.aborted) throw upstreamError(CALLER_GONE)
     if (this.#tried >= resilience.retries.attempts) return undefined
-    return endpoints[this.#tried++ % endpoints.length]
+    return this.#order[this.#tried++ % this.#order.length]
   }
 
   /**
-   * The next attempt's endpoint (for a hedge), else undefined: when it is `current`, cooling down (the
-   * breaker), or still inside a `Retry-After` it sent. A hedge is never worth a wait.
+   * The endpoint of a hedge: the first, from the one next in turn on, that is not `current`, not cooling
+   * down (the breaker) and not inside a `Retry-After` it sent (a hedge is never worth a wait); else
+   * undefined. It takes this turn, and those it passed over come next, in their order.
    */
   nextOther(current: Endpoint): Endpoint | undefined {
-    const { endpoints, resilience } = this.#options
-    if (this.#tried >= resilience.retries.attempts) return undefined
-    const candidate = endpoints[this.#tried % endpoints.length]
-    if (!candidate || candidate.base === current.base || this.#options.breaker.isOpen(candidate) || this.#held(candidate) > 0) return undefined
-    this.#tried++
-    return candidate
+    const { resilience, breaker } = this.#options
+    const order = [...this.#order]
+    const n = order.length
+    const turn = this.#tried % n
+    for (let k = 0; k < n && this.#tried < resilience.retries.attempts; k++) {
+      const candidate = order[(turn + k) % n]!
+      if (candidate === current || breaker.isOpen(candidate) || this.#held(candidate) > 0) continue
+      for (; k > 0; k--) order[(turn + k) % n] = order[(turn + k - 1) % n]!
+      order[turn] = candidate
+      this.#order = order
+      this.#tried++
+      return candidate
+    }
+    return undefined
   }
 
   succeeded(endpoint: Endpoint): void {
@@ -151,7 +163,7 @@ export class RetryPlan {
 
   /** Counts a failed attempt against its endpoint; resolves true (after the backoff) when another try is worth it. */
   async retryAfter(error: unknown, endpoint: Endpoint): Promise<boolean> {
-    const { endpoints, resilience, signal } = this.#options
+    const { resilience, signal } = this.#options
     this.recordFailure(error, endpoint)
     if (!isRetryable(error)) return false
     const { attempts, baseDelayMs, maxDelayMs, budgetMs } = resilience.retries
@@ -159,7 +171,7 @@ export class RetryPlan {
     const ceiling = Math.min(maxDelayMs, baseDelayMs * 2 ** (this.#tried - 1))
     // Retry-After speaks for the endpoint that sent it (`recordFailure`), whenever its turn comes again
     // (after another endpoint's try too); another endpoint is tried after the backoff alone.
-    const held = this.#held(endpoints[this.#tried % endpoints.length])
+    const held = this.#held(this.#order[this.#tried % this.#order.length])
     const delay = Math.max(held, Math.floor((this.#options.random ?? Math.random)() * ceiling))
     // The time budget bounds retries of transient faults (a network error, a 429, a 5xx) and every wait a
     // Retry-After asks. An attempt that ended before any output (a FAILED job) fails over whenever it comes,

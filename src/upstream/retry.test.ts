@@ -1,0 +1,19 @@
+import { describe, expect, it } from 'vitest'
+import { resilienceSchema } from '../config/schema.ts'
+import { RetryPlan } from './retry.ts'
+import type { Endpoint } from './runpod/client.ts'
+
+const endpoint = (label: string): Endpoint => ({ base: `https://api.runpod.ai/v2/${label}`, label, mode: 'native', weight: 1, credential: { kind: 'runpod' } })
+
+describe('RetryPlan.nextOther (the endpoint of a hedge)', () => {
+  it('passes over an endpoint whose breaker is open; those passed over keep their turns, in order, for the retries', () => {
+    const [a, b, c, d] = ['a', 'b', 'c', 'd'].map(endpoint) as [Endpoint, Endpoint, Endpoint, Endpoint]
+    const breaker = { isOpen: (e: Endpoint) => e === b, success: () => undefined, failure: () => undefined }
+    const resilience = resilienceSchema.parse({ retries: { attempts: 5 } })
+    const plan = new RetryPlan({ endpoints: [a, b, c, d], resilience, breaker, deadline: Date.now() + 60_000 })
+    expect(plan.next()).toBe(a)
+    expect(plan.nextOther(a)).toBe(c)
+    expect([plan.next(), plan.next(), plan.next()]).toEqual([b, d, a])
+    expect(plan.next()).toBeUndefined()
+  })
+})
