@@ -732,7 +732,8 @@ describe('coalescing', () => {
   })
 
   // Cloudflare ends a request 30 s after its caller left, its call with it: nothing more comes, and its
-  // code never runs again (never takes its flight out of the map). A /run that hangs stands for that here.
+  // code never runs again (never takes its flight out of the map). An upstream call that hangs, deaf to
+  // its abort, stands for that here (a native `/run` cannot: podgate stops waiting for it at firstTokenMs).
   it('a flight gone silent is let go: its waiting joiner asks upstream on its own, not the dead flight again', async () => {
     const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
     let wake!: () => void
@@ -740,13 +741,13 @@ describe('coalescing', () => {
     let runs = 0
     const fetch = async (input: RequestInfo | URL, init?: RequestInit) => {
       const request = new Request(input, init)
-      if (new URL(request.url).pathname.endsWith('/run') && runs++ === 0) await hung
+      if (new URL(request.url).pathname.endsWith('/chat/completions') && runs++ === 0) await hung
       return emulator.fetch(request)
     }
     const resilience = { timeouts: { firstTokenMs: 200, idleMs: 200 } }
-    const h = harness({ models: { ...MODELS, 'chat-current': { ...MODELS['chat-current']!, resilience } }, runpod: { apiKey: RUNPOD_KEY, baseUrl: 'http://emulator.test/v2', timeoutMs: 60_000 }, fetch }, emulator)
+    const h = harness({ models: { ...MODELS, 'chat-openai': { ...MODELS['chat-openai']!, resilience } }, runpod: { apiKey: RUNPOD_KEY, baseUrl: 'http://emulator.test/v2', timeoutMs: 60_000 }, fetch }, emulator)
     const { key } = await h.createKey()
-    const body = deterministic('chat-current', 'a leader that is gone [[emulator:delay=5,tokens=4]]', { stream: true })
+    const body = deterministic('chat-openai', 'a leader that is gone [[emulator:delay=5,tokens=4]]', { stream: true })
     const leaving = new AbortController()
     const leader = h.fetch('/v1/chat/completions', { ...authed(key, body), signal: leaving.signal }).catch((error: unknown) => error)
     await new Promise((r) => setTimeout(r, 20))

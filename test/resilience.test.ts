@@ -513,6 +513,44 @@ describe('timeouts.totalMs bounds the whole call, retries and backoff included',
     })
   }
 
+  for (const [limit, stream] of [['timeouts.totalMs', false], ['timeouts.totalMs', true], ['runpod.timeoutMs', false], ['runpod.timeoutMs', true]] as const) {
+    it(`native (stream: ${stream}): a /run still out at ${limit} is answered 504 then, and the job it queued is cancelled once it answers`, async () => {
+      const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+      // Runpod answers `/run` on demand: once the caller has its answer, or after 10 s at the latest. It
+      // queues the job then, whether or not podgate still waits for the answer (a fetch aborted is not
+      // a job cancelled).
+      let release!: () => void
+      const released = new Promise<void>((resolve) => (release = resolve))
+      const queued: Promise<unknown>[] = []
+      const held = (async (input: RequestInfo | URL, init?: RequestInit) => {
+        const request = new Request(input, init)
+        if (!new URL(request.url).pathname.endsWith('/run')) return emulator.fetch(request)
+        const sent = new Request(request.url, { method: request.method, headers: request.headers, body: await request.text() })
+        const answer = released.then(() => emulator.fetch(sent))
+        queued.push(answer)
+        const aborted = new Promise<never>((_, reject) => request.signal.addEventListener('abort', () => reject(request.signal.reason), { once: true }))
+        return Promise.race([answer, aborted])
+      }) as typeof fetch
+      const model = { endpoints: [{ endpointId: 'solo' }], mode: 'native' as const, ...(limit === 'timeouts.totalMs' ? { resilience: { timeouts: { totalMs: 500 } } } : {}) }
+      const runpod = { apiKey: RUNPOD_KEY, baseUrl: 'http://emulator.test/v2', ...(limit === 'runpod.timeoutMs' ? { timeoutMs: 500 } : {}) }
+      const h = harness({ models: { m: model }, runpod, fetch: held }, emulator)
+      const { key } = await h.createKey()
+      const order: string[] = []
+      const fallback = setTimeout(() => (order.push('/run answered'), release()), 10_000)
+      const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('m', 'Hello', { stream })))
+      order.push(`caller answered ${res.status}`)
+      clearTimeout(fallback)
+      release()
+      expect(order).toEqual(['caller answered 504'])
+      expect(((await res.json()) as OpenAIError).error.code).toBe('upstream_timeout')
+      await Promise.all(queued)
+      await h.settle()
+      expect(emulator.calls.filter((c) => c.op === 'run')).toHaveLength(1)
+      expect(emulator.calls.filter((c) => c.op === 'cancel')).toHaveLength(1)
+      expect(emulator.activeJobs()).toEqual([])
+    })
+  }
+
   it('chat-openai: a retry gets only the time left of totalMs, and ends with the timeout error', async () => {
     const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
     // `oaia` fails after 600 ms; `oaib` would answer 700 ms after it was asked, past the 1 s in all.

@@ -1,7 +1,10 @@
 /**
- * The two job calls that must not give up at Runpod's first refusal (runpod-api.md §1: every op has a
- * per-endpoint rate limit, `/cancel` the lowest at 100 per 10 s and 20 at once, and over it a 429):
+ * The job calls that must not leave a job running for nobody, nor give up at Runpod's first refusal
+ * (runpod-api.md §1: every op has a per-endpoint rate limit, `/cancel` the lowest at 100 per 10 s and 20
+ * at once, and over it a 429):
  *
+ * - `runJob`: a `/run` cut off may have queued a job with no id to cancel, so one whose caller stops
+ *   waiting (its deadline) runs on in the background, and the job it queued is cancelled.
  * - `cancelJob`: only `/cancel`, `executionTimeout` and `ttl` stop a job, so a cancel that was refused,
  *   failed or never arrived is sent again, or the GPU runs (and bills) for nobody.
  * - `streamPage` (and `polled`, for `/status` and `/status-sync`): a poll Runpod refused (429, or a 5xx)
@@ -10,9 +13,11 @@
  *   and a second poll would silently skip those items.
  */
 import { GatewayError } from '../errors/index.ts'
-import { sleep } from './retry.ts'
+import { toNativeInput } from '../normalize/index.ts'
+import { sleep, within } from './retry.ts'
 import { isTerminal, UpstreamStatus } from './runpod/client.ts'
-import type { Endpoint, JobStream, RunpodClient } from './runpod/client.ts'
+import type { Endpoint, JobStatus, JobStream, RunpodClient } from './runpod/client.ts'
+import type { CompletionCall } from './types.ts'
 
 /** Tries of one cancel, in all. */
 const CANCEL_TRIES = 5
@@ -50,6 +55,27 @@ export async function cancelJob(client: RunpodClient, endpoint: Endpoint, id: st
       await sleep(delay)
     }
   }
+}
+
+/**
+ * Queues the call's job with `/run`, its answer waited for until `deadline` or `runpod.timeoutMs`, whichever
+ * comes first: then `upstream_timeout`. The `/run` is not cut there (nor when the caller leaves): cut, it
+ * could leave a job queued with no id to cancel. It ends in the background (`waitUntil`), and the job it
+ * queued is cancelled.
+ *
+ * @example
+ * const job = await runJob(call, endpoint, plan.deadline)
+ */
+export function runJob(call: CompletionCall, endpoint: Endpoint, deadline: number): Promise<JobStatus> {
+  const { client } = call
+  const ms = Math.min(deadline - Date.now(), call.runpod.timeoutMs)
+  // 20 s more at most, so that its job's cancel still fits in the 30 s `waitUntil` allows.
+  const queued = client.run(endpoint, { input: toNativeInput(call.request, call.model.servedModelName) }, { timeoutMs: ms + 20_000 })
+  let late = false
+  // Cancels the job of a `/run` answered too late. `late` is set once `within` has settled: this reaction,
+  // registered before `within`'s own, has run by then for an answer in time (a job queued, not cancelled).
+  call.waitUntil(queued.then((job) => (late ? cancelJob(client, endpoint, job.id) : undefined), () => undefined))
+  return within(queued, ms, 'The upstream did not answer in time.').finally(() => (late = true))
 }
 
 /**

@@ -10,14 +10,13 @@
  * SSE error event once the stream is open. Every job given up on is cancelled upstream.
  */
 import { CALLER_GONE, GatewayError, toGatewayError, upstreamError } from '../errors/index.ts'
-import { toNativeInput } from '../normalize/index.ts'
 import { createNativeStreamDecoder } from '../streaming/native-decoder.ts'
 import { createDialectDecoder, wasRelayed } from '../streaming/dialect-decoder.ts'
 import { DIALECTS, OPENAI_DIALECT } from '../streaming/dialects.ts'
 import type { NativeStreamDecoder } from '../streaming/native-decoder.ts'
 import { countedUsage, DONE, encodeSSEData, encoder, HEARTBEAT } from '../streaming/openai-chunks.ts'
 import { failedOver, jobFailure, ranOn } from './native.ts'
-import { cancelJob, polled, streamPage } from './job-calls.ts'
+import { cancelJob, polled, runJob, streamPage } from './job-calls.ts'
 import { finalFailure, sleep } from './retry.ts'
 import { isTerminal } from './runpod/client.ts'
 import type { Endpoint, JobStatus, JobStream } from './runpod/client.ts'
@@ -83,10 +82,11 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
   const { client, runpod, request, model, plan } = call
   const { ttftBudgetMs, hedge, timeouts } = model.config.resilience
   const started = Date.now()
+  // Never past `timeouts.totalMs`: an answer whose first token came later would be cut at once.
+  const firstTokenDeadline = Math.min(started + timeouts.firstTokenMs, plan.deadline)
   const id = completionId(request.kind)
   const created = Math.floor(started / 1000)
   const object = request.kind === 'chat' ? 'chat.completion.chunk' : 'text_completion'
-  const input = { input: toNativeInput(request, model.servedModelName) }
   // vLLM's other streaming routes (`/v1/responses`, `/v1/messages`) are relayed as the worker sent them.
   const generates = request.route?.generates
   const dialect = generates ? DIALECTS[generates.dialect] : undefined
@@ -222,9 +222,9 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
   }
 
   async function launch(endpoint: Endpoint): Promise<Attempt> {
-    // Not under the caller's signal: a `/run` cut off when the caller leaves may still have queued its job,
-    // and only the id it answers lets podgate cancel it (the loop sees the caller gone and drops the attempt).
-    const job = await client.run(endpoint, input)
+    // Not under the caller's signal (see `runJob`): only the id a `/run` answers lets podgate cancel its job
+    // (the loop sees the caller gone and drops the attempt). Never waited for past the first token's deadline.
+    const job = await runJob(call, endpoint, firstTokenDeadline)
     launched = true
     const attempt = newAttempt(endpoint, job)
     live.add(attempt)
@@ -332,8 +332,6 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
 
   /** Waits for the first attempt with output, failing over, hedging and opening the response on time. */
   async function firstOutput(): Promise<Attempt> {
-    // Never past `timeouts.totalMs`: an answer whose first token came later would be cut at once.
-    const firstTokenDeadline = Math.min(started + timeouts.firstTokenMs, plan.deadline)
     let holdDeadline = started + ttftBudgetMs
     let hedged = false
     await start()

@@ -14,9 +14,8 @@
  */
 import { GatewayError, toGatewayError, upstreamError } from '../errors/index.ts'
 import { parseJson } from '../http/json.ts'
-import { toNativeInput } from '../normalize/index.ts'
 import { codedRefusal, errorItemFailure, isRecord, isRefusal, readUsage, workerFailure } from '../streaming/vllm.ts'
-import { cancelJob, polled } from './job-calls.ts'
+import { cancelJob, polled, runJob } from './job-calls.ts'
 import { endpointFailure, finalFailure, retryableFailure, sleep } from './retry.ts'
 import { nativeOutputToOpenAI } from './runpod/output.ts'
 import { isTerminal } from './runpod/client.ts'
@@ -30,9 +29,9 @@ export async function nativeJson(call: CompletionCall): Promise<Response> {
   const deadline = Math.min(Date.now() + runpod.timeoutMs, plan.deadline)
   const gone = () => call.signal?.aborted === true
   const job = await plan.run(async (endpoint) => {
-    // Not under the caller's signal: a `/run` cut off when the caller leaves may still have queued its
-    // job, and only the id it answers lets podgate cancel that job (from `waitUntil`, which outlives the caller).
-    const queued = client.run(endpoint, { input: toNativeInput(request, model.servedModelName) })
+    // Not under the caller's signal (see `runJob`): only the id a `/run` answers lets podgate cancel its
+    // job when the caller left (from `waitUntil`, which outlives the caller).
+    const queued = runJob(call, endpoint, deadline)
     let cancelled = false
     const cancel = (id: string) => {
       if (cancelled) return

@@ -16,7 +16,7 @@ import type { RelayOutcome } from '../streaming/openai-relay.ts'
 import { isByteStream, pipeOpenAIStream, splitBody } from '../streaming/openai-pipe.ts'
 import { CALLER_GONE, GatewayError, upstreamError } from '../errors/index.ts'
 import { jsonAnswerResponse } from '../pipeline/json-answer.ts'
-import { retryableFailure } from './retry.ts'
+import { retryableFailure, within } from './retry.ts'
 import { isRecord, readUsage, upstreamErrorMessage, workerFailure } from '../streaming/vllm.ts'
 import { DIALECTS } from '../streaming/dialects.ts'
 import { SSE_HEADERS } from './types.ts'
@@ -158,17 +158,9 @@ function brokeBeforeFirstByte(error: unknown): never {
 }
 
 /** Reads one chunk, or cancels the upstream body and throws `upstream_timeout` after `ms`. */
-async function readWithin(reader: ReadableStreamDefaultReader<Uint8Array>, ms: number, message: string): Promise<ReadableStreamReadResult<Uint8Array>> {
-  let timer: ReturnType<typeof setTimeout> | null = null
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new GatewayError('upstream_timeout', message)), Math.max(0, ms))
-  })
-  try {
-    return await Promise.race([reader.read(), timeout])
-  } catch (error) {
+function readWithin(reader: ReadableStreamDefaultReader<Uint8Array>, ms: number, message: string): Promise<ReadableStreamReadResult<Uint8Array>> {
+  return within(reader.read(), ms, message).catch((error: unknown) => {
     reader.cancel().catch(() => undefined)
     throw error
-  } finally {
-    if (timer !== null) clearTimeout(timer)
-  }
+  })
 }

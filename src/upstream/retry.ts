@@ -211,3 +211,19 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
     signal?.addEventListener('abort', done, { once: true })
   })
 }
+
+/**
+ * `promise`, or after `ms` an `upstream_timeout` saying `message` (what `promise` does then is the caller's).
+ *
+ * @example
+ * const first = await within(reader.read(), 5_000, 'The model produced no first token in time.')
+ */
+export async function within<T>(promise: Promise<T>, ms: number, message: string): Promise<T> {
+  let timer!: ReturnType<typeof setTimeout>
+  const timeout = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new GatewayError('upstream_timeout', message)), ms)))
+  try {
+    return await Promise.race([promise, timeout])
+  } finally {
+    clearTimeout(timer)
+  }
+}
