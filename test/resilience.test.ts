@@ -551,6 +551,21 @@ describe('timeouts.totalMs bounds the whole call, retries and backoff included',
     })
   }
 
+  it.each(['chat-openai', 'chat-classic'])('%s: runpod.timeoutMs bounds each try of a JSON answer, so a failover gets all of it again (within totalMs)', async (model) => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    // Each endpoint takes 2.5 s to answer the call that starts the work, `a` with a 503: each try fits in
+    // the 4 s of runpod.timeoutMs, both together do not.
+    const upstream = slowFetch(emulator, (endpoint, op) => (op !== 'run' && op !== 'openai' ? undefined : endpoint === ENDPOINT_A[model] ? { ms: 2_500, status: 503 } : { ms: 2_500 }))
+    const runpod = { apiKey: RUNPOD_KEY, baseUrl: 'http://emulator.test/v2', timeoutMs: 4_000 }
+    const h = harness({ models: twoEndpoints(), runpod, fetch: upstream.fetch }, emulator)
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody(model)))
+    await h.settle()
+    expect(upstream.calls.filter((call) => / (run|openai)$/.test(call))).toEqual([`${ENDPOINT_A[model]} ${model === 'chat-openai' ? 'openai' : 'run'}`, `${ENDPOINT_B[model]} ${model === 'chat-openai' ? 'openai' : 'run'}`])
+    expect(res.status).toBe(200)
+    expect(emulator.activeJobs()).toEqual([])
+  })
+
   it('chat-openai: a retry gets only the time left of totalMs, and ends with the timeout error', async () => {
     const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
     // `oaia` fails after 600 ms; `oaib` would answer 700 ms after it was asked, past the 1 s in all.

@@ -168,7 +168,12 @@ export const gatewayOptionsSchema = strictObject({
     apiKey: string().check(minLength(1, { message: 'is empty: set the RUNPOD_API_KEY secret' })),
     /** Base URL of Runpod's endpoint API. Default `https://api.runpod.ai/v2`. */
     baseUrl: withDefault(string().check(refine((u: string) => URL.canParse(u), 'must be an absolute URL, e.g. https://api.runpod.ai/v2')), 'https://api.runpod.ai/v2'),
-    /** Upstream request timeout for non-streaming calls, in ms. Default 120000. */
+    /**
+     * The longest wait for one try's upstream answer, in ms, in either mode: a JSON answer whole (from a
+     * native endpoint: its job, `/run` to the last poll), a stream's response headers or native `/run`. A
+     * retry gets it afresh; `resilience.timeouts.totalMs` bounds the whole call. Also the timeout of each
+     * other upstream call (a long poll's: its `?wait=` plus a margin). Default 120000.
+     */
     timeoutMs: withDefault(positiveInt(), 120_000),
     /** `?wait=` for native `/runsync`, in ms (1000..300000). Default 90000. */
     runsyncWaitMs: withDefault(intIn(1000, 300_000), 90_000),

@@ -25,10 +25,11 @@ import type { CompletionCall, TokenUsage } from './types.ts'
 
 export async function nativeJson(call: CompletionCall): Promise<Response> {
   const { client, runpod, request, model, plan } = call
-  // Every try's polls share one deadline, never past the call's `timeouts.totalMs` (retries included).
-  const deadline = Math.min(Date.now() + runpod.timeoutMs, plan.deadline)
   const gone = () => call.signal?.aborted === true
   const job = await plan.run(async (endpoint) => {
+    // `runpod.timeoutMs` bounds each try (its `/run` and polls), as it does on the OpenAI route, never
+    // past the call's `timeouts.totalMs` (retries included).
+    const deadline = Math.min(Date.now() + runpod.timeoutMs, plan.deadline)
     // Not under the caller's signal (see `runJob`): only the id a `/run` answers lets podgate cancel its
     // job when the caller left (from `waitUntil`, which outlives the caller).
     const queued = runJob(call, endpoint, deadline)
