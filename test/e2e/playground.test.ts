@@ -103,7 +103,8 @@ describe('the playground in Chromium', () => {
     expect(token).toMatch(/^pg_tk_/)
     const expires = Date.parse(/expires (\S+)\.$/.exec((await page.textContent('#token-status')) ?? '')?.[1] ?? '')
     expect(expires - Date.now()).toBeGreaterThan(100_000)
-    expect(expires - Date.now()).toBeLessThanOrEqual(120_000)
+    // The 120 s asked, from the next whole second: a token lives at least its ttl.
+    expect(expires - Date.now()).toBeLessThanOrEqual(121_000)
 
     // The token alone (the key is gone from the page) loads the key's models and chats.
     await page.click('#load')
