@@ -35,6 +35,26 @@ function shape(events: unknown[]): unknown[] {
 
 const deterministic = (model: string, content = 'Tell me about caches', extra: Record<string, unknown> = {}) => chatBody(model, content, { temperature: 0, max_tokens: 24, ...extra })
 
+/**
+ * A gateway whose first OpenAI-route call upstream never answers, nor hears its abort (a hung connection,
+ * or a request the runtime ended with no word), until `wake`; chat-openai's `timeouts.totalMs` is 300.
+ */
+async function hungFirstCall() {
+  const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+  let wake!: () => void
+  const hung = new Promise<void>((resolve) => (wake = resolve))
+  const upstream = { calls: 0 }
+  const fetch = async (input: RequestInfo | URL, init?: RequestInit) => {
+    const request = new Request(input, init)
+    if (new URL(request.url).pathname.includes('/openai/') && upstream.calls++ === 0) await hung
+    return emulator.fetch(request)
+  }
+  const resilience = { timeouts: { totalMs: 300 } }
+  const h = harness({ models: { ...MODELS, 'chat-openai': { ...MODELS['chat-openai']!, resilience } }, runpod: { apiKey: RUNPOD_KEY, baseUrl: 'http://emulator.test/v2', timeoutMs: 60_000 }, fetch }, emulator)
+  const { key } = await h.createKey()
+  return { h, key, wake, upstream }
+}
+
 /** Miniflare's KV, with a hook before `get` and `list` run. */
 function kvHooked(hooks: { get?: (key: string) => void; put?: (key: string) => void; list?: () => Promise<void> }): KVNamespace {
   return new Proxy(env.PODGATE_KV, {
@@ -776,19 +796,7 @@ describe('coalescing', () => {
   }, 20_000)
 
   it.each<[string, { stream?: boolean }]>([['JSON', {}], ['streaming', { stream: true }]])('a %s joiner waits at most timeouts.totalMs + 5 s in all for a call that does not end, then asks on its own', async (_form, form) => {
-    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
-    let wake!: () => void
-    const hung = new Promise<void>((resolve) => (wake = resolve))
-    let calls = 0
-    const fetch = async (input: RequestInfo | URL, init?: RequestInit) => {
-      const request = new Request(input, init)
-      // The first call upstream never answers (nor hears its abort), as a hung connection.
-      if (new URL(request.url).pathname.includes('/openai/') && calls++ === 0) await hung
-      return emulator.fetch(request)
-    }
-    const resilience = { timeouts: { totalMs: 300 } }
-    const h = harness({ models: { ...MODELS, 'chat-openai': { ...MODELS['chat-openai']!, resilience } }, runpod: { apiKey: RUNPOD_KEY, baseUrl: 'http://emulator.test/v2', timeoutMs: 60_000 }, fetch }, emulator)
-    const { key } = await h.createKey()
+    const { h, key, wake, upstream } = await hungFirstCall()
     const body = deterministic('chat-openai', 'a call that hangs', form)
     const leader = h.fetch('/v1/chat/completions', authed(key, body)).catch((error: unknown) => error)
     await new Promise((r) => setTimeout(r, 50))
@@ -800,25 +808,13 @@ describe('coalescing', () => {
     wake()
     await leader
     await h.settle()
-    expect(calls).toBe(2)
+    expect(upstream.calls).toBe(2)
     expect(waited).toBeGreaterThan(5_000)
     expect(waited).toBeLessThan(7_000)
   }, 30_000)
 
   it('a call still open past the time it had (its request was ended with no word, its caller there) is not joined', async () => {
-    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
-    let wake!: () => void
-    const hung = new Promise<void>((resolve) => (wake = resolve))
-    let calls = 0
-    const fetch = async (input: RequestInfo | URL, init?: RequestInit) => {
-      const request = new Request(input, init)
-      // The first call never answers, nor hears its abort: its request is as good as gone.
-      if (new URL(request.url).pathname.includes('/openai/') && calls++ === 0) await hung
-      return emulator.fetch(request)
-    }
-    const resilience = { timeouts: { totalMs: 300 } }
-    const h = harness({ models: { ...MODELS, 'chat-openai': { ...MODELS['chat-openai']!, resilience } }, runpod: { apiKey: RUNPOD_KEY, baseUrl: 'http://emulator.test/v2', timeoutMs: 60_000 }, fetch }, emulator)
-    const { key } = await h.createKey()
+    const { h, key, wake, upstream } = await hungFirstCall()
     const body = deterministic('chat-openai', 'a call whose request is gone')
     const leader = h.fetch('/v1/chat/completions', authed(key, body)).catch((error: unknown) => error)
     // Past timeouts.totalMs and the 5 s a call's ending may take.
@@ -829,7 +825,7 @@ describe('coalescing', () => {
     expect(twin.status).toBe(200)
     await twin.text()
     expect(Date.now() - started).toBeLessThan(2_000)
-    expect(calls).toBe(2)
+    expect(upstream.calls).toBe(2)
     wake()
     await leader
     await h.settle()
