@@ -9,6 +9,8 @@ import { HTTPException } from 'hono/http-exception'
 import OpenAI from 'openai'
 import { describe, expect, it } from 'vitest'
 import { adminAuth, apiKeyAuth, createGateway, GatewayError, KeyStore, podgateCors } from '../src/index.ts'
+import { optionsFromEnv } from '../src/config/env.ts'
+import type { PodgateWorkerEnv } from '../src/config/env.ts'
 import type { GatewayVariables } from '../src/index.ts'
 import { createRunpodEmulator } from '../src/testing/index.ts'
 import { callComposed as call, loginComposed } from './composed-app.ts'
@@ -233,5 +235,27 @@ describe('the middleware on its own, with the app\'s own binding names (docs/com
     idiom.use('/api/*', apiKeyAuth({ store: () => new KeyStore(env.PODGATE_KV, { cacheTtlMs: 0 }) }))
     idiom.get('/api/hello', (c) => c.text('hi'))
     expect((await idiom.request('/api/hello', {}, env)).status).toBe(500)
+  })
+})
+
+describe('an app on optionsFromEnv whose quota Durable Object has another name', () => {
+  // docs/quotas.md: it hands the binding over as PODGATE_QUOTA. Before, that passed the startup check but
+  // the gateway still read c.env.PODGATE_QUOTA on each call: every strictly counted call was a 500.
+  it('serves strictly counted calls with the binding it handed over', async () => {
+    const real = env as unknown as PodgateWorkerEnv
+    const appEnv = { ...real, MY_QUOTA: real.PODGATE_QUOTA, PODGATE_QUOTA: undefined } as unknown as PodgateWorkerEnv & { MY_QUOTA: PodgateWorkerEnv['PODGATE_QUOTA'] }
+    const vars = {
+      ...appEnv,
+      PODGATE_MODELS: JSON.stringify({ chat: { endpoints: [{ endpointId: 'vllmcurrent' }] } }),
+      PODGATE_QUOTA_CONFIG: '{"store":"strict","defaults":{"requestsPerMinute":50}}',
+      PODGATE_ADMIN_TOKEN: ADMIN_TOKEN,
+    }
+    const app = createGateway(optionsFromEnv({ ...vars, PODGATE_QUOTA: appEnv.MY_QUOTA }))
+    const made = await app.request('/admin/keys', { method: 'POST', headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify({ name: 'k' }) }, appEnv)
+    expect(made.status).toBe(201)
+    const { key } = (await made.json()) as { key: string }
+    const chat = await app.request('/v1/chat/completions', authed(key, JSON.stringify({ model: 'chat', messages: [{ role: 'user', content: 'hi' }], max_tokens: 5 })), appEnv)
+    expect(chat.status, await chat.clone().text()).toBe(200)
+    expect(chat.headers.get('ratelimit-policy')).toContain('q=50')
   })
 })

@@ -5,6 +5,7 @@
  */
 import { describe, expect, it } from 'vitest'
 import { createGateway } from '../gateway.ts'
+import type { GatewayOptions } from '../gateway.ts'
 import { resolveConfig } from './resolve.ts'
 import { optionsFromEnv } from './env.ts'
 import type { PodgateWorkerEnv } from './env.ts'
@@ -47,8 +48,14 @@ describe('optionsFromEnv', () => {
       PODGATE_CONFIG: JSON.stringify({ quota: { store: 'strict', flushIntervalMs: 5000, defaults: { requestsPerMinute: 10 } } }),
       PODGATE_QUOTA_CONFIG: JSON.stringify({ defaults: { requestsPerMinute: 60, tokensPerDay: 1000 } }),
     })
-    expect(resolveConfig(options).quota).toEqual({ store: 'strict', flushIntervalMs: 5000, defaults: { requestsPerMinute: 60, tokensPerDay: 1000 } })
-    expect(resolveConfig(optionsFromEnv({ ...bound, PODGATE_MODELS: JSON.stringify(MODELS), PODGATE_QUOTA_CONFIG: '{"store":"strict"}' })).quota).toEqual({ store: 'strict', flushIntervalMs: 1000 })
+    // createGateway takes `objects` (the binding, handed to the strict store) out before its schema, as here.
+    const resolved = (o: GatewayOptions) => {
+      const { objects, ...quota } = o.quota!
+      expect(objects?.({} as never)).toBe(bound.PODGATE_QUOTA)
+      return resolveConfig({ ...o, quota }).quota
+    }
+    expect(resolved(options)).toEqual({ store: 'strict', flushIntervalMs: 5000, defaults: { requestsPerMinute: 60, tokensPerDay: 1000 } })
+    expect(resolved(optionsFromEnv({ ...bound, PODGATE_MODELS: JSON.stringify(MODELS), PODGATE_QUOTA_CONFIG: '{"store":"strict"}' }))).toEqual({ store: 'strict', flushIntervalMs: 1000 })
   })
 
   it('refuses a strict quota with no PODGATE_QUOTA binding at startup, naming the binding, as the Worker does', () => {

@@ -105,7 +105,8 @@ export function optionsFromEnv(env: PodgateWorkerEnv): GatewayOptions {
     ...base,
     models: withKeys,
     runpod,
-    ...(quota !== undefined ? { quota } : {}),
+    // The binding checked above serves the strict store, also when the app's env names it otherwise.
+    ...(quota !== undefined || env.PODGATE_QUOTA ? { quota: { ...(quota as object), ...(env.PODGATE_QUOTA ? { objects: () => env.PODGATE_QUOTA } : {}) } } : {}),
     ...(tokens !== undefined ? { tokens } : {}),
     ...(env.PODGATE_ADMIN_TOKEN ? { adminToken: env.PODGATE_ADMIN_TOKEN } : {}),
     ...(env.PODGATE_SIGNING_SECRET ? { signingSecret: env.PODGATE_SIGNING_SECRET } : {}),
