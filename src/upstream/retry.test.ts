@@ -16,4 +16,12 @@ describe('RetryPlan.nextOther (the endpoint of a hedge)', () => {
     expect([plan.next(), plan.next(), plan.next()]).toEqual([b, d, a])
     expect(plan.next()).toBeUndefined()
   })
+
+  it('passes over another entry of the endpoint it hedges (a model may list one endpoint twice)', () => {
+    const [a, again] = [endpoint('a'), endpoint('a')]
+    const breaker = { isOpen: () => false, success: () => undefined, failure: () => undefined }
+    const plan = new RetryPlan({ endpoints: [a, again], resilience: resilienceSchema.parse({ retries: { attempts: 3 } }), breaker, deadline: Date.now() + 60_000 })
+    expect(plan.next()).toBe(a)
+    expect(plan.nextOther(a)).toBeUndefined()
+  })
 })
