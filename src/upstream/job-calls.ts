@@ -69,6 +69,8 @@ export async function cancelJob(client: RunpodClient, endpoint: Endpoint, id: st
 export function runJob(call: CompletionCall, endpoint: Endpoint, deadline: number): Promise<JobStatus> {
   const { client } = call
   const ms = Math.min(deadline - Date.now(), call.runpod.timeoutMs)
+  // No time left to hear its answer: a job queued now would only be cancelled (a warm worker may bill it first).
+  if (ms <= 0) return Promise.reject(new GatewayError('upstream_timeout', 'The upstream did not answer in time.'))
   // 20 s more at most, so that its job's cancel still fits in the 30 s `waitUntil` allows.
   const queued = client.run(endpoint, { input: toNativeInput(call.request, call.model.servedModelName) }, { timeoutMs: ms + 20_000 })
   let late = false
