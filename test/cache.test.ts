@@ -270,7 +270,7 @@ describe('malformed entries', () => {
   it.each([['JSON', {}], ['stream', { stream: true }]])('an entry with a missing choice (stored by an older version) is a MISS for a %s request, then overwritten', async (_form, form) => {
     let written: string | undefined
     const kv = kvHooked({ put: (key) => void (key.startsWith('cache:') && (written = key)) })
-    const { chat, jobs } = await setup({ kv: () => kv, cache: { cacheApi: false } })
+    const { h, chat, jobs } = await setup({ kv: () => kv, cache: { cacheApi: false } })
     const content = `hole ${crypto.randomUUID()}`
     const body = (extra = {}) => deterministic('chat-openai', content, { n: 2, seed: 5, temperature: 0.7, ...extra })
     expect((await chat(body())).headers.get('x-podgate-cache')).toBe('MISS')
@@ -281,6 +281,8 @@ describe('malformed entries', () => {
     expect(res.status).toBe(200)
     expect(res.headers.get('x-podgate-cache')).toBe('MISS')
     await res.text()
+    // Said to the operator, with the request it met.
+    expect(h.logs.map((text) => JSON.parse(text) as Record<string, unknown>)).toContainEqual(expect.objectContaining({ level: 'warn', message: 'cache entry unreadable', request_id: res.headers.get('x-request-id') }))
     expect(jobs()).toBe(2)
     expect((await chat(body(form))).headers.get('x-podgate-cache')).toBe('HIT')
     expect(jobs()).toBe(2)

@@ -136,7 +136,9 @@ async function freshHit(run: CacheRun, ctx: CompletionContext, plan: Plan, decis
   const fresh = age <= decision.ttlSeconds * 1000 && (decision.maxAgeSeconds === undefined || age <= decision.maxAgeSeconds * 1000)
   try {
     return fresh ? { entry: hit.entry, response: replay(hit.entry.answer, ctx, 'HIT', age) } : undefined
-  } catch {
+  } catch (error) {
+    // Served as a miss, but said: an entry this version cannot replay is a defect to see, not only to survive.
+    run.log(ctx, { message: 'cache entry unreadable', cause: String(error) })
     return undefined
   }
 }
