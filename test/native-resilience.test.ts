@@ -388,6 +388,43 @@ describe('native jobs: cancels', () => {
     expect(emulator.activeJobs()).toEqual([])
   })
 
+  for (const via of ['run', 'runsync'] as const) {
+    it(`a /v2 ${via} still out at runpod.timeoutMs is answered 504 then, and the job it queued is cancelled once it answers`, async () => {
+      const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+      // Runpod answers on demand: once the caller has its answer, or after 10 s at the latest. It queues
+      // the job then, whether or not podgate still waits for the answer (a fetch aborted is not a job cancelled).
+      let release!: () => void
+      const released = new Promise<void>((resolve) => (release = resolve))
+      const queued: Promise<unknown>[] = []
+      const held = (async (input: RequestInfo | URL, init?: RequestInit) => {
+        const request = new Request(input, init)
+        if (!new URL(request.url).pathname.endsWith(`/${via}`)) return emulator.fetch(request)
+        const sent = new Request(request.url, { method: request.method, headers: request.headers, body: await request.text() })
+        const answer = released.then(() => emulator.fetch(sent))
+        queued.push(answer)
+        const aborted = new Promise<never>((_, reject) => request.signal.addEventListener('abort', () => reject(request.signal.reason), { once: true }))
+        return Promise.race([answer, aborted])
+      }) as typeof fetch
+      // A runsync's first leg waits `wait` (1 s here) and 5 s more before podgate gives up on it.
+      const runpod = { apiKey: RUNPOD_KEY, baseUrl: 'http://emulator.test/v2', timeoutMs: 500 }
+      const h = harness({ models: { m: { endpoints: [{ endpointId: 'solo' }], mode: 'native' } }, runpod, fetch: held }, emulator)
+      const { key } = await h.createKey()
+      const order: string[] = []
+      const fallback = setTimeout(() => (order.push(`/${via} answered`), release()), 10_000)
+      const path = via === 'run' ? '/v2/m/run' : '/v2/m/runsync?wait=1000'
+      const res = await h.fetch(path, post(key, { input: { messages: [{ role: 'user', content: 'x [[emulator:tokens=400,delay=25]]' }], sampling_params: { max_tokens: 1000 } } }))
+      order.push(`caller answered ${res.status}`)
+      clearTimeout(fallback)
+      release()
+      expect(order).toEqual(['caller answered 504'])
+      await Promise.all(queued)
+      await h.settle()
+      expect(emulator.calls.filter((c) => c.op === via)).toHaveLength(1)
+      expect(emulator.calls.filter((c) => c.op === 'cancel')).toHaveLength(1)
+      expect(emulator.activeJobs()).toEqual([])
+    })
+  }
+
   it('a /run whose connection broke is not sent again: the job may be queued, and a second would run it twice', async () => {
     const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
     const h = harness({

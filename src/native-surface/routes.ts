@@ -18,7 +18,7 @@ import type { ModelTable, ResolvedModel } from '../routing/models.ts'
 import { isTerminal } from '../upstream/runpod/client.ts'
 import { reportedUsage } from '../upstream/runpod/output.ts'
 import type { RunpodClient } from '../upstream/runpod/client.ts'
-import { cancelJob } from '../upstream/job-calls.ts'
+import { cancelJob, jobWithin } from '../upstream/job-calls.ts'
 import { sleep } from '../upstream/retry.ts'
 import { composeStages, createCompletionContext } from '../pipeline/index.ts'
 import type { CompletionContext, CompletionStage } from '../pipeline/index.ts'
@@ -107,10 +107,11 @@ export function nativeSurface(options: NativeRoutesOptions): Hono<GatewayEnv> {
       if (signal.aborted) throw upstreamError(CALLER_GONE)
       // Not under the caller's signal: a caller who leaves before the job's id reaches it leaves a job no
       // one can find, so its id, once it comes, cancels it (from `waitUntil`, which outlives the caller).
+      // So does an answer past `runpod.timeoutMs` (a `runsync`: its first leg's wait and 5 s), the caller's 504.
       const deadline = Date.now() + (waitMs ?? 0)
-      const queued = via === 'run' ? client.run(endpoint, request.body) : client.runsync(endpoint, request.body, { waitMs: Math.min(waitMs!, LEG_MS) })
-      waitUntilOf(c)(queued.then((job) => (signal.aborted && !isTerminal(job.status) ? cancelJob(client, endpoint, job.id) : undefined), () => undefined))
-      let result = await queued
+      const leg = Math.min(waitMs!, LEG_MS)
+      const send = (timeoutMs: number) => (via === 'run' ? client.run(endpoint, request.body, { timeoutMs }) : client.runsync(endpoint, request.body, { waitMs: leg, timeoutMs }))
+      let result = await jobWithin(client, endpoint, send, via === 'run' ? runpod.timeoutMs : leg + 5_000, waitUntilOf(c), () => signal.aborted)
       // The rest of a longer wait, under the caller's signal: the id is known, so leaving cancels the job at once.
       const cancel = () => waitUntilOf(c)(cancelJob(client, endpoint, result.id))
       signal.addEventListener('abort', cancel)

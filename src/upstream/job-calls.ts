@@ -59,9 +59,7 @@ export async function cancelJob(client: RunpodClient, endpoint: Endpoint, id: st
 
 /**
  * Queues the call's job with `/run`, its answer waited for until `deadline` or `runpod.timeoutMs`, whichever
- * comes first: then `upstream_timeout`. The `/run` is not cut there (nor when the caller leaves): cut, it
- * could leave a job queued with no id to cancel. It ends in the background (`waitUntil`), and the job it
- * queued is cancelled.
+ * comes first: then `upstream_timeout` (see `jobWithin`).
  *
  * @example
  * const job = await runJob(call, endpoint, plan.deadline)
@@ -71,12 +69,32 @@ export function runJob(call: CompletionCall, endpoint: Endpoint, deadline: numbe
   const ms = Math.min(deadline - Date.now(), call.runpod.timeoutMs)
   // No time left to hear its answer: a job queued now would only be cancelled (a warm worker may bill it first).
   if (ms <= 0) return Promise.reject(new GatewayError('upstream_timeout', 'The upstream did not answer in time.'))
-  // 20 s more at most, so that its job's cancel still fits in the 30 s `waitUntil` allows.
-  const queued = client.run(endpoint, { input: toNativeInput(call.request, call.model.servedModelName) }, { timeoutMs: ms + 20_000 })
+  const body = { input: toNativeInput(call.request, call.model.servedModelName) }
+  return jobWithin(client, endpoint, (timeoutMs) => client.run(endpoint, body, { timeoutMs }), ms, call.waitUntil)
+}
+
+/**
+ * Waits `ms` for the answer of a call that queues a job (`send`: a `/run` or `/runsync`), then rejects with
+ * `upstream_timeout`. The call is not cut there: cut, it could leave a job queued with no id to cancel. It
+ * is given 20 s more (so that its job's cancel still fits in the 30 s `waitUntil` allows), ends in the
+ * background, and the job it queued is cancelled; so is one whose caller is `gone()` by the time it answers.
+ *
+ * @example
+ * const job = await jobWithin(client, endpoint, (timeoutMs) => client.run(endpoint, body, { timeoutMs }), 120_000, waitUntil)
+ */
+export function jobWithin(
+  client: RunpodClient,
+  endpoint: Endpoint,
+  send: (timeoutMs: number) => Promise<JobStatus>,
+  ms: number,
+  waitUntil: (promise: Promise<unknown>) => void,
+  gone = () => false,
+): Promise<JobStatus> {
+  const queued = send(ms + 20_000)
   let late = false
-  // Cancels the job of a `/run` answered too late. `late` is set once `within` has settled: this reaction,
-  // registered before `within`'s own, has run by then for an answer in time (a job queued, not cancelled).
-  call.waitUntil(queued.then((job) => (late ? cancelJob(client, endpoint, job.id) : undefined), () => undefined))
+  // `late` is set once `within` has settled: this reaction, registered before `within`'s own, has run by
+  // then for an answer in time (a job queued, not cancelled).
+  waitUntil(queued.then((job) => ((late || gone()) && !isTerminal(job.status) ? cancelJob(client, endpoint, job.id) : undefined), () => undefined))
   return within(queued, ms, 'The upstream did not answer in time.').finally(() => (late = true))
 }
 
