@@ -171,6 +171,23 @@ describe('job lifecycle on a fake clock', () => {
     expect((await h.json('GET', `/v2/paced/status-sync/${String(stalled.id)}?wait=20`)).status).toBe('IN_PROGRESS')
   })
 
+  it("applies the endpoint's execution timeout and job TTL settings, which a job's own policy overrides", async () => {
+    const h = setup({ endpoints: { vllmcurrent: { executionTimeoutMs: 1_000 }, vllmclassic: { coldStartMs: 10_000, ttlMs: 2_000 } } })
+    const stuck = await h.run('vllmcurrent', { prompt: '[[emulator:fault=stall]]' })
+    const longer = await h.run('vllmcurrent', { prompt: '[[emulator:fault=stall]]' }, { policy: { executionTimeout: 3_000 } })
+    // The TTL counts from submission, the queue included: a job no worker took by then never runs.
+    const queued = await h.run('vllmclassic', { prompt: 'x' })
+    const kept = await h.run('vllmclassic', { prompt: 'x' }, { policy: { ttl: 60_000 } })
+    h.clock.t += 1_000
+    expect((await h.status('vllmcurrent', stuck)).status).toBe('TIMED_OUT')
+    expect((await h.status('vllmcurrent', longer)).status).toBe('IN_PROGRESS')
+    h.clock.t += 1_000
+    expect((await h.status('vllmclassic', queued)).status).toBe('TIMED_OUT')
+    expect((await h.status('vllmclassic', kept)).status).toBe('IN_QUEUE')
+    h.clock.t += 1_000
+    expect((await h.status('vllmcurrent', longer)).status).toBe('TIMED_OUT')
+  })
+
   it('honours policy.executionTimeout and keeps results for the retention time only', async () => {
     const h = setup()
     const stuck = await h.run('vllmcurrent', { prompt: '[[emulator:fault=stall]]' }, { policy: { executionTimeout: 5000 } })

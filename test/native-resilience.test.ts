@@ -555,21 +555,6 @@ describe('native jobs: refused polls and late failures', () => {
   })
 })
 
-/**
- * A fetch to the emulator that gives each `/run` on an endpoint of `policies` that job policy (its `ttl`,
- * its `executionTimeout`), as an endpoint's settings would: podgate itself sends none.
- */
-function withPolicies(emulator: ReturnType<typeof createRunpodEmulator>, policies: Record<string, Record<string, number>>): typeof fetch {
-  return async (input, init) => {
-    const request = new Request(input, init)
-    const [, , endpointId = '', op] = new URL(request.url).pathname.split('/')
-    const policy = policies[endpointId]
-    if (op !== 'run' || !policy) return emulator.fetch(request)
-    const body = (await request.json()) as Record<string, unknown>
-    return emulator.fetch(new Request(request.url, { method: 'POST', headers: request.headers, body: JSON.stringify({ ...body, policy }) }))
-  }
-}
-
 describe('native jobs that TIMED_OUT upstream', () => {
   const models: GatewayOptions['models'] = {
     two: { endpoints: [{ endpointId: 'slowclassic', weight: 1_000_000 }, { endpointId: 'spareclassic', weight: 0.000001 }], mode: 'native' },
@@ -579,8 +564,9 @@ describe('native jobs that TIMED_OUT upstream', () => {
 
   for (const stream of [true, false]) {
     it(`one that waited in the queue past its TTL never ran: the model's other endpoint runs it (stream: ${stream})`, async () => {
-      const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY, endpoints: { slowclassic: { coldStartMs: 2_000 } } })
-      const h = harness({ models, fetch: withPolicies(emulator, { slowclassic: { ttl: 300 } }) }, emulator)
+      // The endpoint's job TTL setting: podgate sends no policy of its own, which would override it.
+      const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY, endpoints: { slowclassic: { coldStartMs: 2_000, ttlMs: 300 } } })
+      const h = harness({ models }, emulator)
       const { key } = await h.createKey()
       const res = await ask(h, key, 'x [[emulator:tokens=5]]', stream)
       const text = await res.text()
@@ -591,9 +577,8 @@ describe('native jobs that TIMED_OUT upstream', () => {
     })
 
     it(`one that ran past its endpoint's execution timeout is not run again: a second run bills it again, and would time out as well (stream: ${stream})`, async () => {
-      const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
-      const policy = { executionTimeout: 300 }
-      const h = harness({ models, fetch: withPolicies(emulator, { slowclassic: policy, spareclassic: policy }) }, emulator)
+      const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY, defaults: { executionTimeoutMs: 300 } })
+      const h = harness({ models }, emulator)
       const { key } = await h.createKey({ name: 'timed-out', quota: { tokensPerDay: 100_000 } })
       const res = await ask(h, key, 'x [[emulator:fault=stall,after=0]]', stream)
       const text = await res.text()
@@ -607,9 +592,9 @@ describe('native jobs that TIMED_OUT upstream', () => {
     })
 
     it(`one that ran past its endpoint's execution timeout still counts against the endpoint's breaker (stream: ${stream})`, async () => {
-      const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+      const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY, endpoints: { slowclassic: { executionTimeoutMs: 300 } } })
       const breaking: GatewayOptions['models'] = { two: { ...models.two!, resilience: { breaker: { failures: 2, cooldownMs: 60_000 } } } }
-      const h = harness({ models: breaking, fetch: withPolicies(emulator, { slowclassic: { executionTimeout: 300 } }) }, emulator)
+      const h = harness({ models: breaking }, emulator)
       const { key } = await h.createKey()
       for (let i = 0; i < 2; i++) expect((await ask(h, key, `x${i} [[emulator:fault=stall,after=0]]`, stream)).status).toBe(504)
       // Its breaker open, the endpoint that timed out twice in a row is tried last.

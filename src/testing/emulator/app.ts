@@ -48,6 +48,8 @@ export const configureBodySchema = z.object({
     warmForMs: ms,
     queueDelayMs: ms,
     tokenDelayMs: ms,
+    executionTimeoutMs: ms,
+    ttlMs: ms,
     retentionMs: ms,
     runsyncRetentionMs: ms,
     fault: cleared(faultSchema),

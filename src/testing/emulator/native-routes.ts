@@ -19,8 +19,6 @@ import type { EndpointBehaviour, JsonObject } from './types.ts'
 const MB = 1024 * 1024
 const DEFAULT_SYNC_WAIT_MS = 90_000
 const DEFAULT_STREAM_WAIT_MS = 1_000
-const DEFAULT_EXECUTION_TIMEOUT_MS = 600_000
-const DEFAULT_TTL_MS = 24 * 60 * 60_000
 
 export function registerNativeRoutes(api: Hono<EmulatorEnv>, context: EmulatorContext): void {
   const found = (c: Context<EmulatorEnv>): JobRecord | undefined =>
@@ -142,8 +140,8 @@ function createJob(context: EmulatorContext, endpointId: string, via: 'run' | 'r
     attemptAt: now,
     startAt: now,
     tokenDelayMs: 0,
-    executionTimeoutMs: body.policy?.executionTimeout ?? DEFAULT_EXECUTION_TIMEOUT_MS,
-    ttlMs: body.policy?.ttl ?? DEFAULT_TTL_MS,
+    executionTimeoutMs: body.policy?.executionTimeout ?? behaviour.executionTimeoutMs,
+    ttlMs: body.policy?.ttl ?? behaviour.ttlMs,
     retentionMs: via === 'runsync' ? behaviour.runsyncRetentionMs : behaviour.retentionMs,
     retries: 0,
     delivered: 0,

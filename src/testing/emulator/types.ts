@@ -55,6 +55,16 @@ export interface EndpointBehaviour {
   tokenDelayMs: number
   /** A fault applied to every job and request of the endpoint. Default: none. */
   fault?: Fault
+  /**
+   * The endpoint's execution timeout setting: a job running longer ends TIMED_OUT. A job's own
+   * `policy.executionTimeout` overrides it. Default 600 000 (Runpod's).
+   */
+  executionTimeoutMs: number
+  /**
+   * The endpoint's job TTL setting, counted from the job's submission (queue and run): past it the job ends
+   * TIMED_OUT. A job's own `policy.ttl` overrides it. Default 24 h (Runpod's).
+   */
+  ttlMs: number
   /** How long results are kept after a `/run` job ends. Default 30 min. */
   retentionMs: number
   /** How long results are kept after a `/runsync` job ends. Default 60 s. */
@@ -104,6 +114,8 @@ export const DEFAULT_BEHAVIOUR: Omit<EndpointBehaviour, 'generation'> = {
   warmForMs: 60_000,
   queueDelayMs: 0,
   tokenDelayMs: 0,
+  executionTimeoutMs: 600_000,
+  ttlMs: 24 * 60 * 60_000,
   retentionMs: 30 * 60_000,
   runsyncRetentionMs: 60_000,
   mangleUtf8: false,
