@@ -107,6 +107,23 @@ describe('quota stage', () => {
     expect(h.emulator.calls).toHaveLength(0)
   })
 
+  // Found in the quota review: the minute limit was checked first, so a key out of both its minute and its
+  // day was told to come back in 50 s, and was refused again then, for the day.
+  it.each([
+    [{ requestsPerMinute: 1, requestsPerDay: 1 }, 'request per day'],
+    [{ requestsPerMinute: 1, tokensPerDay: 200 }, 'tokens per day'],
+  ])('a 429 past a minute and a day limit at once says to retry when the day resets (%o)', async (quota, names) => {
+    const { h } = clockedHarness()
+    const { key } = await h.createKey({ name: 'q', quota })
+    expect((await chat(h, key)).status).toBe(200)
+    await h.settle()
+    const refused = await chat(h, key, 'Say hello', { max_tokens: 190 })
+    expect(refused.status).toBe(429)
+    // 12:30:10 UTC: the day resets in 11 h 29 min 50 s.
+    expect(refused.headers.get('retry-after')).toBe('41390')
+    expect(((await refused.json()) as { error: { message: string } }).error.message).toContain(names)
+  })
+
   it('rolls the minute window over on the injected clock', async () => {
     const { h, advance } = clockedHarness()
     const { key } = await h.createKey({ name: 'q', quota: { requestsPerMinute: 1 } })

@@ -53,13 +53,16 @@ export function emptyUsage(now: number): QuotaUsage {
   return { minute, minuteCounts: { requests: 0, tokens: 0 }, day, dayCounts: { requests: 0, tokens: 0 }, streams: 0 }
 }
 
-/** The first limit `cost` would break, or null when the request fits every limit. */
+/**
+ * The first limit `cost` would break, or null when the request fits every limit. The day limits come
+ * first: a call past a minute and a day limit is refused until the day resets, which `Retry-After` says.
+ */
 export function exceededLimit(policy: QuotaPolicy, usage: QuotaUsage, cost: QuotaCost): LimitName | null {
-  if (policy.requestsPerMinute !== undefined && usage.minuteCounts.requests + 1 > policy.requestsPerMinute) return 'rpm'
   if (policy.requestsPerDay !== undefined && usage.dayCounts.requests + 1 > policy.requestsPerDay) return 'rpd'
   // A call that costs no tokens (a cache hit, a passthrough job) is not held to the token limits, even past them.
-  if (cost.tokens > 0 && policy.tokensPerMinute !== undefined && usage.minuteCounts.tokens + cost.tokens > policy.tokensPerMinute) return 'tpm'
   if (cost.tokens > 0 && policy.tokensPerDay !== undefined && usage.dayCounts.tokens + cost.tokens > policy.tokensPerDay) return 'tpd'
+  if (policy.requestsPerMinute !== undefined && usage.minuteCounts.requests + 1 > policy.requestsPerMinute) return 'rpm'
+  if (cost.tokens > 0 && policy.tokensPerMinute !== undefined && usage.minuteCounts.tokens + cost.tokens > policy.tokensPerMinute) return 'tpm'
   if (cost.stream && policy.maxConcurrentStreams !== undefined && usage.streams + 1 > policy.maxConcurrentStreams) return 'streams'
   return null
 }
