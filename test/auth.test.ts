@@ -304,6 +304,20 @@ describe('tokens', () => {
     expect(h.emulator.calls).toHaveLength(4)
   })
 
+  // Found in the quota review: a token's own counter was also held to the gateway's and the model's
+  // default limits, which its key's own quota lifts, so a token that only narrowed one limit was refused
+  // by a default its key is not held to.
+  it('minted with a quota are held to it and to their key\'s, not to the defaults their key overrides', async () => {
+    const h = harness({ quota: { defaults: { requestsPerMinute: 2 }, now: () => Date.UTC(2026, 0, 1, 12, 0, 30) } })
+    const { key } = await h.createKey({ name: 'backend', quota: { requestsPerMinute: 100 } })
+    const { token } = await mint(h, key, { quota: { requestsPerDay: 50 } })
+    for (let i = 0; i < 3; i++) expect((await h.fetch('/v1/chat/completions', authed(token, chatBody('chat-openai')))).status).toBe(200)
+    await h.settle()
+    const usage = (await (await h.fetch('/v1/usage', authed(token))).json()) as { policy: unknown; limits: unknown[] }
+    expect(usage.policy).toEqual({ requestsPerDay: 50 })
+    expect(usage.limits).toMatchObject([{ name: 'rpd', limit: 50, used: 3 }])
+  })
+
   it('a token within its own quota refused by its key\'s: the 429 names the key\'s limit in its headers, not the token\'s', async () => {
     const h = harness({ quota: { now: () => Date.UTC(2026, 0, 1, 12, 0, 30) } })
     const { key } = await h.createKey({ name: 'backend', quota: { requestsPerMinute: 1 } })

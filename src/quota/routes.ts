@@ -27,21 +27,21 @@ export function quotaRoutes(options: QuotaRoutesOptions): Hono<GatewayEnv> {
   app.get('/v1/usage', async (c) => {
     // A token minted with a quota of its own is held to it, counted under the token's id: report that.
     const { keyId, quota, tokenId, tokenQuota } = c.get('principal')
-    return c.json(await usageReport(c, options.service, tokenQuota ? tokenId! : keyId, tokenQuota ?? quota))
+    return c.json(await usageReport(c, options.service, tokenQuota ? tokenId! : keyId, options.service.policyFor(tokenQuota ?? quota, undefined, !!tokenQuota)))
   })
 
   app.get('/admin/keys/:id/usage', async (c) => {
     const id = c.req.param('id')
     const record = KEY_ID.test(id) ? await options.keys(c).get(id) : null
     if (!record) throw new GatewayError('not_found', 'No key has that id.')
-    return c.json(await usageReport(c, options.service, record.id, record.quota ?? null))
+    return c.json(await usageReport(c, options.service, record.id, options.service.policyFor(record.quota ?? null)))
   })
 
   return app
 }
 
-async function usageReport(c: Context<GatewayEnv>, service: QuotaService, keyId: string, keyPolicy: QuotaPolicy | null) {
-  const policy = service.policyFor(keyPolicy)
+/** `policy`: the limits that hold `keyId` (`QuotaService.policyFor`). */
+async function usageReport(c: Context<GatewayEnv>, service: QuotaService, keyId: string, policy: QuotaPolicy | null) {
   if (!policy) return { object: 'quota.usage', key_id: keyId, store: null, policy: null, limits: [], windows: null, streams: null }
   const store = service.storeFor(c, policy)
   const now = service.now()

@@ -39,8 +39,12 @@ export interface QuotaService {
   now: () => number
   /** The store of a policy that does not set `strict` is the strict one (`quota.store`). */
   strict: boolean
-  /** The limits for a key calling `model` (or the key's own view when no model), or null when none apply. */
-  policyFor(keyPolicy: QuotaPolicy | null, model?: string): QuotaPolicy | null
+  /**
+   * The limits for a key calling `model` (or the key's own view when no model), or null when none apply.
+   * `token`: `keyPolicy` is a token's own quota, which only narrows its key's (held to the layers below
+   * by the key's own count): of those layers, only the store (`strict`) applies to it.
+   */
+  policyFor(keyPolicy: QuotaPolicy | null, model?: string, token?: boolean): QuotaPolicy | null
   /**
    * The limit on a key's control calls (to `model`, when the call names one): `controlPerMinute` from
    * the same layers, default 600, always set. Its store is the key's (strict when the key's policy is).
@@ -61,10 +65,11 @@ export function createQuotaService(options: QuotaServiceOptions): QuotaService {
   return {
     now,
     strict: gatewayStrict,
-    policyFor(keyPolicy, model) {
+    policyFor(keyPolicy, model, token) {
       // The common unlimited case: no merge, no allocation.
       if (!keyPolicy && !hasDefaults) return null
-      return effectivePolicy(options.defaults, model === undefined ? undefined : options.models?.get(model), keyPolicy)
+      const policy = effectivePolicy(options.defaults, model === undefined ? undefined : options.models?.get(model), keyPolicy)
+      return token && policy ? effectivePolicy({ strict: policy.strict }, keyPolicy) : policy
     },
     controlPolicy(keyPolicy, model) {
       const layers = [options.defaults, model === undefined ? undefined : options.models?.get(model), keyPolicy]

@@ -35,7 +35,9 @@ const admitted = new WeakMap<CompletionContext, LimitState[]>()
 export function quotaStage(service: QuotaService): CompletionStage {
   return async function quota(ctx, next) {
     const principal = ctx.c.get('principal')
-    const policy = service.policyFor(principal.quota, ctx.model.alias)
+    // The token stage runs this stage with the token as the principal: its refusals name the token's limits.
+    const holder = principal.tokenId !== null && principal.keyId === principal.tokenId ? 'token' : 'key'
+    const policy = service.policyFor(principal.quota, ctx.model.alias, holder === 'token')
     if (!policy) return next(ctx)
 
     const store = service.storeFor(ctx.c, policy)
@@ -48,8 +50,6 @@ export function quotaStage(service: QuotaService): CompletionStage {
       cost = { ...cost, tokens: 0 }
       result = await store.reserve({ keyId: principal.keyId, policy, cost, now, background })
     }
-    // The token stage runs this stage with the token as the principal: its refusals name the token's limits.
-    const holder = principal.tokenId !== null && principal.keyId === principal.tokenId ? 'token' : 'key'
     if (!result.ok) throw rateLimited({ policy, usage: result.usage, exceeded: result.exceeded, cost, now, holder })
 
     let { reservation } = result
