@@ -185,6 +185,16 @@ describe('SSE text items', () => {
     expect(usages).toEqual([[{ prompt_tokens: 0, completion_tokens: PIECES.length, total_tokens: PIECES.length }, { estimated: true }]])
   })
 
+  // Found in the quota review: only `content` deltas were counted, so a reasoning model's thinking and a
+  // tool call's arguments, often most of an answer, cost the key's token quota nothing.
+  it('counts reasoning and tool-call deltas as output when no usage chunk came', () => {
+    const head = { id: 'chatcmpl-9f2c1e', object: 'chat.completion.chunk', created: 1_700_000_000, model: 'm' }
+    const event = (delta: object, finish: string | null = null) => `data: ${JSON.stringify({ ...head, choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }] })}\n\n`
+    const deltas = [{ reasoning_content: 'Let' }, { reasoning_content: ' me' }, { reasoning: ' think' }, { content: 'Hi' }, { tool_calls: [{ index: 0, function: { arguments: '{}' } }] }]
+    const { usages } = decode([event({ role: 'assistant', content: '' }), ...deltas.map((delta) => event(delta)), event({}, 'stop'), 'data: [DONE]\n\n'])
+    expect(usages).toEqual([[{ prompt_tokens: 0, completion_tokens: deltas.length, total_tokens: deltas.length }, { estimated: true }]])
+  })
+
   it('raises vLLM error events with their message, in both forms', () => {
     const events = vllmEvents().slice(0, 3)
     for (const event of [

@@ -17,7 +17,7 @@ import { DEFAULT_MAX_EVENT_CHARS, errorItemFailure, isCount, isRecord, readUsage
 export interface UsageMeta {
   /**
    * `true` when the upstream never reported usage and podgate counted instead: `prompt_tokens` is 0 and
-   * `completion_tokens` is the number of content deltas (SSE) or generation steps (classic). A current
+   * `completion_tokens` is the number of output deltas (SSE: content, reasoning or tool calls) or generation steps (classic). A current
    * worker-vllm's shorthand stream always ends so (its body to vLLM asks for no usage chunk). Such a
    * count is for the quota only: no caller may be shown it as usage.
    */
@@ -104,7 +104,7 @@ export function createNativeStreamDecoder(options: NativeDecoderOptions): Native
   let listed = false
   /** Per choice index: its finish_reason, `null` while open. */
   const finishReasons: (FinishReason | null)[] = []
-  let contentDeltas = 0
+  let outputDeltas = 0
 
   function push(item: unknown): void {
     if (failure) throw failure
@@ -173,7 +173,7 @@ export function createNativeStreamDecoder(options: NativeDecoderOptions): Native
       }
       const text = tokens.length === 1 ? (tokens[0] as string) : tokens.join('')
       if (text === '') continue
-      contentDeltas++
+      outputDeltas++
       onChunk(kind === 'chat' ? chatChunk(index, { content: text }, null) : textChunk(index, text, null))
     }
     if (item.usage) classicUsage = item.usage
@@ -195,13 +195,13 @@ export function createNativeStreamDecoder(options: NativeDecoderOptions): Native
     reportSoFar()
   }
 
-  /** The usage known so far: classic items' last `usage`, else podgate's count (classic steps, SSE content deltas). */
+  /** The usage known so far: classic items' last `usage`, else podgate's count (classic steps, SSE output deltas). */
   function reportSoFar(): void {
     if (classicUsage) {
       const { input, output } = classicUsage
       return reportUsage({ prompt_tokens: input, completion_tokens: output, total_tokens: input + output }, false)
     }
-    const counted = shape === 'classic' ? classicChoices.reduce((steps, choice) => steps + choice.steps, 0) : contentDeltas
+    const counted = shape === 'classic' ? classicChoices.reduce((steps, choice) => steps + choice.steps, 0) : outputDeltas
     reportUsage(countedUsage(counted), true)
   }
 
@@ -248,8 +248,9 @@ export function createNativeStreamDecoder(options: NativeDecoderOptions): Native
       const reason = choice.finish_reason
       if (typeof reason === 'string') finishReasons[choice.index] = reason
       else if (finishReasons[choice.index] === undefined) finishReasons[choice.index] = null
-      const text = kind === 'chat' ? (isRecord(choice.delta) ? choice.delta.content : undefined) : choice.text
-      if (typeof text === 'string' && text !== '') contentDeltas++
+      // Output is also a reasoning model's thinking (`reasoning_content`, `reasoning` in newer vLLM) and a tool call's arguments.
+      const delta = choice.delta
+      if (kind === 'chat' ? isRecord(delta) && (delta.content || delta.reasoning_content || delta.reasoning || delta.tool_calls) : choice.text) outputDeltas++
     }
     value.id = id
     value.model = model
