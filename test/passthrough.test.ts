@@ -317,6 +317,16 @@ describe("Runpod's URL shape /v2/<model>/openai/v1", () => {
     expect((await h.fetch('/v2/openai/openai/v1/chat/completions', { method: 'POST', body: '{}' })).status).toBe(401)
   })
 
+  it('names the alias once when a model serves under its alias (no servedModelName)', async () => {
+    const { h } = setup({})
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v2/plainnative/openai/v1/chat/completions', authed(key, JSON.stringify({ model: 'other', messages: [{ role: 'user', content: 'hi' }] })))
+    expect(res.status).toBe(400)
+    const { message } = ((await res.json()) as { error: { message: string } }).error
+    expect(message).toContain("send 'plainnative'.")
+    expect(message).not.toContain(' or ')
+  })
+
   it("answers models for a model the key may not use, or no such model, as the path's other routes do: 403, 404", async () => {
     const { h } = setup({})
     const { key } = await h.createKey({ name: 'scoped', models: ['openai'] })
