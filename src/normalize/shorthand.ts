@@ -61,34 +61,13 @@ const nativeSamplingSchema = strictObject({
   // Beam search, which older vLLM ran only at temperature 0, is not greedy sampling.
 }).check(refine((v) => !(v.temperature! < 1e-5 && v.n! > 1 && !v.use_beam_search) && !(v.min_tokens! > v.max_tokens!), "vLLM takes 'n' 1 at temperature 0 (greedy sampling) and 'min_tokens' at most 'max_tokens'"))
 
-/** Every sampling param, in the order native inputs list them. */
-export const SAMPLING_KEYS = [
-  'max_tokens',
-  'n',
-  'best_of',
-  'temperature',
-  'top_p',
-  'top_k',
-  'min_p',
-  'presence_penalty',
-  'frequency_penalty',
-  'repetition_penalty',
-  'use_beam_search',
-  'length_penalty',
-  'early_stopping',
-  'stop',
-  'stop_token_ids',
-  'ignore_eos',
-  'min_tokens',
-  'skip_special_tokens',
-  'spaces_between_special_tokens',
-  'include_stop_str_in_output',
-  'truncate_prompt_tokens',
-  'seed',
-] as const satisfies readonly (keyof SamplingParams)[]
+type NativeSamplingKey = keyof typeof nativeSamplingSchema.shape
 
-// Compile-time guard: adding a field to SamplingParams without listing it above fails the typecheck.
-type UnlistedSamplingKey = Exclude<keyof SamplingParams, (typeof SAMPLING_KEYS)[number]>
+/** Every sampling param, in the order native inputs list them: the schema's fields. */
+export const SAMPLING_KEYS = Object.keys(nativeSamplingSchema.shape) as NativeSamplingKey[]
+
+// Compile-time guard: a field of SamplingParams the schema lacks, or one it has that SamplingParams lacks, fails the typecheck.
+type UnlistedSamplingKey = Exclude<keyof SamplingParams, NativeSamplingKey> | Exclude<NativeSamplingKey, keyof SamplingParams>
 const allSamplingKeysListed: [UnlistedSamplingKey] extends [never] ? true : UnlistedSamplingKey = true
 void allSamplingKeysListed
 
