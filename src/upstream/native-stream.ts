@@ -41,14 +41,14 @@ interface Attempt {
   decoder: NativeStreamDecoder
   /** SSE text decoded but not yet sent: a page's events go out as one write, not one per token. */
   pending: string
-  usage: TokenUsage | undefined
+  usage?: TokenUsage
   /**
    * Set instead of `usage` when the worker reported none (current worker-vllm's shorthand asks vLLM for
    * no usage chunk): podgate's count, for the quota only. No caller is sent it.
    */
-  estimate: TokenUsage | undefined
+  estimate?: TokenUsage
   /** vLLM's own usage chunk, relayed as is when the caller asked for usage. */
-  usageChunk: Record<string, unknown> | undefined
+  usageChunk?: Record<string, unknown>
   /** A terminal status was seen: nothing to cancel upstream. */
   ended: boolean
   /** The first terminal page (with the job's error, fetched): later polls only bring the items it left. */
@@ -61,7 +61,7 @@ interface Attempt {
   completed: boolean
   /** Aborts this attempt's in-flight poll when it is dropped. */
   abort: AbortController
-  poll: Promise<PollResult> | undefined
+  poll?: Promise<PollResult>
   emptyDelay: number
   /** When this attempt's last poll began (epoch ms), for the pace. */
   lastPollAt: number
@@ -176,14 +176,10 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
       status: job.status,
       ran: ranOn(job),
       pending: '',
-      usage: undefined,
-      estimate: undefined,
-      usageChunk: undefined,
       ended: false,
       completed: false,
       items: 0,
       abort: new AbortController(),
-      poll: undefined,
       emptyDelay: 0,
       lastPollAt: 0,
       chunks: 0,
