@@ -22,7 +22,6 @@ import { optionalFields } from '../zod/optional-fields.ts'
 import { recordOf } from '../zod/records.ts'
 import { refine } from '../zod/refine.ts'
 import { withDefault } from '../zod/with-default.ts'
-import { optional } from '../zod/optional.ts'
 import { strictObject } from '../zod/object.ts'
 import { string } from '../zod/scalars.ts'
 import { maxLength, minLength } from '../zod/bounds.ts'
@@ -39,14 +38,11 @@ const scopeFields = lazily(() => ({
 
 export const createKeySchema = lazily(() => {
   const fields = scopeFields()
+  // Every scope optional but the name; the fields keep their order.
   return strictObject({
-    ...fields,
+    ...optionalFields(fields),
+    name: fields.name,
     kind: withDefault(oneOf(['secret', 'publishable']), 'secret'),
-    models: optional(fields.models),
-    origins: optional(fields.origins),
-    metadata: optional(fields.metadata),
-    quota: optional(fields.quota),
-    expiresAt: optional(fields.expiresAt),
   })
 })
 
