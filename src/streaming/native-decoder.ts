@@ -11,7 +11,7 @@ import type { EventSourceMessage, EventSourceParser } from 'eventsource-parser'
 import { GatewayError, toGatewayError, upstreamError } from '../errors/index.ts'
 import type { RequestKind } from '../normalize/types.ts'
 import { countedUsage } from './openai-chunks.ts'
-import type { ChatCompletionChunk, CompletionChunk, FinishReason, TextCompletionChunk, Usage } from './openai-chunks.ts'
+import type { ChatCompletionChunk, CompletionChunk, FinishReason, Usage } from './openai-chunks.ts'
 import { DEFAULT_MAX_EVENT_CHARS, errorItemFailure, isCount, isRecord, readUsage, refuseOversizedEvent, upstreamErrorMessage, workerFailure } from './vllm.ts'
 
 export interface UsageMeta {
@@ -162,7 +162,7 @@ export function createNativeStreamDecoder(options: NativeDecoderOptions): Native
     const { choices } = item
     for (let index = classicChoices.length; index < choices.length; index++) {
       classicChoices.push({ steps: 0, lastTextStep: 0 })
-      if (kind === 'chat') onChunk(chatChunk(index, { role: 'assistant', content: '' }, null))
+      if (kind === 'chat') onChunk(chunk(index, { delta: { role: 'assistant', content: '' } }, null))
     }
     for (let index = 0; index < choices.length; index++) {
       const tokens = choices[index] as string[]
@@ -174,7 +174,7 @@ export function createNativeStreamDecoder(options: NativeDecoderOptions): Native
       const text = tokens.length === 1 ? (tokens[0] as string) : tokens.join('')
       if (text === '') continue
       outputDeltas++
-      onChunk(kind === 'chat' ? chatChunk(index, { content: text }, null) : textChunk(index, text, null))
+      onChunk(chunk(index, kind === 'chat' ? { delta: { content: text } } : { text }, null))
     }
     if (item.usage) classicUsage = item.usage
   }
@@ -190,7 +190,7 @@ export function createNativeStreamDecoder(options: NativeDecoderOptions): Native
     for (let index = 0; index < classicChoices.length; index++) {
       const state = classicChoices[index] as ClassicChoice
       const reason = classicFinishReason(state, { choiceCount, total, perChoiceSteps, maxTokens })
-      onChunk(kind === 'chat' ? chatChunk(index, {}, reason) : textChunk(index, '', reason))
+      onChunk(chunk(index, kind === 'chat' ? { delta: {} } : { text: '' }, reason))
     }
     reportSoFar()
   }
@@ -281,12 +281,9 @@ export function createNativeStreamDecoder(options: NativeDecoderOptions): Native
     onUsage?.(usage, { estimated })
   }
 
-  function chatChunk(index: number, delta: ChatCompletionChunk['choices'][number]['delta'], reason: FinishReason | null): ChatCompletionChunk {
-    return { id, object: 'chat.completion.chunk', created, model, choices: [{ index, delta, logprobs: null, finish_reason: reason }] }
-  }
-
-  function textChunk(index: number, text: string, reason: FinishReason | null): TextCompletionChunk {
-    return { id, object: 'text_completion', created, model, choices: [{ index, text, logprobs: null, finish_reason: reason }] }
+  /** A chunk of one choice: `part` is its `delta` (chat) or its `text` (completions). */
+  function chunk(index: number, part: { delta: ChatCompletionChunk['choices'][number]['delta'] } | { text: string }, reason: FinishReason | null): CompletionChunk {
+    return { id, object: chunkObject, created, model, choices: [{ index, ...part, logprobs: null, finish_reason: reason }] } as CompletionChunk
   }
 
   return { push, finish, cut: reportSoFar }
