@@ -160,17 +160,13 @@ function fromStreamItems(items: unknown[], options: NativeOutputOptions): Native
     throw error
   }
 
-  const chatChoices: ChatCompletionChoice[] = []
-  const textChoices: TextCompletionChoice[] = []
-  texts.forEach((parts, index) => {
+  // flatMap, not map: an index no chunk named leaves no hole in the list.
+  const choices = texts.flatMap((parts, index): Array<ChatCompletionChoice | TextCompletionChoice> => {
     const content = parts.join('')
     const finish_reason = reasons[index] ?? null
-    if (kind === 'chat') chatChoices.push({ index, message: { role: 'assistant', content, tool_calls: [] }, logprobs: null, finish_reason })
-    else textChoices.push({ index, text: content, logprobs: null, finish_reason })
+    return [kind === 'chat' ? { index, message: { role: 'assistant', content, tool_calls: [] }, logprobs: null, finish_reason } : { index, text: content, logprobs: null, finish_reason }]
   })
-  const body: ChatCompletion | TextCompletion =
-    kind === 'chat'
-      ? { id, object: 'chat.completion', created, model, choices: chatChoices, usage: usage ?? null }
-      : { id, object: 'text_completion', created, model, choices: textChoices, usage: usage ?? null }
+  const object = kind === 'chat' ? 'chat.completion' : 'text_completion'
+  const body = { id, object, created, model, choices, usage: usage ?? null } as ChatCompletion | TextCompletion
   return { body, usage, estimate }
 }
