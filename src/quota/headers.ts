@@ -26,7 +26,11 @@ export function limitHeaders(states: LimitState[]): Record<string, string> {
 
 /** Seconds until the refused limit frees up; at least 1 (stream slots free as streams end). */
 export function retryAfterSeconds(policy: QuotaPolicy, usage: QuotaUsage, exceeded: LimitName, now: number): number {
-  const state = limitStates(policy, usage, now).find((s) => s.name === exceeded)
+  return retryAfterOf(limitStates(policy, usage, now).find((s) => s.name === exceeded))
+}
+
+/** `retryAfterSeconds` of a limit's state, already worked out. */
+export function retryAfterOf(state: LimitState | undefined): number {
   return Math.max(1, state?.resetSeconds ?? 1)
 }
 

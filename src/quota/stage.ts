@@ -17,7 +17,7 @@ import { waitUntilOf } from '../http/context.ts'
 import { withHeaders } from '../http/headers.ts'
 import type { NormalizedRequest } from '../normalize/types.ts'
 import type { CompletionContext, CompletionOutcome, CompletionStage } from '../pipeline/index.ts'
-import { limitHeaders, rateLimitHeaders, retryAfterSeconds } from './headers.ts'
+import { limitHeaders, rateLimitHeaders, retryAfterOf } from './headers.ts'
 import { limitStates } from './limits.ts'
 import type { LimitName, LimitState, QuotaCost, QuotaUsage } from './limits.ts'
 import type { QuotaPolicy } from './policy.ts'
@@ -127,9 +127,9 @@ const LIMIT_TEXT: Record<LimitName, string> = {
 
 function rateLimited(input: { policy: QuotaPolicy; usage: QuotaUsage; exceeded: LimitName; cost: QuotaCost; now: number; holder: 'key' | 'token' }): GatewayError {
   const { policy, usage, exceeded, cost, now, holder } = input
-  const retryAfter = retryAfterSeconds(policy, usage, exceeded, now)
-  const headers = { ...rateLimitHeaders(policy, usage, now), 'retry-after': String(retryAfter) }
   const state = limitStates(policy, usage, now).find((s) => s.name === exceeded)
+  const retryAfter = retryAfterOf(state)
+  const headers = { ...rateLimitHeaders(policy, usage, now), 'retry-after': String(retryAfter) }
   const limit = state?.limit ?? 0
   let message: string
   if (exceeded === 'streams') {
