@@ -11,9 +11,9 @@
  * enforces the idle and total timeouts in one stream stage.
  */
 import { toOpenAIBody } from '../normalize/index.ts'
+import { isByteStream, pipeOpenAIStream, splitBody } from '../streaming/openai-pipe.ts'
 import { createOpenAIRelay } from '../streaming/openai-relay.ts'
 import type { RelayOutcome } from '../streaming/openai-relay.ts'
-import { isByteStream, pipeOpenAIStream, splitBody } from '../streaming/openai-pipe.ts'
 import { CALLER_GONE, GatewayError, upstreamError } from '../errors/index.ts'
 import { jsonAnswerResponse } from '../pipeline/json-answer.ts'
 import { retryableFailure, within } from './retry.ts'
