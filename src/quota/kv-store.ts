@@ -99,7 +99,7 @@ export class KvQuotaStore implements QuotaStore {
   readonly #sleep: (ms: number) => Promise<void>
   readonly #onWriteError: ((error: unknown) => void) | undefined
   readonly #keys = new Map<string, KeyState>()
-  #lastFlush = Number.NEGATIVE_INFINITY
+  #lastFlush = -Infinity
   #flushScheduled = false
   /** The flush whose writes are out, and the one that starts once they have all landed or failed. */
   #flushing: Promise<void> | null = null
@@ -363,7 +363,7 @@ export class KvQuotaStore implements QuotaStore {
     let state = this.#keys.get(keyId)
     if (state) return state
     if (this.#keys.size >= this.#maxKeys) this.#evictIdle()
-    state = { own: new Map(), dirty: new Set(), others: new Map(), listedAt: Number.NEGATIVE_INFINITY, triedAt: Number.NEGATIVE_INFINITY, listing: null, streams: 0, restore: this.#evicted }
+    state = { own: new Map(), dirty: new Set(), others: new Map(), listedAt: -Infinity, triedAt: -Infinity, listing: null, streams: 0, restore: this.#evicted }
     this.#keys.set(keyId, state)
     return state
   }
