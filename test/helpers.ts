@@ -95,6 +95,27 @@ export function droppingFetch(emulator: RunpodEmulator, matches: (path: string) 
   }
 }
 
+/**
+ * A fetch to the emulator that holds each call to a path ending in `/<op>` until `release()`: Runpod
+ * answers it then, and queues its job then, whether or not podgate still waits for the answer (a fetch
+ * aborted is not a job cancelled). `queued` holds the emulator's answers, to wait for before checking jobs.
+ */
+export function heldFetch(emulator: RunpodEmulator, op: string): { fetch: typeof fetch; release: () => void; queued: Promise<unknown>[] } {
+  let release!: () => void
+  const released = new Promise<void>((resolve) => (release = resolve))
+  const queued: Promise<unknown>[] = []
+  const held = (async (input: RequestInfo | URL, init?: RequestInit) => {
+    const request = new Request(input, init)
+    if (!new URL(request.url).pathname.endsWith(`/${op}`)) return emulator.fetch(request)
+    const sent = new Request(request.url, { method: request.method, headers: request.headers, body: await request.text() })
+    const answer = released.then(() => emulator.fetch(sent))
+    queued.push(answer)
+    const aborted = new Promise<never>((_, reject) => request.signal.addEventListener('abort', () => reject(request.signal.reason), { once: true }))
+    return Promise.race([answer, aborted])
+  }) as typeof fetch
+  return { fetch: held, release, queued }
+}
+
 export function chatBody(model: string, content = 'Say hello', extra: Record<string, unknown> = {}): string {
   return JSON.stringify({ model, messages: [{ role: 'user', content }], ...extra })
 }

@@ -9,7 +9,7 @@ import type { EventSourceMessage } from 'eventsource-parser'
 import { describe, expect, it, vi } from 'vitest'
 import type { GatewayOptions } from '../src/index.ts'
 import { createRunpodEmulator } from '../src/testing/index.ts'
-import { droppingFetch, harness, MODELS, readSome, readSSE, RUNPOD_KEY, streamedText } from './helpers.ts'
+import { droppingFetch, harness, heldFetch, MODELS, readSome, readSSE, RUNPOD_KEY, streamedText } from './helpers.ts'
 
 const post = (key: string, body: unknown, extra: RequestInit = {}): RequestInit => ({
   method: 'POST',
@@ -391,20 +391,8 @@ describe('native jobs: cancels', () => {
   for (const via of ['run', 'runsync'] as const) {
     it(`a /v2 ${via} still out at runpod.timeoutMs is answered 504 then, and the job it queued is cancelled once it answers`, async () => {
       const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
-      // Runpod answers on demand: once the caller has its answer, or after 10 s at the latest. It queues
-      // the job then, whether or not podgate still waits for the answer (a fetch aborted is not a job cancelled).
-      let release!: () => void
-      const released = new Promise<void>((resolve) => (release = resolve))
-      const queued: Promise<unknown>[] = []
-      const held = (async (input: RequestInfo | URL, init?: RequestInit) => {
-        const request = new Request(input, init)
-        if (!new URL(request.url).pathname.endsWith(`/${via}`)) return emulator.fetch(request)
-        const sent = new Request(request.url, { method: request.method, headers: request.headers, body: await request.text() })
-        const answer = released.then(() => emulator.fetch(sent))
-        queued.push(answer)
-        const aborted = new Promise<never>((_, reject) => request.signal.addEventListener('abort', () => reject(request.signal.reason), { once: true }))
-        return Promise.race([answer, aborted])
-      }) as typeof fetch
+      // Runpod answers on demand: once the caller has its answer, or after 10 s at the latest.
+      const { fetch: held, release, queued } = heldFetch(emulator, via)
       // A runsync's first leg waits `wait` (1 s here) and 5 s more before podgate gives up on it.
       const runpod = { apiKey: RUNPOD_KEY, baseUrl: 'http://emulator.test/v2', timeoutMs: 500 }
       const h = harness({ models: { m: { endpoints: [{ endpointId: 'solo' }], mode: 'native' } }, runpod, fetch: held }, emulator)

@@ -17,7 +17,7 @@ import { RunpodClient } from '../src/upstream/runpod/client.ts'
 import { failedOver, jobFailure } from '../src/upstream/native.ts'
 import { isRetryable } from '../src/upstream/retry.ts'
 import { createRunpodEmulator } from '../src/testing/index.ts'
-import { authed, chatBody, droppingFetch, harness, readSSE, RUNPOD_KEY, scriptedUpstream, streamedText } from './helpers.ts'
+import { authed, chatBody, droppingFetch, harness, heldFetch, readSSE, RUNPOD_KEY, scriptedUpstream, streamedText } from './helpers.ts'
 
 type OpenAIError = { error: { code: string; message: string } }
 type Resilience = NonNullable<GatewayOptions['models'][string]['resilience']>
@@ -516,21 +516,8 @@ describe('timeouts.totalMs bounds the whole call, retries and backoff included',
   for (const [limit, stream] of [['timeouts.totalMs', false], ['timeouts.totalMs', true], ['runpod.timeoutMs', false], ['runpod.timeoutMs', true]] as const) {
     it(`native (stream: ${stream}): a /run still out at ${limit} is answered 504 then, and the job it queued is cancelled once it answers`, async () => {
       const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
-      // Runpod answers `/run` on demand: once the caller has its answer, or after 10 s at the latest. It
-      // queues the job then, whether or not podgate still waits for the answer (a fetch aborted is not
-      // a job cancelled).
-      let release!: () => void
-      const released = new Promise<void>((resolve) => (release = resolve))
-      const queued: Promise<unknown>[] = []
-      const held = (async (input: RequestInfo | URL, init?: RequestInit) => {
-        const request = new Request(input, init)
-        if (!new URL(request.url).pathname.endsWith('/run')) return emulator.fetch(request)
-        const sent = new Request(request.url, { method: request.method, headers: request.headers, body: await request.text() })
-        const answer = released.then(() => emulator.fetch(sent))
-        queued.push(answer)
-        const aborted = new Promise<never>((_, reject) => request.signal.addEventListener('abort', () => reject(request.signal.reason), { once: true }))
-        return Promise.race([answer, aborted])
-      }) as typeof fetch
+      // Runpod answers `/run` on demand: once the caller has its answer, or after 10 s at the latest.
+      const { fetch: held, release, queued } = heldFetch(emulator, 'run')
       const model = { endpoints: [{ endpointId: 'solo' }], mode: 'native' as const, ...(limit === 'timeouts.totalMs' ? { resilience: { timeouts: { totalMs: 500 } } } : {}) }
       const runpod = { apiKey: RUNPOD_KEY, baseUrl: 'http://emulator.test/v2', ...(limit === 'runpod.timeoutMs' ? { timeoutMs: 500 } : {}) }
       const h = harness({ models: { m: model }, runpod, fetch: held }, emulator)
