@@ -124,6 +124,19 @@ describe('quota stage', () => {
     expect(((await refused.json()) as { error: { message: string } }).error.message).toContain(names)
   })
 
+  // Found in review: with the day limits checked first, a request that can never fit its minute token limit
+  // but was also past the day's was told to retry when the day resets, and would be refused again then.
+  it('a request larger than a whole minute token limit is told so, even when it is past a day limit too', async () => {
+    const { h } = clockedHarness()
+    const { key } = await h.createKey({ name: 'q', quota: { tokensPerMinute: 150, tokensPerDay: 300 } })
+    expect((await chat(h, key)).status).toBe(200)
+    await h.settle()
+    const refused = await chat(h, key, 'Say hello', { max_tokens: 290 })
+    expect(refused.status).toBe(429)
+    expect(refused.headers.get('retry-after')).toBe('50')
+    expect(((await refused.json()) as { error: { message: string } }).error.message).toContain("more than this key's 150 tokens per minute: lower max_tokens")
+  })
+
   it('rolls the minute window over on the injected clock', async () => {
     const { h, advance } = clockedHarness()
     const { key } = await h.createKey({ name: 'q', quota: { requestsPerMinute: 1 } })

@@ -55,10 +55,13 @@ export function emptyUsage(now: number): QuotaUsage {
 
 /**
  * The first limit `cost` would break, or null when the request fits every limit. The day limits come
- * first: a call past a minute and a day limit is refused until the day resets, which `Retry-After` says.
+ * first: a call past a minute and a day limit is refused until the day resets, which `Retry-After` says;
+ * only a cost larger than the whole minute limit, which no wait lets in, is named before the day's tokens.
  */
 export function exceededLimit(policy: QuotaPolicy, usage: QuotaUsage, cost: QuotaCost): LimitName | null {
   if (policy.requestsPerDay !== undefined && usage.dayCounts.requests + 1 > policy.requestsPerDay) return 'rpd'
+  // Larger than the whole minute limit, a call never fits: its 429 says so, not to wait for the day.
+  if (cost.tokens > (policy.tokensPerMinute ?? Infinity)) return 'tpm'
   // A call that costs no tokens (a cache hit, a passthrough job) is not held to the token limits, even past them.
   if (cost.tokens > 0 && policy.tokensPerDay !== undefined && usage.dayCounts.tokens + cost.tokens > policy.tokensPerDay) return 'tpd'
   if (policy.requestsPerMinute !== undefined && usage.minuteCounts.requests + 1 > policy.requestsPerMinute) return 'rpm'
