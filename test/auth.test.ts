@@ -318,6 +318,32 @@ describe('tokens', () => {
     expect(usage.limits).toMatchObject([{ name: 'rpd', limit: 50, used: 3 }])
   })
 
+  // Found in review: its own counter holding no completion limit (only a controlPerMinute), such a token
+  // is held by its key's limits alone, yet /v1/usage answered for the token: no policy, no limits.
+  it('minted with a quota that limits no completion see their key\'s limits on /v1/usage, the ones that hold them', async () => {
+    const h = harness({ quota: { defaults: { requestsPerMinute: 2 }, now: () => Date.UTC(2026, 0, 1, 12, 0, 30) } })
+    const { key, id } = await h.createKey({ name: 'backend' })
+    const { token } = await mint(h, key, { quota: { controlPerMinute: 30 } })
+    for (let i = 0; i < 2; i++) expect((await h.fetch('/v1/chat/completions', authed(token, chatBody('chat-openai')))).status).toBe(200)
+    expect((await h.fetch('/v1/chat/completions', authed(token, chatBody('chat-openai')))).status).toBe(429)
+    await h.settle()
+    const usage = (await (await h.fetch('/v1/usage', authed(token))).json()) as { key_id: string; policy: unknown; limits: unknown[] }
+    expect(usage.key_id).toBe(id)
+    expect(usage.policy).toEqual({ requestsPerMinute: 2 })
+    expect(usage.limits).toMatchObject([{ name: 'rpm', limit: 2, used: 2 }])
+  })
+
+  // The defaults a key does not lift still hold its tokens, through the key's own count.
+  it('minted with a quota are still held to the defaults their key does not lift', async () => {
+    const h = harness({ quota: { defaults: { requestsPerMinute: 2 }, now: () => Date.UTC(2026, 0, 1, 12, 0, 30) } })
+    const { key } = await h.createKey({ name: 'backend', quota: { tokensPerDay: 1_000_000 } })
+    const { token } = await mint(h, key, { quota: { requestsPerDay: 50 } })
+    for (let i = 0; i < 2; i++) expect((await h.fetch('/v1/chat/completions', authed(token, chatBody('chat-openai')))).status).toBe(200)
+    const limited = await h.fetch('/v1/chat/completions', authed(token, chatBody('chat-openai')))
+    expect(limited.status).toBe(429)
+    expect(((await limited.json()) as { error: { message: string } }).error.message).toContain('2 requests per minute for this key')
+  })
+
   it('a token within its own quota refused by its key\'s: the 429 names the key\'s limit in its headers, not the token\'s', async () => {
     const h = harness({ quota: { now: () => Date.UTC(2026, 0, 1, 12, 0, 30) } })
     const { key } = await h.createKey({ name: 'backend', quota: { requestsPerMinute: 1 } })

@@ -25,9 +25,11 @@ export function quotaRoutes(options: QuotaRoutesOptions): Hono<GatewayEnv> {
   const app = new Hono<GatewayEnv>()
 
   app.get('/v1/usage', async (c) => {
-    // A token minted with a quota of its own is held to it, counted under the token's id: report that.
+    // A token minted with a quota of its own is held to it, counted under the token's id: report that. One
+    // whose quota limits no completion (a `controlPerMinute` alone) is held by its key's limits only: those.
     const { keyId, quota, tokenId, tokenQuota } = c.get('principal')
-    return c.json(await usageReport(c, options.service, tokenQuota ? tokenId! : keyId, options.service.policyFor(tokenQuota ?? quota, undefined, !!tokenQuota)))
+    const own = tokenQuota && options.service.policyFor(tokenQuota, undefined, true)
+    return c.json(await usageReport(c, options.service, own ? tokenId! : keyId, own || options.service.policyFor(quota)))
   })
 
   app.get('/admin/keys/:id/usage', async (c) => {
