@@ -400,8 +400,13 @@ describe('native jobs: cancels', () => {
       const order: string[] = []
       const fallback = setTimeout(() => (order.push(`/${via} answered`), release()), 10_000)
       const path = via === 'run' ? '/v2/m/run' : '/v2/m/runsync?wait=1000'
+      const started = Date.now()
       const res = await h.fetch(path, post(key, { input: { messages: [{ role: 'user', content: 'x [[emulator:tokens=400,delay=25]]' }], sampling_params: { max_tokens: 1000 } } }))
       order.push(`caller answered ${res.status}`)
+      // Then: a run at runpod.timeoutMs (0.5 s), a runsync at its first leg's wait and 5 s (6 s), not sooner.
+      const elapsed = Date.now() - started
+      expect(elapsed).toBeGreaterThanOrEqual(via === 'run' ? 500 : 6_000)
+      expect(elapsed).toBeLessThan(via === 'run' ? 5_000 : 9_000)
       clearTimeout(fallback)
       release()
       expect(order).toEqual(['caller answered 504'])
