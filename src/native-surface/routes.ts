@@ -111,7 +111,7 @@ export function nativeSurface(options: NativeRoutesOptions): Hono<GatewayEnv> {
       const deadline = Date.now() + (waitMs ?? 0)
       const leg = Math.min(waitMs!, LEG_MS)
       const send = (timeoutMs: number) => (via === 'run' ? client.run(endpoint, request.body, { timeoutMs }) : client.runsync(endpoint, request.body, { waitMs: leg, timeoutMs }))
-      let result = await jobWithin(client, endpoint, send, via === 'run' ? runpod.timeoutMs : leg + 5_000, waitUntilOf(c), () => signal.aborted)
+      let result = await jobWithin(client, endpoint, { send, ms: via === 'run' ? runpod.timeoutMs : leg + 5_000, waitUntil: waitUntilOf(c), gone: () => signal.aborted })
       // The rest of a longer wait, under the caller's signal: the id is known, so leaving cancels the job at once.
       const cancel = () => waitUntilOf(c)(cancelJob(client, endpoint, result.id))
       signal.addEventListener('abort', cancel)

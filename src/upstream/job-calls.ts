@@ -70,7 +70,7 @@ export function runJob(call: CompletionCall, endpoint: Endpoint, deadline: numbe
   // No time left to hear its answer: a job queued now would only be cancelled (a warm worker may bill it first).
   if (ms <= 0) return Promise.reject(new GatewayError('upstream_timeout', 'The upstream did not answer in time.'))
   const body = { input: toNativeInput(call.request, call.model.servedModelName) }
-  return jobWithin(client, endpoint, (timeoutMs) => client.run(endpoint, body, { timeoutMs }), ms, call.waitUntil)
+  return jobWithin(client, endpoint, { send: (timeoutMs) => client.run(endpoint, body, { timeoutMs }), ms, waitUntil: call.waitUntil })
 }
 
 /**
@@ -80,15 +80,17 @@ export function runJob(call: CompletionCall, endpoint: Endpoint, deadline: numbe
  * background, and the job it queued is cancelled; so is one whose caller is `gone()` by the time it answers.
  *
  * @example
- * const job = await jobWithin(client, endpoint, (timeoutMs) => client.run(endpoint, body, { timeoutMs }), 120_000, waitUntil)
+ * const job = await jobWithin(client, endpoint, { send: (timeoutMs) => client.run(endpoint, body, { timeoutMs }), ms: 120_000, waitUntil })
  */
 export function jobWithin(
   client: RunpodClient,
   endpoint: Endpoint,
-  send: (timeoutMs: number) => Promise<JobStatus>,
-  ms: number,
-  waitUntil: (promise: Promise<unknown>) => void,
-  gone = () => false,
+  { send, ms, waitUntil, gone = () => false }: {
+    send: (timeoutMs: number) => Promise<JobStatus>
+    ms: number
+    waitUntil: (promise: Promise<unknown>) => void
+    gone?: () => boolean
+  },
 ): Promise<JobStatus> {
   const queued = send(ms + 20_000)
   let late = false
