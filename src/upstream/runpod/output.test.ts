@@ -83,6 +83,17 @@ describe('nativeOutputToOpenAI, current output', () => {
     expect(result.body.usage).toBeUndefined()
   })
 
+  it('estimates missing usage from a reasoning model\'s thinking and its tool calls too, not only its content', () => {
+    const thinking = 'x'.repeat(400)
+    const call = { id: 'chatcmpl-tool-1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } }
+    const { usage: _, ...withoutUsage } = structuredClone(vllmBody)
+    const message = { role: 'assistant', content: null, reasoning_content: thinking, reasoning: thinking, tool_calls: [call] }
+    const result = nativeOutputToOpenAI({ ...withoutUsage, choices: [{ ...withoutUsage.choices[0], message, finish_reason: 'tool_calls' }] }, CHAT)
+    // vLLM writes the thinking under both names: it is counted once, with the call's name and arguments.
+    const chars = thinking.length + 'get_weather'.length + '{"city":"Paris"}'.length
+    expect(result.estimate).toEqual({ prompt_tokens: 0, completion_tokens: Math.ceil(chars / 4), total_tokens: Math.ceil(chars / 4) })
+  })
+
   it('refuses a body of the other kind, or several bodies', () => {
     expect(failure(() => nativeOutputToOpenAI([structuredClone(vllmBody)], COMPLETION)).code).toBe('upstream_error')
     expect(failure(() => nativeOutputToOpenAI([vllmBody, vllmBody], CHAT)).code).toBe('upstream_error')

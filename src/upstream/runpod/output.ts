@@ -116,10 +116,15 @@ function fromCompletionBody(body: Record<string, unknown>, options: NativeOutput
   const usage = readUsage(body.usage)
   if (usage) return { body: answer, usage }
   // No usage from vLLM: about four characters a token, so quotas still move.
+  // Output is also a reasoning model's thinking (vLLM may write it under both names: counted once) and a
+  // tool call's name and arguments.
   let chars = 0
   for (const choice of body.choices as Record<string, unknown>[]) {
-    const text = isRecord(choice.message) ? choice.message.content : choice.text
-    if (typeof text === 'string') chars += text.length
+    const message = (isRecord(choice.message) ? choice.message : { content: choice.text }) as { tool_calls?: unknown } & Record<string, unknown>
+    const calls = Array.isArray(message.tool_calls) ? (message.tool_calls as { function?: Record<string, unknown> }[]) : []
+    for (const text of [message.content, message.reasoning_content ?? message.reasoning, ...calls.flatMap((call) => [call?.function?.name, call?.function?.arguments])]) {
+      if (typeof text === 'string') chars += text.length
+    }
   }
   const completion = Math.ceil(chars / 4)
   return { body: answer, estimate: countedUsage(completion) }
