@@ -181,7 +181,7 @@ describe('answer capture', () => {
     // A named or `required` tool choice keeps "", as vLLM's JSON has it then.
     expect((renderJson(answer, meta) as typeof json).choices[0]!.message.content).toBe('')
     expect(json.choices[0]!.message).toEqual({
-      role: 'assistant', content: null, reasoning: 'think', reasoning_content: 'think',
+      role: 'assistant', content: null, refusal: null, annotations: null, audio: null, function_call: null, reasoning: 'think', reasoning_content: 'think',
       tool_calls: [{ id: 'chatcmpl-tool-1', type: 'function', function: { name: 'get_weather', arguments: '{"city": "Paris"}' } }],
     })
     expect(json.choices[0]!.finish_reason).toBe('tool_calls')

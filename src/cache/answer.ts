@@ -176,8 +176,9 @@ export function usageChunkText(kind: RequestKind, meta: RenderMeta, usage: Usage
 
 /** A streamed choice as one JSON choice, reassembled as clients do. */
 function assembled(kind: RequestKind, chunks: readonly Json[], autoTools = false): Json {
-  // vLLM's JSON message always has a list of tool calls, empty when there are none.
-  const out: Json = kind === 'chat' ? { message: { role: 'assistant', content: null, tool_calls: [] } } : { text: '' }
+  // vLLM's JSON message always has these null fields and a list of tool calls, empty when there are none (the
+  // reasoning keys' names vary by version: only those the chunks carried).
+  const out: Json = kind === 'chat' ? { message: { role: 'assistant', content: null, refusal: null, annotations: null, audio: null, function_call: null, tool_calls: [] } } : { text: '' }
   for (const chunk of chunks) {
     const { delta, ...rest } = chunk
     if (kind === 'chat' && isRecord(delta)) merge(out.message as Json, delta)

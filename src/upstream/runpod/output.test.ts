@@ -6,6 +6,8 @@ import { failure } from '../../streaming/__fixtures__/failure.ts'
 
 const CHAT: NativeOutputOptions = { kind: 'chat', model: 'llama-8b', id: 'chatcmpl-1', created: 1_800_000_000, maxTokens: 100, n: 1 }
 const COMPLETION: NativeOutputOptions = { ...CHAT, kind: 'completion', id: 'cmpl-1' }
+/** The null fields vLLM's JSON message has, which a message podgate assembles has too. */
+const NULLS = { refusal: null, annotations: null, audio: null, function_call: null }
 
 describe('nativeOutputToOpenAI, classic output', () => {
   it('maps a /runsync token list to a chat.completion', () => {
@@ -16,7 +18,7 @@ describe('nativeOutputToOpenAI, classic output', () => {
         object: 'chat.completion',
         created: 1_800_000_000,
         model: 'llama-8b',
-        choices: [{ index: 0, message: { role: 'assistant', content: TEXT, tool_calls: [] }, logprobs: null, finish_reason: 'stop' }],
+        choices: [{ index: 0, message: { role: 'assistant', content: TEXT, ...NULLS, tool_calls: [] }, logprobs: null, finish_reason: 'stop' }],
         usage: { prompt_tokens: 3, completion_tokens: 11, total_tokens: 14 },
       },
       usage: { prompt_tokens: 3, completion_tokens: 11, total_tokens: 14 },
@@ -32,8 +34,8 @@ describe('nativeOutputToOpenAI, classic output', () => {
   it('concatenates several aggregated entries per choice, with the last cumulative usage', () => {
     const { body, usage } = nativeOutputToOpenAI(classicItems([PIECES, ['x', 'y']]), { ...CHAT, n: 2 })
     expect(body.choices).toEqual([
-      { index: 0, message: { role: 'assistant', content: TEXT, tool_calls: [] }, logprobs: null, finish_reason: 'stop' },
-      { index: 1, message: { role: 'assistant', content: 'xy', tool_calls: [] }, logprobs: null, finish_reason: 'stop' },
+      { index: 0, message: { role: 'assistant', content: TEXT, ...NULLS, tool_calls: [] }, logprobs: null, finish_reason: 'stop' },
+      { index: 1, message: { role: 'assistant', content: 'xy', ...NULLS, tool_calls: [] }, logprobs: null, finish_reason: 'stop' },
     ])
     expect(usage).toEqual({ prompt_tokens: PROMPT_TOKENS, completion_tokens: PIECES.length + 2, total_tokens: PROMPT_TOKENS + PIECES.length + 2 })
   })
@@ -101,7 +103,7 @@ describe('nativeOutputToOpenAI, current output', () => {
 
   it('joins SSE text a streaming worker aggregated', () => {
     const { body, usage } = nativeOutputToOpenAI(vllmEvents(), CHAT)
-    expect(body.choices).toEqual([{ index: 0, message: { role: 'assistant', content: TEXT, tool_calls: [] }, logprobs: null, finish_reason: 'stop' }])
+    expect(body.choices).toEqual([{ index: 0, message: { role: 'assistant', content: TEXT, ...NULLS, tool_calls: [] }, logprobs: null, finish_reason: 'stop' }])
     expect(usage).toEqual({ prompt_tokens: PROMPT_TOKENS, completion_tokens: PIECES.length, total_tokens: PROMPT_TOKENS + PIECES.length })
     expect(failure(() => nativeOutputToOpenAI(vllmEvents({ done: false }), CHAT)).message).toMatch(/ended before/)
   })

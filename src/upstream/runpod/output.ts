@@ -169,7 +169,8 @@ function fromStreamItems(items: unknown[], options: NativeOutputOptions): Native
   const choices = texts.flatMap((parts, index): Array<ChatCompletionChoice | TextCompletionChoice> => {
     const content = parts.join('')
     const finish_reason = reasons[index] ?? null
-    return [kind === 'chat' ? { index, message: { role: 'assistant', content, tool_calls: [] }, logprobs: null, finish_reason } : { index, text: content, logprobs: null, finish_reason }]
+    // vLLM's JSON message, null fields included.
+    return [kind === 'chat' ? { index, message: { role: 'assistant', content, refusal: null, annotations: null, audio: null, function_call: null, tool_calls: [] }, logprobs: null, finish_reason } : { index, text: content, logprobs: null, finish_reason }]
   })
   const object = kind === 'chat' ? 'chat.completion' : 'text_completion'
   const body = { id, object, created, model, choices, usage: usage ?? null } as ChatCompletion | TextCompletion
