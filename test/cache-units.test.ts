@@ -230,6 +230,14 @@ describe('answer capture', () => {
     expect(renderJson(captureJsonAnswer('embedding', list)!, meta)).toEqual({ ...list, model: 'm' })
   })
 
+  it('a completion recorded as JSON replays as chunks that hold what a live chunk holds: no prompt_logprobs', () => {
+    const choice = { index: 0, text: 'hi', logprobs: null, finish_reason: 'stop', stop_reason: null, prompt_logprobs: null }
+    const answer = captureJsonAnswer('completion', { id: 'c', object: 'text_completion', created: 1, model: 'm', choices: [choice], usage })!
+    const chunks = renderStream(answer, meta, false).split('\n\n').filter((line) => line.startsWith('data: {')).map((line) => JSON.parse(line.slice(6)) as { choices: unknown[] })
+    const { prompt_logprobs: _prompt, ...live } = choice
+    expect(chunks.map((c) => c.choices)).toEqual([[live]])
+  })
+
   it('refuses error events and error bodies', () => {
     const capture = createAnswerCapture('chat')
     capture.accept(chunk({ delta: { content: 'ok' }, finish_reason: 'stop' }))

@@ -481,6 +481,27 @@ describe('stream replay', () => {
     }
   })
 
+  it.each(MODEL_NAMES)('%s: a stream HIT from a JSON entry, and a stream joiner of a JSON call, carry no delta field a live stream leaves out', async (model) => {
+    const { h, key, chat } = await setup()
+    const tools = [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } } } } }]
+    for (const extra of [{}, { tools }]) {
+      const content = `delta fields ${extra.tools ? 'tools' : 'text'} [[emulator:delay=10]]`
+      const stream = deterministic(model, content, { stream: true, ...extra })
+      const live = await readSSE(await h.fetch('/v1/chat/completions', { ...authed(key, stream), headers: { authorization: `Bearer ${key}`, 'cache-control': 'no-store' } }))
+      await h.settle()
+      const [leader, joiner] = await Promise.all([h.fetch('/v1/chat/completions', authed(key, deterministic(model, content, extra))), h.fetch('/v1/chat/completions', authed(key, stream))])
+      expect(joiner.headers.get('x-podgate-cache')).toBe('COALESCED')
+      await leader.text()
+      await h.settle()
+      const hit = await chat(stream)
+      expect(hit.headers.get('x-podgate-cache')).toBe('HIT')
+      // vLLM writes a delta's set fields only: never `refusal`, `audio`, `function_call` or the reasoning keys as null, nor `tool_calls: []`.
+      const deltaFields = (events: unknown[]) => new Set(events.flatMap((e) => (e as { choices?: { delta: Record<string, unknown> }[] }).choices ?? []).flatMap((c) => Object.entries(c.delta).map(([name, value]) => `${name}=${value === null ? 'null' : Array.isArray(value) ? (value.length ? 'list' : '[]') : typeof value}`)))
+      const own = deltaFields(live)
+      for (const res of [joiner, hit]) expect([...deltaFields(await readSSE(res))].filter((field) => !own.has(field))).toEqual([])
+    }
+  })
+
   it('a stream that did not ask for continuous_usage_stats gets no usage on every chunk: an entry recorded with it is not its entry', async () => {
     const h = harness()
     const { key } = await h.createKey()

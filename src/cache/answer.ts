@@ -196,11 +196,16 @@ function assembled(kind: RequestKind, chunks: readonly Json[], autoTools = false
   return out
 }
 
-/** A JSON choice as the chunks of a stream: the role chunk, then one delta with the whole message. */
+/**
+ * A JSON choice as the chunks of a stream: the role chunk, then one delta with the whole message. A delta holds
+ * only what vLLM sets on one: none of the message's null fields (`refusal`, `audio`...) nor an empty `tool_calls`;
+ * nor does a completion's chunk hold `prompt_logprobs` (the key keeps a stream from an entry that has them).
+ */
 function split(kind: RequestKind, whole: Json): Json[] {
-  if (kind !== 'chat') return [whole]
-  const { message, ...rest } = whole
+  const { message, prompt_logprobs: _prompt, ...rest } = whole
+  if (kind !== 'chat') return [rest]
   const { role: _role, ...delta } = isRecord(message) ? message : {}
+  for (const [name, value] of Object.entries(delta)) if (value === null ? name !== 'content' : Array.isArray(value) && !value.length) delete delta[name]
   if (Array.isArray(delta.tool_calls)) delta.tool_calls = delta.tool_calls.map((call, index) => (isRecord(call) ? { index, ...call } : call))
   return [{ delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }, { delta, ...rest }]
 }
