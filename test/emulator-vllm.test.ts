@@ -119,6 +119,10 @@ describe('tool calls', () => {
     const call = named.choices[0]!.message.tool_calls![0]! as Json
     expect(call.function.name).toBe('get_time')
     expect(typeof JSON.parse(call.function.arguments).zone).toBe('string')
+    // vLLM's JSON message of a named or `required` choice has `content: ""` (only a parsed auto call has null).
+    expect(named.choices[0]!.message.content).toBe('')
+    const required = await client().chat.completions.create({ model: 'm', messages: user('Time?'), tools: [weatherTool], tool_choice: 'required' })
+    expect(required.choices[0]!.message.content).toBe('')
 
     const none = await client().chat.completions.create({ model: 'm', messages: user('Hi'), tools: [weatherTool], tool_choice: 'none' })
     expect(none.choices[0]!.message.tool_calls).toEqual([])

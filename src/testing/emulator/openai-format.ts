@@ -94,7 +94,8 @@ export function completionJson(completion: Completion, meta: CompletionMeta): Js
         index,
         message: {
           role: 'assistant',
-          content: toolCalls.length > 0 ? null : choice.text,
+          // A call the tool parser found (auto) leaves `content` null; a named or `required` one writes "".
+          content: toolCalls.length > 0 ? (request.toolChoice === 'auto' ? null : '') : choice.text,
           refusal: null,
           annotations: null,
           audio: null,
