@@ -110,6 +110,19 @@ describe('optionsFromEnv', () => {
     for (const env of [{ PODGATE_MODELS: JSON.stringify(keyed) }, { PODGATE_CONFIG: { models: keyed } }]) {
       expect(() => optionsFromEnv({ ...base, ...env })).toThrow(`podgate: models.chat: an endpoint's apiKey is a secret in a plain-text variable. Name a secret instead: "apiKeyEnv": "NAME"`)
     }
+    // A key pasted where its secret's name goes was quoted twice in the startup error (a log line).
+    for (const pasted of ['rpa_ABCDEF0123456789SECRET', 'ABCDEF0123456789ABCDEF0123456789']) {
+      const models = JSON.stringify({ chat: { endpoints: [{ url: 'https://worker.example', apiKeyEnv: pasted }] } })
+      let message = ''
+      try {
+        optionsFromEnv({ ...base, PODGATE_MODELS: models })
+      } catch (error) {
+        message = (error as Error).message
+      }
+      expect(message).toMatch(/^podgate: models\.chat: an endpoint's apiKeyEnv names no secret that is set/)
+      expect(message).not.toContain(pasted)
+    }
+    expect(() => optionsFromEnv({ ...base, PODGATE_MODELS: JSON.stringify({ chat: { endpoints: [{ url: 'https://worker.example', apiKeyEnv: 'WORKER_KEY' }] } }) })).toThrow('npx wrangler secret put WORKER_KEY')
     const placeholder = { 'llama-3.1-8b': { endpoints: [{ endpointId: 'your0endpoint0id' }] } }
     expect(() => optionsFromEnv({ ...base, PODGATE_MODELS: JSON.stringify(placeholder) })).toThrow(/placeholder endpoint id "your0endpoint0id"/)
   })

@@ -136,6 +136,9 @@ function parseJsonObject(name: string, value: string | Record<string, unknown> |
   return parsed
 }
 
+/** A secret's name as `apiKeyEnv` gives it (`WORKER_KEY`): upper-case words joined by `_`, none key-long. */
+const SECRET_NAME = /^[A-Z][A-Z0-9]{0,15}(_[A-Z0-9]{1,16})+$/
+
 /**
  * Replaces each endpoint's `apiKeyEnv: "NAME"` with `apiKey` read from the secret NAME, so no key sits
  * in wrangler.toml (a `url:` endpoint's own bearer; ported here from workers/env.ts, issue 15).
@@ -152,7 +155,9 @@ function endpointKeysFromEnv(models: unknown, env: PodgateWorkerEnv): unknown {
       const { apiKeyEnv, ...rest } = endpoint as { apiKeyEnv: unknown }
       const value = typeof apiKeyEnv === 'string' ? secrets[apiKeyEnv] : undefined
       if (typeof value !== 'string' || value === '') {
-        throw new ConfigError(`podgate: models.${alias}: an endpoint names apiKeyEnv ${JSON.stringify(apiKeyEnv)}, but no such secret is set. Run \`npx wrangler secret put ${String(apiKeyEnv)}\`.`)
+        // Quoted only when it reads as a variable's name: a key pasted here instead would land in the logs.
+        const name = typeof apiKeyEnv === 'string' && SECRET_NAME.test(apiKeyEnv) && apiKeyEnv
+        throw new ConfigError(`podgate: models.${alias}: an endpoint's apiKeyEnv ${name ? `"${name}" ` : ''}names no secret that is set. Run \`npx wrangler secret put ${name || 'NAME'}\` (apiKeyEnv is the secret's name, not the key).`)
       }
       return { ...rest, apiKey: value }
     })
