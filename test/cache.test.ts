@@ -50,7 +50,7 @@ async function hungFirstCall() {
     return emulator.fetch(request)
   }
   const resilience = { timeouts: { totalMs: 300 } }
-  const h = harness({ models: { ...MODELS, 'chat-openai': { ...MODELS['chat-openai']!, resilience } }, runpod: { apiKey: RUNPOD_KEY, baseUrl: 'http://emulator.test/v2', timeoutMs: 60_000 }, fetch }, emulator)
+  const h = harness({ models: { ...MODELS, 'chat-openai': { ...MODELS['chat-openai']!, resilience } }, runpod: { apiKey: RUNPOD_KEY, baseUrl: 'https://emulator.test/v2', timeoutMs: 60_000 }, fetch }, emulator)
   const { key } = await h.createKey()
   return { h, key, wake, upstream }
 }
@@ -796,7 +796,7 @@ describe('coalescing', () => {
       return emulator.fetch(request)
     }
     const resilience = { timeouts: { firstTokenMs: 200, idleMs: 200 } }
-    const h = harness({ models: { ...MODELS, 'chat-openai': { ...MODELS['chat-openai']!, resilience } }, runpod: { apiKey: RUNPOD_KEY, baseUrl: 'http://emulator.test/v2', timeoutMs: 60_000 }, fetch }, emulator)
+    const h = harness({ models: { ...MODELS, 'chat-openai': { ...MODELS['chat-openai']!, resilience } }, runpod: { apiKey: RUNPOD_KEY, baseUrl: 'https://emulator.test/v2', timeoutMs: 60_000 }, fetch }, emulator)
     const { key } = await h.createKey()
     const body = deterministic('chat-openai', 'a leader that is gone [[emulator:delay=5,tokens=4]]', { stream: true })
     const leaving = new AbortController()

@@ -192,7 +192,7 @@ describe('the middleware on its own, with the app\'s own binding names (docs/com
     app.get('/ops/ping', (c) => c.text('pong'))
     app.route('/ai', createGateway({
       models: MODELS,
-      runpod: { apiKey: RUNPOD_KEY, baseUrl: 'http://emulator.test/v2' },
+      runpod: { apiKey: RUNPOD_KEY, baseUrl: 'https://emulator.test/v2' },
       adminToken: ADMIN_TOKEN,
       kv: (c) => c.env.APP_KV,
       quota: { objects: (c) => c.env.APP_QUOTA },

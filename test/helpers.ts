@@ -42,7 +42,7 @@ export function harness(overrides: Partial<GatewayOptions> = {}, emulator: Runpo
   const logs: string[] = []
   const app = createGateway({
     models: MODELS,
-    runpod: { apiKey: RUNPOD_KEY, baseUrl: 'http://emulator.test/v2' },
+    runpod: { apiKey: RUNPOD_KEY, baseUrl: 'https://emulator.test/v2' },
     adminToken: ADMIN_TOKEN,
     kv: () => env.PODGATE_KV,
     fetch: (input, init) => emulator.fetch(new Request(input, init)),

@@ -23,7 +23,7 @@ const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 describe('native streams: polls', () => {
   it('a long answer on a current worker stays within the poll budget: polls are paced, not one per item', async () => {
     const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
-    const h = harness({ runpod: { apiKey: RUNPOD_KEY, baseUrl: 'http://emulator.test/v2', maxPollsPerStream: 45 } }, emulator)
+    const h = harness({ runpod: { apiKey: RUNPOD_KEY, baseUrl: 'https://emulator.test/v2', maxPollsPerStream: 45 } }, emulator)
     const { key } = await h.createKey()
     const res = await h.fetch('/v1/chat/completions', post(key, chat('chat-current', 'long [[emulator:tokens=300,delay=10]]', { stream: true })))
     const events = await readSSE(res)
@@ -66,7 +66,7 @@ describe('native streams: polls', () => {
   })
 
   it('one refused poll (503) does not end a job event stream', async () => {
-    const h = harness({ runpod: { apiKey: RUNPOD_KEY, baseUrl: 'http://emulator.test/v2', streamWaitMs: 300 } })
+    const h = harness({ runpod: { apiKey: RUNPOD_KEY, baseUrl: 'https://emulator.test/v2', streamWaitMs: 300 } })
     const { key } = await h.createKey()
     const { id } = (await (await h.fetch('/v2/chat-current/run', post(key, { input: { messages: [{ role: 'user', content: 'x [[emulator:tokens=200,delay=20]]' }], stream: true, sampling_params: { max_tokens: 300 } } }))).json()) as { id: string }
     const res = await h.fetch(`/v2/chat-current/stream/${id}`, { headers: { authorization: `Bearer ${key}`, accept: 'text/event-stream' } })
@@ -103,7 +103,7 @@ describe('native streams: polls', () => {
 
   it.each(['openai stream', 'job event stream'])('refused polls asked again count within the poll budget, never past it, and a job event stream then pauses (%s)', async (surface) => {
     const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY, endpoints: { vllmcurrent: { fault: { kind: 'http', status: 429, ops: ['stream'] } } } })
-    const h = harness({ runpod: { apiKey: RUNPOD_KEY, baseUrl: 'http://emulator.test/v2', maxPollsPerStream: 2 } }, emulator)
+    const h = harness({ runpod: { apiKey: RUNPOD_KEY, baseUrl: 'https://emulator.test/v2', maxPollsPerStream: 2 } }, emulator)
     const { key } = await h.createKey()
     const content = 'x [[emulator:tokens=5]]'
     if (surface === 'openai stream') {
@@ -272,7 +272,7 @@ describe('native streams: polls', () => {
   it.each(cuts)("a terminal page's follow-up poll that fails or cannot be made does not end a cut answer as whole: the job's saved output brings the rest (%s, the follow-up %s)", async (surface, followUp) => {
     const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
     const breaks = followUp === 'breaks'
-    const h = harness({ fetch: lastItemsLost(emulator, { breaks }), runpod: { apiKey: RUNPOD_KEY, baseUrl: 'http://emulator.test/v2', ...(breaks ? {} : { maxPollsPerStream: 1 }) } }, emulator)
+    const h = harness({ fetch: lastItemsLost(emulator, { breaks }), runpod: { apiKey: RUNPOD_KEY, baseUrl: 'https://emulator.test/v2', ...(breaks ? {} : { maxPollsPerStream: 1 }) } }, emulator)
     const answer = await followClassic(h, surface, 'cut [[emulator:tokens=30]]')
     const jobId = emulator.calls.find((call) => call.op === 'run')!.jobId!
     expect(answer.text).toBe(await jobText(emulator, jobId))
@@ -394,7 +394,7 @@ describe('native jobs: cancels', () => {
       // Runpod answers on demand: once the caller has its answer, or after 10 s at the latest.
       const { fetch: held, release, queued } = heldFetch(emulator, via)
       // A runsync's first leg waits `wait` (1 s here) and 5 s more before podgate gives up on it.
-      const runpod = { apiKey: RUNPOD_KEY, baseUrl: 'http://emulator.test/v2', timeoutMs: 500 }
+      const runpod = { apiKey: RUNPOD_KEY, baseUrl: 'https://emulator.test/v2', timeoutMs: 500 }
       const h = harness({ models: { m: { endpoints: [{ endpointId: 'solo' }], mode: 'native' } }, runpod, fetch: held }, emulator)
       const { key } = await h.createKey()
       const order: string[] = []

@@ -179,7 +179,7 @@ describe('native job API: Runpod shapes', () => {
 describe('nativeRoutes on its own', () => {
   it('mounts in a Hono app built from the package\'s exports alone, as its @example shows', async () => {
     const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
-    const config = podgate.resolveConfig({ models: MODELS, runpod: { apiKey: RUNPOD_KEY, baseUrl: 'http://emulator.test/v2' } })
+    const config = podgate.resolveConfig({ models: MODELS, runpod: { apiKey: RUNPOD_KEY, baseUrl: 'https://emulator.test/v2' } })
     const client = new podgate.RunpodClient({ apiKey: RUNPOD_KEY, timeoutMs: config.runpod.timeoutMs, fetch: (input, init) => emulator.fetch(new Request(input, init)) })
     const store = () => new podgate.KeyStore(env.PODGATE_KV, { cacheTtlMs: 0 })
     const app = new Hono<podgate.GatewayEnv>()
@@ -193,7 +193,7 @@ describe('nativeRoutes on its own', () => {
 
   it("answers its routes' errors in Runpod's format, as createGateway's native routes do", async () => {
     const h = harness()
-    const config = podgate.resolveConfig({ models: MODELS, runpod: { apiKey: RUNPOD_KEY, baseUrl: 'http://emulator.test/v2' } })
+    const config = podgate.resolveConfig({ models: MODELS, runpod: { apiKey: RUNPOD_KEY, baseUrl: 'https://emulator.test/v2' } })
     const client = new podgate.RunpodClient({ apiKey: RUNPOD_KEY, timeoutMs: config.runpod.timeoutMs, fetch: (input, init) => h.emulator.fetch(new Request(input, init)) })
     const app = new Hono<podgate.GatewayEnv>()
     app.use('/v2/*', podgate.apiKeyAuth({ store: () => new podgate.KeyStore(env.PODGATE_KV, { cacheTtlMs: 0 }) }))
@@ -334,7 +334,7 @@ describe('native job API: input normalization', () => {
 
 describe('native job API: SSE', () => {
   it.each(['chat-classic', 'chat-current'])('%s: status, one output event per item with text, monotonic ids, done with the usage the worker reported', async (model) => {
-    const h = harness({ models: NATIVE_MODELS, runpod: { apiKey: 'rp_test_key_never_leaks_0123456789', baseUrl: 'http://emulator.test/v2', streamWaitMs: 300 } })
+    const h = harness({ models: NATIVE_MODELS, runpod: { apiKey: 'rp_test_key_never_leaks_0123456789', baseUrl: 'https://emulator.test/v2', streamWaitMs: 300 } })
     const { key } = await h.createKey()
     const id = await startJob(h, key, model, chatInput('Tell me a story [[emulator:tokens=30,cold=700,delay=5]]', { stream: true }))
     const res = await h.fetch(`/v2/${model}/stream/${id}`, get(key, { accept: 'text/event-stream' }))
@@ -436,7 +436,7 @@ describe('native job API: SSE', () => {
   })
 
   it('a stream that reaches its poll budget pauses without cancelling, and EventSource resumes it', async () => {
-    const h = harness({ models: NATIVE_MODELS, runpod: { apiKey: 'rp_test_key_never_leaks_0123456789', baseUrl: 'http://emulator.test/v2', streamWaitMs: 50, maxPollsPerStream: 3 } })
+    const h = harness({ models: NATIVE_MODELS, runpod: { apiKey: 'rp_test_key_never_leaks_0123456789', baseUrl: 'https://emulator.test/v2', streamWaitMs: 50, maxPollsPerStream: 3 } })
     const { key } = await h.createKey()
     const id = await startJob(h, key, 'chat-classic', chatInput('long [[emulator:tokens=150,delay=20]]', { stream: true }))
     const first = await readEvents(await h.fetch(`/v2/chat-classic/stream/${id}`, get(key, { accept: 'text/event-stream' })))
@@ -463,7 +463,7 @@ describe('native job API: SSE', () => {
 
 describe('native job API: SSE of a job run with stream:false', () => {
   async function finishedJob(model: string) {
-    const h = harness({ models: NATIVE_MODELS, runpod: { apiKey: RUNPOD_KEY, baseUrl: 'http://emulator.test/v2', streamWaitMs: 300 } })
+    const h = harness({ models: NATIVE_MODELS, runpod: { apiKey: RUNPOD_KEY, baseUrl: 'https://emulator.test/v2', streamWaitMs: 300 } })
     const { key } = await h.createKey()
     const id = await startJob(h, key, model, chatInput('Hello [[emulator:tokens=8]]', { stream: false }))
     const events = await readEvents(await h.fetch(`/v2/${model}/stream/${id}`, get(key, { accept: 'text/event-stream' })))

@@ -323,7 +323,7 @@ describe('timeouts cancel the job and say so', () => {
   it.each(NATIVE)('%s: a stall is cut at idleMs even when /stream answers empty pages and keep-alives go out meanwhile', async (model) => {
     // Runpod answers an empty page after each `?wait=` (10 s by default, against an idleMs of 60 s); each one
     // sends the caller a keep-alive, which must not count as the model's output.
-    const h = harness({ models: twoEndpoints({ timeouts: { idleMs: 800, totalMs: 5_000 } }), runpod: { apiKey: RUNPOD_KEY, baseUrl: 'http://emulator.test/v2', streamWaitMs: 150 } }, createRunpodEmulator({ apiKey: RUNPOD_KEY }))
+    const h = harness({ models: twoEndpoints({ timeouts: { idleMs: 800, totalMs: 5_000 } }), runpod: { apiKey: RUNPOD_KEY, baseUrl: 'https://emulator.test/v2', streamWaitMs: 150 } }, createRunpodEmulator({ apiKey: RUNPOD_KEY }))
     const { key } = await h.createKey()
     const started = Date.now()
     const res = await h.fetch('/v1/chat/completions', authed(key, chatBody(model, 'x [[emulator:fault=stall,after=3,tokens=20]]', { stream: true })))
@@ -392,7 +392,7 @@ describe('settle reports how a broken stream ended', () => {
   /** The OpenAI routes over the dispatcher with a stage that records `ctx.outcome`, as quota stages see it. */
   function recordingApp() {
     const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
-    const config = resolveConfig({ models: twoEndpoints(), runpod: { apiKey: RUNPOD_KEY, baseUrl: 'http://emulator.test/v2' } })
+    const config = resolveConfig({ models: twoEndpoints(), runpod: { apiKey: RUNPOD_KEY, baseUrl: 'https://emulator.test/v2' } })
     const client = new RunpodClient({ apiKey: RUNPOD_KEY, timeoutMs: config.runpod.timeoutMs, fetch: (input, init) => emulator.fetch(new Request(input, init)) })
     const outcomes: CompletionOutcome[] = []
     const record: CompletionStage = async (ctx, next) => {
@@ -519,7 +519,7 @@ describe('timeouts.totalMs bounds the whole call, retries and backoff included',
       // Runpod answers `/run` on demand: once the caller has its answer, or after 10 s at the latest.
       const { fetch: held, release, queued } = heldFetch(emulator, 'run')
       const model = { endpoints: [{ endpointId: 'solo' }], mode: 'native' as const, ...(limit === 'timeouts.totalMs' ? { resilience: { timeouts: { totalMs: 500 } } } : {}) }
-      const runpod = { apiKey: RUNPOD_KEY, baseUrl: 'http://emulator.test/v2', ...(limit === 'runpod.timeoutMs' ? { timeoutMs: 500 } : {}) }
+      const runpod = { apiKey: RUNPOD_KEY, baseUrl: 'https://emulator.test/v2', ...(limit === 'runpod.timeoutMs' ? { timeoutMs: 500 } : {}) }
       const h = harness({ models: { m: model }, runpod, fetch: held }, emulator)
       const { key } = await h.createKey()
       const order: string[] = []
@@ -543,7 +543,7 @@ describe('timeouts.totalMs bounds the whole call, retries and backoff included',
     // Each endpoint takes 2.5 s to answer the call that starts the work, `a` with a 503: each try fits in
     // the 4 s of runpod.timeoutMs, both together do not.
     const upstream = slowFetch(emulator, (endpoint, op) => (op !== 'run' && op !== 'openai' ? undefined : endpoint === ENDPOINT_A[model] ? { ms: 2_500, status: 503 } : { ms: 2_500 }))
-    const runpod = { apiKey: RUNPOD_KEY, baseUrl: 'http://emulator.test/v2', timeoutMs: 4_000 }
+    const runpod = { apiKey: RUNPOD_KEY, baseUrl: 'https://emulator.test/v2', timeoutMs: 4_000 }
     const h = harness({ models: twoEndpoints(), runpod, fetch: upstream.fetch }, emulator)
     const { key } = await h.createKey()
     const res = await h.fetch('/v1/chat/completions', authed(key, chatBody(model)))

@@ -20,7 +20,7 @@ describe('resolveConfig', () => {
       [
         'podgate: invalid options. Fix these fields:',
         "  - Invalid type for 'runpod.apiKey': expected a string, got a number",
-        "  - 'runpod.baseUrl' must be an absolute URL, e.g. https://api.runpod.ai/v2",
+        "  - 'runpod.baseUrl' must be an absolute http(s) URL",
         "  - 'runpod.maxPollsPerStream' must be at most 9000, got 9001",
         "  - Invalid value for 'cache.scope': expected 'key', 'gateway', got 'everyone'",
         '  - Unrecognized option supplied: extra',
@@ -76,5 +76,16 @@ describe('resolveConfig', () => {
       { ...valid, models: { chat: { endpoints: [{ url: 'http://example.com', apiKey: secret }] } } },
       { ...valid, runpod: { apiKey: 'rp_key', timeoutMs: secret } },
     ]) expect(configError(input)).not.toContain('rp_secret')
+  })
+})
+
+describe('runpod.baseUrl', () => {
+  it('is refused unless http(s), and plain http:// only to loopback: the Runpod key goes to it in the clear', () => {
+    const baseUrl = (url: string) => () => resolveConfig({ ...valid, runpod: { apiKey: 'rp_key', baseUrl: url } })
+    for (const url of ['ftp://api.runpod.ai/v2', 'javascript:alert(1)', 'api.runpod.ai/v2']) {
+      expect(baseUrl(url), url).toThrow("podgate: invalid options. Fix these fields:\n  - 'runpod.baseUrl' must be an absolute http(s) URL")
+    }
+    expect(baseUrl('http://proxy.example/v2')).toThrow("'runpod.baseUrl' uses plain http:// to a host that is not loopback")
+    for (const url of ['https://proxy.example/v2', 'http://127.0.0.1:8788/v2', 'http://localhost:8788/v2']) expect(baseUrl(url), url).not.toThrow()
   })
 })

@@ -64,7 +64,7 @@ const lines: string[] = []
 const logSink: LogSink = (line) => void lines.push(line)
 const options: GatewayOptions = {
   models: { 'chat-current': { endpoints: [{ endpointId: 'vllmcurrent' }], mode: 'native' } },
-  runpod: { apiKey: 'rp_demo_key', baseUrl: 'http://emulator.test/v2' },
+  runpod: { apiKey: 'rp_demo_key', baseUrl: 'https://emulator.test/v2' },
   adminToken: 'admin_demo_token_0123456789',
   kv: () => kv,
   fetch: (input, init) => emulator.fetch(new Request(input, init)),
@@ -275,7 +275,7 @@ app.use('/ai/*', async (c, next) => {
 })
 app.route('/ai', createGateway({
   models: { 'chat-openai': { endpoints: [{ endpointId: 'vllmopenai' }], mode: 'openai' }, 'chat-current': { endpoints: [{ endpointId: 'vllmcurrent' }], mode: 'native' } },
-  runpod: { apiKey: 'rp_demo_key', baseUrl: 'http://emulator.test/v2' },
+  runpod: { apiKey: 'rp_demo_key', baseUrl: 'https://emulator.test/v2' },
   kv: () => kv,
   fetch: (input, init) => emulator.fetch(new Request(input, init)),
   logSink: () => {},

@@ -51,7 +51,7 @@ describe('M3: native streams read upstream only as fast as the caller reads', ()
     const upstream = bigNativeUpstream()
     // A budget that gives each of the 4096 tokens a poll: unpaced, this upstream serves a page a poll at once
     // (a real one hands a poll everything made since the last, so pacing costs it no throughput).
-    const runpod = { apiKey: RUNPOD_KEY, baseUrl: 'http://emulator.test/v2', maxPollsPerStream: 9_000 }
+    const runpod = { apiKey: RUNPOD_KEY, baseUrl: 'https://emulator.test/v2', maxPollsPerStream: 9_000 }
     const h = harness({ models: { big: { ...MODELS['chat-classic']!, resilience: { timeouts: { idleMs: 600_000, totalMs: 3_600_000, firstTokenMs: 60_000 } } } }, runpod, fetch: upstream.fetch })
     const { key } = await h.createKey()
     const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('big', 'hi', { stream: true, max_tokens: 4096 })))
