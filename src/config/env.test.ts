@@ -96,6 +96,19 @@ describe('optionsFromEnv', () => {
     expect(() => optionsFromEnv({ ...base, PODGATE_MODELS: JSON.stringify(MODELS), PODGATE_QUOTA_CONFIG: '{"objects":"PODGATE_QUOTA"}' })).toThrow('podgate: PODGATE_CONFIG cannot set quota.objects')
   })
 
+  it('refuses a JSON variable that names a key twice in one object, naming the key: JSON.parse kept only the last', () => {
+    // A model block copied and not renamed replaced the first one, silently.
+    const twice = '{"chat":{"endpoints":[{"endpointId":"abc123"}]},"chat":{"endpoints":[{"endpointId":"def456"}]}}'
+    expect(() => optionsFromEnv({ ...base, PODGATE_MODELS: twice })).toThrow('podgate: PODGATE_MODELS names "chat" twice in one object')
+    expect(() => optionsFromEnv({ ...base, PODGATE_MODELS: '{"chat":{"endpoints":[{"endpointId":"abc123","weight":1, "weight" :3}]}}' })).toThrow('podgate: PODGATE_MODELS names "weight" twice')
+    const config = '{"cache":{"ttlSeconds":5},"cache":{"enabled":false}}'
+    expect(() => optionsFromEnv({ ...base, PODGATE_MODELS: JSON.stringify(MODELS), PODGATE_CONFIG: config })).toThrow('podgate: PODGATE_CONFIG names "cache" twice')
+    expect(() => optionsFromEnv({ ...base, PODGATE_MODELS: JSON.stringify(MODELS), PODGATE_QUOTA_CONFIG: '{"store":"kv","store":"kv"}' })).toThrow('PODGATE_QUOTA_CONFIG names "store" twice')
+    // The same key in sibling objects, and braces, quotes and colons inside strings, are no repeat.
+    const fine = { a: { endpoints: [{ endpointId: 'abc123' }], servedModelName: 'x"}{"a":' }, b: { endpoints: [{ endpointId: 'abc123' }], servedModelName: '{"b": 1}\\' } }
+    expect(optionsFromEnv({ ...base, PODGATE_MODELS: JSON.stringify(fine) }).models).toEqual(fine)
+  })
+
   it('refuses secrets in PODGATE_CONFIG, bad JSON, no models, and the placeholder endpoint id', () => {
     expect(() => optionsFromEnv({ ...base, PODGATE_CONFIG: { models: MODELS, adminToken: 'x'.repeat(20) } })).toThrow(/PODGATE_CONFIG\.adminToken .*wrangler secret put PODGATE_ADMIN_TOKEN/)
     expect(() => optionsFromEnv({ ...base, PODGATE_CONFIG: { models: MODELS, runpod: { apiKey: 'k' } } })).toThrow(/wrangler secret put RUNPOD_API_KEY/)

@@ -129,6 +129,18 @@ function parseJsonObject(name: string, value: string | Record<string, unknown> |
     } catch {
       throw new ConfigError(`podgate: ${name} is not valid JSON. Check the [vars] block in wrangler.toml.`)
     }
+    // JSON.parse keeps the last of a key named twice in one object (a model block copied and not renamed
+    // replaced the first): the valid text's strings and braces, each object's keys.
+    const open: Set<string>[] = []
+    for (const [token, key, colon] of value.matchAll(/("(?:[^"\\]|\\.)*")(\s*:)?|[{}]/g)) {
+      if (token === '{') open.push(new Set())
+      else if (token === '}') open.pop()
+      else if (colon) {
+        const keys = open.at(-1)!
+        if (keys.has(key!)) throw new ConfigError(`podgate: ${name} names ${key} twice in one object.`)
+        keys.add(key!)
+      }
+    }
   }
   if (!isRecord(parsed)) {
     throw new ConfigError(`podgate: ${name} must be a JSON object.`)
@@ -157,7 +169,7 @@ function endpointKeysFromEnv(models: unknown, env: PodgateWorkerEnv): unknown {
       if (typeof value !== 'string' || value === '') {
         // Quoted only when it reads as a variable's name: a key pasted here instead would land in the logs.
         const name = typeof apiKeyEnv === 'string' && SECRET_NAME.test(apiKeyEnv) && apiKeyEnv
-        throw new ConfigError(`podgate: models.${alias}: an endpoint's apiKeyEnv ${name ? `"${name}" ` : ''}names no secret that is set. Run \`npx wrangler secret put ${name || 'NAME'}\` (apiKeyEnv is the secret's name, not the key).`)
+        throw new ConfigError(`podgate: models.${alias}: an endpoint's apiKeyEnv ${name ? `"${name}" ` : ''}names no secret that is set. Run \`npx wrangler secret put ${name || 'NAME'}\``)
       }
       return { ...rest, apiKey: value }
     })

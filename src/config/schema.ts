@@ -46,6 +46,16 @@ export const samplingDefaultsSchema = strictObject(
 )
 export type SamplingDefaults = z.infer<typeof samplingDefaultsSchema>
 
+/** An absolute http(s) URL a credential may be sent to: plain `http://` only to loopback. */
+const httpUrl = string().check(
+  // `abort`: the loopback test below parses the URL, so it runs only on one that parsed.
+  refine((u: string) => /^https?:\/\//.test(u) && URL.canParse(u), 'must be an absolute http(s) URL', true),
+  refine(
+    (u: string) => u.startsWith('https://') || isLoopbackUrl(u),
+    'uses plain http:// to a host that is not loopback: use https://, or http://127.0.0.1 / http://localhost for a local server',
+  ),
+)
+
 const endpointBase = {
   /** `openai` uses Runpod's `/openai/v1/*` route; `native` uses `/run` + `/stream/{id}` and `/runsync`. Default: the model's `mode`, else `openai`. */
   mode: optional(upstreamModeSchema),
@@ -61,25 +71,13 @@ export const endpointSchema = union([
   }),
   strictObject({
     /** A full base URL for a job API, e.g. `http://127.0.0.1:8000` (runpod-python's local server). Plain `http://` only to loopback. */
-    url: httpUrl(),
+    url: httpUrl,
     /** The bearer sent to this URL (a secret: pass it from your environment). Default: none. The Runpod key is never sent to a `url:` endpoint unless given here. */
     apiKey: optional(string().check(minLength(1, { message: 'is empty: set the secret it is read from' }))),
     ...endpointBase,
   }),
 ])
 export type EndpointInput = z.input<typeof endpointSchema>
-
-/** An absolute http(s) URL a credential may be sent to: plain `http://` only to loopback. */
-function httpUrl() {
-  return string().check(
-    // `abort`: the loopback test below parses the URL, so it runs only on one that parsed.
-    refine((u: string) => /^https?:\/\//.test(u) && URL.canParse(u), 'must be an absolute http(s) URL', true),
-    refine(
-      (u: string) => u.startsWith('https://') || isLoopbackUrl(u),
-      'uses plain http:// to a host that is not loopback: use https://, or http://127.0.0.1 / http://localhost for a local server',
-    ),
-  )
-}
 
 /** `localhost`, 127.0.0.0/8 or `[::1]`: plain http there never leaves the machine. */
 function isLoopbackUrl(url: string): boolean {
@@ -172,7 +170,7 @@ export const gatewayOptionsSchema = strictObject({
     /** The Runpod API key. Sent only in the `Authorization` header upstream, never logged or returned. */
     apiKey: string().check(minLength(1, { message: 'is empty: set the RUNPOD_API_KEY secret' })),
     /** Base URL of Runpod's endpoint API, which gets the Runpod key: https, or plain http to loopback (the emulator). Default `https://api.runpod.ai/v2`. */
-    baseUrl: withDefault(httpUrl(), 'https://api.runpod.ai/v2'),
+    baseUrl: withDefault(httpUrl, 'https://api.runpod.ai/v2'),
     /**
      * The longest wait for one try's upstream answer, in ms, in either mode: a JSON answer whole (from a
      * native endpoint: its job, `/run` to the last poll), a stream's response headers or native `/run`. A
