@@ -30,6 +30,7 @@ import type { GatewayCacheOptions } from './cache/index.ts'
 import { resolveModels } from './routing/models.ts'
 import { RunpodClient } from './upstream/runpod/client.ts'
 import { createDispatcher } from './upstream/dispatch.ts'
+import { EndpointBreaker } from './upstream/breaker.ts'
 import type { Breaker } from './upstream/breaker.ts'
 import type { CompletionStage } from './pipeline/index.ts'
 import { isEventStream, lastEventId, nativeSurface, waitParam } from './native-surface/routes.ts'
@@ -97,7 +98,7 @@ export type GatewayQuotaOptions = NonNullable<GatewayOptionsInput['quota']> & Pi
  * }))
  */
 export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
-  const { kv: kvOption, credential, credentialOrigins, fetch: fetchOption, logSink, quota: quotaOption, cache: cacheOption, extras = {}, breaker, ...input } = options
+  const { kv: kvOption, credential, credentialOrigins, fetch: fetchOption, logSink, quota: quotaOption, cache: cacheOption, extras = {}, breaker = new EndpointBreaker(), ...input } = options
   const { objects: quotaObjects, now: quotaNow, ...quotaConfig } = quotaOption ?? {}
   const { edgeCache, now: cacheNow, ...cacheConfig } = cacheOption ?? {}
   const config = resolveConfig({ ...(quotaOption ? { ...input, quota: quotaConfig } : input), cache: cacheConfig })
@@ -215,7 +216,7 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
   app.get('/v2/:model/health', control)
   // Runpod's URL shape for the OpenAI surface (`/v2/<model>/openai/v1/*`): the same stages, cache included.
   app.route('/v2', runpodOpenAIRoutes(openai))
-  app.route('/v2', nativeSurface({ models, client, runpod: config.runpod, secret: config.signingSecret ?? config.runpod.apiKey, maxBodyBytes: config.maxBodyBytes, stages: uncached }))
+  app.route('/v2', nativeSurface({ models, client, runpod: config.runpod, secret: config.signingSecret ?? config.runpod.apiKey, maxBodyBytes: config.maxBodyBytes, stages: uncached, breaker }))
 
   app.use('/admin/*', adminAuth({ token: config.adminToken }))
   app.route('/admin/keys', keysRoutes({ store, models: new Set(models.keys()), maxBodyBytes: config.maxBodyBytes, checkQuota: (c, policy) => assertEnforceable(quota, c, policy, 'quota') }))

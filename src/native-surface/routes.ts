@@ -13,13 +13,15 @@ import { readJsonBody } from '../http/body.ts'
 import { errorResponse } from '../http/respond.ts'
 import { waitUntilOf } from '../http/context.ts'
 import type { ResolvedOptions } from '../config/schema.ts'
-import { modelFor, pickEndpoint } from '../routing/models.ts'
+import { modelFor, orderEndpoints } from '../routing/models.ts'
 import type { ModelTable, ResolvedModel } from '../routing/models.ts'
 import { isTerminal } from '../upstream/runpod/client.ts'
 import { reportedUsage } from '../upstream/runpod/output.ts'
 import type { RunpodClient } from '../upstream/runpod/client.ts'
 import { cancelJob, jobWithin } from '../upstream/job-calls.ts'
-import { sleep } from '../upstream/retry.ts'
+import { countFault, sleep } from '../upstream/retry.ts'
+import { EndpointBreaker } from '../upstream/breaker.ts'
+import type { Breaker } from '../upstream/breaker.ts'
 import { composeStages, createCompletionContext } from '../pipeline/index.ts'
 import type { CompletionContext, CompletionStage } from '../pipeline/index.ts'
 import { FALLBACK_MAX_TOKENS } from '../normalize/index.ts'
@@ -46,6 +48,11 @@ export interface NativeRoutesOptions {
    * queued pays its prompt estimate (or that usage), as an OpenAI call's does. Default: none.
    */
   stages?: readonly CompletionStage[]
+  /**
+   * Endpoint health (`createGateway` passes its own, shared with the OpenAI surface): `run` and `runsync`
+   * go to an endpoint whose breaker is closed while one is, and count their failures. Default: a new one.
+   */
+  breaker?: Breaker
 }
 
 /** Runpod's bounds for `?wait=` on `/runsync` and `/status-sync`. */
@@ -77,7 +84,7 @@ export function nativeRoutes(options: NativeRoutesOptions): Hono<GatewayEnv> {
 
 /** The native routes with no error handler of their own: `createGateway`'s answers (and logs) their errors. */
 export function nativeSurface(options: NativeRoutesOptions): Hono<GatewayEnv> {
-  const { models, client, runpod } = options
+  const { models, client, runpod, breaker = new EndpointBreaker() } = options
   const jobs = createJobSealer(options.secret)
   const app = new Hono<GatewayEnv>()
 
@@ -101,7 +108,8 @@ export function nativeSurface(options: NativeRoutesOptions): Hono<GatewayEnv> {
     // Stages see a non-streaming request: a job holds no stream open on podgate.
     const normalized = { ...(request.normalized ?? passthroughRequest(binding.model.alias)), stream: false }
     const queue = composeStages(options.stages ?? [], async (ctx: CompletionContext) => {
-      const endpoint = pickEndpoint(binding.model)
+      // A weighted pick among the endpoints whose breaker is closed (all of them when none is).
+      const endpoint = orderEndpoints(binding.model, (e) => breaker.isOpen(e))[0]!
       const signal = c.req.raw.signal
       // A caller gone before its job went upstream (while its key and quota were checked) has nothing sent.
       if (signal.aborted) throw upstreamError(CALLER_GONE)
@@ -111,7 +119,11 @@ export function nativeSurface(options: NativeRoutesOptions): Hono<GatewayEnv> {
       const deadline = Date.now() + (waitMs ?? 0)
       const leg = Math.min(waitMs!, LEG_MS)
       const send = (timeoutMs: number) => (via === 'run' ? client.run(endpoint, request.body, { timeoutMs }) : client.runsync(endpoint, request.body, { waitMs: leg, timeoutMs }))
-      let result = await jobWithin(client, endpoint, { send, ms: via === 'run' ? runpod.timeoutMs : leg + 5_000, waitUntil: waitUntilOf(c), gone: () => signal.aborted })
+      let result = await jobWithin(client, endpoint, { send, ms: via === 'run' ? runpod.timeoutMs : leg + 5_000, waitUntil: waitUntilOf(c), gone: () => signal.aborted }).catch((error: unknown) => {
+        countFault(breaker, endpoint, error, binding.model.config.resilience.breaker)
+        throw error
+      })
+      breaker.success(endpoint)
       // The rest of a longer wait, under the caller's signal: the id is known, so leaving cancels the job at once.
       const cancel = () => waitUntilOf(c)(cancelJob(client, endpoint, result.id))
       signal.addEventListener('abort', cancel)

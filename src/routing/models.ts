@@ -59,14 +59,6 @@ export function modelFor(table: ModelTable, alias: unknown, principal: Principal
   return model
 }
 
-/** A weighted random endpoint of the model. */
-export function pickEndpoint(model: ResolvedModel, random: number = Math.random()): Endpoint {
-  const total = model.cumulative[model.cumulative.length - 1] ?? 0
-  const target = random * total
-  const index = model.cumulative.findIndex((c) => target < c)
-  return model.endpoints[index === -1 ? model.endpoints.length - 1 : index]!
-}
-
 /**
  * The model's endpoints in the order a request tries them: a weighted pick first, then the others in
  * weighted random order, with endpoints whose breaker is open moved last (tried only when nothing else is).

@@ -10,7 +10,7 @@
  */
 import { CALLER_GONE, GatewayError, upstreamError } from '../errors/index.ts'
 import type { ResilienceConfig } from '../config/schema.ts'
-import type { Breaker } from './breaker.ts'
+import type { Breaker, BreakerPolicy } from './breaker.ts'
 import { UpstreamStatus } from './runpod/client.ts'
 import type { Endpoint } from './runpod/client.ts'
 
@@ -54,6 +54,11 @@ function endpointFault(error: unknown): boolean {
   if (verdict === 'retry' || verdict === 'fault') return true
   if (error.code === 'upstream_unavailable' || error.code === 'upstream_rate_limited') return true
   return error.cause instanceof UpstreamStatus && error.cause.status >= 500
+}
+
+/** Counts `error` against `endpoint`'s breaker when it is the endpoint's fault (a caller's 400 is not). */
+export function countFault(breaker: Breaker, endpoint: Endpoint, error: unknown, policy: BreakerPolicy): void {
+  if (endpointFault(error)) breaker.failure(endpoint, policy)
 }
 
 function retryAfterMs(error: unknown): number | undefined {
@@ -151,7 +156,7 @@ export class RetryPlan {
    */
   recordFailure(error: unknown, endpoint: Endpoint): void {
     // A failed poll is not retried (`finalFailure`), but it is still the endpoint's fault.
-    if (endpointFault(error)) this.#options.breaker.failure(endpoint, this.#options.resilience.breaker)
+    countFault(this.#options.breaker, endpoint, error, this.#options.resilience.breaker)
     const asked = retryAfterMs(error)
     if (asked !== undefined) (this.#notBefore ??= new Map()).set(endpoint.base, Date.now() + asked)
   }

@@ -35,3 +35,23 @@ describe('item 13: breaker scope', () => {
     expect(await deadCalls(new EndpointBreaker())).toBe(3)
   })
 })
+
+describe('the breaker on the native surface', () => {
+  it('upstream-breaker-native: /v2/{model}/run skips an endpoint whose breaker is open, and its own failures open it', async () => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    emulator.configure('deadn', { fault: { kind: 'http', status: 503 } })
+    // The weights make the dead endpoint the first pick of every call.
+    const models: GatewayOptions['models'] = {
+      n: { endpoints: [{ endpointId: 'deadn', weight: 1e6 }, { endpointId: 'liven' }], mode: 'native', resilience: { breaker: { failures: 2, cooldownMs: 600_000 } } },
+    }
+    const h = harness({ models }, emulator)
+    const { key } = await h.createKey()
+    const run = async () => (await h.fetch('/v2/n/run', { ...authed(key, JSON.stringify({ input: { prompt: 'Hello' } })) })).status
+    // Its own two failures open the breaker (a 503 refused the job: none was queued)...
+    expect([await run(), await run()]).toEqual([502, 502])
+    // ...then every job goes to the live endpoint, and the dead one is asked no more.
+    for (let i = 0; i < 4; i++) expect(await run()).toBe(200)
+    expect(emulator.calls.filter((c) => c.endpointId === 'deadn').length).toBe(2)
+    await h.settle()
+  })
+})
