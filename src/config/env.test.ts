@@ -136,6 +136,9 @@ describe('optionsFromEnv', () => {
       expect(message).not.toContain(pasted)
     }
     expect(() => optionsFromEnv({ ...base, PODGATE_MODELS: JSON.stringify({ chat: { endpoints: [{ url: 'https://worker.example', apiKeyEnv: 'WORKER_KEY' }] } }) })).toThrow('npx wrangler secret put WORKER_KEY')
+    // Only a url: endpoint takes apiKeyEnv: on a Runpod endpoint id the error named an "apiKey" never written.
+    const onId = JSON.stringify({ chat: { endpoints: [{ endpointId: 'abc123', apiKeyEnv: 'RUNPOD_API_KEY' }] } })
+    expect(() => createGateway(optionsFromEnv({ ...base, PODGATE_MODELS: onId }))).toThrow("Unrecognized option supplied in 'models.chat.endpoints[0]': apiKeyEnv")
     const placeholder = { 'llama-3.1-8b': { endpoints: [{ endpointId: 'your0endpoint0id' }] } }
     expect(() => optionsFromEnv({ ...base, PODGATE_MODELS: JSON.stringify(placeholder) })).toThrow(/placeholder endpoint id "your0endpoint0id"/)
   })

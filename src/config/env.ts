@@ -163,7 +163,8 @@ function endpointKeysFromEnv(models: unknown, env: PodgateWorkerEnv): unknown {
     const endpoints = ((model as { endpoints: unknown[] }).endpoints).map((endpoint) => {
       if (typeof endpoint !== 'object' || endpoint === null) return endpoint
       if ('apiKey' in endpoint) throw new ConfigError(`podgate: models.${alias}: an endpoint's apiKey is a secret in a plain-text variable. Name a secret instead: "apiKeyEnv": "NAME", and \`npx wrangler secret put NAME\`.`)
-      if (!('apiKeyEnv' in endpoint)) return endpoint
+      // Only a url: endpoint's: on an endpoint id the schema names apiKeyEnv as no option of it.
+      if (!('apiKeyEnv' in endpoint && 'url' in endpoint)) return endpoint
       const { apiKeyEnv, ...rest } = endpoint as { apiKeyEnv: unknown }
       const value = typeof apiKeyEnv === 'string' ? secrets[apiKeyEnv] : undefined
       if (typeof value !== 'string' || value === '') {
