@@ -61,7 +61,8 @@ export function modelFor(table: ModelTable, alias: unknown, principal: Principal
 
 /**
  * The model's endpoints in the order a request tries them: a weighted pick first, then the others in
- * weighted random order, with endpoints whose breaker is open moved last (tried only when nothing else is).
+ * weighted random order; endpoints whose breaker is open are left out while any other's is closed (every
+ * endpoint is tried when all are open).
  */
 export function orderEndpoints(model: ResolvedModel, isOpen: (endpoint: Endpoint) => boolean, random: () => number = Math.random): Endpoint[] {
   const remaining = [...model.endpoints]
@@ -74,6 +75,7 @@ export function orderEndpoints(model: ResolvedModel, isOpen: (endpoint: Endpoint
     order.push(remaining.splice(index, 1)[0]!)
   }
   // Each breaker read once: one whose cool-down ended between two reads would leave its endpoint out.
+  // While one is closed the open ones are left out, so a retry goes to a closed one again, not to them.
   const open = new Set(order.filter(isOpen))
-  return [...order.filter((e) => !open.has(e)), ...open]
+  return open.size < order.length ? order.filter((e) => !open.has(e)) : order
 }

@@ -5,6 +5,7 @@
  */
 import { describe, expect, it } from 'vitest'
 import { EndpointBreaker } from '../../src/index.ts'
+import type { Breaker } from '../../src/index.ts'
 import type { GatewayOptions } from '../../src/index.ts'
 import { createRunpodEmulator } from '../../src/testing/index.ts'
 import { authed, chatBody, harness, RUNPOD_KEY } from '../helpers.ts'
@@ -53,5 +54,25 @@ describe('the breaker on the native surface', () => {
     for (let i = 0; i < 4; i++) expect(await run()).toBe(200)
     expect(emulator.calls.filter((c) => c.endpointId === 'deadn').length).toBe(2)
     await h.settle()
+  })
+})
+
+describe('retries while some breakers are open', () => {
+  it('upstream-breaker-retry: a retry goes to an endpoint whose breaker is closed again, not to the open ones', async () => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    for (const dead of ['deadb', 'deadc']) emulator.configure(dead, { fault: { kind: 'http', status: 503 } })
+    const models: GatewayOptions['models'] = {
+      m: { endpoints: [{ endpointId: 'livea' }, { endpointId: 'deadb' }, { endpointId: 'deadc' }], mode: 'openai', resilience: { retries: { baseDelayMs: 1, maxDelayMs: 2 } } },
+    }
+    // The two dead endpoints' breakers are open (as a few calls would have left them).
+    const breaker = new EndpointBreaker()
+    for (const dead of ['deadb', 'deadc']) breaker.failure({ base: `https://emulator.test/v2/${dead}` } as Parameters<Breaker['failure']>[0], { failures: 1, cooldownMs: 600_000 })
+    const h = harness({ models, breaker }, emulator)
+    const { key } = await h.createKey()
+    // The live endpoint fails once: its retry was spent on the two open ones, and the caller got a 502.
+    emulator.configure('livea', { fault: { kind: 'http', status: 503, times: 1 } })
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('m')))
+    expect(res.status).toBe(200)
+    expect(emulator.calls.map((c) => `${c.endpointId} ${c.status}`)).toEqual(['livea 503', 'livea 200'])
   })
 })
