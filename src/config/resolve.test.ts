@@ -20,7 +20,7 @@ describe('resolveConfig', () => {
       [
         'podgate: invalid options. Fix these fields:',
         "  - Invalid type for 'runpod.apiKey': expected a string, got a number",
-        "  - 'runpod.baseUrl' must be an absolute http(s) URL",
+        "  - 'runpod.baseUrl' must be an absolute http(s) URL, with no query or fragment",
         "  - 'runpod.maxPollsPerStream' must be at most 9000, got 9001",
         "  - Invalid value for 'cache.scope': expected 'key', 'gateway', got 'everyone'",
         '  - Unrecognized option supplied: extra',
@@ -59,7 +59,7 @@ describe('resolveConfig', () => {
 
   it("answers an endpoint url that is no http(s) URL with the option's error, not a parser's TypeError", () => {
     const endpointUrl = (url: string) => configError({ ...valid, models: { chat: { endpoints: [{ url }] } } })
-    const wrong = "podgate: invalid options. Fix these fields:\n  - 'models.chat.endpoints[0].url' must be an absolute http(s) URL"
+    const wrong = "podgate: invalid options. Fix these fields:\n  - 'models.chat.endpoints[0].url' must be an absolute http(s) URL, with no query or fragment"
     expect(endpointUrl('nope')).toBe(wrong)
     expect(endpointUrl('ftp://files.example')).toBe(wrong)
     expect(endpointUrl('http://example.com')).toContain('uses plain http:// to a host that is not loopback')
@@ -83,9 +83,14 @@ describe('runpod.baseUrl', () => {
   it('is refused unless http(s), and plain http:// only to loopback: the Runpod key goes to it in the clear', () => {
     const baseUrl = (url: string) => () => resolveConfig({ ...valid, runpod: { apiKey: 'rp_key', baseUrl: url } })
     for (const url of ['ftp://api.runpod.ai/v2', 'javascript:alert(1)', 'api.runpod.ai/v2']) {
-      expect(baseUrl(url), url).toThrow("podgate: invalid options. Fix these fields:\n  - 'runpod.baseUrl' must be an absolute http(s) URL")
+      expect(baseUrl(url), url).toThrow("podgate: invalid options. Fix these fields:\n  - 'runpod.baseUrl' must be an absolute http(s) URL, with no query or fragment")
     }
     expect(baseUrl('http://proxy.example/v2')).toThrow("'runpod.baseUrl' uses plain http:// to a host that is not loopback")
+    // podgate appends the job API's paths (`/run`, `/stream/{id}`) to it: a query or fragment would swallow them.
+    for (const url of ['https://proxy.example/v2?token=abc', 'https://proxy.example/v2#x']) {
+      expect(baseUrl(url), url).toThrow("'runpod.baseUrl' must be an absolute http(s) URL, with no query or fragment")
+      expect(() => resolveConfig({ ...valid, models: { chat: { endpoints: [{ url }] } } }), url).toThrow("'models.chat.endpoints[0].url' must be an absolute http(s) URL, with no query or fragment")
+    }
     for (const url of ['https://proxy.example/v2', 'http://127.0.0.1:8788/v2', 'http://localhost:8788/v2']) expect(baseUrl(url), url).not.toThrow()
   })
 })
