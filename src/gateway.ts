@@ -20,6 +20,7 @@ import { ConfigError, resolveConfig } from './config/resolve.ts'
 import type { GatewayOptionsInput } from './config/schema.ts'
 import { GatewayError } from './errors/index.ts'
 import { notJson } from './http/body.ts'
+import { isRecord } from './http/json.ts'
 import { setAnswerHeader } from './http/headers.ts'
 import { callLog, createLogger, lateFailureLog, secretScrubber } from './http/log.ts'
 import type { LogSink } from './http/log.ts'
@@ -101,7 +102,10 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
   const { kv: kvOption, credential, credentialOrigins, fetch: fetchOption, logSink, quota: quotaOption, cache: cacheOption, extras = {}, breaker = new EndpointBreaker(), ...input } = options
   const { objects: quotaObjects, now: quotaNow, ...quotaConfig } = quotaOption ?? {}
   const { edgeCache, now: cacheNow, ...cacheConfig } = cacheOption ?? {}
-  const config = resolveConfig({ ...(quotaOption ? { ...input, quota: quotaConfig } : input), cache: cacheConfig })
+  // A section that is no object goes to the schema as it is, to be refused by name: destructured, `cache: false`
+  // read as `{}` (caching on) and `"kv"` as the options `0` and `1`.
+  const section = <T>(value: unknown, fields: T) => (value === undefined || isRecord(value) ? fields : value as T)
+  const config = resolveConfig({ ...(quotaOption !== undefined ? { ...input, quota: section(quotaOption, quotaConfig) } : input), cache: section(cacheOption, cacheConfig) })
   const endpointKeys = Object.values(config.models).flatMap((m) => m.endpoints.flatMap((e) => ('apiKey' in e && e.apiKey ? [e.apiKey] : [])))
   const secrets = [config.runpod.apiKey, config.adminToken ?? '', config.signingSecret ?? '', ...endpointKeys]
   const log = createLogger({ secrets, sink: logSink })

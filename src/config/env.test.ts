@@ -109,6 +109,25 @@ describe('optionsFromEnv', () => {
     expect(optionsFromEnv({ ...base, PODGATE_MODELS: JSON.stringify(fine) }).models).toEqual(fine)
   })
 
+  it('an option section that is no object is refused by name, not dropped, read as {} or spread into its characters', () => {
+    const bound = { ...base, PODGATE_MODELS: JSON.stringify(MODELS), PODGATE_QUOTA: {} as NonNullable<PodgateWorkerEnv['PODGATE_QUOTA']> }
+    const cases: [string, Partial<PodgateWorkerEnv>][] = [
+      // `{"runpod":45}` was replaced by the secret's object without a word; `"ab"` read as the options "0" and "1".
+      ["Invalid type for 'runpod': expected an object, got a number", { PODGATE_CONFIG: '{"runpod":45}' }],
+      ["Invalid type for 'runpod': expected an object, got a string", { PODGATE_CONFIG: '{"runpod":"ab"}' }],
+      ["Invalid type for 'tokens': expected an object, got a string", { PODGATE_CONFIG: '{"tokens":"ab"}', PODGATE_TOKEN_MAX_TTL: '600' }],
+      ["Invalid type for 'quota': expected an object, got a string", { PODGATE_CONFIG: '{"quota":"kv"}', PODGATE_QUOTA_CONFIG: '{"store":"kv"}' }],
+      ["Invalid type for 'quota': expected an object, got a string", { PODGATE_CONFIG: '{"quota":"kv"}' }],
+      // `"cache": false`, meant as "no caching", was read as `{}`: every default, caching on.
+      ["Invalid type for 'cache': expected an object, got a boolean", { PODGATE_CONFIG: '{"cache":false}' }],
+    ]
+    for (const [message, vars] of cases) expect(() => createGateway(optionsFromEnv({ ...bound, ...vars })), JSON.stringify(vars)).toThrow(message)
+    // The library form too (from JavaScript, or past a cast).
+    const options = { models: MODELS, runpod: { apiKey: 'rp_key' } }
+    expect(() => createGateway({ ...options, cache: false as never })).toThrow("Invalid type for 'cache': expected an object, got a boolean")
+    expect(() => createGateway({ ...options, quota: 'strict' as never })).toThrow("Invalid type for 'quota': expected an object, got a string")
+  })
+
   it('refuses secrets in PODGATE_CONFIG, bad JSON, no models, and the placeholder endpoint id', () => {
     expect(() => optionsFromEnv({ ...base, PODGATE_CONFIG: { models: MODELS, adminToken: 'x'.repeat(20) } })).toThrow(/PODGATE_CONFIG\.adminToken .*wrangler secret put PODGATE_ADMIN_TOKEN/)
     expect(() => optionsFromEnv({ ...base, PODGATE_CONFIG: { models: MODELS, runpod: { apiKey: 'k' } } })).toThrow(/wrangler secret put RUNPOD_API_KEY/)

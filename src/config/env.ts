@@ -78,14 +78,14 @@ export function optionsFromEnv(env: PodgateWorkerEnv): GatewayOptions {
   for (const key in base) {
     if (!(key in gatewayOptionsSchema.shape)) refuseCodeOption(key)
   }
-  const runpod = { ...(base.runpod as Record<string, unknown> | undefined), apiKey: env.RUNPOD_API_KEY, ...(env.RUNPOD_BASE_URL ? { baseUrl: env.RUNPOD_BASE_URL } : {}) }
+  const runpod = over(base.runpod, { apiKey: env.RUNPOD_API_KEY, ...(env.RUNPOD_BASE_URL ? { baseUrl: env.RUNPOD_BASE_URL } : {}) })
   const models = parseJsonObject('PODGATE_MODELS', env.PODGATE_MODELS) ?? base.models
   if (models === undefined) throw new ConfigError('podgate: no models. Set PODGATE_MODELS (or "models" in PODGATE_CONFIG) under [vars] in wrangler.toml.')
   refusePlaceholder(models)
   const withKeys = endpointKeysFromEnv(models, env)
   // Field by field over PODGATE_CONFIG's quota, as RUNPOD_BASE_URL and PODGATE_TOKEN_MAX_TTL are.
   const quotaVar = parseJsonObject('PODGATE_QUOTA_CONFIG', env.PODGATE_QUOTA_CONFIG)
-  const quota = quotaVar ? { ...(base.quota as Record<string, unknown> | undefined), ...quotaVar } : base.quota
+  const quota = quotaVar ? over(base.quota, quotaVar) : base.quota
   // As kv and breaker above: createGateway takes these out before its schema.
   for (const [name, value] of Object.entries({ quota, cache: base.cache })) {
     for (const key of ['objects', 'now', 'edgeCache']) if (isRecord(value) && key in value) refuseCodeOption(`${name}.${key}`)
@@ -99,18 +99,26 @@ export function optionsFromEnv(env: PodgateWorkerEnv): GatewayOptions {
   const ttl = env.PODGATE_TOKEN_MAX_TTL
   // `1h` or `3600s` are NaN, which the schema would report as "expected a number, got a number".
   if (ttl && Number.isNaN(+ttl)) throw new ConfigError(`podgate: PODGATE_TOKEN_MAX_TTL must be seconds, e.g. "3600", got "${ttl}".`)
-  const tokens = ttl ? { ...(base.tokens as Record<string, unknown> | undefined), maxTtlSeconds: +ttl } : base.tokens
+  const tokens = ttl ? over(base.tokens, { maxTtlSeconds: +ttl }) : base.tokens
   // Validated by createGateway's schema: JSON gives `unknown`, the schema gives the field-named errors.
   return {
     ...base,
     models: withKeys,
     runpod,
     // The binding checked above serves the strict store, also when the app's env names it otherwise.
-    ...(quota !== undefined || env.PODGATE_QUOTA ? { quota: { ...(quota as object), ...(env.PODGATE_QUOTA ? { objects: () => env.PODGATE_QUOTA } : {}) } } : {}),
+    ...(quota !== undefined || env.PODGATE_QUOTA ? { quota: over(quota, env.PODGATE_QUOTA ? { objects: () => env.PODGATE_QUOTA } : {}) } : {}),
     ...(tokens !== undefined ? { tokens } : {}),
     ...(env.PODGATE_ADMIN_TOKEN ? { adminToken: env.PODGATE_ADMIN_TOKEN } : {}),
     ...(env.PODGATE_SIGNING_SECRET ? { signingSecret: env.PODGATE_SIGNING_SECRET } : {}),
   } as GatewayOptions
+}
+
+/**
+ * `fields` over `value`'s own; a `value` that is no object is left as it is, for the schema to refuse by
+ * name (spread, `"ab"` became the options `0` and `1`, and `45` vanished).
+ */
+function over(value: unknown, fields: object): unknown {
+  return value === undefined || isRecord(value) ? { ...value, ...fields } : value
 }
 
 /** What the strict-store check reads of `quota` (and a model's), before the schema has checked them. */
