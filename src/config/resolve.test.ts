@@ -94,3 +94,11 @@ describe('runpod.baseUrl', () => {
     for (const url of ['https://proxy.example/v2', 'http://127.0.0.1:8788/v2', 'http://localhost:8788/v2']) expect(baseUrl(url), url).not.toThrow()
   })
 })
+
+describe('model aliases', () => {
+  it('refuses an alias the schema would drop (a JSON "__proto__"), as any alias outside the pattern', () => {
+    // JSON.parse makes "__proto__" an own key; the object schema leaves it out, so the model vanished unnamed.
+    const models = JSON.parse('{"chat":{"endpoints":[{"endpointId":"abc123"}]},"__proto__":{"endpoints":[{"endpointId":"def456"}]}}') as GatewayOptionsInput['models']
+    expect(configError({ ...valid, models })).toContain('models.__proto__: a model alias must start with a letter or digit')
+  })
+})

@@ -17,7 +17,8 @@ export function resolveConfig(input: GatewayOptionsInput): ResolvedOptions {
     const lines = parsed.error.issues.slice(0, 5).map((issue) => invalidRequestFromIssues([issue], true).message)
     throw new ConfigError(`podgate: invalid options. Fix these fields:\n  - ${lines.join('\n  - ')}`)
   }
-  for (const alias of Object.keys(parsed.data.models)) {
+  // The input's keys: the schema's output leaves out a `__proto__` (an own key of parsed JSON), unnamed.
+  for (const alias of Object.keys(input.models)) {
     if (!MODEL_ALIAS_PATTERN.test(alias)) {
       throw new ConfigError(
         `podgate: invalid options. Fix these fields:\n  - models.${alias}: a model alias must start with a letter or digit and use only letters, digits, '.', '_', ':' and '-' (at most 128 characters)`,
