@@ -97,7 +97,8 @@ const cache = memoryCache()
 let seed = 0
 
 async function setup(env: Env, ctx: ExecutionContext): Promise<{ app: Hono<GatewayEnv>; key: string }> {
-  gateway ??= benchGateway({ baseUrl: 'http://upstream.bench/v2', fetch: fakeUpstream as typeof fetch }, env, ctx)
+  // https: runpod.baseUrl refuses plain http to a host that is not loopback (the fake fetch ignores the scheme).
+  gateway ??= benchGateway({ baseUrl: 'https://upstream.bench/v2', fetch: fakeUpstream as typeof fetch }, env, ctx)
   return gateway
 }
 
