@@ -104,6 +104,8 @@ describe('optionsFromEnv', () => {
     const config = '{"cache":{"ttlSeconds":5},"cache":{"enabled":false}}'
     expect(() => optionsFromEnv({ ...base, PODGATE_MODELS: JSON.stringify(MODELS), PODGATE_CONFIG: config })).toThrow('podgate: PODGATE_CONFIG names "cache" twice')
     expect(() => optionsFromEnv({ ...base, PODGATE_MODELS: JSON.stringify(MODELS), PODGATE_QUOTA_CONFIG: '{"store":"kv","store":"kv"}' })).toThrow('PODGATE_QUOTA_CONFIG names "store" twice')
+    // JSON.parse reads an escaped key as its characters: "\u0063hat" is "chat" named again.
+    expect(() => optionsFromEnv({ ...base, PODGATE_MODELS: twice.replace('},"chat"', '},"\\u0063hat"') })).toThrow('podgate: PODGATE_MODELS names "chat" twice')
     // The same key in sibling objects, and braces, quotes and colons inside strings, are no repeat.
     const fine = { a: { endpoints: [{ endpointId: 'abc123' }], servedModelName: 'x"}{"a":' }, b: { endpoints: [{ endpointId: 'abc123' }], servedModelName: '{"b": 1}\\' } }
     expect(optionsFromEnv({ ...base, PODGATE_MODELS: JSON.stringify(fine) }).models).toEqual(fine)

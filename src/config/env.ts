@@ -144,9 +144,10 @@ function parseJsonObject(name: string, value: string | Record<string, unknown> |
       if (token === '{') open.push(new Set())
       else if (token === '}') open.pop()
       else if (colon) {
-        const keys = open.at(-1)!
-        if (keys.has(key!)) throw new ConfigError(`podgate: ${name} names ${key} twice in one object.`)
-        keys.add(key!)
+        // As JSON.parse reads it: "\u0061" and "a" are one key.
+        const keys = open.at(-1)!, read = JSON.stringify(JSON.parse(key!))
+        if (keys.has(read)) throw new ConfigError(`podgate: ${name} names ${read} twice in one object.`)
+        keys.add(read)
       }
     }
   }
