@@ -123,7 +123,6 @@ export function nativeSurface(options: NativeRoutesOptions): Hono<GatewayEnv> {
         countFault(breaker, endpoint, error, binding.model.config.resilience.breaker)
         throw error
       })
-      breaker.success(endpoint)
       // The rest of a longer wait, under the caller's signal: the id is known, so leaving cancels the job at once.
       const cancel = () => waitUntilOf(c)(cancelJob(client, endpoint, result.id))
       signal.addEventListener('abort', cancel)
@@ -139,6 +138,8 @@ export function nativeSurface(options: NativeRoutesOptions): Hono<GatewayEnv> {
       // A COMPLETED `runsync` holds its output: it counts what that reports (or podgate's count of it), else keeps
       // the reservation. A caller who left once its job was upstream (the job then cancelled) pays its prompt
       // and any output reported, as on the OpenAI surface.
+      // Only a job that ran closes the breaker: Runpod queues a job (`IN_QUEUE`) while the endpoint's workers fail.
+      if (result.status === 'COMPLETED') breaker.success(endpoint)
       const normalized = result.status === 'COMPLETED' ? request.normalized : undefined
       const usage = normalized && reportedUsage(result.output, normalized.kind, normalized.sampling.max_tokens)
       ctx.settle(signal.aborted ? { ok: false, error: upstreamError(CALLER_GONE), producedOutput: false, reachedUpstream: true, ...usage } : { ok: true, usage: undefined, ...usage })

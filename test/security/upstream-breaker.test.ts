@@ -76,3 +76,27 @@ describe('retries while some breakers are open', () => {
     expect(emulator.calls.map((c) => `${c.endpointId} ${c.status}`)).toEqual(['livea 503', 'livea 200'])
   })
 })
+
+describe('what closes a breaker on the native surface', () => {
+  it('upstream-breaker-queued: a job /run queued is no success: it does not close a breaker its workers keep failing', async () => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    // Runpod's API queues jobs while the endpoint's workers fail every call the OpenAI surface makes.
+    emulator.configure('deadq', { fault: { kind: 'http', status: 503, ops: ['openai'] } })
+    const models: GatewayOptions['models'] = {
+      q: {
+        endpoints: [{ endpointId: 'deadq', weight: 1e6 }, { endpointId: 'liveq' }],
+        mode: 'openai',
+        resilience: { retries: { attempts: 2, baseDelayMs: 1, maxDelayMs: 2 }, breaker: { failures: 3, cooldownMs: 600_000 } },
+      },
+    }
+    const h = harness({ models }, emulator)
+    const { key } = await h.createKey()
+    for (let i = 0; i < 4; i++) {
+      for (const q of ['a', 'b']) expect((await h.fetch('/v1/chat/completions', authed(key, chatBody('q', `${q}${i}`)))).status).toBe(200)
+      expect((await h.fetch('/v2/q/run', authed(key, JSON.stringify({ input: { prompt: 'Hello' } })))).status).toBe(200)
+    }
+    // Three failures in a row open it, whatever /run queued in between: the dead route is asked no more.
+    expect(emulator.calls.filter((c) => c.endpointId === 'deadq' && c.op === 'openai').length).toBe(3)
+    await h.settle()
+  })
+})
