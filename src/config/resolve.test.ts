@@ -91,7 +91,10 @@ describe('runpod.baseUrl', () => {
       expect(baseUrl(url), url).toThrow("'runpod.baseUrl' must be an absolute http(s) URL, with no query or fragment")
       expect(() => resolveConfig({ ...valid, models: { chat: { endpoints: [{ url }] } } }), url).toThrow("'models.chat.endpoints[0].url' must be an absolute http(s) URL, with no query or fragment")
     }
-    for (const url of ['https://proxy.example/v2', 'http://127.0.0.1:8788/v2', 'http://localhost:8788/v2']) expect(baseUrl(url), url).not.toThrow()
+    for (const url of ['https://proxy.example/v2', 'http://127.0.0.1:8788/v2', 'http://localhost:8788/v2', 'http://[::1]:8788/v2']) expect(baseUrl(url), url).not.toThrow()
+    // A URL's scheme is case-insensitive (it was accepted so before the http(s) rule): upper case is still https.
+    expect(baseUrl('HTTPS://api.runpod.ai/v2')).not.toThrow()
+    expect(baseUrl('HTTP://proxy.example/v2')).toThrow("'runpod.baseUrl' uses plain http:// to a host that is not loopback")
   })
 })
 

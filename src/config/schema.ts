@@ -49,10 +49,10 @@ export type SamplingDefaults = z.infer<typeof samplingDefaultsSchema>
 /** An absolute http(s) URL a credential may be sent to: plain `http://` only to loopback. */
 const httpUrl = string().check(
   // `abort`: the loopback test below parses the URL, so it runs only on one that parsed.
-  // No query or fragment: the job API's paths (`/run`, `/stream/{id}`) are appended to it.
-  refine((u: string) => /^https?:\/\/[^?#]*$/.test(u) && URL.canParse(u), 'must be an absolute http(s) URL, with no query or fragment', true),
+  // No query or fragment: the job API's paths (`/run`, `/stream/{id}`) are appended to it. A scheme is case-insensitive.
+  refine((u: string) => /^https?:\/\/[^?#]*$/i.test(u) && URL.canParse(u), 'must be an absolute http(s) URL, with no query or fragment', true),
   refine(
-    (u: string) => u.startsWith('https://') || isLoopbackUrl(u),
+    (u: string) => /^https:/i.test(u) || isLoopbackUrl(u),
     'uses plain http:// to a host that is not loopback: use https://, or http://127.0.0.1 / http://localhost for a local server',
   ),
 )
