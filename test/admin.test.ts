@@ -104,6 +104,16 @@ describe('admin keys API', () => {
     expect(await blank.json()).toMatchObject({ error: { param: 'name' } })
   })
 
+  it('refuses an empty PATCH with a 400, leaving the key and its updatedAt as they were', async () => {
+    const h = harness()
+    const { id } = await h.createKey()
+    const before = await env.PODGATE_KV.get(`key:${id}`)
+    const res = await h.fetch(`/admin/keys/${id}`, { method: 'PATCH', headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' }, body: '{}' })
+    expect(res.status).toBe(400)
+    expect(await res.json()).toMatchObject({ error: { code: 'invalid_request', message: expect.stringMatching(/nothing to change/i) } })
+    expect(await env.PODGATE_KV.get(`key:${id}`)).toBe(before)
+  })
+
   it('revoking a key makes it fail with 401 (same isolate: at once)', async () => {
     const h = harness()
     const { id, key } = await h.createKey()

@@ -101,6 +101,7 @@ export function keysRoutes(options: KeysRoutesOptions): Hono<GatewayEnv> {
 
   app.patch('/:id', async (c) => {
     const input = await parseKeyBody(updateKeySchema(), c.req.raw, options.maxBodyBytes)
+    if (!Object.keys(input).length) throw new GatewayError('invalid_request', 'Nothing to change: name a field to update.')
     const record = await findLiveKey(c, options)
     checkScopes(input, options)
     options.checkQuota?.(c, input.quota)
