@@ -114,6 +114,16 @@ describe('admin keys API', () => {
     expect(await env.PODGATE_KV.get(`key:${id}`)).toBe(before)
   })
 
+  it('keeps each origin once, however it was spelled, on create and update', async () => {
+    const h = harness()
+    const admin = (method: string, body: unknown): RequestInit => ({ method, headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify(body) })
+    const created = await h.fetch('/admin/keys', admin('POST', { name: 'site', kind: 'publishable', origins: ['https://A.example', 'https://a.example:443', 'https://b.example'] }))
+    const { id, origins } = (await created.json()) as { id: string; origins: string[] }
+    expect(origins).toEqual(['https://a.example', 'https://b.example'])
+    const patched = await h.fetch(`/admin/keys/${id}`, admin('PATCH', { origins: ['https://c.example', 'https://C.example/'] }))
+    expect(((await patched.json()) as { origins: string[] }).origins).toEqual(['https://c.example'])
+  })
+
   it('revoking a key makes it fail with 401 (same isolate: at once)', async () => {
     const h = harness()
     const { id, key } = await h.createKey()

@@ -39,7 +39,7 @@ export const originSchema = lazily(() =>
 
 /** Origins that passed `originSchema`, in their canonical spelling. */
 export function canonicalOrigins(origins: string[]): string[] {
-  return origins.map((origin) => canonicalOrigin(origin) ?? origin)
+  return [...new Set(origins.map((origin) => canonicalOrigin(origin) ?? origin))]
 }
 
 /** How a request presents itself: from a browser page (and which origin), or from a server. */
