@@ -33,7 +33,8 @@ export function parseExpiry(text: string, now: number = Date.now()): number | nu
   if (text === 'never') return null
   const relative = /^(\d+)([dhm])$/.exec(text)
   if (relative) return now + Number(relative[1]) * { d: 86_400_000, h: 3_600_000, m: 60_000 }[relative[2] as 'd' | 'h' | 'm']
-  const at = Date.parse(text)
+  // ISO dates only: Date.parse also takes '7' or 'May 5' and reads them as 2001.
+  const at = /^\d{4}-\d{2}-\d{2}/.test(text) ? Date.parse(text) : NaN
   if (Number.isNaN(at)) throw new UsageError(`--expires '${text}': use 30d, 12h, 90m, an ISO date or never`)
   return at
 }
@@ -96,6 +97,7 @@ export async function runKeysCli(argv: string[], io: KeysCliIO): Promise<number>
       return 0
     }
     const [command, id] = parsed.positionals
+    if (parsed.positionals.length > 2) throw new UsageError(`${command} takes one key id: run it once per key`)
     const devUrl = io.devDir === undefined ? undefined : readDevUrl(io.devDir)
     // An empty variable counts as unset (`PORT= npm run keys`).
     const url = (typeof parsed.values.url === 'string' ? parsed.values.url : io.env.PODGATE_URL || devUrl || `http://127.0.0.1:${io.env.PORT || 8787}`).replace(/\/+$/, '')
@@ -194,7 +196,11 @@ async function call(url: string, token: string, io: KeysCliIO, method: string, p
     io.err(`keys: ${method} ${path} -> ${res.status}: ${message.slice(0, 500)}`)
     return null
   }
-  return JSON.parse(text)
+  try {
+    return JSON.parse(text)
+  } catch {
+    throw new Error(`${url} answered ${method} ${path} with ${res.status} but not podgate's JSON: is --url a podgate?`)
+  }
 }
 
 async function listAll(url: string, token: string, io: KeysCliIO): Promise<number> {

@@ -88,6 +88,36 @@ describe('npm run keys', () => {
     expect(err).toMatch(/401/)
   })
 
+  it('refuses a second key id instead of acting on the first alone', async () => {
+    const a = (await keys('create', '--name', 'one')).json as { id: string }
+    const b = (await keys('create', '--name', 'two')).json as { id: string }
+    const revoke = await keys('revoke', a.id, b.id)
+    expect(revoke.code).toBe(2)
+    expect(revoke.err).toMatch(/one key id/)
+    // Neither was revoked.
+    expect(((await keys('get', a.id)).json as { revokedAt: unknown }).revokedAt).toBeNull()
+    expect(((await keys('get', b.id)).json as { revokedAt: unknown }).revokedAt).toBeNull()
+  })
+
+  it('refuses an --expires that is no duration and no ISO date, where Date.parse would read it as a year long past', async () => {
+    for (const text of ['7', '12', 'May 5', 'x 1']) {
+      const res = await keys('create', '--name', 'exp', '--expires', text)
+      expect(res.code).toBe(2)
+      expect(res.err).toMatch(/--expires/)
+    }
+    expect((await keys('create', '--name', 'exp', '--expires', '2099-01-01')).code).toBe(0)
+  })
+
+  it('says a --url that answers something other than podgate\'s JSON is not a podgate, and never prints the token', async () => {
+    let err = ''
+    const token = 'admin-token-never-printed-0123'
+    const html = (async () => new Response('<!DOCTYPE html><html>a website</html>', { status: 200, headers: { 'content-type': 'text/html' } })) as typeof fetch
+    const code = await runKeysCli(['list', '--url', 'https://www.example.com', '--admin-token', token], { env: {}, out: () => {}, err: (t) => (err += t), fetch: html })
+    expect(code).toBe(1)
+    expect(err).toMatch(/https:\/\/www\.example\.com.*not podgate's JSON/)
+    expect(err).not.toContain(token)
+  })
+
   it('runs as `npm run keys` with the admin token from the environment', async () => {
     const { stdout } = await promisify(execFile)('npm', ['run', '--silent', 'keys', '--', 'create', '--name', 'from-npm', '--url', server.url], {
       env: { ...process.env, PODGATE_ADMIN_TOKEN: server.adminToken },
