@@ -124,6 +124,20 @@ describe('admin keys API', () => {
     expect(((await patched.json()) as { origins: string[] }).origins).toEqual(['https://c.example'])
   })
 
+  it('refuses an empty models list on create and update (null is all models), as a token mint does', async () => {
+    const h = harness()
+    const before = (await env.PODGATE_KV.list()).keys
+    const admin = (method: string, body: unknown): RequestInit => ({ method, headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify(body) })
+    const created = await h.fetch('/admin/keys', admin('POST', { name: 'nothing', models: [] }))
+    expect(created.status).toBe(400)
+    expect(await created.json()).toMatchObject({ error: { code: 'invalid_request', param: 'models' } })
+    expect((await env.PODGATE_KV.list()).keys).toEqual(before)
+    const { id, key } = await h.createKey({ name: 'some', models: ['chat-openai'] })
+    const patched = await h.fetch(`/admin/keys/${id}`, admin('PATCH', { models: [] }))
+    expect(patched.status).toBe(400)
+    expect((await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai')))).status).toBe(200)
+  })
+
   it('revoking a key makes it fail with 401 (same isolate: at once)', async () => {
     const h = harness()
     const { id, key } = await h.createKey()

@@ -29,7 +29,7 @@ import { array } from '../zod/array.ts'
 
 const scopeFields = lazily(() => ({
   name: string().check(minLength(1), maxLength(100)),
-  models: nullable(array(string().check(minLength(1), maxLength(128))).check(maxLength(256))),
+  models: nullable(array(string().check(minLength(1), maxLength(128))).check(minLength(1), maxLength(256))),
   origins: array(originSchema()).check(maxLength(100)),
   metadata: recordOf(string().check(maxLength(512))).check(refine((m: Record<string, string>) => Object.keys(m).every((key) => key.length <= 64), 'must have keys of at most 64 characters')),
   quota: nullable(quotaPolicySchema),
