@@ -138,6 +138,15 @@ describe('admin keys API', () => {
     expect((await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai')))).status).toBe(200)
   })
 
+  it('refuses a metadata key "__proto__" by name rather than dropping it unnamed', async () => {
+    const h = harness()
+    const before = (await env.PODGATE_KV.list()).keys
+    const res = await h.fetch('/admin/keys', { method: 'POST', headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' }, body: '{"name":"m","metadata":{"team":"ml","__proto__":"x"}}' })
+    expect(res.status).toBe(400)
+    expect(await res.json()).toMatchObject({ error: { code: 'invalid_request', param: 'metadata.__proto__' } })
+    expect((await env.PODGATE_KV.list()).keys).toEqual(before)
+  })
+
   it('revoking a key makes it fail with 401 (same isolate: at once)', async () => {
     const h = harness()
     const { id, key } = await h.createKey()

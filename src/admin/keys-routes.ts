@@ -58,11 +58,13 @@ export interface KeysRoutesOptions {
 
 const KEY_ID = /^key_[A-Za-z0-9]{16}$/
 
-/** A key body, checked: its `name` trimmed first (a name of spaces is empty), its origins in canonical spelling. */
+/** A key body, checked: its `name` trimmed first (a name of spaces is empty), no `metadata.__proto__`, its origins in canonical spelling. */
 async function parseKeyBody<S extends z.ZodMiniType<{ origins?: string[] | undefined }>>(schema: S, request: Request, maxBodyBytes: number): Promise<z.output<S>> {
   const body = await readJsonBody(request, maxBodyBytes)
-  const record = body as { name?: unknown } | null
+  const record = body as { name?: unknown; metadata?: unknown } | null
   if (typeof record?.name === 'string') record.name = record.name.trim()
+  // The schema's output leaves out a JSON `__proto__` key, unnamed: refuse it by name instead.
+  if (Object.hasOwn(Object(record?.metadata), '__proto__')) throw new GatewayError('invalid_request', "'metadata.__proto__' is not allowed.", { param: 'metadata.__proto__' })
   const input = parseRequest(schema, body)
   if (input.origins) input.origins = canonicalOrigins(input.origins)
   return input
