@@ -193,7 +193,9 @@ async function call(url: string, token: string, io: KeysCliIO, method: string, p
     } catch {
       // not podgate's JSON: show the body as is
     }
-    io.err(`keys: ${method} ${path} -> ${res.status}: ${message.slice(0, 500)}`)
+    // podgate answers every admin route 404 `Not found.` when it has no admin token; so does a URL that is no podgate.
+    const hint = res.status === 404 && message === 'Not found.' ? ` (is ${url} a podgate with PODGATE_ADMIN_TOKEN set? Without one its admin API answers 404.)` : ''
+    io.err(`keys: ${method} ${path} -> ${res.status}: ${message.slice(0, 500)}${hint}`)
     return null
   }
   try {

@@ -118,6 +118,15 @@ describe('npm run keys', () => {
     expect(err).not.toContain(token)
   })
 
+  it('says why every admin route is 404: a podgate with no admin token, or a --url that is not one', async () => {
+    let err = ''
+    const off = (async () => new Response(JSON.stringify({ error: { message: 'Not found.', code: 'not_found' } }), { status: 404 })) as typeof fetch
+    expect(await runKeysCli(['list', '--url', 'https://podgate.example', '--admin-token', 'some-admin-token-0123'], { env: {}, out: () => {}, err: (t) => (err += t), fetch: off })).toBe(1)
+    expect(err).toMatch(/404: Not found\..*PODGATE_ADMIN_TOKEN/)
+    // A key id that is not there stays the API's own answer.
+    expect((await keys('get', 'key_AAAAAAAAAAAAAAAA')).err).not.toMatch(/PODGATE_ADMIN_TOKEN/)
+  })
+
   it('runs as `npm run keys` with the admin token from the environment', async () => {
     const { stdout } = await promisify(execFile)('npm', ['run', '--silent', 'keys', '--', 'create', '--name', 'from-npm', '--url', server.url], {
       env: { ...process.env, PODGATE_ADMIN_TOKEN: server.adminToken },
