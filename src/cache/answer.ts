@@ -10,7 +10,7 @@
  * delta chunk. Embeddings (JSON only) are kept whole.
  */
 import type { RequestKind } from '../normalize/types.ts'
-import { DONE_TEXT } from '../streaming/openai-chunks.ts'
+import { DONE_TEXT, jsonMessage } from '../streaming/openai-chunks.ts'
 import type { Usage } from '../streaming/openai-chunks.ts'
 import { isRecord } from '../streaming/vllm.ts'
 
@@ -176,9 +176,8 @@ export function usageChunkText(kind: RequestKind, meta: RenderMeta, usage: Usage
 
 /** A streamed choice as one JSON choice, reassembled as clients do. */
 function assembled(kind: RequestKind, chunks: readonly Json[], autoTools = false): Json {
-  // vLLM's JSON message always has these null fields and a list of tool calls, empty when there are none (the
-  // reasoning keys' names vary by version: only those the chunks carried).
-  const out: Json = kind === 'chat' ? { message: { role: 'assistant', content: null, refusal: null, annotations: null, audio: null, function_call: null, tool_calls: [] } } : { text: '' }
+  // vLLM's JSON message (the reasoning keys' names vary by version: only those the chunks carried).
+  const out: Json = kind === 'chat' ? { message: jsonMessage(null) } : { text: '' }
   for (const chunk of chunks) {
     const { delta, ...rest } = chunk
     if (kind === 'chat' && isRecord(delta)) merge(out.message as Json, delta)

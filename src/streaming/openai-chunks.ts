@@ -9,6 +9,12 @@
 /** podgate's count of `n` generated tokens, for the quota only (`prompt_tokens` 0: quota adds the prompt estimate). */
 export const countedUsage = (n: number): Usage => ({ prompt_tokens: 0, completion_tokens: n, total_tokens: n })
 
+/**
+ * A JSON chat message as vLLM writes it: its null fields and a list of tool calls, empty when there are none
+ * (for a message podgate assembles: a classic worker's answer, a JSON replay of a stream).
+ */
+export const jsonMessage = (content: string | null): ChatCompletionChoice['message'] => ({ role: 'assistant', content, refusal: null, annotations: null, audio: null, function_call: null, tool_calls: [] })
+
 /** Token counts, as OpenAI reports them. */
 export interface Usage {
   prompt_tokens: number

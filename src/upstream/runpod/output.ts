@@ -9,7 +9,7 @@
 import { GatewayError, upstreamError } from '../../errors/index.ts'
 import type { RequestKind } from '../../normalize/types.ts'
 import { createNativeStreamDecoder } from '../../streaming/native-decoder.ts'
-import { countedUsage } from '../../streaming/openai-chunks.ts'
+import { countedUsage, jsonMessage } from '../../streaming/openai-chunks.ts'
 import type {
   ChatCompletion,
   ChatCompletionChoice,
@@ -169,8 +169,7 @@ function fromStreamItems(items: unknown[], options: NativeOutputOptions): Native
   const choices = texts.flatMap((parts, index): Array<ChatCompletionChoice | TextCompletionChoice> => {
     const content = parts.join('')
     const finish_reason = reasons[index] ?? null
-    // vLLM's JSON message, null fields included.
-    return [kind === 'chat' ? { index, message: { role: 'assistant', content, refusal: null, annotations: null, audio: null, function_call: null, tool_calls: [] }, logprobs: null, finish_reason } : { index, text: content, logprobs: null, finish_reason }]
+    return [kind === 'chat' ? { index, message: jsonMessage(content), logprobs: null, finish_reason } : { index, text: content, logprobs: null, finish_reason }]
   })
   const object = kind === 'chat' ? 'chat.completion' : 'text_completion'
   const body = { id, object, created, model, choices, usage: usage ?? null } as ChatCompletion | TextCompletion
