@@ -459,6 +459,29 @@ describe('native job API: SSE', () => {
     expect([...had, ...rest].map((e) => e.id)).toEqual([...had, ...rest].map((_, i) => String(i + 1)))
     expect(textOf(had) + textOf(rest)).toBe(await completedText(h, key, 'chat-classic', id))
   })
+
+  // A stream holds one of its key's concurrent streams, a strict quota's for a lease of the model's
+  // `timeouts.totalMs`: an event stream that ran on past it could let the key open one stream too many.
+  it("a stream pauses at its model's timeouts.totalMs without cancelling, and EventSource resumes it", async () => {
+    const models = { ...NATIVE_MODELS, short: { endpoints: [{ endpointId: 'vllmclassic' }], mode: 'native' as const, resilience: { timeouts: { totalMs: 400 } } } }
+    const h = harness({ models, runpod: { apiKey: RUNPOD_KEY, baseUrl: 'https://emulator.test/v2', streamWaitMs: 50 } })
+    const { key } = await h.createKey()
+    const id = await startJob(h, key, 'short', chatInput('long [[emulator:tokens=150,delay=20]]', { stream: true }))
+    const first = await readEvents(await h.fetch(`/v2/short/stream/${id}`, get(key, { accept: 'text/event-stream' })))
+    expect(first.at(-1)).toMatchObject({ event: 'pause', data: JSON.stringify({ reason: 'time_limit', resume: 'reconnect with Last-Event-ID' }) })
+    expect(h.emulator.calls.filter((c) => c.op === 'cancel')).toEqual([])
+    const had = first.filter((e) => e.event === 'output')
+    expect(had.length).toBeGreaterThan(0)
+    const events: EventSourceMessage[] = []
+    let lastId = had.at(-1)?.id ?? ''
+    for (let attempt = 0; attempt < 20 && events.at(-1)?.event !== 'done'; attempt++) {
+      const next = await readEvents(await h.fetch(`/v2/short/stream/${id}`, get(key, { accept: 'text/event-stream', 'last-event-id': lastId })))
+      events.push(...next)
+      lastId = next.filter((e) => e.id !== undefined).at(-1)?.id ?? lastId
+    }
+    expect(events.at(-1)?.event).toBe('done')
+    expect(textOf(had) + textOf(events.filter((e) => e.event === 'output'))).toBe(await completedText(h, key, 'short', id))
+  })
 })
 
 describe('native job API: SSE of a job run with stream:false', () => {

@@ -367,6 +367,44 @@ describe('quota stage', () => {
     expect((await usageOf(h, key)).streams).toBe(0)
   })
 
+  // A strict stream slot is a lease: it must outlive the longest stream the model allows
+  // (`timeouts.totalMs`, up to an hour), else a key opens more than `maxConcurrentStreams` streams.
+  it('a strict stream slot is leased for as long as the model lets a stream last', async () => {
+    const leases: (number | undefined)[] = []
+    const objects = env.PODGATE_QUOTA
+    const { h } = clockedHarness({
+      models: { ...MODELS, long: { endpoints: [{ endpointId: 'vllmopenai' }], mode: 'openai', resilience: { timeouts: { totalMs: 45 * 60_000 } } } },
+      quota: {
+        objects: () => ({
+          idFromName: (name: string) => objects.idFromName(name),
+          get: (id: DurableObjectId) => {
+            const stub = objects.get(id)
+            return {
+              reserve: (input: Parameters<typeof stub.reserve>[0]) => {
+                if (input.cost.stream) leases.push(input.cost.leaseMs)
+                return stub.reserve(input)
+              },
+              usage: (input: Parameters<typeof stub.usage>[0]) => stub.usage(input),
+              settle: (input: Parameters<typeof stub.settle>[0]) => stub.settle(input),
+            }
+          },
+        }) as unknown as typeof objects,
+      },
+    })
+    const { key } = await h.createKey({ name: 'q', quota: { maxConcurrentStreams: 1, strict: true } })
+    for (const model of ['long', 'chat-openai']) {
+      const res = await h.fetch('/v1/chat/completions', authed(key, chatBody(model, 'hi [[emulator:tokens=3]]', { stream: true })))
+      expect(res.status).toBe(200)
+      await res.text()
+      await h.settle()
+    }
+    expect(leases).toHaveLength(2)
+    expect(leases[0]).toBeGreaterThan(45 * 60_000)
+    // The default totalMs (10 min): a dead isolate's slot comes back well before 30 minutes.
+    expect(leases[1]).toBeGreaterThan(10 * 60_000)
+    expect(leases[1]).toBeLessThan(30 * 60_000)
+  })
+
   it('tokensToCharge: cached answers charge nothing, failures what they produced', () => {
     expect(tokensToCharge({ ok: true, usage: { prompt_tokens: 5, completion_tokens: 5, total_tokens: 10 }, cached: true }, 90)).toBe(0)
     expect(tokensToCharge({ ok: true, usage: undefined }, 90)).toBe(90)

@@ -536,6 +536,21 @@ describe('KvQuotaStore across isolates', () => {
   })
 })
 
+describe('StrictQuotaStore stream leases', () => {
+  // A stream slot is a lease, so an isolate that dies mid-stream cannot hold it forever; but a live
+  // stream may last as long as its call's `timeouts.totalMs` (up to an hour), and a lease that ran out
+  // first let a key open more streams than `maxConcurrentStreams`.
+  it('holds a slot for the lease the reservation asks for, then lets it expire', async () => {
+    const store = new StrictQuotaStore(env.PODGATE_QUOTA)
+    const keyId = newKeyId()
+    const policy = { maxConcurrentStreams: 1 }
+    const reserve = (now: number) => store.reserve({ keyId, policy, cost: { tokens: 0, stream: true, leaseMs: 61 * 60_000 }, now })
+    expect((await reserve(START)).ok).toBe(true)
+    expect(await reserve(START + 50 * 60_000)).toMatchObject({ ok: false, exceeded: 'streams' })
+    expect((await reserve(START + 62 * 60_000)).ok).toBe(true)
+  })
+})
+
 describe('StrictQuotaStore across locations', () => {
   // A reservation's `now` is read in the calling isolate before its Durable Object call, which can take
   // a far location 100 ms or more: at a window boundary one stamped in the window before arrives after

@@ -16,8 +16,8 @@
  * left the same way: a cut answer never ends with `done`.
  *
  * A caller that goes away cancels the job upstream (unless `?detach=true`), so no GPU runs for nobody.
- * Each response makes at most `maxPolls` upstream polls (Workers cap subrequests per invocation); past
- * them it ends with `event: pause` and EventSource reconnects into the resume path above.
+ * Each response makes at most `maxPolls` upstream polls (Workers cap subrequests per invocation) and runs
+ * at most `maxMs`; past either it ends with `event: pause` and EventSource reconnects into the resume path above.
  */
 import { GatewayError, toGatewayError, upstreamError } from '../errors/index.ts'
 import { onAbort } from '../http/context.ts'
@@ -42,6 +42,8 @@ export interface JobEventsOptions {
   waitMs: number
   /** Most upstream polls this response may make. */
   maxPolls: number
+  /** Longest this response runs before it pauses (the model's `timeouts.totalMs`: its quota slot's lease outlives it). */
+  maxMs: number
   /** The caller's `Last-Event-ID`: items it already has. Unset for a first connection. */
   resumeAfter?: number
   /** Keep the job running when the caller goes away. Default false: cancel it. */
@@ -61,11 +63,12 @@ const MAX_ERROR_CHARS = 2_000
 
 /**
  * @example
- * return jobEventStream({ client, job: await jobs.open(id, binding), waitMs: 10_000, maxPolls: 900,
+ * return jobEventStream({ client, job: await jobs.open(id, binding), waitMs: 10_000, maxPolls: 900, maxMs: 600_000,
  *   resumeAfter: lastEventId(c), signal: c.req.raw.signal, waitUntil: waitUntilOf(c) })
  */
 export function jobEventStream(options: JobEventsOptions): Response {
   const { client, job, waitMs, maxPolls, signal } = options
+  const until = Date.now() + options.maxMs
   const minInterval = options.minPollIntervalMs ?? 200
   const replay = options.resumeAfter !== undefined
   let sent = options.resumeAfter ?? 0
@@ -92,9 +95,9 @@ export function jobEventStream(options: JobEventsOptions): Response {
     end()
   }
   const text = createItemText(job.kind)
-  const pause = () => {
+  const pause = (reason = 'poll_budget') => {
     ended = true
-    send(event('pause', { reason: 'poll_budget', resume: 'reconnect with Last-Event-ID' }))
+    send(event('pause', { reason, resume: 'reconnect with Last-Event-ID' }))
     close()
   }
 
@@ -120,6 +123,8 @@ export function jobEventStream(options: JobEventsOptions): Response {
       async pull() {
         try {
           if (polls >= maxPolls) return pause()
+          // No poll that could run past it (but always one, so a reconnect makes progress).
+          if (polls > 0 && Date.now() + waitMs >= until) return pause('time_limit')
           polls++
           const started = Date.now()
           if (replay) await replayStep()

@@ -172,6 +172,7 @@ export function nativeSurface(options: NativeRoutesOptions): Hono<GatewayEnv> {
         job,
         waitMs: runpod.streamWaitMs,
         maxPolls: runpod.maxPollsPerStream,
+        maxMs: binding.model.config.resilience.timeouts.totalMs,
         resumeAfter,
         detach: c.req.query('detach') === 'true',
         signal: c.req.raw.signal,

@@ -6,15 +6,15 @@
  *
  * The object keeps its state in memory and persists it to its own (SQLite-backed) storage before it
  * answers; the decision runs without awaiting anything, so no two requests interleave within it.
- * Stream slots are leases that expire after `STREAM_LEASE_MS`, so an isolate that dies mid-stream
- * cannot hold a slot forever.
+ * Stream slots are leases that expire when their stream can no longer be running (the reservation's
+ * `leaseMs`), so an isolate that dies mid-stream cannot hold a slot forever.
  */
 import { DurableObject } from 'cloudflare:workers'
 import { addCounts, applyDelta, emptyUsage, exceededLimit } from './limits.ts'
 import type { Counts, QuotaCost, QuotaUsage } from './limits.ts'
 import type { QuotaPolicy } from './policy.ts'
 
-/** Longest a stream slot stays taken without a settle. */
+/** Longest a stream slot stays taken without a settle, when its reservation names no `leaseMs` (an older version's). */
 export const STREAM_LEASE_MS = 30 * 60_000
 
 interface ObjectState {
@@ -46,7 +46,7 @@ export class QuotaObject extends DurableObject<unknown> {
     let lease: string | undefined
     if (input.cost.stream) {
       lease = crypto.randomUUID()
-      this.#state.leases[lease] = input.now + STREAM_LEASE_MS
+      this.#state.leases[lease] = input.now + (input.cost.leaseMs ?? STREAM_LEASE_MS)
       usage.streams++
     }
     await this.ctx.storage.put('state', this.#state)

@@ -29,6 +29,8 @@ export interface QuotaUsage {
 export interface QuotaCost {
   tokens: number
   stream: boolean
+  /** Longest the stream may last (its call's `timeouts.totalMs`, and a margin): a strict store's slot lease. Default `STREAM_LEASE_MS`. */
+  leaseMs?: number
 }
 
 export type LimitName = 'rpm' | 'rpd' | 'tpm' | 'tpd' | 'streams'

@@ -39,6 +39,7 @@ describe('L9 sleep releases its abort listener', () => {
       job: { kind: 'raw', endpoint: { base: 'http://upstream.test/v2/x', label: 'x', mode: 'native', weight: 1, credential: { kind: 'runpod' } }, upstreamId: 'job1' },
       waitMs: 0,
       maxPolls: 100,
+      maxMs: 60_000,
       signal,
       waitUntil: () => undefined,
       minPollIntervalMs: 5,
