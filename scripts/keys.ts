@@ -134,10 +134,14 @@ export async function runKeysCli(argv: string[], io: KeysCliIO): Promise<number>
     const result = await call(url, token, io, ...request)
     if (result === null) return 1
     io.out(JSON.stringify(result, null, 2))
-    const shown = result as { key?: unknown; kind?: unknown }
+    const shown = result as { key?: unknown; kind?: unknown; expiresAt?: unknown }
     if (typeof shown.key === 'string') {
       // A publishable key is public by design (it works only from its origins); a secret key is not.
       io.err(shown.kind === 'publishable' ? 'The key is shown only now: put it in your page; it works only from its origins.' : 'The key is shown only now: store it as a secret.')
+      // A rotation keeps the key's expiry: an expired key's new secret is refused as the old one was.
+      if (typeof shown.expiresAt === 'number' && shown.expiresAt <= Date.now()) {
+        io.err(`This key expired at ${new Date(shown.expiresAt).toISOString()}: its new secret is refused until you move its expiry (npm run keys -- update ${id} --expires 30d).`)
+      }
     }
     return 0
   } catch (error) {

@@ -70,6 +70,22 @@ describe('npm run keys', () => {
     expect((await models(fresh, 'https://other.example.com')).status).toBe(401)
   })
 
+  // Rotating keeps the key's expiry: an expired key's new secret is refused like the old one was.
+  it('rotating an expired key says that its new secret does not work until its expiry moves', async () => {
+    const created = await keys('create', '--name', 'soon', '--expires', new Date(Date.now() + 1_500).toISOString())
+    expect(created.code).toBe(0)
+    const { id } = created.json as { id: string }
+    await new Promise((resolve) => setTimeout(resolve, 1_600))
+    const rotated = await keys('rotate', id)
+    expect(rotated.code).toBe(0)
+    expect(rotated.err).toMatch(new RegExp(`expired at .*update ${id} --expires`))
+    expect((await models((rotated.json as { key: string }).key)).status).toBe(401)
+    const fresh = await keys('rotate', id)
+    await keys('update', id, '--expires', '1d')
+    expect((await keys('rotate', id)).err).not.toMatch(/expired/)
+    expect(fresh.err).toMatch(/expired/)
+  })
+
   it('fails clearly: API refusals, usage mistakes, a wrong token', async () => {
     const refused = await keys('create', '--name', 'x', '--kind', 'publishable')
     expect(refused.code).toBe(1)
