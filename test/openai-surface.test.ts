@@ -106,12 +106,16 @@ describe('streams on the wire', () => {
     expect(streamedText(withUsage)).toBe(streamedText(events))
   })
 
-  it('continuous_usage_stats puts usage on every chunk only with include_usage, as vLLM does', async () => {
+  it('continuous_usage_stats puts usage on every chunk unless include_usage is false or null, as vLLM does (its include_usage defaults to true)', async () => {
     const { h, key } = await client()
     const hasUsage = (e: unknown) => typeof e === 'object' && e !== null && 'usage' in e && Boolean((e as { usage: unknown }).usage)
+    for (const include_usage of [false, null]) {
+      const off = await readSSE(await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai', 'hi', { stream: true, stream_options: { include_usage, continuous_usage_stats: true } }))))
+      expect(off.at(-1)).toBe('[DONE]')
+      expect(off.some(hasUsage)).toBe(false)
+    }
     const alone = await readSSE(await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai', 'hi', { stream: true, stream_options: { continuous_usage_stats: true } }))))
-    expect(alone.at(-1)).toBe('[DONE]')
-    expect(alone.some(hasUsage)).toBe(false)
+    expect(alone.slice(0, -1).every(hasUsage)).toBe(true)
     const both = await readSSE(await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai', 'hi', { stream: true, stream_options: { include_usage: true, continuous_usage_stats: true } }))))
     expect(both.slice(0, -1).every(hasUsage)).toBe(true)
   })

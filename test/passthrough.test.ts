@@ -236,6 +236,22 @@ describe('answers come back whole', () => {
   })
 })
 
+describe('stream_options as vLLM reads them', () => {
+  // vLLM's StreamOptions defaults `include_usage` to true: an object without it asks for usage, a null member does not.
+  it.each([
+    [{}, true],
+    [{ continuous_usage_stats: true }, true],
+    [{ include_usage: null }, false],
+    [{ include_usage: false, continuous_usage_stats: true }, false],
+  ])('stream_options %j: the usage chunk reaches the caller: %s', async (options, usageShown) => {
+    const { h, calls } = setup({ openai: () => sse(TOOL_SSE) })
+    const { key } = await h.createKey()
+    const events = await readSSE(await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ ...CHAT_BODY, stream: true, stream_options: options }))))
+    expect(calls[0]!.body!.stream_options).toEqual(usageShown ? { ...options, include_usage: true } : { include_usage: true })
+    expect(events.some((e) => typeof e === 'object' && e !== null && 'usage' in e)).toBe(usageShown)
+  })
+})
+
 describe("streaming.usage 'always'", () => {
   it('every stream ends with the usage chunk: relayed, native, a cache MISS, its HIT and a coalesced twin', async () => {
     const { h } = setup({ openai: () => sse(TOOL_SSE), job: () => ({ status: 'COMPLETED', output: [TOOL_SSE] }) }, { streaming: { usage: 'always' } })

@@ -47,8 +47,8 @@ export async function cacheKey(input: CacheKeyInput): Promise<CacheKey> {
     // prompt's ids at the top of a JSON body, on a stream's first chunks): then the forms never share an
     // entry, and each replays exactly what it recorded (left out otherwise, so other keys are unchanged).
     stream: request.stream && (request.body.prompt_logprobs != null || request.body.return_token_ids) ? true : undefined,
-    // vLLM puts usage on every chunk of a stream that asks for it (podgate forwards the switch only with
-    // `include_usage`; vLLM reads any value but false and null as yes): such streams keep entries of
+    // vLLM puts usage on every chunk of a stream that asks for it (podgate forwards the switch only when
+    // usage is asked for, as vLLM honours it; vLLM reads any value but false and null as yes): such streams keep entries of
     // their own, so the others never get that usage and they always get it (a falsy value, or none, keys
     // as absent, so other keys are unchanged).
     continuous: (request.includeUsage && (request.body.stream_options as { continuous_usage_stats?: unknown } | undefined)?.continuous_usage_stats) || undefined,

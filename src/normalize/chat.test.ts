@@ -221,6 +221,10 @@ describe('normalizeChatRequest: streaming', () => {
     expect(chat({ stream: true })).toMatchObject({ stream: true, includeUsage: false })
     expect(chat({ stream: true, stream_options: { include_usage: true } })).toMatchObject({ includeUsage: true })
     expect(chat({ stream: true, stream_options: { include_usage: false } }).includeUsage).toBe(false)
+    // vLLM's StreamOptions: `include_usage` defaults to true, and null reads as false.
+    expect(chat({ stream: true, stream_options: {} }).includeUsage).toBe(true)
+    expect(chat({ stream: true, stream_options: { include_usage: null } }).includeUsage).toBe(false)
+    expect(chat({ stream: true, stream_options: null }).includeUsage).toBe(false)
   })
 
   it('refuses stream_options without stream: true, unless it is empty (vLLM serves that)', () => {

@@ -40,7 +40,9 @@ export function resolveStream(req: StreamFields): StreamFlags {
       { param: 'stream_options' },
     )
   }
-  return { stream, includeUsage: req.stream_options?.include_usage === true }
+  // vLLM's StreamOptions defaults `include_usage` to true: `{}` asks for usage, a null member does not.
+  const asked = req.stream_options?.include_usage
+  return { stream, includeUsage: stream && req.stream_options != null && (asked === true || asked === undefined) }
 }
 
 interface LimitFields {

@@ -21,9 +21,15 @@ describe('toOpenAIBody', () => {
     })
   })
 
-  it('leaves continuous_usage_stats out when the caller did not ask for usage, as vLLM would ignore it', () => {
-    const req = normalizeCompletionRequest({ model: 'gpt2', prompt: 'Once', max_tokens: 16, stream: true, stream_options: { continuous_usage_stats: true, future: 1 } }, MODEL, 'gpt2')
+  it('leaves continuous_usage_stats out when the caller turned usage off, as vLLM would ignore it', () => {
+    const req = normalizeCompletionRequest({ model: 'gpt2', prompt: 'Once', max_tokens: 16, stream: true, stream_options: { include_usage: false, continuous_usage_stats: true, future: 1 } }, MODEL, 'gpt2')
     expect(toOpenAIBody(req, 'gpt2').stream_options).toEqual({ future: 1, include_usage: true })
+  })
+
+  it('keeps continuous_usage_stats sent without include_usage, which vLLM defaults to true', () => {
+    const req = normalizeCompletionRequest({ model: 'gpt2', prompt: 'Once', max_tokens: 16, stream: true, stream_options: { continuous_usage_stats: true } }, MODEL, 'gpt2')
+    expect(req.includeUsage).toBe(true)
+    expect(toOpenAIBody(req, 'gpt2').stream_options).toEqual({ continuous_usage_stats: true, include_usage: true })
   })
 
   it('property: any extra fields reach the upstream body unchanged, only model rewritten', () => {

@@ -407,7 +407,8 @@ function openAICommon(b: z.infer<typeof chatBodySchema> | z.infer<typeof complet
   }
   const problem = samplingProblem({ ...b, max_tokens: (b as { max_completion_tokens?: number | null }).max_completion_tokens ?? b.max_tokens })
   if (problem) return { ok: false as const, message: problem }
-  const includeUsage = b.stream_options?.include_usage ?? false
+  // vLLM's StreamOptions defaults `include_usage` to true; null reads as false.
+  const includeUsage = b.stream_options != null && (b.stream_options.include_usage ?? b.stream_options.include_usage !== null)
   const structured = structuredOutput(b)
   return {
     ok: true as const,
