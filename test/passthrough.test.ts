@@ -333,6 +333,14 @@ describe("Runpod's URL shape /v2/<model>/openai/v1", () => {
     expect((await h.fetch('/v2/openai/openai/v1/chat/completions', { method: 'POST', body: '{}' })).status).toBe(401)
   })
 
+  it("a null body model is the path's model, as vLLM reads its optional model (null: the default)", async () => {
+    const { h, calls } = setup({ openai: () => Response.json({ id: 'x', object: 'chat.completion', created: 1, model: SERVED, choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }], usage }) })
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v2/openai/openai/v1/chat/completions', authed(key, JSON.stringify({ model: null, messages: [{ role: 'user', content: 'hi' }], max_tokens: 5 })))
+    expect(res.status, await res.clone().text()).toBe(200)
+    expect(calls.at(-1)).toMatchObject({ op: 'openai/v1/chat/completions', body: { model: SERVED } })
+  })
+
   it('names the alias once when a model serves under its alias (no servedModelName)', async () => {
     const { h } = setup({})
     const { key } = await h.createKey()

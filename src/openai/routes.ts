@@ -50,8 +50,9 @@ export function openaiRoutes(options: OpenAIRoutesOptions): Hono<GatewayEnv> {
 export function runpodOpenAIRoutes(options: OpenAIRoutesOptions): Hono<GatewayEnv> {
   return surface(options, (c, body) => {
     const model = modelFor(options.models, c.req.param('model'), c.get('principal'))
-    if (body.model !== undefined && body.model !== model.alias && body.model !== model.servedModelName) {
-      const named = typeof body.model === 'string' ? `'${body.model.slice(0, 128)}'` : `a ${body.model === null ? 'null' : typeof body.model}`
+    // A null model is vLLM's default (its `model` is optional): the path's model, as when left out.
+    if (body.model != null && body.model !== model.alias && body.model !== model.servedModelName) {
+      const named = typeof body.model === 'string' ? `'${body.model.slice(0, 128)}'` : `a ${typeof body.model}`
       throw new GatewayError('invalid_request', `The body's model ${named} is not the model this URL serves: send '${model.alias}'${model.servedModelName === model.alias ? '' : ` or '${model.servedModelName}'`}.`, { param: 'model' })
     }
     // The normalizer reads the alias; the upstream body gets the served name as on `/v1`.
