@@ -130,6 +130,14 @@ describe('valid vLLM requests reach the endpoint', () => {
     expect(calls).toHaveLength(0)
   })
 
+  it('a long-context prompt: text past a million characters, within the body limit (vLLM bounds it by the model\'s context)', async () => {
+    const long = 'word '.repeat(300_000)
+    await expectForwarded('/v1/chat/completions', { model: 'openai', messages: [{ role: 'user', content: long }] })
+    await expectForwarded('/v1/chat/completions', { model: 'openai', messages: [{ role: 'user', content: [{ type: 'text', text: long }] }, { role: 'user', content: long }] })
+    await expectForwarded('/v1/completions', { model: 'openai', prompt: long })
+    await expectForwarded('/v1/embeddings', { model: 'openai', input: [long, long] })
+  })
+
   it('chat: temperature above 2', async () => {
     await expectForwarded('/v1/chat/completions', { model: 'openai', messages: [{ role: 'user', content: 'hi' }], temperature: 2.5, min_p: 0.1 })
   })

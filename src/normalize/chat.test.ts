@@ -5,6 +5,7 @@ import type { ModelInput } from '../config/schema.ts'
 import { normalizeChatRequest } from './chat.ts'
 import { normalizeCompletionRequest } from './completion.ts'
 import { toNativeInput } from './upstream-bodies.ts'
+import { MAX_TEXT_CHARS } from './schemas.ts'
 
 const modelOf = (extra: Partial<ModelInput> = {}) => modelSchema.parse({ endpoints: [{ endpointId: 'abc123' }], ...extra })
 const MODEL = modelOf()
@@ -288,13 +289,15 @@ describe('normalizeChatRequest: rejections', () => {
   it('refuses too many messages and too much text', () => {
     const many = Array.from({ length: 10_001 }, () => ({ role: 'user', content: 'x' }))
     expect(refused({ ...base, messages: many })).toEqual(['messages', "'messages' must have at most 10000 items, got 10001 items"])
-    const big = 'x'.repeat(600_000)
+    // The bound is the largest body podgate reads: a long-context prompt of millions of characters passes.
+    expect(chat({ messages: [{ role: 'user', content: 'x'.repeat(4_000_000) }] }).estimate.promptTokens).toBe(1_000_000)
+    const big = 'x'.repeat(MAX_TEXT_CHARS / 2 + 1)
     const [param, message] = refused({ ...base, messages: [{ role: 'user', content: big }, { role: 'user', content: big }] })
     expect(param).toBe('messages')
     expect(message).toContain('too long')
-    expect(refused({ ...base, messages: [{ role: 'user', content: 'x'.repeat(1_000_001) }] })).toEqual([
+    expect(refused({ ...base, messages: [{ role: 'user', content: 'x'.repeat(MAX_TEXT_CHARS + 1) }] })).toEqual([
       'messages[0].content',
-      "'messages[0].content' must be at most 1000000 characters long, got 1000001 characters",
+      `'messages[0].content' must be at most ${MAX_TEXT_CHARS} characters long, got ${MAX_TEXT_CHARS + 1} characters`,
     ])
   })
 

@@ -28,8 +28,12 @@ export const seed = () => unknown().check(refine((v) => isRawJSON(v) ? inInt64(B
 
 const inInt64 = (v: bigint) => v >= -(2n ** 63n) && v < 2n ** 63n
 
-/** Longest text podgate accepts, per string and summed over a request's messages or prompt. */
-export const MAX_TEXT_CHARS = 1_000_000
+/**
+ * Longest text podgate accepts, per string and summed over a request's messages or prompt: the largest
+ * `maxBodyBytes`, so only the body limit binds. vLLM bounds a prompt by the model's context, and a
+ * long-context model's (256k to 10M tokens) takes several million characters.
+ */
+export const MAX_TEXT_CHARS = 20 * 1024 * 1024
 /**
  * Most items in one array: messages, content parts, prompts, inputs (OpenAI allows 2,048 embedding
  * inputs; vLLM has no limit). It bounds what a refused request costs: a union that fails reports every
