@@ -21,7 +21,7 @@ const READ_FIELDS: Descriptions = {
   model: 'The podgate model alias (or, under `/v2/<model>/openai/v1`, the served model name).',
   stream: 'Answer with server-sent events.',
   stream_options: 'Streaming options; only allowed with `stream: true`. Other members (`continuous_usage_stats`) pass through.',
-  'stream_options.include_usage': 'Send a final chunk with token usage, when the upstream reports it (not a current worker-vllm\'s native shorthand stream).',
+  'stream_options.include_usage': 'Send a final chunk with token usage, when the upstream reports it (not a current worker-vllm\'s native shorthand stream). As in vLLM, true when left out of a `stream_options` object; null is false.',
   max_tokens: "Most tokens to generate. Capped per model; defaults to the model's configured default.",
   max_completion_tokens: 'Alias of `max_tokens`. If both are sent they must be equal.',
   n: "How many choices to generate (at most the model's `maxChoices`).",
