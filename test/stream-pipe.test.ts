@@ -816,6 +816,19 @@ describe('native relay and the answer cache', () => {
     expect(upstream.calls).toHaveLength(1)
   })
 
+  it('a piped stream with SSE lines the parser only warns about (an unknown field, a bad retry) is still stored', async () => {
+    // Legal SSE that every other reader of the stream ignores: the recording must not give up on it.
+    const noisy = `x-proxy: hop\nretry: soon\n\n${UPSTREAM_SSE}`
+    const upstream = scripted(() => [noisy])
+    const { h, stream } = await setup(upstream)
+    const live = await stream(SERVED, cacheable)
+    expect(await live.text()).toBe(noisy)
+    await h.settle()
+    const hit = await stream(SERVED, cacheable)
+    expect(hit.headers.get('x-podgate-cache')).toBe('HIT')
+    expect(upstream.calls).toHaveLength(1)
+  })
+
   it("a piped answer's usage replays whole: vLLM's prompt_tokens_details too", async () => {
     const detailed = { ...usage, prompt_tokens_details: { cached_tokens: 8 } }
     const upstream = scripted(() => [UPSTREAM_SSE.replace(JSON.stringify(usage), JSON.stringify(detailed))])

@@ -223,7 +223,8 @@ function streamRecorder(leader: Leader): StreamRecorder {
         // Made at the first text, once it is known whether the stream is piped: a piped stream's events have
         // no other bound, so one that grows past maxEntryBytes (no entry could hold it) is given up on as it
         // comes instead of held whole. A relayed stream's are bounded by the relay, and its readers need them all.
-        ;(parser ??= createParser(copy.piped ? { ...callbacks, maxBufferSize: maxEntryBytes, onError: giveUp } : callbacks)).feed(text)
+        // Only that overflow gives up: an unknown field or a bad `retry` is legal noise, ignored as the caller's SDK ignores it.
+        ;(parser ??= createParser(copy.piped ? { ...callbacks, maxBufferSize: maxEntryBytes, onError: (error) => error.type === 'max-buffer-size-exceeded' && giveUp() } : callbacks)).feed(text)
       } catch (error) {
         run.log(ctx, { message: 'cache: recording a piped stream failed', cause: String(error) })
         giveUp()
