@@ -415,6 +415,51 @@ describe('createOpenAIRelay timeouts', () => {
     expect(upstream.cancelled()).toBe(true)
   })
 
+  it('ends a stream at the total deadline also when the caller reads slower than the model, or stops reading', async () => {
+    // An upstream that always has the next chunk ready: no read of the relay ever waits for it.
+    const ready = () => {
+      const events = vllmEvents().map(bytesOf)
+      const chunks = [events[0]!, ...Array<Uint8Array>(400).fill(events[1]!), ...events.slice(2)]
+      let index = 0
+      let cancelled = false
+      const stream = new ReadableStream<Uint8Array>({
+        pull(controller) {
+          const next = chunks[index++]
+          if (next) controller.enqueue(next)
+          else controller.close()
+        },
+        cancel() {
+          cancelled = true
+        },
+      })
+      return { stream, cancelled: () => cancelled }
+    }
+    // A caller that takes 5 ms over each read: the answer would take ~2 s, the deadline is 100 ms.
+    const slow = ready()
+    const outcomes: unknown[] = []
+    const reader = createOpenAIRelay({ source: slow.stream.getReader(), model: ALIAS, includeUsage: false, idleMs: 1_000, totalDeadline: Date.now() + 100, onEnd: (end) => outcomes.push(end) }).getReader()
+    let text = ''
+    const started = Date.now()
+    for (let next = await reader.read(); !next.done; next = await reader.read()) {
+      text += new TextDecoder().decode(next.value)
+      await sleep(5)
+    }
+    expect(JSON.parse(sseData(text).at(-1) ?? '')).toMatchObject({ error: { code: 'upstream_timeout', message: expect.stringMatching(/longer than podgate allows/) } })
+    expect(Date.now() - started).toBeLessThan(1_000)
+    expect(slow.cancelled()).toBe(true)
+    expect(outcomes).toMatchObject([{ ok: false, started: true, error: { code: 'upstream_timeout' } }])
+
+    // A caller that read once and holds its connection without reading on: the upstream is let go at the deadline.
+    const held = ready()
+    const ends: unknown[] = []
+    const still = createOpenAIRelay({ source: held.stream.getReader(), model: ALIAS, includeUsage: false, idleMs: 1_000, totalDeadline: Date.now() + 100, onEnd: (end) => ends.push(end) }).getReader()
+    await still.read()
+    await sleep(300)
+    expect(held.cancelled()).toBe(true)
+    expect(ends).toMatchObject([{ ok: false, error: { code: 'upstream_timeout' } }])
+    await still.cancel()
+  })
+
   it('does not count the time the caller takes to read as upstream idleness', async () => {
     const upstream = paced(vllmEvents().map(bytesOf), 0)
     const outcomes: unknown[] = []

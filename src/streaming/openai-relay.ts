@@ -116,7 +116,8 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
   let readingSince = -1
   /**
    * One timer per idle window, not one per chunk: when it fires it either times the stream out or
-   * re-arms itself for what is left of the window of the read pending now.
+   * re-arms itself for what is left of the window of the read pending now (with none pending, for a
+   * window more, the total deadline's watch).
    */
   let timer: ReturnType<typeof setTimeout> | undefined
   /** When output last went to the caller (ms), and how many times: the batching window's clock. */
@@ -234,11 +235,13 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
 
   function onTimer(): void {
     timer = undefined
-    // No read pending: the caller is the slow side, which is not the upstream's idleness. A read that is
-    // pending is the upstream's silence, even when a held batch has answered the caller meanwhile.
-    if (ended || readingSince < 0) return
+    if (ended) return
     const now = Date.now()
-    const idleLeft = readingSince + idleMs - now
+    // No read pending: the caller is the slow side, which is not the upstream's idleness, but the total
+    // deadline holds all the same (a caller slower than the model, or one that stopped reading, must not
+    // keep the upstream call open past it): the timer ticks on, once an idle window. A read that is
+    // pending is the upstream's silence, even when a held batch has answered the caller meanwhile.
+    const idleLeft = readingSince < 0 ? idleMs : readingSince + idleMs - now
     const totalLeft = totalDeadline - now
     if (idleLeft > 0 && totalLeft > 0) return arm(Math.min(idleLeft, totalLeft))
     fail(new GatewayError('upstream_timeout', totalLeft <= 0 ? TOTAL_MESSAGE : IDLE_MESSAGE))
