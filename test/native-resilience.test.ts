@@ -33,6 +33,18 @@ describe('native streams: polls', () => {
     expect(polls).toBeLessThanOrEqual(30)
   })
 
+  it('a streamed completion of several prompts is paced for all their tokens, and stays within the poll budget', async () => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    const h = harness({ runpod: { apiKey: RUNPOD_KEY, baseUrl: 'https://emulator.test/v2', maxPollsPerStream: 45 } }, emulator)
+    const { key } = await h.createKey()
+    // Four prompts of 100 tokens each (an `openai_route` job): 400 events to come, where max_tokens is 300.
+    const prompt = ['a [[emulator:tokens=100,delay=10]]', 'b', 'c', 'd']
+    const res = await h.fetch('/v1/completions', post(key, { model: 'chat-current', prompt, max_tokens: 300, stream: true }))
+    const events = await readSSE(res)
+    expect(events.at(-1)).toBe('[DONE]')
+    expect(emulator.calls.filter((call) => call.op === 'stream').length).toBeLessThanOrEqual(45)
+  })
+
   it('an answer the budget covers a poll a token is not paced: its tokens reach the caller as they come', async () => {
     const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
     const h = harness({}, emulator)

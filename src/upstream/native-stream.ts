@@ -249,7 +249,8 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
    */
   function pace(attempt: Attempt): number {
     const left = runpod.maxPollsPerStream - polls
-    const tokensLeft = request.sampling.max_tokens * (request.sampling.n ?? 1) - attempt.chunks
+    // Every sequence streams its own tokens: a completion's prompts each bring n of them (`estimate.sequences`).
+    const tokensLeft = request.sampling.max_tokens * request.estimate.sequences - attempt.chunks
     if (attempt.chunks === 0 || tokensLeft <= left) return 0
     const perToken = (Date.now() - attempt.firstChunkAt) / attempt.chunks
     // Never near the idle timeout: the wait before a poll is podgate's, not the model's silence.
