@@ -372,6 +372,29 @@ describe('usage and completions', () => {
     const echoed = await client().completions.create({ model: 'm', prompt: 'say this', echo: true })
     expect(echoed.choices[0]!.text.startsWith('say this')).toBe(true)
   })
+
+  it('completions without max_tokens stop at vLLM\'s default of 16 (null: no cap); chat has no default; the shorthand takes the route\'s default on the current worker, 100 on the classic one', async () => {
+    const { client, post, runsync } = setup()
+    const long = '[[emulator:tokens=120]] Once'
+    const tokensOf = (job: Json) => job.output[0].usage.completion_tokens ?? job.output[0].usage.output
+    const text = await client().completions.create({ model: 'm', prompt: long })
+    expect(text.usage!.completion_tokens).toBe(16)
+    expect(text.choices[0]!.finish_reason).toBe('length')
+    const streamed = ssePayloads(await (await post('/v2/vllmopenai/openai/v1/completions', { prompt: long, stream: true })).text())
+    expect(streamed.at(-1)!.choices[0].finish_reason).toBe('length')
+    expect(streamed).toHaveLength(16)
+    const uncapped = (await (await post('/v2/vllmopenai/openai/v1/completions', { prompt: long, max_tokens: null })).json()) as Json
+    expect(uncapped.usage.completion_tokens).toBe(120)
+    const chat = await client().chat.completions.create({ model: 'm', messages: user(long) })
+    expect(chat.usage!.completion_tokens).toBe(120)
+    expect(tokensOf(await runsync('vllmcurrent', { openai_route: '/v1/completions', openai_input: { prompt: long } }))).toBe(16)
+    // worker-vllm >= v2.24 posts {...sampling_params, stream} to vLLM's completions (prompt) or chat (messages) route.
+    expect(tokensOf(await runsync('vllmcurrent', { prompt: long }))).toBe(16)
+    expect(tokensOf(await runsync('vllmcurrent', { messages: user(long) }))).toBe(120)
+    expect(tokensOf(await runsync('vllmclassic', { prompt: long }))).toBe(100)
+    expect(tokensOf(await runsync('vllmclassic', { messages: user(long) }))).toBe(100)
+    expect((await runsync('vllmcurrent', { prompt: long, sampling_params: { min_tokens: 20 } })).error).toContain('min_tokens must be less than or equal to max_tokens=16, got 20.')
+  })
 })
 
 describe('embeddings', () => {

@@ -137,7 +137,7 @@ describe('native ops', () => {
 describe('job lifecycle on a fake clock', () => {
   it('goes IN_QUEUE -> IN_PROGRESS -> COMPLETED from cold start and token delay, then stays warm', async () => {
     const h = setup({ endpoints: { slow: { coldStartMs: 1000, tokenDelayMs: 10, warmForMs: 5000 } } })
-    const id = await h.run('slow', { prompt: 'count [[emulator:tokens=20]]' })
+    const id = await h.run('slow', { prompt: 'count [[emulator:tokens=20]]', sampling_params: { max_tokens: 50 } })
     expect(await h.status('slow', id)).toEqual({ id, status: 'IN_QUEUE' })
     h.clock.t += 999
     expect((await h.status('slow', id)).status).toBe('IN_QUEUE')

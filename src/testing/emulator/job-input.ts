@@ -10,7 +10,7 @@ import type { Directives } from './directives.ts'
 import { DIALECTS, isGenerationRoute } from './dialects.ts'
 import type { GenerationRoute } from './dialects.ts'
 import { errorDialect } from './openai-format.ts'
-import { parseNativeInput, samplingProblem } from './requests.ts'
+import { nativeDefaultMaxTokens, parseNativeInput, samplingProblem } from './requests.ts'
 import type { BatchSizing, GenerationRequest, Refusal } from './requests.ts'
 import { isUtilityRoute, utilityTexts } from './utility-routes.ts'
 import type { UtilityRoute } from './utility-routes.ts'
@@ -53,7 +53,7 @@ export const passthroughInputSchema = z.looseObject({
 export function parseJobInput(input: unknown, generation: 'classic' | 'current' = 'current'): JobRequest {
   const passthrough = passthroughInputSchema.safeParse(input)
   if (!passthrough.success) {
-    const native = parseNativeInput(input)
+    const native = parseNativeInput(input, generation)
     if (!native.ok) return { shape: 'invalid', message: native.message }
     // The classic worker builds vLLM's SamplingParams(**sampling_params) (utils.py JobInput), a msgspec
     // Struct that refuses any other key: the job fails with the TypeError's text. The current worker posts
@@ -63,8 +63,7 @@ export function parseJobInput(input: unknown, generation: 'classic' | 'current' 
     if (unknown !== undefined) return { shape: 'invalid', message: `Unexpected keyword argument '${unknown}'` }
     // SamplingParams' own checks: the classic worker raises them while reading the input (the job fails
     // with their text, as any exception there); the current worker's vLLM refuses them with a 400.
-    // (The classic handler's max_tokens default is 100.)
-    const problem = samplingProblem(generation === 'classic' ? { max_tokens: 100, ...sampling } : sampling)
+    const problem = samplingProblem({ max_tokens: nativeDefaultMaxTokens(generation, input as { messages?: unknown }), ...sampling })
     if (problem !== undefined) {
       return generation === 'classic'
         ? { shape: 'invalid', message: problem }

@@ -77,8 +77,13 @@ export interface Refusal {
 export type ParseResult = { ok: true; request: GenerationRequest } | { ok: false; message: string; directives?: Directives }
 
 export const DEFAULT_BATCHING: BatchSizing = { max: 50, min: 1, growth: 3 }
-/** The classic handler's max_tokens default; the OpenAI route has no cap beyond the model's context. */
-const NATIVE_DEFAULT_MAX_TOKENS = 100
+/** The classic handler's max_tokens default (utils.py JobInput). */
+const CLASSIC_DEFAULT_MAX_TOKENS = 100
+/**
+ * vLLM's CompletionRequest default when `max_tokens` is absent (`null` means the model's context, as chat's
+ * absent or null does).
+ */
+export const COMPLETIONS_DEFAULT_MAX_TOKENS = 16
 
 /** A content part: a string (text), or an object; vLLM types one without `type` by its media key (`image_url`, ...). */
 const contentPart = z.union([z.string(), z.looseObject({ type: z.optional(z.string()), text: z.optional(z.string()) })])
@@ -201,7 +206,8 @@ export function parseOpenAIBody(kind: 'chat' | 'completion', body: unknown): Par
   }
   const parsed = completionBodySchema.safeParse(body, ENGLISH)
   if (!parsed.success) return { ok: false, message: describeIssue(parsed.error) }
-  const b = parsed.data
+  // Absent is vLLM's default of 16; null leaves only the model's context as the cap.
+  const b = { ...parsed.data, max_tokens: parsed.data.max_tokens === undefined ? COMPLETIONS_DEFAULT_MAX_TOKENS : parsed.data.max_tokens }
   const embeds = b.prompt_embeds == null ? [] : typeof b.prompt_embeds === 'string' ? [b.prompt_embeds] : b.prompt_embeds
   // A tensor's length in tokens depends on the model's hidden size; the emulator counts one per tensor.
   const prompts = [...(b.prompt == null ? [] : promptList(b.prompt)), ...embeds.map(() => ({ text: '', tokens: 1 }))]
@@ -260,15 +266,24 @@ export function servedRefusal(
 /** worker-vllm's native shorthand, parsed: the generation and the batch sizing of its stream. */
 export type NativeParse = { ok: true; request: GenerationRequest; batching: BatchSizing } | { ok: false; message: string }
 
+/**
+ * The `max_tokens` of native shorthand that sets none: the classic handler's 100; the current worker posts
+ * the shorthand to vLLM's completions route (`prompt`: 16) or chat route (`messages`: no default).
+ */
+export function nativeDefaultMaxTokens(generation: 'classic' | 'current', input: { messages?: unknown }): number | undefined {
+  if (generation === 'classic') return CLASSIC_DEFAULT_MAX_TOKENS
+  return input.messages === undefined ? COMPLETIONS_DEFAULT_MAX_TOKENS : undefined
+}
+
 /** Parses worker-vllm's native shorthand (`prompt` or `messages`, `sampling_params`, batch sizing). */
-export function parseNativeInput(input: unknown): NativeParse {
+export function parseNativeInput(input: unknown, generation: 'classic' | 'current' = 'classic'): NativeParse {
   const parsed = nativeInputSchema.safeParse(input, ENGLISH)
   if (!parsed.success) return { ok: false, message: describeIssue(parsed.error) }
   const b = parsed.data
   const sampling = b.sampling_params ?? {}
   const common = {
     n: sampling.n ?? 1,
-    maxTokens: sampling.max_tokens ?? NATIVE_DEFAULT_MAX_TOKENS,
+    maxTokens: sampling.max_tokens ?? nativeDefaultMaxTokens(generation, b),
     stop: toStops(sampling.stop),
     seed: sampling.seed ?? undefined,
     stream: b.stream ?? false,
