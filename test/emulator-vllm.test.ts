@@ -502,6 +502,24 @@ describe('openai_route jobs and request recording', () => {
     expect((await runsync('vllmclassic', { messages: user('Hi'), sampling_params: { min_tokens: 101 } })).error).toBe('min_tokens must be less than or equal to max_tokens=100, got 101.')
   })
 
+  it('current worker: routes a job as handler.py does (openai_input alone is chat, a bare openai_route a GET, route + body + method any call); a route or method vLLM lacks is FastAPI\'s 404 / 405', async () => {
+    const { runsync } = setup()
+    const chat = await runsync('vllmcurrent', { openai_input: { messages: user('Hi') } })
+    expect(chat).toMatchObject({ status: 'COMPLETED', output: [{ object: 'chat.completion' }] })
+    const generic = await runsync('vllmcurrent', { route: '/v1/completions', body: { prompt: 'Once', max_tokens: 3 } })
+    expect(generic).toMatchObject({ status: 'COMPLETED', output: [{ object: 'text_completion', usage: { completion_tokens: 3 } }] })
+    expect((await runsync('vllmcurrent', { route: '/v1/models' })).output[0].object).toBe('list')
+    // An empty openai_input is falsy in Python: the route is fetched with GET.
+    expect((await runsync('vllmcurrent', { openai_route: '/v1/models', openai_input: {} })).output[0].object).toBe('list')
+    const wrongMethod = await runsync('vllmcurrent', { openai_route: '/v1/chat/completions' })
+    expect(wrongMethod).toMatchObject({ status: 'FAILED', error: `{'message': 'vLLM returned HTTP 405: {"detail":"Method Not Allowed"}', 'type': 'worker_error', 'code': None}` })
+    expect((await runsync('vllmcurrent', { openai_route: '/v1/models', openai_input: { x: 1 } })).error).toContain('vLLM returned HTTP 405: {"detail":"Method Not Allowed"}')
+    const missing = await runsync('vllmcurrent', { openai_route: '/v1/nothing', openai_input: { x: 1 } })
+    expect(missing.error).toBe(`{'message': 'vLLM returned HTTP 404: {"detail":"Not Found"}', 'type': 'worker_error', 'code': None}`)
+    const empty = await runsync('vllmcurrent', { sampling_params: { max_tokens: 3 } })
+    expect(empty.error).toBe("{'message': 'Job input must contain one of: openai_input (+openai_route), route (+body), or prompt/messages.', 'type': 'worker_error', 'code': None}")
+  })
+
   it('unknown fields are accepted; the last request body of each endpoint is recorded exactly', async () => {
     const { client, emulator, post } = setup()
     const body = { model: 'm', messages: user('Hi'), some_future_field: { nested: [1, 'x'] }, top_k: 5, vllm_xargs: { a: 1 } }

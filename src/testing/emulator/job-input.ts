@@ -46,13 +46,29 @@ export const passthroughInputSchema = z.looseObject({
   openai_input: z.optional(z.unknown()),
 })
 
+/** What the current worker calls on its `vllm serve` for a job, when the job is no shorthand. */
+interface ProxyCall {
+  route: string
+  method: string
+  body?: unknown
+}
+
+/** The current worker's message for input that is neither a call nor shorthand (handler.py). */
+const NO_CURRENT_INPUT = 'Job input must contain one of: openai_input (+openai_route), route (+body), or prompt/messages.'
+
 /**
  * Classifies a job's `input`. The current worker proxies any route to `vllm serve`; vLLM answers a
  * route it does not have with 404.
  */
 export function parseJobInput(input: unknown, generation: 'classic' | 'current' = 'current'): JobRequest {
+  if (generation === 'current') {
+    const call = proxyCall(input)
+    if (call) return proxiedCall(call)
+    const { messages, prompt } = (input ?? {}) as { messages?: unknown; prompt?: unknown }
+    if (messages == null && prompt == null) return { shape: 'invalid', message: NO_CURRENT_INPUT }
+  }
   const passthrough = passthroughInputSchema.safeParse(input)
-  if (!passthrough.success) {
+  if (generation === 'current' || !passthrough.success) {
     const native = parseNativeInput(input, generation)
     if (!native.ok) return { shape: 'invalid', message: native.message }
     // The classic worker builds vLLM's SamplingParams(**sampling_params) (utils.py JobInput), a msgspec
@@ -73,14 +89,51 @@ export function parseJobInput(input: unknown, generation: 'classic' | 'current' 
   }
   const route = passthrough.data.openai_route
   const body = passthrough.data.openai_input
-  if (generation === 'classic' && !CLASSIC_ROUTES.includes(route)) {
+  if (!CLASSIC_ROUTES.includes(route)) {
     return { shape: 'refused', refusal: { status: 400, type: 'BadRequestError', message: 'Invalid route' }, directives: {} }
   }
   if (route === '/v1/models') return { shape: 'openai', route }
+  return generationJob(route as GenerationRoute, body)
+}
+
+/**
+ * The call the current worker makes for a job (handler.py `_normalize_job_input`, Python truthiness):
+ * a non-empty `openai_input` is POSTed to `openai_route` (chat completions when absent), a bare
+ * `openai_route` is fetched with GET, and `route` goes with `body` and `method` (POST with a body, else
+ * GET). Undefined for shorthand.
+ */
+function proxyCall(input: unknown): ProxyCall | undefined {
+  if (typeof input !== 'object' || input === null) return undefined
+  const { openai_input: openaiInput, openai_route: openaiRoute, route, body, method } = input as Record<string, unknown>
+  if (truthy(openaiInput)) return { route: truthy(openaiRoute) ? String(openaiRoute) : '/v1/chat/completions', method: 'POST', body: openaiInput }
+  if (truthy(openaiRoute)) return { route: String(openaiRoute), method: 'GET' }
+  if (truthy(route)) return { route: String(route), method: (truthy(method) ? String(method) : truthy(body) ? 'POST' : 'GET').toUpperCase(), body }
+  return undefined
+}
+
+/** The emulated `vllm serve`'s answer to one call: FastAPI's 405 for a method its route lacks, 404 for no route. */
+function proxiedCall({ route, method, body }: ProxyCall): JobRequest {
+  const served = route === '/v1/models' || isUtilityRoute(route) || isGenerationRoute(route)
+  const fastapi = (status: 404 | 405): JobRequest => ({
+    shape: 'refused',
+    refusal: { status, type: '', message: status === 404 ? 'Not Found' : 'Method Not Allowed', dialect: 'fastapi' },
+    directives: {},
+  })
+  if (!served) return fastapi(404)
+  if (method !== (route === '/v1/models' ? 'GET' : 'POST')) return fastapi(405)
+  if (route === '/v1/models') return { shape: 'openai', route }
   if (isUtilityRoute(route)) return { shape: 'utility', route, body }
-  if (!isGenerationRoute(route)) {
-    return { shape: 'refused', refusal: { status: 404, type: 'NotFoundError', message: 'Not Found' }, directives: {} }
-  }
+  return generationJob(route as GenerationRoute, body)
+}
+
+/** Python's truthiness of a JSON value: null, false, 0, "", [] and {} are false. */
+function truthy(value: unknown): boolean {
+  if (Array.isArray(value)) return value.length > 0
+  if (typeof value === 'object' && value !== null) return Object.keys(value).length > 0
+  return Boolean(value)
+}
+
+function generationJob(route: GenerationRoute, body: unknown): JobRequest {
   const parsed = DIALECTS[route].parse(body)
   if (parsed.ok) return { shape: 'openai', route, request: parsed.request }
   return {

@@ -263,8 +263,9 @@ export function vllmError(message: string, type: string, code: number): JsonObje
   return { error: { message, type, param: null, code } }
 }
 
-/** A refusal's error body in its route's dialect: vLLM's, or Anthropic's on `/v1/messages`. */
+/** A refusal's error body in its route's dialect: vLLM's, Anthropic's on `/v1/messages`, or FastAPI's route miss. */
 export function refusalBody(refusal: Refusal): JsonObject {
+  if (refusal.dialect === 'fastapi') return { detail: refusal.message }
   if (refusal.dialect !== 'anthropic') return vllmError(refusal.message, refusal.type, refusal.status)
   return { type: 'error', error: { type: anthropicErrorType(refusal.status), message: refusal.message } }
 }

@@ -70,8 +70,11 @@ export interface Refusal {
   status: number
   message: string
   type: string
-  /** Whose error body words it: Anthropic's on `/v1/messages*`, else vLLM's (the default). */
-  dialect?: 'anthropic'
+  /**
+   * Whose error body words it: Anthropic's on `/v1/messages*`, FastAPI's own (`{"detail": message}`) for a
+   * route or method vLLM's server lacks, else vLLM's (the default).
+   */
+  dialect?: 'anthropic' | 'fastapi'
 }
 
 export type ParseResult = { ok: true; request: GenerationRequest } | { ok: false; message: string; directives?: Directives }
