@@ -328,6 +328,9 @@ describe('logprobs', () => {
     const ranked = Object.values(choice.prompt_logprobs[1] as Record<string, Json>)
     expect(ranked).toHaveLength(2)
     expect(ranked.find((r) => r.rank === 1)).toMatchObject({ logprob: expect.any(Number), decoded_token: 'two' })
+    // logprobs 0: vLLM still returns the sampled token's logprob, and its top_logprobs entry holds that token.
+    const sampledOnly = (await client().completions.create({ model: 'm', prompt: 'one two three', logprobs: 0 })).choices[0]!.logprobs!
+    expect(sampledOnly.top_logprobs![0]).toEqual({ [sampledOnly.tokens![0]!]: sampledOnly.token_logprobs![0] })
   })
 
   it('refuses more than MAX_LOGPROBS (20) and prompt_logprobs in a stream, like vLLM', async () => {

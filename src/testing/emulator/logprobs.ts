@@ -39,7 +39,10 @@ export function chatLogprob(token: string, position: number, top: number): JsonO
   }
 }
 
-/** The completions `logprobs` object of consecutive tokens starting at `position`, text offsets from `offset`. */
+/**
+ * The completions `logprobs` object of consecutive tokens starting at `position`, text offsets from `offset`.
+ * Each `top_logprobs` entry holds the sampled token even at `logprobs: 0`, as vLLM keeps `top + 1` entries.
+ */
 export function completionLogprobs(tokens: readonly string[], options: { position: number; offset: number; top: number }): JsonObject {
   let offset = options.offset
   const text_offset: number[] = []
@@ -51,7 +54,7 @@ export function completionLogprobs(tokens: readonly string[], options: { positio
     tokens: [...tokens],
     token_logprobs: tokens.map((t, i) => logprobOf(t, options.position + i)),
     top_logprobs: tokens.map((t, i) =>
-      Object.fromEntries(alternatives(t, options.position + i, options.top).map((alt) => [alt.token, alt.logprob])),
+      Object.fromEntries(alternatives(t, options.position + i, Math.max(1, options.top)).map((alt) => [alt.token, alt.logprob])),
     ),
     text_offset,
   }
