@@ -523,6 +523,17 @@ describe('openai_route jobs and request recording', () => {
     expect(empty.error).toBe("{'message': 'Job input must contain one of: openai_input (+openai_route), route (+body), or prompt/messages.', 'type': 'worker_error', 'code': None}")
   })
 
+  it('n and max_tokens: SamplingParams\' lower bounds in its words, and no upper bound on n', async () => {
+    const { runsync, client } = setup()
+    const many = await client().chat.completions.create({ model: 'm', messages: user('Hi'), n: 65, max_tokens: 2 })
+    expect(many.choices).toHaveLength(65)
+    for (const [params, message] of [[{ n: 0 }, 'n must be at least 1, got 0.'], [{ max_tokens: 0 }, 'max_tokens must be at least 1, got 0.']] as const) {
+      await expect(client().chat.completions.create({ model: 'm', messages: user('Hi'), ...params })).rejects.toMatchObject({ status: 400, message: expect.stringContaining(message) })
+      expect(await runsync('vllmclassic', { messages: user('Hi'), sampling_params: params })).toMatchObject({ status: 'FAILED', error: message })
+      expect((await runsync('vllmcurrent', { prompt: 'Once', sampling_params: params })).error).toContain(`vLLM returned HTTP 400: {"error":{"message":"${message}"`)
+    }
+  })
+
   it('unknown fields are accepted; the last request body of each endpoint is recorded exactly', async () => {
     const { client, emulator, post } = setup()
     const body = { model: 'm', messages: user('Hi'), some_future_field: { nested: [1, 'x'] }, top_k: 5, vllm_xargs: { a: 1 } }

@@ -102,8 +102,9 @@ export const chatMessageSchema = z.looseObject({
 const stop = z.nullish(z.union([z.string(), z.array(z.string())]))
 const int = () => z.number().check(z.int())
 const samplingFields = {
-  n: z.nullish(int().check(z.minimum(1), z.maximum(64))),
-  max_tokens: z.nullish(int().check(z.minimum(1))),
+  // Their lower bounds are SamplingParams' (samplingProblem), in its words; vLLM sets n no upper bound.
+  n: z.nullish(int()),
+  max_tokens: z.nullish(int()),
   stop,
   seed: z.nullish(int()),
 }
@@ -140,7 +141,7 @@ const toolChoice = z.union([
 export const chatBodySchema = z.looseObject({
   ...openAIFields,
   messages: z.array(chatMessageSchema).check(z.minLength(1)),
-  max_completion_tokens: z.nullish(int().check(z.minimum(1))),
+  max_completion_tokens: z.nullish(int()),
   tools: z.nullish(z.array(tool)),
   tool_choice: z.nullish(toolChoice),
   logprobs: z.nullish(z.boolean()),
@@ -155,7 +156,7 @@ export const completionBodySchema = z.looseObject({
   /** Base64 tensors, one prompt each; vLLM takes them instead of (or besides) `prompt`. */
   prompt_embeds: z.nullish(z.union([z.string(), z.array(z.string()).check(z.minLength(1))])),
   /** 0 with `echo`: vLLM scores the prompt without generating. */
-  max_tokens: z.nullish(int().check(z.minimum(0))),
+  max_tokens: z.nullish(int()),
   logprobs: z.nullish(int()),
   echo: z.nullish(z.boolean()),
 })
@@ -219,7 +220,8 @@ export function parseOpenAIBody(kind: 'chat' | 'completion', body: unknown): Par
   if (b.logprobs != null && b.logprobs < 0) return { ok: false, message: '`logprobs` must be a positive value.', directives }
   // vLLM runs echo with max_tokens 0 as one token and answers the prompt alone; without echo SamplingParams refuses 0.
   if (b.max_tokens === 0 && !b.echo) return { ok: false, message: 'max_tokens must be at least 1, got 0.', directives }
-  const common = openAICommon(b)
+  // echo with max_tokens 0 runs as one token.
+  const common = openAICommon(b.echo && b.max_tokens === 0 ? { ...b, max_tokens: 1 } : b)
   if (!common.ok) return { ok: false, message: common.message, directives }
   return {
     ok: true,
@@ -407,12 +409,15 @@ function toStops(value: string | string[] | null | undefined): string[] {
 }
 
 /**
- * The checks of vLLM's SamplingParams (sampling_params.py `_verify_args`) that span two fields, in its
- * words: greedy sampling (temperature below 1e-5) makes one choice, and `min_tokens` cannot pass `max_tokens`.
+ * The checks of vLLM's SamplingParams (sampling_params.py `_verify_args`) on `n` and `max_tokens`, in its
+ * words: each at least 1, greedy sampling (temperature below 1e-5) makes one choice, and `min_tokens`
+ * cannot pass `max_tokens`.
  */
 export function samplingProblem(params: Record<string, unknown>): string | undefined {
   const n = typeof params.n === 'number' ? params.n : 1
   const { temperature, min_tokens: min, max_tokens: max } = params
+  if (n < 1) return `n must be at least 1, got ${n}.`
+  if (typeof max === 'number' && max < 1) return `max_tokens must be at least 1, got ${max}.`
   if (typeof temperature === 'number' && temperature < 1e-5 && n > 1) return `n must be 1 when using greedy sampling, got ${n}.`
   if (typeof min === 'number' && typeof max === 'number' && min > max) return `min_tokens must be less than or equal to max_tokens=${max}, got ${min}.`
   return undefined
