@@ -534,6 +534,19 @@ describe('openai_route jobs and request recording', () => {
     }
   })
 
+  it('stream_options without stream: true is vLLM\'s 400 on chat and completions; an empty one is served', async () => {
+    const { post, runsync } = setup()
+    const message = 'Stream options can only be defined when `stream=True`.'
+    for (const [route, body] of [['chat/completions', { messages: user('Hi') }], ['completions', { prompt: 'Once' }]] as const) {
+      const refused = await post(`/v2/vllmopenai/openai/v1/${route}`, { ...body, stream_options: { include_usage: true } })
+      expect(refused.status).toBe(400)
+      expect(await refused.json()).toEqual({ error: { message, type: 'BadRequestError', param: null, code: 400 } })
+      expect((await post(`/v2/vllmopenai/openai/v1/${route}`, { ...body, stream: false, stream_options: {} })).status).toBe(200)
+    }
+    const job = await runsync('vllmcurrent', { openai_route: '/v1/chat/completions', openai_input: { messages: user('Hi'), stream_options: { include_usage: true } } })
+    expect(job.error).toContain(`vLLM returned HTTP 400: {"error":{"message":"${message}"`)
+  })
+
   it('unknown fields are accepted; the last request body of each endpoint is recorded exactly', async () => {
     const { client, emulator, post } = setup()
     const body = { model: 'm', messages: user('Hi'), some_future_field: { nested: [1, 'x'] }, top_k: 5, vllm_xargs: { a: 1 } }

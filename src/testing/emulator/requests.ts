@@ -425,6 +425,10 @@ export function samplingProblem(params: Record<string, unknown>): string | undef
 
 function openAICommon(b: z.infer<typeof chatBodySchema> | z.infer<typeof completionBodySchema>) {
   const stream = b.stream ?? false
+  // vLLM's validator reads Python truthiness: an empty `stream_options` passes.
+  if (!stream && b.stream_options != null && Object.keys(b.stream_options).length > 0) {
+    return { ok: false as const, message: 'Stream options can only be defined when `stream=True`.' }
+  }
   if (stream && b.prompt_logprobs != null && b.prompt_logprobs > 0) {
     return { ok: false as const, message: '`prompt_logprobs` are not available when `stream=True`.' }
   }
