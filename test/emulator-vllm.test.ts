@@ -547,6 +547,19 @@ describe('openai_route jobs and request recording', () => {
     expect(job.error).toContain(`vLLM returned HTTP 400: {"error":{"message":"${message}"`)
   })
 
+  it('completions refuse what vLLM\'s completions route does not serve: suffix, an empty prompt, echo with prompt_embeds', async () => {
+    const { post } = setup()
+    for (const [body, message] of [
+      [{ prompt: 'def f(', suffix: 'return x' }, 'suffix is not currently supported'],
+      [{ prompt: '' }, 'Either prompt or prompt_embeds must be provided and non-empty.'],
+      [{ prompt_embeds: 'AAAA', echo: true }, 'Echo is unsupported with prompt embeds.'],
+    ] as const) {
+      const res = await post('/v2/vllmopenai/openai/v1/completions', body)
+      expect(res.status).toBe(400)
+      expect(((await res.json()) as Json).error.message).toBe(message)
+    }
+  })
+
   it('unknown fields are accepted; the last request body of each endpoint is recorded exactly', async () => {
     const { client, emulator, post } = setup()
     const body = { model: 'm', messages: user('Hi'), some_future_field: { nested: [1, 'x'] }, top_k: 5, vllm_xargs: { a: 1 } }

@@ -154,7 +154,9 @@ export const completionBodySchema = z.looseObject({
   ...openAIFields,
   prompt: z.nullish(z.union([z.string(), z.array(z.string()).check(z.minLength(1)), tokenIds, z.array(tokenIds).check(z.minLength(1))])),
   /** Base64 tensors, one prompt each; vLLM takes them instead of (or besides) `prompt`. */
-  prompt_embeds: z.nullish(z.union([z.string(), z.array(z.string()).check(z.minLength(1))])),
+  prompt_embeds: z.nullish(z.union([z.string(), z.array(z.string())])),
+  /** Declared by vLLM's CompletionRequest, refused by its renderer. */
+  suffix: z.nullish(z.string()),
   /** 0 with `echo`: vLLM scores the prompt without generating. */
   max_tokens: z.nullish(int()),
   logprobs: z.nullish(int()),
@@ -214,9 +216,13 @@ export function parseOpenAIBody(kind: 'chat' | 'completion', body: unknown): Par
   const b = { ...parsed.data, max_tokens: parsed.data.max_tokens === undefined ? COMPLETIONS_DEFAULT_MAX_TOKENS : parsed.data.max_tokens }
   const embeds = b.prompt_embeds == null ? [] : typeof b.prompt_embeds === 'string' ? [b.prompt_embeds] : b.prompt_embeds
   // A tensor's length in tokens depends on the model's hidden size; the emulator counts one per tensor.
-  const prompts = [...(b.prompt == null ? [] : promptList(b.prompt)), ...embeds.map(() => ({ text: '', tokens: 1 }))]
+  // An empty string is no prompt to vLLM's validator, as an empty list of tensors is none.
+  const prompts = [...(b.prompt == null || b.prompt === '' ? [] : promptList(b.prompt)), ...embeds.map(() => ({ text: '', tokens: 1 }))]
   if (prompts.length === 0) return { ok: false, message: 'Either prompt or prompt_embeds must be provided and non-empty.' }
   const directives = parseDirectives(prompts.map((p) => p.text))
+  // The renderer's refusals of what the route declares but does not serve.
+  if (b.suffix != null) return { ok: false, message: 'suffix is not currently supported', directives }
+  if (b.echo && b.prompt_embeds != null) return { ok: false, message: 'Echo is unsupported with prompt embeds.', directives }
   if (b.logprobs != null && b.logprobs < 0) return { ok: false, message: '`logprobs` must be a positive value.', directives }
   // vLLM runs echo with max_tokens 0 as one token and answers the prompt alone; without echo SamplingParams refuses 0.
   if (b.max_tokens === 0 && !b.echo) return { ok: false, message: 'max_tokens must be at least 1, got 0.', directives }
