@@ -560,6 +560,16 @@ describe('openai_route jobs and request recording', () => {
     }
   })
 
+  it('chat: continue_final_message with add_generation_prompt both sent true is vLLM\'s 400; either alone is served', async () => {
+    const { post } = setup()
+    const messages = [...user('Hi'), { role: 'assistant', content: 'Hello' }]
+    const both = await post('/v2/vllmopenai/openai/v1/chat/completions', { messages, continue_final_message: true, add_generation_prompt: true })
+    expect(both.status).toBe(400)
+    expect(((await both.json()) as Json).error.message).toBe('Cannot set both `continue_final_message` and `add_generation_prompt` to True.')
+    // The validator reads the body as sent: add_generation_prompt's default (true) does not count.
+    expect((await post('/v2/vllmopenai/openai/v1/chat/completions', { messages, continue_final_message: true })).status).toBe(200)
+  })
+
   it('unknown fields are accepted; the last request body of each endpoint is recorded exactly', async () => {
     const { client, emulator, post } = setup()
     const body = { model: 'm', messages: user('Hi'), some_future_field: { nested: [1, 'x'] }, top_k: 5, vllm_xargs: { a: 1 } }

@@ -148,6 +148,8 @@ export const chatBodySchema = z.looseObject({
   top_logprobs: z.nullish(int()),
   chat_template_kwargs: z.nullish(z.record(z.string(), z.unknown())),
   include_reasoning: z.nullish(z.boolean()),
+  continue_final_message: z.nullish(z.boolean()),
+  add_generation_prompt: z.nullish(z.boolean()),
 })
 const tokenIds = z.array(int().check(z.minimum(0))).check(z.minLength(1))
 export const completionBodySchema = z.looseObject({
@@ -188,6 +190,8 @@ export function parseOpenAIBody(kind: 'chat' | 'completion', body: unknown): Par
     // vLLM's request validators (protocol.py), in their wording.
     const toolRefusal = toolChoiceRefusal(choice, tools)
     if (toolRefusal) return refuse(toolRefusal)
+    // Read from the body as sent (a "before" validator): add_generation_prompt's default does not count.
+    if (b.continue_final_message && b.add_generation_prompt) return refuse('Cannot set both `continue_final_message` and `add_generation_prompt` to True.')
     if (b.top_logprobs != null && b.top_logprobs < 0) return refuse('`top_logprobs` must be a positive value.')
     if (b.top_logprobs != null && b.top_logprobs > 0 && !b.logprobs) {
       return refuse('when using `top_logprobs`, `logprobs` must be set to true.')
