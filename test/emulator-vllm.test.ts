@@ -354,6 +354,12 @@ describe('usage and completions', () => {
     const counts = every.slice(0, -1).map((p) => p.usage.completion_tokens)
     expect(counts).toEqual([...counts].sort((a, b) => a - b))
     expect(every.at(-2)!.usage).toEqual(every.at(-1)!.usage)
+    // Completions with a prompt list: each chunk counts its own prompt (vLLM's num_prompt_tokens[prompt_idx]); the final chunk sums them.
+    const listed = ssePayloads(await (await post('/v2/vllmopenai/openai/v1/completions', { prompt: ['a b', 'c d e'], max_tokens: 3, stream: true, stream_options: { include_usage: true, continuous_usage_stats: true } })).text())
+    const promptOf = (index: number) => new Set(listed.filter((p) => p.choices[0]?.index === index).map((p) => p.usage.prompt_tokens))
+    expect([...promptOf(0)]).toEqual([2])
+    expect([...promptOf(1)]).toEqual([3])
+    expect(listed.at(-1)!.usage.prompt_tokens).toBe(5)
   })
 
   it('prompt string[] / int[] / int[][] with n > 1: choices keep their index, streamed or not; echo prepends the prompt', async () => {

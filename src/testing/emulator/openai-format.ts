@@ -125,6 +125,8 @@ export function completionEvents(completion: Completion, meta: CompletionMeta, i
   const top = request.logprobs?.top
   const continuous = includeUsage && request.continuousUsage
   const produced = choices.map(() => 0)
+  // Continuous usage counts a choice's own prompt (vLLM's num_prompt_tokens[prompt_idx]); the final usage, all of them.
+  const promptOf = (index: number) => request.prompts?.[choices[index]?.promptIndex ?? 0]?.tokens ?? completion.promptTokens
   const chunk = (choice: JsonObject, step: number, index: number): TimedEvent => ({
     step,
     kind: 'chunk',
@@ -134,7 +136,7 @@ export function completionEvents(completion: Completion, meta: CompletionMeta, i
       created: meta.created,
       model: meta.model,
       choices: [choice],
-      ...(continuous ? { usage: usageOf(completion.promptTokens, produced[index] ?? 0) } : {}),
+      ...(continuous ? { usage: usageOf(promptOf(index), produced[index] ?? 0) } : {}),
     }),
   })
 
