@@ -576,6 +576,23 @@ describe('openai_route jobs and request recording', () => {
     expect((await post('/v2/vllmopenai/openai/v1/chat/completions', { messages, continue_final_message: true })).status).toBe(200)
   })
 
+  it('/v1/messages jobs: the current worker wraps vLLM\'s refusal in Anthropic\'s shape; the classic worker\'s engine.py words its own', async () => {
+    const { runsync } = setup({ endpoints: { namedclassic: { servedModelName: 'served' } } })
+    const tools = [{ name: 'get_time', input_schema: { type: 'object' } }]
+    const message = (content: string) => ({ model: 'm', max_tokens: 8, messages: user(content), tools })
+    const current = await runsync('vllmcurrent', { openai_route: '/v1/messages', openai_input: message('Hi [[emulator:auto_tool_choice=0]]') })
+    expect(current.error).toContain('vLLM returned HTTP 400: {"type":"error","error":{"type":"invalid_request_error","message":')
+    expect(current.error).toContain('tool choice requires --enable-auto-tool-choice')
+    // worker-vllm <= v2.23: a body AnthropicMessagesRequest refuses is "Invalid request format"; an ErrorResponse
+    // from vLLM is read with getattr(response, "type"/"message", default), which ErrorResponse lacks.
+    expect((await runsync('vllmclassic', { openai_route: '/v1/messages', openai_input: { model: 'm', messages: [] } })).error).toBe("{'type': 'invalid_request_error', 'message': 'Invalid request format'}")
+    for (const [endpoint, content] of [['vllmclassic', 'Hi [[emulator:auto_tool_choice=0]]'], ['namedclassic', 'Hi']] as const) {
+      expect((await runsync(endpoint, { openai_route: '/v1/messages', openai_input: message(content) })).error).toBe("{'type': 'internal_error', 'message': 'Unknown error'}")
+    }
+    // Its Responses handler answers a body ResponsesRequest refuses with its own 400 text.
+    expect((await runsync('vllmclassic', { openai_route: '/v1/responses', openai_input: { model: 'm' } })).error).toBe("{'message': 'Invalid request format', 'type': 'BadRequestError', 'param': None, 'code': 400}")
+  })
+
   it('unknown fields are accepted; the last request body of each endpoint is recorded exactly', async () => {
     const { client, emulator, post } = setup()
     const body = { model: 'm', messages: user('Hi'), some_future_field: { nested: [1, 'x'] }, top_k: 5, vllm_xargs: { a: 1 } }

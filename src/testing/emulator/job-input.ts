@@ -138,7 +138,7 @@ function generationJob(route: GenerationRoute, body: unknown): JobRequest {
   if (parsed.ok) return { shape: 'openai', route, request: parsed.request }
   return {
     shape: 'refused',
-    refusal: { status: 400, type: 'BadRequestError', message: parsed.message, dialect: errorDialect(route) },
+    refusal: { status: 400, type: 'BadRequestError', message: parsed.message, dialect: errorDialect(route), ...(parsed.schema ? { schema: true } : {}) },
     directives: parsed.directives ?? {},
   }
 }

@@ -52,7 +52,7 @@ type CountBody = z.infer<typeof countTokensBodySchema>
 /** Parses a Messages body into the chat generation vLLM runs for it. */
 export function parseMessagesBody(body: unknown): ParseResult {
   const parsed = messagesBodySchema.safeParse(body, ENGLISH)
-  if (!parsed.success) return { ok: false, message: describeIssue(parsed.error) }
+  if (!parsed.success) return { ok: false, message: describeIssue(parsed.error), schema: true }
   const b = parsed.data
   const { tools, choice } = toolsOf(b)
   const refusal = toolChoiceRefusal(choice, tools)

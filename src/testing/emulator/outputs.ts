@@ -11,7 +11,7 @@
 import { DIALECTS, nativeRoute } from './dialects.ts'
 import { createPrng, hashString, hexId } from './generate.ts'
 import type { JobRequest } from './job-input.ts'
-import { actingFault, complete, DEFAULT_MODEL_NAME, inBandError, modelList, refusalBody, sseEvent, wrongModel } from './openai-format.ts'
+import { actingFault, complete, DEFAULT_MODEL_NAME, errorDialect, inBandError, modelList, refusalBody, sseEvent, wrongModel } from './openai-format.ts'
 import type { Completion, CompletionMeta, TimedEvent } from './openai-format.ts'
 import type { BatchSizing, Refusal } from './requests.ts'
 import { servedRefusal } from './requests.ts'
@@ -70,9 +70,8 @@ export function buildJobScript(options: JobScriptOptions): JobScript {
   // status is lost); the classic worker runs vLLM in-process and yields the error body itself, whose
   // error object, code and all, becomes the job's error.
   const refuse = (refusal: Refusal): JobScript => {
-    const body = refusalBody(refusal)
-    if (generation === 'classic') return failWith(body)
-    return fail(`vLLM returned HTTP ${refusal.status}: ${JSON.stringify(body)}`)
+    if (generation === 'classic') return failWith(classicRefusalItem(refusal))
+    return fail(`vLLM returned HTTP ${refusal.status}: ${JSON.stringify(refusalBody(refusal))}`)
   }
   if (request.shape === 'invalid') return fail(request.message)
   if (request.shape === 'refused') return refuse(request.refusal)
@@ -105,7 +104,8 @@ export function buildJobScript(options: JobScriptOptions): JobScript {
   const dialect = DIALECTS[route]
   // A classic worker's native generation writes no SSE: an in-band error is its error item there.
   fault = actingFault(fault, req.stream, generation === 'classic' && request.shape === 'native' ? undefined : route)
-  const refusal = request.shape === 'openai' ? (wrongModel({ served: servedModelName, model: req.model, route }) ?? servedRefusal(req, options.served)) : undefined
+  const served = request.shape === 'openai' ? servedRefusal(req, options.served) : undefined
+  const refusal = request.shape === 'openai' ? (wrongModel({ served: servedModelName, model: req.model, route }) ?? (served && { ...served, dialect: errorDialect(route) })) : undefined
   if (refusal) return refuse(refusal)
   const completion = complete(req)
   const meta: CompletionMeta = {
@@ -151,6 +151,19 @@ export function buildJobScript(options: JobScriptOptions): JobScript {
     return fail(message, step, items)
   }
   return { items, ending: { kind: 'completed', step: fault?.kind === 'error_event' ? (cutoff ?? 0) + 1 : completion.steps } }
+}
+
+/**
+ * What worker-vllm <= v2.23 (engine.py) yields for a refusal: vLLM's error body, except from its Responses
+ * and Messages handlers, which answer a body their request model refuses with their own "Invalid request
+ * format", and (Messages) read an ErrorResponse's `type` and `message` with getattr defaults, which a
+ * vLLM ErrorResponse (its fields are under `error`) never has: "internal_error", "Unknown error".
+ */
+function classicRefusalItem(refusal: Refusal): JsonObject {
+  if (refusal.dialect === 'anthropic') {
+    return { type: 'error', error: refusal.schema ? { type: 'invalid_request_error', message: 'Invalid request format' } : { type: 'internal_error', message: 'Unknown error' } }
+  }
+  return refusalBody(refusal.schema ? { ...refusal, message: 'Invalid request format' } : refusal)
 }
 
 /** The error item of a worker generation (§3): a string for classic, an object for current. */

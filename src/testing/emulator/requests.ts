@@ -75,9 +75,12 @@ export interface Refusal {
    * route or method vLLM's server lacks, else vLLM's (the default).
    */
   dialect?: 'anthropic' | 'fastapi'
+  /** Refused by the route's request model (pydantic), not by vLLM's serving code: see ParseResult. */
+  schema?: true
 }
 
-export type ParseResult = { ok: true; request: GenerationRequest } | { ok: false; message: string; directives?: Directives }
+/** A failure with `schema` was refused by the route's request model itself, before vLLM's serving code ran. */
+export type ParseResult = { ok: true; request: GenerationRequest } | { ok: false; message: string; directives?: Directives; schema?: true }
 
 export const DEFAULT_BATCHING: BatchSizing = { max: 50, min: 1, growth: 3 }
 /** The classic handler's max_tokens default (utils.py JobInput). */

@@ -46,7 +46,7 @@ const TEXT_PARTS: readonly string[] = ['input_text', 'output_text', 'text']
 /** Parses a Responses body into the chat generation vLLM runs for it. */
 export function parseResponsesBody(body: unknown): ParseResult {
   const parsed = responsesBodySchema.safeParse(body, ENGLISH)
-  if (!parsed.success) return { ok: false, message: describeIssue(parsed.error) }
+  if (!parsed.success) return { ok: false, message: describeIssue(parsed.error), schema: true }
   const b = parsed.data
   const messages: ChatMessageText[] = b.instructions == null ? [] : [{ role: 'system', content: b.instructions }]
   if (typeof b.input === 'string') messages.push({ role: 'user', content: b.input })
