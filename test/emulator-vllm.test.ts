@@ -593,6 +593,20 @@ describe('openai_route jobs and request recording', () => {
     expect((await runsync('vllmclassic', { openai_route: '/v1/responses', openai_input: { model: 'm' } })).error).toBe("{'message': 'Invalid request format', 'type': 'BadRequestError', 'param': None, 'code': 400}")
   })
 
+  it('a stop string that ends the answer is its stop_reason (null when the answer ends by itself), streamed or not', async () => {
+    const { client, post } = setup()
+    const plain = await client().chat.completions.create({ model: 'm', messages: user('Tell me'), max_tokens: 50 })
+    expect((plain.choices[0] as Json).stop_reason).toBeNull()
+    for (const [route, body] of [['chat/completions', { messages: user('Tell me') }], ['completions', { prompt: 'Tell me' }]] as const) {
+      const first = (await (await post(`/v2/vllmopenai/openai/v1/${route}`, { ...body, max_tokens: 50 })).json()) as Json
+      const word = (first.choices[0].message?.content ?? first.choices[0].text).split(' ')[3]
+      const json = (await (await post(`/v2/vllmopenai/openai/v1/${route}`, { ...body, max_tokens: 50, stop: ['no such text', word] })).json()) as Json
+      expect(json.choices[0]).toMatchObject({ finish_reason: 'stop', stop_reason: word })
+      const streamed = ssePayloads(await (await post(`/v2/vllmopenai/openai/v1/${route}`, { ...body, max_tokens: 50, stop: word, stream: true })).text())
+      expect(streamed.at(-1)!.choices[0]).toMatchObject({ finish_reason: 'stop', stop_reason: word })
+    }
+  })
+
   it('unknown fields are accepted; the last request body of each endpoint is recorded exactly', async () => {
     const { client, emulator, post } = setup()
     const body = { model: 'm', messages: user('Hi'), some_future_field: { nested: [1, 'x'] }, top_k: 5, vllm_xargs: { a: 1 } }

@@ -65,7 +65,7 @@ function planChoice(request: GenerationRequest, generate: GenerateOptions, promp
   }
 
   const echo = request.echo ? (generate.prompt ?? '') : ''
-  const finish = (answer: { tokens: string[]; finishReason: FinishReason; toolCalls?: PlannedChoice['toolCalls'] }): PlannedChoice => {
+  const finish = (answer: { tokens: string[]; finishReason: FinishReason; toolCalls?: PlannedChoice['toolCalls']; stopString?: string }): PlannedChoice => {
     const content = answer.tokens
     for (const text of content) deltas.push({ kind: 'content', text })
     return {
@@ -73,6 +73,7 @@ function planChoice(request: GenerationRequest, generate: GenerateOptions, promp
       tokens: content,
       text: content.join(''),
       finishReason: answer.finishReason,
+      ...(answer.stopString !== undefined ? { stopString: answer.stopString } : {}),
       reasoning,
       toolCalls: answer.toolCalls ?? [],
       echo,
@@ -104,7 +105,7 @@ function planChoice(request: GenerationRequest, generate: GenerateOptions, promp
   const text = generateCompletion(generate)
   // echo with max_tokens 0: vLLM answers the prompt alone (it generates one token and drops it).
   if (request.echo && generate.maxTokens === 0) return finish({ tokens: [], finishReason: 'length' })
-  return finish({ tokens: text.tokens, finishReason: text.finishReason })
+  return finish({ tokens: text.tokens, finishReason: text.finishReason, ...(text.stopString !== undefined ? { stopString: text.stopString } : {}) })
 }
 
 /** The tool to call, if any: the named one, else the first, unless tool_choice is "none" or "auto" after a tool result. */

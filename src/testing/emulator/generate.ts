@@ -62,6 +62,8 @@ export interface GeneratedText {
   tokens: string[]
   text: string
   finishReason: 'stop' | 'length'
+  /** The stop string that ended the text, if one did (vLLM's `stop_reason`). */
+  stopString?: string
 }
 
 // Mostly ASCII, with a few multibyte words so byte-level cuts and UTF-8 handling get exercised.
@@ -96,8 +98,8 @@ export function generateCompletion(options: GenerateOptions): GeneratedText {
   for (let i = 0; i < Math.min(natural, cap); i++) {
     const word = VOCABULARY[Math.floor(next() * VOCABULARY.length)] ?? 'token'
     const token = i === 0 ? word : ` ${word}`
-    const cut = firstStopIndex(text + token, stops, text.length)
-    if (cut !== -1) return stopAt([...tokens, token], cut)
+    const found = firstStop(text + token, stops, text.length)
+    if (found) return stopAt([...tokens, token], found)
     tokens.push(token)
     text += token
   }
@@ -108,7 +110,8 @@ export function generateCompletion(options: GenerateOptions): GeneratedText {
  * Ends the text right before a stop string. Like vLLM, the token that completes the stop string still
  * counts; every delta is clipped so the deltas keep adding up to the text.
  */
-function stopAt(tokens: readonly string[], cut: number): GeneratedText {
+function stopAt(tokens: readonly string[], found: { index: number; stop: string }): GeneratedText {
+  const cut = found.index
   const full = tokens.join('')
   let offset = 0
   const clipped = tokens.map((token) => {
@@ -116,7 +119,7 @@ function stopAt(tokens: readonly string[], cut: number): GeneratedText {
     offset += token.length
     return full.slice(Math.min(start, cut), Math.min(offset, cut))
   })
-  return { tokens: clipped, text: full.slice(0, cut), finishReason: 'stop' }
+  return { tokens: clipped, text: full.slice(0, cut), finishReason: 'stop', stopString: found.stop }
 }
 
 /**
@@ -165,13 +168,13 @@ function generationKey(options: GenerateOptions): string {
   return JSON.stringify({ ...source, s: options.seed ?? null, i: options.choiceIndex ?? 0 })
 }
 
-/** Index in `text` where the earliest stop string starts, if one ends at or after `from`; else -1. */
-function firstStopIndex(text: string, stops: readonly string[], from: number): number {
-  let best = -1
+/** The earliest stop string in `text` and where it starts, if one ends at or after `from`. */
+function firstStop(text: string, stops: readonly string[], from: number): { index: number; stop: string } | undefined {
+  let best: { index: number; stop: string } | undefined
   for (const stop of stops) {
     // Only occurrences that end inside the newest token are new: earlier ones were checked already.
     const index = text.indexOf(stop, Math.max(0, from - stop.length + 1))
-    if (index !== -1 && (best === -1 || index < best)) best = index
+    if (index !== -1 && (best === undefined || index < best.index)) best = { index, stop }
   }
   return best
 }

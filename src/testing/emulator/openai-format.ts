@@ -80,7 +80,7 @@ export function completionJson(completion: Completion, meta: CompletionMeta): Js
           text,
           logprobs: top === undefined ? null : completionLogprobs(choice.tokens, { position: 0, offset: choice.echo.length, top }),
           finish_reason: choice.finishReason,
-          stop_reason: null,
+          stop_reason: choice.stopString ?? null,
           prompt_logprobs: promptLps,
         }
       }
@@ -105,7 +105,7 @@ export function completionJson(completion: Completion, meta: CompletionMeta): Js
         },
         logprobs: top === undefined ? null : { content: contentTokens(choice).map((t, i) => chatLogprob(t, i, top)) },
         finish_reason: choice.finishReason,
-        stop_reason: null,
+        stop_reason: choice.stopString ?? null,
       }
     }),
     usage: usage(completion),
@@ -154,7 +154,7 @@ export function completionEvents(completion: Completion, meta: CompletionMeta, i
       if (delta === undefined) return
       produced[index] = step
       const last = step === choice.deltas.length
-      const finish: JsonObject = last ? { finish_reason: choice.finishReason, stop_reason: null } : { finish_reason: null, ...(chat ? {} : { stop_reason: null }) }
+      const finish: JsonObject = last ? { finish_reason: choice.finishReason, stop_reason: choice.stopString ?? null } : { finish_reason: null, ...(chat ? {} : { stop_reason: null }) }
       const position = contentSeen[index] ?? 0
       if (delta.kind === 'content') contentSeen[index] = position + 1
       if (!chat) {
