@@ -67,8 +67,9 @@ export function parseJobInput(input: unknown, generation: 'classic' | 'current' 
     const { messages, prompt } = (input ?? {}) as { messages?: unknown; prompt?: unknown }
     if (messages == null && prompt == null) return { shape: 'invalid', message: NO_CURRENT_INPUT }
   }
-  const passthrough = passthroughInputSchema.safeParse(input)
-  if (generation === 'current' || !passthrough.success) {
+  // The classic worker (utils.py JobInput) takes an `openai_route` job or shorthand, nothing else.
+  const passthrough = generation === 'classic' ? passthroughInputSchema.safeParse(input) : undefined
+  if (!passthrough?.success) {
     const native = parseNativeInput(input, generation)
     if (!native.ok) return { shape: 'invalid', message: native.message }
     // The classic worker builds vLLM's SamplingParams(**sampling_params) (utils.py JobInput), a msgspec
