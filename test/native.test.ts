@@ -435,13 +435,20 @@ describe('native job API: SSE', () => {
     expect(textOf(had) + textOf(rest)).toBe(await completedText(h, key, 'chat-classic', id))
   })
 
-  it('a stream that reaches its poll budget pauses without cancelling, and EventSource resumes it', async () => {
-    const h = harness({ models: NATIVE_MODELS, runpod: { apiKey: 'rp_test_key_never_leaks_0123456789', baseUrl: 'https://emulator.test/v2', streamWaitMs: 50, maxPollsPerStream: 3 } })
+  // `poll_budget`: the response made its `runpod.maxPollsPerStream` polls. `time_limit`: it ran for its
+  // model's `timeouts.totalMs`: a stream holds one of its key's concurrent streams, a strict quota's for a
+  // lease of that time, and an event stream that ran on past it could let the key open one stream too many.
+  it.each([
+    { reason: 'poll_budget', model: 'chat-classic', runpod: { maxPollsPerStream: 3 }, polls: 3 },
+    { reason: 'time_limit', model: 'short', runpod: {}, polls: undefined },
+  ])('a stream that reaches its $reason pauses without cancelling, and EventSource resumes it', async ({ reason, model, runpod, polls }) => {
+    const models = { ...NATIVE_MODELS, short: { endpoints: [{ endpointId: 'vllmclassic' }], mode: 'native' as const, resilience: { timeouts: { totalMs: 400 } } } }
+    const h = harness({ models, runpod: { apiKey: RUNPOD_KEY, baseUrl: 'https://emulator.test/v2', streamWaitMs: 50, ...runpod } })
     const { key } = await h.createKey()
-    const id = await startJob(h, key, 'chat-classic', chatInput('long [[emulator:tokens=150,delay=20]]', { stream: true }))
-    const first = await readEvents(await h.fetch(`/v2/chat-classic/stream/${id}`, get(key, { accept: 'text/event-stream' })))
-    expect(first.at(-1)?.event).toBe('pause')
-    expect(h.emulator.calls.filter((c) => c.op === 'stream')).toHaveLength(3)
+    const id = await startJob(h, key, model, chatInput('long [[emulator:tokens=150,delay=20]]', { stream: true }))
+    const first = await readEvents(await h.fetch(`/v2/${model}/stream/${id}`, get(key, { accept: 'text/event-stream' })))
+    expect(first.at(-1)).toMatchObject({ event: 'pause', data: JSON.stringify({ reason, resume: 'reconnect with Last-Event-ID' }) })
+    if (polls !== undefined) expect(h.emulator.calls.filter((c) => c.op === 'stream')).toHaveLength(polls)
     expect(h.emulator.calls.filter((c) => c.op === 'cancel')).toEqual([])
     const had = first.filter((e) => e.event === 'output')
     expect(had.length).toBeGreaterThan(0)
@@ -450,37 +457,14 @@ describe('native job API: SSE', () => {
     const events: EventSourceMessage[] = []
     let lastId = had.at(-1)?.id ?? ''
     for (let attempt = 0; attempt < 20 && events.at(-1)?.event !== 'done'; attempt++) {
-      const next = await readEvents(await h.fetch(`/v2/chat-classic/stream/${id}`, get(key, { accept: 'text/event-stream', 'last-event-id': lastId })))
+      const next = await readEvents(await h.fetch(`/v2/${model}/stream/${id}`, get(key, { accept: 'text/event-stream', 'last-event-id': lastId })))
       events.push(...next)
       lastId = next.filter((e) => e.id !== undefined).at(-1)?.id ?? lastId
     }
     expect(events.at(-1)?.event).toBe('done')
     const rest = events.filter((e) => e.event === 'output')
     expect([...had, ...rest].map((e) => e.id)).toEqual([...had, ...rest].map((_, i) => String(i + 1)))
-    expect(textOf(had) + textOf(rest)).toBe(await completedText(h, key, 'chat-classic', id))
-  })
-
-  // A stream holds one of its key's concurrent streams, a strict quota's for a lease of the model's
-  // `timeouts.totalMs`: an event stream that ran on past it could let the key open one stream too many.
-  it("a stream pauses at its model's timeouts.totalMs without cancelling, and EventSource resumes it", async () => {
-    const models = { ...NATIVE_MODELS, short: { endpoints: [{ endpointId: 'vllmclassic' }], mode: 'native' as const, resilience: { timeouts: { totalMs: 400 } } } }
-    const h = harness({ models, runpod: { apiKey: RUNPOD_KEY, baseUrl: 'https://emulator.test/v2', streamWaitMs: 50 } })
-    const { key } = await h.createKey()
-    const id = await startJob(h, key, 'short', chatInput('long [[emulator:tokens=150,delay=20]]', { stream: true }))
-    const first = await readEvents(await h.fetch(`/v2/short/stream/${id}`, get(key, { accept: 'text/event-stream' })))
-    expect(first.at(-1)).toMatchObject({ event: 'pause', data: JSON.stringify({ reason: 'time_limit', resume: 'reconnect with Last-Event-ID' }) })
-    expect(h.emulator.calls.filter((c) => c.op === 'cancel')).toEqual([])
-    const had = first.filter((e) => e.event === 'output')
-    expect(had.length).toBeGreaterThan(0)
-    const events: EventSourceMessage[] = []
-    let lastId = had.at(-1)?.id ?? ''
-    for (let attempt = 0; attempt < 20 && events.at(-1)?.event !== 'done'; attempt++) {
-      const next = await readEvents(await h.fetch(`/v2/short/stream/${id}`, get(key, { accept: 'text/event-stream', 'last-event-id': lastId })))
-      events.push(...next)
-      lastId = next.filter((e) => e.id !== undefined).at(-1)?.id ?? lastId
-    }
-    expect(events.at(-1)?.event).toBe('done')
-    expect(textOf(had) + textOf(events.filter((e) => e.event === 'output'))).toBe(await completedText(h, key, 'short', id))
+    expect(textOf(had) + textOf(rest)).toBe(await completedText(h, key, model, id))
   })
 })
 

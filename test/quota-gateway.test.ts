@@ -8,6 +8,7 @@ import { tokensToCharge } from '../src/quota/stage.ts'
 import { GatewayError } from '../src/errors/index.ts'
 import { ADMIN_TOKEN, MODEL_NAMES, MODELS, authed, chatBody, harness, readSSE, readSome, scriptedUpstream } from './helpers.ts'
 import type { Harness } from './helpers.ts'
+import type { QuotaObject } from '../src/quota/durable-object.ts'
 import { recordingKv } from './quota-sim.ts'
 
 /** 10 s into a UTC minute: a minute window resets in 50 s. */
@@ -17,6 +18,27 @@ function clockedHarness(extra: Parameters<typeof harness>[0] = {}) {
   let now = START
   const h = harness({ ...extra, quota: { ...extra.quota, now: () => now } })
   return { h, advance: (ms: number) => void (now += ms) }
+}
+
+type QuotaStub = DurableObjectStub<QuotaObject>
+
+/** The strict store's objects with some calls wrapped: `wrap[name](stub, input)` runs instead of `name`. */
+function quotaObjectsWith(wrap: {
+  reserve?: (stub: QuotaStub, input: Parameters<QuotaStub['reserve']>[0]) => ReturnType<QuotaStub['reserve']>
+  settle?: (stub: QuotaStub, input: Parameters<QuotaStub['settle']>[0]) => ReturnType<QuotaStub['settle']>
+}) {
+  const objects = env.PODGATE_QUOTA
+  return () => ({
+    idFromName: (name: string) => objects.idFromName(name),
+    get: (id: DurableObjectId) => {
+      const stub = objects.get(id)
+      return {
+        reserve: (input: Parameters<QuotaStub['reserve']>[0]) => (wrap.reserve ? wrap.reserve(stub, input) : stub.reserve(input)),
+        usage: (input: Parameters<QuotaStub['usage']>[0]) => stub.usage(input),
+        settle: (input: Parameters<QuotaStub['settle']>[0]) => (wrap.settle ? wrap.settle(stub, input) : stub.settle(input)),
+      }
+    },
+  }) as unknown as typeof objects
 }
 
 interface UsageReport {
@@ -341,21 +363,8 @@ describe('quota stage', () => {
   // leaving caller frees must not then stay taken for the lease's 30 minutes.
   it('a strict stream slot whose early release failed once is freed all the same', async () => {
     let failures = 0
-    const objects = env.PODGATE_QUOTA
     const { h } = clockedHarness({
-      quota: {
-        objects: () => ({
-          idFromName: (name: string) => objects.idFromName(name),
-          get: (id: DurableObjectId) => {
-            const stub = objects.get(id)
-            return {
-              reserve: (input: Parameters<typeof stub.reserve>[0]) => stub.reserve(input),
-              usage: (input: Parameters<typeof stub.usage>[0]) => stub.usage(input),
-              settle: (input: Parameters<typeof stub.settle>[0]) => (failures++ === 0 ? Promise.reject(new Error('Durable Object reset')) : stub.settle(input)),
-            }
-          },
-        }) as unknown as typeof objects,
-      },
+      quota: { objects: quotaObjectsWith({ settle: (stub, input) => (failures++ === 0 ? Promise.reject(new Error('Durable Object reset')) : stub.settle(input)) }) },
     })
     const { key } = await h.createKey({ name: 'q', quota: { maxConcurrentStreams: 1, tokensPerMinute: 50_000, strict: true } })
     const abort = new AbortController()
@@ -371,24 +380,15 @@ describe('quota stage', () => {
   // (`timeouts.totalMs`, up to an hour), else a key opens more than `maxConcurrentStreams` streams.
   it('a strict stream slot is leased for as long as the model lets a stream last', async () => {
     const leases: (number | undefined)[] = []
-    const objects = env.PODGATE_QUOTA
     const { h } = clockedHarness({
       models: { ...MODELS, long: { endpoints: [{ endpointId: 'vllmopenai' }], mode: 'openai', resilience: { timeouts: { totalMs: 45 * 60_000 } } } },
       quota: {
-        objects: () => ({
-          idFromName: (name: string) => objects.idFromName(name),
-          get: (id: DurableObjectId) => {
-            const stub = objects.get(id)
-            return {
-              reserve: (input: Parameters<typeof stub.reserve>[0]) => {
-                if (input.cost.stream) leases.push(input.cost.leaseMs)
-                return stub.reserve(input)
-              },
-              usage: (input: Parameters<typeof stub.usage>[0]) => stub.usage(input),
-              settle: (input: Parameters<typeof stub.settle>[0]) => stub.settle(input),
-            }
+        objects: quotaObjectsWith({
+          reserve: (stub, input) => {
+            if (input.cost.stream) leases.push(input.cost.leaseMs)
+            return stub.reserve(input)
           },
-        }) as unknown as typeof objects,
+        }),
       },
     })
     const { key } = await h.createKey({ name: 'q', quota: { maxConcurrentStreams: 1, strict: true } })
