@@ -405,6 +405,30 @@ describe('quota stage', () => {
     expect(leases[1]).toBeLessThan(30 * 60_000)
   })
 
+  // A coalesced twin's stream outlives its own call: it waits on the leader's flight for as long as the
+  // leader's call may take (`deadlineOf`: totalMs and 5 s), and when that answer turns out unshareable
+  // (too large, its caller left) or late, it makes its own call, which may take totalMs more. Its slot,
+  // reserved before the wait, must still be held then, as the 30-minute lease held it for the default 10.
+  it('a strict stream slot outlives a coalesced twin that waited on its leader and then asked alone', async () => {
+    const leases: (number | undefined)[] = []
+    const { h } = clockedHarness({
+      quota: {
+        objects: quotaObjectsWith({
+          reserve: (stub, input) => {
+            if (input.cost.stream) leases.push(input.cost.leaseMs)
+            return stub.reserve(input)
+          },
+        }),
+      },
+    })
+    const { key } = await h.createKey({ name: 'q', quota: { maxConcurrentStreams: 1, strict: true } })
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai', 'hi [[emulator:tokens=3]]', { stream: true })))
+    await res.text()
+    await h.settle()
+    const totalMs = 10 * 60_000
+    expect(leases[0]).toBeGreaterThan(totalMs + 5_000 + totalMs)
+  })
+
   it('tokensToCharge: cached answers charge nothing, failures what they produced', () => {
     expect(tokensToCharge({ ok: true, usage: { prompt_tokens: 5, completion_tokens: 5, total_tokens: 10 }, cached: true }, 90)).toBe(0)
     expect(tokensToCharge({ ok: true, usage: undefined }, 90)).toBe(90)

@@ -29,7 +29,7 @@ export interface QuotaUsage {
 export interface QuotaCost {
   tokens: number
   stream: boolean
-  /** Longest the stream may last (its call's `timeouts.totalMs`, and a margin): a strict store's slot lease. Default `STREAM_LEASE_MS`. */
+  /** Longest the stream may last (twice its call's `timeouts.totalMs`, a coalesced twin's wait and own call, and a margin): a strict store's slot lease. Default `STREAM_LEASE_MS`. */
   leaseMs?: number
 }
 

@@ -43,8 +43,9 @@ export function quotaStage(service: QuotaService): CompletionStage {
     const store = service.storeFor(ctx.c, policy)
     const now = service.now()
     const background = waitUntilOf(ctx.c)
-    // A stream lasts its call's totalMs and at most a poll more (a /v2 event stream pauses then too): its lease outlives it.
-    let cost: QuotaCost = { tokens: estimateTokens(ctx.request), stream: ctx.request.stream, leaseMs: ctx.model.config.resilience.timeouts.totalMs + 120_000 }
+    // A stream lasts its call's totalMs and at most a poll more (a /v2 event stream pauses then too), and a
+    // coalesced twin may first wait a leader's totalMs (`deadlineOf`) before its own call: its lease outlives both.
+    let cost: QuotaCost = { tokens: estimateTokens(ctx.request), stream: ctx.request.stream, leaseMs: 2 * ctx.model.config.resilience.timeouts.totalMs + 125_000 }
     let result = await store.reserve({ keyId: principal.keyId, policy, cost, now, background })
     // Refused for its tokens: a cached answer costs none (the request and a stream slot only).
     if (!result.ok && (result.exceeded === 'tpm' || result.exceeded === 'tpd') && (await ctx.withoutUpstream?.())) {
