@@ -466,6 +466,19 @@ describe('native job API: SSE', () => {
     expect([...had, ...rest].map((e) => e.id)).toEqual([...had, ...rest].map((_, i) => String(i + 1)))
     expect(textOf(had) + textOf(rest)).toBe(await completedText(h, key, model, id))
   })
+
+  // `runpod.streamWaitMs` may be up to 300 s, a model's totalMs as little as a second: the one poll a
+  // response always makes must not wait past totalMs either, or the stream outlives its quota lease.
+  it('the first poll of an event stream waits no longer than the model lets the stream run', async () => {
+    const models = { ...NATIVE_MODELS, short: { endpoints: [{ endpointId: 'vllmclassic' }], mode: 'native' as const, resilience: { timeouts: { totalMs: 400 } } } }
+    const h = harness({ models, runpod: { apiKey: RUNPOD_KEY, baseUrl: 'https://emulator.test/v2', streamWaitMs: 5_000 } })
+    const { key } = await h.createKey()
+    const id = await startJob(h, key, 'short', chatInput('queued [[emulator:tokens=3,cold=4000]]', { stream: true }))
+    const started = Date.now()
+    const first = await readEvents(await h.fetch(`/v2/short/stream/${id}?detach=true`, get(key, { accept: 'text/event-stream' })))
+    expect(first.at(-1)).toMatchObject({ event: 'pause', data: JSON.stringify({ reason: 'time_limit', resume: 'reconnect with Last-Event-ID' }) })
+    expect(Date.now() - started).toBeLessThan(2_000)
+  })
 })
 
 describe('native job API: SSE of a job run with stream:false', () => {

@@ -162,7 +162,8 @@ export function jobEventStream(options: JobEventsOptions): Response {
       for (const item of items) send(event('output', text.push(item.output), ++sent))
       return true
     }
-    const page = await streamPage(client, job.endpoint, job.upstreamId, { waitMs, ...(signal ? { signal } : {}), onRetry: () => ++polls <= maxPolls, onItems: output })
+    // The one poll a response always makes waits no longer than maxMs leaves either (streamWaitMs may be longer).
+    const page = await streamPage(client, job.endpoint, job.upstreamId, { waitMs: Math.min(waitMs, Math.max(1, until - Date.now())), ...(signal ? { signal } : {}), onRetry: () => ++polls <= maxPolls, onItems: output })
     noteStatus(page.status)
     output(page.stream)
     // The poll after a terminal page failed or had no room: the job's saved output holds what it left.
