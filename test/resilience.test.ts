@@ -13,6 +13,7 @@ import { openaiRoutes } from '../src/openai/routes.ts'
 import type { CompletionOutcome, CompletionStage } from '../src/pipeline/index.ts'
 import { resolveModels } from '../src/routing/models.ts'
 import { createDispatcher } from '../src/upstream/dispatch.ts'
+import { EndpointBreaker } from '../src/upstream/breaker.ts'
 import { RunpodClient } from '../src/upstream/runpod/client.ts'
 import { failedOver, jobFailure } from '../src/upstream/native.ts'
 import { isRetryable } from '../src/upstream/retry.ts'
@@ -181,16 +182,40 @@ describe('failover across endpoints', () => {
   })
 
   it('an endpoint that keeps failing is skipped for the cool-down (breaker per isolate)', async () => {
-    const h = setup({ breaker: { failures: 2, cooldownMs: 60_000 } })
-    h.emulator.configure('oaia', { fault: { kind: 'http', status: 502 } })
+    // The isolate's breaker on a clock the test moves, so the cool-down's end is reached without waiting.
+    let clock = Date.now()
+    const h = harness({ models: twoEndpoints({ breaker: { failures: 2, cooldownMs: 60_000 } }), breaker: new EndpointBreaker({ now: () => clock }) })
+    // Three failures, then the endpoint is healthy again.
+    h.emulator.configure('oaia', { fault: { kind: 'http', status: 502, times: 3 } })
     const { key } = await h.createKey()
-    for (let i = 0; i < 6; i++) {
-      const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai', `n${i}`)))
-      expect(res.status).toBe(200)
-    }
+    let n = 0
+    const ask = async () => expect((await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai', `n${n++}`)))).status).toBe(200)
+    for (let i = 0; i < 6; i++) await ask()
     // Two failures open the breaker; every later request goes straight to the healthy endpoint.
     expect(callsTo(h, 'oaia', 'openai')).toHaveLength(2)
     expect(callsTo(h, 'oaib', 'openai')).toHaveLength(6)
+    // Just before the cool-down ends, still skipped.
+    clock += 59_000
+    await ask()
+    expect(callsTo(h, 'oaia', 'openai')).toHaveLength(2)
+    // Past it, the endpoint is tried again; its one more failure re-opens the breaker at once.
+    clock += 1_001
+    await ask()
+    await ask()
+    expect(callsTo(h, 'oaia', 'openai')).toHaveLength(3)
+    expect(callsTo(h, 'oaib', 'openai')).toHaveLength(9)
+    // Past the next cool-down it answers, and the success closes the breaker: it takes the traffic back.
+    clock += 60_001
+    await ask()
+    await ask()
+    expect(callsTo(h, 'oaia', 'openai')).toHaveLength(5)
+    expect(callsTo(h, 'oaib', 'openai')).toHaveLength(9)
+    // Closed means its count starts over: one new failure (of the two that open it) does not skip it.
+    h.emulator.configure('oaia', { fault: { kind: 'http', status: 502, times: 1 } })
+    await ask()
+    await ask()
+    expect(callsTo(h, 'oaia', 'openai')).toHaveLength(7)
+    expect(callsTo(h, 'oaib', 'openai')).toHaveLength(10)
   })
 })
 
