@@ -460,14 +460,14 @@ describe('quota stage', () => {
     expect(usage.windows?.minute).toMatchObject({ requests: 2, tokens: answer.usage.total_tokens })
   })
 
-  it('a cache HIT is answered to a key already past its token limit (its limit lowered), and a new question is not', async () => {
+  it.each(['tokensPerMinute', 'tokensPerDay'])('a cache HIT is answered to a key already past its token limit (%s, lowered), and a new question is not', async (limit) => {
     const { h } = clockedHarness({ keyCacheTtlMs: 0 })
-    const { id, key } = await h.createKey({ name: 'over', quota: { tokensPerMinute: 10_000 } })
+    const { id, key } = await h.createKey({ name: 'over', quota: { [limit]: 10_000 } })
     const first = await chat(h, key, 'cache me [[emulator:tokens=150]]', { temperature: 0, max_tokens: 200 })
     expect(first.headers.get('x-podgate-cache')).toBe('MISS')
     await first.text()
     await h.settle()
-    const patched = await h.fetch(`/admin/keys/${id}`, { method: 'PATCH', headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify({ quota: { tokensPerMinute: 100 } }) })
+    const patched = await h.fetch(`/admin/keys/${id}`, { method: 'PATCH', headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify({ quota: { [limit]: 100 } }) })
     expect(patched.status).toBe(200)
     const second = await chat(h, key, 'cache me [[emulator:tokens=150]]', { temperature: 0, max_tokens: 200 })
     expect(second.status, await second.clone().text()).toBe(200)
@@ -477,13 +477,13 @@ describe('quota stage', () => {
     await third.text()
   })
 
-  it('a passthrough job, which costs no tokens, is not held to a token limit already past', async () => {
+  it.each(['tokensPerMinute', 'tokensPerDay'])('a passthrough job, which costs no tokens, is not held to a token limit already past (%s)', async (limit) => {
     const models = { ...MODELS, 'raw-vllm': { endpoints: [{ endpointId: 'vllmclassic' }], mode: 'native' as const, passthrough: true } }
     const { h } = clockedHarness({ keyCacheTtlMs: 0, models })
-    const { id, key } = await h.createKey({ name: 'raw', quota: { tokensPerMinute: 10_000 } })
+    const { id, key } = await h.createKey({ name: 'raw', quota: { [limit]: 10_000 } })
     await (await chat(h, key, 'spend [[emulator:tokens=150]]', { max_tokens: 200 })).text()
     await h.settle()
-    const patched = await h.fetch(`/admin/keys/${id}`, { method: 'PATCH', headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify({ quota: { tokensPerMinute: 100 } }) })
+    const patched = await h.fetch(`/admin/keys/${id}`, { method: 'PATCH', headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify({ quota: { [limit]: 100 } }) })
     expect(patched.status).toBe(200)
     const raw = await h.fetch('/v2/raw-vllm/run', authed(key, JSON.stringify({ input: { prompt: 'raw [[emulator:tokens=4]]' } })))
     expect(raw.status, await raw.clone().text()).toBe(200)
