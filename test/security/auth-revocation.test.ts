@@ -76,6 +76,31 @@ describe('L8 revocation ends open streams', () => {
     expect(events).not.toContain('[DONE]')
   })
 
+  // The error event says "revoked, rotated or expired": a rotation (a new generation) and an expiry end a stream too.
+  it.each<[string, (id: string) => [string, RequestInit]]>([
+    ['rotated', (id) => [`/admin/keys/${id}/rotate`, admin('POST')]],
+    // A moment from now (the admin API takes only a future expiry), then past.
+    ['expired', (id) => [`/admin/keys/${id}`, admin('PATCH', { expiresAt: Date.now() + 100 })]],
+  ])('auth-revocation: an open stream of a key that is then %s ends with the error event', async (_what, change) => {
+    const h = harness({ keyCacheTtlMs: 0 })
+    const { id, key } = await h.createKey({ name: 'streaming' })
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai', 'hold [[emulator:fault=stall,after=3]]', { stream: true, max_tokens: 50 })))
+    expect(res.status).toBe(200)
+    const reader = res.body!.getReader()
+    const first = await reader.read()
+    expect(first.done).toBe(false)
+    expect((await h.fetch(...change(id))).status).toBe(200)
+    const chunks: Uint8Array[] = [first.value!]
+    for (;;) {
+      const next = await reader.read()
+      if (next.done) break
+      chunks.push(next.value)
+    }
+    const events = await readSSE(new Response(new Blob(chunks)))
+    expect(events.at(-1)).toEqual({ error: { message: 'This stream ended: its credential was revoked, rotated or expired while it was open.', type: 'authentication_error', param: null, code: 'invalid_api_key' } })
+    expect(events).not.toContain('[DONE]')
+  })
+
   it('auth-revocation: with the default keyCacheTtlMs (10 s), an open stream in the isolate that revoked ends within about a second', async () => {
     const h = harness()
     const { id, key } = await h.createKey({ name: 'streaming' })
