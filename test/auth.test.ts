@@ -391,6 +391,16 @@ describe('tokens', () => {
     expect((await h.fetch('/v1/chat/completions', authed(narrowedToken, chatBody('chat-openai')))).status).toBe(403)
     expect((await h.fetch('/v1/chat/completions', authed(narrowedToken, chatBody('chat-classic')))).status).toBe(200)
   })
+
+  it('stop working when the parent key expires before them (its expiry moved up after they were minted)', async () => {
+    const h = harness()
+    const { id, key } = await h.createKey({ name: 'soon' })
+    const token = (await mint(h, key, { ttlSeconds: 3_600 })).token
+    expect((await h.fetch('/v1/models', authed(token))).status).toBe(200)
+    expect((await h.fetch(`/admin/keys/${id}`, admin('PATCH', { expiresAt: Date.now() + 100 }))).status).toBe(200)
+    await new Promise((r) => setTimeout(r, 120))
+    expect(await expect401(await h.fetch('/v1/models', authed(token)))).toMatch(/revoked, rotated or expired/)
+  })
 })
 
 describe('access_token in the URL', () => {
