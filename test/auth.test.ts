@@ -111,6 +111,13 @@ describe('publishable keys', () => {
     expect(ok.status).toBe(200)
     expect(await expect401(await h.fetch('/v1/models', authed(created.key)))).toMatch(/carries no Origin/)
     expect(await expect401(await h.fetch('/v1/models', withOrigin(authed(created.key), EVIL)))).toMatch(/does not allow the origin/)
+    // The refused Origin is echoed in the message only as 200 printable ASCII characters.
+    const hostile = `https://${'a'.repeat(300)}.example`
+    const echoed = await expect401(await h.fetch('/v1/models', withOrigin(authed(created.key), 'https://e\tvil.example')))
+    expect(echoed).toContain("origin 'https://e?vil.example'")
+    const long = await expect401(await h.fetch('/v1/models', withOrigin(authed(created.key), hostile)))
+    expect(long).toContain(`'${hostile.slice(0, 200)}'`)
+    expect(long).not.toContain('a'.repeat(201))
     const scoped = await h.fetch('/v1/chat/completions', withOrigin(authed(created.key, chatBody('chat-classic')), APP))
     expect(scoped.status).toBe(403)
     expect(((await scoped.json()) as { error: { type: string } }).error.type).toBe('permission_error')

@@ -32,6 +32,19 @@ describe('CORS', () => {
     expect(h.emulator.calls).toHaveLength(0)
   })
 
+  // A preflight's requested headers are echoed back; a page (or a hostile script) asking for a huge list
+  // must not make podgate echo kilobytes: past 2,048 characters it gets the default list instead.
+  it("echoes a preflight's requested headers up to 2,048 characters, else the default list", async () => {
+    const h = harness()
+    const preflight = (requested: string) => h.fetch('/v1/chat/completions', { method: 'OPTIONS', headers: { origin: APP, 'access-control-request-method': 'POST', 'access-control-request-headers': requested } })
+    const fits = `authorization, ${'x'.repeat(2048 - 'authorization, '.length)}`
+    expect((await preflight(fits)).headers.get('access-control-allow-headers')).toBe(fits)
+    const allowed = (await preflight(`${fits}y`)).headers.get('access-control-allow-headers')!
+    expect(allowed).not.toContain('xxxx')
+    expect(allowed).toMatch(/authorization/i)
+    expect(allowed).toMatch(/content-type/i)
+  })
+
   it('a successful call from a page carries ACAO, Vary and the exposed headers, never Allow-Credentials', async () => {
     const h = harness()
     const { key } = await h.createKey({ name: 'site', kind: 'publishable', origins: [APP] })
