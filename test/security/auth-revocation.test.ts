@@ -15,6 +15,15 @@ const admin = (method: string, body?: unknown): RequestInit => ({
   body: body === undefined ? undefined : JSON.stringify(body),
 })
 
+/** Reads an open stream to its end (its first chunk already read) and expects the credential's error event, no `[DONE]`. */
+async function expectEndedByCredential(reader: ReadableStreamDefaultReader<Uint8Array>, first: Uint8Array): Promise<void> {
+  const chunks: Uint8Array[] = [first]
+  for (let next = await reader.read(); !next.done; next = await reader.read()) chunks.push(next.value)
+  const events = await readSSE(new Response(new Blob(chunks)))
+  expect(events.at(-1)).toEqual({ error: { message: 'This stream ended: its credential was revoked, rotated or expired while it was open.', type: 'authentication_error', param: null, code: 'invalid_api_key' } })
+  expect(events).not.toContain('[DONE]')
+}
+
 describe('M2 revocation wins every race', () => {
   it('auth-revocation: a revoke among 20 concurrent PATCH and rotate writers leaves the key, its rotations and its tokens refused', async () => {
     const h = harness({ keyCacheTtlMs: 0 })
@@ -65,15 +74,7 @@ describe('L8 revocation ends open streams', () => {
     const first = await reader.read()
     expect(first.done).toBe(false)
     expect((await h.fetch(`/admin/keys/${id}`, admin('DELETE'))).status).toBe(200)
-    const chunks: Uint8Array[] = [first.value!]
-    for (;;) {
-      const next = await reader.read()
-      if (next.done) break
-      chunks.push(next.value)
-    }
-    const events = await readSSE(new Response(new Blob(chunks)))
-    expect(events.at(-1)).toEqual({ error: { message: 'This stream ended: its credential was revoked, rotated or expired while it was open.', type: 'authentication_error', param: null, code: 'invalid_api_key' } })
-    expect(events).not.toContain('[DONE]')
+    await expectEndedByCredential(reader, first.value!)
   })
 
   // The error event says "revoked, rotated or expired": a rotation (a new generation) and an expiry end a stream too.
@@ -90,15 +91,7 @@ describe('L8 revocation ends open streams', () => {
     const first = await reader.read()
     expect(first.done).toBe(false)
     expect((await h.fetch(...change(id))).status).toBe(200)
-    const chunks: Uint8Array[] = [first.value!]
-    for (;;) {
-      const next = await reader.read()
-      if (next.done) break
-      chunks.push(next.value)
-    }
-    const events = await readSSE(new Response(new Blob(chunks)))
-    expect(events.at(-1)).toEqual({ error: { message: 'This stream ended: its credential was revoked, rotated or expired while it was open.', type: 'authentication_error', param: null, code: 'invalid_api_key' } })
-    expect(events).not.toContain('[DONE]')
+    await expectEndedByCredential(reader, first.value!)
   })
 
   it('auth-revocation: with the default keyCacheTtlMs (10 s), an open stream in the isolate that revoked ends within about a second', async () => {
