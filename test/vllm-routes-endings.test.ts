@@ -377,6 +377,17 @@ describe('Anthropic-shaped errors on /v1/messages failure paths', () => {
     expect(await counted.json()).toEqual({ type: 'error', error: { type: 'authentication_error', message: expect.any(String) } })
   })
 
+  // worker-vllm <= v2.23 words a body AnthropicMessagesRequest refuses as its own error, with no status
+  // code: `{'type': 'invalid_request_error', 'message': 'Invalid request format'}`. It is the caller's to fix.
+  it("a classic worker's refusal of a Messages body is the caller's 400, not a 502 tried on other endpoints", async () => {
+    const h = harness()
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/messages', { method: 'POST', headers: { 'x-api-key': key, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'chat-classic', max_tokens: 5, messages: [{ role: 'system', content: 'Hi' }] }) })
+    expect(res.status).toBe(400)
+    expect(await res.json()).toEqual({ type: 'error', error: { type: 'invalid_request_error', message: expect.stringContaining('Invalid request format') } })
+    expect(h.emulator.calls.filter((c) => c.op === 'run' || c.op === 'runsync')).toHaveLength(1)
+  })
+
   it('a chat stream through the pipe is byte-for-byte as before, [DONE] kept (OpenAI dialect)', async () => {
     const pieces = ['data: {"id":"c","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"Hi"}}]}\r\n\r\n', 'data: {"id":"c","object":"chat.completion.chunk","choices":[],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}\n\n', 'data: [DONE]\n\n']
     const upstream = scriptedUpstream(() => pieces)

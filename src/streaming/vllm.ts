@@ -53,11 +53,13 @@ const CLASSIC_ROUTE_MISS = 'Invalid route'
 
 /**
  * vLLM's error object (`{"message","type","param","code"}`) as the caller's refusal when its `code` is
- * 400, 413 or 422, else `undefined`. Other codes (a missing model, rate limits, 5xx) are the
+ * 400, 413 or 422 (or its type Anthropic's `invalid_request_error`), else `undefined`. Other codes (a missing model, rate limits, 5xx) are the
  * operator's or the worker's, as an HTTP answer with that status would be.
  */
 export function codedRefusal(error: Record<string, unknown>): GatewayError | undefined {
-  const { code, message } = error
+  const { message } = error
+  // Classic worker-vllm's own refusal of a Messages body has Anthropic's type and no code.
+  const code = error.type === 'invalid_request_error' ? 400 : error.code
   if (typeof code !== 'number' || !isRefusalStatus(code)) return undefined
   // Classic worker-vllm's own 400 for a route it does not serve (embeddings...): a newer worker on
   // another endpoint may serve it, so it fails over like any worker failure.

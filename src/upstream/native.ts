@@ -177,7 +177,7 @@ function errorObjectRefusal(error: unknown): GatewayError | undefined {
 const ENGINE_FAILURE = /EngineCore encountered|(Background|Engine) loop|CUDA|out of memory|NCCL/
 
 /**
- * `{'message': "…", 'type': 'BadRequestError', 'param': None, 'code': 400}`: its message, and its code
+ * `{'message': "…", 'type': 'BadRequestError', 'param': None, 'code': 400}`: its message, its type, and its code
  * when it has one (current worker-vllm's `{'message': 'vLLM returned HTTP 400: …', …, 'code': None}` has none).
  */
 function pythonReprError(text: string): Record<string, unknown> | undefined {
@@ -185,7 +185,7 @@ function pythonReprError(text: string): Record<string, unknown> | undefined {
   const message = /'message': (?:'((?:[^'\\]|\\.)*)'|"((?:[^"\\]|\\.)*)")/.exec(text)
   if (!message) return undefined
   const escaped = message[1] ?? message[2] ?? ''
-  return { code: code && Number(code[1]), message: escaped.replace(/\\(.)/g, (_, c: string) => (c === 'n' ? '\n' : c === 't' ? '\t' : c)) }
+  return { code: code && Number(code[1]), type: /'type': '(\w+)'/.exec(text)?.[1], message: escaped.replace(/\\(.)/g, (_, c: string) => (c === 'n' ? '\n' : c === 't' ? '\t' : c)) }
 }
 
 /**
