@@ -12,7 +12,7 @@ import { documentedRoutes, openApiHandler } from '../src/openapi/document.ts'
 import { playgroundHandler } from '../src/playground/page.ts'
 import type { GatewayOptions } from '../src/index.ts'
 import { OPERATIONS } from '../src/openapi/operations.ts'
-import { authed, chatBody, harness } from './helpers.ts'
+import { ADMIN_TOKEN, authed, chatBody, harness } from './helpers.ts'
 
 type Doc = {
   openapi: string
@@ -142,6 +142,38 @@ describe('GET /openapi.json', () => {
     expect(bad.status).toBe(400)
     expect(chatCompletionRequestSchema.safeParse(JSON.parse(chatBody('chat-openai', 'hi', { max_tokens: 0 }))).success).toBe(false)
     expect(chatCompletionRequestSchema.safeParse(JSON.parse(chatBody('chat-openai', 'hi', { max_tokens: 1 }))).success).toBe(true)
+  })
+
+  // Found in review: KeyRecord typed the record's times as strings (they are ms numbers) and left out
+  // kind, origins, quota, updatedAt and expiresAt; Token left out the mint answer's quota and sub.
+  it('the documented answers are what podgate sends: key records (created, listed, revoked) and a minted token', async () => {
+    const h = devHarness()
+    const doc = await fetchDoc(h)
+    // The document's schema with its $refs inlined, as zod reads it; every field sent must be documented.
+    const inline = (value: unknown): unknown => {
+      if (Array.isArray(value)) return value.map(inline)
+      if (!value || typeof value !== 'object') return value
+      const { $ref, ...rest } = value as Record<string, unknown>
+      if (typeof $ref === 'string') return inline(doc.components.schemas[$ref.replace('#/components/schemas/', '')])
+      return Object.fromEntries(Object.entries(rest).map(([k, v]) => [k, inline(v)]))
+    }
+    const documented = (name: string, answer: Record<string, unknown>) => {
+      const schema = inline(doc.components.schemas[name]) as { properties?: Record<string, unknown>; allOf?: { properties?: Record<string, unknown> }[] }
+      const fields = new Set(Object.keys({ ...schema.properties, ...Object.assign({}, ...(schema.allOf ?? []).map((s) => s.properties)) }))
+      expect(Object.keys(answer).filter((field) => !fields.has(field)), `${name}: fields sent but not documented`).toEqual([])
+      const parsed = z.fromJSONSchema(schema as z.core.JSONSchema.JSONSchema).safeParse(answer)
+      expect(parsed.success, `${name}: ${JSON.stringify(parsed.error?.issues)}`).toBe(true)
+    }
+    const admin = { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' }
+    const created = (await (await h.fetch('/admin/keys', { method: 'POST', headers: admin, body: JSON.stringify({ name: 'doc', origins: ['https://app.example.com'], quota: { requestsPerMinute: 5 }, expiresAt: Date.now() + 86_400_000 }) })).json()) as { id: string; key: string } & Record<string, unknown>
+    documented('CreatedKey', created)
+    const minted = await h.fetch('/v1/tokens', authed(created.key, JSON.stringify({ sub: 'user-1', quota: { requestsPerMinute: 2 }, origin: 'https://app.example.com' })))
+    expect(minted.status).toBe(201)
+    documented('Token', (await minted.json()) as Record<string, unknown>)
+    const listed = (await (await h.fetch('/admin/keys', { headers: admin })).json()) as Record<string, unknown>
+    documented('KeyList', listed)
+    documented('KeyRecord', (await (await h.fetch(`/admin/keys/${created.id}`, { headers: admin })).json()) as Record<string, unknown>)
+    documented('KeyRecord', (await (await h.fetch(`/admin/keys/${created.id}`, { method: 'DELETE', headers: admin })).json()) as Record<string, unknown>)
   })
 
   it('names the mount point in servers when podgate is mounted under a prefix', async () => {

@@ -66,7 +66,7 @@ export function buildOpenApiDocument(options: OpenApiDocumentOptions): OpenApiDo
     components: {
       schemas: { ...requestSchemas(), ...RESPONSE_SCHEMAS },
       securitySchemes: {
-        apiKey: { type: 'http', scheme: 'bearer', description: 'A podgate API key (`pg_sk_...`).' },
+        apiKey: { type: 'http', scheme: 'bearer', description: 'A podgate credential: a secret key (`pg_sk_...`), a publishable key (`pg_pk_...`) or a minted token (`pg_tk_...`).' },
         adminToken: { type: 'http', scheme: 'bearer', description: 'The operator\'s admin token.' },
       },
     },

@@ -150,18 +150,27 @@ const usage = {
   type: 'object',
   properties: { prompt_tokens: { type: 'integer' }, completion_tokens: { type: 'integer' }, total_tokens: { type: 'integer' } },
 }
+/** A limit set (quota/policy.ts), as a key record or a mint answer shows it. */
+const quota = { type: ['object', 'null'], additionalProperties: { type: ['integer', 'boolean'] } }
+const epochMs = (description: string, nullable = false) => ({ type: nullable ? ['integer', 'null'] : 'integer', description })
 const keyRecord = {
   type: 'object',
   properties: {
     id: { type: 'string' },
     name: { type: 'string' },
+    kind: { type: 'string', enum: ['secret', 'publishable'] },
     models: { type: ['array', 'null'], items: { type: 'string' } },
+    origins: { type: 'array', items: { type: 'string' } },
     metadata: { type: 'object', additionalProperties: { type: 'string' } },
-    createdAt: { type: 'string' },
-    revokedAt: { type: ['string', 'null'] },
-    hint: { type: 'string' },
+    quota,
+    createdAt: epochMs('Epoch milliseconds.'),
+    updatedAt: epochMs('Epoch milliseconds.'),
+    expiresAt: epochMs('Epoch milliseconds; null for never.', true),
+    revokedAt: epochMs('Epoch milliseconds; null while the key works.', true),
+    hint: { type: 'string', description: 'The secret\'s first 10 characters, to recognise it.' },
+    revoked: { const: true, description: 'Only on the answer to DELETE.' },
   },
-  required: ['id', 'name'],
+  required: ['id', 'name', 'kind', 'models', 'origins', 'metadata', 'quota', 'createdAt', 'updatedAt', 'expiresAt', 'revokedAt', 'hint'],
 }
 
 /** Response shapes podgate writes by hand (OpenAI's, trimmed to what podgate sends). */
@@ -233,9 +242,11 @@ export const RESPONSE_SCHEMAS: Record<string, unknown> = {
       keyId: { type: 'string' },
       models: { type: ['array', 'null'], items: { type: 'string' } },
       origin: { type: ['string', 'null'] },
-      expiresAt: { type: 'integer', description: 'Epoch milliseconds.' },
+      quota,
+      sub: { type: ['string', 'null'] },
+      expiresAt: epochMs('Epoch milliseconds.'),
     },
-    required: ['token', 'expiresAt'],
+    required: ['object', 'id', 'token', 'keyId', 'models', 'origin', 'quota', 'sub', 'expiresAt'],
   },
   // The native body's zod schema is private to src/native-surface/input.ts (it validates in two steps,
   // envelope then worker-vllm input), so its outline is written here.
