@@ -198,6 +198,10 @@ describe('tokens', () => {
     expect(((await long.json()) as { error: { message: string } }).error.message).toMatch(/at most 300/)
     expect((await h.fetch('/v1/tokens', authed(key, JSON.stringify({ origin: 'not an origin' })))).status).toBe(400)
     expect((await h.fetch('/v1/tokens', authed(key, JSON.stringify({ extra: 1 })))).status).toBe(400)
+    // JSON.parse reads 1e400 as Infinity, which the message called "expected a number, got a number".
+    const huge = await h.fetch('/v1/tokens', authed(key, '{"ttlSeconds":1e400}'))
+    expect(huge.status).toBe(400)
+    expect(((await huge.json()) as { error: { message: string } }).error.message).toBe("Invalid type for 'ttlSeconds': expected a number, got Infinity")
     const token = await mint(h, key)
     expect(token.expiresAt).toBeLessThan(Date.now() + 301_000)
     expect((await h.fetch('/v1/tokens', authed(token.token, '{}'))).status).toBe(403)

@@ -111,9 +111,9 @@ function messageFor(issue: Issue, path: string, noun: string): string {
   if (typeLike && input === undefined) return `Missing required ${noun}: '${param}'`
   switch (issue.code) {
     case 'invalid_type':
-      // `1.5` for an integer field: the type is right, the value is not, so show the value.
+      // A number refused as a number (`1.5` for an integer, `1e400` parsed as Infinity): show the value.
       return `Invalid type for '${param}': expected ${article(issue.expected)}, got ${
-        issue.expected === 'int' && typeof input === 'number' ? input : typeOf(input)
+        typeof input === 'number' && (issue.expected === 'int' || issue.expected === 'number') ? input : typeOf(input)
       }`
     case 'invalid_union': {
       const expected = custom
