@@ -176,6 +176,28 @@ describe('GET /openapi.json', () => {
     documented('KeyRecord', (await (await h.fetch(`/admin/keys/${created.id}`, { method: 'DELETE', headers: admin })).json()) as Record<string, unknown>)
   })
 
+  // Found in review: every operation's errors were documented in OpenAI's shape, but the native job
+  // routes answer Runpod's ({"error": "<message>", "code"}) and the Anthropic route Anthropic's.
+  it("documents each route's errors in the shape that route answers them", async () => {
+    const h = devHarness()
+    const doc = await fetchDoc(h)
+    const checked = new Set<string>()
+    for (const [path, ops] of Object.entries(doc.paths)) {
+      if (!path.startsWith('/v1/') && !path.startsWith('/v2/')) continue
+      for (const [method, op] of Object.entries(ops)) {
+        const ref = ((op.responses.default as { content: Record<string, { schema: { $ref: string } }> }).content['application/json']!.schema.$ref)
+        const schema = doc.components.schemas[ref.replace('#/components/schemas/', '')]!
+        // No credential: a 401 in the route's own error format.
+        const res = await h.fetch(path.replace('{model}', 'chat-classic').replace('{id}', 'abc'), { method: method.toUpperCase() })
+        expect(res.status, `${method} ${path}`).toBe(401)
+        const parsed = z.fromJSONSchema(schema as z.core.JSONSchema.JSONSchema).safeParse(await res.json())
+        expect(parsed.success, `${method} ${path}: ${JSON.stringify(parsed.error?.issues)}`).toBe(true)
+        checked.add(ref)
+      }
+    }
+    expect(checked.size).toBe(3)
+  })
+
   it('names the mount point in servers when podgate is mounted under a prefix', async () => {
     const h = devHarness()
     const host = new Hono().route('/ai', h.app)

@@ -6,6 +6,7 @@
  * CPU-metered.
  */
 import type { Context } from 'hono'
+import { formatForPath } from '../http/respond.ts'
 import type { GatewayEnv } from '../types.ts'
 import { registerDescriptions } from './descriptions.ts'
 import { OPERATIONS, RESPONSE_SCHEMAS, requestSchemas } from './operations.ts'
@@ -26,7 +27,16 @@ export interface OpenApiDocumentOptions {
 
 export type OpenApiDocument = Record<string, unknown> & { paths: Record<string, Record<string, unknown>> }
 
-const ERROR_RESPONSE = { description: 'An error in OpenAI\'s shape', content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } } }
+/** A route's errors, in the shape its surface answers them (src/http/respond.ts): OpenAI's, Runpod's or Anthropic's. */
+const ERROR_RESPONSES = {
+  openai: errorResponse('Error', "An error in OpenAI's shape"),
+  runpod: errorResponse('RunpodError', "An error in Runpod's shape"),
+  anthropic: errorResponse('AnthropicError', "An error in Anthropic's shape"),
+}
+
+function errorResponse(schema: string, description: string) {
+  return { description, content: { 'application/json': { schema: { $ref: `#/components/schemas/${schema}` } } } }
+}
 
 /** The routes a document lists: real endpoints, not middleware. */
 export function documentedRoutes(routes: readonly RouteEntry[]): RouteEntry[] {
@@ -74,6 +84,7 @@ export function buildOpenApiDocument(options: OpenApiDocumentOptions): OpenApiDo
 }
 
 function operation(route: RouteEntry, spec: OperationSpec | undefined): Record<string, unknown> {
+  const ERROR_RESPONSE = ERROR_RESPONSES[formatForPath(route.path)]
   const params = [...route.path.matchAll(/:([A-Za-z0-9_]+)/g)].map((m) => ({ name: m[1], in: 'path', required: true, schema: { type: 'string' } }))
   if (!spec) return { operationId: operationId(route), summary: `${route.method} ${route.path}`, ...(params.length ? { parameters: params } : {}), responses: { default: ERROR_RESPONSE } }
   const schema = spec.response ? { $ref: `#/components/schemas/${spec.response}` } : { type: 'object' }

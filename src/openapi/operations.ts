@@ -186,6 +186,21 @@ export const RESPONSE_SCHEMAS: Record<string, unknown> = {
     },
     required: ['error'],
   },
+  // The native job routes' errors (`/v2/{model}/run`, `status`, `stream`, ...), as Runpod words its own.
+  RunpodError: {
+    type: 'object',
+    properties: { error: { type: 'string', description: 'The message.' }, code: { type: 'string' } },
+    required: ['error', 'code'],
+  },
+  // `/v1/messages` (vLLM's Anthropic route): the shape Anthropic's SDKs read.
+  AnthropicError: {
+    type: 'object',
+    properties: {
+      type: { const: 'error' },
+      error: { type: 'object', properties: { type: { type: 'string' }, message: { type: 'string' } }, required: ['type', 'message'] },
+    },
+    required: ['type', 'error'],
+  },
   Health: { type: 'object', properties: { ok: { type: 'boolean' } } },
   Usage: usage,
   ChatCompletion: {
