@@ -198,6 +198,28 @@ describe('GET /openapi.json', () => {
     expect(checked.size).toBe(3)
   })
 
+  // Found in review: every streaming operation's text/event-stream was described as OpenAI chunks ending
+  // with `data: [DONE]`, the job event stream and vLLM's passed-through streams (Anthropic's events) included.
+  it('describes each event stream as the route writes it', async () => {
+    const h = devHarness()
+    const doc = await fetchDoc(h)
+    const events = (path: string, method: string) =>
+      ((doc.paths[path]?.[method] as { responses: Record<string, { content?: Record<string, { schema: { description: string } }> }> }).responses['200']!.content!['text/event-stream']!.schema.description)
+    const { key } = await h.createKey()
+    const job = (await (await h.fetch('/v2/chat-classic/run', authed(key, JSON.stringify({ input: { prompt: 'Hi', sampling_params: { max_tokens: 8 } } })))).json()) as { id: string }
+    const stream = await h.fetch(`/v2/chat-classic/stream/${job.id}`, { headers: { authorization: `Bearer ${key}`, accept: 'text/event-stream' } })
+    const sent = [...(await stream.text()).matchAll(/^event: (\w+)$/gm)].map((m) => m[1]!)
+    expect(sent).toEqual(expect.arrayContaining(['output', 'done']))
+    for (const method of ['get', 'post']) {
+      const described = events('/v2/{model}/stream/{id}', method)
+      expect(described).not.toContain('[DONE]')
+      for (const name of new Set(sent)) expect(described, `${method}: event ${name}`).toContain(`\`${name}\``)
+    }
+    // vLLM's other routes stream what the endpoint writes (Anthropic's events on /v1/messages).
+    for (const path of ['/v1/messages', '/v2/{model}/openai/v1/messages']) expect(events(path, 'post')).not.toContain('[DONE]')
+    expect(events('/v1/chat/completions', 'post')).toContain('data: [DONE]')
+  })
+
   it('names the mount point in servers when podgate is mounted under a prefix', async () => {
     const h = devHarness()
     const host = new Hono().route('/ai', h.app)

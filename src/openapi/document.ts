@@ -89,7 +89,7 @@ function operation(route: RouteEntry, spec: OperationSpec | undefined): Record<s
   if (!spec) return { operationId: operationId(route), summary: `${route.method} ${route.path}`, ...(params.length ? { parameters: params } : {}), responses: { default: ERROR_RESPONSE } }
   const schema = spec.response ? { $ref: `#/components/schemas/${spec.response}` } : { type: 'object' }
   const content: Record<string, unknown> = spec.html ? { 'text/html': { schema: { type: 'string' } } } : { 'application/json': { schema } }
-  if (spec.streams) content['text/event-stream'] = { schema: { type: 'string', description: 'OpenAI chunks as `data:` events, ending with `data: [DONE]`.' } }
+  if (spec.streams) content['text/event-stream'] = { schema: { type: 'string', description: spec.events ?? 'OpenAI chunks as `data:` events, ending with `data: [DONE]`.' } }
   return {
     operationId: operationId(route),
     summary: spec.summary,

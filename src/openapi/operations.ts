@@ -30,9 +30,15 @@ export interface OperationSpec {
   status?: number
   /** The operation may answer with `text/event-stream` when the body asks for `stream: true`. */
   streams?: boolean
+  /** What that event stream carries. Default: OpenAI chunks as `data:` events, ending with `data: [DONE]`. */
+  events?: string
   /** The success body is `text/html`. */
   html?: boolean
 }
+
+/** The job event stream (src/native-surface/job-events.ts, docs/native-surface.md). */
+const JOB_EVENTS =
+  'Job events with `Accept: text/event-stream`: `status` on each state change, `output` per stream item (`id:` the items sent so far, for `Last-Event-ID`), then `done` or `error` (last), or `pause` (reconnect to resume).'
 
 export const OPERATIONS: Record<string, OperationSpec> = {
   'GET /healthz': { summary: 'Liveness', tag: 'Meta', security: 'none', response: 'Health' },
@@ -99,8 +105,9 @@ export const OPERATIONS: Record<string, OperationSpec> = {
     security: 'key',
     response: 'NativeJob',
     streams: true,
+    events: JOB_EVENTS,
   },
-  'POST /v2/:model/stream/:id': { summary: 'Job output so far', tag: 'Runpod native', security: 'key', response: 'NativeJob', streams: true },
+  'POST /v2/:model/stream/:id': { summary: 'Job output so far; as Server-Sent Events with `Accept: text/event-stream`', tag: 'Runpod native', security: 'key', response: 'NativeJob', streams: true, events: JOB_EVENTS },
   'POST /v2/:model/cancel/:id': { summary: 'Cancel a job', tag: 'Runpod native', security: 'key', response: 'NativeJob' },
   'POST /v2/:model/retry/:id': { summary: 'Retry a failed or timed-out job', tag: 'Runpod native', security: 'key', response: 'NativeJob' },
   'POST /v2/:model/purge-queue': { summary: 'Purge the queue (refused: podgate shares endpoints between keys)', tag: 'Runpod native', security: 'key' },
@@ -118,7 +125,8 @@ export const OPERATIONS: Record<string, OperationSpec> = {
 // vLLM's other routes: bodies in vLLM's own formats, forwarded as written (docs/passthrough.md).
 for (const [name, route] of Object.entries(VLLM_ROUTES)) {
   const description = `Forwarded to vLLM's \`${route.path}\` as written, \`model\` rewritten to the served name${route.generates ? `; \`${route.generates.maxField}\` is capped per model and set to its default when absent. \`stream: true\` answers with vLLM's Server-Sent Events` : ''}.${name.startsWith('messages') ? ' Errors use Anthropic\'s shape; the key may be sent as `x-api-key`.' : ''}`
-  const spec: OperationSpec = { summary: `vLLM ${route.path}`, description, tag: 'OpenAI', security: 'key', ...(route.generates ? { streams: true } : {}) }
+  const events = "vLLM's own events for this route, as the endpoint writes them (Anthropic's on `/v1/messages`)."
+  const spec: OperationSpec = { summary: `vLLM ${route.path}`, description, tag: 'OpenAI', security: 'key', ...(route.generates ? { streams: true, events } : {}) }
   OPERATIONS[`POST /v1/${name}`] = spec
   OPERATIONS[`POST /v2/:model/openai/v1/${name}`] = { ...spec, summary: `${spec.summary} (Runpod's URL shape)` }
 }
