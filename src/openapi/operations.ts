@@ -178,7 +178,8 @@ const keyRecord = {
     hint: { type: 'string', description: 'The secret\'s first 10 characters, to recognise it.' },
     revoked: { const: true, description: 'Only on the answer to DELETE.' },
   },
-  required: ['id', 'name', 'kind', 'models', 'origins', 'metadata', 'quota', 'createdAt', 'updatedAt', 'expiresAt', 'revokedAt', 'hint'],
+  // Not `quota`: a record stored before keys had quotas has none (read as null).
+  required: ['id', 'name', 'kind', 'models', 'origins', 'metadata', 'createdAt', 'updatedAt', 'expiresAt', 'revokedAt', 'hint'],
 }
 
 /** Response shapes podgate writes by hand (OpenAI's, trimmed to what podgate sends). */
