@@ -136,7 +136,7 @@ describe('optionsFromEnv', () => {
     expect(() => optionsFromEnv({ ...base, PODGATE_CONFIG: '{"models":' })).toThrow(/PODGATE_CONFIG is not valid JSON/)
     expect(() => optionsFromEnv({ ...base, PODGATE_CONFIG: '[]' })).toThrow(/PODGATE_CONFIG must be a JSON object/)
     expect(() => optionsFromEnv(base)).toThrow(/no models\. Set PODGATE_MODELS/)
-    // Number('1h') is NaN, which the schema worded "Invalid type for 'tokens.maxTtlSeconds': expected a number, got a number".
+    // Number('1h') is NaN, which the schema words "Invalid type for 'tokens.maxTtlSeconds': expected a number, got NaN".
     expect(() => createGateway(optionsFromEnv({ ...base, PODGATE_MODELS: MODELS, PODGATE_TOKEN_MAX_TTL: '1h' }))).toThrow('podgate: PODGATE_TOKEN_MAX_TTL must be seconds, e.g. "3600", got "1h".')
     expect(() => optionsFromEnv({ ...base, RUNPOD_API_KEY: undefined, PODGATE_MODELS: MODELS })).toThrow(/RUNPOD_API_KEY is not set/)
     // An endpoint's own key is a secret too: in PODGATE_MODELS (or PODGATE_CONFIG's models) it sat in plain text.

@@ -97,7 +97,7 @@ export function optionsFromEnv(env: PodgateWorkerEnv): GatewayOptions {
     throw new ConfigError("podgate: a strict quota (quota.store 'strict', or a policy's strict: true) needs a Durable Object: bind QuotaObject as PODGATE_QUOTA in wrangler.toml (docs/quotas.md), or make it kv.")
   }
   const ttl = env.PODGATE_TOKEN_MAX_TTL
-  // `1h` or `3600s` are NaN, which the schema would report as "expected a number, got a number".
+  // `1h` or `3600s` are NaN, which the schema would report as "expected a number, got NaN": name the variable and its unit.
   if (ttl && Number.isNaN(+ttl)) throw new ConfigError(`podgate: PODGATE_TOKEN_MAX_TTL must be seconds, e.g. "3600", got "${ttl}".`)
   const tokens = ttl ? over(base.tokens, { maxTtlSeconds: +ttl }) : base.tokens
   // Validated by createGateway's schema: JSON gives `unknown`, the schema gives the field-named errors.
