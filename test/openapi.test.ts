@@ -50,7 +50,7 @@ describe('GET /openapi.json', () => {
     expect(doc.openapi).toBe('3.1.0')
     expect(doc.info.title).toBe('podgate')
     expect(doc.servers).toEqual([{ url: '/' }])
-    expect(Object.keys(doc.components.securitySchemes).sort()).toEqual(['adminToken', 'apiKey'])
+    expect(Object.keys(doc.components.securitySchemes).sort()).toEqual(['accessToken', 'adminToken', 'apiKey'])
     for (const [path, item] of Object.entries(doc.paths)) {
       expect(path.startsWith('/')).toBe(true)
       expect(path).not.toMatch(/:/)
@@ -218,6 +218,31 @@ describe('GET /openapi.json', () => {
     // vLLM's other routes stream what the endpoint writes (Anthropic's events on /v1/messages).
     for (const path of ['/v1/messages', '/v2/{model}/openai/v1/messages']) expect(events(path, 'post')).not.toContain('[DONE]')
     expect(events('/v1/chat/completions', 'post')).toContain('data: [DONE]')
+  })
+
+  // Found in review: the routes' query parameters (and the job stream's Last-Event-ID) were in no
+  // operation's parameters, so a client generated from the document could not send them.
+  it('declares the query parameters and headers the routes read', async () => {
+    const h = devHarness()
+    const doc = await fetchDoc(h)
+    const declared = (path: string, method: string) => (doc.paths[path]?.[method]?.parameters ?? []).filter((p) => p.in !== 'path').map((p) => `${p.in}:${p.name}`)
+    const { key } = await h.createKey()
+    // Each is read by its route: a malformed value is refused by name.
+    for (const method of ['GET', 'POST']) {
+      const res = await h.fetch('/v2/chat-classic/status-sync/abc?wait=soon', { method, headers: { authorization: `Bearer ${key}` } })
+      expect(((await res.json()) as { error: string }).error).toMatch(/'wait' must be/)
+      expect(declared('/v2/{model}/status-sync/{id}', method.toLowerCase())).toEqual(['query:wait'])
+    }
+    const resumed = await h.fetch('/v2/chat-classic/stream/abc', { headers: { authorization: `Bearer ${key}`, accept: 'text/event-stream', 'last-event-id': 'x' } })
+    expect(((await resumed.json()) as { error: string }).error).toMatch(/Last-Event-ID must be/)
+    expect(declared('/v2/{model}/stream/{id}', 'get')).toEqual(['query:access_token', 'query:detach', 'header:Last-Event-ID'])
+    expect(declared('/v2/{model}/stream/{id}', 'post')).toEqual(['query:detach', 'header:Last-Event-ID'])
+    const admin = { authorization: `Bearer ${ADMIN_TOKEN}` }
+    expect(((await (await h.fetch('/admin/keys?limit=0', { headers: admin })).json()) as { error: { param: string } }).error.param).toBe('limit')
+    expect(declared('/admin/keys', 'get')).toEqual(['query:limit', 'query:cursor'])
+    // A minted token is accepted in the URL there only, with the stream's own security.
+    expect(doc.paths['/v2/{model}/stream/{id}']?.get?.security).toEqual([{ apiKey: [] }, { accessToken: [] }])
+    expect(doc.components.securitySchemes.accessToken).toMatchObject({ type: 'apiKey', in: 'query', name: 'access_token' })
   })
 
   it('names the mount point in servers when podgate is mounted under a prefix', async () => {

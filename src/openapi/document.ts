@@ -78,6 +78,7 @@ export function buildOpenApiDocument(options: OpenApiDocumentOptions): OpenApiDo
       securitySchemes: {
         apiKey: { type: 'http', scheme: 'bearer', description: 'A podgate credential: a secret key (`pg_sk_...`), a publishable key (`pg_pk_...`) or a minted token (`pg_tk_...`).' },
         adminToken: { type: 'http', scheme: 'bearer', description: 'The operator\'s admin token.' },
+        accessToken: { type: 'apiKey', in: 'query', name: 'access_token', description: 'A minted token (`pg_tk_...`) in the URL, on GET event streams only (EventSource sends no headers).' },
       },
     },
   }
@@ -85,7 +86,8 @@ export function buildOpenApiDocument(options: OpenApiDocumentOptions): OpenApiDo
 
 function operation(route: RouteEntry, spec: OperationSpec | undefined): Record<string, unknown> {
   const ERROR_RESPONSE = ERROR_RESPONSES[formatForPath(route.path)]
-  const params = [...route.path.matchAll(/:([A-Za-z0-9_]+)/g)].map((m) => ({ name: m[1], in: 'path', required: true, schema: { type: 'string' } }))
+  const params: unknown[] = [...route.path.matchAll(/:([A-Za-z0-9_]+)/g)].map((m) => ({ name: m[1], in: 'path', required: true, schema: { type: 'string' } }))
+  if (spec?.parameters) params.push(...spec.parameters)
   if (!spec) return { operationId: operationId(route), summary: `${route.method} ${route.path}`, ...(params.length ? { parameters: params } : {}), responses: { default: ERROR_RESPONSE } }
   const schema = spec.response ? { $ref: `#/components/schemas/${spec.response}` } : { type: 'object' }
   const content: Record<string, unknown> = spec.html ? { 'text/html': { schema: { type: 'string' } } } : { 'application/json': { schema } }
@@ -95,7 +97,7 @@ function operation(route: RouteEntry, spec: OperationSpec | undefined): Record<s
     summary: spec.summary,
     ...(spec.description ? { description: spec.description } : {}),
     tags: [spec.tag],
-    security: spec.security === 'key' ? [{ apiKey: [] }] : spec.security === 'admin' ? [{ adminToken: [] }] : [],
+    security: spec.security === 'key' ? [{ apiKey: [] }, ...(spec.tokenInUrl ? [{ accessToken: [] }] : [])] : spec.security === 'admin' ? [{ adminToken: [] }] : [],
     ...(params.length ? { parameters: params } : {}),
     ...(spec.requestBody
       ? { requestBody: { required: !spec.optionalBody, content: { 'application/json': { schema: { $ref: `#/components/schemas/${spec.requestBody}` } } } } }

@@ -32,9 +32,26 @@ export interface OperationSpec {
   streams?: boolean
   /** What that event stream carries. Default: OpenAI chunks as `data:` events, ending with `data: [DONE]`. */
   events?: string
+  /** Query parameters and headers the route reads (path parameters come from the path). */
+  parameters?: Parameter[]
+  /** A minted token may also come as `?access_token=` (the `accessToken` scheme). */
+  tokenInUrl?: boolean
   /** The success body is `text/html`. */
   html?: boolean
 }
+
+/** A query parameter or header of an operation, as OpenAPI writes it. */
+export interface Parameter {
+  name: string
+  in: 'query' | 'header'
+  description: string
+  schema: Record<string, unknown>
+}
+
+const WAIT: Parameter = { name: 'wait', in: 'query', description: 'How long to wait for the job to finish, in ms (clamped to Runpod\'s bounds); default `runpod.runsyncWaitMs`.', schema: { type: 'string', pattern: '^[0-9]+$' } }
+const DETACH: Parameter = { name: 'detach', in: 'query', description: '`true`: an event stream whose caller leaves does not cancel the job.', schema: { type: 'string', enum: ['true', 'false'] } }
+const LAST_EVENT_ID: Parameter = { name: 'Last-Event-ID', in: 'header', description: 'Resume an event stream after the `output` events already received (EventSource sends it).', schema: { type: 'string', pattern: '^[0-9]{1,9}$' } }
+const ACCESS_TOKEN: Parameter = { name: 'access_token', in: 'query', description: 'A minted token (pg_tk_), for EventSource, which sends no headers; only with `Accept: text/event-stream`. Never a key.', schema: { type: 'string' } }
 
 /** The job event stream (src/native-surface/job-events.ts, docs/native-surface.md). */
 const JOB_EVENTS =
@@ -96,8 +113,8 @@ export const OPERATIONS: Record<string, OperationSpec> = {
   'POST /v2/:model/runsync': { summary: 'Run a job and wait for its result (Runpod-native)', tag: 'Runpod native', security: 'key', requestBody: 'NativeRunRequest', response: 'NativeJob' },
   'GET /v2/:model/status/:id': { summary: 'Job status and output', tag: 'Runpod native', security: 'key', response: 'NativeJob' },
   'POST /v2/:model/status/:id': { summary: 'Job status and output', tag: 'Runpod native', security: 'key', response: 'NativeJob' },
-  'GET /v2/:model/status-sync/:id': { summary: 'Job status, waiting for completion', tag: 'Runpod native', security: 'key', response: 'NativeJob' },
-  'POST /v2/:model/status-sync/:id': { summary: 'Job status, waiting for completion', tag: 'Runpod native', security: 'key', response: 'NativeJob' },
+  'GET /v2/:model/status-sync/:id': { summary: 'Job status, waiting for completion', tag: 'Runpod native', security: 'key', response: 'NativeJob', parameters: [WAIT] },
+  'POST /v2/:model/status-sync/:id': { summary: 'Job status, waiting for completion', tag: 'Runpod native', security: 'key', response: 'NativeJob', parameters: [WAIT] },
   'GET /v2/:model/stream/:id': {
     summary: 'Job output so far; as Server-Sent Events with `Accept: text/event-stream`',
     description: 'A minted token may be sent as `?access_token=` here (EventSource sends no headers).',
@@ -106,14 +123,25 @@ export const OPERATIONS: Record<string, OperationSpec> = {
     response: 'NativeJob',
     streams: true,
     events: JOB_EVENTS,
+    parameters: [ACCESS_TOKEN, DETACH, LAST_EVENT_ID],
+    tokenInUrl: true,
   },
-  'POST /v2/:model/stream/:id': { summary: 'Job output so far; as Server-Sent Events with `Accept: text/event-stream`', tag: 'Runpod native', security: 'key', response: 'NativeJob', streams: true, events: JOB_EVENTS },
+  'POST /v2/:model/stream/:id': { summary: 'Job output so far; as Server-Sent Events with `Accept: text/event-stream`', tag: 'Runpod native', security: 'key', response: 'NativeJob', streams: true, events: JOB_EVENTS, parameters: [DETACH, LAST_EVENT_ID] },
   'POST /v2/:model/cancel/:id': { summary: 'Cancel a job', tag: 'Runpod native', security: 'key', response: 'NativeJob' },
   'POST /v2/:model/retry/:id': { summary: 'Retry a failed or timed-out job', tag: 'Runpod native', security: 'key', response: 'NativeJob' },
   'POST /v2/:model/purge-queue': { summary: 'Purge the queue (refused: podgate shares endpoints between keys)', tag: 'Runpod native', security: 'key' },
   'GET /v2/:model/health': { summary: 'Endpoint health (workers and jobs)', tag: 'Runpod native', security: 'key' },
   'POST /admin/keys': { summary: 'Create an API key (the key is shown once)', tag: 'Admin', security: 'admin', requestBody: 'CreateKeyRequest', response: 'CreatedKey', status: 201 },
-  'GET /admin/keys': { summary: 'List key records', tag: 'Admin', security: 'admin', response: 'KeyList' },
+  'GET /admin/keys': {
+    summary: 'List key records',
+    tag: 'Admin',
+    security: 'admin',
+    response: 'KeyList',
+    parameters: [
+      { name: 'limit', in: 'query', description: 'Records per page, 1 to 1000; default 100.', schema: { type: 'integer', minimum: 1, maximum: 1000 } },
+      { name: 'cursor', in: 'query', description: 'The `cursor` of the previous page.', schema: { type: 'string' } },
+    ],
+  },
   'GET /admin/keys/:id': { summary: 'Get a key record', tag: 'Admin', security: 'admin', response: 'KeyRecord' },
   'PATCH /admin/keys/:id': { summary: 'Update a key\'s scope (models, origins, quota, expiry, metadata)', tag: 'Admin', security: 'admin', requestBody: 'UpdateKeyRequest', response: 'KeyRecord' },
   'POST /admin/keys/:id/rotate': { summary: 'Rotate a key: a new secret, same id (shown once)', tag: 'Admin', security: 'admin', response: 'CreatedKey' },
