@@ -85,10 +85,10 @@ export function buildOpenApiDocument(options: OpenApiDocumentOptions): OpenApiDo
 }
 
 function operation(route: RouteEntry, spec: OperationSpec | undefined): Record<string, unknown> {
-  const ERROR_RESPONSE = ERROR_RESPONSES[formatForPath(route.path)]
+  const errors = ERROR_RESPONSES[formatForPath(route.path)]
   const params: unknown[] = [...route.path.matchAll(/:([A-Za-z0-9_]+)/g)].map((m) => ({ name: m[1], in: 'path', required: true, schema: { type: 'string' } }))
   if (spec?.parameters) params.push(...spec.parameters)
-  if (!spec) return { operationId: operationId(route), summary: `${route.method} ${route.path}`, ...(params.length ? { parameters: params } : {}), responses: { default: ERROR_RESPONSE } }
+  if (!spec) return { operationId: operationId(route), summary: `${route.method} ${route.path}`, ...(params.length ? { parameters: params } : {}), responses: { default: errors } }
   const schema = spec.response ? { $ref: `#/components/schemas/${spec.response}` } : { type: 'object' }
   const content: Record<string, unknown> = spec.html ? { 'text/html': { schema: { type: 'string' } } } : { 'application/json': { schema } }
   if (spec.streams) content['text/event-stream'] = { schema: { type: 'string', description: spec.events ?? 'OpenAI chunks as `data:` events, ending with `data: [DONE]`.' } }
@@ -102,7 +102,7 @@ function operation(route: RouteEntry, spec: OperationSpec | undefined): Record<s
     ...(spec.requestBody
       ? { requestBody: { required: !spec.optionalBody, content: { 'application/json': { schema: { $ref: `#/components/schemas/${spec.requestBody}` } } } } }
       : {}),
-    responses: { [String(spec.status ?? 200)]: { description: spec.summary, content }, default: ERROR_RESPONSE },
+    responses: { [String(spec.status ?? 200)]: { description: spec.summary, content }, default: errors },
   }
 }
 
