@@ -30,4 +30,11 @@ describe('sealed job ids', () => {
     await expect(sealer.open(id, { model: model(['bbb', 'aaa']), keyId: 'key_1' })).rejects.toMatchObject({ code: 'not_found' })
     await expect(sealer.open(id, { model: model(['aaa']), keyId: 'key_1' })).rejects.toMatchObject({ code: 'not_found' })
   })
+
+  it('refuse another spelling of the same signature (its last character has two spare bits)', async () => {
+    const id = await sealer.seal({ kind: 'chat', endpoint, upstreamId: 'job-3' }, { model: served, keyId: 'key_1' })
+    const B64 = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_'
+    const respelled = id.slice(0, -1) + B64[B64.indexOf(id.at(-1)!) ^ 2]
+    await expect(sealer.open(respelled, { model: served, keyId: 'key_1' })).rejects.toMatchObject({ code: 'not_found' })
+  })
 })
