@@ -52,9 +52,9 @@ async function loadModels() {
 async function mintToken() {
   if (!$('key').value.trim()) return show('token-status', 'Paste a key first.', 'error')
   credential = $('key').value.trim()
-  // Short-lived, and not bound to an origin: this page is same-origin with podgate, and browsers send no
+  // Short-lived (an empty TTL takes the gateway's default, never past its maximum), and not bound to an origin: this page is same-origin with podgate, and browsers send no
   // Origin header on same-origin GETs (GET /v1/models), which an origin-bound token requires.
-  const res = await api('/v1/tokens', { method: 'POST', body: JSON.stringify({ ttlSeconds: Number($('ttl').value) || 600 }) })
+  const res = await api('/v1/tokens', { method: 'POST', body: JSON.stringify({ ttlSeconds: Number($('ttl').value) || undefined }) })
   if (res.status === 404) return show('token-status', 'This gateway has no POST /v1/tokens: the key is used directly.', 'warn')
   if (!res.ok) return show('token-status', 'Mint failed: ' + await errorText(res), 'error')
   const body = await res.json()
@@ -174,7 +174,7 @@ const BODY = `
 <fieldset><legend>Credential</legend>
   <div class="row">
     <input id="key" type="password" placeholder="pg_sk_... (a dev key) or a token" autocomplete="off" aria-label="podgate key">
-    <label>TTL <input id="ttl" type="number" min="1" value="600" style="width:80px" aria-label="token lifetime in seconds">s</label>
+    <label>TTL <input id="ttl" type="number" min="1" placeholder="default" style="width:80px" aria-label="token lifetime in seconds (empty: the gateway's default)">s</label>
     <button id="mint" type="button">Mint short-lived token</button>
     <button id="load" type="button">Load models</button>
   </div>
