@@ -144,6 +144,25 @@ describe('GET /openapi.json', () => {
     expect(chatCompletionRequestSchema.safeParse(JSON.parse(chatBody('chat-openai', 'hi', { max_tokens: 1 }))).success).toBe(true)
   })
 
+  it("documents the native job body's bounds and null-only fields as the route checks them", async () => {
+    const h = devHarness()
+    const { key } = await h.createKey()
+    const doc = (await (await h.fetch('/openapi.json')).json()) as { components: { schemas: Record<string, { properties: Record<string, { type?: string; properties?: Record<string, { minimum?: number; maximum?: number }> }> }> } }
+    const run = doc.components.schemas.NativeRunRequest!.properties
+    const status = async (body: object) => (await h.fetch('/v2/chat-classic/run', authed(key, JSON.stringify({ input: { prompt: 'hi' }, ...body })))).status
+    for (const name of ['webhook', 'webhookV2', 's3Config']) {
+      expect(run[name]?.type).toBe('null')
+      expect(await status({ [name]: null })).toBe(200)
+      expect(await status({ [name]: 'https://example.com/hook' })).toBe(400)
+    }
+    for (const field of ['executionTimeout', 'ttl']) {
+      const { minimum, maximum } = run.policy!.properties![field]!
+      expect(await status({ policy: { [field]: minimum } })).toBe(200)
+      expect(await status({ policy: { [field]: minimum! - 1 } })).toBe(400)
+      expect(await status({ policy: { [field]: maximum! + 1 } })).toBe(400)
+    }
+  })
+
   // Found in review: KeyRecord typed the record's times as strings (they are ms numbers) and left out
   // kind, origins, quota, updatedAt and expiresAt; Token left out the mint answer's quota and sub.
   it('the documented answers are what podgate sends: key records (created, listed, revoked) and a minted token', async () => {

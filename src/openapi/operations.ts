@@ -306,7 +306,17 @@ export const RESPONSE_SCHEMAS: Record<string, unknown> = {
     type: 'object',
     properties: {
       input: { type: 'object', description: 'worker-vllm input: `messages` or `prompt`, `sampling_params`, `stream`.' },
-      policy: { type: 'object', properties: { executionTimeout: { type: 'integer' }, ttl: { type: 'integer' }, lowPriority: { type: 'boolean' } }, additionalProperties: false },
+      policy: {
+        type: 'object',
+        properties: {
+          executionTimeout: { type: 'integer', minimum: 5_000, maximum: 604_800_000, description: 'ms' },
+          ttl: { type: 'integer', minimum: 10_000, maximum: 604_800_000, description: 'ms' },
+          lowPriority: { type: 'boolean' },
+        },
+        additionalProperties: false,
+      },
+      // Accepted only as null: Runpod would call them past podgate's keys and normalization.
+      ...Object.fromEntries(['webhook', 'webhookV2', 's3Config'].map((name) => [name, { type: 'null', description: 'Not forwarded by podgate: follow the job with /status/{id} or /stream/{id}.' }])),
     },
     required: ['input'],
     additionalProperties: false,
