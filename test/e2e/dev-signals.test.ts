@@ -1,0 +1,93 @@
+/**
+ * `npm run dev` and `npm run emulator` stopped by a SIGTERM to npm (a process manager, an IDE's "stop",
+ * `kill <pid>`): npm passes the signal to the shell that runs the script, and a shell that does not exec
+ * its command (dash, Debian's and Ubuntu's /bin/sh) dies and leaves the script running, its servers still
+ * on their ports and the next `npm run dev` refused with "port is taken".
+ */
+import { spawn } from 'node:child_process'
+import type { ChildProcess } from 'node:child_process'
+import { mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs'
+import { createConnection } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join, resolve } from 'node:path'
+import { afterAll, describe, expect, it } from 'vitest'
+import { freePort } from '../../scripts/lib/podgate-server.ts'
+
+const ROOT = resolve(import.meta.dirname, '../..')
+const dirs: string[] = []
+const groups: number[] = []
+
+afterAll(() => {
+  // Whatever a failed run left behind: each npm ran in a process group of its own.
+  for (const group of groups) {
+    try {
+      process.kill(-group, 'SIGKILL')
+    } catch {
+      // already gone
+    }
+  }
+  for (const dir of dirs) rmSync(dir, { recursive: true, force: true })
+})
+
+function checkout(): string {
+  const dir = mkdtempSync(join(tmpdir(), 'podgate-dev-signals-'))
+  dirs.push(dir)
+  for (const name of ['node_modules', 'package.json', 'wrangler.toml', 'tsconfig.json', 'src', 'workers', 'scripts']) symlinkSync(join(ROOT, name), join(dir, name))
+  return dir
+}
+
+function npmRun(dir: string, args: string[], env: Record<string, string>): { npm: ChildProcess; output: () => string } {
+  const npm = spawn('npm', ['run', ...args], { cwd: dir, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'], detached: true })
+  groups.push(npm.pid!)
+  let output = ''
+  npm.stdout!.on('data', (d: Buffer) => (output += d.toString()))
+  npm.stderr!.on('data', (d: Buffer) => (output += d.toString()))
+  return { npm, output: () => output }
+}
+
+async function until(check: () => boolean | Promise<boolean>, ms: number): Promise<boolean> {
+  const deadline = Date.now() + ms
+  while (Date.now() < deadline) {
+    if (await check()) return true
+    await new Promise((r) => setTimeout(r, 200))
+  }
+  return check()
+}
+
+const listening = (port: number) =>
+  new Promise<boolean>((resolve) => {
+    const socket = createConnection({ port, host: '127.0.0.1' })
+    socket.once('connect', () => (socket.destroy(), resolve(true)))
+    socket.once('error', () => resolve(false))
+  })
+
+const alive = (pid: number) => {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch {
+    return false
+  }
+}
+
+describe('SIGTERM to npm', () => {
+  it('npm run emulator: the emulator stops and frees its port', { timeout: 30_000 }, async () => {
+    const port = await freePort()
+    const { npm, output } = npmRun(checkout(), ['emulator', '--', '--port', String(port)], {})
+    expect(await until(() => output().includes('Runpod emulator on'), 15_000), output()).toBe(true)
+    npm.kill('SIGTERM')
+    expect(await until(async () => !(await listening(port)), 5_000), `port ${port} still served after SIGTERM`).toBe(true)
+  })
+
+  it('npm run dev: the dev script, wrangler and the emulator stop and free their ports', { timeout: 90_000 }, async () => {
+    const [port, emulatorPort, inspectorPort] = [await freePort(), await freePort(), await freePort()]
+    const dir = checkout()
+    const { npm, output } = npmRun(dir, ['dev'], { PORT: String(port), EMULATOR_PORT: String(emulatorPort), INSPECTOR_PORT: String(inspectorPort), RUNPOD_API_KEY: '' })
+    expect(await until(() => output().includes('[podgate] ready on'), 60_000), output()).toBe(true)
+    const { pid } = JSON.parse(readFileSync(join(dir, '.wrangler/podgate-dev.json'), 'utf8')) as { pid: number }
+    npm.kill('SIGTERM')
+    expect(await until(() => !alive(pid), 10_000), 'scripts/dev.ts still running after SIGTERM to npm').toBe(true)
+    expect(await listening(port), `podgate port ${port} still served`).toBe(false)
+    expect(await listening(emulatorPort), `emulator port ${emulatorPort} still served`).toBe(false)
+  })
+})
