@@ -1,11 +1,23 @@
 /**
  * `npm run deploy`: deploys wrangler.toml's top-level (production) Worker, after refusing a config that
- * was never edited: the placeholder endpoint id or KV namespace id (a `--dry-run` only warns). Extra
- * arguments go to wrangler (`npm run deploy -- --dry-run --outdir /tmp/x`); `-- --config <file>` checks
- * and deploys another config (`workers/composed.wrangler.toml`), `-- --env <name>` that environment.
+ * was never edited (the placeholder endpoint id or KV namespace id) or that every request would fail on:
+ * no PODGATE_KV binding, or variables the Worker refuses at its first request (no models, JSON that does
+ * not parse, a field the schema refuses). A `--dry-run` only warns. Extra arguments go to wrangler
+ * (`npm run deploy -- --dry-run --outdir /tmp/x`); `-- --config <file>` checks and deploys another config
+ * (`workers/composed.wrangler.toml`), `-- --env <name>` that environment.
  */
 import { spawnSync } from 'node:child_process'
-import { readFileSync, realpathSync } from 'node:fs'
+import { existsSync, readFileSync, realpathSync } from 'node:fs'
+import { unstable_readConfig } from 'wrangler'
+
+/**
+ * The Worker's own start, run here on Node. Imported by a name TypeScript does not follow: these modules
+ * are typed for workerd (KVNamespace, ...), which the scripts' Node typecheck has no declarations of.
+ */
+const [{ ConfigError, createGateway }, { optionsFromEnv }] = (await Promise.all(['../src/index.ts', '../src/worker.ts'].map((m) => import(m)))) as [
+  { ConfigError: new () => Error; createGateway: (options: object) => unknown },
+  { optionsFromEnv: (env: object) => object },
+]
 
 const PLACEHOLDERS: [text: string, fix: string][] = [
   ['your0endpoint0id', 'put your Runpod endpoint id in PODGATE_MODELS under [vars]'],
@@ -32,6 +44,44 @@ export function placeholderProblems(toml: string, file = 'wrangler.toml', env?: 
   return PLACEHOLDERS.filter(([text]) => part.includes(text)).map(([text, fix]) => `${file} still holds the placeholder "${text}": ${fix}.`)
 }
 
+/** What `configProblems` reads of a wrangler config (as wrangler resolves it for one environment). */
+export interface DeployedConfig {
+  main?: string | undefined
+  vars: Record<string, unknown>
+  kv_namespaces: readonly { binding: string }[]
+  durable_objects: { bindings: readonly { name: string }[] }
+}
+
+/** Stands in for the secrets (RUNPOD_API_KEY, an endpoint's apiKeyEnv...): they are not in the file. */
+const SECRET_STAND_IN = 'deploy-check-stand-in-for-a-secret-0123456789'
+/** The variables the Worker reads as options: absent from the file, they are absent, not secrets. */
+const OPTION_VARS = new Set(['PODGATE_CONFIG', 'PODGATE_MODELS', 'RUNPOD_BASE_URL', 'PODGATE_TOKEN_MAX_TTL', 'PODGATE_QUOTA_CONFIG', 'PODGATE_PLAYGROUND', 'PODGATE_QUOTA', 'PODGATE_KV'])
+
+/**
+ * What in the config would make the deployed Worker answer every request with a 500, as messages (empty:
+ * it starts): no PODGATE_KV binding, or what the Worker's own start (`optionsFromEnv`, `createGateway`)
+ * refuses in its variables. Secrets are not in the file and are not checked.
+ */
+export function configProblems(config: DeployedConfig, file = 'wrangler.toml'): string[] {
+  const problems: string[] = []
+  if (!config.kv_namespaces.some((kv) => kv.binding === 'PODGATE_KV')) {
+    problems.push(`${file} binds no KV namespace as PODGATE_KV: every request would fail. Add [[kv_namespaces]] with binding = "PODGATE_KV" (README "Deploy in five steps").`)
+  }
+  const bound: Record<string, unknown> = { PODGATE_KV: {}, ...(config.durable_objects.bindings.some((b) => b.name === 'PODGATE_QUOTA') ? { PODGATE_QUOTA: {} } : {}) }
+  const env = new Proxy(config.vars, {
+    get: (vars, name) => (typeof name !== 'string' ? undefined : Object.hasOwn(vars, name) ? vars[name] : Object.hasOwn(bound, name) ? bound[name] : OPTION_VARS.has(name) ? undefined : SECRET_STAND_IN),
+  })
+  try {
+    // As createPodgateWorker starts: the production entry has no playground page, so it refuses PODGATE_PLAYGROUND.
+    const playground = String(config.vars.PODGATE_PLAYGROUND) === 'true' && /workers[\\/]podgate\.ts$/.test(config.main ?? '')
+    createGateway({ ...optionsFromEnv(env), ...(playground ? { playground } : {}) })
+  } catch (error) {
+    if (!(error instanceof ConfigError)) throw error
+    problems.push(`${file}: the Worker would answer every request with a 500: ${error.message.replace(/^podgate: /, '')}`)
+  }
+  return problems
+}
+
 /** The value of wrangler's option `--name`/`-x` in any of its spellings (`--name v`, `--name=v`, `-x v`). */
 export function optionValue(args: readonly string[], name: string, short: string): string | undefined {
   for (let i = 0; i < args.length; i++) {
@@ -48,12 +98,18 @@ if (process.argv[1] !== undefined && import.meta.filename === realpathSync(proce
   // wrangler's own spellings (`--config=f`, `-c f`): the file checked must be the file deployed.
   const config = optionValue(args, 'config', 'c') ?? 'wrangler.toml'
   const env = optionValue(args, 'env', 'e')
+  if (!existsSync(config)) {
+    console.error(`[podgate] not deploying: no config file ${config}`)
+    process.exit(1)
+  }
   const problems = placeholderProblems(readFileSync(config, 'utf8'), config, env || undefined)
+  // The placeholders come first: the Worker would refuse them too, with the same fix.
+  if (problems.length === 0) problems.push(...configProblems(unstable_readConfig({ config, env: env || undefined }, { hideWarnings: true }), config))
   if (problems.length > 0 && !args.includes('--dry-run')) {
     console.error(`[podgate] not deploying:\n  ${problems.join('\n  ')}\n  (README "Deploy in five steps")`)
     process.exit(1)
   }
-  // A dry run uploads nothing: it only bundles, so the shipped placeholders may stay for it.
+  // A dry run uploads nothing: it only bundles, so the shipped placeholders (and a config in the making) may stay for it.
   for (const problem of problems) console.warn(`[podgate] --dry-run: ${problem}`)
   // `--env=""` names the top-level environment: without it wrangler warns that [env.dev] exists. A second
   // --env would be refused ("expects a single value"), so one given is passed on alone.

@@ -3,15 +3,20 @@
  * refuses the shipped placeholders (a dry run only warns), and uploads a bundle without the dev tools.
  */
 import { spawnSync } from 'node:child_process'
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
+import { chmodSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import { afterAll, describe, expect, it } from 'vitest'
-import { placeholderProblems } from '../../scripts/deploy.ts'
+import { unstable_readConfig } from 'wrangler'
+import { configProblems, placeholderProblems } from '../../scripts/deploy.ts'
 
 const ROOT = resolve(import.meta.dirname, '../..')
 const outdir = mkdtempSync(join(tmpdir(), 'podgate-deploy-'))
 afterAll(() => rmSync(outdir, { recursive: true, force: true }))
+const fakeWrangler = join(outdir, 'bin')
+mkdirSync(fakeWrangler)
+writeFileSync(join(fakeWrangler, 'wrangler'), '#!/bin/sh\necho "fake wrangler ran: $*"\n')
+chmodSync(join(fakeWrangler, 'wrangler'), 0o755)
 
 describe('npm run deploy', () => {
   it('refuses a wrangler.toml that still holds the placeholder endpoint or KV id, and only those', () => {
@@ -73,5 +78,54 @@ PODGATE_MODELS = '{"m":{"endpoints":[{"endpointId":"your0endpoint0id"}]}}'
     const inputs = Object.keys(meta.inputs)
     expect(inputs.some((path) => path.endsWith('src/gateway.ts'))).toBe(true)
     expect(inputs.filter((path) => /src\/(playground|openapi)\//.test(path))).toEqual([])
+  })
+})
+
+describe('npm run deploy: a config every request would fail on', () => {
+  const shipped = readFileSync(join(ROOT, 'wrangler.toml'), 'utf8')
+  // The shipped file with both placeholders replaced, as step 1 and 2 of the README leave it.
+  const edited = shipped.replace('your0endpoint0id', 'abc123xyz').replace('id = "00000000000000000000000000000000"', 'id = "4f1c0ffee4f1c0ffee4f1c0ffee4f1c0"')
+  const at = edited.indexOf('\n[env.dev]\n') + 1
+  const [top, dev] = [edited.slice(0, at), edited.slice(at)]
+  const models = /PODGATE_MODELS = '''[\s\S]*?'''\n/
+  const broken: Record<string, [toml: string, problem: RegExp]> = {
+    'no models': [top.replace(models, ''), /no models/],
+    'PODGATE_MODELS that is no JSON': [top.replace('"mode": "openai",', '"mode": "openai"'), /PODGATE_MODELS is not valid JSON/],
+    'a field the schema refuses': [top.replace('"mode": "openai",', '"mode": "opnai",'), /models\.llama-3\.1-8b\.mode/],
+    'no PODGATE_KV binding': [top.replace(/\[\[kv_namespaces\]\]\nbinding = "PODGATE_KV"\nid = "\w+"\n/, ''), /binds no KV namespace as PODGATE_KV/],
+    'the playground in the production Worker': [top.replace('[vars]\n', '[vars]\nPODGATE_PLAYGROUND = "true"\n'), /playground/],
+  }
+  // Absolute, so the file can live in a scratch directory.
+  const config = (toml: string) => toml.replace('main = "workers/podgate.ts"', `main = "${join(ROOT, 'workers/podgate.ts')}"`)
+  const write = (name: string, toml: string) => {
+    const file = join(outdir, `${name.replaceAll(' ', '-')}.toml`)
+    writeFileSync(file, config(toml))
+    return file
+  }
+
+  it('finds nothing in the edited shipped config, its [env.dev] or the composed example with a real endpoint id', () => {
+    expect(configProblems(unstable_readConfig({ config: write('edited', edited) }, { hideWarnings: true }))).toEqual([])
+    expect(configProblems(unstable_readConfig({ config: write('edited', edited), env: 'dev' }, { hideWarnings: true }))).toEqual([])
+    const composed = readFileSync(join(ROOT, 'workers/composed.wrangler.toml'), 'utf8').replace('your0endpoint0id', 'abc123xyz').replace('main = "composed.ts"', `main = "${join(ROOT, 'workers/composed.ts')}"`)
+    expect(configProblems(unstable_readConfig({ config: write('composed', composed) }, { hideWarnings: true }))).toEqual([])
+  })
+
+  it.each(Object.entries(broken))('refuses %s, before wrangler runs', (name, [toml, problem]) => {
+    const file = write(name, toml + dev)
+    expect(configProblems(unstable_readConfig({ config: file }, { hideWarnings: true }), file)).toEqual([expect.stringMatching(problem)])
+    // A wrangler that only says it ran: a deploy the check let through must not reach Cloudflare from a test.
+    const result = spawnSync(process.execPath, ['scripts/deploy.ts', '--config', file], { cwd: ROOT, encoding: 'utf8', env: { ...process.env, PATH: `${fakeWrangler}:${process.env.PATH}`, WRANGLER_SEND_METRICS: 'false' } })
+    expect(result.stdout).not.toMatch(/fake wrangler ran/)
+    expect(result.status).toBe(1)
+    expect(result.stderr).toMatch(/not deploying:/)
+    expect(result.stderr).toMatch(problem)
+  })
+
+  it('a dry run only warns', () => {
+    const file = write('dry-no-models', top.replace(models, '') + dev)
+    const result = spawnSync(process.execPath, ['scripts/deploy.ts', '--config', file, '--dry-run'], { cwd: ROOT, encoding: 'utf8', env: { ...process.env, PATH: `${fakeWrangler}:${process.env.PATH}`, WRANGLER_SEND_METRICS: 'false' } })
+    expect(result.status).toBe(0)
+    expect(result.stderr).toMatch(/--dry-run: .*no models/)
+    expect(result.stdout).toMatch(/fake wrangler ran: deploy --env= --config \S+ --dry-run/)
   })
 })
