@@ -66,16 +66,36 @@ if (realKey) {
 
 const wrangler = spawn('wrangler', args, { stdio: 'inherit', env: { ...process.env, WRANGLER_SEND_METRICS: 'false' } })
 
+// Once: the wrangler it stops exits too, and that exit must not replace the first reason's code.
+let stopping: Promise<void> | undefined
+const stop = (code: number) =>
+  (stopping ??= (async () => {
+    clearDevUrl('.')
+    wrangler.kill('SIGTERM')
+    await closeEmulator?.()
+    process.exit(code)
+  })())
+
 const base = `http://${host}:${port}`
 void (async () => {
-  for (let i = 0; i < 600; i++) {
+  // Polled until the Worker answers at all: an answer that is no 200 is the Worker refusing its config
+  // (wrangler logged the ConfigError above), which polling on would only log again five times a second.
+  let status: number | undefined
+  for (let i = 0; i < 600 && status === undefined; i++) {
     try {
       const res = await fetch(`${base}/healthz`)
-      if (res.ok) break
+      await res.body?.cancel()
+      status = res.status
     } catch {
-      // not up yet
+      await new Promise((r) => setTimeout(r, 200)) // not up yet
     }
-    await new Promise((r) => setTimeout(r, 200))
+  }
+  if (status !== 200) {
+    console.error(status === undefined
+      ? `[podgate] the Worker does not start: nothing answered on ${base} within 2 minutes (see wrangler's output above).`
+      : `[podgate] the Worker does not start: GET /healthz answered ${status}; its error is above (a mistake in wrangler.toml [env.dev.vars]?). Fix it and run \`npm run dev\` again.`)
+    await stop(1)
+    return
   }
   writeDevUrl('.', base)
   console.log(`
@@ -90,12 +110,6 @@ void (async () => {
 `)
 })()
 
-const stop = async (code: number) => {
-  clearDevUrl('.')
-  wrangler.kill('SIGTERM')
-  await closeEmulator?.()
-  process.exit(code)
-}
 wrangler.on('exit', (code) => void stop(code ?? 0))
 process.on('SIGINT', () => void stop(0))
 process.on('SIGTERM', () => void stop(0))
