@@ -10,17 +10,24 @@ import { parseArgs } from 'node:util'
 import { createRunpodEmulator } from '../src/testing/index.ts'
 import { serveNode } from './lib/serve-node.ts'
 
-const { values } = parseArgs({
-  options: {
-    port: { type: 'string' },
-    host: { type: 'string' },
-    'api-key': { type: 'string' },
-    help: { type: 'boolean', short: 'h' },
-  },
-})
+const USAGE = 'usage: node scripts/emulator.ts [--port 8788] [--host 127.0.0.1] [--api-key KEY]'
+let values: { port?: string; host?: string; 'api-key'?: string; help?: boolean }
+try {
+  ;({ values } = parseArgs({
+    options: {
+      port: { type: 'string' },
+      host: { type: 'string' },
+      'api-key': { type: 'string' },
+      help: { type: 'boolean', short: 'h' },
+    },
+  }))
+} catch (error) {
+  console.error(`emulator: ${error instanceof Error ? error.message : String(error)}\n${USAGE}`)
+  process.exit(2)
+}
 
 if (values.help) {
-  console.log('usage: node scripts/emulator.ts [--port 8788] [--host 127.0.0.1] [--api-key KEY]')
+  console.log(USAGE)
   process.exit(0)
 }
 
@@ -33,7 +40,11 @@ const host = values.host ?? process.env.EMULATOR_HOST ?? '127.0.0.1'
 const apiKey = values['api-key'] ?? process.env.EMULATOR_API_KEY
 
 const emulator = createRunpodEmulator({ apiKey })
-const server = await serveNode((request) => emulator.fetch(request), { port, host })
+const server = await serveNode((request) => emulator.fetch(request), { port, host }).catch((error: unknown) => {
+  if ((error as { code?: unknown }).code !== 'EADDRINUSE') throw error
+  console.error(`emulator: ${host}:${port} is taken (\`npm run dev\` runs one there): pick another with --port or EMULATOR_PORT`)
+  process.exit(1)
+})
 console.log(
   `Runpod emulator on ${server.url}/v2 (${apiKey ? 'Bearer key required' : 'any key'}): ` +
     'endpoint ids containing "classic" act as worker-vllm <= v2.23, others as >= v2.24; ' +

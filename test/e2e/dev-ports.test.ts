@@ -3,7 +3,7 @@
  * runs in another terminal, or who has another project's `wrangler dev` on 8787: it must say which
  * variable picks another port and stop, not print "ready" for the other server or a bare EADDRINUSE.
  */
-import { spawn } from 'node:child_process'
+import { spawn, spawnSync } from 'node:child_process'
 import { createServer } from 'node:http'
 import type { Server } from 'node:http'
 import { mkdtempSync, rmSync, symlinkSync } from 'node:fs'
@@ -59,5 +59,25 @@ describe('npm run dev on a port that is taken', () => {
     expect(output).toMatch(/EMULATOR_PORT=\d+ npm run dev/)
     expect(output).not.toMatch(/^\s+at /m)
     expect(code).not.toBe(0)
+  })
+})
+
+describe('npm run emulator on a port that is taken, or with a flag it does not know', () => {
+  const emulator = (args: string[]) => spawnSync(process.execPath, ['scripts/emulator.ts', ...args], { cwd: ROOT, encoding: 'utf8', timeout: 20_000, env: { ...process.env, EMULATOR_PORT: '' } })
+
+  it('names the port and the flag that picks another, without a stack trace', { timeout: 30_000 }, async () => {
+    const port = await occupiedPort()
+    const { status, stderr } = emulator(['--port', String(port)])
+    expect(stderr).toMatch(new RegExp(`127\\.0\\.0\\.1:${port} is taken.*--port`))
+    expect(stderr).not.toMatch(/^\s+at /m)
+    expect(status).toBe(1)
+  })
+
+  it('an unknown flag prints the usage, without a stack trace', { timeout: 30_000 }, () => {
+    const { status, stderr } = emulator(['--prot', '9000'])
+    expect(stderr).toMatch(/Unknown option '--prot'/)
+    expect(stderr).toMatch(/usage: node scripts\/emulator\.ts/)
+    expect(stderr).not.toMatch(/^\s+at /m)
+    expect(status).toBe(2)
   })
 })
