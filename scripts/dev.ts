@@ -10,7 +10,7 @@
  */
 import { spawn } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
-import { chmodSync, existsSync, mkdirSync, writeFileSync } from 'node:fs'
+import { chmodSync, existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { createRunpodEmulator } from '../src/testing/index.ts'
 import { clearDevUrl, readDevVars, writeDevUrl } from './lib/dev-state.ts'
@@ -48,13 +48,15 @@ const args = ['dev', '--env', 'dev', '--ip', host, '--port', String(port), '--sh
 // Two dev servers at once (e.g. the docs test next to yours) would both want the default inspector port.
 if (process.env.INSPECTOR_PORT) args.push('--inspector-port', process.env.INSPECTOR_PORT)
 let closeEmulator: (() => Promise<void>) | undefined
+/** Carries a real RUNPOD_API_KEY to wrangler while it runs; removed when it stops (wrangler re-reads it on a reload). */
+const SECRETS_FILE = '.wrangler/dev-secrets.env'
 
 if (realKey) {
   // Secrets never go on a command line (visible in `ps`): a git-ignored env file carries them.
   mkdirSync('.wrangler', { recursive: true })
-  writeFileSync('.wrangler/dev-secrets.env', `RUNPOD_API_KEY="${realKey}"\n`, { mode: 0o600 })
-  chmodSync('.wrangler/dev-secrets.env', 0o600)
-  args.push('--env-file', '.wrangler/dev-secrets.env', '--var', `RUNPOD_BASE_URL:${process.env.RUNPOD_BASE_URL ?? 'https://api.runpod.ai/v2'}`)
+  writeFileSync(SECRETS_FILE, `RUNPOD_API_KEY="${realKey}"\n`, { mode: 0o600 })
+  chmodSync(SECRETS_FILE, 0o600)
+  args.push('--env-file', SECRETS_FILE, '--var', `RUNPOD_BASE_URL:${process.env.RUNPOD_BASE_URL ?? 'https://api.runpod.ai/v2'}`)
   console.log('[podgate] RUNPOD_API_KEY is set: using real Runpod endpoints (edit PODGATE_MODELS in wrangler.toml [env.dev.vars])')
 } else {
   const emulator = createRunpodEmulator()
@@ -72,6 +74,7 @@ const stop = (code: number) =>
   (stopping ??= (async () => {
     clearDevUrl('.')
     wrangler.kill('SIGTERM')
+    rmSync(SECRETS_FILE, { force: true })
     await closeEmulator?.()
     process.exit(code)
   })())
