@@ -3,14 +3,14 @@
  *
  * Without a RUNPOD_API_KEY (in the environment or .dev.vars) it also starts the built-in Runpod
  * emulator on 127.0.0.1:8788 ($EMULATOR_PORT) and points the Worker at it. On first run it writes
- * .dev.vars with a random admin token (git-ignored); while it runs, .wrangler/podgate-dev.json holds its
+ * .dev.vars with a random admin token (git-ignored), or adds one to a .dev.vars that has none; while it runs, .wrangler/podgate-dev.json holds its
  * URL, so `npm run keys` works without flags. It prints how to create an API key. A port already taken
  * (an earlier `npm run dev` still running, another project's `wrangler dev`) stops it before anything
  * starts, with the variable that picks another.
  */
 import { spawn } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
-import { chmodSync, existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs'
+import { appendFileSync, chmodSync, existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { createRunpodEmulator } from '../src/testing/index.ts'
 import { clearDevUrl, readDevVars, writeDevUrl } from './lib/dev-state.ts'
@@ -35,12 +35,18 @@ async function requireFreePort(wanted: number, variable: string): Promise<void> 
   process.exit(1)
 }
 
+const adminTokenLine = () => `PODGATE_ADMIN_TOKEN="${randomBytes(24).toString('hex')}"\n`
 if (!existsSync('.dev.vars')) {
-  writeFileSync('.dev.vars', `# Local secrets for \`npm run dev\` (git-ignored).\nPODGATE_ADMIN_TOKEN="${randomBytes(24).toString('hex')}"\n`, { mode: 0o600 })
+  writeFileSync('.dev.vars', `# Local secrets for \`npm run dev\` (git-ignored).\n${adminTokenLine()}`, { mode: 0o600 })
   console.log('[podgate] wrote .dev.vars with a random PODGATE_ADMIN_TOKEN')
+} else if (!readDevVars('.').PODGATE_ADMIN_TOKEN) {
+  // A .dev.vars written by hand (e.g. only RUNPOD_API_KEY): without a token there is no admin API, and
+  // `npm run keys` could never create the first key.
+  const text = readFileSync('.dev.vars', 'utf8')
+  appendFileSync('.dev.vars', `${text === '' || text.endsWith('\n') ? '' : '\n'}${adminTokenLine()}`)
+  console.log('[podgate] added a random PODGATE_ADMIN_TOKEN to .dev.vars')
 }
 const devVars = readDevVars('.')
-const adminToken = devVars.PODGATE_ADMIN_TOKEN ?? ''
 const realKey = process.env.RUNPOD_API_KEY ?? devVars.RUNPOD_API_KEY
 await requireFreePort(port, 'PORT')
 if (!realKey) await requireFreePort(emulatorPort, 'EMULATOR_PORT')
