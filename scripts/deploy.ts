@@ -104,7 +104,15 @@ if (process.argv[1] !== undefined && import.meta.filename === realpathSync(proce
   }
   const problems = placeholderProblems(readFileSync(config, 'utf8'), config, env || undefined)
   // The placeholders come first: the Worker would refuse them too, with the same fix.
-  if (problems.length === 0) problems.push(...configProblems(unstable_readConfig({ config, env: env || undefined }, { hideWarnings: true }), config))
+  if (problems.length === 0) {
+    let read: DeployedConfig | undefined
+    try {
+      read = unstable_readConfig({ config, env: env || undefined }, { hideWarnings: true })
+    } catch {
+      // A file wrangler cannot read (bad TOML, an unknown --env): wrangler refuses it below with its own words.
+    }
+    if (read) problems.push(...configProblems(read, config))
+  }
   if (problems.length > 0 && !args.includes('--dry-run')) {
     console.error(`[podgate] not deploying:\n  ${problems.join('\n  ')}\n  (README "Deploy in five steps")`)
     process.exit(1)

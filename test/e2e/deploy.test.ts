@@ -121,6 +121,15 @@ describe('npm run deploy: a config every request would fail on', () => {
     expect(result.stderr).toMatch(problem)
   })
 
+  it('leaves a file wrangler cannot read (bad TOML, an unknown --env) to wrangler, which says what is wrong', () => {
+    const env = { ...process.env, PATH: `${fakeWrangler}:${process.env.PATH}`, WRANGLER_SEND_METRICS: 'false' }
+    for (const args of [['--config', write('bad-toml', `${top}[vars\n`)], ['--config', write('edited', edited), '--env', 'staging']]) {
+      const result = spawnSync(process.execPath, ['scripts/deploy.ts', ...args], { cwd: ROOT, encoding: 'utf8', env })
+      expect(result.stderr).not.toMatch(/^\s+at /m)
+      expect(result.stdout).toMatch(/fake wrangler ran/)
+    }
+  })
+
   it('a dry run only warns', () => {
     const file = write('dry-no-models', top.replace(models, '') + dev)
     const result = spawnSync(process.execPath, ['scripts/deploy.ts', '--config', file, '--dry-run'], { cwd: ROOT, encoding: 'utf8', env: { ...process.env, PATH: `${fakeWrangler}:${process.env.PATH}`, WRANGLER_SEND_METRICS: 'false' } })
