@@ -5,6 +5,7 @@
  */
 import { spawn } from 'node:child_process'
 import type { ChildProcess } from 'node:child_process'
+import { rmSync } from 'node:fs'
 import { createServer } from 'node:net'
 import { createRunpodEmulator } from '../../src/testing/index.ts'
 import type { EmulatorOptions, RunpodEmulator } from '../../src/testing/index.ts'
@@ -82,7 +83,9 @@ async function startOnce(options: PodgateServerOptions): Promise<PodgateServer> 
     PODGATE_ADMIN_TOKEN: adminToken,
     ...options.vars,
   }
-  const args = ['dev', '--config', options.config ?? 'wrangler.toml', '--env', options.env ?? 'dev', '--ip', '127.0.0.1', '--port', String(port), '--inspector-port', String(inspectorPort), '--show-interactive-dev-session=false', '--log-level', 'warn', '--persist-to', `.wrangler/e2e-${port}`]
+  // Local KV, cache and Durable Object state of this start alone: removed by close().
+  const persistTo = `.wrangler/e2e-${port}`
+  const args = ['dev', '--config', options.config ?? 'wrangler.toml', '--env', options.env ?? 'dev', '--ip', '127.0.0.1', '--port', String(port), '--inspector-port', String(inspectorPort), '--show-interactive-dev-session=false', '--log-level', 'warn', '--persist-to', persistTo]
   for (const [name, value] of Object.entries(vars)) args.push('--var', `${name}:${value}`)
   const worker = spawn('wrangler', args, { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, WRANGLER_SEND_METRICS: 'false' } })
   let output = ''
@@ -97,6 +100,7 @@ async function startOnce(options: PodgateServerOptions): Promise<PodgateServer> 
       await Promise.race([exited, new Promise((r) => setTimeout(r, 5_000))])
       if (worker.exitCode === null) worker.kill('SIGKILL')
     }
+    rmSync(persistTo, { recursive: true, force: true })
     await emulatorServer?.close()
   }
 

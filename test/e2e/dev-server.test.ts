@@ -2,6 +2,8 @@
  * The README's path, for real: podgate under `wrangler dev` (workerd) with the HTTP emulator, an
  * admin-created key, and the official `openai` client over the network.
  */
+import { existsSync } from 'node:fs'
+import { join } from 'node:path'
 import OpenAI from 'openai'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { startPodgate } from '../../scripts/lib/podgate-server.ts'
@@ -73,5 +75,16 @@ describe('a caller who leaves, under wrangler dev', () => {
     expect(text).not.toContain('"error"')
     expect(text.trimEnd().endsWith('data: [DONE]')).toBe(true)
     expect(server.emulator?.activeJobs()).toEqual([])
+  })
+})
+
+describe('startPodgate (the e2e tests, load run and benchmarks)', () => {
+  it('leaves no local state behind when closed', { timeout: 90_000 }, async () => {
+    const own = await startPodgate()
+    const persisted = join('.wrangler', `e2e-${new URL(own.url).port}`)
+    await own.createKey()
+    expect(existsSync(persisted)).toBe(true)
+    await own.close()
+    expect(existsSync(persisted)).toBe(false)
   })
 })
