@@ -16,9 +16,18 @@ import { createRunpodEmulator } from '../src/testing/index.ts'
 import { clearDevUrl, readDevVars, writeDevUrl } from './lib/dev-state.ts'
 import { serveNode } from './lib/serve-node.ts'
 
-const port = Number(process.env.PORT ?? 8787)
-const emulatorPort = Number(process.env.EMULATOR_PORT ?? 8788)
 const host = '127.0.0.1'
+const port = portFrom('PORT', 8787, 1)
+const emulatorPort = portFrom('EMULATOR_PORT', 8788, 0)
+
+/** `$variable` as a port, else the default. 0 (any free port) only for the emulator, whose URL is read back: podgate's is built from PORT. */
+function portFrom(variable: string, fallback: number, min: number): number {
+  const text = process.env[variable] || String(fallback)
+  const wanted = Number(text)
+  if (Number.isInteger(wanted) && wanted >= min && wanted < 65536) return wanted
+  console.error(`[podgate] ${variable}=${text} is not a port: use ${min}-65535, e.g. ${variable}=${fallback + 10} npm run dev`)
+  process.exit(1)
+}
 
 /**
  * Stops the script when `port` is taken. Found later, it would be worse: the health check below would take

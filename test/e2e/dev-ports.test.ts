@@ -81,3 +81,14 @@ describe('npm run emulator on a port that is taken, or with a flag it does not k
     expect(status).toBe(2)
   })
 })
+
+describe('npm run dev with a port that is no port', () => {
+  it.each([['PORT', 'abc'], ['PORT', '0'], ['EMULATOR_PORT', '70000']])('%s=%s: names the variable and stops, without a stack trace', { timeout: 70_000 }, async (variable, value) => {
+    const ports = { PORT: await freePort(), EMULATOR_PORT: await freePort() }
+    const { code, output } = await runDev({ ...ports, [variable]: value } as unknown as { PORT: number; EMULATOR_PORT: number })
+    expect(output).toMatch(new RegExp(`${variable}=${value} is not a port`))
+    expect(output).not.toMatch(/^\s+at /m)
+    expect(output).not.toContain('[podgate] ready on')
+    expect(code).not.toBe(0)
+  })
+})
