@@ -82,6 +82,7 @@ if (realKey) {
 }
 
 const wrangler = spawn('wrangler', args, { stdio: 'inherit', env: { ...process.env, WRANGLER_SEND_METRICS: 'false' } })
+const wranglerExited = new Promise<void>((resolve) => wrangler.once('exit', () => resolve()))
 
 // Once: the wrangler it stops exits too, and that exit must not replace the first reason's code.
 let stopping: Promise<void> | undefined
@@ -90,7 +91,10 @@ const stop = (code: number) =>
     clearDevUrl('.')
     wrangler.kill('SIGTERM')
     rmSync(SECRETS_FILE, { force: true })
-    await closeEmulator?.()
+    // Exit only once wrangler has (it stops workerd first), so the port is free when this process is gone.
+    const stuck = setTimeout(() => wrangler.kill('SIGKILL'), 5_000)
+    await Promise.all([wranglerExited, closeEmulator?.()])
+    clearTimeout(stuck)
     process.exit(code)
   })())
 
