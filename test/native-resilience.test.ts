@@ -77,6 +77,40 @@ describe('native streams: polls', () => {
     expect(text.trim().split('\n\n').at(-1)).toBe('data: [DONE]')
   })
 
+  /**
+   * A Runpod whose `count`th `/stream` answer is lost on its way back (a proxy's 502 after Runpod handed
+   * out the page): the items it held are gone for good, and podgate asks the poll again.
+   */
+  function losingPage(emulator: ReturnType<typeof createRunpodEmulator>, count: number): GatewayOptions['fetch'] {
+    let polls = 0
+    return async (input, init) => {
+      const request = new Request(input, init)
+      const response = await emulator.fetch(request)
+      if (!new URL(request.url).pathname.includes('/stream/') || ++polls !== count) return response
+      await response.text()
+      return new Response('<html>502 Bad Gateway</html>', { status: 502, headers: { 'content-type': 'text/html' } })
+    }
+  }
+
+  it.each(['chat-classic', 'chat-current'])('%s: a poll asked again after a 5xx whose page was lost upstream does not end a cut answer as whole', async (model) => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    const h = harness({ fetch: losingPage(emulator, 3) }, emulator)
+    const { key } = await h.createKey()
+    const events = await readSSE(await h.fetch('/v1/chat/completions', post(key, chat(model, 'lost [[emulator:tokens=30,delay=20]]', { stream: true, max_tokens: 60 }))))
+    expect(emulator.calls.some((call) => call.op === 'stream' && call.status === 200)).toBe(true)
+    expect(events).not.toContain('[DONE]')
+    expect(events.at(-1)).toMatchObject({ error: { code: 'upstream_error' } })
+  })
+
+  it('a poll asked again after a 429 (nothing handed out) still ends whole', async () => {
+    const h = harness()
+    const { key } = await h.createKey()
+    h.emulator.configure('vllmcurrent', { fault: { kind: 'http', status: 429, ops: ['stream'], times: 2 } })
+    const events = await readSSE(await h.fetch('/v1/chat/completions', post(key, chat('chat-current', 'ok [[emulator:tokens=30,delay=20]]', { stream: true, max_tokens: 60 }))))
+    expect(events.at(-1)).toBe('[DONE]')
+    expect(streamedText(events).split(' ')).toHaveLength(30)
+  })
+
   it('one refused poll (503) does not end a job event stream', async () => {
     const h = harness({ runpod: { apiKey: RUNPOD_KEY, baseUrl: 'https://emulator.test/v2', streamWaitMs: 300 } })
     const { key } = await h.createKey()

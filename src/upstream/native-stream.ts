@@ -57,6 +57,8 @@ interface Attempt {
   items: number
   /** The job's saved `output` brought its last items: no poll follows. */
   saved?: true
+  /** A poll was asked again: its page may have been handed out upstream and lost on the way (see `poll`). */
+  retried?: boolean
   /** COMPLETED was seen and the decoder finished cleanly. */
   completed: boolean
   /** Aborts this attempt's in-flight poll when it is dropped. */
@@ -269,13 +271,20 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
       if (wait > 0) await sleep(wait, pollSignal)
       const begun = (attempt.lastPollAt = Date.now())
       // A poll past a terminal page asks for no `?wait=`: the job has ended.
-      let page = await streamPage(client, attempt.endpoint, attempt.jobId, { waitMs: attempt.terminal ? 0 : waitMs, signal: pollSignal, onRetry: () => ++polls <= runpod.maxPollsPerStream, follow: false })
+      let page = await streamPage(client, attempt.endpoint, attempt.jobId, { waitMs: attempt.terminal ? 0 : waitMs, signal: pollSignal, onRetry: () => (attempt.retried = true) && ++polls <= runpod.maxPollsPerStream, follow: false })
       // `/stream` answers carry no `error`: one `/status` call fetches the handler's message.
       if (!attempt.terminal && isTerminal(page.status) && page.status !== 'COMPLETED' && page.error === undefined) {
         const state = await client.status(attempt.endpoint, attempt.jobId, { signal: pollSignal }).catch(() => undefined)
         if (state?.error !== undefined) page = { ...page, error: state.error }
         // A `/stream` page says nothing of the worker: whether a TIMED_OUT job ran is in its status.
         if (state && ranOn(state)) attempt.ran = true
+      }
+      // A poll refused with a 5xx may have taken its page upstream (a proxy's 502 or 504 on a long poll), whose
+      // items no poll brings again: an answer that lost some ends with an error, never as whole. Its job's
+      // saved `output` holds every item: one `/status` tells, at the end.
+      if (attempt.retried && page.status === 'COMPLETED' && !page.stream.length) {
+        const state = await polled(() => client.status(attempt.endpoint, attempt.jobId, { signal: pollSignal }), { signal: pollSignal }).catch(() => undefined)
+        if ((state?.output as unknown[] | undefined)?.length !== attempt.items) return { ok: false, attempt, error: upstreamError('The upstream stream ended before the model finished.') }
       }
       // A server that honours `?wait=` already waited; one that answers at once (runpod-python's local
       // server) gets a growing pause so podgate does not spin on it.
