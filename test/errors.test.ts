@@ -6,6 +6,7 @@ import { createExecutionContext, env } from 'cloudflare:test'
 import { Hono } from 'hono'
 import OpenAI from 'openai'
 import { describe, expect, it } from 'vitest'
+import { createRunpodEmulator } from '../src/testing/index.ts'
 import { authed, chatBody, harness, MODEL_NAMES, MODELS, readSome, readSSE, RUNPOD_KEY, scriptedUpstream } from './helpers.ts'
 import type { Harness } from './helpers.ts'
 
@@ -193,6 +194,21 @@ describe('upstream faults', () => {
     const { key } = await h.createKey()
     const res = await h.fetch('/v1/chat/completions', authed(key, chatBody(model, 'x [[emulator:tokens=200]]', { stream: true })))
     await (await readSome(res, 200)).cancel()
+    await h.settle()
+    expect(h.logs).toEqual([])
+  })
+
+  it.each(MODEL_NAMES)('%s: a caller who leaves a JSON call while it is upstream is no failure: nothing is logged', async (model) => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    let sent = 0
+    const h = harness({ fetch: (input, init) => (sent++, emulator.fetch(new Request(input, init))) }, emulator)
+    const { key } = await h.createKey()
+    const left = new AbortController()
+    const answer = h.fetch('/v1/chat/completions', { ...authed(key, chatBody(model, 'x [[emulator:tokens=50,delay=20]]')), signal: left.signal }).catch(() => undefined)
+    await new Promise((resolve) => setTimeout(resolve, 150))
+    expect(sent).toBeGreaterThan(0)
+    left.abort()
+    await answer
     await h.settle()
     expect(h.logs).toEqual([])
   })

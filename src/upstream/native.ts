@@ -12,7 +12,7 @@
  * retried on the next endpoint (see `retry.ts`); a job whose polls failed is not: it may be running, and a
  * second would bill it twice.
  */
-import { GatewayError, toGatewayError, upstreamError } from '../errors/index.ts'
+import { CALLER_GONE, GatewayError, toGatewayError, upstreamError } from '../errors/index.ts'
 import { parseJson } from '../http/json.ts'
 import { codedRefusal, errorItemFailure, isRecord, isRefusal, readUsage, workerFailure } from '../streaming/vllm.ts'
 import { cancelJob, polled, runJob } from './job-calls.ts'
@@ -50,7 +50,7 @@ export async function nativeJson(call: CompletionCall): Promise<Response> {
       let delay = 250
       let pause = !hosted
       while (!isTerminal(job.status)) {
-        if (gone()) throw upstreamError('The request was cancelled.')
+        if (gone()) throw upstreamError(CALLER_GONE)
         if (pause) {
           if (delay > deadline - Date.now()) throw late()
           await sleep(delay, call.signal)

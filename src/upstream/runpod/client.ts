@@ -5,7 +5,7 @@
  * in the `Authorization` header and nowhere else, timeouts and cancellation through `AbortSignal`, and
  * turning upstream failures into `GatewayError`s whose text holds no URL, key or upstream body secret.
  */
-import { GatewayError, upstreamError } from '../../errors/index.ts'
+import { CALLER_GONE, GatewayError, upstreamError } from '../../errors/index.ts'
 import type { EndpointConfig } from '../../config/schema.ts'
 import { isRefusalStatus, refusalError, upstreamRefusal } from '../../streaming/vllm.ts'
 import { parseJson } from '../../http/json.ts'
@@ -208,7 +208,7 @@ export class RunpodClient {
       return await response.json()
     } catch (cause) {
       if (cause instanceof GatewayError) throw cause
-      if (options.signal?.aborted) throw upstreamError('The request was cancelled.', { cause })
+      if (options.signal?.aborted) throw upstreamError(CALLER_GONE, { cause })
       throw upstreamError('The upstream answered with a body that is not JSON, or it broke off.', { cause })
     } finally {
       clear()
@@ -240,7 +240,7 @@ export class RunpodClient {
     } catch (cause) {
       clearTimeout(timer)
       if (timeout.signal.aborted) throw new GatewayError('upstream_timeout', 'The upstream did not answer in time.', { cause })
-      if (options.signal?.aborted) throw upstreamError('The request was cancelled.', { cause })
+      if (options.signal?.aborted) throw upstreamError(CALLER_GONE, { cause })
       throw new GatewayError('upstream_unavailable', 'The upstream could not be reached.', { cause })
     }
   }
