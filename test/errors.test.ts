@@ -212,6 +212,26 @@ describe('upstream faults', () => {
     await h.settle()
     expect(h.logs).toEqual([])
   })
+
+  it('a rate limit of Runpod\'s met after a stream began (its polls refused) is logged for the operator, as before it', async () => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    let polls = 0
+    const limited = (async (input: RequestInfo | URL, init?: RequestInit) => {
+      const request = new Request(input, init)
+      if (new URL(request.url).pathname.includes('/stream/') && ++polls > 1) return new Response('slow down', { status: 429, headers: { 'retry-after': '1' } })
+      return emulator.fetch(request)
+    }) as typeof fetch
+    const h = harness({ fetch: limited }, emulator)
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-current', 'x [[emulator:tokens=50,delay=30]]', { stream: true })))
+    expect(res.status).toBe(200)
+    const last = (await readSSE(res)).at(-1) as OpenAIError
+    expect(last.error.code).toBe('upstream_rate_limited')
+    await h.settle()
+    expect(h.logs.map((line) => JSON.parse(line) as unknown)).toEqual([
+      expect.objectContaining({ level: 'error', request_id: res.headers.get('x-request-id'), status: 429, model: 'chat-current', code: 'upstream_rate_limited' }),
+    ])
+  })
 })
 
 describe('call log (logCalls)', () => {

@@ -42,15 +42,21 @@ export function secretScrubber(secrets: readonly string[]): (text: string) => st
   }
 }
 
-/** A failure's one log line: which request, call and model, and what went wrong (never a secret: the logger scrubs). */
-export function failureLine(c: Context, error: GatewayError): LogLine {
-  const cause = error.cause instanceof Error ? `${error.cause.name}: ${error.cause.message}` : undefined
-  return { level: 'error', request_id: c.get('requestId'), status: error.status, path: `${c.req.method} ${c.req.path}`, model: c.get('model'), code: error.code, message: error.message, cause }
+/**
+ * Writes a failure's one log line (which request, call and model, and what went wrong; never a secret:
+ * the logger scrubs) when it is one: a 5xx, or Runpod refusing podgate for its rate limit (the operator's
+ * capacity signal), before the answer began or after. A caller's own 4xx writes none, nor a caller who
+ * left (no failure of podgate's or Runpod's).
+ */
+export function logFailure(log: (line: LogLine) => void, c: Context, error: GatewayError): void {
+  if ((error.status >= 500 && error.message !== CALLER_GONE) || error.code === 'upstream_rate_limited')
+    log({ level: 'error', request_id: c.get('requestId'), status: error.status, path: `${c.req.method} ${c.req.path}`, model: c.get('model'), code: error.code, message: error.message, cause: error.cause instanceof Error ? `${error.cause.name}: ${error.cause.message}` : undefined })
 }
 
 /**
  * The first completion stage: names the call's model for the failure lines, and logs a call that failed
- * after its answer began (a stream cut, stalled or refused upstream): past its 200 no `onError` sees it.
+ * after its answer began (a stream cut, stalled or refused upstream, Runpod's rate limit): past its 200 no
+ * `onError` sees it.
  * A failure `onError` logs (thrown before the answer) is not logged twice, and neither is a caller who
  * left, a revoked key (no 5xx) or a coalesced twin (its leader's line says it).
  */
@@ -59,7 +65,7 @@ export function lateFailureLog(log: (line: LogLine) => void): CompletionStage {
     ctx.c.set('model', ctx.model.alias)
     const response = await next(ctx)
     void ctx.outcome.then((outcome) => {
-      if (!outcome.ok && !outcome.cached && outcome.error.status >= 500 && outcome.error.message !== CALLER_GONE) log(failureLine(ctx.c, outcome.error))
+      if (!outcome.ok && !outcome.cached) logFailure(log, ctx.c, outcome.error)
     })
     return response
   }

@@ -2,9 +2,9 @@
  * Turns a GatewayError into the response format of the surface that was called.
  */
 import type { Context } from 'hono'
-import { CALLER_GONE, openAIErrorBody, toGatewayError } from '../errors/index.ts'
+import { openAIErrorBody, toGatewayError } from '../errors/index.ts'
 import type { GatewayError } from '../errors/index.ts'
-import { failureLine } from './log.ts'
+import { logFailure } from './log.ts'
 
 /** Runpod's job API answers errors as `{"error": "<message>"}`; podgate adds its code. */
 export function runpodErrorBody(error: GatewayError): { error: string; code: string } {
@@ -51,9 +51,7 @@ export function createErrorHandler(log: (line: Record<string, unknown>) => void,
   return function onError(err: Error, c: Context): Response {
     const error = toGatewayError(err)
     const requestId = c.get('requestId') as string | undefined
-    // A 5xx, or Runpod refusing podgate for its rate limit (the operator's capacity signal; a caller's own 429
-    // is not logged, nor a caller who left before its call went upstream: no failure of podgate's or Runpod's).
-    if ((error.status >= 500 && error.message !== CALLER_GONE) || error.code === 'upstream_rate_limited') log(failureLine(c, error))
+    logFailure(log, c, error)
     return errorResponse(error, formatForPath(c.req.path), requestId, scrub)
   }
 }
