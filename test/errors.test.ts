@@ -370,3 +370,39 @@ describe('call log (logCalls)', () => {
     expect(lines).toHaveLength(2)
   })
 })
+
+describe('log sink', () => {
+  it('one that throws loses its line, never the answer: a failure still gets its error answer, with its request id', async () => {
+    const h = harness({ logCalls: true, logSink: () => { throw new Error('sink down') } })
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-classic', 'x [[emulator:fault=job_failed]]')))
+    expect(res.status).toBe(502)
+    expect(res.headers.get('x-request-id')).toBeTruthy()
+    expect(((await res.json()) as OpenAIError).error.code).toBe('upstream_error')
+    const ok = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai')))
+    expect(ok.status).toBe(200)
+    await h.settle()
+  })
+
+  it('one that is async and rejects leaves no unhandled rejection (a stream failed past its 200, a call line)', async () => {
+    const unhandled: unknown[] = []
+    const listener = (event: PromiseRejectionEvent) => {
+      unhandled.push(event.reason)
+      event.preventDefault()
+    }
+    addEventListener('unhandledrejection', listener)
+    try {
+      let lines = 0
+      const h = harness({ logCalls: true, logSink: async () => { lines++; throw new Error('async sink down') } })
+      const { key } = await h.createKey()
+      const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai', 'x [[emulator:fault=mid_stream,after=3,tokens=20]]', { stream: true })))
+      expect((await readSSE(res)).at(-1)).toMatchObject({ error: { code: 'upstream_error' } })
+      await h.settle()
+      await new Promise((resolve) => setTimeout(resolve, 50))
+      expect(lines).toBe(2)
+      expect(unhandled).toEqual([])
+    } finally {
+      removeEventListener('unhandledrejection', listener)
+    }
+  })
+})

@@ -10,6 +10,7 @@ import type { GatewayError } from '../errors/index.ts'
 import type { CompletionStage } from '../pipeline/index.ts'
 
 export type LogLine = Record<string, unknown>
+/** Called at once with each line; may be async (never awaited). One that throws or rejects loses that line only. */
 export type LogSink = (line: string) => void
 
 export interface LoggerOptions {
@@ -23,7 +24,8 @@ export function createLogger(options: LoggerOptions): (line: LogLine) => void {
   const scrub = secretScrubber(options.secrets)
   const sink = options.sink ?? ((line: string) => console.log(line))
   return function log(line: LogLine): void {
-    sink(scrub(JSON.stringify(line)).replace(CREDENTIAL_PATTERN, (found) => `${found.slice(0, 6)}[redacted]`))
+    // A sink that throws, or is async and rejects, loses its line, never the answer (nor leaves a rejection unhandled).
+    void new Promise((resolve) => resolve(sink(scrub(JSON.stringify(line)).replace(CREDENTIAL_PATTERN, (found) => `${found.slice(0, 6)}[redacted]`)))).catch(() => undefined)
   }
 }
 
