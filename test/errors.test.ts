@@ -359,6 +359,23 @@ describe('call log (logCalls)', () => {
     expect(h.logs).toHaveLength(2)
   })
 
+  it.each(MODEL_NAMES)('on, %s: a caller who leaves is no upstream failure: its line says 499 (client closed request), no code, and no error line', async (model) => {
+    const h = harness({ logCalls: true })
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody(model, 'x [[emulator:tokens=200]]', { stream: true })))
+    await (await readSome(res, 200)).cancel()
+    const left = new AbortController()
+    const answer = h.fetch('/v1/chat/completions', { ...authed(key, chatBody(model, 'y [[emulator:tokens=50,delay=20]]')), signal: left.signal }).catch(() => undefined)
+    await new Promise((resolve) => setTimeout(resolve, 150))
+    left.abort()
+    await answer
+    await h.settle()
+    expect(h.logs).toHaveLength(2)
+    // The OpenAI route's JSON answer (the emulator's) comes whole despite the abort: that call ended well.
+    const json = model === 'chat-openai' ? [false, 200, undefined] : [false, 499, undefined]
+    expect(callLines(h, key).map((line) => [line.stream, line.status, line.code])).toEqual(expect.arrayContaining([[true, 499, undefined], json]))
+  })
+
   it('on, a failure keeps its error line beside its call line', async () => {
     const h = harness({ logCalls: true })
     const { key } = await h.createKey()

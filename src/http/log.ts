@@ -92,6 +92,8 @@ export function callLog(log: (line: LogLine) => void): CompletionStage {
           // What the call was, not what its header promised: a twin that asked on its own (its leader left)
           // made a call of its own; a twin whose caller left before its answer has no header.
           const cache = response?.headers.get('x-podgate-cache')
+          // A caller who left is no failure of the upstream's: nginx's 499 (client closed request), no code.
+          const gone = !o.ok && o.error.message === CALLER_GONE
           log({
             level: 'info',
             message: 'call',
@@ -101,8 +103,8 @@ export function callLog(log: (line: LogLine) => void): CompletionStage {
             model: ctx.model.alias,
             path: `${c.req.method} ${c.req.path}`,
             stream: request.stream,
-            status: o.ok ? response?.status : o.error.status,
-            code: o.ok ? undefined : o.error.code,
+            status: o.ok ? response?.status : gone ? 499 : o.error.status,
+            code: o.ok || gone ? undefined : o.error.code,
             cache: o.cached ? (cache ?? 'COALESCED') : cache === 'COALESCED' ? 'MISS' : cache,
             prompt_tokens: o.usage ? usage?.prompt_tokens : o.estimate && request.estimate.promptTokens,
             completion_tokens: usage?.completion_tokens,
