@@ -171,6 +171,26 @@ describe('upstream faults', () => {
     ])
   })
 
+  it('a coalesced streaming twin whose shared stream breaks gets its own error line, under its own request id, as a JSON twin does', async () => {
+    // One attempt: a FAILED job is not run again on the JSON path, so one job is one call.
+    const h = harness({ models: { ...MODELS, 'chat-current': { ...MODELS['chat-current']!, resilience: { retries: { attempts: 1 } } } } })
+    const { key } = await h.createKey()
+    for (const stream of [false, true]) {
+      const body = chatBody('chat-current', `twins break ${stream} [[emulator:fault=mid_stream,after=10,delay=20]]`, { temperature: 0, max_tokens: 40, stream })
+      const leader = h.fetch('/v1/chat/completions', authed(key, body))
+      await new Promise((resolve) => setTimeout(resolve, 50))
+      const responses = await Promise.all([leader, h.fetch('/v1/chat/completions', authed(key, body))])
+      // One upstream job for both: the second joined the first's call (an error carries no cache header).
+      if (stream) expect(responses.map((r) => r.headers.get('x-podgate-cache'))).toEqual(['MISS', 'COALESCED'])
+      await Promise.all(responses.map((r) => r.text()))
+      await h.settle()
+      expect(h.emulator.calls.splice(0).filter((call) => call.op === 'run')).toHaveLength(1)
+      const lines = h.logs.splice(0).map((line) => JSON.parse(line) as Record<string, unknown>)
+      expect(lines.map((line) => line.request_id).sort()).toEqual(responses.map((r) => r.headers.get('x-request-id')).sort())
+      expect(lines.every((line) => line.level === 'error' && line.status === 502 && line.code === 'upstream_error')).toBe(true)
+    }
+  })
+
   it.each(MODEL_NAMES)('%s: vLLM\'s in-band error event mid-stream reaches the caller, and the call is a failure', async (model) => {
     const h = harness()
     const { key } = await h.createKey()

@@ -59,15 +59,16 @@ export function logFailure(log: (line: LogLine) => void, c: Context, error: Gate
  * The first completion stage: names the call's model for the failure lines, and logs a call that failed
  * after its answer began (a stream cut, stalled or refused upstream, Runpod's rate limit): past its 200 no
  * `onError` sees it.
- * A failure `onError` logs (thrown before the answer) is not logged twice, and neither is a caller who
- * left, a revoked key (no 5xx) or a coalesced twin (its leader's line says it).
+ * A failure `onError` logs (thrown before the answer) is not logged twice, and a caller who left or a
+ * revoked key (no 5xx) is not logged. A coalesced twin's is, under its own request id, as onError logs a
+ * JSON twin's: its caller's id finds its line.
  */
 export function lateFailureLog(log: (line: LogLine) => void): CompletionStage {
   return async function lateFailures(ctx, next) {
     ctx.c.set('model', ctx.model.alias)
     const response = await next(ctx)
     void ctx.outcome.then((outcome) => {
-      if (!outcome.ok && !outcome.cached) logFailure(log, ctx.c, outcome.error)
+      if (!outcome.ok) logFailure(log, ctx.c, outcome.error)
     })
     return response
   }
