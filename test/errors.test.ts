@@ -143,6 +143,20 @@ describe('upstream faults', () => {
     expect(h.logs).toEqual([expect.stringContaining(`upstream HTTP 401 at /v2/${'endpointId' in endpoint ? endpoint.endpointId : ''}/`)])
   })
 
+  it('a /run whose connection broke logs the network\'s own error as its cause (a bad header value, a lost connection)', async () => {
+    const broken = (async (input: RequestInfo | URL) => {
+      if (new URL(input instanceof Request ? input.url : String(input)).pathname.endsWith('/run')) throw new TypeError('Invalid header value.')
+      throw new Error('only /run is called')
+    }) as typeof fetch
+    const h = harness({ fetch: broken })
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-current')))
+    expect(res.status).toBe(502)
+    expect(h.logs.map((line) => JSON.parse(line) as unknown)).toEqual([
+      expect.objectContaining({ level: 'error', status: 502, code: 'upstream_error', message: expect.stringMatching(/queued the job/), cause: 'TypeError: Invalid header value.' }),
+    ])
+  })
+
   it.each(['chat-classic', 'chat-current'])('%s: a FAILED job is a 502 naming the worker failure', async (model) => {
     const h = harness()
     const { key } = await h.createKey()

@@ -97,7 +97,8 @@ export function resolveEndpoint(config: EndpointConfig, runpodBaseUrl: string, d
  */
 function queuedMaybe(error: unknown, endpoint: Endpoint): never {
   if (endpoint.credential.kind === 'runpod' && error instanceof GatewayError && error.code === 'upstream_unavailable') {
-    throw upstreamError('The connection to the upstream broke while it queued the job; the job may be running, so podgate does not start it again.', { cause: error })
+    // Its cause is the network's own error, for the log line (the wrapped one would only repeat this message).
+    throw upstreamError('The connection to the upstream broke while it queued the job; the job may be running, so podgate does not start it again.', { cause: error.cause })
   }
   throw error
 }
