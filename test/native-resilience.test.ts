@@ -102,6 +102,19 @@ describe('native streams: polls', () => {
     expect(events.at(-1)).toMatchObject({ error: { code: 'upstream_error' } })
   })
 
+  it.each(['chat-classic', 'chat-current'])('%s: a job event stream whose poll lost a page behind a 5xx ends with an error, not done', async (model) => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    const h = harness({ fetch: losingPage(emulator, 3), runpod: { apiKey: RUNPOD_KEY, baseUrl: 'https://emulator.test/v2', streamWaitMs: 300 } }, emulator)
+    const { key } = await h.createKey()
+    const { id } = (await (await h.fetch(`/v2/${model}/run`, post(key, { input: { messages: [{ role: 'user', content: 'lost [[emulator:tokens=30,delay=20]]' }], stream: true, sampling_params: { max_tokens: 60 } } }))).json()) as { id: string }
+    const res = await h.fetch(`/v2/${model}/stream/${id}`, { headers: { authorization: `Bearer ${key}`, accept: 'text/event-stream' } })
+    const events: EventSourceMessage[] = []
+    createParser({ onEvent: (event) => events.push(event) }).feed(await res.text())
+    expect(emulator.calls.some((call) => call.op === 'stream' && call.status === 200)).toBe(true)
+    expect(events.at(-1)?.event).toBe('error')
+    expect(JSON.parse(events.at(-1)!.data)).toMatchObject({ status: 'COMPLETED', code: 'upstream_error', error: expect.stringContaining('/status') })
+  })
+
   it('a poll asked again after a 429 (nothing handed out) still ends whole', async () => {
     const h = harness()
     const { key } = await h.createKey()

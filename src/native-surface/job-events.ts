@@ -168,6 +168,13 @@ export function jobEventStream(options: JobEventsOptions): Response {
     output(page.stream)
     // The poll after a terminal page failed or had no room: the job's saved output holds what it left.
     if (page.cut) return replayStep()
+    // A poll refused with a 5xx may have taken its page upstream (a proxy's 502 on a long poll): the saved
+    // output tells whether every item came, or `done` would end an answer with a gap (and ids that drifted).
+    if (page.refused && page.status === 'COMPLETED' && ((await client.status(job.endpoint, job.upstreamId, { signal }).catch(() => undefined))?.output as unknown[] | undefined)?.length !== sent) {
+      ended = true
+      send(event('error', { status: page.status, error: 'Items were lost upstream: read the output with /status.', code: 'upstream_error' }))
+      return
+    }
     if (isTerminal(page.status)) {
       // `/stream` answers carry no `error`; one `/status` call fetches the handler's message.
       if (page.status !== 'COMPLETED' && page.error === undefined) {

@@ -112,15 +112,18 @@ export function jobWithin(
  * follow-up that fails, or that the budget has no room for, may have left items: the page returned is
  * then marked `cut`, for the caller to read them from the job's saved `output`.
  * `follow: false` leaves the follow-up polls to the caller (the OpenAI surface's native streams).
+ * A page some poll of which was refused and asked again is marked `refused`: a proxy's 5xx may have
+ * come after Runpod handed its items out, and they are gone.
  */
 export async function streamPage(
   client: RunpodClient,
   endpoint: Endpoint,
   id: string,
   options: { waitMs?: number; signal?: AbortSignal; onRetry?: () => boolean; onItems?: (items: JobStream['stream']) => boolean; follow?: false },
-): Promise<JobStream & { cut?: true }> {
-  const ask = (waitMs = 0) => polled(() => client.stream(endpoint, id, { waitMs, ...(options.signal ? { signal: options.signal } : {}) }), options)
-  const page = await ask(options.waitMs)
+): Promise<JobStream & { cut?: true; refused?: true }> {
+  let refused: true | undefined
+  const ask = (waitMs = 0) => polled(() => client.stream(endpoint, id, { waitMs, ...(options.signal ? { signal: options.signal } : {}) }), { ...options, onRetry: () => (refused = true) && options.onRetry?.() !== false })
+  const page: JobStream & { cut?: true; refused?: true } = await ask(options.waitMs)
   let more = page.stream
   while (options.follow !== false && isTerminal(page.status) && more.length > 0) {
     if (options.onItems?.(page.stream)) page.stream = []
@@ -128,11 +131,11 @@ export async function streamPage(
     // not found", no items): that page ends the answer with what the pages held. A follow-up the budget
     // has no room for, or that failed, leaves the page cut (the items offered to `onItems` went out).
     const next = options.onRetry?.() !== false && (await ask().catch(() => undefined))
-    if (!next) return { ...page, cut: true }
+    if (!next) return { ...page, cut: true, refused }
     more = next.stream
     page.stream.push(...more)
   }
-  return page
+  return refused ? { ...page, refused } : page
 }
 
 /**
