@@ -158,3 +158,42 @@ describe('openai client: what other files do not cover', () => {
     expect(String((err as Error).message)).toMatch(/upstream/i)
   })
 })
+
+describe('openai client retries against podgate\'s own 429s', () => {
+  /** The SDK with its default retries, counting the calls that reach podgate; 'hung' when it is still waiting after 3 s. */
+  async function retried(keyBody: Record<string, unknown>, prime: boolean) {
+    const { h, key } = await setup(keyBody)
+    let calls = 0
+    const counting = ((input: RequestInfo | URL, init?: RequestInit) => (calls++, h.clientFetch(input, init))) as typeof fetch
+    const openai = new OpenAI({ apiKey: key, baseURL: 'http://podgate/v1', fetch: counting })
+    const ask = () => openai.chat.completions.create({ model: 'chat-openai', messages: [{ role: 'user', content: 'x' }], max_tokens: 16 })
+    if (prime) await ask()
+    calls = 0
+    const outcome = await Promise.race([ask().catch((e: unknown) => e), new Promise((resolve) => setTimeout(resolve, 3000, 'hung'))])
+    return { outcome, calls }
+  }
+
+  it('a request larger than the token limit can never pass: the SDK is told not to retry it (x-should-retry: false)', async () => {
+    const { outcome, calls } = await retried({ name: 'small', quota: { tokensPerMinute: 5 } }, false)
+    expect(outcome).toBeInstanceOf(OpenAI.RateLimitError)
+    expect((outcome as InstanceType<typeof OpenAI.APIError>).headers?.get('x-should-retry')).toBe('false')
+    expect(calls).toBe(1)
+  })
+
+  it('a day limit reached is not retried by the SDK (it ignores a Retry-After over 60 s and would retry at once)', async () => {
+    const { outcome, calls } = await retried({ name: 'daily', quota: { requestsPerDay: 1 } }, true)
+    expect(outcome).toBeInstanceOf(OpenAI.RateLimitError)
+    expect(calls).toBe(1)
+  })
+
+  it('a minute limit reached keeps a Retry-After the SDK can wait for, within the minute', async () => {
+    const { h, key } = await setup({ name: 'minute', quota: { requestsPerMinute: 1 } })
+    const openai = new OpenAI({ apiKey: key, baseURL: 'http://podgate/v1', fetch: h.clientFetch, maxRetries: 0 })
+    await openai.chat.completions.create({ model: 'chat-openai', messages: [{ role: 'user', content: 'x' }], max_tokens: 4 })
+    const err = (await openai.chat.completions.create({ model: 'chat-openai', messages: [{ role: 'user', content: 'x' }] }).catch((e: unknown) => e)) as InstanceType<typeof OpenAI.APIError>
+    const seconds = Number(err.headers?.get('retry-after'))
+    expect(seconds).toBeGreaterThanOrEqual(1)
+    expect(seconds).toBeLessThanOrEqual(60)
+    expect(err.headers?.get('x-should-retry')).toBeNull()
+  })
+})

@@ -53,7 +53,7 @@ describe('CORS', () => {
     expect(res.headers.get('access-control-allow-origin')).toBe(APP)
     expect(res.headers.get('vary')).toMatch(/Origin/)
     const exposed = res.headers.get('access-control-expose-headers')!.split(', ')
-    for (const name of ['x-request-id', 'ratelimit', 'ratelimit-policy', 'retry-after', 'x-ratelimit-remaining-requests', 'x-podgate-cache', 'age']) expect(exposed).toContain(name)
+    for (const name of ['x-request-id', 'ratelimit', 'ratelimit-policy', 'retry-after', 'x-should-retry', 'x-ratelimit-remaining-requests', 'x-podgate-cache', 'age']) expect(exposed).toContain(name)
     expect(exposed).toEqual([...EXPOSED_HEADERS])
     expect(res.headers.has('access-control-allow-credentials')).toBe(false)
     await res.text()

@@ -26,6 +26,7 @@ export const EXPOSED_HEADERS = [
   'ratelimit',
   'ratelimit-policy',
   'retry-after',
+  'x-should-retry',
   'x-ratelimit-limit-requests',
   'x-ratelimit-limit-tokens',
   'x-ratelimit-remaining-requests',

@@ -131,12 +131,15 @@ function rateLimited(input: { policy: QuotaPolicy; usage: QuotaUsage; exceeded: 
   const { policy, usage, exceeded, cost, now, holder } = input
   const state = limitStates(policy, usage, now).find((s) => s.name === exceeded)
   const retryAfter = retryAfterOf(state)
-  const headers = { ...rateLimitHeaders(policy, usage, now), 'retry-after': String(retryAfter) }
   const limit = state?.limit ?? 0
+  const tooLarge = (exceeded === 'tpm' || exceeded === 'tpd') && cost.tokens > limit
+  // A call that can never pass, or whose wait is longer than the openai SDK waits for (it would retry at once
+  // and be refused again): `x-should-retry: false` stops its retries.
+  const headers = { ...rateLimitHeaders(policy, usage, now), 'retry-after': String(retryAfter), ...(tooLarge || retryAfter > 60 ? { 'x-should-retry': 'false' } : {}) }
   let message: string
   if (exceeded === 'streams') {
     message = `Too many concurrent streams: this ${holder} may keep ${limit} open. Retry when one ends.`
-  } else if ((exceeded === 'tpm' || exceeded === 'tpd') && cost.tokens > limit) {
+  } else if (tooLarge) {
     message = `This request reserves ${cost.tokens} tokens (prompt estimate + max_tokens), more than this ${holder}'s ${limit} ${LIMIT_TEXT[exceeded]}: lower max_tokens.`
   } else if (exceeded === 'tpm' || exceeded === 'tpd') {
     message = `Token quota reached: ${state?.remaining ?? 0} of ${limit} ${LIMIT_TEXT[exceeded]} left and this request reserves ${cost.tokens} (prompt estimate + max_tokens). Retry after ${retryAfter}s or lower max_tokens.`
