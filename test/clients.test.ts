@@ -197,3 +197,41 @@ describe('openai client retries against podgate\'s own 429s', () => {
     expect(err.headers?.get('x-should-retry')).toBeNull()
   })
 })
+
+describe('openai client features over podgate', () => {
+  it.each(MODEL_NAMES)('%s: an AbortController mid-stream ends the call and podgate stops the upstream job', async (model) => {
+    const { h, openai } = await setup(undefined, { cache: { enabled: false } })
+    const controller = new AbortController()
+    const stream = await openai.chat.completions.create(
+      { model, messages: [{ role: 'user', content: 'long [[emulator:tokens=400,delay=20]]' }], stream: true, max_tokens: 400 },
+      { signal: controller.signal },
+    )
+    let chunks = 0
+    // The SDK's iterator ends quietly on its own abort (or throws APIUserAbortError): either way, well short of 400 tokens.
+    const err = await (async () => {
+      for await (const _ of stream) if (++chunks === 3) controller.abort()
+    })().catch((e: unknown) => e)
+    if (err !== undefined) expect(err).toBeInstanceOf(OpenAI.APIUserAbortError)
+    expect(chunks).toBeLessThan(20)
+    await new Promise((resolve) => setTimeout(resolve, 200))
+    await h.settle()
+    expect(h.emulator.activeJobs()).toEqual([])
+  })
+
+  it.each(MODEL_NAMES)('%s: chat.completions.stream() accumulates a streamed tool call and the usage', async (model) => {
+    const { openai } = await setup()
+    const runner = openai.chat.completions.stream({
+      model,
+      messages: [{ role: 'user', content: 'weather in Paris' }],
+      tools: [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } }],
+      tool_choice: 'required',
+      stream_options: { include_usage: true },
+    })
+    const final = await runner.finalChatCompletion()
+    const call = final.choices[0]?.message.tool_calls?.[0]
+    expect(final.choices[0]?.finish_reason).toBe('tool_calls')
+    expect(call?.type === 'function' && call.function.name).toBe('get_weather')
+    expect(call?.type === 'function' && typeof (JSON.parse(call.function.arguments) as { city: unknown }).city).toBe('string')
+    expect(final.usage?.completion_tokens).toBeGreaterThan(0)
+  })
+})
