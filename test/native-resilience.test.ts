@@ -115,6 +115,23 @@ describe('native streams: polls', () => {
     expect(JSON.parse(events.at(-1)!.data)).toMatchObject({ status: 'COMPLETED', code: 'upstream_error', error: expect.stringContaining('/status') })
   })
 
+  it.each(['chat-classic', 'chat-current'])('%s: a job event stream whose page was lost behind a 5xx mid-job, long before the end, ends with an error, not done', async (model) => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    const h = harness({ fetch: losingPage(emulator, 2), runpod: { apiKey: RUNPOD_KEY, baseUrl: 'https://emulator.test/v2', streamWaitMs: 100 } }, emulator)
+    const { key } = await h.createKey()
+    const { id } = (await (await h.fetch(`/v2/${model}/run`, post(key, { input: { messages: [{ role: 'user', content: 'lost [[emulator:tokens=80,delay=20]]' }], stream: true, sampling_params: { max_tokens: 100 } } }))).json()) as { id: string }
+    const res = await h.fetch(`/v2/${model}/stream/${id}`, { headers: { authorization: `Bearer ${key}`, accept: 'text/event-stream' } })
+    const events: EventSourceMessage[] = []
+    createParser({ onEvent: (event) => events.push(event) }).feed(await res.text())
+    // The refused poll's page was not the last: a later poll brought the job's end.
+    const sent = events.filter((event) => event.event === 'output').length
+    const saved = (await (await h.fetch(`/v2/${model}/status/${id}`, { headers: { authorization: `Bearer ${key}` } })).json()) as { output: unknown[] }
+    expect(sent).toBeGreaterThan(0)
+    expect(sent).toBeLessThan(saved.output.length)
+    expect(emulator.calls.filter((call) => call.op === 'stream' && call.status === 200).length).toBeGreaterThan(3)
+    expect(events.at(-1)?.event).toBe('error')
+  })
+
   it('a poll asked again after a 429 (nothing handed out) still ends whole', async () => {
     const h = harness()
     const { key } = await h.createKey()

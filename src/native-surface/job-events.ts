@@ -76,6 +76,8 @@ export function jobEventStream(options: JobEventsOptions): Response {
   let polls = 0
   let idleDelay = 0
   let ended = false
+  /** Some poll of this response was refused and asked again (see `liveStep`). */
+  let refused: true | undefined
   /** The caller cancelled the body, or it was closed: nothing may be written any more. */
   let closed = false
   let out: ReadableStreamDefaultController<Uint8Array> | undefined
@@ -170,7 +172,8 @@ export function jobEventStream(options: JobEventsOptions): Response {
     if (page.cut) return replayStep()
     // A poll refused with a 5xx may have taken its page upstream (a proxy's 502 on a long poll): the saved
     // output tells whether every item came, or `done` would end an answer with a gap (and ids that drifted).
-    if (page.refused && page.status === 'COMPLETED' && ((await client.status(job.endpoint, job.upstreamId, { signal }).catch(() => undefined))?.output as unknown[] | undefined)?.length !== sent) {
+    // Any earlier page's poll counts: the page lost is most often a long poll's mid-job, not the last.
+    if ((refused ||= page.refused) && page.status === 'COMPLETED' && ((await client.status(job.endpoint, job.upstreamId, { signal }).catch(() => undefined))?.output as unknown[] | undefined)?.length !== sent) {
       ended = true
       send(event('error', { status: page.status, error: 'Items were lost upstream: read the output with /status.', code: 'upstream_error' }))
       return
