@@ -164,6 +164,28 @@ describe('native streams: polls', () => {
     expect(events.at(-1)?.event).toBe('done')
   })
 
+  it('a job event stream whose poll and then whose check of the saved output were each refused once (429) still ends with done', async () => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    const refused = new Set<string>()
+    const fetch: GatewayOptions['fetch'] = async (input, init) => {
+      const request = new Request(input, init)
+      const op = /\/(stream|status)\//.exec(new URL(request.url).pathname)?.[1]
+      if (op === undefined || refused.has(op)) return emulator.fetch(request)
+      refused.add(op)
+      return new Response('rate limited', { status: 429 })
+    }
+    const h = harness({ fetch, runpod: { apiKey: RUNPOD_KEY, baseUrl: 'https://emulator.test/v2', streamWaitMs: 300 } }, emulator)
+    const { key } = await h.createKey()
+    const { id } = (await (await h.fetch('/v2/chat-current/run', post(key, { input: { messages: [{ role: 'user', content: 'x [[emulator:tokens=30,delay=20]]' }], stream: true, sampling_params: { max_tokens: 40 } } }))).json()) as { id: string }
+    const res = await h.fetch(`/v2/chat-current/stream/${id}`, { headers: { authorization: `Bearer ${key}`, accept: 'text/event-stream' } })
+    const events: EventSourceMessage[] = []
+    createParser({ onEvent: (event) => events.push(event) }).feed(await res.text())
+    expect([...refused].sort()).toEqual(['status', 'stream'])
+    expect(events.at(-1)?.event).toBe('done')
+    const saved = (await (await h.fetch(`/v2/chat-current/status/${id}`, { headers: { authorization: `Bearer ${key}` } })).json()) as { output: unknown[] }
+    expect(events.filter((event) => event.event === 'output')).toHaveLength(saved.output.length)
+  })
+
   it('one refused /status poll (429) does not end a resumed job event stream: it is asked again', async () => {
     const h = harness()
     const { key } = await h.createKey()

@@ -173,7 +173,7 @@ export function jobEventStream(options: JobEventsOptions): Response {
     // A poll refused with a 5xx may have taken its page upstream (a proxy's 502 on a long poll): the saved
     // output tells whether every item came, or `done` would end an answer with a gap (and ids that drifted).
     // Any earlier page's poll counts: the page lost is most often a long poll's mid-job, not the last.
-    if ((refused ||= page.refused) && page.status === 'COMPLETED' && ((await client.status(job.endpoint, job.upstreamId, { signal }).catch(() => undefined))?.output as unknown[] | undefined)?.length !== sent) {
+    if ((refused ||= page.refused) && page.status === 'COMPLETED' && ((await polled(() => client.status(job.endpoint, job.upstreamId, { signal }), { signal, onRetry: () => ++polls <= maxPolls }).catch(() => undefined))?.output as unknown[] | undefined)?.length !== sent) {
       ended = true
       send(event('error', { status: page.status, error: 'Items were lost upstream: read the output with /status.', code: 'upstream_error' }))
       return
