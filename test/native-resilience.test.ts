@@ -132,6 +132,41 @@ describe('native streams: polls', () => {
     expect(events.at(-1)?.event).toBe('error')
   })
 
+  /**
+   * `losingPage`, and then the poll after the job's terminal page that held items breaks (no status): the
+   * answer's rest comes from the saved output, which the lost page shifted.
+   */
+  function losingPageThenCut(emulator: ReturnType<typeof createRunpodEmulator>, count: number): GatewayOptions['fetch'] {
+    const lose = losingPage(emulator, count)!
+    let cutNext = false
+    return async (input, init) => {
+      const request = new Request(input, init)
+      const stream = new URL(request.url).pathname.includes('/stream/')
+      if (stream && cutNext) {
+        cutNext = false
+        throw new TypeError('network connection lost')
+      }
+      const response = await lose(request)
+      if (stream && response.status === 200) {
+        const page = (await response.clone().json()) as { status: string; stream: unknown[] }
+        cutNext = ['COMPLETED', 'FAILED', 'CANCELLED', 'TIMED_OUT'].includes(page.status) && page.stream.length > 0
+      }
+      return response
+    }
+  }
+
+  it.each(['chat-classic', 'chat-current'])('%s: a page lost behind a 5xx, then a cut after the terminal page: the job event stream ends with an error, not a shifted replay and done', async (model) => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    const h = harness({ fetch: losingPageThenCut(emulator, 2), runpod: { apiKey: RUNPOD_KEY, baseUrl: 'https://emulator.test/v2', streamWaitMs: 100 } }, emulator)
+    const { key } = await h.createKey()
+    const { id } = (await (await h.fetch(`/v2/${model}/run`, post(key, { input: { messages: [{ role: 'user', content: 'lost [[emulator:tokens=80,delay=20]]' }], stream: true, sampling_params: { max_tokens: 100 } } }))).json()) as { id: string }
+    const res = await h.fetch(`/v2/${model}/stream/${id}`, { headers: { authorization: `Bearer ${key}`, accept: 'text/event-stream' } })
+    const events: EventSourceMessage[] = []
+    createParser({ onEvent: (event) => events.push(event) }).feed(await res.text())
+    expect(events.filter((event) => event.event === 'output').length).toBeGreaterThan(0)
+    expect(events.at(-1)?.event).toBe('error')
+  })
+
   it('a poll asked again after a 429 (nothing handed out) still ends whole', async () => {
     const h = harness()
     const { key } = await h.createKey()

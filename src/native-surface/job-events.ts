@@ -168,16 +168,17 @@ export function jobEventStream(options: JobEventsOptions): Response {
     const page = await streamPage(client, job.endpoint, job.upstreamId, { waitMs: Math.min(waitMs, Math.max(1, until - Date.now())), ...(signal ? { signal } : {}), onRetry: () => ++polls <= maxPolls, onItems: output })
     noteStatus(page.status)
     output(page.stream)
-    // The poll after a terminal page failed or had no room: the job's saved output holds what it left.
-    if (page.cut) return replayStep()
     // A poll refused with a 5xx may have taken its page upstream (a proxy's 502 on a long poll): the saved
     // output tells whether every item came, or `done` would end an answer with a gap (and ids that drifted).
-    // Any earlier page's poll counts: the page lost is most often a long poll's mid-job, not the last.
-    if ((refused ||= page.refused) && page.status === 'COMPLETED' && ((await polled(() => client.status(job.endpoint, job.upstreamId, { signal }), { signal, onRetry: () => ++polls <= maxPolls }).catch(() => undefined))?.output as unknown[] | undefined)?.length !== sent) {
+    // Any earlier page's poll counts: the page lost is most often a long poll's mid-job, not the last. A cut
+    // page cannot tell (its rest is read past the items sent, which a lost page shifted): it ends so too.
+    if ((refused ||= page.refused) && page.status === 'COMPLETED' && (page.cut || ((await polled(() => client.status(job.endpoint, job.upstreamId, { signal }), { signal, onRetry: () => ++polls <= maxPolls }).catch(() => undefined))?.output as unknown[] | undefined)?.length !== sent)) {
       ended = true
       send(event('error', { status: page.status, error: 'Items were lost upstream: read the output with /status.', code: 'upstream_error' }))
       return
     }
+    // The poll after a terminal page failed or had no room: the job's saved output holds what it left.
+    if (page.cut) return replayStep()
     if (isTerminal(page.status)) {
       // `/stream` answers carry no `error`; one `/status` call fetches the handler's message.
       if (page.status !== 'COMPLETED' && page.error === undefined) {
