@@ -174,6 +174,20 @@ describe('native streams: polls', () => {
     const events = await readSSE(await h.fetch('/v1/chat/completions', post(key, chat('chat-current', 'ok [[emulator:tokens=30,delay=20]]', { stream: true, max_tokens: 60 }))))
     expect(events.at(-1)).toBe('[DONE]')
     expect(streamedText(events).split(' ')).toHaveLength(30)
+    // Runpod refuses a 429 before it hands anything out: no check of the saved output is paid for it.
+    expect(h.emulator.calls.filter((call) => call.op === 'status')).toEqual([])
+  })
+
+  it('a job event stream whose poll was refused with a 429 (nothing handed out) ends with done, with no check of the saved output', async () => {
+    const h = harness({ runpod: { apiKey: RUNPOD_KEY, baseUrl: 'https://emulator.test/v2', streamWaitMs: 300 } })
+    const { key } = await h.createKey()
+    const { id } = (await (await h.fetch('/v2/chat-current/run', post(key, { input: { messages: [{ role: 'user', content: 'x [[emulator:tokens=30,delay=20]]' }], stream: true, sampling_params: { max_tokens: 40 } } }))).json()) as { id: string }
+    h.emulator.configure('vllmcurrent', { fault: { kind: 'http', status: 429, ops: ['stream'], times: 2 } })
+    const events: EventSourceMessage[] = []
+    createParser({ onEvent: (event) => events.push(event) }).feed(await (await h.fetch(`/v2/chat-current/stream/${id}`, { headers: { authorization: `Bearer ${key}`, accept: 'text/event-stream' } })).text())
+    expect(h.emulator.calls.some((call) => call.op === 'stream' && call.status === 429)).toBe(true)
+    expect(events.at(-1)?.event).toBe('done')
+    expect(h.emulator.calls.filter((call) => call.op === 'status')).toEqual([])
   })
 
   it('one refused poll (503) does not end a job event stream', async () => {
@@ -199,7 +213,7 @@ describe('native streams: polls', () => {
     expect(events.at(-1)?.event).toBe('done')
   })
 
-  it('a job event stream whose poll and then whose check of the saved output were each refused once (429) still ends with done', async () => {
+  it('a job event stream whose poll (503, nothing lost) and then whose check of the saved output (429) were each refused once still ends with done', async () => {
     const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
     const refused = new Set<string>()
     const fetch: GatewayOptions['fetch'] = async (input, init) => {
@@ -207,7 +221,7 @@ describe('native streams: polls', () => {
       const op = /\/(stream|status)\//.exec(new URL(request.url).pathname)?.[1]
       if (op === undefined || refused.has(op)) return emulator.fetch(request)
       refused.add(op)
-      return new Response('rate limited', { status: 429 })
+      return op === 'stream' ? new Response('unavailable', { status: 503 }) : new Response('rate limited', { status: 429 })
     }
     const h = harness({ fetch, runpod: { apiKey: RUNPOD_KEY, baseUrl: 'https://emulator.test/v2', streamWaitMs: 300 } }, emulator)
     const { key } = await h.createKey()

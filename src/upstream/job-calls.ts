@@ -112,25 +112,25 @@ export function jobWithin(
  * follow-up that fails, or that the budget has no room for, may have left items: the page returned is
  * then marked `cut`, for the caller to read them from the job's saved `output`.
  * `follow: false` leaves the follow-up polls to the caller (the OpenAI surface's native streams).
- * A page some poll of which was refused and asked again is marked `refused`: a proxy's 5xx may have
- * come after Runpod handed its items out, and they are gone.
+ * A page some poll of which was refused with a 5xx and asked again is marked `refused`: a proxy's 5xx
+ * may have come after Runpod handed its items out, and they are gone (Runpod's 429 hands out nothing).
  */
 export async function streamPage(
   client: RunpodClient,
   endpoint: Endpoint,
   id: string,
-  options: { waitMs?: number; signal?: AbortSignal; onRetry?: () => boolean; onItems?: (items: JobStream['stream']) => boolean; follow?: false },
+  options: { waitMs?: number; signal?: AbortSignal; onRetry?: (status: number) => boolean; onItems?: (items: JobStream['stream']) => boolean; follow?: false },
 ): Promise<JobStream & { cut?: true; refused?: true }> {
   let refused: true | undefined
-  const ask = (waitMs = 0) => polled(() => client.stream(endpoint, id, { waitMs, ...(options.signal ? { signal: options.signal } : {}) }), { ...options, onRetry: () => (refused = true) && options.onRetry?.() !== false })
+  const ask = (waitMs = 0) => polled(() => client.stream(endpoint, id, { waitMs, ...(options.signal ? { signal: options.signal } : {}) }), { ...options, onRetry: (status) => (status > 499 && (refused = true), options.onRetry?.(status) !== false) })
   const page: JobStream & { cut?: true; refused?: true } = await ask(options.waitMs)
   let more = page.stream
   while (options.follow !== false && isTerminal(page.status) && more.length > 0) {
     if (options.onItems?.(page.stream)) page.stream = []
     // No `?wait=`: the job has ended. runpod-python's local server forgets a streamed job (FAILED "Job ID
-    // not found", no items): that page ends the answer with what the pages held. A follow-up the budget
+    // not found", no items): that page ends the answer with what the pages held. A follow-up (`onRetry(0)`: no refusal, one poll more) the budget
     // has no room for, or that failed, leaves the page cut (the items offered to `onItems` went out).
-    const next = options.onRetry?.() !== false && (await ask().catch(() => undefined))
+    const next = options.onRetry?.(0) !== false && (await ask().catch(() => undefined))
     if (!next) return { ...page, cut: true, refused }
     more = next.stream
     page.stream.push(...more)
@@ -140,19 +140,19 @@ export async function streamPage(
 
 /**
  * One poll of a job (`ask`), asked again (up to POLL_TRIES in all) while Runpod refuses it with a 429 or
- * a 5xx; `onRetry` counts each extra poll, and false (the caller's poll budget is spent) asks no more.
+ * a 5xx; `onRetry` (given the refusal's status) counts each extra poll, and false (the caller's poll budget is spent) asks no more.
  * Throws the last refusal, or at once any other failure.
  *
  * @example
  * job = await polled(() => client.status(endpoint, job.id, { signal }), { signal })
  */
-export async function polled<T>(ask: () => Promise<T>, options: { signal?: AbortSignal | undefined; onRetry?: () => boolean }): Promise<T> {
+export async function polled<T>(ask: () => Promise<T>, options: { signal?: AbortSignal | undefined; onRetry?: (status: number) => boolean }): Promise<T> {
   for (let tried = 1; ; tried++) {
     try {
       return await ask()
     } catch (error) {
       const status = statusOf(error)
-      if (status === undefined || (status !== 429 && status < 500) || tried >= POLL_TRIES || options.signal?.aborted || options.onRetry?.() === false) throw error
+      if (status === undefined || (status !== 429 && status < 500) || tried >= POLL_TRIES || options.signal?.aborted || options.onRetry?.(status) === false) throw error
       await sleep(delayFor(error, tried), options.signal)
       if (options.signal?.aborted) throw error
     }
