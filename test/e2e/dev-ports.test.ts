@@ -3,22 +3,17 @@
  * runs in another terminal, or who has another project's `wrangler dev` on 8787: it must say which
  * variable picks another port and stop, not print "ready" for the other server or a bare EADDRINUSE.
  */
-import { spawn, spawnSync } from 'node:child_process'
+import { spawnSync } from 'node:child_process'
 import { createServer } from 'node:http'
 import type { Server } from 'node:http'
-import { mkdtempSync, rmSync, symlinkSync } from 'node:fs'
-import { tmpdir } from 'node:os'
-import { join, resolve } from 'node:path'
 import { afterAll, describe, expect, it } from 'vitest'
 import { freePort } from '../../scripts/lib/podgate-server.ts'
+import { devCheckout, ROOT, runDevToExit } from './dev-checkout.ts'
 
-const ROOT = resolve(import.meta.dirname, '../..')
-const dirs: string[] = []
 const servers: Server[] = []
 
 afterAll(async () => {
   await Promise.all(servers.map((server) => new Promise((r) => server.close(r))))
-  for (const dir of dirs) rmSync(dir, { recursive: true, force: true })
 })
 
 /** Another podgate already listening on a port: it answers `/healthz` as a running `npm run dev` does. */
@@ -32,18 +27,7 @@ async function occupiedPort(): Promise<number> {
 
 /** Runs scripts/dev.ts in a checkout of its own until it exits (at most 60 s), with its output. */
 async function runDev(ports: { PORT: number; EMULATOR_PORT: number }): Promise<{ code: number | null; output: string }> {
-  const dir = mkdtempSync(join(tmpdir(), 'podgate-dev-ports-'))
-  dirs.push(dir)
-  for (const name of ['node_modules', 'package.json', 'wrangler.toml', 'tsconfig.json', 'src', 'workers', 'scripts']) symlinkSync(join(ROOT, name), join(dir, name))
-  const env = { ...process.env, PORT: String(ports.PORT), EMULATOR_PORT: String(ports.EMULATOR_PORT), INSPECTOR_PORT: String(await freePort()), RUNPOD_API_KEY: '' }
-  const dev = spawn(process.execPath, ['scripts/dev.ts'], { cwd: dir, env, stdio: ['ignore', 'pipe', 'pipe'] })
-  let output = ''
-  dev.stdout.on('data', (d: Buffer) => (output += d.toString()))
-  dev.stderr.on('data', (d: Buffer) => (output += d.toString()))
-  const stopAfter = setTimeout(() => dev.kill('SIGTERM'), 60_000)
-  const code = await new Promise<number | null>((r) => dev.once('exit', r))
-  clearTimeout(stopAfter)
-  return { code, output }
+  return runDevToExit(devCheckout('dev-ports'), { PORT: String(ports.PORT), EMULATOR_PORT: String(ports.EMULATOR_PORT), INSPECTOR_PORT: String(await freePort()), RUNPOD_API_KEY: '' })
 }
 
 describe('npm run dev on a port that is taken', () => {

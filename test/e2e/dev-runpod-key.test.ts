@@ -4,28 +4,14 @@
  * wrangler (never the command line) is gone when it stops. Set in `.dev.vars` instead (as
  * docs/development.md allows), the dev server still gets an admin token, so `npm run keys` works.
  */
-import { spawn, spawnSync } from 'node:child_process'
+import { spawnSync } from 'node:child_process'
 import { createServer } from 'node:http'
-import { existsSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
-import { createConnection } from 'node:net'
-import { tmpdir } from 'node:os'
-import { join, resolve } from 'node:path'
-import { afterAll, describe, expect, it } from 'vitest'
+import { existsSync, readFileSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { describe, expect, it } from 'vitest'
 import { freePort } from '../../scripts/lib/podgate-server.ts'
 import { readDevVars } from '../../scripts/lib/dev-state.ts'
-
-const ROOT = resolve(import.meta.dirname, '../..')
-const dirs: string[] = []
-afterAll(() => {
-  for (const dir of dirs) rmSync(dir, { recursive: true, force: true })
-})
-
-const listening = (port: number) =>
-  new Promise<boolean>((resolve) => {
-    const socket = createConnection({ port, host: '127.0.0.1' })
-    socket.once('connect', () => (socket.destroy(), resolve(true)))
-    socket.once('error', () => resolve(false))
-  })
+import { devCheckout, listening, spawnDev } from './dev-checkout.ts'
 
 /** A stand-in for api.runpod.ai that records what it was sent. */
 async function fakeRunpod(): Promise<{ url: string; seen: string[]; close(): Promise<void> }> {
@@ -41,21 +27,14 @@ async function fakeRunpod(): Promise<{ url: string; seen: string[]; close(): Pro
 
 /** scripts/dev.ts in a checkout of its own (with `devVars` as its .dev.vars, if given), until `use` is done. */
 async function withDev(env: Record<string, string | undefined>, devVars: string | undefined, use: (dev: { dir: string; port: number; emulatorPort: number }) => Promise<void>): Promise<{ dir: string; output: string }> {
-  const dir = mkdtempSync(join(tmpdir(), 'podgate-dev-key-'))
-  dirs.push(dir)
-  for (const name of ['node_modules', 'package.json', 'wrangler.toml', 'tsconfig.json', 'src', 'workers', 'scripts']) symlinkSync(join(ROOT, name), join(dir, name))
+  const dir = devCheckout('dev-key')
   if (devVars !== undefined) writeFileSync(join(dir, '.dev.vars'), devVars)
   const [port, emulatorPort] = [await freePort(), await freePort()]
-  const fullEnv: Record<string, string | undefined> = { ...process.env, PORT: String(port), EMULATOR_PORT: String(emulatorPort), INSPECTOR_PORT: String(await freePort()), ...env }
-  for (const name of Object.keys(fullEnv)) if (fullEnv[name] === undefined) delete fullEnv[name]
-  const dev = spawn(process.execPath, ['scripts/dev.ts'], { cwd: dir, env: fullEnv, stdio: ['ignore', 'pipe', 'pipe'] })
-  let output = ''
-  dev.stdout.on('data', (d: Buffer) => (output += d.toString()))
-  dev.stderr.on('data', (d: Buffer) => (output += d.toString()))
+  const { dev, output } = spawnDev(dir, { PORT: String(port), EMULATOR_PORT: String(emulatorPort), INSPECTOR_PORT: String(await freePort()), ...env })
   const exited = new Promise<number | null>((r) => dev.once('exit', r))
   try {
-    for (let i = 0; !output.includes('[podgate] ready on'); i++) {
-      if (dev.exitCode !== null || i > 600) throw new Error(`npm run dev did not start:\n${output.slice(-2000)}`)
+    for (let i = 0; !output().includes('[podgate] ready on'); i++) {
+      if (dev.exitCode !== null || i > 600) throw new Error(`npm run dev did not start:\n${output().slice(-2000)}`)
       await new Promise((r) => setTimeout(r, 100))
     }
     await use({ dir, port, emulatorPort })
@@ -63,7 +42,7 @@ async function withDev(env: Record<string, string | undefined>, devVars: string 
     dev.kill('SIGTERM')
     await exited
   }
-  return { dir, output }
+  return { dir, output: output() }
 }
 
 async function chat(port: number, key: string): Promise<void> {

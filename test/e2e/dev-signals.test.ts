@@ -6,15 +6,12 @@
  */
 import { spawn } from 'node:child_process'
 import type { ChildProcess } from 'node:child_process'
-import { mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs'
-import { createConnection } from 'node:net'
-import { tmpdir } from 'node:os'
-import { join, resolve } from 'node:path'
+import { readFileSync } from 'node:fs'
+import { join } from 'node:path'
 import { afterAll, describe, expect, it } from 'vitest'
 import { freePort } from '../../scripts/lib/podgate-server.ts'
+import { devCheckout, listening } from './dev-checkout.ts'
 
-const ROOT = resolve(import.meta.dirname, '../..')
-const dirs: string[] = []
 const groups: number[] = []
 
 afterAll(() => {
@@ -26,15 +23,9 @@ afterAll(() => {
       // already gone
     }
   }
-  for (const dir of dirs) rmSync(dir, { recursive: true, force: true })
 })
 
-function checkout(): string {
-  const dir = mkdtempSync(join(tmpdir(), 'podgate-dev-signals-'))
-  dirs.push(dir)
-  for (const name of ['node_modules', 'package.json', 'wrangler.toml', 'tsconfig.json', 'src', 'workers', 'scripts']) symlinkSync(join(ROOT, name), join(dir, name))
-  return dir
-}
+const checkout = () => devCheckout('dev-signals')
 
 function npmRun(dir: string, args: string[], env: Record<string, string>): { npm: ChildProcess; output: () => string } {
   const npm = spawn('npm', ['run', ...args], { cwd: dir, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'], detached: true })
@@ -53,13 +44,6 @@ async function until(check: () => boolean | Promise<boolean>, ms: number): Promi
   }
   return check()
 }
-
-const listening = (port: number) =>
-  new Promise<boolean>((resolve) => {
-    const socket = createConnection({ port, host: '127.0.0.1' })
-    socket.once('connect', () => (socket.destroy(), resolve(true)))
-    socket.once('error', () => resolve(false))
-  })
 
 const alive = (pid: number) => {
   try {
