@@ -10,6 +10,7 @@ import { describe, expect, it, vi } from 'vitest'
 import type { GatewayOptions } from '../src/index.ts'
 import { createRunpodEmulator } from '../src/testing/index.ts'
 import { droppingFetch, harness, heldFetch, MODELS, readSome, readSSE, RUNPOD_KEY, streamedText } from './helpers.ts'
+import type { Harness } from './helpers.ts'
 
 const post = (key: string, body: unknown, extra: RequestInit = {}): RequestInit => ({
   method: 'POST',
@@ -19,6 +20,19 @@ const post = (key: string, body: unknown, extra: RequestInit = {}): RequestInit 
 })
 const chat = (model: string, content: string, extra: Record<string, unknown> = {}) => ({ model, max_tokens: 1000, messages: [{ role: 'user', content }], ...extra })
 const pause = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+
+/** A streamed worker-vllm job started on `model` through podgate's `/v2` surface: its id. */
+async function startStreamJob(h: Harness, key: string, model: string, content: string, maxTokens: number): Promise<string> {
+  const res = await h.fetch(`/v2/${model}/run`, post(key, { input: { messages: [{ role: 'user', content }], stream: true, sampling_params: { max_tokens: maxTokens } } }))
+  return ((await res.json()) as { id: string }).id
+}
+
+/** Job `id` followed as Server-Sent Events (`GET /v2/{model}/stream/{id}`) to its end. */
+async function jobEvents(h: Harness, key: string, model: string, id: string): Promise<EventSourceMessage[]> {
+  const events: EventSourceMessage[] = []
+  createParser({ onEvent: (event) => events.push(event) }).feed(await (await h.fetch(`/v2/${model}/stream/${id}`, { headers: { authorization: `Bearer ${key}`, accept: 'text/event-stream' } })).text())
+  return events
+}
 
 describe('native streams: polls', () => {
   it('a long answer on a current worker stays within the poll budget: polls are paced, not one per item', async () => {
@@ -106,10 +120,8 @@ describe('native streams: polls', () => {
     const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
     const h = harness({ fetch: losingPage(emulator, 3), runpod: { apiKey: RUNPOD_KEY, baseUrl: 'https://emulator.test/v2', streamWaitMs: 300 } }, emulator)
     const { key } = await h.createKey()
-    const { id } = (await (await h.fetch(`/v2/${model}/run`, post(key, { input: { messages: [{ role: 'user', content: 'lost [[emulator:tokens=30,delay=20]]' }], stream: true, sampling_params: { max_tokens: 60 } } }))).json()) as { id: string }
-    const res = await h.fetch(`/v2/${model}/stream/${id}`, { headers: { authorization: `Bearer ${key}`, accept: 'text/event-stream' } })
-    const events: EventSourceMessage[] = []
-    createParser({ onEvent: (event) => events.push(event) }).feed(await res.text())
+    const id = await startStreamJob(h, key, model, 'lost [[emulator:tokens=30,delay=20]]', 60)
+    const events = await jobEvents(h, key, model, id)
     expect(emulator.calls.some((call) => call.op === 'stream' && call.status === 200)).toBe(true)
     expect(events.at(-1)?.event).toBe('error')
     expect(JSON.parse(events.at(-1)!.data)).toMatchObject({ status: 'COMPLETED', code: 'upstream_error', error: expect.stringContaining('/status') })
@@ -119,10 +131,8 @@ describe('native streams: polls', () => {
     const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
     const h = harness({ fetch: losingPage(emulator, 2), runpod: { apiKey: RUNPOD_KEY, baseUrl: 'https://emulator.test/v2', streamWaitMs: 100 } }, emulator)
     const { key } = await h.createKey()
-    const { id } = (await (await h.fetch(`/v2/${model}/run`, post(key, { input: { messages: [{ role: 'user', content: 'lost [[emulator:tokens=80,delay=20]]' }], stream: true, sampling_params: { max_tokens: 100 } } }))).json()) as { id: string }
-    const res = await h.fetch(`/v2/${model}/stream/${id}`, { headers: { authorization: `Bearer ${key}`, accept: 'text/event-stream' } })
-    const events: EventSourceMessage[] = []
-    createParser({ onEvent: (event) => events.push(event) }).feed(await res.text())
+    const id = await startStreamJob(h, key, model, 'lost [[emulator:tokens=80,delay=20]]', 100)
+    const events = await jobEvents(h, key, model, id)
     // The refused poll's page was not the last: a later poll brought the job's end.
     const sent = events.filter((event) => event.event === 'output').length
     const saved = (await (await h.fetch(`/v2/${model}/status/${id}`, { headers: { authorization: `Bearer ${key}` } })).json()) as { output: unknown[] }
@@ -159,10 +169,8 @@ describe('native streams: polls', () => {
     const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
     const h = harness({ fetch: losingPageThenCut(emulator, 2), runpod: { apiKey: RUNPOD_KEY, baseUrl: 'https://emulator.test/v2', streamWaitMs: 100 } }, emulator)
     const { key } = await h.createKey()
-    const { id } = (await (await h.fetch(`/v2/${model}/run`, post(key, { input: { messages: [{ role: 'user', content: 'lost [[emulator:tokens=80,delay=20]]' }], stream: true, sampling_params: { max_tokens: 100 } } }))).json()) as { id: string }
-    const res = await h.fetch(`/v2/${model}/stream/${id}`, { headers: { authorization: `Bearer ${key}`, accept: 'text/event-stream' } })
-    const events: EventSourceMessage[] = []
-    createParser({ onEvent: (event) => events.push(event) }).feed(await res.text())
+    const id = await startStreamJob(h, key, model, 'lost [[emulator:tokens=80,delay=20]]', 100)
+    const events = await jobEvents(h, key, model, id)
     expect(events.filter((event) => event.event === 'output').length).toBeGreaterThan(0)
     expect(events.at(-1)?.event).toBe('error')
   })
@@ -181,10 +189,9 @@ describe('native streams: polls', () => {
   it('a job event stream whose poll was refused with a 429 (nothing handed out) ends with done, with no check of the saved output', async () => {
     const h = harness({ runpod: { apiKey: RUNPOD_KEY, baseUrl: 'https://emulator.test/v2', streamWaitMs: 300 } })
     const { key } = await h.createKey()
-    const { id } = (await (await h.fetch('/v2/chat-current/run', post(key, { input: { messages: [{ role: 'user', content: 'x [[emulator:tokens=30,delay=20]]' }], stream: true, sampling_params: { max_tokens: 40 } } }))).json()) as { id: string }
+    const id = await startStreamJob(h, key, 'chat-current', 'x [[emulator:tokens=30,delay=20]]', 40)
     h.emulator.configure('vllmcurrent', { fault: { kind: 'http', status: 429, ops: ['stream'], times: 2 } })
-    const events: EventSourceMessage[] = []
-    createParser({ onEvent: (event) => events.push(event) }).feed(await (await h.fetch(`/v2/chat-current/stream/${id}`, { headers: { authorization: `Bearer ${key}`, accept: 'text/event-stream' } })).text())
+    const events = await jobEvents(h, key, 'chat-current', id)
     expect(h.emulator.calls.some((call) => call.op === 'stream' && call.status === 429)).toBe(true)
     expect(events.at(-1)?.event).toBe('done')
     expect(h.emulator.calls.filter((call) => call.op === 'status')).toEqual([])
@@ -225,10 +232,8 @@ describe('native streams: polls', () => {
     }
     const h = harness({ fetch, runpod: { apiKey: RUNPOD_KEY, baseUrl: 'https://emulator.test/v2', streamWaitMs: 300 } }, emulator)
     const { key } = await h.createKey()
-    const { id } = (await (await h.fetch('/v2/chat-current/run', post(key, { input: { messages: [{ role: 'user', content: 'x [[emulator:tokens=30,delay=20]]' }], stream: true, sampling_params: { max_tokens: 40 } } }))).json()) as { id: string }
-    const res = await h.fetch(`/v2/chat-current/stream/${id}`, { headers: { authorization: `Bearer ${key}`, accept: 'text/event-stream' } })
-    const events: EventSourceMessage[] = []
-    createParser({ onEvent: (event) => events.push(event) }).feed(await res.text())
+    const id = await startStreamJob(h, key, 'chat-current', 'x [[emulator:tokens=30,delay=20]]', 40)
+    const events = await jobEvents(h, key, 'chat-current', id)
     expect([...refused].sort()).toEqual(['status', 'stream'])
     expect(events.at(-1)?.event).toBe('done')
     const saved = (await (await h.fetch(`/v2/chat-current/status/${id}`, { headers: { authorization: `Bearer ${key}` } })).json()) as { output: unknown[] }

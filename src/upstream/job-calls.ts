@@ -128,8 +128,9 @@ export async function streamPage(
   while (options.follow !== false && isTerminal(page.status) && more.length > 0) {
     if (options.onItems?.(page.stream)) page.stream = []
     // No `?wait=`: the job has ended. runpod-python's local server forgets a streamed job (FAILED "Job ID
-    // not found", no items): that page ends the answer with what the pages held. A follow-up (`onRetry(0)`: no refusal, one poll more) the budget
-    // has no room for, or that failed, leaves the page cut (the items offered to `onItems` went out).
+    // not found", no items): that page ends the answer with what the pages held. A follow-up (`onRetry(0)`:
+    // no refusal, one poll more) the budget has no room for, or that failed, leaves the page cut (the items
+    // offered to `onItems` went out).
     const next = options.onRetry?.(0) !== false && (await ask().catch(() => undefined))
     if (!next) return { ...page, cut: true, refused }
     more = next.stream
@@ -140,7 +141,8 @@ export async function streamPage(
 
 /**
  * One poll of a job (`ask`), asked again (up to POLL_TRIES in all) while Runpod refuses it with a 429 or
- * a 5xx; `onRetry` (given the refusal's status) counts each extra poll, and false (the caller's poll budget is spent) asks no more.
+ * a 5xx; `onRetry` (given the refusal's status) counts each extra poll, and false (the caller's poll
+ * budget is spent) asks no more.
  * Throws the last refusal, or at once any other failure.
  *
  * @example

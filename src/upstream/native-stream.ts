@@ -57,8 +57,8 @@ interface Attempt {
   items: number
   /** The job's saved `output` brought its last items: no poll follows. */
   saved?: true
-  /** A poll was asked again after a 5xx: its page may have been handed out upstream and lost on the way (see `poll`). */
-  retried?: boolean
+  /** A poll was asked again after a 5xx (`streamPage`'s `refused`): its page may have been handed out upstream and lost on the way (see `poll`). */
+  retried?: true
   /** COMPLETED was seen and the decoder finished cleanly. */
   completed: boolean
   /** Aborts this attempt's in-flight poll when it is dropped. */
@@ -271,7 +271,8 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
       if (wait > 0) await sleep(wait, pollSignal)
       const begun = (attempt.lastPollAt = Date.now())
       // A poll past a terminal page asks for no `?wait=`: the job has ended.
-      let page = await streamPage(client, attempt.endpoint, attempt.jobId, { waitMs: attempt.terminal ? 0 : waitMs, signal: pollSignal, onRetry: (status) => (status > 499 && (attempt.retried = true), ++polls <= runpod.maxPollsPerStream), follow: false })
+      let page = await streamPage(client, attempt.endpoint, attempt.jobId, { waitMs: attempt.terminal ? 0 : waitMs, signal: pollSignal, onRetry: () => ++polls <= runpod.maxPollsPerStream, follow: false })
+      attempt.retried ||= page.refused
       // `/stream` answers carry no `error`: one `/status` call fetches the handler's message.
       if (!attempt.terminal && isTerminal(page.status) && page.status !== 'COMPLETED' && page.error === undefined) {
         const state = await client.status(attempt.endpoint, attempt.jobId, { signal: pollSignal }).catch(() => undefined)
