@@ -17,6 +17,7 @@
  * the Worker's heap snapshots.
  */
 import { spawn, execFileSync } from 'node:child_process'
+import type { ChildProcess } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { mkdirSync, openSync, rmSync, writeFileSync } from 'node:fs'
 import { request as httpRequest } from 'node:http'
@@ -230,28 +231,41 @@ mkdirSync('.wrangler', { recursive: true })
 writeFileSync('.wrangler/load.env', `PODGATE_ADMIN_TOKEN="${adminToken}"\n`, { mode: 0o600 })
 // Bundle once and serve that file: `wrangler dev` would otherwise rebuild (and restart, dropping every
 // open stream) whenever a source file changes during the run.
-const build = spawn('wrangler', ['deploy', '--dry-run', '--env', 'dev', '--outdir', '.wrangler/load-build'], { stdio: 'ignore', env: { ...process.env, WRANGLER_SEND_METRICS: 'false' } })
+/** What runs now (the bundling, then wrangler dev): stopped by `shutdown`, also on a signal. */
+let child: ChildProcess = spawn('wrangler', ['deploy', '--dry-run', '--env', 'dev', '--outdir', '.wrangler/load-build'], { stdio: 'ignore', env: { ...process.env, WRANGLER_SEND_METRICS: 'false' } })
+const build = child
+let stopping: Promise<never> | undefined
+
+/** Stops wrangler (and its workerd) and waits for it, so nothing is left on the ports, then exits with `code`. Once. */
+function shutdown(code: number): Promise<never> {
+  return (stopping ??= (async () => {
+    if (child.exitCode === null && child.signalCode === null) {
+      const exited = new Promise((resolve) => child.once('exit', resolve))
+      child.kill('SIGTERM')
+      const stuck = setTimeout(() => child.kill('SIGKILL'), 5_000)
+      await exited
+      clearTimeout(stuck)
+    }
+    await upstream.close()
+    rmSync('.wrangler/load.env', { force: true })
+    rmSync('.wrangler/load-state', { recursive: true, force: true })
+    rmSync('.wrangler/load-build', { recursive: true, force: true })
+    process.exit(code)
+  })())
+}
+// A signal to npm alone (a process manager's or IDE's "stop") reaches only this script (`exec node`): it stops wrangler too.
+for (const [signal, code] of [['SIGINT', 130], ['SIGTERM', 143], ['SIGHUP', 129]] as const) process.on(signal, () => void shutdown(code))
 if ((await new Promise<number | null>((resolve) => build.on('exit', resolve))) !== 0) {
   console.error('load: bundling the Worker failed (wrangler deploy --dry-run)')
-  await upstream.close()
-  process.exit(2)
+  await shutdown(2)
 }
-const wrangler = spawn('wrangler', [
+const wrangler = child = spawn('wrangler', [
   'dev', '.wrangler/load-build/dev.js', '--no-bundle', '--env', 'dev', '--ip', HOST, '--port', String(port), '--inspector-port', String(inspectorPort), '--show-interactive-dev-session=false',
   '--env-file', '.wrangler/load.env', '--persist-to', '.wrangler/load-state',
   '--var', 'RUNPOD_API_KEY:emulator-no-secret', '--var', `RUNPOD_BASE_URL:${upstream.url}/v2`,
   '--var', `PODGATE_MODELS:${JSON.stringify(MODEL_CONFIG)}`,
 ], { stdio: ['ignore', process.env.LOAD_WRANGLER_LOG ? openSync(process.env.LOAD_WRANGLER_LOG, 'w') : 'ignore', 'inherit'], env: { ...process.env, WRANGLER_SEND_METRICS: 'false' } })
 const base = `http://${HOST}:${port}`
-
-async function shutdown(code: number): Promise<never> {
-  wrangler.kill('SIGTERM')
-  await upstream.close()
-  rmSync('.wrangler/load.env', { force: true })
-  rmSync('.wrangler/load-state', { recursive: true, force: true })
-  rmSync('.wrangler/load-build', { recursive: true, force: true })
-  process.exit(code)
-}
 
 for (let i = 0; ; i++) {
   if (i > 300) {

@@ -3,7 +3,7 @@
  * Node (real `wrangler dev`, browsers, SDKs). Extra arguments go to both runs (e.g. a file filter).
  * Ends with one plain `Tests: N passed, N failed` line over both suites.
  */
-import { spawnSync } from 'node:child_process'
+import { spawn } from 'node:child_process'
 import { mkdtempSync, readFileSync, realpathSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -25,29 +25,64 @@ export function countRun(report: VitestReport | undefined, status: number | null
   return { passed: report.numPassedTests, failed }
 }
 
+/**
+ * Runs `command` in a process group of its own and waits for it, its exit status (as spawnSync's). A
+ * SIGINT, SIGTERM or SIGHUP to this script goes to that whole group (vitest, its workers, the wrangler dev
+ * a test started) and ends this script once the child has exited: a signal to npm alone (a process
+ * manager's or IDE's "stop") reaches only this script, and with spawnSync vitest and its children outlived it.
+ */
+export async function runGroup(command: string, args: string[], env: NodeJS.ProcessEnv): Promise<number | null> {
+  // No stdin: a process group that is not the terminal's foreground one would be stopped reading it.
+  const child = spawn(command, args, { stdio: ['ignore', 'inherit', 'inherit'], env, detached: true })
+  const signals = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const
+  let stopped: NodeJS.Signals | undefined
+  const kill = (signal: NodeJS.Signals) => {
+    try {
+      process.kill(-child.pid!, signal)
+    } catch {
+      // already gone
+    }
+  }
+  const forward = (signal: NodeJS.Signals) => {
+    stopped = signal
+    kill(signal)
+    // What has not stopped in 5 s (a worker busy in a synchronous loop) is killed.
+    setTimeout(() => kill('SIGKILL'), 5_000).unref()
+  }
+  for (const signal of signals) process.on(signal, forward)
+  const status = await new Promise<number | null>((resolve) => {
+    child.once('error', () => resolve(null))
+    child.once('exit', (code) => resolve(code))
+  })
+  for (const signal of signals) process.off(signal, forward)
+  if (stopped) process.exit(128 + ({ SIGHUP: 1, SIGINT: 2, SIGTERM: 15 } as Record<string, number>)[stopped]!)
+  return status
+}
+
 // Run as a script (also through a symlinked checkout, where argv[1] is not the real path).
 if (process.argv[1] !== undefined && import.meta.filename === realpathSync(process.argv[1])) {
   const extra = process.argv.slice(2)
   const env = { ...process.env, WRANGLER_SEND_METRICS: 'false' }
   const reports = mkdtempSync(join(tmpdir(), 'podgate-test-'))
+  // Also when a signal ends the run (runGroup exits).
+  process.on('exit', () => rmSync(reports, { recursive: true, force: true }))
   let passed = 0
   let failed = 0
   let status = 0
   for (const config of ['vitest.config.ts', 'vitest.e2e.config.ts']) {
     const outputFile = join(reports, `${config}.json`)
-    const result = spawnSync('vitest', ['run', '--config', config, '--passWithNoTests', '--reporter=default', '--reporter=json', `--outputFile.json=${outputFile}`, ...extra], { stdio: 'inherit', env })
+    const exit = await runGroup('vitest', ['run', '--config', config, '--passWithNoTests', '--reporter=default', '--reporter=json', `--outputFile.json=${outputFile}`, ...extra], env)
     let report: VitestReport | undefined
     try {
       report = JSON.parse(readFileSync(outputFile, 'utf8')) as VitestReport
     } catch {
       // no report: counted by countRun
     }
-    const counted = countRun(report, result.status)
+    const counted = countRun(report, exit)
     passed += counted.passed
     failed += counted.failed
-    if (result.status !== 0) status = result.status ?? 1
+    if (exit !== 0) status = exit ?? 1
   }
-  rmSync(reports, { recursive: true, force: true })
   console.log(`Tests: ${passed} passed, ${failed} failed`)
   process.exit(status !== 0 ? status : failed > 0 ? 1 : 0)
 }

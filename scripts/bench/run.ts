@@ -47,19 +47,23 @@ const stopAll = async () => {
   for (const stop of stoppers.splice(0).reverse()) await stop().catch(() => {})
   for (const spawned of [...running]) await spawned.stop().catch(() => {})
 }
-process.on('SIGINT', () => {
-  // Signal every child group at once first: the orderly stop below may not get to finish.
-  for (const spawned of running) {
-    if (spawned.child.pid !== undefined) {
-      try {
-        process.kill(-spawned.child.pid, 'SIGTERM')
-      } catch {
-        // already gone
+// A SIGTERM to npm alone (a process manager's or IDE's "stop") reaches only this script (`exec node`): it
+// stops the Workers and processes it started as Ctrl-C does.
+for (const [signal, code] of [['SIGINT', 130], ['SIGTERM', 143], ['SIGHUP', 129]] as const) {
+  process.on(signal, () => {
+    // Signal every child group at once first: the orderly stop below may not get to finish.
+    for (const spawned of running) {
+      if (spawned.child.pid !== undefined) {
+        try {
+          process.kill(-spawned.child.pid, 'SIGTERM')
+        } catch {
+          // already gone
+        }
       }
     }
-  }
-  void stopAll().then(() => process.exit(130))
-})
+    void stopAll().then(() => process.exit(code))
+  })
+}
 
 if (process.argv.includes('--report')) {
   // Re-render BENCHMARKS.md and the chart from the last run (after editing NOTES.md or report.ts).

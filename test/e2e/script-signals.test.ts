@@ -1,0 +1,107 @@
+/**
+ * `npm test`, `npm run load` and `npm run bench` stopped by a SIGTERM to npm alone (a process manager, an
+ * IDE's "stop", `kill <pid>`): as `npm run dev` (dev-signals.test.ts), nothing they started may outlive
+ * them: no vitest or its workers (nor what a test started), no wrangler, no workerd on its ports.
+ */
+import { execFileSync, spawn } from 'node:child_process'
+import type { ChildProcess } from 'node:child_process'
+import { mkdirSync, symlinkSync, writeFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { afterAll, describe, expect, it } from 'vitest'
+import { devCheckout, ROOT } from './dev-checkout.ts'
+
+const groups: number[] = []
+const seen = new Set<number>()
+
+afterAll(() => {
+  // Whatever a failed run left behind: npm's group, then every process seen under it (some start groups of their own).
+  for (const pid of [...groups.map((g) => -g), ...seen]) {
+    try {
+      process.kill(pid, 'SIGKILL')
+    } catch {
+      // already gone
+    }
+  }
+})
+
+function npmRun(dir: string, args: string[], env: Record<string, string> = {}): { npm: ChildProcess; output: () => string } {
+  const npm = spawn('npm', ['run', ...args], { cwd: dir, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'], detached: true })
+  groups.push(npm.pid!)
+  let output = ''
+  npm.stdout!.on('data', (d: Buffer) => (output += d.toString()))
+  npm.stderr!.on('data', (d: Buffer) => (output += d.toString()))
+  return { npm, output: () => output }
+}
+
+/** Every process under `pid` (by parent), with its command line. */
+function descendants(pid: number): { pid: number; args: string }[] {
+  const rows = execFileSync('ps', ['-eo', 'pid=,ppid=,args='], { encoding: 'utf8' }).trim().split('\n').map((line) => {
+    const [p, pp, ...args] = line.trim().split(/\s+/)
+    return { pid: Number(p), ppid: Number(pp), args: args.join(' ') }
+  })
+  const found: { pid: number; args: string }[] = []
+  const stack = [pid]
+  while (stack.length > 0) {
+    const parent = stack.pop()!
+    for (const row of rows) if (row.ppid === parent) (found.push({ pid: row.pid, args: row.args }), stack.push(row.pid))
+  }
+  for (const row of found) seen.add(row.pid)
+  return found
+}
+
+const alive = (pid: number) => {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch {
+    return false
+  }
+}
+
+async function until(check: () => boolean, ms: number): Promise<boolean> {
+  const deadline = Date.now() + ms
+  while (Date.now() < deadline) {
+    if (check()) return true
+    await new Promise((r) => setTimeout(r, 200))
+  }
+  return check()
+}
+
+/** Starts `npm run <args>`, waits for a process matching `ready` under it, SIGTERMs npm alone, and expects every process under it gone. */
+async function stopsEverything(dir: string, args: string[], ready: RegExp, env: Record<string, string> = {}): Promise<void> {
+  const { npm, output } = npmRun(dir, args, env)
+  expect(await until(() => descendants(npm.pid!).some((p) => ready.test(p.args)), 60_000), `nothing matching ${ready} started:\n${output()}`).toBe(true)
+  // Let it settle into what it runs (a second workerd, a test's own child).
+  await new Promise((r) => setTimeout(r, 1_000))
+  const started = descendants(npm.pid!)
+  npm.kill('SIGTERM')
+  expect(await until(() => !started.some((p) => alive(p.pid)), 15_000), `still running after SIGTERM to npm:\n${started.filter((p) => alive(p.pid)).map((p) => `  ${p.pid} ${p.args}`).join('\n')}`).toBe(true)
+}
+
+describe('SIGTERM to npm alone', () => {
+  it('npm test: vitest, its workers and a process a test started all stop', { timeout: 90_000 }, async () => {
+    const dir = devCheckout('test-signals')
+    for (const name of ['vitest.config.ts', 'vitest.e2e.config.ts']) symlinkSync(join(ROOT, name), join(dir, name))
+    mkdirSync(join(dir, 'test/e2e'), { recursive: true })
+    symlinkSync(join(ROOT, 'test/global-setup.ts'), join(dir, 'test/global-setup.ts'))
+    // A test that started a server of its own (as the e2e tests start wrangler dev) and is still running.
+    writeFileSync(join(dir, 'test/e2e/fixture-hang.test.ts'), [
+      "import { spawn } from 'node:child_process'",
+      "import { it } from 'vitest'",
+      "it('hangs', { timeout: 120_000 }, async () => {",
+      "  spawn(process.execPath, ['-e', 'setInterval(() => {}, 1000) // podgate-fixture-sleeper'], { stdio: 'ignore' })",
+      '  await new Promise((r) => setTimeout(r, 110_000))',
+      '})',
+      '',
+    ].join('\n'))
+    await stopsEverything(dir, ['test', '--', 'fixture-'], /podgate-fixture-sleeper/)
+  })
+
+  it('npm run load: wrangler and workerd stop', { timeout: 90_000 }, async () => {
+    await stopsEverything(devCheckout('load-signals'), ['load', '--', '--requests', '4', '--rounds', '3'], /workerd/)
+  })
+
+  it('npm run bench: the Workers it started stop', { timeout: 90_000 }, async () => {
+    await stopsEverything(devCheckout('bench-signals'), ['bench'], /workerd/, { BENCH_CPU_ONLY: '50' })
+  })
+})
