@@ -4,7 +4,8 @@
  * no PODGATE_KV binding, or variables the Worker refuses at its first request (no models, JSON that does
  * not parse, a field the schema refuses). A `--dry-run` only warns. Extra arguments go to wrangler
  * (`npm run deploy -- --dry-run --outdir /tmp/x`); `-- --config <file>` checks and deploys another config
- * (`workers/composed.wrangler.toml`), `-- --env <name>` that environment.
+ * (`workers/composed.wrangler.toml`), `-- --env <name>` that environment, with the `--var KEY:VALUE` given
+ * over its [vars], as wrangler deploys them.
  */
 import { spawnSync } from 'node:child_process'
 import { existsSync, readFileSync, realpathSync } from 'node:fs'
@@ -92,6 +93,29 @@ export function optionValue(args: readonly string[], name: string, short: string
   return undefined
 }
 
+/** What yargs (wrangler's parser) takes for a negative number, not a flag. */
+const NEGATIVE = /^-+([0-9]+([eE][+-]?[0-9]+)?|[0-9]*\.[0-9]+([eE][+-]?[0-9]+)?)$/
+
+/**
+ * The variables `wrangler deploy --var KEY:VALUE` sets over the config's [vars], read as wrangler reads
+ * them: `--var K:V`, `--var=K:V`, several values after one `--var` (up to the next flag), `--var` given
+ * again, the value after the first `:` (`K:a:b` is `a:b`), the last of a key given twice; none after `--`.
+ */
+export function cliVars(args: readonly string[]): Record<string, string> {
+  const vars: Record<string, string> = {}
+  for (let i = 0; i < args.length && args[i] !== '--'; i++) {
+    const arg = args[i]!
+    if (arg !== '--var' && !arg.startsWith('--var=')) continue
+    const values = arg === '--var' ? [] : [arg.slice('--var='.length)]
+    while (i + 1 < args.length && !(args[i + 1]!.startsWith('-') && !NEGATIVE.test(args[i + 1]!))) values.push(args[++i]!)
+    for (const value of values) {
+      const [key, ...rest] = value.split(':')
+      vars[key!] = rest.join(':')
+    }
+  }
+  return vars
+}
+
 // Run as a script (also through a symlinked checkout, where argv[1] is not the real path).
 if (process.argv[1] !== undefined && import.meta.filename === realpathSync(process.argv[1])) {
   const args = process.argv.slice(2)
@@ -102,7 +126,9 @@ if (process.argv[1] !== undefined && import.meta.filename === realpathSync(proce
     console.error(`[podgate] not deploying: no config file ${config}`)
     process.exit(1)
   }
-  const problems = placeholderProblems(readFileSync(config, 'utf8'), config, env || undefined)
+  // `--var` overrides [vars] in what is deployed: the file's PODGATE_MODELS (and its placeholder) is not, the command line's is.
+  const vars = cliVars(args)
+  const problems = placeholderProblems(readFileSync(config, 'utf8'), config, env || undefined).filter((problem) => !(Object.hasOwn(vars, 'PODGATE_MODELS') && problem.includes(`"${PLACEHOLDERS[0]![0]}"`)))
   // The placeholders come first: the Worker would refuse them too, with the same fix.
   if (problems.length === 0) {
     let read: DeployedConfig | undefined
@@ -111,7 +137,7 @@ if (process.argv[1] !== undefined && import.meta.filename === realpathSync(proce
     } catch {
       // A file wrangler cannot read (bad TOML, an unknown --env): wrangler refuses it below with its own words.
     }
-    if (read) problems.push(...configProblems(read, config))
+    if (read) problems.push(...configProblems({ ...read, vars: { ...read.vars, ...vars } }, config))
   }
   if (problems.length > 0 && !args.includes('--dry-run')) {
     console.error(`[podgate] not deploying:\n  ${problems.join('\n  ')}\n  (README "Deploy in five steps")`)

@@ -130,6 +130,35 @@ describe('npm run deploy: a config every request would fail on', () => {
     }
   })
 
+  it('checks the variables wrangler deploys: --var KEY:VALUE in each of its spellings overrides [vars], and goes to wrangler unchanged', () => {
+    const env = { ...process.env, PATH: `${fakeWrangler}:${process.env.PATH}`, WRANGLER_SEND_METRICS: 'false' }
+    const run = (file: string, args: string[]) => spawnSync(process.execPath, ['scripts/deploy.ts', '--config', file, ...args], { cwd: ROOT, encoding: 'utf8', env })
+    const good = write('var-good', edited)
+    const valid = `PODGATE_MODELS:${JSON.stringify({ m: { endpoints: [{ endpointId: 'abc123xyz' }] } })}`
+    // Refused: what the Worker would refuse at its first request, given on the command line.
+    for (const [args, problem] of [
+      [['--var', 'PODGATE_PLAYGROUND:true'], /playground/],
+      [['--var=PODGATE_MODELS:{"m":'], /PODGATE_MODELS is not valid JSON/],
+      [['--var', 'APP_MODE:x:y', 'PODGATE_MODELS:{}', '--dry-run'], /no models|models/],
+      [['--var', `PODGATE_MODELS:{"m":{"endpoints":[{"endpointId":"your0endpoint0id"}]}}`], /your0endpoint0id/],
+    ] as [string[], RegExp][]) {
+      const result = run(good, args)
+      const dry = args.includes('--dry-run')
+      expect(result.status, `${args.join(' ')}\n${result.stderr}`).toBe(dry ? 0 : 1)
+      expect(result.stderr).toMatch(problem)
+      if (!dry) expect(result.stdout).not.toMatch(/fake wrangler ran/)
+    }
+    // Let through: the file's own models are missing or still the placeholder, the command line's are valid.
+    const noModels = write('var-no-models', top.replace(models, '') + dev)
+    const placeholder = write('var-placeholder', shipped.replace('id = "00000000000000000000000000000000"', 'id = "4f1c0ffee4f1c0ffee4f1c0ffee4f1c0"'))
+    for (const [file, args] of [[noModels, ['--var', valid]], [noModels, [`--var=${valid}`]], [placeholder, ['--var', 'APP_MODE:on', valid]], [noModels, ['--var', 'PODGATE_MODELS:{}', '--var', valid]]] as [string, string[]][]) {
+      const result = run(file, args)
+      expect(result.stderr, args.join(' ')).not.toMatch(/not deploying|placeholder/)
+      expect(result.status).toBe(0)
+      expect(result.stdout).toContain(`fake wrangler ran: deploy --env= --config ${file} ${args.join(' ')}`)
+    }
+  })
+
   it('a dry run only warns', () => {
     const file = write('dry-no-models', top.replace(models, '') + dev)
     const result = spawnSync(process.execPath, ['scripts/deploy.ts', '--config', file, '--dry-run'], { cwd: ROOT, encoding: 'utf8', env: { ...process.env, PATH: `${fakeWrangler}:${process.env.PATH}`, WRANGLER_SEND_METRICS: 'false' } })
