@@ -9,15 +9,18 @@
  */
 import { spawnSync } from 'node:child_process'
 import { existsSync, readFileSync, realpathSync } from 'node:fs'
+import { fileURLToPath } from 'node:url'
+import ts from 'typescript'
 import { unstable_readConfig } from 'wrangler'
 
 /**
  * The Worker's own start, run here on Node. Imported by a name TypeScript does not follow: these modules
  * are typed for workerd (KVNamespace, ...), which the scripts' Node typecheck has no declarations of.
  */
-const [{ ConfigError, createGateway }, { optionsFromEnv }] = (await Promise.all(['../src/index.ts', '../src/worker.ts'].map((m) => import(m)))) as [
+const [{ ConfigError, createGateway }, { optionsFromEnv }, { SECRET_FIELDS }] = (await Promise.all(['../src/index.ts', '../src/worker.ts', '../src/config/env.ts'].map((m) => import(m)))) as [
   { ConfigError: new () => Error; createGateway: (options: object) => unknown },
   { optionsFromEnv: (env: object) => object },
+  { SECRET_FIELDS: readonly (readonly [field: string, variable: string])[] },
 ]
 
 const PLACEHOLDERS: [text: string, fix: string][] = [
@@ -55,8 +58,20 @@ export interface DeployedConfig {
 
 /** Stands in for the secrets (RUNPOD_API_KEY, an endpoint's apiKeyEnv...): they are not in the file. */
 const SECRET_STAND_IN = 'deploy-check-stand-in-for-a-secret-0123456789'
-/** The variables the Worker reads as options: absent from the file, they are absent, not secrets. */
-const OPTION_VARS = new Set(['PODGATE_CONFIG', 'PODGATE_MODELS', 'RUNPOD_BASE_URL', 'PODGATE_TOKEN_MAX_TTL', 'PODGATE_QUOTA_CONFIG', 'PODGATE_PLAYGROUND', 'PODGATE_QUOTA', 'PODGATE_KV'])
+/**
+ * The variables and bindings the Worker reads as options (absent from the file, they are absent, not
+ * secrets), from `source` (src/config/env.ts): the fields of `PodgateWorkerEnv`, which types every `env.X`
+ * the Worker reads (a new one does not typecheck until it is there), less the secrets `optionsFromEnv`
+ * reads by `SECRET_FIELDS`. Derived, so a variable added to the Worker is never taken for a set secret.
+ */
+export function optionVars(source: string): Set<string> {
+  const file = ts.createSourceFile('env.ts', source, ts.ScriptTarget.Latest)
+  const env = file.statements.find((s): s is ts.InterfaceDeclaration => ts.isInterfaceDeclaration(s) && s.name.text === 'PodgateWorkerEnv')
+  if (!env) throw new Error('scripts/deploy.ts: src/config/env.ts declares no interface PodgateWorkerEnv')
+  const secrets = new Set(SECRET_FIELDS.map(([, variable]) => variable))
+  return new Set(env.members.flatMap((m) => (m.name && (ts.isIdentifier(m.name) || ts.isStringLiteral(m.name)) && !secrets.has(m.name.text) ? [m.name.text] : [])))
+}
+export const OPTION_VARS = optionVars(readFileSync(fileURLToPath(new URL('../src/config/env.ts', import.meta.url)), 'utf8'))
 
 /**
  * What in the config would make the deployed Worker answer every request with a 500, as messages (empty:

@@ -47,7 +47,7 @@ export interface PodgateWorkerEnv {
 }
 
 /** Fields that hold secrets: they come from `wrangler secret put`, never from a plain-text var. */
-const SECRET_FIELDS = [
+export const SECRET_FIELDS = [
   ['runpod.apiKey', 'RUNPOD_API_KEY'],
   ['adminToken', 'PODGATE_ADMIN_TOKEN'],
   ['signingSecret', 'PODGATE_SIGNING_SECRET'],

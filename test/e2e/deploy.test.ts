@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os'
 import { join, resolve } from 'node:path'
 import { afterAll, describe, expect, it } from 'vitest'
 import { unstable_readConfig } from 'wrangler'
-import { configProblems, placeholderProblems } from '../../scripts/deploy.ts'
+import { configProblems, OPTION_VARS, optionVars, placeholderProblems } from '../../scripts/deploy.ts'
 
 const ROOT = resolve(import.meta.dirname, '../..')
 const outdir = mkdtempSync(join(tmpdir(), 'podgate-deploy-'))
@@ -157,6 +157,16 @@ describe('npm run deploy: a config every request would fail on', () => {
       expect(result.status).toBe(0)
       expect(result.stdout).toContain(`fake wrangler ran: deploy --env= --config ${file} ${args.join(' ')}`)
     }
+  })
+
+  it("reads the Worker's option variables from PodgateWorkerEnv, less its secrets: a variable added there is read as absent, not as a set secret", () => {
+    const source = readFileSync(join(ROOT, 'src/config/env.ts'), 'utf8')
+    expect([...OPTION_VARS].sort()).toEqual(['PODGATE_CONFIG', 'PODGATE_KV', 'PODGATE_MODELS', 'PODGATE_PLAYGROUND', 'PODGATE_QUOTA', 'PODGATE_QUOTA_CONFIG', 'PODGATE_TOKEN_MAX_TTL', 'RUNPOD_BASE_URL'])
+    const added = source.replace('export interface PodgateWorkerEnv {\n', "export interface PodgateWorkerEnv {\n  PODGATE_NEW_OPTION?: string\n  'PODGATE_QUOTED'?: string\n")
+    expect(added).not.toBe(source)
+    expect(optionVars(added)).toEqual(new Set([...OPTION_VARS, 'PODGATE_NEW_OPTION', 'PODGATE_QUOTED']))
+    // A source it cannot find the interface in is an error, not an empty list (every variable a secret).
+    expect(() => optionVars(source.replace('PodgateWorkerEnv {', 'RenamedEnv {'))).toThrow(/PodgateWorkerEnv/)
   })
 
   it('a dry run only warns', () => {
