@@ -5,7 +5,7 @@
  * so the browser never holds a podgate key at all. Callers without a session may still send a key as
  * `Authorization: Bearer`.
  *
- * Deploy: `wrangler deploy --config workers/composed.wrangler.toml` (docs/composition.md).
+ * Deploy: `npm run deploy -- --config workers/composed.wrangler.toml` (docs/composition.md), which checks it first.
  * Tested by test/composition.test.ts; docs/composition.md shows this file whole, and
  * test/e2e/pack.test.ts typechecks it there against the packed package.
  *

@@ -59,6 +59,19 @@ PODGATE_MODELS = '{"m":{"endpoints":[{"endpointId":"your0endpoint0id"}]}}'
     expect(readdirSync(out)).toContain('dev.js')
   })
 
+  it('the composed example (workers/composed.wrangler.toml) ships minified and without keep_names, as wrangler.toml does', { timeout: 90_000 }, () => {
+    const out = join(outdir, 'composed')
+    const result = spawnSync(process.execPath, ['scripts/deploy.ts', '--dry-run', '--config', 'workers/composed.wrangler.toml', '--outdir', out], { cwd: ROOT, encoding: 'utf8', timeout: 90_000, env: { ...process.env, WRANGLER_SEND_METRICS: 'false' } })
+    expect(result.status, `${result.stdout}\n${result.stderr}`).toBe(0)
+    const js = readFileSync(join(out, 'composed.js'), 'utf8')
+    // Unminified, the bundle is thousands of lines with comments; with keep_names, every function is wrapped in __name(fn, "name").
+    expect(js.split('\n').length).toBeLessThan(100)
+    expect(js).not.toMatch(/__name\(/)
+    const shipped = unstable_readConfig({ config: join(ROOT, 'wrangler.toml') }, { hideWarnings: true })
+    const composed = unstable_readConfig({ config: join(ROOT, 'workers/composed.wrangler.toml') }, { hideWarnings: true })
+    expect({ minify: composed.minify, keep_names: composed.keep_names }).toEqual({ minify: shipped.minify, keep_names: shipped.keep_names })
+  })
+
   it('a real deploy with the placeholders stops before wrangler runs', () => {
     const result = spawnSync('node', ['scripts/deploy.ts'], { cwd: ROOT, encoding: 'utf8', env: { ...process.env, WRANGLER_SEND_METRICS: 'false' } })
     expect(result.status).toBe(1)
