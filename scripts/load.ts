@@ -28,9 +28,24 @@ import { createRunpodEmulator, generateCompletion } from '../src/testing/index.t
 import { freePort } from './lib/podgate-server.ts'
 import { serveNode } from './lib/serve-node.ts'
 
-const { values } = parseArgs({ options: { requests: { type: 'string' }, rounds: { type: 'string' } } })
-const REQUESTS = Math.min(Number(values.requests ?? 240), 1_000)
-const ROUNDS = Math.min(Number(values.rounds ?? 4), 6)
+const USAGE = 'usage: npm run load [-- --requests 240 --rounds 4]  (requests 1-1000 per round, rounds 1-6)'
+/** `--name`'s value as a whole number from 1 up (at most `max`), else the default; anything else stops the script before it starts. */
+function count(values: Record<string, string | undefined>, name: string, fallback: number, max: number): number {
+  const text = values[name] ?? String(fallback)
+  // Not Number(): '' and ' ' are 0, and NaN or 0 ran a soak of nothing that passed.
+  if (/^\d+$/.test(text) && Number(text) >= 1) return Math.min(Number(text), max)
+  console.error(`load: --${name} ${text}: give a whole number from 1 to ${max}\n${USAGE}`)
+  process.exit(2)
+}
+let values: Record<string, string | undefined>
+try {
+  ;({ values } = parseArgs({ options: { requests: { type: 'string' }, rounds: { type: 'string' } } }))
+} catch (error) {
+  console.error(`load: ${error instanceof Error ? error.message : String(error)}\n${USAGE}`)
+  process.exit(2)
+}
+const REQUESTS = count(values, 'requests', 240, 1_000)
+const ROUNDS = count(values, 'rounds', 4, 6)
 const DEADLINE_MS = 60_000
 const HOST = '127.0.0.1'
 const MAX_TOKENS = 48
