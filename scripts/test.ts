@@ -3,10 +3,10 @@
  * Node (real `wrangler dev`, browsers, SDKs). Extra arguments go to both runs (e.g. a file filter).
  * Ends with one plain `Tests: N passed, N failed` line over both suites.
  */
-import { spawn } from 'node:child_process'
 import { mkdtempSync, readFileSync, realpathSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { runGroup } from './lib/run-group.ts'
 
 export interface VitestReport {
   numPassedTests: number
@@ -23,40 +23,6 @@ export function countRun(report: VitestReport | undefined, status: number | null
   // report does not record: its tests all passed, so "0 failed" would contradict the exit code.
   if (status !== 0 && failed === 0) failed = 1
   return { passed: report.numPassedTests, failed }
-}
-
-/**
- * Runs `command` in a process group of its own and waits for it, its exit status (as spawnSync's). A
- * SIGINT, SIGTERM or SIGHUP to this script goes to that whole group (vitest, its workers, the wrangler dev
- * a test started) and ends this script once the child has exited: a signal to npm alone (a process
- * manager's or IDE's "stop") reaches only this script, and with spawnSync vitest and its children outlived it.
- */
-export async function runGroup(command: string, args: string[], env: NodeJS.ProcessEnv): Promise<number | null> {
-  // No stdin: a process group that is not the terminal's foreground one would be stopped reading it.
-  const child = spawn(command, args, { stdio: ['ignore', 'inherit', 'inherit'], env, detached: true })
-  const signals = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const
-  let stopped: NodeJS.Signals | undefined
-  const kill = (signal: NodeJS.Signals) => {
-    try {
-      process.kill(-child.pid!, signal)
-    } catch {
-      // already gone
-    }
-  }
-  const forward = (signal: NodeJS.Signals) => {
-    stopped = signal
-    kill(signal)
-    // What has not stopped in 5 s (a worker busy in a synchronous loop) is killed.
-    setTimeout(() => kill('SIGKILL'), 5_000).unref()
-  }
-  for (const signal of signals) process.on(signal, forward)
-  const status = await new Promise<number | null>((resolve) => {
-    child.once('error', () => resolve(null))
-    child.once('exit', (code) => resolve(code))
-  })
-  for (const signal of signals) process.off(signal, forward)
-  if (stopped) process.exit(128 + ({ SIGHUP: 1, SIGINT: 2, SIGTERM: 15 } as Record<string, number>)[stopped]!)
-  return status
 }
 
 // Run as a script (also through a symlinked checkout, where argv[1] is not the real path).

@@ -79,7 +79,7 @@ async function stopsEverything(dir: string, args: string[], ready: RegExp, env: 
 }
 
 describe('SIGTERM to npm alone', () => {
-  it('npm test: vitest, its workers and a process a test started all stop', { timeout: 90_000 }, async () => {
+  it.each(['test', 'test:e2e'])('npm run %s: vitest, its workers and a process a test started all stop', { timeout: 90_000 }, async (script) => {
     const dir = devCheckout('test-signals')
     for (const name of ['vitest.config.ts', 'vitest.e2e.config.ts']) symlinkSync(join(ROOT, name), join(dir, name))
     mkdirSync(join(dir, 'test/e2e'), { recursive: true })
@@ -94,7 +94,7 @@ describe('SIGTERM to npm alone', () => {
       '})',
       '',
     ].join('\n'))
-    await stopsEverything(dir, ['test', '--', 'fixture-'], /podgate-fixture-sleeper/)
+    await stopsEverything(dir, [script, '--', 'fixture-'], /podgate-fixture-sleeper/)
   })
 
   it('npm run load: wrangler and workerd stop', { timeout: 90_000 }, async () => {
