@@ -7,7 +7,7 @@
  * Options (env): CACHE_BENCH_REQUESTS (default 300), CACHE_BENCH_PROMPTS (100), CACHE_BENCH_ZIPF_S
  * (1.1), CACHE_BENCH_CONCURRENCY (8), CACHE_BENCH_TOKEN_MS (emulated time per token, default 2).
  */
-import { pathToFileURL } from 'node:url'
+import { realpathSync } from 'node:fs'
 import { startPodgate } from '../lib/podgate-server.ts'
 
 export interface CacheBenchOptions {
@@ -167,7 +167,8 @@ export function renderCacheBench(result: CacheBenchResult): string {
   return lines.join('\n')
 }
 
-if (import.meta.url === pathToFileURL(process.argv[1] ?? '').href) {
+// Run as a script (also through a symlinked checkout, where argv[1] is not the real path: it ran nothing, exit 0).
+if (process.argv[1] !== undefined && import.meta.filename === realpathSync(process.argv[1])) {
   const env = (name: string, fallback: number) => Number(process.env[name] ?? fallback)
   const result = await runCacheBench({
     requests: env('CACHE_BENCH_REQUESTS', 300),
