@@ -783,6 +783,22 @@ describe('native jobs (/v2)', () => {
     expect(await minuteOf(h, key)).toMatchObject({ requests: 1, tokens: reported(answer.output) })
   })
 
+  // Found in the token accounting review: a /runsync that answered FAILED kept its whole reservation (prompt
+  // estimate + max_tokens × n), while the same failed job on the OpenAI surface is refunded every token.
+  it.each(['chat-current', 'chat-classic'])('a FAILED %s /runsync is refunded its tokens, as the same failure on the OpenAI surface is', async (model) => {
+    const { h } = clockedHarness()
+    const keys = await Promise.all(['v2', 'openai'].map((name) => h.createKey({ name, quota: { tokensPerMinute: 1_000_000 } })))
+    const content = 'x [[emulator:fault=job_failed]]'
+    const res = await h.fetch(`/v2/${model}/runsync`, authed(keys[0]!.key, JSON.stringify({ input: { messages: [{ role: 'user', content }], sampling_params: { max_tokens: 1_000 } } })))
+    expect(res.status).toBe(200)
+    expect(((await res.json()) as { status: string }).status).toBe('FAILED')
+    const openai = await chat(h, keys[1]!.key, content, { max_tokens: 1_000 }, model)
+    expect(openai.status).toBeGreaterThanOrEqual(500)
+    await openai.text()
+    expect(await minuteOf(h, keys[1]!.key)).toMatchObject({ requests: 1, tokens: 0 })
+    expect(await minuteOf(h, keys[0]!.key)).toMatchObject({ requests: 1, tokens: 0 })
+  })
+
   it('a COMPLETED /runsync whose output reports no usage is charged the prompt estimate and the tokens counted, as on the OpenAI surface', async () => {
     // A current worker's shorthand stream (no usage chunk: its body asks for none), and classic items without `usage`.
     const { h } = clockedHarness()

@@ -19,6 +19,7 @@ import { isTerminal } from '../upstream/runpod/client.ts'
 import { reportedUsage } from '../upstream/runpod/output.ts'
 import type { RunpodClient } from '../upstream/runpod/client.ts'
 import { cancelJob, jobWithin } from '../upstream/job-calls.ts'
+import { jobFailure } from '../upstream/native.ts'
 import { countFault, sleep } from '../upstream/retry.ts'
 import { EndpointBreaker } from '../upstream/breaker.ts'
 import type { Breaker } from '../upstream/breaker.ts'
@@ -135,14 +136,15 @@ export function nativeSurface(options: NativeRoutesOptions): Hono<GatewayEnv> {
       } finally {
         signal.removeEventListener('abort', cancel)
       }
-      // A COMPLETED `runsync` holds its output: it counts what that reports (or podgate's count of it), else keeps
-      // the reservation. A caller who left once its job was upstream (the job then cancelled) pays its prompt
-      // and any output reported, as on the OpenAI surface.
+      // A COMPLETED `runsync` holds its output: it counts what that reports (or podgate's count of it). One that
+      // FAILED (Runpod sends its `error`) is refunded its tokens, as a failed native job on the OpenAI surface is;
+      // any other keeps the reservation. A caller who left once its job was upstream (the job then cancelled)
+      // pays its prompt and any output reported, as on the OpenAI surface.
       // Only a job that ran closes the breaker: Runpod queues a job (`IN_QUEUE`) while the endpoint's workers fail.
       if (result.status === 'COMPLETED') breaker.success(endpoint)
       const normalized = result.status === 'COMPLETED' ? request.normalized : undefined
       const usage = normalized && reportedUsage(result.output, normalized.kind, normalized.sampling.max_tokens)
-      ctx.settle(signal.aborted ? { ok: false, error: upstreamError(CALLER_GONE), producedOutput: false, reachedUpstream: true, ...usage } : { ok: true, usage: undefined, ...usage })
+      ctx.settle(signal.aborted ? { ok: false, error: upstreamError(CALLER_GONE), producedOutput: false, reachedUpstream: true, ...usage } : result.error ? { ok: false, error: jobFailure(result), producedOutput: false } : { ok: true, usage: undefined, ...usage })
       return answer(c, result, { kind: request.kind, endpoint, upstreamId: result.id }, binding)
     })
     return queue(createCompletionContext(c, normalized, binding.model))
