@@ -287,6 +287,30 @@ describe('quota stage', () => {
     expect(tokens).toBeLessThan(prompt + 40)
   })
 
+  // Found in the token accounting review: with `continuous_usage_stats`, vLLM puts on every chunk the usage of
+  // that chunk's choice only (cumulative per choice). A piped stream cut before its final usage chunk was
+  // charged the last chunk's one-choice count: with n = 2, half of what the upstream generated.
+  it('a piped n = 2 stream with continuous usage stats, cut before its usage chunk, is charged both choices\' output', async () => {
+    const SERVED = 'Served-Model-8B'
+    const head = `"id":"chatcmpl-up","object":"chat.completion.chunk","created":1700000000,"model":"${SERVED}"`
+    const chunk = (index: number, delta: Record<string, unknown>, completion: number) =>
+      `data: {${head},"choices":[{"index":${index},"delta":${JSON.stringify(delta)},"logprobs":null,"finish_reason":null}],"usage":{"prompt_tokens":12,"total_tokens":${12 + completion},"completion_tokens":${completion}}}\n\n`
+    const pieces: Array<string | Error> = [chunk(0, { role: 'assistant', content: '' }, 0), chunk(1, { role: 'assistant', content: '' }, 0)]
+    for (let i = 1; i <= 20; i++) pieces.push(chunk(0, { content: ' word' }, i), chunk(1, { content: ' word' }, i))
+    pieces.push(new Error('connection reset'))
+    const upstream = scriptedUpstream(() => pieces)
+    const { h } = clockedHarness({ models: { [SERVED]: { endpoints: [{ endpointId: 'epsame' }], mode: 'openai' } }, fetch: upstream.fetch })
+    const { key } = await h.createKey({ name: 'continuous', quota: { tokensPerMinute: 1_000_000, strict: true } })
+    const body = chatBody(SERVED, 'Hi', { stream: true, n: 2, max_tokens: 1000, stream_options: { include_usage: true, continuous_usage_stats: true } })
+    const res = await h.fetch('/v1/chat/completions', authed(key, body))
+    expect(res.status).toBe(200)
+    expect(await res.text()).toContain('upstream_error')
+    const { tokens } = await minuteOf(h, key)
+    // 40 tokens were generated (20 per choice): not 12 + 20, the last chunk's count of its own choice.
+    expect(tokens).toBeGreaterThanOrEqual(40)
+    expect(tokens).toBeLessThan(100)
+  })
+
   it('holds strict concurrent streams to the limit until a stream ends', async () => {
     const { h } = clockedHarness()
     const { key } = await h.createKey({ name: 'q', quota: { maxConcurrentStreams: 1, strict: true } })

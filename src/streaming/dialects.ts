@@ -32,17 +32,15 @@ export interface Dialect {
 
 export const OPENAI_DIALECT: Dialect = {
   read(event, end) {
-    if (event.data === '[DONE]') {
-      end.done = true
-      return
-    }
-    end.done = false
+    if ((end.done = event.data === '[DONE]')) return
     // Only an error or a usage changes the ending: the tail's other chunks (most of it) are not parsed.
     if (!event.data.includes('"error"') && !event.data.includes('"usage"')) return
     const value = parseJson(event.data)
     const message = upstreamErrorMessage(value)
     if (message !== undefined) end.error ??= workerFailure(message)
-    else if (isRecord(value)) {
+    // The answer's usage is the chunk with no choices: with `continuous_usage_stats`, vLLM also puts on every
+    // chunk its own choice's count so far, which leaves out the other choices' (n > 1).
+    else if (isRecord(value) && !(value.choices as unknown[] | undefined)?.length) {
       const usage = readUsage(value.usage)
       if (usage) end.usage = usage
     }
