@@ -45,8 +45,9 @@ export interface NativeRoutesOptions {
    * Stages a job submission (`run`, `runsync`) passes through, e.g. quota. A job's usage is not known
    * when `/run` answers, so its outcome settles at once with nothing reported: a quota counts the
    * request and keeps its token reservation (prompt estimate + max_tokens x n). A COMPLETED `runsync`
-   * settles from the usage its output reports, when it reports one. A caller who left once the job was
-   * queued pays its prompt estimate (or that usage), as an OpenAI call's does. Default: none.
+   * settles from the usage its output reports, when it reports one; one that FAILED counts no token. A
+   * caller who left once the job was queued pays its prompt estimate (or that usage), as an OpenAI call's
+   * does. Default: none.
    */
   stages?: readonly CompletionStage[]
   /**
