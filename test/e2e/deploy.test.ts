@@ -143,11 +143,14 @@ describe('npm run deploy: a config every request would fail on', () => {
     }
   })
 
-  it('checks the variables wrangler deploys: --var KEY:VALUE in each of its spellings overrides [vars], and goes to wrangler unchanged', () => {
-    const env = { ...process.env, PATH: `${fakeWrangler}:${process.env.PATH}`, WRANGLER_SEND_METRICS: 'false' }
-    const run = (file: string, args: string[]) => spawnSync(process.execPath, ['scripts/deploy.ts', '--config', file, ...args], { cwd: ROOT, encoding: 'utf8', env })
+  // Each run reads the config through wrangler (3-7 s on a loaded host): eight runs outlast the default timeout.
+  const runDeploy = (file: string, args: string[]) =>
+    spawnSync(process.execPath, ['scripts/deploy.ts', '--config', file, ...args], { cwd: ROOT, encoding: 'utf8', env: { ...process.env, PATH: `${fakeWrangler}:${process.env.PATH}`, WRANGLER_SEND_METRICS: 'false' } })
+  const validModels = `PODGATE_MODELS:${JSON.stringify({ m: { endpoints: [{ endpointId: 'abc123xyz' }] } })}`
+
+  it('checks the variables wrangler deploys: a --var KEY:VALUE, in each of its spellings, that every request would fail on is refused', () => {
+    const run = runDeploy
     const good = write('var-good', edited)
-    const valid = `PODGATE_MODELS:${JSON.stringify({ m: { endpoints: [{ endpointId: 'abc123xyz' }] } })}`
     // Refused: what the Worker would refuse at its first request, given on the command line.
     for (const [args, problem] of [
       [['--var', 'PODGATE_PLAYGROUND:true'], /playground/],
@@ -161,6 +164,11 @@ describe('npm run deploy: a config every request would fail on', () => {
       expect(result.stderr).toMatch(problem)
       if (!dry) expect(result.stdout).not.toMatch(/fake wrangler ran/)
     }
+  }, 180_000)
+
+  it('checks the variables wrangler deploys: a valid --var overrides the file\'s missing or placeholder [vars], and goes to wrangler unchanged', () => {
+    const run = runDeploy
+    const valid = validModels
     // Let through: the file's own models are missing or still the placeholder, the command line's are valid.
     const noModels = write('var-no-models', top.replace(models, '') + dev)
     const placeholder = write('var-placeholder', shipped.replace('id = "00000000000000000000000000000000"', 'id = "4f1c0ffee4f1c0ffee4f1c0ffee4f1c0"'))
@@ -170,7 +178,7 @@ describe('npm run deploy: a config every request would fail on', () => {
       expect(result.status).toBe(0)
       expect(result.stdout).toContain(`fake wrangler ran: deploy --env= --config ${file} ${args.join(' ')}`)
     }
-  })
+  }, 180_000)
 
   it("reads the Worker's option variables from PodgateWorkerEnv, less its secrets: a variable added there is read as absent, not as a set secret", () => {
     const source = readFileSync(join(ROOT, 'src/config/env.ts'), 'utf8')
