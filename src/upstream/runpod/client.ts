@@ -127,48 +127,48 @@ export class RunpodClient {
 
   /** `POST /run`: queue a job. Returns `{id, status}`. */
   run(endpoint: Endpoint, body: unknown, options: CallOptions = {}): Promise<JobStatus> {
-    return this.#json(endpoint, 'run', { method: 'POST', body }, options).then(asJobStatus, (error: unknown) => queuedMaybe(error, endpoint))
+    return this.#json(endpoint, 'run', body, options).then(asJobStatus, (error: unknown) => queuedMaybe(error, endpoint))
   }
 
   /** `POST /runsync?wait=`: the job's result, or a non-terminal status when the wait runs out. */
   runsync(endpoint: Endpoint, body: unknown, options: CallOptions & { waitMs?: number } = {}): Promise<JobStatus> {
     const path = options.waitMs === undefined ? 'runsync' : `runsync?wait=${options.waitMs}`
     const timeoutMs = (options.waitMs ?? this.#timeoutMs) + 5_000
-    return this.#json(endpoint, path, { method: 'POST', body }, { timeoutMs, ...options }).then(asJobStatus, (error: unknown) => queuedMaybe(error, endpoint))
+    return this.#json(endpoint, path, body, { timeoutMs, ...options }).then(asJobStatus, (error: unknown) => queuedMaybe(error, endpoint))
   }
 
   /** `POST /status/{id}` (POST is accepted by the hosted API and by runpod-python's local server). */
   status(endpoint: Endpoint, id: string, options: CallOptions = {}): Promise<JobStatus> {
-    return this.#json(endpoint, `status/${assertJobId(id)}`, { method: 'POST' }, options).then(asJobStatus)
+    return this.#json(endpoint, `status/${assertJobId(id)}`, undefined, options).then(asJobStatus)
   }
 
   /** `POST /status-sync/{id}?wait=`: waits for the job server-side (undocumented, used by runpod-sdk). */
   statusSync(endpoint: Endpoint, id: string, options: CallOptions & { waitMs?: number } = {}): Promise<JobStatus> {
     const wait = options.waitMs === undefined ? '' : `?wait=${options.waitMs}`
     const timeoutMs = (options.waitMs ?? this.#timeoutMs) + 5_000
-    return this.#json(endpoint, `status-sync/${assertJobId(id)}${wait}`, { method: 'POST' }, { timeoutMs, ...options }).then(asJobStatus)
+    return this.#json(endpoint, `status-sync/${assertJobId(id)}${wait}`, undefined, { timeoutMs, ...options }).then(asJobStatus)
   }
 
   /** `POST /stream/{id}?wait=`: a long poll returning the items produced since the previous call. */
   stream(endpoint: Endpoint, id: string, options: CallOptions & { waitMs?: number } = {}): Promise<JobStream> {
     const wait = options.waitMs ? `?wait=${options.waitMs}` : ''
     const timeoutMs = (options.waitMs ?? 0) + this.#timeoutMs
-    return this.#json(endpoint, `stream/${assertJobId(id)}${wait}`, { method: 'POST' }, { timeoutMs, ...options }).then(asJobStream)
+    return this.#json(endpoint, `stream/${assertJobId(id)}${wait}`, undefined, { timeoutMs, ...options }).then(asJobStream)
   }
 
   /** `POST /cancel/{id}`: stops the job (and its billing). */
   cancel(endpoint: Endpoint, id: string, options: CallOptions = {}): Promise<JobStatus> {
-    return this.#json(endpoint, `cancel/${assertJobId(id)}`, { method: 'POST', body: {} }, options).then(asJobStatus)
+    return this.#json(endpoint, `cancel/${assertJobId(id)}`, {}, options).then(asJobStatus)
   }
 
   /** `POST /retry/{id}`: requeues a FAILED or TIMED_OUT job. */
   retry(endpoint: Endpoint, id: string, options: CallOptions = {}): Promise<JobStatus> {
-    return this.#json(endpoint, `retry/${assertJobId(id)}`, { method: 'POST', body: {} }, options).then(asJobStatus)
+    return this.#json(endpoint, `retry/${assertJobId(id)}`, {}, options).then(asJobStatus)
   }
 
   /** `GET /health`: queue and worker counts. */
   health(endpoint: Endpoint, options: CallOptions = {}): Promise<EndpointHealth> {
-    return this.#json(endpoint, 'health', { method: 'GET' }, options) as Promise<EndpointHealth>
+    return this.#json(endpoint, 'health', undefined, options, 'GET') as Promise<EndpointHealth>
   }
 
   /**
@@ -178,7 +178,7 @@ export class RunpodClient {
    */
   async openai(endpoint: Endpoint, path: string, body: unknown, options: CallOptions = {}): Promise<Response> {
     // Runpod runs an OpenAI-route POST as a job, as it does `/run`: a broken connection is not retried either.
-    const sent = this.#send(endpoint, `openai/v1${path}`, body === undefined ? { method: 'GET' } : { method: 'POST', body }, options)
+    const sent = this.#send(endpoint, `openai/v1${path}`, body, options, body === undefined ? 'GET' : 'POST')
     const { response, clear } = await (body === undefined ? sent : sent.catch((error: unknown) => queuedMaybe(error, endpoint)))
     if (!response.ok) {
       clear()
@@ -199,11 +199,12 @@ export class RunpodClient {
    * non-2xx answer or a body that is not JSON.
    */
   openaiJson(endpoint: Endpoint, path: string, body: unknown, options: CallOptions = {}): Promise<unknown> {
-    return this.#json(endpoint, `openai/v1${path}`, { method: 'POST', body }, options).catch((error: unknown) => queuedMaybe(error, endpoint))
+    return this.#json(endpoint, `openai/v1${path}`, body, options).catch((error: unknown) => queuedMaybe(error, endpoint))
   }
 
-  async #json(endpoint: Endpoint, path: string, init: { method: string; body?: unknown }, options: CallOptions): Promise<unknown> {
-    const { response, clear } = await this.#send(endpoint, path, init, options)
+  /** A call whose 2xx answer is JSON: POST unless `method` says otherwise, with `body` as JSON when defined. */
+  async #json(endpoint: Endpoint, path: string, body: unknown, options: CallOptions, method?: string): Promise<unknown> {
+    const { response, clear } = await this.#send(endpoint, path, body, options, method)
     try {
       if (!response.ok) throw await upstreamHttpError(response, { url: `${endpoint.base}/${path}`, jobOp: JOB_OPS.test(path), secret: this.#bearer(endpoint) })
       return await response.json()
@@ -222,19 +223,19 @@ export class RunpodClient {
   }
 
   /** Sends one call under a timeout; the caller ends the timer with `clear` once it has read what it needs. */
-  async #send(endpoint: Endpoint, path: string, init: { method: string; body?: unknown }, options: CallOptions): Promise<{ response: Response; clear: () => void }> {
+  async #send(endpoint: Endpoint, path: string, body: unknown, options: CallOptions, method = 'POST'): Promise<{ response: Response; clear: () => void }> {
     const timeout = new AbortController()
     const timer = setTimeout(() => timeout.abort(), options.timeoutMs ?? this.#timeoutMs)
     const signal = options.signal ? AbortSignal.any([options.signal, timeout.signal]) : timeout.signal
     const headers: Record<string, string> = { accept: 'application/json, text/event-stream' }
     const bearer = this.#bearer(endpoint)
     if (bearer !== undefined) headers.authorization = `Bearer ${bearer}`
-    if (init.body !== undefined) headers['content-type'] = 'application/json'
+    if (body !== undefined) headers['content-type'] = 'application/json'
     try {
       const response = await this.#fetch(`${endpoint.base}/${path}`, {
-        method: init.method,
+        method,
         headers,
-        body: init.body === undefined ? undefined : JSON.stringify(init.body),
+        body: body === undefined ? undefined : JSON.stringify(body),
         signal,
       })
       return { response, clear: () => clearTimeout(timer) }
