@@ -32,7 +32,6 @@ export const PUBLISHABLE_KEY_PREFIX = 'pg_pk_'
 export const CREDENTIAL_PATTERN = /pg_(?:sk|pk|tk)_[A-Za-z0-9._-]+/g
 const KEY_BODY_LENGTH = 32
 const ID_PREFIX = 'key_'
-const BASE62 = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz'
 
 export type KeyKind = 'secret' | 'publishable'
 /** What the caller presented: a key of either kind, or a token minted from a secret key. */
@@ -102,7 +101,9 @@ function randomBase62(length: number): string {
   while (out.length < length) {
     const bytes = crypto.getRandomValues(new Uint8Array(length * 2))
     for (const b of bytes) {
-      if (b < 248 && out.length < length) out += BASE62[b % 62]
+      // b % 62 is a digit, then A-Z, then a-z: char codes 48-57, 65-90 and 97-122.
+      const i = b % 62
+      if (b < 248 && out.length < length) out += String.fromCharCode(i + (i < 10 ? 48 : i < 36 ? 55 : 61))
     }
   }
   return out
