@@ -172,7 +172,8 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
   // Control calls (job status and polls, cancel, health, token minting) count against controlPerMinute,
   // once the call is known to be good: a malformed mint or an unknown model counts nothing.
   const control = controlQuota(quota, (alias) => models.has(alias))
-  app.use('/v1/*', apiKeyAuth({ store, credential, credentialOrigins, tokens, streamCheckMs }))
+  const auth = { store, credential, credentialOrigins, tokens, streamCheckMs }
+  app.use('/v1/*', apiKeyAuth(auth))
   app.route('/v1/tokens', tokenRoutes({ signer: tokens, models: new Set(models.keys()), maxBodyBytes: config.maxBodyBytes, countControl: (c) => countControl(quota, c), checkQuota: (c, policy) => assertEnforceable(quota, c, policy, 'quota'), ...config.tokens }))
   const dispatch = createDispatcher({ client, runpod: config.runpod, streaming: config.streaming, breaker })
   // First: a stream that fails past its 200 is logged as onError logs a failure before it.
@@ -195,8 +196,8 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
 
   // The Runpod-native surface: the same stages but the cache (a job id is no answer to reuse). `?access_token=`
   // (a minted token: EventSource sends no headers) only on its event streams.
-  const nativeAuth = apiKeyAuth({ store, credential, credentialOrigins, tokens, streamCheckMs })
-  const nativeStreamAuth = apiKeyAuth({ store, credential, credentialOrigins, tokens, queryToken: true, streamCheckMs })
+  const nativeAuth = apiKeyAuth(auth)
+  const nativeStreamAuth = apiKeyAuth({ ...auth, queryToken: true })
   app.use('/v2/*', function nativeSurfaceAuth(c, next) {
     return /\/v2\/[^/]+\/stream\/[^/]+$/.test(c.req.path) ? nativeStreamAuth(c, next) : nativeAuth(c, next)
   })
