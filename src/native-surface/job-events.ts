@@ -165,7 +165,7 @@ export function jobEventStream(options: JobEventsOptions): Response {
       return true
     }
     // The one poll a response always makes waits no longer than maxMs leaves either (streamWaitMs may be longer).
-    const page = await streamPage(client, job.endpoint, job.upstreamId, { waitMs: Math.min(waitMs, Math.max(1, until - Date.now())), ...(signal ? { signal } : {}), onRetry: () => ++polls <= maxPolls, onItems: output })
+    const page = await streamPage(client, job.endpoint, job.upstreamId, { waitMs: Math.min(waitMs, Math.max(1, until - Date.now())), signal, onRetry: () => ++polls <= maxPolls, onItems: output })
     noteStatus(page.status)
     output(page.stream)
     // A poll refused with a 5xx may have taken its page upstream (a proxy's 502 on a long poll): the saved

@@ -122,7 +122,7 @@ export async function streamPage(
   options: { waitMs?: number; signal?: AbortSignal; onRetry?: (status: number) => boolean; onItems?: (items: JobStream['stream']) => boolean; follow?: false },
 ): Promise<JobStream & { cut?: true; refused?: true }> {
   let refused: true | undefined
-  const ask = (waitMs = 0) => polled(() => client.stream(endpoint, id, { waitMs, ...(options.signal ? { signal: options.signal } : {}) }), { ...options, onRetry: (status) => (status > 499 && (refused = true), options.onRetry?.(status) !== false) })
+  const ask = (waitMs = 0) => polled(() => client.stream(endpoint, id, { waitMs, signal: options.signal }), { ...options, onRetry: (status) => (status > 499 && (refused = true), options.onRetry?.(status) !== false) })
   const page: JobStream & { cut?: true; refused?: true } = await ask(options.waitMs)
   let more = page.stream
   while (options.follow !== false && isTerminal(page.status) && more.length > 0) {
