@@ -43,7 +43,7 @@ export function createPodgateWorker(options: PodgateWorkerOptions = {}): Exporte
         // optionsFromEnv refuses a strict quota with no PODGATE_QUOTA binding: this Worker's strict store.
         gateway = createGateway({
           ...optionsFromEnv(env),
-          ...(options.extras ? { extras: options.extras } : {}),
+          extras: options.extras,
           // Without `extras.playground` (the production entry) this refuses to start: a dev tool stays in dev.
           ...(String(env.PODGATE_PLAYGROUND) === 'true' ? { playground: true } : {}),
         })

@@ -90,7 +90,7 @@ export function createCache(options: CreateCacheOptions): PodgateCache {
     now,
     log: options.log,
   })
-  const routes = cacheRoutes({ kv, generations, models: new Set(Object.keys(options.models)), scope: config.scope, generationCacheMs: config.generationCacheMs, maxBodyBytes: options.maxBodyBytes, ...(options.keyExists ? { keyExists: options.keyExists } : {}) })
+  const routes = cacheRoutes({ kv, generations, models: new Set(Object.keys(options.models)), scope: config.scope, generationCacheMs: config.generationCacheMs, maxBodyBytes: options.maxBodyBytes, keyExists: options.keyExists })
   return { stage, routes }
 }
 
