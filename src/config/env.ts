@@ -107,9 +107,10 @@ export function optionsFromEnv(env: PodgateWorkerEnv): GatewayOptions {
     runpod,
     // The binding checked above serves the strict store, also when the app's env names it otherwise.
     ...(quota !== undefined || env.PODGATE_QUOTA ? { quota: over(quota, env.PODGATE_QUOTA ? { objects: () => env.PODGATE_QUOTA } : {}) } : {}),
-    ...(tokens !== undefined ? { tokens } : {}),
-    ...(env.PODGATE_ADMIN_TOKEN ? { adminToken: env.PODGATE_ADMIN_TOKEN } : {}),
-    ...(env.PODGATE_SIGNING_SECRET ? { signingSecret: env.PODGATE_SIGNING_SECRET } : {}),
+    tokens,
+    // An empty secret is no secret: left unset, as an unset one is.
+    adminToken: env.PODGATE_ADMIN_TOKEN || undefined,
+    signingSecret: env.PODGATE_SIGNING_SECRET || undefined,
   } as GatewayOptions
 }
 
