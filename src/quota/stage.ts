@@ -63,7 +63,7 @@ export function quotaStage(service: QuotaService): CompletionStage {
     const settle = (tokens: number, release: boolean) => {
       const held = reservation
       reservation = { ...held, stream: false }
-      return store.settle({ reservation: held, tokens, ...(release ? { release } : {}), background }).catch(() => undefined)
+      return store.settle({ reservation: held, tokens, release, background }).catch(() => undefined)
     }
     if (reservation.stream) ctx.onCallerLeft(() => reservation.stream && background(settle(reservation.tokens, false)))
     const prompt = ctx.request.estimate.promptTokens
