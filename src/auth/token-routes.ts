@@ -93,7 +93,7 @@ export function tokenRoutes(options: TokenRoutesOptions): Hono<GatewayEnv> {
       models: input.models ? [...new Set(input.models)] : null,
       origin: input.origin === undefined ? null : (canonicalOrigin(input.origin) ?? input.origin),
       quota: input.quota ?? null,
-      ...(input.sub === undefined ? {} : { subject: input.sub }),
+      subject: input.sub,
     })
     const counted = (await options.countControl?.(c)) ?? {}
     return c.json(

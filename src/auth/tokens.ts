@@ -92,7 +92,7 @@ export class TokenSigner {
       models: input.models,
       origin: input.origin,
       quota: input.quota,
-      ...(input.subject === undefined ? {} : { sub: input.subject }),
+      sub: input.subject,
     }
     const body = TOKEN_PREFIX + base64url(encoder.encode(JSON.stringify(claims)))
     // `verify` refuses a longer token (body, '.', a 43-character MAC): never mint one that could not be used.
