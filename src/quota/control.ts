@@ -36,7 +36,7 @@ export async function countControl(service: QuotaService, c: Context<GatewayEnv>
   const background = waitUntilOf(c)
   /** One control call under `counter` (a key or token id), at `limit` a minute. */
   const reserve = async (counter: string, limit: number, strict: boolean | undefined) => {
-    const policy = { requestsPerMinute: limit, ...(strict === undefined ? {} : { strict }) }
+    const policy = { requestsPerMinute: limit, strict }
     const store = service.storeFor(c, policy)
     const result = await store.reserve({ keyId: controlCounterId(counter), policy, cost: { tokens: 0, stream: false }, now, background })
     return { store, result, headers: controlHeaders(limit, result.usage, now), left: limit - result.usage.minuteCounts.requests }
