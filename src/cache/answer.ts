@@ -111,7 +111,7 @@ export function createAnswerCapture(kind: RequestKind): AnswerCapture {
     result(usage) {
       // `includes` sees a choice that never came (a hole), where `some` would skip it.
       if (broken || choices.length === 0 || choices.includes(undefined as never)) return undefined
-      return { kind, choices, ...(choices.length > 1 ? { order } : {}), ...(usage ? { usage } : {}) }
+      return { kind, choices, ...(choices.length > 1 ? { order } : {}), usage }
     },
   }
 }
@@ -124,7 +124,7 @@ export function captureJsonAnswer(kind: RequestKind, body: unknown): CachedAnswe
   if (kind === 'embedding') {
     if (!Array.isArray(body.data)) return undefined
     for (const [name, value] of Object.entries(body)) if (name !== 'model' && name !== 'usage') extra[name] = value
-    return { kind, choices: [], extra, ...(usage ? { usage } : {}) }
+    return { kind, choices: [], extra, usage }
   }
   for (const [name, value] of Object.entries(body)) if (!BODY_FIELDS.has(name)) extra[name] = value
   if (!Array.isArray(body.choices) || body.choices.length === 0 || body.choices.length > MAX_CHOICES) return undefined
@@ -134,7 +134,7 @@ export function captureJsonAnswer(kind: RequestKind, body: unknown): CachedAnswe
     const { index: _index, ...whole } = choice
     choices.push({ whole })
   }
-  return { kind, choices, ...(usage ? { usage } : {}), ...(Object.keys(extra).length > 0 ? { extra } : {}) }
+  return { kind, choices, usage, ...(Object.keys(extra).length > 0 ? { extra } : {}) }
 }
 
 /** The answer as OpenAI's `chat.completion`, `text_completion` or embeddings `list` body. */
