@@ -78,8 +78,9 @@ const BATCH_KEYS = ['apply_chat_template', 'max_batch_size', 'min_batch_size', '
  */
 export function normalizeJobBody(raw: unknown, model: ResolvedModel): JobRequest {
   const envelope = located(() => parseRequest(runBodySchema(), raw), '')
-  const policy = envelope.policy === undefined ? {} : { policy: envelope.policy }
-  if (model.config.passthrough) return { kind: 'raw', body: { input: envelope.input, ...policy } }
+  // An undefined policy is left out of the JSON sent to Runpod, as an absent one.
+  const { policy } = envelope
+  if (model.config.passthrough) return { kind: 'raw', body: { input: envelope.input, policy } }
 
   const input = located(() => {
     try {
@@ -122,7 +123,7 @@ export function normalizeJobBody(raw: unknown, model: ResolvedModel): JobRequest
   }
   const upstream = toNativeInput(request)
   for (const key of BATCH_KEYS) if (input[key] !== undefined) upstream[key] = input[key]
-  return { kind, body: { input: upstream, ...policy }, normalized: request }
+  return { kind, body: { input: upstream, policy }, normalized: request }
 }
 
 /**
