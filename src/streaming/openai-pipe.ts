@@ -271,7 +271,7 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
       upstreamDone = true
       if (timer !== undefined) clearTimeout(timer)
       try {
-        options.onCopyEnd?.({ ...end, ...(!end.done && !end.error && forced ? { error: forced.error } : {}), ...(stopped ? { stopped } : {}) })
+        options.onCopyEnd?.({ ...end, ...(!end.done && !end.error && forced ? { error: forced.error } : {}), stopped })
       } catch {
         // The recorder's failure is its own, as in `tailOf`: the caller's ending does not depend on it.
       }
