@@ -81,7 +81,7 @@ function guard(handler: CompletionHandler, dispatched: WeakSet<CompletionContext
     try {
       return await handler(ctx)
     } catch (error) {
-      ctx.settle({ ok: false, error: toGatewayError(error), producedOutput: false, ...(dispatched.has(ctx) ? {} : { refused: true }) })
+      ctx.settle({ ok: false, error: toGatewayError(error), producedOutput: false, refused: !dispatched.has(ctx) })
       throw error
     }
   }
