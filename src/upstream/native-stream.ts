@@ -469,7 +469,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
       // A caller who hangs up once a job ran has had its prompt processed: quota charges it. A cut answer
       // is charged what it produced: the worker's usage so far, else podgate's count.
       won?.decoder.cut?.()
-      call.settle({ ok: false, error: failure, producedOutput, usage: won?.usage, estimate: won && counted(won), ...(gone && launched ? { reachedUpstream: true } : {}) })
+      call.settle({ ok: false, error: failure, producedOutput, usage: won?.usage, estimate: won && counted(won), reachedUpstream: gone && launched })
       if (!opened) return refuse(failure)
       if (!wasRelayed(failure)) emit(encoder.encode(`${atEventBoundary() ? '' : '\n\n'}${(dialect ?? OPENAI_DIALECT).errorEvent(failure)}`))
       if (!closed) {
