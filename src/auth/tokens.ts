@@ -9,17 +9,17 @@
  * through the key cache, as it reads keys.
  */
 import * as z from 'zod/mini'
-import { GatewayError } from '../errors/index.ts'
-import { base64url, encoder, fromBase64url, sign, signingKey, verify } from '../crypto/signing.ts'
-import { quotaPolicySchema } from '../quota/policy.ts'
-import type { QuotaPolicy } from '../quota/policy.ts'
-import { lazily } from '../zod/lazily.ts'
+import { object } from '../zod/object.ts'
+import { array } from '../zod/array.ts'
 import { nullable } from '../zod/nullable.ts'
 import { int } from '../zod/numbers.ts'
 import { optional } from '../zod/optional.ts'
-import { object } from '../zod/object.ts'
+import { GatewayError } from '../errors/index.ts'
+import { base64url, encoder, fromBase64url, sign, signingKey, verify } from '../crypto/signing.ts'
 import { number, string } from '../zod/scalars.ts'
-import { array } from '../zod/array.ts'
+import { lazily } from '../zod/lazily.ts'
+import { quotaPolicySchema } from '../quota/policy.ts'
+import type { QuotaPolicy } from '../quota/policy.ts'
 
 export const TOKEN_PREFIX = 'pg_tk_'
 

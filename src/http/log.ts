@@ -2,11 +2,11 @@
  * Structured log lines with secrets scrubbed. Every line podgate writes goes through here, so the
  * Runpod key, the admin token and any presented API key can never reach Workers Logs.
  */
+import { CALLER_GONE } from '../errors/index.ts'
+import type { GatewayError } from '../errors/index.ts'
+import { waitUntilOf } from './context.ts'
 import { CREDENTIAL_PATTERN } from '../auth/keys.ts'
 import type { Context } from 'hono'
-import { CALLER_GONE } from '../errors/index.ts'
-import { waitUntilOf } from './context.ts'
-import type { GatewayError } from '../errors/index.ts'
 import type { CompletionStage } from '../pipeline/index.ts'
 
 export type LogLine = Record<string, unknown>

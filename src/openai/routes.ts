@@ -6,15 +6,15 @@
  * body -> model + scope -> normalize -> pipeline stages -> upstream.
  */
 import { Hono } from 'hono/tiny'
-import type { Context } from 'hono'
 import { GatewayError } from '../errors/index.ts'
 import { readJsonBody } from '../http/body.ts'
 import { assertJsonObject, COHERE_RERANK, normalizeChatRequest, normalizeCompletionRequest, normalizeEmbeddingRequest, normalizeRouteRequest, VLLM_ROUTES } from '../normalize/index.ts'
 import type { NormalizedRequest, RequestKind } from '../normalize/index.ts'
-import { composeStages, createCompletionContext } from '../pipeline/index.ts'
-import type { CompletionHandler, CompletionStage } from '../pipeline/index.ts'
 import { modelFor } from '../routing/models.ts'
 import type { ModelTable, ResolvedModel } from '../routing/models.ts'
+import { composeStages, createCompletionContext } from '../pipeline/index.ts'
+import type { CompletionHandler, CompletionStage } from '../pipeline/index.ts'
+import type { Context } from 'hono'
 import type { ModelConfig } from '../config/schema.ts'
 import type { GatewayEnv } from '../types.ts'
 

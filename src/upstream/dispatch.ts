@@ -6,17 +6,17 @@
  * first (each mode's handler owns its retries, hedging and timeouts), and when all of them failed in a
  * way worth retrying, before any output, the other mode's endpoints are tried the same way.
  */
-import type { ResolvedOptions } from '../config/schema.ts'
 import { toGatewayError } from '../errors/index.ts'
+import { nativeStream } from './native-stream.ts'
 import { waitUntilOf } from '../http/context.ts'
-import type { CompletionContext, CompletionHandler } from '../pipeline/index.ts'
 import { orderEndpoints } from '../routing/models.ts'
 import { EndpointBreaker } from './breaker.ts'
 import type { Breaker } from './breaker.ts'
 import { nativeJson } from './native.ts'
-import { nativeStream } from './native-stream.ts'
 import { openaiRouteCompletion } from './openai-route.ts'
 import { isRetryable, RetryPlan } from './retry.ts'
+import type { ResolvedOptions } from '../config/schema.ts'
+import type { CompletionContext, CompletionHandler } from '../pipeline/index.ts'
 import type { Endpoint, RunpodClient } from './runpod/client.ts'
 import type { CompletionCall } from './types.ts'
 
