@@ -131,7 +131,7 @@ async function openaiRouteStream(call: CompletionCall, path: string, body: Recor
     }
     const { copy } = call
     if (copy) copy.piped = true
-    const native = pipeOpenAIStream({ body: split, first, abortUpstream: (reason) => piped.abort(reason), totalDeadline: plan.deadline, idleMs: timeouts.idleMs, onUsage, onEnd, dialect, signal: call.signal, ...(copy ? { onText: copy.text, onCopyEnd: copy.end, readOn: copy.readOn } : {}) })
+    const native = pipeOpenAIStream({ body: split, first, abortUpstream: (reason) => piped.abort(reason), totalDeadline: plan.deadline, idleMs: timeouts.idleMs, onUsage, onEnd, dialect, signal: call.signal, onText: copy?.text, onCopyEnd: copy?.end, readOn: copy?.readOn })
     return new Response(native, { status: 200, headers: SSE_HEADERS })
   }
   const relay = createOpenAIRelay({
