@@ -54,7 +54,7 @@ export function createDispatcher(options: DispatchOptions): CompletionHandler {
         // the outcome yet (and if it is, the pipeline settles the error this throws). Once it answered,
         // a stream that ends before its first event is the outcome.
         settle: last ? ctx.settle : (outcome) => (answered || outcome.ok || outcome.producedOutput ? ctx.settle(outcome) : undefined),
-        ...(ctx.copy ? { copy: ctx.copy } : {}),
+        copy: ctx.copy,
       }
       try {
         const response = await (mode === 'openai' && !jobOnly(ctx.request) ? openaiRouteCompletion(call) : ctx.request.stream ? nativeStream(call) : nativeJson(call))
