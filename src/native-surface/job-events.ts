@@ -224,7 +224,8 @@ export function jobEventStream(options: JobEventsOptions): Response {
     }
     const result = text.finish()
     if ('error' in result) send(event('error', { status: job.status, error: result.error, code: 'upstream_error' }))
-    else send(event('done', result.usage ? { status: job.status, usage: result.usage } : { status: job.status }))
+    // JSON leaves an undefined usage out: `done` carries usage only when the job reported it.
+    else send(event('done', { status: job.status, usage: result.usage }))
   }
 
   /**
@@ -327,7 +328,7 @@ function createItemText(kind: JobRef['kind']): ItemText {
       try {
         if (failure) throw failure
         if (!answered) decoder.finish()
-        return usage ? { usage } : {}
+        return { usage }
       } catch (error) {
         return { error: error instanceof GatewayError ? error.message : 'The model stream could not be read.' }
       }
