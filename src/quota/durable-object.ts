@@ -50,7 +50,7 @@ export class QuotaObject extends DurableObject<unknown> {
       usage.streams++
     }
     await this.ctx.storage.put('state', this.#state)
-    return lease === undefined ? { ok: true, usage } : { ok: true, usage, lease }
+    return { ok: true, usage, lease }
   }
 
   /** `requests`: -1 takes back a request that never went upstream (absent in calls from older versions: 0). */
