@@ -68,7 +68,7 @@ type Shape = z.core.$ZodLooseShape
 type Writeable<T> = z.core.util.Writeable<T>
 
 function objectOf<T extends Shape, C extends z.core.$ZodObjectConfig>(shape: T, catchall?: z.core.$ZodType): z.ZodMiniObject<Writeable<T>, C> {
-  return new ObjectSchema(catchall ? { type: 'object', shape, catchall } : { type: 'object', shape }) as unknown as z.ZodMiniObject<Writeable<T>, C>
+  return new ObjectSchema({ type: 'object', shape, catchall }) as unknown as z.ZodMiniObject<Writeable<T>, C>
 }
 
 /**
