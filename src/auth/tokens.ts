@@ -16,10 +16,10 @@ import { int } from '../zod/numbers.ts'
 import { optional } from '../zod/optional.ts'
 import { GatewayError } from '../errors/index.ts'
 import { base64url, encoder, fromBase64url, sign, signingKey, verify } from '../crypto/signing.ts'
-import { number, string } from '../zod/scalars.ts'
-import { lazily } from '../zod/lazily.ts'
 import { quotaPolicySchema } from '../quota/policy.ts'
 import type { QuotaPolicy } from '../quota/policy.ts'
+import { number, string } from '../zod/scalars.ts'
+import { lazily } from '../zod/lazily.ts'
 
 export const TOKEN_PREFIX = 'pg_tk_'
 

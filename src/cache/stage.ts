@@ -7,16 +7,16 @@
  * upstream is recorded from podgate's own output as it streams by and stored off the response path,
  * only once `ctx.outcome` says it ended well. Identical requests arriving meanwhile join that call.
  */
-import { waitUntilOf } from '../http/context.ts'
-import type { CompletionContext, CompletionHandler, CompletionStage } from '../pipeline/index.ts'
-import type { CacheRun, CacheStageOptions, Plan } from './run.ts'
-import { coalesceOrLead } from './coalesce.ts'
-import { cacheKey } from './key.ts'
 import { decideCaching } from './policy.ts'
 import type { CacheDecision } from './policy.ts'
+import { waitUntilOf } from '../http/context.ts'
+import { coalesceOrLead } from './coalesce.ts'
+import { cacheKey } from './key.ts'
 import { replay, withCacheHeaders } from './replay.ts'
 import { readEntry } from './store.ts'
 import type { CacheEntry } from './store.ts'
+import type { CompletionContext, CompletionHandler, CompletionStage } from '../pipeline/index.ts'
+import type { CacheRun, CacheStageOptions, Plan } from './run.ts'
 
 export type { CacheRun, CacheStageOptions, Plan } from './run.ts'
 

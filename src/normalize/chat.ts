@@ -2,14 +2,14 @@
  * `POST /v1/chat/completions` body -> NormalizedRequest: validate what podgate reads, apply the model's
  * caps and defaults, and keep everything else for the endpoint.
  */
-import type { ModelConfig } from '../config/schema.ts'
-import { chatPromptTokens } from './estimate.ts'
 import { chatCompletionRequestSchema } from './schemas.ts'
 import { assertKind, resolveLimits, resolveStream, withDefaults } from './sampling.ts'
 import { mayShorthand, shorthandMessages, shorthandSampling } from './shorthand.ts'
 import type { ShorthandOptions } from './shorthand.ts'
+import { chatPromptTokens } from './estimate.ts'
 import { parseBounded } from './bounded.ts'
 import { assertJsonObject } from './zod-errors.ts'
+import type { ModelConfig } from '../config/schema.ts'
 import type { NormalizedRequest, SamplingParams } from './types.ts'
 
 /**
