@@ -6,7 +6,7 @@
  */
 import { Hono } from 'hono/tiny'
 import type { Context, MiddlewareHandler } from 'hono'
-// Keys and tokens (the logger, body and header helpers among them), then what every route shares, then the
+// Keys and tokens (the logger and body helpers among them), then what every route shares, then the
 // completion path, then quota and CORS. Not alphabetical on purpose: the bundler lays modules out in import
 // order, and in this one alike code sits closer, so the shipped Worker gzips ~680 B smaller
 // (test/e2e/bundle-size.test.ts measures it; a search over orders found this one).
@@ -16,7 +16,6 @@ import type { LogSink } from './http/log.ts'
 import { KeyStore } from './auth/keys.ts'
 import { notJson } from './http/body.ts'
 import { keysRoutes } from './admin/keys-routes.ts'
-import { setAnswerHeader } from './http/headers.ts'
 import { tokenRoutes } from './auth/token-routes.ts'
 import { apiKeyAuth } from './auth/api-key-auth.ts'
 import type { CredentialResolver } from './auth/api-key-auth.ts'
@@ -27,6 +26,7 @@ import { GatewayError } from './errors/index.ts'
 import { isRecord } from './http/json.ts'
 import { createErrorHandler, errorResponse, formatForPath } from './http/respond.ts'
 import { openaiRoutes, runpodOpenAIRoutes } from './openai/routes.ts'
+import { setAnswerHeader } from './http/headers.ts'
 import { createCache } from './cache/index.ts'
 import type { GatewayCacheOptions } from './cache/index.ts'
 import { resolveModels } from './routing/models.ts'

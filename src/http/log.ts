@@ -2,10 +2,10 @@
  * Structured log lines with secrets scrubbed. Every line podgate writes goes through here, so the
  * Runpod key, the admin token and any presented API key can never reach Workers Logs.
  */
+import { CREDENTIAL_PATTERN } from '../auth/keys.ts'
 import { CALLER_GONE } from '../errors/index.ts'
 import type { GatewayError } from '../errors/index.ts'
 import { waitUntilOf } from './context.ts'
-import { CREDENTIAL_PATTERN } from '../auth/keys.ts'
 import type { Context } from 'hono'
 import type { CompletionStage } from '../pipeline/index.ts'
 
