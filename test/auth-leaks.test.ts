@@ -120,4 +120,25 @@ describe('no secret leaks', () => {
     for (const s of [key, token, SIGNING_SECRET, RUNPOD_KEY, 'a'.repeat(32)]) expect(text).not.toContain(s)
     expect(h.logs.join('\n')).toContain('pg_tk_[redacted]')
   })
+
+  it('the logger scrubs a secret with quotes, backslashes or control characters, as JSON spells it in a line', async () => {
+    // An operator picks the signing secret (and the admin token): any character can be in it. Lines are
+    // JSON, which spells `"` as `\"`: the scrubber must look for that spelling too.
+    const odd = 'sign"ing\\secret\tnever-leaks-0123456789'
+    let failure = ''
+    const h = harness({
+      signingSecret: odd,
+      kv: () => {
+        if (failure) throw new Error(failure)
+        return env.PODGATE_KV
+      },
+    })
+    const { key } = await h.createKey()
+    failure = `leak ${odd}`
+    const res = await h.fetch('/v1/models', authed(key))
+    expect(res.status).toBe(500)
+    const text = (await res.text()) + h.logs.join('\n')
+    expect(h.logs.join('\n')).toContain('[redacted]')
+    for (const spelling of [odd, JSON.stringify(odd).slice(1, -1), 'never-leaks-0123456789']) expect(text).not.toContain(spelling)
+  })
 })

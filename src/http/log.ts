@@ -30,14 +30,15 @@ export function createLogger(options: LoggerOptions): (line: LogLine) => void {
 }
 
 /**
- * Replaces each secret in a text with `[redacted]`. Secrets shorter than 8 characters are left alone:
- * they would match ordinary text.
+ * Replaces each secret in a text with `[redacted]`, as written or as JSON spells it. Secrets shorter than
+ * 8 characters are left alone: they would match ordinary text.
  *
  * @example
  * secretScrubber(['rp_0123456789'])('key rp_0123456789') // 'key [redacted]'
  */
 export function secretScrubber(secrets: readonly string[]): (text: string) => string {
-  const known = secrets.filter((secret) => secret.length >= 8)
+  // Also as JSON spells it: a log line is JSON, where a secret's `"`, `\` or tab is escaped.
+  const known = secrets.filter((secret) => secret.length >= 8).flatMap((secret) => [secret, JSON.stringify(secret).slice(1, -1)])
   return (text) => {
     for (const secret of known) text = text.replaceAll(secret, '[redacted]')
     return text
