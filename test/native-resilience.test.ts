@@ -175,6 +175,30 @@ describe('native streams: polls', () => {
     expect(events.at(-1)?.event).toBe('error')
   })
 
+  // The current worker hands out one item a token, so a late poll finds the job's end with items in its page
+  // every time; the classic worker's growing batches make that a matter of timing. `saved` is the same code for both.
+  it('a page lost behind a 5xx, then a cut after the terminal page: the OpenAI stream ends with an error, not a shifted replay and [DONE]', async () => {
+    const model = 'chat-current'
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    const losing = losingPageThenCut(emulator, 2)!
+    // Each poll arrives late, so the job's last page is its terminal one and holds items.
+    let cut = false
+    const late: GatewayOptions['fetch'] = async (input, init) => {
+      if (new URL(new Request(input, init).url).pathname.includes('/stream/')) await new Promise((resolve) => setTimeout(resolve, 150))
+      return losing(input, init).catch((error: unknown) => {
+        cut = true
+        throw error
+      })
+    }
+    const h = harness({ fetch: late, runpod: { apiKey: RUNPOD_KEY, baseUrl: 'https://emulator.test/v2', streamWaitMs: 100 } }, emulator)
+    const { key } = await h.createKey()
+    const events = await readSSE(await h.fetch('/v1/chat/completions', post(key, chat(model, 'lost [[emulator:tokens=80,delay=20]]', { stream: true, max_tokens: 100 }))))
+    expect(cut).toBe(true)
+    expect(streamedText(events).length).toBeGreaterThan(0)
+    expect(events).not.toContain('[DONE]')
+    expect(events.at(-1)).toMatchObject({ error: { code: 'upstream_error' } })
+  })
+
   it('a poll asked again after a 429 (nothing handed out) still ends whole', async () => {
     const h = harness()
     const { key } = await h.createKey()

@@ -308,7 +308,9 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
       // A job that did not complete ends with its failure: the items it left would not change that.
       if (terminal.status === 'COMPLETED') {
         const { output } = await polled(() => client.status(attempt.endpoint, attempt.jobId, { signal }), { signal, onRetry: () => ++polls <= runpod.maxPollsPerStream })
-        if (!Array.isArray(output) || output.length < attempt.items) throw upstreamError('The upstream stream ended before the model finished.')
+        // After a poll refused with a 5xx (`retried`), items fed may be fewer than those handed out: the rest
+        // cannot be told from a lost page's, so only an output of exactly those fed ends whole.
+        if (!Array.isArray(output) || output.length < attempt.items || (attempt.retried && output.length > attempt.items)) throw upstreamError('The upstream stream ended before the model finished.')
         stream = output.slice(attempt.items).map((item: unknown) => ({ output: item }))
       }
       return { ok: true, attempt, page: { ...terminal, stream } }
