@@ -135,7 +135,8 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
     // used up the raw body podgate reads: it gets Hono's copy back. Hono before 4.8.4 caches only the parse,
     // which fails again here for a body that is not JSON: refused as podgate refuses it, not as a 500.
     if (c.req.raw.bodyUsed) c.req.raw = new Request(c.req.raw, { body: await c.req.arrayBuffer().catch(notJson) })
-    const id = crypto.randomUUID()
+    // A host app's own (hono/request-id's): its log lines and podgate's find each other.
+    const id = c.get('requestId') ?? crypto.randomUUID()
     c.set('requestId', id)
     await next()
     setAnswerHeader(c, 'x-request-id', id)

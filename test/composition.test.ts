@@ -6,6 +6,7 @@
 import { env } from 'cloudflare:test'
 import { Hono } from 'hono'
 import { HTTPException } from 'hono/http-exception'
+import { requestId } from 'hono/request-id'
 import OpenAI from 'openai'
 import { describe, expect, it } from 'vitest'
 import { adminAuth, apiKeyAuth, createGateway, GatewayError, KeyStore, podgateCors } from '../src/index.ts'
@@ -159,6 +160,25 @@ describe('a host app\'s own middleware before the gateway', () => {
     expect(res.status).toBe(200)
     expect(((await res.json()) as { choices: unknown[] }).choices).toHaveLength(1)
     expect(seen).toEqual(['chat-openai'])
+  })
+
+  it('a host app\'s request id (hono/request-id) is the one podgate answers and logs under', async () => {
+    const h = harness()
+    const { key } = await h.createKey({ name: 'host' })
+    const app = new Hono()
+    app.use(requestId())
+    app.route('/ai', h.app)
+    const res = await app.request('/ai/v1/chat/completions', authed(key, chatBody('chat-openai', '[[emulator:fault=http,status=500]]')), env)
+    expect(res.status).toBe(502)
+    await h.settle()
+    const id = res.headers.get('x-request-id')
+    expect(id).toMatch(/^[0-9a-f-]{36}$/)
+    // The host's id, not a second one: the host's own log lines and podgate's find each other.
+    const tagged = await app.request('/ai/v1/chat/completions', { ...authed(key, chatBody('chat-openai', '[[emulator:fault=http,status=500]]')), headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-request-id': 'host-trace-42' } }, env)
+    expect(tagged.headers.get('x-request-id')).toBe('host-trace-42')
+    await h.settle()
+    expect(h.logs.some((line) => (JSON.parse(line) as { request_id?: string }).request_id === 'host-trace-42')).toBe(true)
+    expect(((await tagged.json()) as { error: { message: string } }).error.message).toBeTruthy()
   })
 
   it('mounted under a path of the host\'s own that holds /v2 (/api/v2), each surface keeps its error format', async () => {
