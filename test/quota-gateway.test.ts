@@ -311,6 +311,29 @@ describe('quota stage', () => {
     expect(tokens).toBeLessThan(100)
   })
 
+  // Found in the token accounting review: a Messages stream's `message_start` holds vLLM's count of the
+  // prompt. A piped one cut before its end was charged podgate's prompt estimate instead.
+  it('a piped Messages stream cut after its message_start is charged the prompt count it carried, not the estimate', async () => {
+    const SERVED = 'Served-Model-8B'
+    const event = (type: string, data: Record<string, unknown>) => `event: ${type}\ndata: ${JSON.stringify({ type, ...data })}\n\n`
+    const pieces: Array<string | Error> = [
+      event('message_start', { message: { id: 'msg_1', type: 'message', role: 'assistant', content: [], model: SERVED, stop_reason: null, stop_sequence: null, usage: { input_tokens: 900, output_tokens: 0 } } }),
+      event('content_block_start', { index: 0, content_block: { type: 'text', text: '' } }),
+    ]
+    for (let i = 0; i < 20; i++) pieces.push(event('content_block_delta', { index: 0, delta: { type: 'text_delta', text: ' word' } }))
+    pieces.push(new Error('connection reset'))
+    const upstream = scriptedUpstream(() => pieces)
+    const { h } = clockedHarness({ models: { [SERVED]: { endpoints: [{ endpointId: 'epsame' }], mode: 'openai' } }, fetch: upstream.fetch })
+    const { key } = await h.createKey({ name: 'messages', quota: { tokensPerMinute: 1_000_000, strict: true } })
+    const res = await h.fetch('/v1/messages', authed(key, JSON.stringify({ model: SERVED, stream: true, max_tokens: 1000, messages: [{ role: 'user', content: 'Hi' }] })))
+    expect(res.status).toBe(200)
+    expect(await res.text()).toMatch(/"(?:upstream_error|api_error)"/)
+    const { tokens } = await minuteOf(h, key)
+    // 900 prompt tokens by vLLM's count (the estimate of 'Hi' is 1), and about the 22 events relayed.
+    expect(tokens).toBeGreaterThanOrEqual(920)
+    expect(tokens).toBeLessThan(950)
+  })
+
   it('holds strict concurrent streams to the limit until a stream ends', async () => {
     const { h } = clockedHarness()
     const { key } = await h.createKey({ name: 'q', quota: { maxConcurrentStreams: 1, strict: true } })

@@ -6,8 +6,11 @@
  * output began (OpenAI's convention: such a stream ends with the error and never with `[DONE]`).
  */
 
-/** podgate's count of `n` generated tokens, for the quota only (`prompt_tokens` 0: quota adds the prompt estimate). */
-export const countedUsage = (n: number): Usage => ({ prompt_tokens: 0, completion_tokens: n, total_tokens: n })
+/**
+ * podgate's count of `n` generated tokens, for the quota only, with the prompt's count if the upstream gave
+ * one (a Messages stream's `message_start`); `prompt_tokens` 0 has quota add the prompt estimate.
+ */
+export const countedUsage = (n: number, prompt = 0): Usage => ({ prompt_tokens: prompt, completion_tokens: n, total_tokens: n + prompt })
 
 /**
  * A JSON chat message as vLLM writes it: its null fields and a list of tool calls, empty when there are none

@@ -618,7 +618,7 @@ export function readTail(chunks: readonly Uint8Array[], whole: boolean, dialect:
   }).feed(text)
   // A Messages stream that failed before any token: its prompt's count is what it cost.
   if (!end.output) end.usage ??= end.prompt
-  else end.estimate = countedUsage(Math.round((events * (total ?? size)) / size))
+  else end.estimate = countedUsage(Math.round((events * (total ?? size)) / size), end.prompt?.prompt_tokens)
   return end
 }
 
