@@ -4,7 +4,7 @@
  * started in it with its output collected. The checkouts are removed after the importing file's tests.
  */
 import { spawn } from 'node:child_process'
-import type { ChildProcessByStdio } from 'node:child_process'
+import type { ChildProcess, ChildProcessByStdio } from 'node:child_process'
 import { mkdtempSync, rmSync, symlinkSync } from 'node:fs'
 import { createConnection } from 'node:net'
 import type { Readable } from 'node:stream'
@@ -54,3 +54,23 @@ export const listening = (port: number) =>
     socket.once('connect', () => (socket.destroy(), resolve(true)))
     socket.once('error', () => resolve(false))
   })
+
+/** `npm run <args>` in a process group of its own (its id goes in `groups`, for the file's `afterAll` to kill), its output kept. */
+export function npmRun(dir: string, args: string[], groups: number[], env: Record<string, string> = {}): { npm: ChildProcess; output: () => string } {
+  const npm = spawn('npm', ['run', ...args], { cwd: dir, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'], detached: true })
+  groups.push(npm.pid!)
+  let output = ''
+  npm.stdout!.on('data', (d: Buffer) => (output += d.toString()))
+  npm.stderr!.on('data', (d: Buffer) => (output += d.toString()))
+  return { npm, output: () => output }
+}
+
+/** Whether a process with this id still runs. */
+export const alive = (pid: number) => {
+  try {
+    process.kill(pid, 0)
+    return true
+  } catch {
+    return false
+  }
+}

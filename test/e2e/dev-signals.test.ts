@@ -4,13 +4,11 @@
  * its command (dash, Debian's and Ubuntu's /bin/sh) dies and leaves the script running, its servers still
  * on their ports and the next `npm run dev` refused with "port is taken".
  */
-import { spawn } from 'node:child_process'
-import type { ChildProcess } from 'node:child_process'
 import { readFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { afterAll, describe, expect, it } from 'vitest'
 import { freePort } from '../../scripts/lib/podgate-server.ts'
-import { devCheckout, listening } from './dev-checkout.ts'
+import { alive, devCheckout, listening, npmRun } from './dev-checkout.ts'
 
 const groups: number[] = []
 
@@ -27,15 +25,6 @@ afterAll(() => {
 
 const checkout = () => devCheckout('dev-signals')
 
-function npmRun(dir: string, args: string[], env: Record<string, string>): { npm: ChildProcess; output: () => string } {
-  const npm = spawn('npm', ['run', ...args], { cwd: dir, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'], detached: true })
-  groups.push(npm.pid!)
-  let output = ''
-  npm.stdout!.on('data', (d: Buffer) => (output += d.toString()))
-  npm.stderr!.on('data', (d: Buffer) => (output += d.toString()))
-  return { npm, output: () => output }
-}
-
 async function until(check: () => boolean | Promise<boolean>, ms: number): Promise<boolean> {
   const deadline = Date.now() + ms
   while (Date.now() < deadline) {
@@ -45,19 +34,10 @@ async function until(check: () => boolean | Promise<boolean>, ms: number): Promi
   return check()
 }
 
-const alive = (pid: number) => {
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch {
-    return false
-  }
-}
-
 describe('SIGTERM to npm', () => {
   it('npm run emulator: the emulator stops and frees its port', { timeout: 30_000 }, async () => {
     const port = await freePort()
-    const { npm, output } = npmRun(checkout(), ['emulator', '--', '--port', String(port)], {})
+    const { npm, output } = npmRun(checkout(), ['emulator', '--', '--port', String(port)], groups)
     expect(await until(() => output().includes('Runpod emulator on'), 15_000), output()).toBe(true)
     npm.kill('SIGTERM')
     expect(await until(async () => !(await listening(port)), 5_000), `port ${port} still served after SIGTERM`).toBe(true)
@@ -66,7 +46,7 @@ describe('SIGTERM to npm', () => {
   it('npm run dev: the dev script, wrangler and the emulator stop and free their ports', { timeout: 90_000 }, async () => {
     const [port, emulatorPort, inspectorPort] = [await freePort(), await freePort(), await freePort()]
     const dir = checkout()
-    const { npm, output } = npmRun(dir, ['dev'], { PORT: String(port), EMULATOR_PORT: String(emulatorPort), INSPECTOR_PORT: String(inspectorPort), RUNPOD_API_KEY: '' })
+    const { npm, output } = npmRun(dir, ['dev'], groups, { PORT: String(port), EMULATOR_PORT: String(emulatorPort), INSPECTOR_PORT: String(inspectorPort), RUNPOD_API_KEY: '' })
     expect(await until(() => output().includes('[podgate] ready on'), 60_000), output()).toBe(true)
     const { pid } = JSON.parse(readFileSync(join(dir, '.wrangler/podgate-dev.json'), 'utf8')) as { pid: number }
     npm.kill('SIGTERM')

@@ -3,12 +3,11 @@
  * IDE's "stop", `kill <pid>`): as `npm run dev` (dev-signals.test.ts), nothing they started may outlive
  * them: no vitest or its workers (nor what a test started), no wrangler, no workerd on its ports.
  */
-import { execFileSync, spawn } from 'node:child_process'
-import type { ChildProcess } from 'node:child_process'
+import { execFileSync } from 'node:child_process'
 import { mkdirSync, symlinkSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { afterAll, describe, expect, it } from 'vitest'
-import { devCheckout, ROOT } from './dev-checkout.ts'
+import { alive, devCheckout, npmRun, ROOT } from './dev-checkout.ts'
 
 const groups: number[] = []
 const seen = new Set<number>()
@@ -23,15 +22,6 @@ afterAll(() => {
     }
   }
 })
-
-function npmRun(dir: string, args: string[], env: Record<string, string> = {}): { npm: ChildProcess; output: () => string } {
-  const npm = spawn('npm', ['run', ...args], { cwd: dir, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'], detached: true })
-  groups.push(npm.pid!)
-  let output = ''
-  npm.stdout!.on('data', (d: Buffer) => (output += d.toString()))
-  npm.stderr!.on('data', (d: Buffer) => (output += d.toString()))
-  return { npm, output: () => output }
-}
 
 /** Every process under `pid` (by parent), with its command line. */
 function descendants(pid: number): { pid: number; args: string }[] {
@@ -49,15 +39,6 @@ function descendants(pid: number): { pid: number; args: string }[] {
   return found
 }
 
-const alive = (pid: number) => {
-  try {
-    process.kill(pid, 0)
-    return true
-  } catch {
-    return false
-  }
-}
-
 async function until(check: () => boolean, ms: number): Promise<boolean> {
   const deadline = Date.now() + ms
   while (Date.now() < deadline) {
@@ -69,7 +50,7 @@ async function until(check: () => boolean, ms: number): Promise<boolean> {
 
 /** Starts `npm run <args>`, waits for a process matching `ready` under it, SIGTERMs npm alone, and expects every process under it gone. */
 async function stopsEverything(dir: string, args: string[], ready: RegExp, env: Record<string, string> = {}): Promise<void> {
-  const { npm, output } = npmRun(dir, args, env)
+  const { npm, output } = npmRun(dir, args, groups, env)
   expect(await until(() => descendants(npm.pid!).some((p) => ready.test(p.args)), 60_000), `nothing matching ${ready} started:\n${output()}`).toBe(true)
   // Let it settle into what it runs (a second workerd, a test's own child).
   await new Promise((r) => setTimeout(r, 1_000))
