@@ -203,7 +203,7 @@ describe('openai-pipe: a Responses or Messages upstream that holds its connectio
 
   // Found in the accounting review: message_start's usage (the prompt's count, output_tokens 0) was taken
   // for the answer's, so a Messages stream cut after its output, before message_delta, was charged the prompt only.
-  it('a Messages stream cut after some output, before message_delta, is charged the prompt estimate and its events, not its reservation nor message_start\'s prompt count alone', async () => {
+  it('a Messages stream cut after some output, before message_delta, is charged message_start\'s prompt count and its events, not its reservation nor the prompt count alone', async () => {
     const pieces = [
       MESSAGE_START,
       'event: content_block_start\ndata: {"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}\n\n',
@@ -211,8 +211,9 @@ describe('openai-pipe: a Responses or Messages upstream that holds its connectio
     ]
     const { text, tokens } = await messagesStream(pieces)
     expect(text).toContain('event: error')
-    // Its 3 events (about a token each) and the prompt estimate (3): vLLM sends no usage before message_delta.
-    expect(tokens).toBe(6)
+    // Its 3 events (about a token each) and vLLM's prompt count from message_start (5, where podgate's
+    // estimate is 3): vLLM sends no output count before message_delta.
+    expect(tokens).toBe(8)
   })
 
   // vLLM's anthropic/serving.py writes message_start at the chat stream's first chunk (its role chunk,

@@ -43,7 +43,7 @@ describe('composeStages', () => {
     await expect(run(createCompletionContext(c, request, model))).rejects.toThrow('down')
     await Promise.resolve()
     expect(seen[0]).toMatchObject({ ok: false, producedOutput: false })
-    expect(seen[0]).not.toHaveProperty('refused')
+    expect(seen[0]).not.toHaveProperty('refused', true)
   })
 
   it('keeps the first settlement when the dispatcher settles and a stage throws afterwards', async () => {
@@ -66,7 +66,7 @@ describe('composeStages', () => {
     await expect(run(createCompletionContext(c, request, model))).rejects.toThrow('stage failed')
     await Promise.resolve()
     expect(seen[0]).toMatchObject({ ok: false })
-    expect(seen[0]).not.toHaveProperty('refused')
+    expect(seen[0]).not.toHaveProperty('refused', true)
   })
 
   it("starts every stage's warm reads before the first stage runs", async () => {
