@@ -100,6 +100,9 @@ describe('the playground in Chromium', () => {
     await page.click('#mint')
     expect((await asked).postData()).toBe('{}')
     expect((await first).status()).toBe(201)
+    // The page puts the token in the key field once it has read the answer: wait for that before
+    // putting the key back, or the page's write lands after ours and the second mint sends a token.
+    await expect.poll(() => page.inputValue('#key')).toMatch(/^pg_tk_/)
     await page.fill('#key', key)
     await page.fill('#ttl', '120')
     const minted = page.waitForResponse((r) => r.url().endsWith('/v1/tokens'))
