@@ -85,6 +85,8 @@ export interface KeysCliIO {
   devDir?: string
 }
 
+const COMMANDS = ['create', 'list', 'get', 'update', 'rotate', 'revoke']
+
 const LOOPBACK = /^http:\/\/(127\.0\.0\.1|localhost|\[::1\])(:\d+)?$/
 
 /** Runs one CLI invocation; returns the process exit code. */
@@ -98,6 +100,8 @@ export async function runKeysCli(argv: string[], io: KeysCliIO): Promise<number>
     }
     const [command, id] = parsed.positionals
     if (parsed.positionals.length > 2) throw new UsageError(`${command} takes one key id: run it once per key`)
+    // The command is checked before the token: a typo is a usage mistake whatever the environment.
+    if (!COMMANDS.includes(command as string)) throw new UsageError(command ? `unknown command '${command}'` : 'no command')
     const devUrl = io.devDir === undefined ? undefined : readDevUrl(io.devDir)
     // An empty variable counts as unset (`PORT= npm run keys`).
     const url = (typeof parsed.values.url === 'string' ? parsed.values.url : io.env.PODGATE_URL || devUrl || `http://127.0.0.1:${io.env.PORT || 8787}`).replace(/\/+$/, '')
@@ -215,6 +219,8 @@ async function listAll(url: string, token: string, io: KeysCliIO): Promise<numbe
   do {
     const page = (await call(url, token, io, 'GET', `/admin/keys?limit=1000${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`)) as { data: unknown[]; cursor: string | null } | null
     if (page === null) return 1
+    // A 200 from something that is not podgate's list (an error body, a proxy's page) has no data array.
+    if (typeof page !== 'object' || !Array.isArray(page.data)) throw new Error(`${url} answered GET /admin/keys with a body that is not podgate's key list: is --url a podgate?`)
     keys.push(...page.data)
     cursor = page.cursor
   } while (cursor)

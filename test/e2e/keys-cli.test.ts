@@ -191,3 +191,30 @@ describe('npm run keys', () => {
     }
   })
 })
+
+describe('npm run keys: mistakes caught before any request', () => {
+  const cli = async (argv: string[], env: Record<string, string> = {}, answer?: Response) => {
+    let err = ''
+    const code = await runKeysCli(argv, { env, out: () => {}, err: (t) => (err += t), fetch: async () => answer ?? new Response('{}') })
+    return { code, err }
+  }
+  it('a missing or unknown command prints the usage and exits 2, with or without an admin token', async () => {
+    for (const env of [{}, { PODGATE_ADMIN_TOKEN: 'tok-0123456789abcdef' }] as Record<string, string>[]) {
+      for (const argv of [[], ['lsit']]) {
+        const { code, err } = await cli(argv, env)
+        expect(code).toBe(2)
+        expect(err).toContain('usage: npm run keys')
+        expect(err).not.toContain('no admin token')
+      }
+    }
+  })
+  it('list against a 200 answer with no data array says so and exits 1, without a TypeError', async () => {
+    for (const body of ['{"error":{"message":"x"}}', '[]', '{"data":"no"}']) {
+      const { code, err } = await cli(['list', '--url', 'https://podgate.example', '--admin-token', 'tok-0123456789abcdef'], {}, new Response(body))
+      expect(code).toBe(1)
+      expect(err).toContain('not podgate')
+      expect(err).not.toMatch(/TypeError|not iterable|undefined/)
+      expect(err).not.toContain('tok-0123456789abcdef')
+    }
+  })
+})
