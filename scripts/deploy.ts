@@ -7,11 +7,11 @@
  * (`workers/composed.wrangler.toml`), `-- --env <name>` that environment, with the `--var KEY:VALUE` given
  * over its [vars], as wrangler deploys them.
  */
-import { spawnSync } from 'node:child_process'
 import { existsSync, readFileSync, realpathSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import ts from 'typescript'
 import { unstable_readConfig } from 'wrangler'
+import { runGroup } from './lib/run-group.ts'
 
 /**
  * The Worker's own start, run here on Node. Imported by a name TypeScript does not follow: these modules
@@ -162,6 +162,6 @@ if (process.argv[1] !== undefined && import.meta.filename === realpathSync(proce
   for (const problem of problems) console.warn(`[podgate] --dry-run: ${problem}`)
   // `--env=""` names the top-level environment: without it wrangler warns that [env.dev] exists. A second
   // --env would be refused ("expects a single value"), so one given is passed on alone.
-  const result = spawnSync('wrangler', ['deploy', ...(env === undefined ? ['--env='] : []), ...args], { stdio: 'inherit', env: { ...process.env, WRANGLER_SEND_METRICS: 'false' } })
-  process.exit(result.status ?? 1)
+  // In a process group of its own, the stop signal forwarded: a SIGTERM to npm alone (CI, an IDE's "stop") stops wrangler too.
+  process.exit((await runGroup('wrangler', ['deploy', ...(env === undefined ? ['--env='] : []), ...args], { ...process.env, WRANGLER_SEND_METRICS: 'false' })) ?? 1)
 }

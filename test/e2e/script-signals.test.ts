@@ -4,7 +4,7 @@
  * them: no vitest or its workers (nor what a test started), no wrangler, no workerd on its ports.
  */
 import { execFileSync } from 'node:child_process'
-import { mkdirSync, symlinkSync, writeFileSync } from 'node:fs'
+import { chmodSync, mkdirSync, readdirSync, symlinkSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { afterAll, describe, expect, it } from 'vitest'
 import { alive, devCheckout, npmRun, ROOT } from './dev-checkout.ts'
@@ -60,6 +60,16 @@ async function stopsEverything(dir: string, args: string[], ready: RegExp, env: 
 }
 
 describe('SIGTERM to npm alone', () => {
+  it('npm run deploy: wrangler deploy stops with it (nothing goes out after a stop)', { timeout: 90_000 }, async () => {
+    // node_modules as the checkout's, but with a wrangler that is still deploying when npm is stopped.
+    const dir = devCheckout('deploy-signals', ['node_modules'])
+    mkdirSync(join(dir, 'node_modules/.bin'), { recursive: true })
+    for (const name of readdirSync(join(ROOT, 'node_modules'))) if (name !== '.bin') symlinkSync(join(ROOT, 'node_modules', name), join(dir, 'node_modules', name))
+    writeFileSync(join(dir, 'node_modules/.bin/wrangler'), '#!/bin/sh\nsleep 60\n')
+    chmodSync(join(dir, 'node_modules/.bin/wrangler'), 0o755)
+    await stopsEverything(dir, ['deploy', '--', '--dry-run'], /wrangler deploy/)
+  })
+
   it.each(['test', 'test:e2e'])('npm run %s: vitest, its workers and a process a test started all stop', { timeout: 90_000 }, async (script) => {
     const dir = devCheckout('test-signals')
     for (const name of ['vitest.config.ts', 'vitest.e2e.config.ts']) symlinkSync(join(ROOT, name), join(dir, name))
