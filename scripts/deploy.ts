@@ -162,6 +162,7 @@ if (process.argv[1] !== undefined && import.meta.filename === realpathSync(proce
   for (const problem of problems) console.warn(`[podgate] --dry-run: ${problem}`)
   // `--env=""` names the top-level environment: without it wrangler warns that [env.dev] exists. A second
   // --env would be refused ("expects a single value"), so one given is passed on alone.
-  // In a process group of its own, the stop signal forwarded: a SIGTERM to npm alone (CI, an IDE's "stop") stops wrangler too.
-  process.exit((await runGroup('wrangler', ['deploy', ...(env === undefined ? ['--env='] : []), ...args], { ...process.env, WRANGLER_SEND_METRICS: 'false' })) ?? 1)
+  // The stop signal forwarded: a SIGTERM to npm alone (CI, an IDE's "stop") stops wrangler too. At a terminal
+  // wrangler keeps it, to ask before it overrides what the dashboard changed.
+  process.exit((await runGroup('wrangler', ['deploy', ...(env === undefined ? ['--env='] : []), ...args], { ...process.env, WRANGLER_SEND_METRICS: 'false' }, { terminal: true })) ?? 1)
 }

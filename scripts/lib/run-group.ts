@@ -19,14 +19,18 @@ const SIGNALS = { SIGHUP: 1, SIGINT: 2, SIGTERM: 15 } as const
  * a test started) and ends this script once the child has exited: a signal to npm alone (a process
  * manager's or IDE's "stop") reaches only this script, and with spawnSync vitest and its children outlived it.
  */
-export async function runGroup(command: string, args: string[], env: NodeJS.ProcessEnv): Promise<number | null> {
-  // No stdin: a process group that is not the terminal's foreground one would be stopped reading it.
-  const child = spawn(command, args, { stdio: ['ignore', 'inherit', 'inherit'], env, detached: true })
+export async function runGroup(command: string, args: string[], env: NodeJS.ProcessEnv, { terminal = false } = {}): Promise<number | null> {
+  // No stdin: a process group that is not the terminal's foreground one would be stopped reading it. A
+  // command that may ask its user (wrangler deploy's "Would you like to continue?") keeps the terminal
+  // instead, in this script's own group: Ctrl-C reaches it there, and a signal to this script alone is
+  // forwarded to it. Without a terminal it would take its prompts' defaults unasked.
+  const own = terminal && process.stdin.isTTY
+  const child = spawn(command, args, { stdio: [own ? 'inherit' : 'ignore', 'inherit', 'inherit'], env, detached: !own })
   const signals = Object.keys(SIGNALS) as (keyof typeof SIGNALS)[]
   let stopped: NodeJS.Signals | undefined
   const kill = (signal: NodeJS.Signals) => {
     try {
-      process.kill(-child.pid!, signal)
+      process.kill(own ? child.pid! : -child.pid!, signal)
     } catch {
       // already gone
     }
