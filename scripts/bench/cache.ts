@@ -9,6 +9,8 @@
  */
 import { realpathSync } from 'node:fs'
 import { startPodgate } from '../lib/podgate-server.ts'
+import type { PodgateServer } from '../lib/podgate-server.ts'
+import { SIGNALS } from '../lib/run-group.ts'
 
 export interface CacheBenchOptions {
   requests: number
@@ -39,7 +41,15 @@ export interface CacheBenchResult {
 const MODEL = 'chat-current'
 
 export async function runCacheBench(options: CacheBenchOptions): Promise<CacheBenchResult> {
-  const server = await startPodgate({ emulator: { defaults: { tokenDelayMs: options.tokenDelayMs } } })
+  // A SIGTERM to npm alone (`exec node`: a process manager's or IDE's "stop") stops the wrangler dev it
+  // started, also one still starting: that is stopped as soon as it is up.
+  let server: PodgateServer | undefined
+  let stopped: keyof typeof SIGNALS | undefined
+  const stop = (signal: keyof typeof SIGNALS) => void (stopped = signal, server?.close().finally(() => process.exit(128 + SIGNALS[signal])))
+  for (const signal of Object.keys(SIGNALS) as (keyof typeof SIGNALS)[]) process.once(signal, stop)
+  server = await startPodgate({ emulator: { defaults: { tokenDelayMs: options.tokenDelayMs } } })
+  // Stopped while it started: nothing more runs; the stop exits once it is down.
+  if (stopped) await new Promise<never>(() => stop(stopped!))
   try {
     const { key } = await server.createKey({ name: 'cache-bench' })
     const sample = zipfSampler(options.prompts, options.zipfS, 42)
@@ -113,6 +123,7 @@ export async function runCacheBench(options: CacheBenchOptions): Promise<CacheBe
     rows.push(row('HIT, one client', sequentialHits), row('floor: GET /healthz, one client', floor))
     return { options, hitRatio: hits / samples.length, idealHitRatio: 1 - distinct / plan.length, upstreamJobs, rows, elapsedMs }
   } finally {
+    for (const signal of Object.keys(SIGNALS)) process.off(signal, stop)
     await server.close()
   }
 }

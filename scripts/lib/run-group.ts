@@ -11,7 +11,7 @@
 import { spawn } from 'node:child_process'
 import { realpathSync } from 'node:fs'
 
-const SIGNALS = { SIGHUP: 1, SIGINT: 2, SIGTERM: 15 } as const
+export const SIGNALS = { SIGHUP: 1, SIGINT: 2, SIGTERM: 15 } as const
 
 /**
  * Runs `command` in a process group of its own and waits for it, its exit status (as spawnSync's). A

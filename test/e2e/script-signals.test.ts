@@ -1,5 +1,5 @@
 /**
- * `npm test`, `npm run load` and `npm run bench` stopped by a SIGTERM to npm alone (a process manager, an
+ * `npm test`, `npm run load`, `npm run bench`, `npm run bench:cache` and `npm run deploy` stopped by a SIGTERM to npm alone (a process manager, an
  * IDE's "stop", `kill <pid>`): as `npm run dev` (dev-signals.test.ts), nothing they started may outlive
  * them: no vitest or its workers (nor what a test started), no wrangler, no workerd on its ports.
  */
@@ -94,5 +94,10 @@ describe('SIGTERM to npm alone', () => {
 
   it('npm run bench: the Workers it started stop', { timeout: 90_000 }, async () => {
     await stopsEverything(devCheckout('bench-signals'), ['bench'], /workerd/, { BENCH_CPU_ONLY: '50' })
+  })
+
+  it('npm run bench:cache: the wrangler dev it started stops', { timeout: 90_000 }, async () => {
+    // Slow tokens: still running when stopped.
+    await stopsEverything(devCheckout('bench-cache-signals'), ['bench:cache'], /workerd/, { CACHE_BENCH_TOKEN_MS: '200' })
   })
 })
