@@ -101,19 +101,25 @@ describe('no secret leaks', () => {
     }
   })
 
-  it('the logger scrubs any podgate credential and the signing secret even when code logs them', async () => {
+  /** A gateway whose KV, once `fail(text)` is called, throws an error with that text: the error handler logs its cause. */
+  function failingKv(signingSecret: string) {
     let failure = ''
     const h = harness({
-      signingSecret: SIGNING_SECRET,
+      signingSecret,
       kv: () => {
         if (failure) throw new Error(failure)
         return env.PODGATE_KV
       },
     })
+    return { h, fail: (text: string) => void (failure = text) }
+  }
+
+  it('the logger scrubs any podgate credential and the signing secret even when code logs them', async () => {
+    const { h, fail } = failingKv(SIGNING_SECRET)
     const { key } = await h.createKey()
     const { token } = (await (await h.fetch('/v1/tokens', authed(key, '{}'))).json()) as { token: string }
-    // The error handler logs the cause of an unexpected error: make one carry every secret.
-    failure = `leak ${key} ${token} ${SIGNING_SECRET} ${RUNPOD_KEY} pg_pk_${'a'.repeat(32)}`
+    // Make an unexpected error carry every secret.
+    fail(`leak ${key} ${token} ${SIGNING_SECRET} ${RUNPOD_KEY} pg_pk_${'a'.repeat(32)}`)
     const res = await h.fetch('/v1/models', authed(token))
     expect(res.status).toBe(500)
     const text = (await res.text()) + h.logs.join('\n')
@@ -125,16 +131,9 @@ describe('no secret leaks', () => {
     // An operator picks the signing secret (and the admin token): any character can be in it. Lines are
     // JSON, which spells `"` as `\"`: the scrubber must look for that spelling too.
     const odd = 'sign"ing\\secret\tnever-leaks-0123456789'
-    let failure = ''
-    const h = harness({
-      signingSecret: odd,
-      kv: () => {
-        if (failure) throw new Error(failure)
-        return env.PODGATE_KV
-      },
-    })
+    const { h, fail } = failingKv(odd)
     const { key } = await h.createKey()
-    failure = `leak ${odd}`
+    fail(`leak ${odd}`)
     const res = await h.fetch('/v1/models', authed(key))
     expect(res.status).toBe(500)
     const text = (await res.text()) + h.logs.join('\n')
