@@ -25,7 +25,7 @@ import { countFault, sleep } from '../upstream/retry.ts'
 import { EndpointBreaker } from '../upstream/breaker.ts'
 import type { Breaker } from '../upstream/breaker.ts'
 import { composeStages, createCompletionContext } from '../pipeline/index.ts'
-import type { CompletionContext, CompletionOutcome, CompletionStage } from '../pipeline/index.ts'
+import type { CompletionContext, CompletionStage } from '../pipeline/index.ts'
 import { FALLBACK_MAX_TOKENS } from '../normalize/index.ts'
 import type { NormalizedRequest } from '../normalize/index.ts'
 import { normalizeJobBody } from './input.ts'
@@ -144,7 +144,7 @@ export function nativeSurface(options: NativeRoutesOptions): Hono<GatewayEnv> {
       // Only a job that ran closes the breaker: Runpod queues a job (`IN_QUEUE`) while the endpoint's workers fail.
       const normalized = result.status === 'COMPLETED' ? (breaker.success(endpoint), request.normalized) : undefined
       const usage = normalized && reportedUsage(result.output, normalized.kind, normalized.sampling.max_tokens)
-      ctx.settle(signal.aborted ? { ok: false, error: upstreamError(CALLER_GONE), producedOutput: false, reachedUpstream: true, ...usage } : result.error ? { ok: false, error: jobFailure(result), producedOutput: false } : { ok: true, ...usage } as CompletionOutcome)
+      ctx.settle(signal.aborted ? { ok: false, error: upstreamError(CALLER_GONE), producedOutput: false, reachedUpstream: true, ...usage } : result.error ? { ok: false, error: jobFailure(result), producedOutput: false } : { ok: true, ...usage })
       return answer(c, result, { kind: request.kind, endpoint, upstreamId: result.id }, binding)
     })
     return queue(createCompletionContext(c, normalized, binding.model))

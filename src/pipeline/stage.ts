@@ -30,7 +30,7 @@ export type CompletionOutcome =
    * usage (a current worker-vllm's native shorthand stream, a stream cut before its usage chunk). Quota charges it with the prompt estimate; it is
    * never shown to a caller, cached or shared, which is why it is not `usage`.
    */
-  | { ok: true; usage: TokenUsage | undefined; estimate?: TokenUsage; cached?: boolean }
+  | { ok: true; usage?: TokenUsage; estimate?: TokenUsage; cached?: boolean }
   /**
    * `producedOutput`: some of the answer reached the caller before the failure. `reachedUpstream`: the
    * caller went away after the request reached the upstream, so the prompt was processed and is paid for.
