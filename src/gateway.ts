@@ -22,7 +22,7 @@ import type { CredentialResolver } from './auth/api-key-auth.ts'
 import { adminAuth } from './admin/admin-auth.ts'
 import { ConfigError, resolveConfig } from './config/resolve.ts'
 import type { GatewayOptionsInput } from './config/schema.ts'
-import { GatewayError } from './errors/index.ts'
+import { GatewayError, toGatewayError } from './errors/index.ts'
 import { isRecord } from './http/json.ts'
 import { createErrorHandler, errorResponse, formatForPath } from './http/respond.ts'
 import { openaiRoutes, runpodOpenAIRoutes } from './openai/routes.ts'
@@ -138,7 +138,10 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
     // A host app's own (hono/request-id's): its log lines and podgate's find each other.
     const id = c.get('requestId') ?? crypto.randomUUID()
     c.set('requestId', id)
-    await next()
+    // Hono's onError sees only an Error: a host hook's `throw 'boom'` would reach the runtime's bare 500.
+    await next().catch((error) => {
+      throw toGatewayError(error)
+    })
     setAnswerHeader(c, 'x-request-id', id)
   })
   // hono/tiny's router also matches a route followed by `/`: podgate's routes have none, as on Hono's

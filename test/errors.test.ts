@@ -457,3 +457,31 @@ describe('log sink', () => {
     }
   })
 })
+
+describe('a host hook that throws something not an Error', () => {
+  it.each([['a string', 'boom rp_test_key_never_leaks_0123456789'], ['an object', { code: 1 }]])('(%s) gets podgate\'s 500 in the caller\'s format, with its request id and its log line', async (_name, thrown) => {
+    let broken = false
+    const h = harness({ kv: () => { if (broken) throw thrown; return env.PODGATE_KV } })
+    const { key } = await h.createKey()
+    broken = true
+    const calls: [string, string | undefined, (body: Record<string, unknown>) => unknown][] = [
+      ['/v1/chat/completions', chatBody('chat-openai'), (b) => (b as unknown as OpenAIError).error.code],
+      ['/v1/messages', JSON.stringify({ model: 'chat-current', max_tokens: 8, messages: [{ role: 'user', content: 'x' }] }), (b) => (b as { type: string }).type],
+      ['/v2/chat-classic/run', JSON.stringify({ input: { prompt: 'x' } }), (b) => b.code],
+    ]
+    for (const [path, body, read] of calls) {
+      const res = await h.fetch(path, authed(key, body))
+      expect(res.status).toBe(500)
+      expect(res.headers.get('x-request-id')).toBeTruthy()
+      const text = await res.text()
+      expect(text).not.toContain(RUNPOD_KEY)
+      expect(read(JSON.parse(text) as Record<string, unknown>)).toBe(path.startsWith('/v1/messages') ? 'error' : 'internal_error')
+      expect(h.logs.map((line) => JSON.parse(line) as unknown)).toContainEqual(expect.objectContaining({ level: 'error', request_id: res.headers.get('x-request-id'), status: 500, code: 'internal_error' }))
+    }
+    expect(h.logs.join('\n')).not.toContain(RUNPOD_KEY)
+    // Mounted in a host app too (Hono wraps each of podgate's handlers in its own onError there).
+    const mounted = await new Hono().route('/ai', h.app).fetch(new Request('http://host/ai/v1/chat/completions', authed(key, chatBody('chat-openai'))), env, createExecutionContext())
+    expect(mounted.status).toBe(500)
+    expect(((await mounted.json()) as OpenAIError).error.code).toBe('internal_error')
+  })
+})
