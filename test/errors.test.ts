@@ -485,3 +485,30 @@ describe('a host hook that throws something not an Error', () => {
     expect(((await mounted.json()) as OpenAIError).error.code).toBe('internal_error')
   })
 })
+
+describe('every endpoint answers 503 with Retry-After (no workers, throttled)', () => {
+  const models = {
+    'two-openai': { endpoints: [{ endpointId: 'epa' }, { endpointId: 'epb' }], mode: 'openai' as const },
+    'two-native': { endpoints: [{ endpointId: 'epa' }, { endpointId: 'epb' }], mode: 'native' as const },
+  }
+  // Each endpoint asks for its own wait; the caller is told the shortest.
+  const busy: typeof fetch = async (input, init) => new Response('no workers available', { status: 503, headers: { 'retry-after': new Request(input, init).url.includes('/epa/') ? '20' : '40' } })
+  const calls: [string, string, (body: Record<string, unknown>) => unknown][] = [
+    ['/v1/chat/completions', chatBody('two-openai'), (b) => (b as unknown as OpenAIError).error.code],
+    ['/v1/chat/completions', chatBody('two-native'), (b) => (b as unknown as OpenAIError).error.code],
+    ['/v1/chat/completions', chatBody('two-native', 'x', { stream: true }), (b) => (b as unknown as OpenAIError).error.code],
+    ['/v2/two-openai/openai/v1/chat/completions', chatBody('two-openai', 'x', { stream: true }), (b) => (b as unknown as OpenAIError).error.code],
+    ['/v1/messages', JSON.stringify({ model: 'two-native', max_tokens: 8, messages: [{ role: 'user', content: 'x' }] }), (b) => (b as { error: { type: string } }).error.type],
+    ['/v2/two-native/run', JSON.stringify({ input: { prompt: 'x' } }), (b) => b.code],
+    ['/v2/two-native/runsync', JSON.stringify({ input: { prompt: 'x' } }), (b) => b.code],
+  ]
+  it.each(calls)('%s %s: a 503 with the upstream\'s shortest Retry-After, in the caller\'s format', async (path, body, read) => {
+    const h = harness({ models, fetch: busy })
+    const { key } = await h.createKey()
+    const res = await h.fetch(path, authed(key, body))
+    expect(res.status).toBe(503)
+    // A native /v2 job call tries one endpoint (no failover): that endpoint's own wait.
+    expect(res.headers.get('retry-after')).toMatch(/^\/v2\/two-native\/run/.test(path) ? /^(20|40)$/ : /^20$/)
+    expect(read((await res.json()) as Record<string, unknown>)).toBe(path === '/v1/messages' ? 'api_error' : 'service_unavailable')
+  })
+})

@@ -262,10 +262,8 @@ export async function upstreamHttpError(response: Response, options: { url: stri
   const retryAfter = response.headers.get('retry-after')
   const retryAfterSeconds = retryAfter && /^\d{1,6}$/.test(retryAfter) ? Number(retryAfter) : undefined
   const cause = new UpstreamStatus(status, retryAfterSeconds, upstreamPath(options.url))
-  if (status === 429) {
-    const headers: Record<string, string> = retryAfterSeconds === undefined ? {} : { 'retry-after': String(retryAfterSeconds) }
-    return new GatewayError('upstream_rate_limited', 'The model endpoint is rate limited. Retry shortly.', { headers, cause })
-  }
+  const headers: Record<string, string> = retryAfterSeconds === undefined ? {} : { 'retry-after': String(retryAfterSeconds) }
+  if (status === 429) return new GatewayError('upstream_rate_limited', 'The model endpoint is rate limited. Retry shortly.', { headers, cause })
   // vLLM's 4xx (and a 4xx that worker-vllm wrapped, whatever status carried it) is the caller's to fix:
   // relayed with vLLM's status and message.
   const wrapped = upstreamRefusal(upstreamMessage(text) ?? '')
@@ -279,6 +277,8 @@ export async function upstreamHttpError(response: Response, options: { url: stri
     if (options.jobOp && !isRouteMiss(text)) return new GatewayError('job_not_found', 'The upstream no longer knows this job: it expired or was removed.', { cause })
     return new GatewayError('route_not_found', 'The upstream has no such route or endpoint. The operator must check the endpoint\'s configuration.', { cause })
   }
+  // Runpod's 503 (no worker free, throttled) says "later": a 503 clients retry, after its Retry-After.
+  if (status === 503) return new GatewayError('service_unavailable', 'The model endpoint has no capacity now. Retry later.', { headers, cause })
   return upstreamError(`The upstream failed with HTTP ${status}.`, { cause })
 }
 
