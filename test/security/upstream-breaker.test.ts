@@ -49,7 +49,7 @@ describe('the breaker on the native surface', () => {
     const { key } = await h.createKey()
     const run = async () => (await h.fetch('/v2/n/run', { ...authed(key, JSON.stringify({ input: { prompt: 'Hello' } })) })).status
     // Its own two failures open the breaker (a 503 refused the job: none was queued)...
-    expect([await run(), await run()]).toEqual([502, 502])
+    expect([await run(), await run()]).toEqual([503, 503])
     // ...then every job goes to the live endpoint, and the dead one is asked no more.
     for (let i = 0; i < 4; i++) expect(await run()).toBe(200)
     expect(emulator.calls.filter((c) => c.endpointId === 'deadn').length).toBe(2)
