@@ -420,7 +420,7 @@ describe('tokens', () => {
 describe('access_token in the URL', () => {
   function sseApp(queryToken: boolean) {
     const app = new Hono<GatewayEnv>()
-    app.onError(createErrorHandler(() => {}))
+    app.onError(createErrorHandler(async () => {}))
     app.use(apiKeyAuth({ store: () => new KeyStore(env.PODGATE_KV, { cacheTtlMs: 0 }), tokens: new TokenSigner({ secret: RUNPOD_KEY }), queryToken }))
     app.get('/events', (c) => c.text(`data: ${c.get('principal').credential}\n\n`, 200, { 'content-type': 'text/event-stream' }))
     app.post('/events', (c) => c.text('posted'))

@@ -423,6 +423,19 @@ describe('call log (logCalls)', () => {
 })
 
 describe('log sink', () => {
+  it('one that is async is held by waitUntil until it finished: the error line of a failure and the call line', async () => {
+    const written: string[] = []
+    const h = harness({ logCalls: true, logSink: async (line) => { await new Promise((resolve) => setTimeout(resolve, 100)); written.push(line) } })
+    const { key } = await h.createKey()
+    await h.settle()
+    written.length = 0
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai', 'x [[emulator:fault=http,status=500]]')))
+    expect(res.status).toBe(502)
+    await res.text()
+    await h.settle()
+    expect(written.map((line) => (JSON.parse(line) as { level: string }).level).sort()).toEqual(['error', 'info'])
+  })
+
   it('one that throws loses its line, never the answer: a failure still gets its error answer, with its request id', async () => {
     const h = harness({ logCalls: true, logSink: () => { throw new Error('sink down') } })
     const { key } = await h.createKey()

@@ -10,7 +10,7 @@ import type { Context } from 'hono'
 import type { CompletionStage } from '../pipeline/index.ts'
 
 export type LogLine = Record<string, unknown>
-/** Called at once with each line; may be async (never awaited). One that throws or rejects loses that line only. */
+/** Called at once with each line; may be async (never awaited: held by `waitUntil` where podgate has the request). One that throws or rejects loses that line only. */
 export type LogSink = (line: string) => void
 
 export interface LoggerOptions {
@@ -20,12 +20,15 @@ export interface LoggerOptions {
   sink?: LogSink
 }
 
-export function createLogger(options: LoggerOptions): (line: LogLine) => void {
+/** Writes a line; resolves (never rejects) once an async sink is done with it, for `waitUntil` to hold. */
+export type Log = (line: LogLine) => Promise<unknown>
+
+export function createLogger(options: LoggerOptions): Log {
   const scrub = secretScrubber(options.secrets)
   const sink = options.sink ?? ((line: string) => console.log(line))
-  return function log(line: LogLine): void {
+  return function log(line: LogLine) {
     // A sink that throws, or is async and rejects, loses its line, never the answer (nor leaves a rejection unhandled).
-    void new Promise((resolve) => resolve(sink(scrub(JSON.stringify(line)).replace(CREDENTIAL_PATTERN, (found) => `${found.slice(0, 6)}[redacted]`)))).catch(() => undefined)
+    return new Promise((resolve) => resolve(sink(scrub(JSON.stringify(line)).replace(CREDENTIAL_PATTERN, (found) => `${found.slice(0, 6)}[redacted]`)))).catch(() => undefined)
   }
 }
 
@@ -51,9 +54,9 @@ export function secretScrubber(secrets: readonly string[]): (text: string) => st
  * capacity signal), before the answer began or after. A caller's own 4xx writes none, nor a caller who
  * left (no failure of podgate's or Runpod's).
  */
-export function logFailure(log: (line: LogLine) => void, c: Context, error: GatewayError): void {
+export function logFailure(log: Log, c: Context, error: GatewayError): void {
   if ((error.status >= 500 && error.message !== CALLER_GONE) || error.code === 'upstream_rate_limited')
-    log({ level: 'error', request_id: c.get('requestId'), status: error.status, path: `${c.req.method} ${c.req.path}`, model: c.get('model'), code: error.code, message: error.message, cause: error.cause instanceof Error ? `${error.cause.name}: ${error.cause.message}` : undefined })
+    waitUntilOf(c)(log({ level: 'error', request_id: c.get('requestId'), status: error.status, path: `${c.req.method} ${c.req.path}`, model: c.get('model'), code: error.code, message: error.message, cause: error.cause instanceof Error ? `${error.cause.name}: ${error.cause.message}` : undefined }))
 }
 
 /**
@@ -64,7 +67,7 @@ export function logFailure(log: (line: LogLine) => void, c: Context, error: Gate
  * revoked key (no 5xx) is not logged. A coalesced twin's is, under its own request id, as onError logs a
  * JSON twin's: its caller's id finds its line.
  */
-export function lateFailureLog(log: (line: LogLine) => void): CompletionStage {
+export function lateFailureLog(log: Log): CompletionStage {
   return async function lateFailures(ctx, next) {
     ctx.c.set('model', ctx.model.alias)
     const response = await next(ctx)
@@ -80,7 +83,7 @@ export function lateFailureLog(log: (line: LogLine) => void): CompletionStage {
  * and refusals included (a failure keeps its `error` line too): who, which model, status, cache status,
  * tokens (`estimated` when podgate counted them) and `ms` from the request's start. Registered only when on.
  */
-export function callLog(log: (line: LogLine) => void): CompletionStage {
+export function callLog(log: Log): CompletionStage {
   return async function callLine(ctx, next) {
     const { c, request } = ctx
     const { keyId, tokenId } = c.get('principal')
@@ -96,7 +99,7 @@ export function callLog(log: (line: LogLine) => void): CompletionStage {
           const cache = response?.headers.get('x-podgate-cache')
           // A caller who left is no failure of the upstream's: nginx's 499 (client closed request), no code.
           const gone = !o.ok && o.error.message === CALLER_GONE
-          log({
+          return log({
             level: 'info',
             message: 'call',
             request_id: c.get('requestId'),

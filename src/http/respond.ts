@@ -5,6 +5,7 @@ import type { Context } from 'hono'
 import { openAIErrorBody, toGatewayError } from '../errors/index.ts'
 import type { GatewayError } from '../errors/index.ts'
 import { logFailure } from './log.ts'
+import type { Log } from './log.ts'
 
 /** Runpod's job API answers errors as `{"error": "<message>"}`; podgate adds its code. */
 export function runpodErrorBody(error: GatewayError): { error: string; code: string } {
@@ -47,7 +48,7 @@ export function formatForPath(path: string): ErrorFormat {
  * Hono `onError`: logs unexpected errors (without secrets) and answers in the caller's format, with
  * `scrub` taking the operator's secrets out of the answer.
  */
-export function createErrorHandler(log: (line: Record<string, unknown>) => void, scrub?: (text: string) => string) {
+export function createErrorHandler(log: Log, scrub?: (text: string) => string) {
   return function onError(err: Error, c: Context): Response {
     const error = toGatewayError(err)
     const requestId = c.get('requestId') as string | undefined
