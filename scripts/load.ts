@@ -66,16 +66,16 @@ interface Scenario {
 }
 
 /** A request whose last attempt met a transient per-endpoint 503 (see the round set-up) ends with it, correctly. */
-const TRANSIENT = 'upstream_error'
+const TRANSIENT = 'service_unavailable'
 const SCENARIOS: Scenario[] = [
   { name: 'ok', directive: '', expect: 'full', weight: 40 },
   { name: 'cold start 1.5s', directive: '[[emulator:cold=1500]]', expect: 'full', weight: 10 },
   { name: 'slow tokens', directive: '[[emulator:delay=20,tokens=30]]', expect: 'full', weight: 10 },
   { name: '429', directive: '[[emulator:fault=http,status=429,retry_after=1]]', expect: 'error', codes: ['upstream_rate_limited', TRANSIENT], weight: 8 },
-  { name: '500', directive: '[[emulator:fault=http,status=500]]', expect: 'error', codes: ['upstream_error'], weight: 8 },
+  { name: '500', directive: '[[emulator:fault=http,status=500]]', expect: 'error', codes: ['upstream_error', TRANSIENT], weight: 8 },
   { name: 'stall', directive: '[[emulator:fault=stall,after=3,delay=10]]', expect: 'partial', codes: ['upstream_timeout'], weight: 8 },
   { name: 'mid-stream failure', directive: '[[emulator:fault=mid_stream,after=4,delay=10]]', expect: 'partial', codes: ['upstream_error'], weight: 8 },
-  { name: 'job failed', directive: '[[emulator:fault=job_failed]]', expect: 'error', codes: ['upstream_error'], weight: 8 },
+  { name: 'job failed', directive: '[[emulator:fault=job_failed]]', expect: 'error', codes: ['upstream_error', TRANSIENT], weight: 8 },
 ]
 const MODELS = ['chat-openai', 'chat-classic', 'chat-current']
 const RESILIENCE = { retries: { attempts: 3, baseDelayMs: 50, maxDelayMs: 500, budgetMs: 5_000 }, ttftBudgetMs: 5_000, timeouts: { firstTokenMs: 20_000, idleMs: 5_000, totalMs: 30_000 } }
