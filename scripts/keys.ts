@@ -19,7 +19,10 @@ import { realpathSync } from 'node:fs'
 import { parseArgs } from 'node:util'
 import { readDevUrl, readDevVars } from './lib/dev-state.ts'
 
-const USAGE = `usage: npm run keys -- <create|list|get|update|rotate|revoke> [id] [options]
+const COMMANDS = ['create', 'list', 'get', 'update', 'rotate', 'revoke'] as const
+const isCommand = (name: string | undefined): name is (typeof COMMANDS)[number] => (COMMANDS as readonly (string | undefined)[]).includes(name)
+
+const USAGE = `usage: npm run keys -- <${COMMANDS.join('|')}> [id] [options]
   --url <podgate URL>        default $PODGATE_URL, else the running \`npm run dev\`, else http://127.0.0.1:$PORT (8787)
   --admin-token <token>      default $PODGATE_ADMIN_TOKEN, else .dev.vars (for a local URL)
   --name <label>  --kind secret|publishable  --models a,b|all  --origins https://a,https://b
@@ -85,8 +88,6 @@ export interface KeysCliIO {
   devDir?: string
 }
 
-const COMMANDS = ['create', 'list', 'get', 'update', 'rotate', 'revoke']
-
 const LOOPBACK = /^http:\/\/(127\.0\.0\.1|localhost|\[::1\])(:\d+)?$/
 
 /** Runs one CLI invocation; returns the process exit code. */
@@ -101,7 +102,7 @@ export async function runKeysCli(argv: string[], io: KeysCliIO): Promise<number>
     const [command, id] = parsed.positionals
     if (parsed.positionals.length > 2) throw new UsageError(`${command} takes one key id: run it once per key`)
     // The command is checked before the token: a typo is a usage mistake whatever the environment.
-    if (!COMMANDS.includes(command as string)) throw new UsageError(command ? `unknown command '${command}'` : 'no command')
+    if (!isCommand(command)) throw new UsageError(command ? `unknown command '${command}'` : 'no command')
     const devUrl = io.devDir === undefined ? undefined : readDevUrl(io.devDir)
     // An empty variable counts as unset (`PORT= npm run keys`).
     const url = (typeof parsed.values.url === 'string' ? parsed.values.url : io.env.PODGATE_URL || devUrl || `http://127.0.0.1:${io.env.PORT || 8787}`).replace(/\/+$/, '')
@@ -132,8 +133,6 @@ export async function runKeysCli(argv: string[], io: KeysCliIO): Promise<number>
       case 'revoke':
         request = ['DELETE', `/admin/keys/${needsId()}`]
         break
-      default:
-        throw new UsageError(command ? `unknown command '${command}'` : 'no command')
     }
     const result = await call(url, token, io, ...request)
     if (result === null) return 1
