@@ -568,3 +568,25 @@ describe('StrictQuotaStore across locations', () => {
     expect(await store.usage({ keyId, now: next + 10 })).toMatchObject({ minuteCounts: { requests: 2 }, dayCounts: { requests: 3 } })
   })
 })
+
+describe('KvQuotaStore onWriteError', () => {
+  it('a flush (what the request\'s waitUntil holds) waits for an async onWriteError: its log line is not lost', async () => {
+    const clock = fakeClock(Date.UTC(2026, 0, 1))
+    const kv = new Proxy(env.PODGATE_KV, {
+      get: (target, prop) => (prop === 'put' ? () => Promise.reject(new Error('KV put failed: 429')) : (Reflect.get(target, prop, target) as (...args: unknown[]) => unknown).bind(target)),
+    })
+    let logged = false
+    const store = new KvQuotaStore(kv, {
+      now: clock.now,
+      sleep: clock.sleep,
+      onWriteError: async () => {
+        await new Promise((resolve) => setTimeout(resolve, 50))
+        logged = true
+      },
+    })
+    const result = await store.reserve({ keyId: 'k_onwriteerror', policy: { requestsPerMinute: 4 }, cost: { tokens: 1, stream: false }, now: clock.now(), background: () => undefined })
+    expect(result.ok).toBe(true)
+    await store.flush()
+    expect(logged).toBe(true)
+  })
+})

@@ -49,7 +49,7 @@ export interface KvQuotaStoreOptions {
   /** Waits before a paced flush. Default: `setTimeout`. Tests pass one driven by their clock. */
   sleep?: (ms: number) => Promise<void>
   /** Told once per flush whose writes KV refused (they are retried with the next): for the operator's log. Default: nothing. */
-  onWriteError?: (error: unknown) => void
+  onWriteError?: (error: unknown) => unknown
 }
 
 /** One shard's counts: its newest minute (`m`: requests `r`, tokens `t`) and day (`d`: `dr`, `dt`). Earlier versions wrote `{ r, t }` per window. */
@@ -97,7 +97,7 @@ export class KvQuotaStore implements QuotaStore {
   readonly #now: () => number
   readonly #maxKeys: number
   readonly #sleep: (ms: number) => Promise<void>
-  readonly #onWriteError: ((error: unknown) => void) | undefined
+  readonly #onWriteError: ((error: unknown) => unknown) | undefined
   readonly #keys = new Map<string, KeyState>()
   #lastFlush = -Infinity
   #flushScheduled = false
@@ -232,7 +232,7 @@ export class KvQuotaStore implements QuotaStore {
     }
     await Promise.all(writes)
     // Unpublished counts hold the key's other isolates to their own share only: the operator must know.
-    if (failure !== undefined) this.#onWriteError?.(failure)
+    if (failure !== undefined) await this.#onWriteError?.(failure)
   }
 
   #scheduleFlush(background: ReserveInput['background']): void {

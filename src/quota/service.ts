@@ -29,7 +29,7 @@ export interface QuotaServiceOptions {
   /** Clock deciding windows. Default `Date.now`. */
   now?: () => number
   /** Told when KV refuses the KV store's counter writes (see `KvQuotaStoreOptions.onWriteError`). Default: nothing. */
-  onWriteError?: (error: unknown) => void
+  onWriteError?: (error: unknown) => unknown
 }
 
 /** A control-call limit: a policy that always names `controlPerMinute`. */
