@@ -228,6 +228,20 @@ describe('scopes and tiers', () => {
 })
 
 describe('storage failures', () => {
+  it('are logged through an async logSink too: each line is held by the request\'s waitUntil until written', async () => {
+    const written: string[] = []
+    const kv = kvHooked({
+      get(key) {
+        if (key.startsWith('cachegen:')) throw new Error('KV GET failed: 503 Service Unavailable')
+      },
+    })
+    const { chat } = await setup({ kv: () => kv, logSink: async (line) => { await new Promise((resolve) => setTimeout(resolve, 100)); written.push(line) } })
+    written.length = 0
+    const res = await chat(deterministic('chat-openai', `async sink ${crypto.randomUUID()}`))
+    expect(res.headers.get('x-podgate-cache')).toBe('BYPASS')
+    expect(written.map((text) => (JSON.parse(text) as { message: string }).message)).toEqual(['cache generation read failed'])
+  })
+
   it('are misses, never failed requests, each logged with its request id and model as failure lines are', async () => {
     const down = () => Promise.reject(new Error('Cache API down'))
     const broken = { match: down, put: down } as unknown as Cache

@@ -27,7 +27,7 @@ export interface CacheStageOptions {
   coalesce: boolean
   /** The cache's clock, in ms. */
   now: () => number
-  /** Where storage failures are reported (they never fail a request). */
+  /** Where storage failures are reported (they never fail a request); a promise it returns is held by the request's waitUntil. */
   log?: (line: Record<string, unknown>) => void
 }
 

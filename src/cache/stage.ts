@@ -28,7 +28,7 @@ export type { CacheRun, CacheStageOptions, Plan } from './run.ts'
  *   coalesce: true, now: Date.now }))
  */
 export function cacheStage(options: CacheStageOptions): CompletionStage {
-  const run: CacheRun = { options, flights: new Map(), log: (ctx, line) => options.log?.({ level: 'warn', request_id: ctx.c.get('requestId'), model: ctx.model.alias, ...line }) }
+  const run: CacheRun = { options, flights: new Map(), log: (ctx, line) => waitUntilOf(ctx.c)(Promise.resolve(options.log?.({ level: 'warn', request_id: ctx.c.get('requestId'), model: ctx.model.alias, ...line }))) }
   const prepared = new WeakMap<CompletionContext, Prepared | null>()
 
   /** What the stage decides and reads before it looks up, worked out once per request; null: not cacheable. */
