@@ -62,7 +62,7 @@ export interface GatewayOptions extends GatewayOptionsInput {
   credentialOrigins?: readonly string[]
   /** fetch used for upstream calls. Default: the global `fetch`. */
   fetch?: typeof fetch
-  /** Where log lines go (already scrubbed of secrets); never awaited (an async one's error and call lines are held by `waitUntil`), and one that throws or rejects loses that line only. Default: `console.log`. */
+  /** Where log lines go (already scrubbed of secrets); never awaited (an async one's lines are held by the request's `waitUntil`; the quota store's by its flush), and one that throws or rejects loses that line only. Default: `console.log`. */
   logSink?: LogSink
   /** Quota defaults and store (see `quotaConfigSchema`), plus the Durable Object namespace and a clock. */
   quota?: GatewayQuotaOptions
