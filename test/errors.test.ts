@@ -525,3 +525,22 @@ describe('every endpoint answers 503 with Retry-After (no workers, throttled)', 
     expect(read((await res.json()) as Record<string, unknown>)).toBe(path === '/v1/messages' ? 'api_error' : 'service_unavailable')
   })
 })
+
+describe('a caller-sent x-request-id', () => {
+  it('is never taken: podgate mints its own (a 10 KB, control-character or key-bearing value reaches no header or log line)', async () => {
+    const h = harness({ logCalls: true })
+    const { key } = await h.createKey()
+    h.logs.length = 0
+    for (const sent of ['a'.repeat(10_000), `x"}\t{"level":"info`, `id ${RUNPOD_KEY}`]) {
+      const init = authed(key, chatBody('chat-openai'))
+      const res = await h.fetch('/v1/chat/completions', { ...init, headers: { ...(init.headers as Record<string, string>), 'x-request-id': sent } })
+      expect(res.status).toBe(200)
+      await res.text()
+      expect(res.headers.get('x-request-id')).toMatch(/^[0-9a-f-]{36}$/)
+    }
+    await h.settle()
+    expect(h.logs.length).toBe(3)
+    for (const line of h.logs) expect((JSON.parse(line) as { request_id: string }).request_id).toMatch(/^[0-9a-f-]{36}$/)
+    expect(h.logs.join('\n')).not.toContain(RUNPOD_KEY)
+  })
+})
