@@ -846,6 +846,30 @@ describe('native jobs (/v2)', () => {
     expect(await minuteOf(h, keys[0]!.key)).toMatchObject({ requests: 1, tokens: 0 })
   })
 
+  // Found in the token accounting review: a /runsync that ended TIMED_OUT (in the queue, where it never ran,
+  // or past its execution timeout) or CANCELLED (by an operator or Runpod) kept its whole reservation (prompt
+  // estimate + max_tokens × n), while the same job behind the OpenAI surface answers 504/502 and costs no token.
+  it.each([
+    ['TIMED_OUT in the queue', { status: 'TIMED_OUT' }],
+    ['TIMED_OUT after it ran', { status: 'TIMED_OUT', executionTime: 300, workerId: 'w1' }],
+    ['CANCELLED', { status: 'CANCELLED', executionTime: 300, workerId: 'w1' }],
+  ])('a /runsync that ended %s costs no token, as the same job on the OpenAI surface does', async (_, end) => {
+    const upstream = (async (input: RequestInfo | URL) => {
+      const op = new URL(input instanceof Request ? input.url : input).pathname.split('/')[3]
+      return Response.json(op === 'run' ? { id: 'j1', status: 'IN_QUEUE' } : { id: 'j1', ...end })
+    }) as typeof fetch
+    const { h } = clockedHarness({ fetch: upstream })
+    const keys = await Promise.all(['v2', 'openai'].map((name) => h.createKey({ name, quota: { tokensPerMinute: 1_000_000 } })))
+    const res = await job(h, keys[0]!.key, 'chat-classic', 'runsync', false)
+    expect(res.status).toBe(200)
+    expect(((await res.json()) as { status: string }).status).toBe(end.status)
+    const openai = await chat(h, keys[1]!.key, 'x', { max_tokens: 1_000 }, 'chat-classic')
+    expect(openai.status).toBeGreaterThanOrEqual(502)
+    await openai.text()
+    expect(await minuteOf(h, keys[1]!.key)).toMatchObject({ requests: 1, tokens: 0 })
+    expect(await minuteOf(h, keys[0]!.key)).toMatchObject({ requests: 1, tokens: 0 })
+  })
+
   it('a COMPLETED /runsync whose output reports no usage is charged the prompt estimate and the tokens counted, as on the OpenAI surface', async () => {
     // A current worker's shorthand stream (no usage chunk: its body asks for none), and classic items without `usage`.
     const { h } = clockedHarness()

@@ -45,9 +45,9 @@ export interface NativeRoutesOptions {
    * Stages a job submission (`run`, `runsync`) passes through, e.g. quota. A job's usage is not known
    * when `/run` answers, so its outcome settles at once with nothing reported: a quota counts the
    * request and keeps its token reservation (prompt estimate + max_tokens x n). A COMPLETED `runsync`
-   * settles from the usage its output reports, when it reports one; one that FAILED counts no token. A
-   * caller who left once the job was queued pays its prompt estimate (or that usage), as an OpenAI call's
-   * does. Default: none.
+   * settles from the usage its output reports, when it reports one; one that ended FAILED, TIMED_OUT or
+   * CANCELLED counts no token. A caller who left once the job was queued pays its prompt estimate (or that
+   * usage), as an OpenAI call's does. Default: none.
    */
   stages?: readonly CompletionStage[]
   /**
@@ -138,13 +138,13 @@ export function nativeSurface(options: NativeRoutesOptions): Hono<GatewayEnv> {
         signal.removeEventListener('abort', cancel)
       }
       // A COMPLETED `runsync` holds its output: it counts what that reports (or podgate's count of it). One that
-      // FAILED (Runpod sends its `error`) is refunded its tokens, as a failed native job on the OpenAI surface is;
-      // any other keeps the reservation. A caller who left once its job was upstream (the job then cancelled)
-      // pays its prompt and any output reported, as on the OpenAI surface.
+      // ended without output (FAILED, TIMED_OUT, CANCELLED) is refunded its tokens, as the same native job on the
+      // OpenAI surface is; one still running keeps the reservation. A caller who left once its job was upstream
+      // (the job then cancelled) pays its prompt and any output reported, as on the OpenAI surface.
       // Only a job that ran closes the breaker: Runpod queues a job (`IN_QUEUE`) while the endpoint's workers fail.
       const normalized = result.status === 'COMPLETED' ? (breaker.success(endpoint), request.normalized) : undefined
       const usage = normalized && reportedUsage(result.output, normalized.kind, normalized.sampling.max_tokens)
-      ctx.settle(signal.aborted ? { ok: false, error: upstreamError(CALLER_GONE), producedOutput: false, reachedUpstream: true, ...usage } : result.error ? { ok: false, error: jobFailure(result), producedOutput: false } : { ok: true, ...usage })
+      ctx.settle(signal.aborted ? { ok: false, error: upstreamError(CALLER_GONE), producedOutput: false, reachedUpstream: true, ...usage } : result.status !== 'COMPLETED' && isTerminal(result.status) ? { ok: false, error: jobFailure(result), producedOutput: false } : { ok: true, ...usage })
       return answer(c, result, { kind: request.kind, endpoint, upstreamId: result.id }, binding)
     })
     return queue(createCompletionContext(c, normalized, binding.model))
