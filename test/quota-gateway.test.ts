@@ -870,6 +870,27 @@ describe('native jobs (/v2)', () => {
     expect(await minuteOf(h, keys[0]!.key)).toMatchObject({ requests: 1, tokens: 0 })
   })
 
+  // docs/quotas.md: podgate keeps no link from a /run job to its reservation, so nothing a later call sees
+  // (a cancel, the usage in a status or a stream) corrects it; an event stream costs a request, no token.
+  it('a /run keeps its reservation whatever its job later reports, cancelled or COMPLETED with its usage', async () => {
+    const { h } = clockedHarness()
+    const keys = await Promise.all(['cancelled', 'followed'].map((name) => h.createKey({ name, quota: { tokensPerMinute: 1_000_000 } })))
+    const started = await Promise.all(keys.map(async ({ key }, i) => {
+      const body = { input: { messages: [{ role: 'user', content: `x${i} [[emulator:tokens=7,delay=${i === 0 ? 5_000 : 1}]]` }], sampling_params: { max_tokens: 1_000 } } }
+      return ((await (await h.fetch('/v2/chat-classic/run', authed(key, JSON.stringify(body)))).json()) as { id: string }).id
+    }))
+    const reserved = await Promise.all(keys.map(async ({ key }) => (await minuteOf(h, key)).tokens))
+    expect(Math.min(...reserved)).toBeGreaterThan(1_000)
+    const cancelled = await h.fetch(`/v2/chat-classic/cancel/${started[0]}`, { method: 'POST', headers: { authorization: `Bearer ${keys[0]!.key}` } })
+    expect(((await cancelled.json()) as { status: string }).status).toBe('CANCELLED')
+    const events = await (await h.fetch(`/v2/chat-classic/stream/${started[1]}`, { headers: { authorization: `Bearer ${keys[1]!.key}`, accept: 'text/event-stream' } })).text()
+    expect(events).toContain('"usage"')
+    const status = (await (await h.fetch(`/v2/chat-classic/status/${started[1]}`, authed(keys[1]!.key))).json()) as { status: string }
+    expect(status.status).toBe('COMPLETED')
+    expect(await minuteOf(h, keys[0]!.key)).toMatchObject({ requests: 1, tokens: reserved[0] })
+    expect(await minuteOf(h, keys[1]!.key)).toMatchObject({ requests: 2, tokens: reserved[1] })
+  })
+
   it('a COMPLETED /runsync whose output reports no usage is charged the prompt estimate and the tokens counted, as on the OpenAI surface', async () => {
     // A current worker's shorthand stream (no usage chunk: its body asks for none), and classic items without `usage`.
     const { h } = clockedHarness()
