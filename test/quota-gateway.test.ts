@@ -870,6 +870,23 @@ describe('native jobs (/v2)', () => {
     expect(await minuteOf(h, keys[0]!.key)).toMatchObject({ requests: 1, tokens: 0 })
   })
 
+  // Found in the token accounting review: a current worker's streamed job whose vLLM stream broke with an error
+  // event after some tokens ends COMPLETED, its output podgate's decoder refuses: it kept the whole reservation,
+  // while the same stream behind the OpenAI surface is charged the prompt estimate plus the tokens counted.
+  it('a COMPLETED /runsync whose output breaks off with an error is charged the prompt estimate and the tokens counted', async () => {
+    const { h } = clockedHarness()
+    const keys = await Promise.all(['v2', 'openai'].map((name) => h.createKey({ name, quota: { tokensPerMinute: 1_000_000 } })))
+    const content = 'x [[emulator:fault=error_event,after=3]]'
+    const res = await h.fetch('/v2/chat-current/runsync', authed(keys[0]!.key, JSON.stringify({ input: { messages: [{ role: 'user', content }], sampling_params: { max_tokens: 1_000 }, stream: true } })))
+    const answer = (await res.json()) as { status: string; output: unknown[] }
+    expect(answer.status).toBe('COMPLETED')
+    expect(JSON.stringify(answer.output)).toContain('error')
+    await (await chat(h, keys[1]!.key, content, { max_tokens: 1_000, stream: true }, 'chat-current')).text()
+    const openai = (await minuteOf(h, keys[1]!.key)).tokens
+    expect(openai).toBeLessThan(100)
+    expect((await minuteOf(h, keys[0]!.key)).tokens).toBe(openai)
+  })
+
   // docs/quotas.md: podgate keeps no link from a /run job to its reservation, so nothing a later call sees
   // (a cancel, the usage in a status or a stream) corrects it; an event stream costs a request, no token.
   it('a /run keeps its reservation whatever its job later reports, cancelled or COMPLETED with its usage', async () => {
@@ -903,7 +920,7 @@ describe('native jobs (/v2)', () => {
     expect((await minuteOf(h, keys[0]!.key)).tokens).toBe(prompt + 7)
   })
 
-  it('a /runsync whose output is not an answer podgate reads, or that is still running, keeps the reservation of a /run', async () => {
+  it('a /runsync whose output is not an answer podgate reads is charged its prompt estimate; one still running keeps the reservation of a /run', async () => {
     // Output of no shape podgate knows; then a job the wait left IN_PROGRESS.
     // The wait runs out at once, and again on each status-sync podgate asks for the rest of it.
     const runsync = [{ id: 'j1', status: 'COMPLETED', output: [{ image: 'a.png' }] }, { id: 'j2', status: 'IN_PROGRESS' }]
@@ -916,7 +933,8 @@ describe('native jobs (/v2)', () => {
     for (const [i, via] of (['runsync', 'runsync', 'run'] as const).entries()) expect((await job(h, keys[i]!.key, 'chat-classic', via, false)).status).toBe(200)
     const reservation = (await minuteOf(h, keys[2]!.key)).tokens
     expect(reservation).toBeGreaterThan(1_000)
-    expect((await minuteOf(h, keys[0]!.key)).tokens).toBe(reservation)
+    // It ran on a GPU: the prompt is what podgate can count of it (the token accounting review).
+    expect((await minuteOf(h, keys[0]!.key)).tokens).toBe(reservation - 1_000)
     expect((await minuteOf(h, keys[1]!.key)).tokens).toBe(reservation)
   })
 

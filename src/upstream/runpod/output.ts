@@ -70,7 +70,8 @@ export function nativeOutputToOpenAI(output: unknown, options: NativeOutputOptio
 /**
  * The usage a COMPLETED job's `output` reports (classic items' `usage`, vLLM's JSON or its SSE usage
  * chunk), or, when it reports none, podgate's count of its output (`estimate`, which the quota charges
- * with the prompt estimate); neither when it is no answer podgate reads. Leaves `output` unchanged.
+ * with the prompt estimate). An output that breaks off (an error event or item) or that podgate cannot
+ * read counts what was read before it, as a stream cut short does. Leaves `output` unchanged.
  *
  * @example
  * const { usage, estimate } = reportedUsage(job.output, 'chat', 256) // a `/runsync` settles its quota from it
@@ -79,12 +80,15 @@ export function reportedUsage(output: unknown, kind: RequestKind, maxTokens: num
   const items: unknown[] = Array.isArray(output) ? output.flat() : [output]
   // Read in place: nativeOutputToOpenAI rewrites a whole answer's id and model, which the caller gets.
   if (isCompletionBody(items[0])) return { usage: readUsage(items[0].usage) }
+  let counted = {}
+  const decoder = createNativeStreamDecoder({ kind, model: '', id: '', created: 0, maxTokens, onChunk() {}, onUsage: (usage, { estimated }) => (counted = { [estimated ? 'estimate' : 'usage']: usage }) })
   try {
-    const { usage, estimate } = nativeOutputToOpenAI(items, { kind, model: '', id: '', created: 0, maxTokens, n: 0 })
-    return { usage, estimate }
+    for (const item of items) decoder.push(item)
+    decoder.finish()
   } catch {
-    return {}
+    decoder.cut?.()
   }
+  return counted
 }
 
 /**
