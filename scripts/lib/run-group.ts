@@ -10,11 +10,13 @@
  */
 import { spawn } from 'node:child_process'
 import { realpathSync } from 'node:fs'
+import { constants } from 'node:os'
 
 export const SIGNALS = { SIGHUP: 1, SIGINT: 2, SIGTERM: 15 } as const
 
 /**
- * Runs `command` in a process group of its own and waits for it, its exit status (as spawnSync's). A
+ * Runs `command` in a process group of its own and waits for it, its exit status (128+n when a signal
+ * killed it, as a shell's). A
  * SIGINT, SIGTERM or SIGHUP to this script goes to that whole group (vitest, its workers, the wrangler dev
  * a test started) and ends this script once the child has exited: a signal to npm alone (a process
  * manager's or IDE's "stop") reaches only this script, and with spawnSync vitest and its children outlived it.
@@ -44,7 +46,8 @@ export async function runGroup(command: string, args: string[], env: NodeJS.Proc
   for (const signal of signals) process.on(signal, forward)
   const status = await new Promise<number | null>((resolve) => {
     child.once('error', () => resolve(null))
-    child.once('exit', (code) => resolve(code))
+    // A child killed by a signal (its own, the OOM killer's) ends with 128+n, as a shell reports it.
+    child.once('exit', (code, signal) => resolve(code ?? (signal ? 128 + constants.signals[signal] : null)))
   })
   for (const signal of signals) process.off(signal, forward)
   if (stopped) process.exit(128 + SIGNALS[stopped as keyof typeof SIGNALS])

@@ -3,7 +3,7 @@
  * IDE's "stop", `kill <pid>`): as `npm run dev` (dev-signals.test.ts), nothing they started may outlive
  * them: no vitest or its workers (nor what a test started), no wrangler, no workerd on its ports.
  */
-import { execFileSync } from 'node:child_process'
+import { execFileSync, spawnSync } from 'node:child_process'
 import { chmodSync, mkdirSync, readdirSync, symlinkSync, writeFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { afterAll, describe, expect, it } from 'vitest'
@@ -99,5 +99,14 @@ describe('SIGTERM to npm alone', () => {
   it('npm run bench:cache: the wrangler dev it started stops', { timeout: 90_000 }, async () => {
     // Slow tokens: still running when stopped.
     await stopsEverything(devCheckout('bench-cache-signals'), ['bench:cache'], /workerd/, { CACHE_BENCH_TOKEN_MS: '200' })
+  })
+})
+
+describe('run-group (npm test, npm run deploy)', () => {
+  it('exits with the command\'s status, and 128+n when a signal alone killed the command, as a shell does', () => {
+    const run = (script: string) => spawnSync(process.execPath, [join(ROOT, 'scripts/lib/run-group.ts'), 'sh', '-c', script], { stdio: 'ignore', timeout: 30_000 }).status
+    expect(run('exit 3')).toBe(3)
+    expect(run('kill -TERM $$')).toBe(143)
+    expect(run('kill -KILL $$')).toBe(137)
   })
 })
