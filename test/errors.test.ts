@@ -472,7 +472,15 @@ describe('log sink', () => {
 })
 
 describe('a host hook that throws something not an Error', () => {
-  it.each([['a string', 'boom rp_test_key_never_leaks_0123456789'], ['an object', { code: 1 }]])('(%s) gets podgate\'s 500 in the caller\'s format, with its request id and its log line', async (_name, thrown) => {
+  const circular: Record<string, unknown> = { code: 2 }
+  circular.self = circular
+  it.each([
+    ['a string', 'boom rp_test_key_never_leaks_0123456789', 'boom [redacted]'],
+    ['an object', { code: 1, key: 'rp_test_key_never_leaks_0123456789' }, '{"code":1,"key":"[redacted]"}'],
+    // JSON.stringify throws on these two: the line is still written, naming what was thrown.
+    ['a circular object', circular, 'object'],
+    ['a BigInt', 10n, 'bigint'],
+  ])('(%s) gets podgate\'s 500 in the caller\'s format, with its request id and its log line naming it', async (_name, thrown, cause) => {
     let broken = false
     const h = harness({ kv: () => { if (broken) throw thrown; return env.PODGATE_KV } })
     const { key } = await h.createKey()
@@ -489,7 +497,7 @@ describe('a host hook that throws something not an Error', () => {
       const text = await res.text()
       expect(text).not.toContain(RUNPOD_KEY)
       expect(read(JSON.parse(text) as Record<string, unknown>)).toBe(path.startsWith('/v1/messages') ? 'error' : 'internal_error')
-      expect(h.logs.map((line) => JSON.parse(line) as unknown)).toContainEqual(expect.objectContaining({ level: 'error', request_id: res.headers.get('x-request-id'), status: 500, code: 'internal_error' }))
+      expect(h.logs.map((line) => JSON.parse(line) as unknown)).toContainEqual(expect.objectContaining({ level: 'error', request_id: res.headers.get('x-request-id'), status: 500, code: 'internal_error', cause }))
     }
     expect(h.logs.join('\n')).not.toContain(RUNPOD_KEY)
     // Mounted in a host app too (Hono wraps each of podgate's handlers in its own onError there).
