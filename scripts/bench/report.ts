@@ -50,6 +50,8 @@ export interface Results {
     eventUs: { p50: number; p90: number }
     /** The SSE relay alone (no gateway around it), per event. */
     relayEventUs: { p50: number; p90: number }
+    /** Absent in results from before 2026-11-29. */
+    logLineUs?: { p50: number; p90: number }
     /** An empty TransformStream piped the same way, per event: one stream hop in workerd. */
     hopEventUs: { p50: number; p90: number }
     clock: { cpuMs: number; clockMs: number }
@@ -180,6 +182,7 @@ export function renderMarkdown(r: Results, notes: string): string {
   lines.push(`| Per relayed stream event (slope 10 → 1000 events) | ${r.cpu.eventUs.p50.toFixed(1)} µs | ${r.cpu.eventUs.p90.toFixed(1)} µs |`)
   lines.push(`| For scale: one empty TransformStream hop in workerd, piped the same way | ${r.cpu.hopEventUs.p50.toFixed(1)} µs | ${r.cpu.hopEventUs.p90.toFixed(1)} µs |`)
   lines.push(`| The SSE relay alone (src/streaming/openai-relay.ts, piped without the gateway) | ${r.cpu.relayEventUs.p50.toFixed(1)} µs | ${r.cpu.relayEventUs.p90.toFixed(1)} µs |`)
+  if (r.cpu.logLineUs) lines.push(`| A 5xx's log line (src/http/log.ts: JSON, three secrets and podgate's key pattern scrubbed; a successful call writes none) | ${r.cpu.logLineUs.p50.toFixed(1)} µs | ${r.cpu.logLineUs.p90.toFixed(1)} µs |`)
   lines.push('')
   if (r.hops.length > 0) {
     const shapes: Record<string, string> = {

@@ -393,7 +393,7 @@ async function measureCpu(url: string, pid: number, batches: number): Promise<Re
   const shortN = 50
   const longN = 10
   const loop = (target: string, n: number, rest: string) => run(`target=${target}&n=${n}&${rest}`)
-  for (const target of ['gateway', 'relay', 'identity', 'upstream', 'noop']) {
+  for (const target of ['gateway', 'relay', 'identity', 'upstream', 'log', 'noop']) {
     await loop(target, 50, 'cache=miss')
     await loop(target, 50, 'cache=hit')
     await loop(target, 20, 'stream=1&events=1000')
@@ -405,6 +405,7 @@ async function measureCpu(url: string, pid: number, batches: number): Promise<Re
   const perEvent: number[] = []
   const relayEvent: number[] = []
   const hopEvent: number[] = []
+  const logLines: number[] = []
   let clock = { cpuMs: 0, clockMs: 0 }
   for (let b = 0; b < batches; b++) {
     const upJson = await loop('upstream', jsonN, 'cache=miss')
@@ -412,6 +413,7 @@ async function measureCpu(url: string, pid: number, batches: number): Promise<Re
     const gwOff = await loop('gateway', jsonN, 'cache=off')
     const noop = await loop('noop', jsonN, 'cache=hit')
     const gwHit = await loop('gateway', jsonN, 'cache=hit')
+    const logLine = await loop('log', jsonN, 'cache=hit')
     const upShort = await loop('upstream', shortN, 'stream=1&events=10')
     const gwShort = await loop('gateway', shortN, 'stream=1&events=10')
     const upLong = await loop('upstream', longN, 'stream=1&events=1000')
@@ -423,6 +425,7 @@ async function measureCpu(url: string, pid: number, batches: number): Promise<Re
     miss.push((gwMiss.ns - upJson.ns) / jsonN / 1e6)
     off.push((gwOff.ns - upJson.ns) / jsonN / 1e6)
     hit.push((gwHit.ns - noop.ns) / jsonN / 1e6)
+    logLines.push((logLine.ns - noop.ns) / jsonN / 1e3)
     const short = (gwShort.ns - upShort.ns) / shortN
     const long = (gwLong.ns - upLong.ns) / longN
     streamShort.push(short / 1e6)
@@ -432,7 +435,7 @@ async function measureCpu(url: string, pid: number, batches: number): Promise<Re
     clock = { cpuMs: gwMiss.ns / 1e6, clockMs: gwMiss.clockMs }
   }
   const p = (values: number[]) => ({ p50: percentile(values, 50), p90: percentile(values, 90) })
-  return { batches, jsonPerBatch: jsonN, requestMs: p(miss), uncacheableMs: p(off), cacheHitMs: p(hit), streamRequestMs: p(streamShort), eventUs: p(perEvent), relayEventUs: p(relayEvent), hopEventUs: p(hopEvent), clock, stages }
+  return { batches, jsonPerBatch: jsonN, requestMs: p(miss), uncacheableMs: p(off), cacheHitMs: p(hit), streamRequestMs: p(streamShort), eventUs: p(perEvent), relayEventUs: p(relayEvent), hopEventUs: p(hopEvent), logLineUs: p(logLines), clock, stages }
 }
 
 /**

@@ -2,7 +2,7 @@
  * Bench-only Worker (run by `npm run bench` through `wrangler dev`, never deployed): loops podgate's
  * request path inside workerd so its CPU cost can be read from the workerd process.
  *
- * `GET /loop?target=gateway|least|relay|identity|upstream|noop&n=&stream=0|1&events=&cache=off|miss|hit` runs `n` chat
+ * `GET /loop?target=gateway|least|relay|identity|upstream|log|noop&n=&stream=0|1&events=&cache=off|miss|hit` runs `n` chat
  * calls one after another through `createGateway(...).fetch` with the real ExecutionContext and reads
  * each body to the end; `target=upstream` runs the same loop against the in-process fake upstream
  * alone (`noop`: against nothing), so the runner can subtract what those and the loop itself cost;
@@ -13,12 +13,15 @@
  * Every call authenticates with a key that carries a quota policy, so the quota stage counts it;
  * `cache=miss` makes each request cacheable and new (a lookup that misses, then a store),
  * `cache=hit` repeats one cacheable request, `cache=off` sends a request the cache skips.
+ * `target=log` writes a failure's log line per call (as `onError` does for a 5xx: the gateway's logger,
+ * scrubbing the secrets a deployment has and any podgate key, to a sink that drops it) beside the `noop` loop.
  */
 import { createGateway } from '../../../src/index.ts'
 import type { GatewayEnv } from '../../../src/index.ts'
 import type { Hono } from 'hono'
 import { chatBody, closingEvents, completionJson, contentEvent, parseScenario } from '../wire.ts'
 import { createOpenAIRelay } from '../../../src/streaming/openai-relay.ts'
+import { createLogger } from '../../../src/http/log.ts'
 import { splitBody, pipeOpenAIStream } from '../../../src/streaming/openai-pipe.ts'
 import { memoryCache, memoryKv } from './memory-stores.ts'
 import leastGateway from '../least-gateway/hono.ts'
@@ -31,6 +34,8 @@ interface Env {
 }
 
 const ADMIN_TOKEN = 'bench-admin-token-0123456789abcdef'
+/** The logger `createGateway` builds, with a deployment's secrets: the Runpod key, the admin token, the signing secret. */
+const benchLog = createLogger({ secrets: ['bench-runpod-key', ADMIN_TOKEN, 'bench-signing-secret-0123456789abcdef'], sink: () => {} })
 const encoder = new TextEncoder()
 
 /** The upstream, in process: answers at once, so only podgate's own work is left to measure. */
@@ -501,6 +506,20 @@ async function leastCall(init: { method: string; headers: Record<string, string>
   }
 }
 
+/** A 5xx's line as `logFailure` writes it (src/http/log.ts): a fresh request id each call, the upstream's status as its cause. */
+function failureLine(i: number) {
+  return {
+    level: 'error',
+    request_id: `6f1c2a9e-0b7d-4c3e-9a41-${String(i).padStart(12, '0')}`,
+    status: 502,
+    path: 'POST /v1/chat/completions',
+    model: 'bench',
+    code: 'upstream_error',
+    message: 'The upstream answered with an error (HTTP 500). Try again shortly.',
+    cause: 'POST /v2/bench/openai/v1/chat/completions answered 500',
+  }
+}
+
 export default {
   async fetch(request, env, ctx) {
     const url = new URL(request.url)
@@ -526,6 +545,8 @@ export default {
       const res =
         target === 'noop'
           ? new Response(body)
+          : target === 'log'
+            ? (await benchLog(failureLine(i)), new Response(body))
           : target === 'upstream'
             ? await fakeUpstream('http://upstream.bench/v2/bench/openai/v1/chat/completions', init)
             : target === 'relay' || target === 'identity'
