@@ -369,6 +369,15 @@ describe('call log (logCalls)', () => {
     expect(lines[1]!.completion_tokens).toBeGreaterThan(0)
   })
 
+  it('on, a passthrough /runsync that COMPLETED writes its 200 line and no error line', async () => {
+    const h = harness({ logCalls: true, models: { ...MODELS, 'raw-vllm': { endpoints: [{ endpointId: 'vllmclassic' }], mode: 'native', passthrough: true } } })
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v2/raw-vllm/runsync', authed(key, JSON.stringify({ input: { prompt: 'hi', sampling_params: { max_tokens: 4 } } })))
+    expect(((await res.json()) as { status: string }).status).toBe('COMPLETED')
+    await h.settle()
+    expect(h.logs.map((line) => JSON.parse(line) as Record<string, unknown>)).toEqual([expect.objectContaining({ level: 'info', message: 'call', path: 'POST /v2/raw-vllm/runsync', status: 200 })])
+  })
+
   // A JSON twin gets the whole answer; a streaming twin follows a native endpoint's events live, or waits
   // for the whole answer of a stream piped natively (a real byte stream: the scripted upstream's).
   it.each(['json', 'followed', 'piped'] as const)('on, coalesced twins (%s) each write one line: the leader MISS, the twin COALESCED', async (shape) => {

@@ -938,6 +938,26 @@ describe('native jobs (/v2)', () => {
     expect((await minuteOf(h, keys[1]!.key)).tokens).toBe(reservation)
   })
 
+  // A worker on runpod-python before 1.7.6 keeps vLLM's refusal as an item of a COMPLETED job's output (a later
+  // one fails the job): it cost the prompt estimate on /runsync, while the OpenAI surface answers it as the
+  // caller's 400 and charges no token.
+  it.each([
+    ['current', { error: { message: 'vLLM returned HTTP 400: {"error":{"message":"max_tokens is too large","type":"BadRequestError","param":null,"code":400}}', type: 'worker_error', code: null } }],
+    ['classic', { error: { message: 'This model\'s maximum context length is 4096 tokens.', type: 'BadRequestError', param: null, code: 400 } }],
+  ])('a COMPLETED /runsync whose output is vLLM\'s refusal (%s worker) costs no token, as on the OpenAI surface', async (_, item) => {
+    const upstream = (async () => Response.json({ id: 'j1', status: 'COMPLETED', output: [item] })) as typeof fetch
+    const { h } = clockedHarness({ fetch: upstream })
+    const keys = await Promise.all(['v2', 'openai'].map((name) => h.createKey({ name, quota: { tokensPerMinute: 1_000_000 } })))
+    const res = await job(h, keys[0]!.key, 'chat-classic', 'runsync', false)
+    expect(res.status).toBe(200)
+    expect(((await res.json()) as { status: string }).status).toBe('COMPLETED')
+    const openai = await chat(h, keys[1]!.key, 'x', { max_tokens: 1_000 }, 'chat-classic')
+    expect(openai.status).toBe(400)
+    await openai.text()
+    expect(await minuteOf(h, keys[1]!.key)).toMatchObject({ requests: 1, tokens: 0 })
+    expect(await minuteOf(h, keys[0]!.key)).toMatchObject({ requests: 1, tokens: 0 })
+  })
+
   it('a COMPLETED classic /runsync whose items carry no usage is charged the prompt estimate and the tokens counted', async () => {
     const upstream = (async () => Response.json({ id: 'j1', status: 'COMPLETED', output: [{ choices: [{ tokens: ['hi', ' there'] }] }] })) as typeof fetch
     const { h } = clockedHarness({ fetch: upstream })

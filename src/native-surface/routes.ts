@@ -20,7 +20,7 @@ import type { RunpodClient } from '../upstream/runpod/client.ts'
 import { reportedUsage } from '../upstream/runpod/output.ts'
 import { jobEventStream } from './job-events.ts'
 import { cancelJob, jobWithin } from '../upstream/job-calls.ts'
-import { jobFailure } from '../upstream/native.ts'
+import { jobFailure, refusalIn } from '../upstream/native.ts'
 import { countFault, sleep } from '../upstream/retry.ts'
 import { EndpointBreaker } from '../upstream/breaker.ts'
 import type { Breaker } from '../upstream/breaker.ts'
@@ -45,7 +45,7 @@ export interface NativeRoutesOptions {
    * Stages a job submission (`run`, `runsync`) passes through, e.g. quota. A job's usage is not known
    * when `/run` answers, so its outcome settles at once with nothing reported: a quota counts the
    * request and keeps its token reservation (prompt estimate + max_tokens x n). A COMPLETED `runsync`
-   * settles from the usage its output reports, when it reports one; one that ended FAILED, TIMED_OUT or
+   * settles from the usage its output reports, when it reports one (none when that output is vLLM's refusal); one that ended FAILED, TIMED_OUT or
    * CANCELLED counts no token. A caller who left once the job was queued pays its prompt estimate (or that
    * usage), as an OpenAI call's does. Default: none.
    */
@@ -142,9 +142,12 @@ export function nativeSurface(options: NativeRoutesOptions): Hono<GatewayEnv> {
       // OpenAI surface is; one still running keeps the reservation. A caller who left once its job was upstream
       // (the job then cancelled) pays its prompt and any output reported, as on the OpenAI surface.
       // Only a job that ran closes the breaker: Runpod queues a job (`IN_QUEUE`) while the endpoint's workers fail.
+      // A COMPLETED job whose output is vLLM's refusal (runpod-python before 1.7.6 kept its error item) made
+      // nothing: no token, as that refusal costs on the OpenAI surface.
       const normalized = result.status === 'COMPLETED' ? (breaker.success(endpoint), request.normalized) : undefined
       const usage = normalized && reportedUsage(result.output, normalized.kind, normalized.sampling.max_tokens)
-      ctx.settle(signal.aborted ? { ok: false, error: upstreamError(CALLER_GONE), producedOutput: false, reachedUpstream: true, ...usage } : result.status !== 'COMPLETED' && isTerminal(result.status) ? { ok: false, error: jobFailure(result), producedOutput: false } : { ok: true, ...usage })
+      const failure = result.status === 'COMPLETED' ? refusalIn(result.output) : isTerminal(result.status) && jobFailure(result)
+      ctx.settle(signal.aborted ? { ok: false, error: upstreamError(CALLER_GONE), producedOutput: false, reachedUpstream: true, ...usage } : failure ? { ok: false, error: failure, producedOutput: false } : { ok: true, ...usage })
       return answer(c, result, { kind: request.kind, endpoint, upstreamId: result.id }, binding)
     })
     return queue(createCompletionContext(c, normalized, binding.model))

@@ -120,7 +120,8 @@ export function ranOn(job: Pick<JobStatus, 'status' | 'executionTime' | 'workerI
   return job.status === 'IN_PROGRESS' || job.status === 'RUNNING' || (job.executionTime ?? 0) > 0 || job.workerId !== undefined
 }
 
-function refusalIn(output: unknown): GatewayError | undefined {
+/** vLLM's refusal where an output holds it as an item (a worker on runpod-python before 1.7.6 kept it there, COMPLETED). */
+export function refusalIn(output: unknown): GatewayError | undefined {
   const items: unknown[] = Array.isArray(output) ? output : [output]
   for (const item of items) {
     const failure = errorItemFailure(item)
