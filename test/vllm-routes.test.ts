@@ -1,6 +1,6 @@
 /**
  * vLLM's other routes (`/v1/responses`, `/v1/messages`, `/v1/messages/count_tokens`, `/v1/rerank`,
- * `/v1/score`, `/v1/classify`, `/v1/pooling`, `/v1/tokenize`, `/v1/detokenize`, and `/v2/rerank`): podgate forwards their
+ * `/v1/score`, `/v1/classify`, `/v1/pooling`, `/v1/tokenize`, `/v1/detokenize`, `/v2/rerank` and `/v2/embed`): podgate forwards their
  * bodies unchanged but for `model` and the output cap, on both upstream modes, counts them against
  * quotas, answers errors in the route's own shape, and ends a cut stream with an error event of the
  * stream's own dialect.
@@ -30,6 +30,7 @@ const ANSWERS: Record<string, Record<string, unknown>> = {
   '/messages/count_tokens': { input_tokens: 4 },
   '/rerank': { id: 'rerank-1', model: SERVED, usage: { total_tokens: 9 }, results: [{ index: 1, document: { text: 'b' }, relevance_score: 0.9 }] },
   '/v2/rerank': { id: 'rerank-2', model: SERVED, usage: { total_tokens: 9 }, results: [{ index: 1, document: { text: 'b' }, relevance_score: 0.9 }] },
+  '/v2/embed': { id: 'embd-1', embeddings: { float: [[0.25, -0.5]] }, texts: ['a'], meta: { api_version: { version: '2' }, tokens: { input_tokens: 1 } } },
   '/score': { id: 'score-1', object: 'list', created: 1, model: SERVED, data: [{ index: 0, object: 'score', score: 0.5 }], usage: { prompt_tokens: 6, total_tokens: 6, completion_tokens: 0 } },
   '/tokenize': { count: 2, max_model_len: 8192, tokens: [1, 2], token_strs: null },
   '/detokenize': { prompt: 'Hi there' },
@@ -153,6 +154,25 @@ describe('vLLM routes: JSON answers, forwarded as written', () => {
     const keyless = await h.fetch('/v2/rerank', { method: 'POST', body: JSON.stringify(body) })
     expect(keyless.status).toBe(401)
     expect(await keyless.json()).toMatchObject({ error: { type: 'authentication_error' } })
+    expect(calls).toHaveLength(0)
+  })
+
+  it("/v2/embed, Cohere's v2 embed API (vLLM serves it since PR #37074), goes as an openai_route job with the model from the body; its refusals are OpenAI's", async () => {
+    const { h, calls } = setup()
+    const { key } = await h.createKey({ name: 'routes', quota: { tokensPerMinute: 100_000 } })
+    const body = { model: 'openai', texts: ['a'], input_type: 'search_document', embedding_types: ['float'], output_dimension: 2, truncate: 'END', max_tokens: 512 }
+    const res = await h.fetch('/v2/embed', authed(key, JSON.stringify(body)))
+    expect(res.status, await res.clone().text()).toBe(200)
+    expect(await res.json()).toEqual(ANSWERS['/v2/embed'])
+    // Cohere's `max_tokens` is a truncation length here, not an output cap: forwarded as written.
+    expect(calls[0]).toEqual({ op: 'run', body: { input: { openai_route: '/v2/embed', openai_input: { ...body, model: SERVED } } } })
+    expect(await usageOf(h, key)).toEqual(expect.objectContaining({ requests: 1 }))
+    calls.length = 0
+    const chatOnly = await h.fetch('/v2/embed', authed(key, JSON.stringify({ ...body, model: 'chat-only' })))
+    expect(chatOnly.status).toBe(400)
+    expect(await chatOnly.json()).toMatchObject({ error: { param: 'model', type: 'invalid_request_error' } })
+    const keyless = await h.fetch('/v2/embed', { method: 'POST', body: JSON.stringify(body) })
+    expect(keyless.status).toBe(401)
     expect(calls).toHaveLength(0)
   })
 

@@ -6,7 +6,7 @@
 export { normalizeChatRequest } from './chat.ts'
 export { normalizeCompletionRequest } from './completion.ts'
 export { normalizeEmbeddingRequest } from './embedding.ts'
-export { COHERE_RERANK, normalizeRouteRequest, VLLM_ROUTES } from './route.ts'
+export { COHERE_ROUTES, normalizeRouteRequest, VLLM_ROUTES } from './route.ts'
 export type { StreamDialect, VllmRoute } from './route.ts'
 export { toNativeInput, toOpenAIBody, SAMPLING_KEYS, OPENAI_ROUTE } from './upstream-bodies.ts'
 export { assertNativeSampling } from './shorthand.ts'

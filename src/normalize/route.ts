@@ -40,8 +40,14 @@ export const VLLM_ROUTES: Readonly<Record<string, VllmRoute>> = {
   detokenize: { path: '/detokenize' },
 }
 
-/** vLLM's `/v2/rerank`, Cohere's v2 API (vLLM answers it as `/v1/rerank`), served at podgate's `/v2/rerank`. */
-export const COHERE_RERANK: VllmRoute = { path: '/v2/rerank', kind: 'embedding' }
+/**
+ * vLLM's routes of Cohere's v2 API, served at podgate's `/v2/rerank` and `/v2/embed`: `/v2/rerank` (vLLM
+ * answers it as `/v1/rerank`) and `/v2/embed` (vLLM since spring 2026, PR #37074; its `max_tokens` truncates the input).
+ */
+export const COHERE_ROUTES: readonly VllmRoute[] = [
+  { path: '/v2/rerank', kind: 'embedding' },
+  { path: '/v2/embed', kind: 'embedding' },
+]
 
 /**
  * @example

@@ -8,7 +8,7 @@
 import { Hono } from 'hono/tiny'
 import { GatewayError } from '../errors/index.ts'
 import { readJsonBody } from '../http/body.ts'
-import { assertJsonObject, COHERE_RERANK, normalizeChatRequest, normalizeCompletionRequest, normalizeEmbeddingRequest, normalizeRouteRequest, VLLM_ROUTES } from '../normalize/index.ts'
+import { assertJsonObject, COHERE_ROUTES, normalizeChatRequest, normalizeCompletionRequest, normalizeEmbeddingRequest, normalizeRouteRequest, VLLM_ROUTES } from '../normalize/index.ts'
 import type { NormalizedRequest, RequestKind } from '../normalize/index.ts'
 import { modelFor } from '../routing/models.ts'
 import type { ModelTable, ResolvedModel } from '../routing/models.ts'
@@ -45,7 +45,7 @@ export function openaiRoutes(options: OpenAIRoutesOptions): Hono<GatewayEnv> {
 /**
  * `/v2/<model>/openai/v1/*` (mount at `/v2`): Runpod's URL shape, which `@runpod/ai-sdk-provider` and
  * clients pointed at `api.runpod.ai` use. The path names the model; the body's `model` may be that
- * alias or its served model name. Also `/v2/rerank`, vLLM's Cohere v2 rerank, the model from the body.
+ * alias or its served model name. Also `/v2/rerank` and `/v2/embed`, vLLM's Cohere v2 API, the model from the body.
  */
 export function runpodOpenAIRoutes(options: OpenAIRoutesOptions): Hono<GatewayEnv> {
   return surface(options, (c, body) => {
@@ -66,7 +66,7 @@ type ModelResolver = (c: Context<GatewayEnv>, body: Record<string, unknown>) => 
 /** The model the body's `model` names (a podgate alias), if the caller may use it. */
 const bodyModel = (models: ModelTable): ModelResolver => (c, body) => modelFor(models, body.model, c.get('principal'))
 
-/** `byBody`, on the `/v2` mount: also serve vLLM's `/v2/rerank` (Cohere's v2 API), the model from the body. */
+/** `byBody`, on the `/v2` mount: also serve vLLM's `/v2/rerank` and `/v2/embed` (Cohere's v2 API), the model from the body. */
 function surface(options: OpenAIRoutesOptions, resolve: ModelResolver, prefix: string, byBody?: ModelResolver): Hono<GatewayEnv> {
   const app = new Hono<GatewayEnv>()
   const run = composeStages(options.stages, options.dispatch)
@@ -86,7 +86,7 @@ function surface(options: OpenAIRoutesOptions, resolve: ModelResolver, prefix: s
   for (const [name, route] of Object.entries(VLLM_ROUTES)) {
     app.post(`${prefix}/${name}`, (c) => complete(c, (body, config, alias) => normalizeRouteRequest(body, config, alias, route), runRoute))
   }
-  if (byBody) app.post('/rerank', (c) => complete(c, (body, config, alias) => normalizeRouteRequest(body, config, alias, COHERE_RERANK), runRoute, byBody))
+  if (byBody) for (const route of COHERE_ROUTES) app.post(route.path.slice(3), (c) => complete(c, (body, config, alias) => normalizeRouteRequest(body, config, alias, route), runRoute, byBody))
 
   // `/v2/<model>/openai/v1/models`: the path's model, refused (404, 403) as the path's other routes refuse it.
   app.get(`${prefix}/models`, (c) => {

@@ -164,6 +164,12 @@ OPERATIONS['POST /v2/rerank'] = {
   tag: 'OpenAI',
   security: 'key',
 }
+OPERATIONS['POST /v2/embed'] = {
+  summary: 'vLLM /v2/embed (Cohere v2)',
+  description: "Forwarded to vLLM's `/v2/embed` (vLLM since spring 2026) as written, `model` (a podgate alias) rewritten to the served name; its `max_tokens` truncates the input and is not capped.",
+  tag: 'OpenAI',
+  security: 'key',
+}
 
 /** JSON Schemas of request bodies, from the validating zod schemas (their input side: what callers send). */
 export function requestSchemas(): Record<string, unknown> {
