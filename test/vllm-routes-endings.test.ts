@@ -229,6 +229,17 @@ describe('openai-pipe: a Responses or Messages upstream that holds its connectio
     expect(tokens).toBe(5)
   })
 
+  // vLLM's first Anthropic route (anthropic/serving_messages.py, the one that wrote `[DONE]`) put message_start's usage beside
+  // `message`, not in it, and ended a failed stream with `data: [DONE]`: its prompt count was not read, and
+  // a stream that failed before any output was charged podgate's estimate (3 here) instead of vLLM's count.
+  it('an older vLLM\'s message_start (usage beside `message`) followed by an error counts vLLM\'s prompt count', async () => {
+    const start = `event: message_start\ndata: ${JSON.stringify({ type: 'message_start', message: { id: 'msg_1', content: [], model: SERVED }, usage: { input_tokens: 40, output_tokens: 0 } })}\n\n`
+    const error = 'event: error\ndata: {"type":"error","error":{"type":"internal_error","message":"CUDA out of memory"}}\n\ndata: [DONE]\n\n'
+    const { text, tokens } = await messagesStream([start, error])
+    expect(text).toContain('CUDA out of memory')
+    expect(tokens).toBe(40)
+  })
+
   // vLLM's responses/serving.py writes response.created and response.in_progress before it runs the model,
   // and a GenerationError as an `error` event: no output came, so the stream counts its prompt (the
   // estimate: no event holds vLLM's count), not the reserved max_output_tokens.

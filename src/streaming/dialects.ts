@@ -79,8 +79,9 @@ const MESSAGES_DIALECT: Dialect = {
     end.done = type === 'message_stop'
     const message = upstreamErrorMessage(value)
     if (message !== undefined) end.error ??= workerFailure(message)
-    // `message_start` holds the prompt's count; `message_delta` the output's (vLLM's also the prompt's).
-    const usage = isRecord(value) ? (type === 'message_start' && isRecord(value.message) ? value.message.usage : value.usage) : undefined
+    // `message_start` holds the prompt's count (in `message`; beside it from vLLM's first Anthropic route,
+    // anthropic/serving_messages.py); `message_delta` the output's (vLLM's also the prompt's).
+    const usage = isRecord(value) ? (type === 'message_start' && isRecord(value.message) && value.message.usage) || value.usage : undefined
     if (isRecord(usage)) end[type === 'message_start' ? 'prompt' : 'usage'] = readUsage({ ...toInputOutput(end.usage ?? end.prompt), ...usage })
   },
   errorEvent: (error) => `event: error\ndata: ${JSON.stringify({ type: 'error', error: { type: error.type, message: error.message } })}\n\n`,
