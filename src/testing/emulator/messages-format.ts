@@ -103,7 +103,7 @@ export function messagesJson(completion: Completion, meta: CompletionMeta): Json
  * first delta and closed by content_block_stop when the next one opens or the answer ends (a thinking
  * block after its signature_delta); one content_block_delta per token (`thinking_delta`, `text_delta`,
  * `input_json_delta`); then message_delta with the usage and message_stop (and `[DONE]` with
- * `meta.messagesDone`, as older vLLM wrote). Events are vLLM's `model_dump_json(exclude_unset=True)`:
+ * `meta.messagesDone`, as older vLLM wrote, whose message_start held its usage beside the message). Events are vLLM's `model_dump_json(exclude_unset=True)`:
  * only the fields its converter set.
  */
 export function messagesEvents(completion: Completion, meta: CompletionMeta): TimedEvent[] {
@@ -111,8 +111,11 @@ export function messagesEvents(completion: Completion, meta: CompletionMeta): Ti
   const push = (type: string, fields: JsonObject, step: number, kind: TimedEvent['kind']) => {
     events.push({ event: type, kind, step, data: JSON.stringify({ type, ...fields }) })
   }
-  const start = { id: meta.id, content: [], model: meta.model, stop_reason: null, stop_sequence: null, usage: { input_tokens: completion.promptTokens, output_tokens: 0 } }
-  push('message_start', { message: start }, 0, 'chunk')
+  const usage = { input_tokens: completion.promptTokens, output_tokens: 0 }
+  // Older vLLM (anthropic/serving_messages.py, which also wrote `[DONE]`) set only the message's id, content
+  // and model, and put the prompt's count beside the message.
+  const start: JsonObject = meta.messagesDone ? { message: { id: meta.id, content: [], model: meta.model }, usage } : { message: { id: meta.id, content: [], model: meta.model, stop_reason: null, stop_sequence: null, usage } }
+  push('message_start', start, 0, 'chunk')
   const choice = completion.choices[0]
   let open: { index: number; type: string } | undefined
   let next = 0

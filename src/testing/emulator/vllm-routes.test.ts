@@ -238,10 +238,13 @@ describe('/v1/messages', () => {
     expect(payloads.find((p) => p.type === 'message_delta')).toEqual({ type: 'message_delta', delta: { stop_reason: 'end_turn' }, usage: json.usage })
   })
 
-  it('with messagesDone (older vLLM), writes data: [DONE] after message_stop, over HTTP and in jobs', async () => {
+  it('with messagesDone (older vLLM), writes data: [DONE] after message_stop and message_start\'s usage beside its message, over HTTP and in jobs', async () => {
     const { post, streamJob } = setup({ defaults: { messagesDone: true } })
     const direct = await (await post('/v2/ep/openai/v1/messages', { ...messagesBody, stream: true })).text()
     expect(direct.endsWith('event: message_stop\ndata: {"type":"message_stop"}\n\ndata: [DONE]\n\n')).toBe(true)
+    // anthropic/serving_messages.py: AnthropicStreamEvent(type, message=AnthropicMessagesResponse(id, content, model), usage=...).
+    const start = JSON.parse(sseEvents(direct)[0]!.data) as Json
+    expect(start).toEqual({ type: 'message_start', message: { id: start.message.id, content: [], model: 'm' }, usage: { input_tokens: expect.any(Number), output_tokens: 0 } })
     for (const endpoint of ['vllmcurrent', 'vllmclassic']) {
       const job = await streamJob(endpoint, { openai_route: '/v1/messages', openai_input: { ...messagesBody, stream: true } })
       expect(normalize((job.items as string[]).join(''))).toBe(normalize(direct))
