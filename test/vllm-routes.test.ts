@@ -185,6 +185,37 @@ describe('vLLM routes: JSON answers, forwarded as written', () => {
   })
 })
 
+describe('vLLM routes: a `stream` field on a route that does not stream', () => {
+  // worker-vllm v2.24+ (handler.py) relays vLLM's answer as text chunks whenever the job's body has
+  // `stream: true`, whatever the route: vLLM ignores the field on these routes and answers JSON, which the
+  // worker then yields as strings. Found in the surfaces review: podgate forwarded the field and refused
+  // the job's output as "something other than one JSON answer" (a 502) where vLLM itself answers 200.
+  it.each(['tokenize', 'embeddings', 'messages/count_tokens'])('/v1/%s with stream: true on a current worker answers vLLM\'s JSON', async (route) => {
+    const calls: Call[] = []
+    const answers: Record<string, Record<string, unknown>> = { tokenize: ANSWERS['/tokenize']!, embeddings: { object: 'list', data: [{ index: 0, object: 'embedding', embedding: [0.5] }], model: SERVED, usage: { prompt_tokens: 2, total_tokens: 2 } }, 'messages/count_tokens': ANSWERS['/messages/count_tokens']! }
+    const fetchFake = async (input: RequestInfo | URL, init?: RequestInit): Promise<Response> => {
+      const request = new Request(input, init)
+      const op = new URL(request.url).pathname.split('/').slice(3).join('/')
+      const text = request.method === 'POST' ? await request.text() : ''
+      calls.push({ op, body: text ? (JSON.parse(text) as Record<string, unknown>) : undefined })
+      if (op === 'run') return Response.json({ id: 'job1', status: 'IN_QUEUE' })
+      if (op.startsWith('status-sync/')) {
+        const input = calls.find((c) => c.op === 'run')!.body!.input as { openai_input: { stream?: unknown } }
+        const json = JSON.stringify(answers[route])
+        // `resp.content.iter_any()` under `stream: true`: the JSON text, in pieces, as the job's output.
+        return Response.json({ id: 'job1', status: 'COMPLETED', output: input.openai_input.stream === true ? [json.slice(0, 7), json.slice(7)] : [JSON.parse(json)] })
+      }
+      return new Response('not found', { status: 404 })
+    }
+    const h = harness({ models: MODELS, fetch: fetchFake as typeof fetch, quota: QUOTA_CLOCK }, createRunpodEmulator({ apiKey: RUNPOD_KEY }))
+    const { key } = await h.createKey()
+    const body = { model: 'native', prompt: 'Hi', input: 'Hi', messages: [{ role: 'user', content: 'Hi' }], stream: true }
+    const res = await h.fetch(`/v1/${route}`, authed(key, JSON.stringify(body)))
+    expect(res.status, await res.clone().text()).toBe(200)
+    expect(await res.json()).toEqual('model' in answers[route]! ? { ...answers[route], model: 'native' } : answers[route])
+  })
+})
+
 describe('vLLM routes: an image reserves what it does on chat', () => {
   // 100,000 base64 characters (a 75 KB image): 25,000 tokens as text, more than the key's whole minute.
   const data = 'A'.repeat(100_000)

@@ -27,6 +27,9 @@ export const OPENAI_ROUTE: Readonly<Record<RequestKind, '/v1/chat/completions' |
  */
 export function toOpenAIBody(req: NormalizedRequest, servedModelName: string): Record<string, unknown> {
   const body: Record<string, unknown> = { ...req.body, model: servedModelName }
+  // A route that does not stream (embeddings, tokenize, rerank, ...) ignores `stream` in vLLM, but current
+  // worker-vllm then relays vLLM's JSON answer as text chunks, which is no JSON answer: the field is left out.
+  if (!req.stream && body.stream) delete body.stream
   // vLLM's other routes report usage in their own events: their bodies get nothing added.
   if (req.stream && !req.route) {
     const options: Record<string, unknown> = typeof body.stream_options === 'object' && body.stream_options !== null ? { ...body.stream_options } : {}
