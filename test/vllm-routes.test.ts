@@ -8,6 +8,7 @@
 import { describe, expect, it } from 'vitest'
 import type { GatewayOptions } from '../src/index.ts'
 import { createRunpodEmulator } from '../src/testing/index.ts'
+import { pythonStr } from '../src/testing/emulator/python-str.ts'
 import { authed, harness, RUNPOD_KEY, scriptedUpstream } from './helpers.ts'
 
 const SERVED = 'org/Served-Model-8B'
@@ -182,6 +183,52 @@ describe('vLLM routes: JSON answers, forwarded as written', () => {
     const res = await h.fetch('/v2/openai/openai/v1/responses', authed(key, JSON.stringify({ input: 'Hi' })))
     expect(res.status).toBe(200)
     expect(calls[0]).toEqual({ op: 'openai/v1/responses', body: { input: 'Hi', model: SERVED, max_output_tokens: 64 } })
+  })
+})
+
+describe('vLLM routes: a previous_response_id vLLM does not hold', () => {
+  // vLLM answers an unknown `previous_response_id` (a response stored on another serverless worker, or
+  // none: its store is off by default) with a 404 of type invalid_request_error, the caller's to fix; its
+  // unknown model is a 404 NotFoundError, the operator's. Found in the surfaces review: podgate took the
+  // first for the second, a 502 on the OpenAI route and, on a native endpoint, a worker failure tried on
+  // every endpoint and counted against each one's breaker: any key could trip them with a made-up id.
+  const notFound = { error: { message: "Response with id 'resp_gone' not found.", type: 'invalid_request_error', param: 'response_id', code: 404 } }
+  const body = { model: 'native', input: 'Hi', previous_response_id: 'resp_gone' }
+
+  it('on an OpenAI-mode endpoint: the caller\'s 404 with vLLM\'s message', async () => {
+    const { h, calls } = setup({ refuse: Response.json(notFound, { status: 404 }) })
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/responses', authed(key, JSON.stringify({ ...body, model: 'openai' })))
+    expect(res.status).toBe(404)
+    expect(await res.json()).toMatchObject({ error: { type: 'invalid_request_error', message: "Response with id 'resp_gone' not found." } })
+    expect(calls).toHaveLength(1)
+  })
+
+  it('on native endpoints (current worker-vllm wraps the 404): the caller\'s 404, tried on one endpoint only', async () => {
+    const runs: string[] = []
+    const fetchFake = async (input: RequestInfo | URL, init?: RequestInit): Promise<Response> => {
+      const url = new URL(new Request(input, init).url)
+      const [, , endpoint, op] = url.pathname.split('/')
+      if (op === 'run') {
+        runs.push(endpoint!)
+        return Response.json({ id: `job-${endpoint}`, status: 'IN_QUEUE' })
+      }
+      // runpod-python ends the job at the worker's error item: its error is Python's str() of the item's.
+      const error = pythonStr({ message: `vLLM returned HTTP 404: ${JSON.stringify(notFound)}`, type: 'worker_error', code: null })
+      if (op === 'status-sync' || op === 'status') return Response.json({ id: `job-${endpoint}`, status: 'FAILED', error, workerId: 'w1' })
+      if (op === 'stream') return Response.json({ status: 'FAILED', stream: [] })
+      return Response.json({ id: `job-${endpoint}`, status: 'CANCELLED' })
+    }
+    const models: GatewayOptions['models'] = { native: { endpoints: [{ endpointId: 'epa' }, { endpointId: 'epb' }], mode: 'native', servedModelName: SERVED } }
+    const h = harness({ models, fetch: fetchFake as typeof fetch, quota: QUOTA_CLOCK }, createRunpodEmulator({ apiKey: RUNPOD_KEY }))
+    const { key } = await h.createKey()
+    for (const stream of [false, true]) {
+      runs.length = 0
+      const res = await h.fetch('/v1/responses', authed(key, JSON.stringify({ ...body, stream })))
+      expect(res.status, `stream: ${stream}`).toBe(404)
+      expect(await res.json()).toMatchObject({ error: { type: 'invalid_request_error', message: "Response with id 'resp_gone' not found." } })
+      expect(runs).toHaveLength(1)
+    }
   })
 })
 

@@ -131,8 +131,11 @@ export function upstreamRefusal(message: string): GatewayError | undefined {
   const match = WRAPPED_REFUSAL.exec(message)
   if (!match) return undefined
   const status = Number(match[1])
-  if (OPERATOR_STATUSES.has(status)) return undefined
-  return refusalError(status, match[2] ?? '')
+  const body = match[2] ?? ''
+  // vLLM's 404 for what the caller named (an unknown `previous_response_id`) is typed invalid_request_error;
+  // its unknown model (NotFoundError) is the operator's.
+  if (OPERATOR_STATUSES.has(status) && !body.includes('"invalid_request_error"')) return undefined
+  return refusalError(status, body)
 }
 
 /** The `invalid_request` error for a vLLM 4xx whose body is `body` (vLLM's JSON error, or text). */

@@ -268,7 +268,9 @@ export async function upstreamHttpError(response: Response, options: { url: stri
   // relayed with vLLM's status and message.
   const wrapped = upstreamRefusal(upstreamMessage(text) ?? '')
   if (wrapped) return wrapped
-  if (isRefusalStatus(status)) return refusalError(status, text)
+  // And vLLM's 404 for what the caller named (an unknown `previous_response_id`), typed invalid_request_error
+  // (its unknown model, a NotFoundError, is the operator's).
+  if (isRefusalStatus(status) || (status === 404 && text.includes('"invalid_request_error"'))) return refusalError(status, text)
   if (status === 401 || status === 403) {
     return upstreamError('The upstream refused podgate\'s credentials. The operator must check RUNPOD_API_KEY.', { cause })
   }
