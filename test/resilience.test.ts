@@ -652,3 +652,30 @@ describe('timeouts.totalMs bounds the whole call, retries and backoff included',
     })
   }
 })
+
+describe("a model's other mode is not tried once timeouts.totalMs has passed", () => {
+  it('a native job that FAILED at totalMs is answered as it failed: no OpenAI-route request is sent with no time left', async () => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    emulator.configure('epmixn', { coldStartMs: 10_000 })
+    const calls: string[] = []
+    // Runpod holds the `/status-sync` wait to its end, and the job FAILED just then: its answer comes in a
+    // little after the call's totalMs.
+    const upstream = (async (input: RequestInfo | URL, init?: RequestInit) => {
+      const request = new Request(input, init)
+      const url = new URL(request.url)
+      const [, , endpoint = '', op = '', id = ''] = url.pathname.split('/')
+      calls.push(`${endpoint} ${op}`)
+      if (op !== 'status-sync') return emulator.fetch(request)
+      await new Promise((resolve) => setTimeout(resolve, Number(url.searchParams.get('wait')) + 100))
+      return Response.json({ id, status: 'FAILED', error: 'boom' })
+    }) as typeof fetch
+    const endpoints = [{ endpointId: 'epmixn', mode: 'native' as const, weight: 1e6 }, { endpointId: 'epmixo', mode: 'openai' as const, weight: 1e-6 }]
+    const h = harness({ models: { mixed: { endpoints, resilience: { retries: FAST_RETRIES, timeouts: { totalMs: 1_500 } } } }, fetch: upstream }, emulator)
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('mixed')))
+    await h.settle()
+    expect(calls.filter((call) => call.startsWith('epmixo'))).toEqual([])
+    expect(res.status).toBe(502)
+    expect(((await res.json()) as OpenAIError).error.message).toBe('The model worker failed: boom')
+  })
+})

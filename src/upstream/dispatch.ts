@@ -63,7 +63,9 @@ export function createDispatcher(options: DispatchOptions): CompletionHandler {
       } catch (error) {
         // A caller who hung up after a request went upstream is charged its prompt (quota stage).
         if (signal.aborted && call.plan.attempted > 0) ctx.settle({ ok: false, error: toGatewayError(error), producedOutput: false, reachedUpstream: true })
-        if (last || !isRetryable(error) || signal.aborted) throw error
+        // No other mode is started past `timeouts.totalMs`: its request would be cut off at once (an
+        // OpenAI-route one left running upstream as a job), and the caller would get a timeout, not this failure.
+        if (last || !isRetryable(error) || signal.aborted || Date.now() >= deadline) throw error
       }
     }
   }
