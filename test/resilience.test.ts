@@ -679,3 +679,18 @@ describe("a model's other mode is not tried once timeouts.totalMs has passed", (
     expect(((await res.json()) as OpenAIError).error.message).toBe('The model worker failed: boom')
   })
 })
+
+describe("a proxy's timeout (504, Cloudflare's 524) is a timeout: the request reached its upstream and may still run", () => {
+  for (const status of [504, 524]) {
+    it.each(MODELS.flatMap((model) => [[model, false], [model, true]] as const))(`${status}: %s (stream: %s) is not sent again elsewhere, and the caller gets upstream_timeout`, async (model, stream) => {
+      const h = setup()
+      h.emulator.configure(ENDPOINT_A[model]!, { fault: { kind: 'http', status, ops: ['run', 'openai'] } })
+      const { key } = await h.createKey()
+      const res = await h.fetch('/v1/chat/completions', authed(key, chatBody(model, 'Hello', { stream })))
+      await h.settle()
+      expect(h.emulator.calls.filter((c) => c.op === 'run' || c.op === 'openai').map((c) => c.endpointId)).toEqual([ENDPOINT_A[model]])
+      expect(res.status).toBe(504)
+      expect(((await res.json()) as OpenAIError).error.code).toBe('upstream_timeout')
+    })
+  }
+})

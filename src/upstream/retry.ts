@@ -3,7 +3,7 @@
  * backoff with full jitter, `Retry-After` honoured within the budget), and which endpoint comes next.
  *
  * Only failures that cannot have started work upstream, or whose work has ended, are retried: network
- * errors, 429, 5xx, and jobs that failed before any output. A timeout is never retried: a `/run` that
+ * errors, 429, 5xx, and jobs that failed before any output. A timeout (podgate's, or a proxy's 504) is never retried: a `/run` that
  * timed out may have queued a job, and a second one would run it twice. Nor is a failed poll of a job
  * (`finalFailure`), whatever its status: the job may be running; nor a job that ran into its endpoint's
  * execution timeout (`endpointFailure`): a rerun would be billed again.
@@ -44,7 +44,8 @@ export function finalFailure(error: GatewayError): GatewayError {
 export function isRetryable(error: unknown): boolean {
   if (!(error instanceof GatewayError)) return false
   const verdict = marked.get(error)
-  return verdict !== undefined ? verdict === 'retry' : endpointFault(error)
+  // A timeout, podgate's or a proxy's (a 504), is never retried: the call may have queued a job, or be running one.
+  return verdict !== undefined ? verdict === 'retry' : error.code !== 'upstream_timeout' && endpointFault(error)
 }
 
 /** The endpoint failed (a network error, a 429, a 5xx, a job FAILED before output), whether or not a retry is worth it. */

@@ -281,6 +281,8 @@ export async function upstreamHttpError(response: Response, options: { url: stri
   }
   // Runpod's 503 (no worker free, throttled) says "later": a 503 clients retry, after its Retry-After.
   if (status === 503) return new GatewayError('service_unavailable', 'The model endpoint has no capacity now. Retry later.', { headers, cause })
+  // A proxy's timeout (504, Cloudflare's 524): the call reached what is behind it, which may still run its job.
+  if (status === 504 || status === 524) return new GatewayError('upstream_timeout', 'The upstream did not answer in time.', { cause })
   return upstreamError(`The upstream failed with HTTP ${status}.`, { cause })
 }
 
