@@ -694,3 +694,38 @@ describe("a proxy's timeout (504, Cloudflare's 524) is a timeout: the request re
     })
   }
 })
+
+describe("one model's misconfiguration does not trip the breaker of an endpoint it shares with another", () => {
+  it.each(['sharedcurrent', 'sharedclassic'])("%s: a served name the endpoint does not serve (vLLM's 404) is the operator's to fix, not counted against the endpoint", async (shared) => {
+    const spare = shared.replace('shared', 'spare')
+    const resilience = { retries: FAST_RETRIES, breaker: { failures: 2, cooldownMs: 60_000 } }
+    const models: GatewayOptions['models'] = {
+      // A LoRA adapter the endpoint was deployed without: vLLM answers 404 for its name.
+      lora: { endpoints: [{ endpointId: shared }], mode: 'native', servedModelName: 'sql-lora', resilience },
+      base: { endpoints: [{ endpointId: shared, weight: 1e6 }, { endpointId: spare, weight: 1e-6 }], mode: 'native', resilience },
+    }
+    const h = harness({ models })
+    h.emulator.configure(shared, { servedModelName: 'base-model' })
+    const { key } = await h.createKey()
+    for (let i = 0; i < 3; i++) {
+      const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('lora', `q${i}`)))
+      expect(res.status).toBe(502)
+      expect(((await res.json()) as OpenAIError).error.code).toBe('route_not_found')
+    }
+    const lora = callsTo(h, shared, 'run').length
+    // The endpoint serves `base` as before: its breaker is closed, and `base` does not move to the spare.
+    for (let i = 0; i < 3; i++) expect((await h.fetch('/v1/chat/completions', authed(key, chatBody('base', `b${i}`)))).status).toBe(200)
+    expect(callsTo(h, shared, 'run')).toHaveLength(lora + 3)
+    expect(callsTo(h, spare, 'run')).toHaveLength(0)
+  })
+
+  it("a model's endpoint that lacks its served name is failed over to one that has it: the FAILED job ran nothing", async () => {
+    const resilience = { retries: FAST_RETRIES }
+    const h = harness({ models: { lora: { endpoints: [{ endpointId: 'lackscurrent', weight: 1e6 }, { endpointId: 'hascurrent', weight: 1e-6 }], mode: 'native', servedModelName: 'sql-lora', resilience } } })
+    h.emulator.configure('lackscurrent', { servedModelName: 'base-model' })
+    h.emulator.configure('hascurrent', { servedModelName: 'sql-lora' })
+    const { key } = await h.createKey()
+    expect((await h.fetch('/v1/chat/completions', authed(key, chatBody('lora')))).status).toBe(200)
+    expect(callsTo(h, 'hascurrent', 'run')).toHaveLength(1)
+  })
+})

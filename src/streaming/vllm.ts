@@ -60,11 +60,21 @@ export function codedRefusal(error: Record<string, unknown>): GatewayError | und
   const { message } = error
   // Classic worker-vllm's own refusal of a Messages body has Anthropic's type and no code.
   const code = error.type === 'invalid_request_error' ? 400 : error.code
+  if (code === 404) return routeNotFound()
   if (typeof code !== 'number' || !isRefusalStatus(code)) return undefined
   // Classic worker-vllm's own 400 for a route it does not serve (embeddings...): a newer worker on
   // another endpoint may serve it, so it fails over like any worker failure.
   if (message === CLASSIC_ROUTE_MISS) return undefined
   return refusal(code, typeof message === 'string' ? message : undefined)
+}
+
+/**
+ * An upstream 404: Runpod's (no such route or endpoint), or vLLM's for a model the endpoint does not serve
+ * (a LoRA adapter it was deployed without). The operator's to fix; never counted against the endpoint's
+ * breaker (`retry.ts`), since the endpoint still serves its other models.
+ */
+export function routeNotFound(cause?: unknown): GatewayError {
+  return new GatewayError('route_not_found', "The upstream has no such route or endpoint. The operator must check the endpoint's configuration.", { cause })
 }
 
 /** vLLM's statuses for a request it refuses as written: bad or conflicting fields, too long, unprocessable. */
@@ -132,9 +142,9 @@ export function upstreamRefusal(message: string): GatewayError | undefined {
   if (!match) return undefined
   const status = Number(match[1])
   const body = match[2] ?? ''
-  // vLLM's 404 for what the caller named (an unknown `previous_response_id`) is typed invalid_request_error;
-  // its unknown model (NotFoundError) is the operator's.
-  if (OPERATOR_STATUSES.has(status) && !body.includes('"invalid_request_error"')) return undefined
+  // vLLM's 404 for what the caller named (an unknown `previous_response_id`) is typed invalid_request_error:
+  // the caller's. Its 404 for a served name the endpoint lacks (NotFoundError) is the route's, the operator's.
+  if (OPERATOR_STATUSES.has(status) && !body.includes('"invalid_request_error"')) return status === 404 ? routeNotFound() : undefined
   return refusalError(status, body)
 }
 

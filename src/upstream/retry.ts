@@ -50,7 +50,8 @@ export function isRetryable(error: unknown): boolean {
 
 /** The endpoint failed (a network error, a 429, a 5xx, a job FAILED before output), whether or not a retry is worth it. */
 function endpointFault(error: unknown): boolean {
-  if (!(error instanceof GatewayError)) return false
+  // A 404 is one model's (its served name): run elsewhere (a FAILED job), but the endpoint serves the others.
+  if (!(error instanceof GatewayError) || error.code === 'route_not_found') return false
   const verdict = marked.get(error)
   if (verdict === 'retry' || verdict === 'fault') return true
   if (error.code === 'upstream_unavailable' || error.code === 'upstream_rate_limited') return true

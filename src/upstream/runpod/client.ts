@@ -7,7 +7,7 @@
  */
 import { CALLER_GONE, GatewayError, upstreamError } from '../../errors/index.ts'
 import type { EndpointConfig } from '../../config/schema.ts'
-import { isRefusalStatus, refusalError, upstreamRefusal } from '../../streaming/vllm.ts'
+import { isRefusalStatus, refusalError, routeNotFound, upstreamRefusal } from '../../streaming/vllm.ts'
 import { parseJson } from '../../http/json.ts'
 import { secretScrubber } from '../../http/log.ts'
 
@@ -277,7 +277,7 @@ export async function upstreamHttpError(response: Response, options: { url: stri
   if (status === 404) {
     // A web framework's route miss (FastAPI: `{"detail":"Not Found"}`) is a wrong URL even on a job op.
     if (options.jobOp && !isRouteMiss(text)) return new GatewayError('job_not_found', 'The upstream no longer knows this job: it expired or was removed.', { cause })
-    return new GatewayError('route_not_found', 'The upstream has no such route or endpoint. The operator must check the endpoint\'s configuration.', { cause })
+    return routeNotFound(cause)
   }
   // Runpod's 503 (no worker free, throttled) says "later": a 503 clients retry, after its Retry-After.
   if (status === 503) return new GatewayError('service_unavailable', 'The model endpoint has no capacity now. Retry later.', { headers, cause })
