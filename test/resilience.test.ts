@@ -729,3 +729,18 @@ describe("one model's misconfiguration does not trip the breaker of an endpoint 
     expect(callsTo(h, 'hascurrent', 'run')).toHaveLength(1)
   })
 })
+
+describe("the last failure carries the shortest Retry-After the call's endpoints sent", () => {
+  for (const status of [503, 429]) {
+    it(`a ${status} with no Retry-After of its own, after another endpoint's ${status} asked for 2 s, tells the caller 2 s`, async () => {
+      const h = harness({ models: { m: { endpoints: [{ endpointId: 'oaia', weight: 1e6 }, { endpointId: 'oaib', weight: 1e-6 }], mode: 'openai', resilience: { retries: { ...FAST_RETRIES, attempts: 2 } } } } })
+      h.emulator.configure('oaia', { fault: { kind: 'http', status, retryAfter: 2 } })
+      h.emulator.configure('oaib', { fault: { kind: 'http', status } })
+      const { key } = await h.createKey()
+      const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('m')))
+      expect(h.emulator.calls.filter((c) => c.op === 'openai').map((c) => c.endpointId)).toEqual(['oaia', 'oaib'])
+      expect(res.status).toBe(status)
+      expect(res.headers.get('retry-after')).toBe('2')
+    })
+  }
+})

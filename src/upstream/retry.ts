@@ -160,11 +160,11 @@ export class RetryPlan {
     // A failed poll is not retried (`finalFailure`), but it is still the endpoint's fault.
     countFault(this.#options.breaker, endpoint, error, this.#options.resilience.breaker)
     const asked = retryAfterMs(error)
-    if (asked !== undefined) {
-      const holds = (this.#notBefore ??= new Map()).set(endpoint.base, Date.now() + asked)
-      // Should this be the call's last failure, its caller waits for the soonest endpoint, not this one.
-      ;(error as GatewayError).headers['retry-after'] = String(Math.max(0, Math.ceil((Math.min(...holds.values()) - Date.now()) / 1000)))
-    }
+    if (asked !== undefined) (this.#notBefore ??= new Map()).set(endpoint.base, Date.now() + asked)
+    const holds = this.#notBefore
+    // Should this be the call's last failure (one worth another try), its caller waits for the soonest
+    // endpoint that asked for a wait: not this one's, nor no wait at all because this one asked for none.
+    if (holds && isRetryable(error)) (error as GatewayError).headers['retry-after'] = String(Math.max(0, Math.ceil((Math.min(...holds.values()) - Date.now()) / 1000)))
   }
 
   /** How long `endpoint` is still held by its `Retry-After` (ms; none when 0 or less). */
