@@ -744,3 +744,24 @@ describe("the last failure carries the shortest Retry-After the call's endpoints
     })
   }
 })
+
+describe('a caller who leaves while an OpenAI-route stream waits for its first byte', () => {
+  it("is not counted against the endpoint's breaker: the endpoint did not fail", async () => {
+    const failures: string[] = []
+    const breaker = { isOpen: () => false, success: () => undefined, failure: (endpoint: { label: string }) => void failures.push(endpoint.label) }
+    // Runpod answers the stream's headers, then holds its first byte (a cold start); as fetch does, the
+    // body errors when the request is aborted.
+    const upstream = (async (input: RequestInfo | URL, init?: RequestInit) => {
+      const request = new Request(input, init)
+      const body = new ReadableStream<Uint8Array>({ start: (c) => request.signal.addEventListener('abort', () => c.error(request.signal.reason), { once: true }) })
+      return new Response(body, { headers: { 'content-type': 'text/event-stream' } })
+    }) as typeof fetch
+    const h = harness({ models: { m: { endpoints: [{ endpointId: 'oaia' }, { endpointId: 'oaib' }], mode: 'openai', resilience: { retries: FAST_RETRIES } } }, breaker, fetch: upstream })
+    const { key } = await h.createKey()
+    const caller = new AbortController()
+    setTimeout(() => caller.abort(), 200)
+    await h.fetch('/v1/chat/completions', { ...authed(key, chatBody('m', 'Hi', { stream: true })), signal: caller.signal }).catch(() => undefined)
+    await h.settle()
+    expect(failures).toEqual([])
+  })
+})

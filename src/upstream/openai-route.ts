@@ -110,7 +110,7 @@ async function openaiRouteStream(call: CompletionCall, path: string, body: Recor
     const reader = (split?.copy ?? stream).getReader()
     const first = await readWithin(reader, firstByteMs(), FIRST_TOKEN_MESSAGE).catch((error: unknown) => {
       split?.cancel(error)
-      return brokeBeforeFirstByte(error)
+      return brokeBeforeFirstByte(error, call.signal?.aborted)
     })
     if (first.done) {
       split?.cancel()
@@ -151,8 +151,12 @@ async function openaiRouteStream(call: CompletionCall, path: string, body: Recor
 const FIRST_TOKEN_MESSAGE = 'The model produced no first token in time.'
 const ENDED_MESSAGE = 'The upstream stream ended before its first byte.'
 
-/** A first-byte timeout stays one; any other failure before the first byte is worth another endpoint. */
-function brokeBeforeFirstByte(error: unknown): never {
+/**
+ * A first-byte timeout stays one; any other failure before the first byte is worth another endpoint, but
+ * the read a caller who left (`gone`) aborted: that is no failure of the endpoint's (its breaker's count).
+ */
+function brokeBeforeFirstByte(error: unknown, gone: boolean | undefined): never {
+  if (gone) throw upstreamError(CALLER_GONE, { cause: error })
   if (error instanceof GatewayError && error.code === 'upstream_timeout') throw error
   throw retryableFailure(upstreamError('The upstream stream broke before its first byte.', { cause: error }))
 }
