@@ -10,7 +10,7 @@ import * as z from 'zod/mini'
 import { publicKeyView } from '../auth/keys.ts'
 import type { KeyRecord, KeyStore } from '../auth/keys.ts'
 import { canonicalOrigins, originSchema } from '../auth/origins.ts'
-import { GatewayError } from '../errors/index.ts'
+import { GatewayError, invalidRequest } from '../errors/index.ts'
 import { readJsonBody } from '../http/body.ts'
 import { parseRequest } from '../normalize/zod-errors.ts'
 import { quotaPolicySchema } from '../quota/policy.ts'
@@ -65,7 +65,7 @@ async function parseKeyBody<S extends z.ZodMiniType<{ origins?: string[] | undef
   const record = body as { name?: unknown; metadata?: unknown } | null
   if (typeof record?.name === 'string') record.name = record.name.trim()
   // The schema's output leaves out a JSON `__proto__` key, unnamed: refuse it by name instead.
-  if (Object.hasOwn(Object(record?.metadata), '__proto__')) throw new GatewayError('invalid_request', "'metadata.__proto__' is not allowed.", { param: 'metadata.__proto__' })
+  if (Object.hasOwn(Object(record?.metadata), '__proto__')) throw invalidRequest("'metadata.__proto__' is not allowed.", { param: 'metadata.__proto__' })
   const input = parseRequest(schema, body)
   if (input.origins) input.origins = canonicalOrigins(input.origins)
   return input
@@ -79,7 +79,7 @@ export function keysRoutes(options: KeysRoutesOptions): Hono<GatewayEnv> {
     checkScopes(input, options)
     options.checkQuota?.(c, input.quota)
     if (input.kind === 'publishable' && !input.origins?.length) {
-      throw new GatewayError('invalid_request', 'A publishable key needs at least one origin: it works only from the origins it lists.', { param: 'origins' })
+      throw invalidRequest('A publishable key needs at least one origin: it works only from the origins it lists.', { param: 'origins' })
     }
     const { record, key } = await options.store(c).create(input)
     return c.json({ ...publicKeyView(record), key }, 201, { 'cache-control': 'no-store' })
@@ -87,12 +87,12 @@ export function keysRoutes(options: KeysRoutesOptions): Hono<GatewayEnv> {
 
   app.get('/', async (c) => {
     const limit = Number(c.req.query('limit') ?? 100)
-    if (!(Number.isInteger(limit) && limit > 0 && limit <= 1000)) throw new GatewayError('invalid_request', 'limit must be a whole number from 1 to 1000.', { param: 'limit' })
+    if (!(Number.isInteger(limit) && limit > 0 && limit <= 1000)) throw invalidRequest('limit must be a whole number from 1 to 1000.', { param: 'limit' })
     const cursor = c.req.query('cursor')
     const page = await options.store(c).list({ cursor, limit }).catch((error: unknown) => {
       // Workers KV refuses a cursor it never issued with a 4xx (`KV LIST failed: 400 ...`): the cursor is the
       // one part of the list the caller wrote. Its 429 and 5xx, and any KV GET's failure, stay 500s.
-      throw cursor && /LIST failed: 4(?!29)/.test(String(error)) ? new GatewayError('invalid_request', 'cursor is not one this list gave.', { param: 'cursor' }) : error
+      throw cursor && /LIST failed: 4(?!29)/.test(String(error)) ? invalidRequest('cursor is not one this list gave.', { param: 'cursor' }) : error
     })
     return c.json({ object: 'list', data: page.keys.map(publicKeyView), cursor: page.cursor })
   })
@@ -104,12 +104,12 @@ export function keysRoutes(options: KeysRoutesOptions): Hono<GatewayEnv> {
 
   app.patch('/:id', async (c) => {
     const input = await parseKeyBody(updateKeySchema(), c.req.raw, options.maxBodyBytes)
-    if (!Object.keys(input).length) throw new GatewayError('invalid_request', 'Nothing to change: name a field to update.')
+    if (!Object.keys(input).length) throw invalidRequest('Nothing to change: name a field to update.')
     const record = await findLiveKey(c, options)
     checkScopes(input, options)
     options.checkQuota?.(c, input.quota)
     if (record.kind === 'publishable' && input.origins?.length === 0) {
-      throw new GatewayError('invalid_request', 'A publishable key needs at least one origin.', { param: 'origins' })
+      throw invalidRequest('A publishable key needs at least one origin.', { param: 'origins' })
     }
     return c.json(publicKeyView(await options.store(c).update(record, input)))
   })
@@ -118,7 +118,7 @@ export function keysRoutes(options: KeysRoutesOptions): Hono<GatewayEnv> {
     const record = await findLiveKey(c, options)
     const rotated = await options.store(c).rotate(record)
     if (!rotated) {
-      throw new GatewayError('invalid_request', 'Another rotation of this key won the race: its new secret is in force, and this one was not issued. Rotate again if you do not hold that secret.')
+      throw invalidRequest('Another rotation of this key won the race: its new secret is in force, and this one was not issued. Rotate again if you do not hold that secret.')
     }
     return c.json({ ...publicKeyView(rotated.record), key: rotated.key }, 200, { 'cache-control': 'no-store' })
   })
@@ -135,9 +135,9 @@ export function keysRoutes(options: KeysRoutesOptions): Hono<GatewayEnv> {
 
 function checkScopes(input: { models?: string[] | null; expiresAt?: number | null }, options: KeysRoutesOptions): void {
   const unknown = input.models?.find((m) => !options.models.has(m))
-  if (unknown !== undefined) throw new GatewayError('invalid_request', `Unknown model '${unknown.slice(0, 128)}': configure it first.`, { param: 'models' })
+  if (unknown !== undefined) throw invalidRequest(`Unknown model '${unknown.slice(0, 128)}': configure it first.`, { param: 'models' })
   if (input.expiresAt != null && input.expiresAt <= Date.now()) {
-    throw new GatewayError('invalid_request', 'expiresAt is in the past: give a future time in ms since the epoch, or null for never.', { param: 'expiresAt' })
+    throw invalidRequest('expiresAt is in the past: give a future time in ms since the epoch, or null for never.', { param: 'expiresAt' })
   }
 }
 
@@ -151,6 +151,6 @@ async function findKey(c: Context<GatewayEnv>, options: KeysRoutesOptions): Prom
 /** Revoked keys stay revoked: their scopes and secret can no longer change. */
 async function findLiveKey(c: Context<GatewayEnv>, options: KeysRoutesOptions): Promise<KeyRecord> {
   const record = await findKey(c, options)
-  if (record.revokedAt !== null) throw new GatewayError('invalid_request', 'This key is revoked; create a new one.')
+  if (record.revokedAt !== null) throw invalidRequest('This key is revoked; create a new one.')
   return record
 }

@@ -9,7 +9,7 @@
 import { Hono } from 'hono/tiny'
 import type { Context } from 'hono'
 import * as z from 'zod/mini'
-import { GatewayError } from '../errors/index.ts'
+import { GatewayError, invalidRequest } from '../errors/index.ts'
 import { readJsonBody } from '../http/body.ts'
 import { parseRequest } from '../normalize/zod-errors.ts'
 import { quotaPolicySchema } from '../quota/policy.ts'
@@ -69,7 +69,7 @@ export function tokenRoutes(options: TokenRoutesOptions): Hono<GatewayEnv> {
     const input = parseRequest(mintTokenSchema(), await readJsonBody(c.req.raw, options.maxBodyBytes, false, {}))
     const ttlSeconds = input.ttlSeconds ?? defaultTtl
     if (ttlSeconds > options.maxTtlSeconds) {
-      throw new GatewayError('invalid_request', `ttlSeconds may be at most ${options.maxTtlSeconds} (the gateway's tokens.maxTtlSeconds).`, { param: 'ttlSeconds' })
+      throw invalidRequest(`ttlSeconds may be at most ${options.maxTtlSeconds} (the gateway's tokens.maxTtlSeconds).`, { param: 'ttlSeconds' })
     }
     for (const model of input.models ?? []) {
       if (!options.models.has(model)) throw new GatewayError('model_not_found', `The model '${model}' does not exist.`, { param: 'models' })

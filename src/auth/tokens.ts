@@ -14,7 +14,7 @@ import { array } from '../zod/array.ts'
 import { nullable } from '../zod/nullable.ts'
 import { int } from '../zod/numbers.ts'
 import { optional } from '../zod/optional.ts'
-import { GatewayError } from '../errors/index.ts'
+import { invalidRequest } from '../errors/index.ts'
 import { base64url, encoder, fromBase64url, sign, signingKey, verify } from '../crypto/signing.ts'
 import { quotaPolicySchema } from '../quota/policy.ts'
 import type { QuotaPolicy } from '../quota/policy.ts'
@@ -96,7 +96,7 @@ export class TokenSigner {
     }
     const body = TOKEN_PREFIX + base64url(encoder.encode(JSON.stringify(claims)))
     // `verify` refuses a longer token (body, '.', a 43-character MAC): never mint one that could not be used.
-    if (body.length + 44 > MAX_TOKEN_LENGTH) throw new GatewayError('invalid_request', `This token would be longer than ${MAX_TOKEN_LENGTH} characters: name fewer models.`, { param: 'models' })
+    if (body.length + 44 > MAX_TOKEN_LENGTH) throw invalidRequest(`This token would be longer than ${MAX_TOKEN_LENGTH} characters: name fewer models.`, { param: 'models' })
     return { token: `${body}.${await sign(await this.#key, body)}`, claims }
   }
 

@@ -7,7 +7,7 @@
  * generation are folded in, so entries never cross scopes and a purge changes every key at once.
  */
 import { sha256Hex } from '../crypto/sha256.ts'
-import { GatewayError } from '../errors/index.ts'
+import { invalidRequest } from '../errors/index.ts'
 import { isRawJSON } from '../http/body.ts'
 import { FRAMING_FIELDS } from '../normalize/reads.ts'
 import type { NormalizedRequest } from '../normalize/types.ts'
@@ -81,7 +81,7 @@ export function kvPrefix(scope: string, model?: string): string {
 export function stableJson(value: unknown, depth = 0): string {
   // A wide integer the body reader kept raw (http/body.ts) keys as its digits, as it goes upstream.
   if (value === null || typeof value !== 'object' || isRawJSON(value)) return JSON.stringify(value) ?? 'null'
-  if (depth >= MAX_DEPTH) throw new GatewayError('invalid_request', `JSON nested over ${MAX_DEPTH} levels deep.`)
+  if (depth >= MAX_DEPTH) throw invalidRequest(`JSON nested over ${MAX_DEPTH} levels deep.`)
   if (Array.isArray(value)) return `[${value.map((item) => (item === undefined ? 'null' : stableJson(item, depth + 1))).join(',')}]`
   const record = value as Record<string, unknown>
   const members: string[] = []

@@ -9,7 +9,7 @@
 import { Hono } from 'hono/tiny'
 import type { Context } from 'hono'
 import * as z from 'zod/mini'
-import { GatewayError } from '../errors/index.ts'
+import { GatewayError, invalidRequest } from '../errors/index.ts'
 import { readJsonBody } from '../http/body.ts'
 import { waitUntilOf } from '../http/context.ts'
 import { parseRequest } from '../normalize/zod-errors.ts'
@@ -51,9 +51,9 @@ export function cacheRoutes(options: CacheRoutesOptions): Hono<GatewayEnv> {
   app.post('/purge', async (c) => {
     const { model, keyId } = parseRequest(purgeSchema(), await readJsonBody(c.req.raw, options.maxBodyBytes))
     if (keyId !== undefined && options.scope === 'gateway') {
-      throw new GatewayError('invalid_request', 'Cached answers are shared by every key (cache.scope is "gateway"): purge by model.', { param: 'keyId' })
+      throw invalidRequest('Cached answers are shared by every key (cache.scope is "gateway"): purge by model.', { param: 'keyId' })
     }
-    if (model !== undefined && !options.models.has(model)) throw new GatewayError('invalid_request', `Unknown model '${model}'.`, { param: 'model' })
+    if (model !== undefined && !options.models.has(model)) throw invalidRequest(`Unknown model '${model}'.`, { param: 'model' })
     // A mistyped id must not report a purge that purged nothing (an operator may be removing a leaked answer).
     if (keyId !== undefined && options.keyExists && !(await options.keyExists(c, keyId))) {
       throw new GatewayError('not_found', `No key has the id '${keyId}': nothing was purged.`, { param: 'keyId' })

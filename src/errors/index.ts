@@ -112,6 +112,17 @@ export function upstreamError(message: string, options?: GatewayErrorOptions): G
   return new GatewayError('upstream_error', message, options)
 }
 
+/**
+ * `new GatewayError('invalid_request', message, options)`: the code of most refusals of a request, written
+ * once here instead of at each of its forty-odd uses (the deployed Worker is smaller for it).
+ *
+ * @example
+ * throw invalidRequest("'n' must be at most 8", { param: 'n' })
+ */
+export function invalidRequest(message: string, options?: GatewayErrorOptions): GatewayError {
+  return new GatewayError('invalid_request', message, options)
+}
+
 /** The message of the failure a call ends with when its caller went away: not the upstream's failure, never logged as one. */
 export const CALLER_GONE = 'The caller went away.'
 

@@ -7,7 +7,7 @@
  * `passthrough: true` serve other handlers: their `input` is any JSON object and is sent as is.
  */
 import * as z from 'zod/mini'
-import { GatewayError } from '../errors/index.ts'
+import { GatewayError, invalidRequest } from '../errors/index.ts'
 import { assertNativeSampling, normalizeChatRequest, normalizeCompletionRequest, parseRequest, SAMPLING_KEYS, toNativeInput } from '../normalize/index.ts'
 import type { NormalizedRequest } from '../normalize/index.ts'
 import type { ResolvedModel } from '../routing/models.ts'
@@ -93,14 +93,14 @@ export function normalizeJobBody(raw: unknown, model: ResolvedModel): JobRequest
   }, 'input.')
   const kind = input.messages !== undefined ? 'chat' : 'completion'
   if (input.messages !== undefined && input.prompt !== undefined) {
-    throw new GatewayError('invalid_request', "Send either 'input.messages' or 'input.prompt', not both.")
+    throw invalidRequest("Send either 'input.messages' or 'input.prompt', not both.")
   }
   if (input.messages === undefined && input.prompt === undefined) {
-    throw new GatewayError('invalid_request', "Missing required parameter: 'input.messages' (chat) or 'input.prompt' (completion).")
+    throw invalidRequest("Missing required parameter: 'input.messages' (chat) or 'input.prompt' (completion).")
   }
   if (!model.config.kinds.includes(kind)) {
     const wanted = kind === 'chat' ? 'input.prompt' : 'input.messages'
-    throw new GatewayError('invalid_request', `model '${model.alias}' only accepts '${wanted}'.`)
+    throw invalidRequest(`model '${model.alias}' only accepts '${wanted}'.`)
   }
   // The OpenAI body these fields stand for; the normalizer checks them and applies the model's caps.
   const openai: Record<string, unknown> = { model: model.alias, ...input.sampling_params }
@@ -118,7 +118,7 @@ export function normalizeJobBody(raw: unknown, model: ResolvedModel): JobRequest
     // The OpenAI surface serves tools, media parts, prompt lists and other fields (as an `openai_route` job on native endpoints).
     const chat = kind === 'chat'
     located(() => {
-      throw new GatewayError('invalid_request', `worker-vllm's native input takes text messages (system, user, assistant) or one string prompt only: send tools, media, prompt lists and other OpenAI fields to /v2/${model.alias}/openai/v1/${chat ? 'chat/' : ''}completions`, { param: chat ? 'messages' : 'prompt' })
+      throw invalidRequest(`worker-vllm's native input takes text messages (system, user, assistant) or one string prompt only: send tools, media, prompt lists and other OpenAI fields to /v2/${model.alias}/openai/v1/${chat ? 'chat/' : ''}completions`, { param: chat ? 'messages' : 'prompt' })
     }, 'input.')
   }
   const upstream = toNativeInput(request)

@@ -9,7 +9,7 @@
 import { createJobSealer } from './job-id.ts'
 import type { JobBinding, JobRef } from './job-id.ts'
 import { Hono } from 'hono/tiny'
-import { CALLER_GONE, GatewayError, upstreamError } from '../errors/index.ts'
+import { CALLER_GONE, GatewayError, invalidRequest, upstreamError } from '../errors/index.ts'
 import { readJsonBody } from '../http/body.ts'
 import { errorResponse } from '../http/respond.ts'
 import { waitUntilOf } from '../http/context.ts'
@@ -251,7 +251,7 @@ function retryRequest(model: ResolvedModel): NormalizedRequest {
 export function waitParam(c: Context, fallback: number): number {
   const raw = c.req.query('wait')
   if (raw === undefined) return fallback
-  if (!/^\d+$/.test(raw)) throw new GatewayError('invalid_request', `'wait' must be a whole number of milliseconds (${MIN_WAIT_MS} to ${MAX_WAIT_MS}).`, { param: 'wait' })
+  if (!/^\d+$/.test(raw)) throw invalidRequest(`'wait' must be a whole number of milliseconds (${MIN_WAIT_MS} to ${MAX_WAIT_MS}).`, { param: 'wait' })
   return Math.min(Math.max(Number(raw), MIN_WAIT_MS), MAX_WAIT_MS)
 }
 
@@ -267,7 +267,7 @@ export function isEventStream(c: Context): boolean {
 export function lastEventId(c: Context): number | undefined {
   const raw = c.req.header('last-event-id')
   if (raw === undefined || raw === '') return undefined
-  if (!/^\d{1,9}$/.test(raw)) throw new GatewayError('invalid_request', 'Last-Event-ID must be an event id this stream sent (a whole number).')
+  if (!/^\d{1,9}$/.test(raw)) throw invalidRequest('Last-Event-ID must be an event id this stream sent (a whole number).')
   return Number(raw)
 }
 

@@ -4,7 +4,7 @@
  * everything else (`echo`, `logprobs`, `prompt_embeds`, ...) for the endpoint.
  */
 import type { ModelConfig } from '../config/schema.ts'
-import { GatewayError } from '../errors/index.ts'
+import { invalidRequest } from '../errors/index.ts'
 import { readSampling } from './chat.ts'
 import { textOrTokensCost, jsonFieldChars, CHARS_PER_TOKEN } from './estimate.ts'
 import { completionRequestSchema } from './schemas.ts'
@@ -28,12 +28,12 @@ export function normalizeCompletionRequest(body: unknown, model: ModelConfig, al
   assertKind('completion', model, alias)
   const req = parseBounded(completionRequestSchema, body)
   // vLLM takes `prompt_embeds` in place of (or beside) `prompt`.
-  if (req.prompt == null && body.prompt_embeds == null) throw new GatewayError('invalid_request', "Missing required parameter: 'prompt'", { param: 'prompt' })
+  if (req.prompt == null && body.prompt_embeds == null) throw invalidRequest("Missing required parameter: 'prompt'", { param: 'prompt' })
   // `max_tokens: 0` with `echo` scores the prompt without generating (vLLM runs it as one token); without `echo` vLLM refuses it.
   if (req.max_tokens === 0 && body.echo !== true) {
     // Native input has no `echo`: pointing there would send the caller to a field it refuses.
     const hint = options.nativeInput ? '' : " (0 only scores the prompt, with 'echo': true)"
-    throw new GatewayError('invalid_request', `'max_tokens' must be at least 1, got 0${hint}`, { param: 'max_tokens' })
+    throw invalidRequest(`'max_tokens' must be at least 1, got 0${hint}`, { param: 'max_tokens' })
   }
   const { stream, includeUsage } = resolveStream(req)
   const limits = resolveLimits(req, model, alias)

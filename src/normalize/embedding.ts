@@ -5,7 +5,7 @@
  * Embeddings have no native shorthand: native endpoints get an `openai_route` job.
  */
 import type { ModelConfig } from '../config/schema.ts'
-import { GatewayError } from '../errors/index.ts'
+import { invalidRequest } from '../errors/index.ts'
 import { chatPromptTokens, textOrTokensCost } from './estimate.ts'
 import { embeddingRequestSchema } from './schemas.ts'
 import { assertKind } from './sampling.ts'
@@ -22,7 +22,7 @@ export function normalizeEmbeddingRequest(body: unknown, model: ModelConfig, ali
   assertJsonObject(body)
   assertKind('embedding', model, alias)
   const req = parseBounded(embeddingRequestSchema, body)
-  if (req.input == null && req.messages == null) throw new GatewayError('invalid_request', "Missing required parameter: 'input'", { param: 'input' })
+  if (req.input == null && req.messages == null) throw invalidRequest("Missing required parameter: 'input'", { param: 'input' })
   // vLLM embeds chat `messages` (its chat form, for multimodal embedding models) in place of `input`.
   const promptTokens = (req.input == null ? 0 : textOrTokensCost(req.input, 'input').tokens) + (req.messages == null ? 0 : chatPromptTokens({}, req.messages))
   const normalized: NormalizedRequest = {

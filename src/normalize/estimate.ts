@@ -2,7 +2,7 @@
  * What a prompt costs before the model says: the quota reservation is sized from this, and settling
  * from the upstream's usage corrects it. Cheap by design (no tokenizer): ~4 characters a token.
  */
-import { GatewayError } from '../errors/index.ts'
+import { invalidRequest } from '../errors/index.ts'
 import { MAX_TEXT_CHARS } from './schemas.ts'
 
 /** Characters per token assumed for text. */
@@ -35,7 +35,7 @@ export function chatPromptTokens(body: Record<string, unknown>, messages: readon
     }
     // Each string is bounded by the schema; this bounds their sum, which is what the GPU actually sees.
     if (chars > MAX_TEXT_CHARS) {
-      throw new GatewayError('invalid_request', `The messages are too long: more than ${MAX_TEXT_CHARS} characters in total`, { param: 'messages' })
+      throw invalidRequest(`The messages are too long: more than ${MAX_TEXT_CHARS} characters in total`, { param: 'messages' })
     }
   }
   return Math.ceil((chars + jsonFieldChars(body)) / CHARS_PER_TOKEN) + media * MEDIA_PART_TOKENS
@@ -53,7 +53,7 @@ export function textOrTokensCost(value: string | string[] | number[] | number[][
     else ids += item.length
   }
   if (chars > MAX_TEXT_CHARS) {
-    throw new GatewayError('invalid_request', `The ${param} is too long: more than ${MAX_TEXT_CHARS} characters in total`, { param })
+    throw invalidRequest(`The ${param} is too long: more than ${MAX_TEXT_CHARS} characters in total`, { param })
   }
   return { tokens: Math.ceil(chars / CHARS_PER_TOKEN) + ids, count: value.length }
 }

@@ -7,7 +7,7 @@
  * Everything else reaches vLLM as the caller wrote it; vLLM validates its own formats.
  */
 import type { ModelConfig } from '../config/schema.ts'
-import { GatewayError } from '../errors/index.ts'
+import { invalidRequest } from '../errors/index.ts'
 import { CHARS_PER_TOKEN, MEDIA_PART_TOKENS } from './estimate.ts'
 import { assertKind, outputCap } from './sampling.ts'
 import type { NormalizedRequest, RequestKind } from './types.ts'
@@ -63,11 +63,11 @@ export function normalizeRouteRequest(body: Record<string, unknown>, model: Mode
   if (generates) {
     const asked = forwarded[generates.maxField] ?? undefined
     if (asked !== undefined && (typeof asked !== 'number' || !Number.isInteger(asked) || asked < 1)) {
-      throw new GatewayError('invalid_request', `'${generates.maxField}' must be an integer of at least 1`, { param: generates.maxField })
+      throw invalidRequest(`'${generates.maxField}' must be an integer of at least 1`, { param: generates.maxField })
     }
     maxTokens = forwarded[generates.maxField] = outputCap(asked, generates.maxField, model, alias)
     if (forwarded.stream != null && typeof forwarded.stream !== 'boolean') {
-      throw new GatewayError('invalid_request', "'stream' must be a boolean", { param: 'stream' })
+      throw invalidRequest("'stream' must be a boolean", { param: 'stream' })
     }
     stream = forwarded.stream === true
   }

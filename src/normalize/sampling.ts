@@ -3,7 +3,7 @@
  * podgate enforces (max_tokens cap, n and best_of), and the forwarded body with the model's defaults
  * filling only what the caller left out (null counts as left out).
  */
-import { GatewayError } from '../errors/index.ts'
+import { GatewayError, invalidRequest } from '../errors/index.ts'
 import type { ModelConfig } from '../config/schema.ts'
 import type { RequestKind } from './types.ts'
 
@@ -17,7 +17,7 @@ export function assertKind(kind: RequestKind, model: ModelConfig, alias: string)
   if ((model.kinds as readonly string[]).includes(kind)) return
   const routes = model.kinds.map((k) => ROUTE_OF[k as RequestKind]).join(' or ')
   const what = model.kinds.length === 1 ? `${model.kinds[0]} requests` : `${model.kinds.join(' and ')} requests`
-  throw new GatewayError('invalid_request', `model '${alias}' only accepts ${what}: use ${routes}`, { param: 'model' })
+  throw invalidRequest(`model '${alias}' only accepts ${what}: use ${routes}`, { param: 'model' })
 }
 
 export interface StreamFlags {
@@ -34,8 +34,7 @@ interface StreamFields {
 export function resolveStream(req: StreamFields): StreamFlags {
   const stream = req.stream === true
   if (req.stream_options != null && Object.keys(req.stream_options).length > 0 && !stream) {
-    throw new GatewayError(
-      'invalid_request',
+    throw invalidRequest(
       "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
       { param: 'stream_options' },
     )
@@ -68,7 +67,7 @@ export function resolveLimits(req: LimitFields, model: ModelConfig, alias: strin
     // best_of generates (and costs) that many sequences, but vLLM bills only the returned ones: cap it too.
     if (bestOf > model.maxChoices) throw tooMany('best_of', bestOf, model.maxChoices, alias)
     if (bestOf < (n ?? 1)) {
-      throw new GatewayError('invalid_request', `'best_of' must be at least 'n' (${n ?? 1}), got ${bestOf}`, {
+      throw invalidRequest(`'best_of' must be at least 'n' (${n ?? 1}), got ${bestOf}`, {
         param: 'best_of',
       })
     }
@@ -100,8 +99,7 @@ function resolveMaxTokens(req: LimitFields, model: ModelConfig, alias: string): 
   const maxTokens = req.max_tokens ?? undefined
   const maxCompletionTokens = req.max_completion_tokens ?? undefined
   if (maxTokens !== undefined && maxCompletionTokens !== undefined && maxTokens !== maxCompletionTokens) {
-    throw new GatewayError(
-      'invalid_request',
+    throw invalidRequest(
       `'max_tokens' (${maxTokens}) and 'max_completion_tokens' (${maxCompletionTokens}) are aliases: send one of them`,
       { param: 'max_completion_tokens' },
     )
@@ -117,13 +115,13 @@ function resolveMaxTokens(req: LimitFields, model: ModelConfig, alias: string): 
 export function outputCap(asked: number | undefined, param: string, model: ModelConfig, alias: string): number {
   if (asked === undefined) return Math.min(model.defaultMaxTokens ?? model.defaults.max_tokens ?? FALLBACK_MAX_TOKENS, model.maxTokensCap)
   if (asked > model.maxTokensCap) {
-    throw new GatewayError('invalid_request', `'${param}' must be at most ${model.maxTokensCap} for model '${alias}', got ${asked}`, { param })
+    throw invalidRequest(`'${param}' must be at most ${model.maxTokensCap} for model '${alias}', got ${asked}`, { param })
   }
   return asked
 }
 
 function tooMany(param: 'n' | 'best_of', value: number, max: number, alias: string): GatewayError {
-  return new GatewayError('invalid_request', `'${param}' must be at most ${max} for model '${alias}', got ${value}`, {
+  return invalidRequest(`'${param}' must be at most ${max} for model '${alias}', got ${value}`, {
     param,
   })
 }

@@ -7,7 +7,7 @@
  * wrote this message itself, use it as is".
  */
 import type * as z from 'zod/mini'
-import { GatewayError } from '../errors/index.ts'
+import { GatewayError, invalidRequest } from '../errors/index.ts'
 import { isRecord } from '../http/json.ts'
 
 type Issue = z.core.$ZodIssue
@@ -36,11 +36,11 @@ export function parseRequest<S extends z.ZodMiniType>(schema: S, body: unknown):
 /** A request body must be a JSON object; arrays, strings and null are refused before any schema work. */
 export function assertJsonObject(body: unknown): asserts body is Record<string, unknown> {
   if (!isRecord(body)) {
-    throw new GatewayError('invalid_request', 'The request body must be a JSON object')
+    throw invalidRequest('The request body must be a JSON object')
   }
   // Bodies are copied and forwarded member by member: a member that would become a prototype is refused.
   if (Object.hasOwn(body, '__proto__')) {
-    throw new GatewayError('invalid_request', 'Unrecognized request argument supplied: __proto__', { param: '__proto__' })
+    throw invalidRequest('Unrecognized request argument supplied: __proto__', { param: '__proto__' })
   }
 }
 
@@ -51,7 +51,7 @@ export function assertJsonObject(body: unknown): asserts body is Record<string, 
  */
 export function invalidRequestFromIssues(issues: readonly Issue[], option = false): GatewayError {
   const first = issues[0]
-  if (!first) return new GatewayError('invalid_request', 'The request is invalid')
+  if (!first) return invalidRequest('The request is invalid')
   const { issue, path } = leafOf(first, [])
   const param = formatParam(path)
   if (issue.code === 'unrecognized_keys') {
@@ -59,9 +59,9 @@ export function invalidRequestFromIssues(issues: readonly Issue[], option = fals
     const message = path.length === 0
       ? `Unrecognized ${option ? 'option' : 'request argument'} supplied: ${key}`
       : `Unrecognized ${option ? 'option' : 'argument'} supplied in '${param}': ${key}`
-    return new GatewayError('invalid_request', message, { param: param ? `${param}.${key}` : key })
+    return invalidRequest(message, { param: param ? `${param}.${key}` : key })
   }
-  return new GatewayError('invalid_request', messageFor(issue, param, option ? 'option' : 'parameter'), param ? { param } : {})
+  return invalidRequest(messageFor(issue, param, option ? 'option' : 'parameter'), param ? { param } : {})
 }
 
 /**

@@ -6,7 +6,7 @@
  * body -> model + scope -> normalize -> pipeline stages -> upstream.
  */
 import { Hono } from 'hono/tiny'
-import { GatewayError } from '../errors/index.ts'
+import { invalidRequest } from '../errors/index.ts'
 import { readJsonBody } from '../http/body.ts'
 import { assertJsonObject, COHERE_ROUTES, normalizeChatRequest, normalizeCompletionRequest, normalizeEmbeddingRequest, normalizeRouteRequest, VLLM_ROUTES } from '../normalize/index.ts'
 import type { NormalizedRequest, RequestKind } from '../normalize/index.ts'
@@ -53,7 +53,7 @@ export function runpodOpenAIRoutes(options: OpenAIRoutesOptions): Hono<GatewayEn
     // A null model is vLLM's default (its `model` is optional): the path's model, as when left out.
     if (body.model != null && body.model !== model.alias && body.model !== model.servedModelName) {
       const named = typeof body.model === 'string' ? `'${body.model.slice(0, 128)}'` : `a ${typeof body.model}`
-      throw new GatewayError('invalid_request', `The body's model ${named} is not the model this URL serves: send '${model.alias}'${model.servedModelName === model.alias ? '' : ` or '${model.servedModelName}'`}.`, { param: 'model' })
+      throw invalidRequest(`The body's model ${named} is not the model this URL serves: send '${model.alias}'${model.servedModelName === model.alias ? '' : ` or '${model.servedModelName}'`}.`, { param: 'model' })
     }
     // The normalizer reads the alias; the upstream body gets the served name as on `/v1`.
     body.model = model.alias

@@ -4,7 +4,7 @@
  */
 import type { Context } from 'hono'
 import { ConfigError } from '../config/resolve.ts'
-import { GatewayError } from '../errors/index.ts'
+import { invalidRequest } from '../errors/index.ts'
 import type { GatewayEnv, HookContext } from '../types.ts'
 import { KvQuotaStore } from './kv-store.ts'
 import { DEFAULT_CONTROL_PER_MINUTE, effectivePolicy } from './policy.ts'
@@ -114,6 +114,6 @@ export function assertEnforceable(service: QuotaService, c: Context<GatewayEnv>,
     service.storeFor(c, policy)
   } catch (error) {
     if (!(error instanceof ConfigError)) throw error
-    throw new GatewayError('invalid_request', "This gateway enforces no strict quotas: it has no Durable Object for them (QuotaObject bound as PODGATE_QUOTA). Set 'strict': false, or bind one.", { param: `${param}.strict` })
+    throw invalidRequest("This gateway enforces no strict quotas: it has no Durable Object for them (QuotaObject bound as PODGATE_QUOTA). Set 'strict': false, or bind one.", { param: `${param}.strict` })
   }
 }

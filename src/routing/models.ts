@@ -3,7 +3,7 @@
  * pick. Callers never influence an upstream URL beyond choosing a configured alias.
  */
 import type { ModelConfig, ResolvedOptions } from '../config/schema.ts'
-import { GatewayError } from '../errors/index.ts'
+import { GatewayError, invalidRequest } from '../errors/index.ts'
 import type { Principal } from '../auth/keys.ts'
 import { resolveEndpoint } from '../upstream/runpod/client.ts'
 import type { Endpoint } from '../upstream/runpod/client.ts'
@@ -47,7 +47,7 @@ export function resolveModels(options: ResolvedOptions): ModelTable {
 /** Looks up the alias a caller asked for and checks the caller may use it. */
 export function modelFor(table: ModelTable, alias: unknown, principal: Principal): ResolvedModel {
   if (typeof alias !== 'string' || alias.length === 0) {
-    throw new GatewayError('invalid_request', "You must provide a model parameter: a string naming a podgate model.", { param: 'model' })
+    throw invalidRequest("You must provide a model parameter: a string naming a podgate model.", { param: 'model' })
   }
   const model = table.get(alias)
   if (!model) {

@@ -3,7 +3,7 @@
  * objects. Shared by the stream decoder, the OpenAI-route relay and the non-stream output mapper, so the
  * three agree on what counts as a failure.
  */
-import { GatewayError, upstreamError } from '../errors/index.ts'
+import { GatewayError, invalidRequest, upstreamError } from '../errors/index.ts'
 import { isRecord, parseJson } from '../http/json.ts'
 import type { Usage } from './openai-chunks.ts'
 
@@ -157,7 +157,7 @@ export function refusalError(status: number, body: string): GatewayError {
 function refusal(status: number, message: string | undefined): GatewayError {
   if (!message || message === 'unknown error') message = 'The model rejected the request.'
   const detail = message.length > MAX_REFUSAL_MESSAGE ? `${message.slice(0, MAX_REFUSAL_MESSAGE)}…` : message
-  return new GatewayError('invalid_request', detail, { status })
+  return invalidRequest(detail, { status })
 }
 
 const MAX_REFUSAL_MESSAGE = 1_000
