@@ -49,8 +49,8 @@ interface Attempt {
   estimate?: TokenUsage
   /** vLLM's own usage chunk, relayed as is when the caller asked for usage. */
   usageChunk?: Record<string, unknown>
-  /** A terminal status was seen: nothing to cancel upstream. */
-  ended: boolean
+  /** A terminal status was seen: nothing to cancel upstream. Unset until then, as the flags below. */
+  ended?: boolean
   /** The first terminal page (with the job's error, fetched): later polls only bring the items it left. */
   terminal?: JobStream
   /** Stream items fed to the decoder: where the job's saved `output` takes over (see `saved`). */
@@ -60,7 +60,7 @@ interface Attempt {
   /** A poll was asked again after a 5xx (`streamPage`'s `refused`): its page may have been handed out upstream and lost on the way (see `poll`). */
   retried?: true
   /** COMPLETED was seen and the decoder finished cleanly. */
-  completed: boolean
+  completed?: boolean
   /** Aborts this attempt's in-flight poll when it is dropped. */
   abort: AbortController
   poll?: Promise<PollResult>
@@ -69,7 +69,7 @@ interface Attempt {
   lastPollAt: number
   /** Chunks decoded so far (about a token each), and when the first came: the answer's pace so far. */
   chunks: number
-  firstChunkAt: number
+  firstChunkAt?: number
 }
 
 /**
@@ -178,14 +178,11 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
       status: job.status,
       ran: ranOn(job),
       pending: '',
-      ended: false,
-      completed: false,
       items: 0,
       abort: new AbortController(),
       emptyDelay: 0,
       lastPollAt: 0,
       chunks: 0,
-      firstChunkAt: 0,
       decoder: dialect ? createDialectDecoder({
         dialect,
         onText: (text) => (attempt.pending += text),
@@ -254,7 +251,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
     // Every sequence streams its own tokens: a completion's prompts each bring n of them (`estimate.sequences`).
     const tokensLeft = request.sampling.max_tokens * request.estimate.sequences - attempt.chunks
     if (attempt.chunks === 0 || tokensLeft <= left) return 0
-    const perToken = (Date.now() - attempt.firstChunkAt) / attempt.chunks
+    const perToken = (Date.now() - attempt.firstChunkAt!) / attempt.chunks
     // Never near the idle timeout: the wait before a poll is podgate's, not the model's silence.
     return Math.min(MAX_POLL_INTERVAL_MS, timeouts.idleMs / 4, (tokensLeft * perToken) / Math.max(1, left))
   }
