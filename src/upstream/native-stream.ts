@@ -64,12 +64,12 @@ interface Attempt {
   /** Aborts this attempt's in-flight poll when it is dropped. */
   abort: AbortController
   poll?: Promise<PollResult>
-  emptyDelay: number
+  backoff: number
   /** When this attempt's last poll began (epoch ms), for the pace. */
-  lastPollAt: number
+  polledAt: number
   /** Chunks decoded so far (about a token each), and when the first came: the answer's pace so far. */
   chunks: number
-  firstChunkAt?: number
+  firstAt?: number
 }
 
 /**
@@ -180,14 +180,14 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
       pending: '',
       items: 0,
       abort: new AbortController(),
-      emptyDelay: 0,
-      lastPollAt: 0,
+      backoff: 0,
+      polledAt: 0,
       chunks: 0,
       decoder: dialect ? createDialectDecoder({
         dialect,
         onText: (text) => (attempt.pending += text),
         onEvent: () => {
-          if (attempt.chunks++ === 0) attempt.firstChunkAt = Date.now()
+          if (attempt.chunks++ === 0) attempt.firstAt = Date.now()
         },
         onUsage: (u) => (attempt.usage = u),
       }) : createNativeStreamDecoder({
@@ -197,7 +197,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
         created,
         maxTokens: request.sampling.max_tokens,
         onChunk: (chunk) => {
-          if (attempt.chunks++ === 0) attempt.firstChunkAt = Date.now()
+          if (attempt.chunks++ === 0) attempt.firstAt = Date.now()
           attempt.pending += `data: ${JSON.stringify(chunk)}\n\n`
         },
         onUsage: (u, { estimated }) => (attempt[estimated ? 'estimate' : 'usage'] = u),
@@ -251,7 +251,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
     // Every sequence streams its own tokens: a completion's prompts each bring n of them (`estimate.sequences`).
     const tokensLeft = request.sampling.max_tokens * request.estimate.sequences - attempt.chunks
     if (attempt.chunks === 0 || tokensLeft <= left) return 0
-    const perToken = (Date.now() - attempt.firstChunkAt!) / attempt.chunks
+    const perToken = (Date.now() - attempt.firstAt!) / attempt.chunks
     // Never near the idle timeout: the wait before a poll is podgate's, not the model's silence.
     return Math.min(MAX_POLL_INTERVAL_MS, timeouts.idleMs / 4, (tokensLeft * perToken) / Math.max(1, left))
   }
@@ -264,9 +264,9 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
     polls++
     const pollSignal = AbortSignal.any([signal, attempt.abort.signal])
     const run = async (): Promise<PollResult> => {
-      const wait = attempt.terminal ? 0 : Math.max(attempt.emptyDelay, attempt.lastPollAt + pace(attempt) - Date.now())
+      const wait = attempt.terminal ? 0 : Math.max(attempt.backoff, attempt.polledAt + pace(attempt) - Date.now())
       if (wait > 0) await sleep(wait, pollSignal)
-      const begun = (attempt.lastPollAt = Date.now())
+      const begun = (attempt.polledAt = Date.now())
       // A poll past a terminal page asks for no `?wait=`: the job has ended.
       let page = await streamPage(client, attempt.endpoint, attempt.jobId, { waitMs: attempt.terminal ? 0 : waitMs, signal: pollSignal, onRetry: () => ++polls <= runpod.maxPollsPerStream, follow: false })
       attempt.retried ||= page.refused
@@ -287,7 +287,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
       // A server that honours `?wait=` already waited; one that answers at once (runpod-python's local
       // server) gets a growing pause so podgate does not spin on it.
       const quickAndEmpty = page.stream.length === 0 && !isTerminal(page.status) && Date.now() - begun < 100
-      attempt.emptyDelay = quickAndEmpty ? Math.min(Math.max(attempt.emptyDelay * 2, 50), 1_000) : 0
+      attempt.backoff = quickAndEmpty ? Math.min(Math.max(attempt.backoff * 2, 50), 1_000) : 0
       return { ok: true, attempt, page }
     }
     return run().catch((error: unknown) => (attempt.terminal ? saved(attempt, attempt.terminal) : { ok: false, attempt, error }))
