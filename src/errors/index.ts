@@ -37,28 +37,29 @@ export type OpenAIErrorType =
   | 'rate_limit_error'
   | 'api_error'
 
-const CODE_TABLE: Record<GatewayErrorCode, { status: number; type: OpenAIErrorType }> = {
-  invalid_json: { status: 400, type: 'invalid_request_error' },
-  invalid_request: { status: 400, type: 'invalid_request_error' },
-  unsupported_media_type: { status: 415, type: 'invalid_request_error' },
-  payload_too_large: { status: 413, type: 'invalid_request_error' },
-  invalid_api_key: { status: 401, type: 'authentication_error' },
-  missing_api_key: { status: 401, type: 'authentication_error' },
-  permission_denied: { status: 403, type: 'permission_error' },
-  model_not_found: { status: 404, type: 'invalid_request_error' },
-  not_found: { status: 404, type: 'not_found_error' },
+/** Each code's `[status, OpenAI type]`: pairs, not objects, as the deployed Worker's bundle is smaller so. */
+const CODE_TABLE: Record<GatewayErrorCode, readonly [status: number, type: OpenAIErrorType]> = {
+  invalid_json: [400, 'invalid_request_error'],
+  invalid_request: [400, 'invalid_request_error'],
+  unsupported_media_type: [415, 'invalid_request_error'],
+  payload_too_large: [413, 'invalid_request_error'],
+  invalid_api_key: [401, 'authentication_error'],
+  missing_api_key: [401, 'authentication_error'],
+  permission_denied: [403, 'permission_error'],
+  model_not_found: [404, 'invalid_request_error'],
+  not_found: [404, 'not_found_error'],
   /** The upstream no longer knows the job (expired, or purged): the caller's job is gone. */
-  job_not_found: { status: 404, type: 'not_found_error' },
+  job_not_found: [404, 'not_found_error'],
   /** The upstream has no such route or endpoint: podgate's config is wrong, not the caller's request. */
-  route_not_found: { status: 502, type: 'api_error' },
-  method_not_allowed: { status: 405, type: 'invalid_request_error' },
-  rate_limited: { status: 429, type: 'rate_limit_error' },
-  upstream_rate_limited: { status: 429, type: 'rate_limit_error' },
-  upstream_error: { status: 502, type: 'api_error' },
-  upstream_timeout: { status: 504, type: 'api_error' },
-  upstream_unavailable: { status: 503, type: 'api_error' },
-  service_unavailable: { status: 503, type: 'api_error' },
-  internal_error: { status: 500, type: 'api_error' },
+  route_not_found: [502, 'api_error'],
+  method_not_allowed: [405, 'invalid_request_error'],
+  rate_limited: [429, 'rate_limit_error'],
+  upstream_rate_limited: [429, 'rate_limit_error'],
+  upstream_error: [502, 'api_error'],
+  upstream_timeout: [504, 'api_error'],
+  upstream_unavailable: [503, 'api_error'],
+  service_unavailable: [503, 'api_error'],
+  internal_error: [500, 'api_error'],
 }
 
 export interface GatewayErrorOptions {
@@ -82,10 +83,10 @@ export class GatewayError extends Error {
 
   constructor(code: GatewayErrorCode, message: string, options: GatewayErrorOptions = {}) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause })
-    const entry = CODE_TABLE[code]
+    const [status, type] = CODE_TABLE[code]
     this.code = code
-    this.status = options.status ?? entry.status
-    this.type = entry.type
+    this.status = options.status ?? status
+    this.type = type
     this.param = options.param ?? null
     // Its own copy: a stage adds its headers to an error that passes through it (the quota's).
     this.headers = { ...options.headers }
@@ -128,11 +129,16 @@ export const CALLER_GONE = 'The caller went away.'
 
 /** The status podgate answers for `code`, for docs and tests. */
 export function statusOf(code: GatewayErrorCode): number {
-  return CODE_TABLE[code].status
+  return CODE_TABLE[code][0]
 }
 
-/** Every code with its status and OpenAI type (docs/api.md's error table lists the codes podgate answers with). */
-export const ERROR_CODES = CODE_TABLE
+/**
+ * Every code with its status and OpenAI type (docs/api.md's error table lists the codes podgate answers with).
+ * Built from the table where it is imported: the Worker does not, and its bundle leaves it out (pure).
+ */
+export const ERROR_CODES = /* @__PURE__ */ Object.fromEntries(
+  /* @__PURE__ */ Object.entries(CODE_TABLE).map(([code, [status, type]]) => [code, { status, type }]),
+) as Record<GatewayErrorCode, { status: number; type: OpenAIErrorType }>
 
 /**
  * Turns anything thrown into a GatewayError. Unknown errors become `internal_error` with a generic
