@@ -189,8 +189,7 @@ export class RunpodClient {
       return response
     }
     // The timeout also covers reading the JSON body; its timer ends with the body, not after it.
-    const body_ = response.body.pipeThrough(new TransformStream({ flush: clear }))
-    return new Response(body_, { status: response.status, statusText: response.statusText, headers: response.headers })
+    return new Response(response.body.pipeThrough(new TransformStream({ flush: clear })), response)
   }
 
   /**
