@@ -182,7 +182,7 @@ export function nativeSurface(options: NativeRoutesOptions): Hono<GatewayEnv> {
         detach: c.req.query('detach') === 'true',
         signal: c.req.raw.signal,
         waitUntil: waitUntilOf(c),
-        onEnd: () => ctx.settle({ ok: true, usage: undefined }),
+        onEnd: () => ctx.settle({ ok: true }),
       }))
       return admitted(createCompletionContext(c, { ...passthroughRequest(binding.model.alias), stream: true }, binding.model))
     }
@@ -214,7 +214,7 @@ export function nativeSurface(options: NativeRoutesOptions): Hono<GatewayEnv> {
       if (c.req.raw.signal.aborted) throw upstreamError(CALLER_GONE)
       waitUntilOf(c)(ctx.outcome)
       const result = await client.retry(job.endpoint, job.upstreamId)
-      ctx.settle({ ok: true, usage: undefined })
+      ctx.settle({ ok: true })
       return answer(c, result, job, binding)
     })
     return queue(createCompletionContext(c, retryRequest(binding.model), binding.model))
