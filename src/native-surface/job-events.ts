@@ -237,7 +237,7 @@ export function jobEventStream(options: JobEventsOptions): Response {
     await sleep(idleDelay, signal)
   }
 
-  return new Response(body, { status: 200, headers: SSE_HEADERS })
+  return new Response(body, { headers: SSE_HEADERS })
 }
 
 function event(name: string, data: unknown, id?: number): Uint8Array {

@@ -480,5 +480,5 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
 
   call.waitUntil(drive())
   await ready
-  return new Response(body, { status: 200, headers: SSE_HEADERS })
+  return new Response(body, { headers: SSE_HEADERS })
 }

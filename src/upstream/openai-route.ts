@@ -132,7 +132,7 @@ async function openaiRouteStream(call: CompletionCall, path: string, body: Recor
     const { copy } = call
     if (copy) copy.piped = true
     const native = pipeOpenAIStream({ body: split, first, abortUpstream: (reason) => piped.abort(reason), totalDeadline: plan.deadline, idleMs: timeouts.idleMs, onUsage, onEnd, dialect, signal: call.signal, onText: copy?.text, onCopyEnd: copy?.end, readOn: copy?.readOn })
-    return new Response(native, { status: 200, headers: SSE_HEADERS })
+    return new Response(native, { headers: SSE_HEADERS })
   }
   const relay = createOpenAIRelay({
     source: reader,
@@ -145,7 +145,7 @@ async function openaiRouteStream(call: CompletionCall, path: string, body: Recor
     onEnd,
     signal: call.signal,
   })
-  return new Response(relay, { status: 200, headers: SSE_HEADERS })
+  return new Response(relay, { headers: SSE_HEADERS })
 }
 
 const FIRST_TOKEN_MESSAGE = 'The model produced no first token in time.'
