@@ -101,7 +101,7 @@ export function nativeSurface(options: NativeRoutesOptions): Hono<GatewayEnv> {
   }
   /** Runpod's answer with podgate's id for the job in place of Runpod's. */
   const answer = async <T extends { id?: string; error?: unknown }>(c: Context<GatewayEnv>, body: T, job: JobRef, binding: JobBinding) =>
-    c.json({ ...withPublicError(body), id: await jobs.seal(job, binding) }, 200)
+    c.json({ ...withPublicError(body), id: await jobs.seal(job, binding) })
 
   async function submit(c: Context<GatewayEnv>, via: 'run' | 'runsync'): Promise<Response> {
     const binding = bindingOf(c)
@@ -226,7 +226,7 @@ export function nativeSurface(options: NativeRoutesOptions): Hono<GatewayEnv> {
     throw new GatewayError('permission_denied', 'purge-queue is not available through podgate: it would remove every caller\'s queued jobs. Cancel your own jobs with POST /v2/{model}/cancel/{id}.')
   })
 
-  app.get('/:model/health', async (c) => c.json(await health(client, bindingOf(c).model, c.req.raw.signal), 200))
+  app.get('/:model/health', async (c) => c.json(await health(client, bindingOf(c).model, c.req.raw.signal)))
 
   return app
 }
