@@ -265,7 +265,7 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
     // A split body's first chunk, read from its copy, is still in its caller's branch.
     const { out, copy } = 'copy' in body ? body : splitBody(body)
     let copyBroke = false
-    const reading: CopyReading = { onText: options.onText, pace: pace.wait, onBreak: () => (copyBroke = true), stop: copyStop.signal, dialect, tail }
+    const reading: CopyReading = { onText: options.onText, pace: pace.wait, onBreak: () => (copyBroke = true), stop: copyStop.signal, tail }
     if (idleMs !== Infinity) reading.watch = watched
     const ending = tailOf(copy, first, reading).then((end) => {
       upstreamDone = true
@@ -399,14 +399,13 @@ interface CopyReading {
   onBreak: () => void
   /** Aborted: the copy stops reading and ends with what it read. */
   stop: AbortSignal
-  dialect: Dialect
   /** Where the read bytes' tail is kept (the pipe reads it too, to settle a stream it cuts). */
   tail: Tail
 }
 
 /** The ending read from the answer's last bytes: `first`, then `rest` (read to its end or its break). */
 async function tailOf(rest: ReadableStream<Uint8Array>, first: Uint8Array | undefined, reading: CopyReading): Promise<TailEnd> {
-  const { dialect, tail } = reading
+  const { tail } = reading
   let text = reading.onText ? new TextDecoder() : undefined
   // The recorder's failure is its own: the caller's stream and its ending go on without it.
   const feed = (piece: string) => {

@@ -27,7 +27,6 @@ const ROUTE_PATH = { chat: '/chat/completions', completion: '/completions', embe
 
 export async function openaiRouteCompletion(call: CompletionCall): Promise<Response> {
   const { request, model, client, plan } = call
-  const { timeouts } = model.config.resilience
   const started = Date.now()
   // vLLM's other routes: the path under `/v1`, as Runpod's OpenAI route (`/openai/v1/*`) is addressed.
   const path = request.route ? request.route.path.slice('/v1'.length) : ROUTE_PATH[request.kind]
