@@ -156,7 +156,7 @@ async function captureJson(leader: Leader, response: Response): Promise<Response
 /** Too large to share or store: joiners ask alone. */
 function passOn(leader: Leader, response: Response): Response {
   leader.release()
-  leader.flight.succeed({ answer: undefined, usage: undefined, meta: undefined })
+  leader.flight.succeed({})
   return withCacheHeaders(response, 'MISS', 0)
 }
 
@@ -210,7 +210,7 @@ function streamRecorder(leader: Leader): StreamRecorder {
     if (copy.piped) {
       gaveUp = true
       flight.stopStreaming()
-      flight.succeed({ answer: undefined, usage: undefined, meta })
+      flight.succeed({ meta })
       // No joiner waits on it any more: a call that ran on only for them (its caller left) stops.
       flight.onIdle?.()
     }

@@ -142,7 +142,7 @@ export class Flight {
     this.#notify()
   }
 
-  succeed(result: { answer: CachedAnswer | undefined; usage: Usage | undefined; meta: Flight['meta']; json?: string }): void {
+  succeed(result: { answer?: CachedAnswer; usage?: Usage; meta?: Flight['meta']; json?: string }): void {
     if (this.state !== 'open') return
     this.state = 'ok'
     this.answer = result.answer
