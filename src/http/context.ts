@@ -9,7 +9,7 @@ export function waitUntilOf(c: Context): (promise: Promise<unknown>) => void {
   try {
     ctx = c.executionCtx as ExecutionContext
   } catch {
-    ctx = undefined
+    // No execution context (a test's bare app): ctx stays undefined.
   }
   if (ctx) return (promise) => ctx.waitUntil(promise)
   return (promise) => void promise.catch(() => undefined)
