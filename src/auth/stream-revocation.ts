@@ -10,7 +10,7 @@
  * A body that registered a `StreamControl` (the OpenAI relay) is returned as it is and ended through
  * that hook; any other body is wrapped in one pull-through stage.
  */
-import { encoder } from '../streaming/openai-chunks.ts'
+import { encoder, PULL_ONLY } from '../streaming/openai-chunks.ts'
 import { registerStreamControl, streamControl } from '../streaming/stream-control.ts'
 import type { StreamControl } from '../streaming/stream-control.ts'
 
@@ -90,7 +90,7 @@ function controlledStream(body: ReadableStream<Uint8Array>): ReadableStream<Uint
     },
     // Pull only when the caller reads: an eager pull would take the first event before the caller
     // asked, and a caller who left at once would be charged as if it had been answered.
-    { highWaterMark: 0 },
+    PULL_ONLY,
   )
   registerStreamControl(stream, {
     end(event) {

@@ -25,6 +25,7 @@ import { streamControl } from '../streaming/stream-control.ts'
 import { metaOf, withCacheHeaders } from './replay.ts'
 import { follow } from './follow.ts'
 import type { CompletionContext, CompletionHandler, StreamCopy } from '../pipeline/index.ts'
+import { PULL_ONLY } from '../streaming/openai-chunks.ts'
 import type { Usage } from '../streaming/openai-chunks.ts'
 import type { CacheRun, Plan } from './run.ts'
 
@@ -354,6 +355,6 @@ function concat(head: Uint8Array[], source: ReadableStreamDefaultReader<Uint8Arr
       },
       cancel: (reason) => source.cancel(reason),
     },
-    { highWaterMark: 0 },
+    PULL_ONLY,
   )
 }

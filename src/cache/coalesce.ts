@@ -6,7 +6,7 @@
 import { CALLER_GONE, GatewayError, toGatewayError, upstreamError } from '../errors/index.ts'
 import { onAbort } from '../http/context.ts'
 import type { CompletionContext, CompletionHandler } from '../pipeline/index.ts'
-import { HEARTBEAT, sseErrorEvent } from '../streaming/openai-chunks.ts'
+import { HEARTBEAT, PULL_ONLY, sseErrorEvent } from '../streaming/openai-chunks.ts'
 import { completionId, SSE_HEADERS } from '../upstream/types.ts'
 import { lead } from './capture.ts'
 import { follow } from './follow.ts'
@@ -156,7 +156,7 @@ function awaitPiped(flight: Flight, ctx: CompletionContext, deadline: number, ag
       },
       cancel,
     },
-    { highWaterMark: 0 },
+    PULL_ONLY,
   )
 
   /** A heartbeat, or the flight's end written out; or, to relay, the reader of this caller's own call. */

@@ -5,7 +5,7 @@
 import { CALLER_GONE, upstreamError } from '../errors/index.ts'
 import { onAbort } from '../http/context.ts'
 import type { CompletionContext } from '../pipeline/index.ts'
-import { DONE_TEXT, encoder, sseErrorEvent } from '../streaming/openai-chunks.ts'
+import { DONE_TEXT, encoder, PULL_ONLY, sseErrorEvent } from '../streaming/openai-chunks.ts'
 import { usageChunkText } from './answer.ts'
 import type { Flight, FlightReader } from './flight.ts'
 
@@ -74,6 +74,6 @@ export function follow(flight: Flight, reader: FlightReader, ctx: CompletionCont
       },
       cancel: gone,
     },
-    { highWaterMark: 0 },
+    PULL_ONLY,
   )
 }

@@ -23,7 +23,7 @@ import { GatewayError, toGatewayError, upstreamError } from '../errors/index.ts'
 import { onAbort } from '../http/context.ts'
 import { createNativeStreamDecoder } from '../streaming/native-decoder.ts'
 import type { NativeStreamDecoder } from '../streaming/native-decoder.ts'
-import { encoder, HEARTBEAT } from '../streaming/openai-chunks.ts'
+import { encoder, HEARTBEAT, PULL_ONLY } from '../streaming/openai-chunks.ts'
 import type { Usage } from '../streaming/openai-chunks.ts'
 import { jobFailure } from '../upstream/native.ts'
 import { isCompletionBody, nativeOutputToOpenAI } from '../upstream/runpod/output.ts'
@@ -150,7 +150,7 @@ export function jobEventStream(options: JobEventsOptions): Response {
         end()
       },
     },
-    { highWaterMark: 0 },
+    PULL_ONLY,
   )
 
   function noteStatus(next: string): void {

@@ -110,6 +110,12 @@ export interface SSEError {
 /** One encoder for every stream podgate writes (an encoder holds no state). */
 export const encoder = new TextEncoder()
 
+/**
+ * The queuing strategy of every stream podgate produces: nothing is read ahead of the caller, each
+ * `pull` waits for a read. One object for all (a stream reads it once, when it is made).
+ */
+export const PULL_ONLY: QueuingStrategy<Uint8Array> = { highWaterMark: 0 }
+
 /** An SSE comment that keeps an idle stream open through proxies. */
 export const HEARTBEAT = encoder.encode(': keep-alive\n\n')
 

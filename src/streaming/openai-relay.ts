@@ -16,7 +16,7 @@ import { createParser } from 'eventsource-parser'
 import type { EventSourceMessage } from 'eventsource-parser'
 import { CALLER_GONE, GatewayError, toGatewayError, upstreamError } from '../errors/index.ts'
 import { onAbort } from '../http/context.ts'
-import { countedUsage, DONE_TEXT, encoder, sseErrorText } from './openai-chunks.ts'
+import { countedUsage, DONE_TEXT, encoder, PULL_ONLY, sseErrorText } from './openai-chunks.ts'
 import type { Usage } from './openai-chunks.ts'
 import { DEFAULT_MAX_EVENT_CHARS, isRecord, readUsage, refuseOversizedEvent, upstreamErrorMessage, workerFailure } from './vllm.ts'
 import { registerStreamControl } from './stream-control.ts'
@@ -327,7 +327,7 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
     },
     // Reads upstream only when the caller wants more: one chunk in flight and at most one batch queued,
     // never the answer buffered.
-    { highWaterMark: 0 },
+    PULL_ONLY,
   )
   // Also when the caller left before the relay existed (a custom fetch that ignores its signal answered
   // after): no one will read or cancel it, and such an upstream runs on unless its body is cancelled.

@@ -14,7 +14,7 @@ import { createNativeStreamDecoder } from '../streaming/native-decoder.ts'
 import { createDialectDecoder, wasRelayed } from '../streaming/dialect-decoder.ts'
 import { DIALECTS, OPENAI_DIALECT } from '../streaming/dialects.ts'
 import type { NativeStreamDecoder } from '../streaming/native-decoder.ts'
-import { countedUsage, DONE, encodeSSEData, encoder, HEARTBEAT } from '../streaming/openai-chunks.ts'
+import { countedUsage, DONE, encoder, encodeSSEData, HEARTBEAT, PULL_ONLY } from '../streaming/openai-chunks.ts'
 import { failedOver, jobFailure, ranOn } from './native.ts'
 import { cancelJob, polled, runJob, streamPage } from './job-calls.ts'
 import { finalFailure, sleep } from './retry.ts'
@@ -133,7 +133,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
         wake?.()
       },
     },
-    { highWaterMark: 0 },
+    PULL_ONLY,
   )
 
   function emit(bytes: Uint8Array): void {
