@@ -51,9 +51,9 @@ export interface RequestOrigin {
   browser: boolean
   /**
    * The page's origin: the `Origin` header, else the request's own origin when `Sec-Fetch-Site:
-   * same-origin` says the page shares it (browsers omit `Origin` on same-origin GETs). Undefined when unknown.
+   * same-origin` says the page shares it (browsers omit `Origin` on same-origin GETs). Unset when unknown.
    */
-  origin: string | undefined
+  origin?: string
 }
 
 /**
@@ -67,7 +67,7 @@ export function requestOrigin(request: Request): RequestOrigin {
   const origin = request.headers.get('origin') ?? undefined
   if (origin !== undefined) return { browser: true, origin }
   const site = request.headers.get('sec-fetch-site')
-  if (site === null) return { browser: false, origin: undefined }
+  if (site === null) return { browser: false }
   return { browser: true, origin: site === 'same-origin' ? new URL(request.url).origin : undefined }
 }
 

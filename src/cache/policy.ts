@@ -58,11 +58,11 @@ export function isDeterministic(request: NormalizedRequest): boolean {
 interface CacheControl {
   noStore: boolean
   noCache: boolean
-  maxAge: number | undefined
+  maxAge?: number
 }
 
 export function parseCacheControl(value: string | null): CacheControl {
-  const result: CacheControl = { noStore: false, noCache: false, maxAge: undefined }
+  const result: CacheControl = { noStore: false, noCache: false }
   if (!value) return result
   for (const part of value.split(',')) {
     const [rawName = '', rawArg] = part.split('=', 2)
