@@ -27,7 +27,7 @@ export interface Dialect {
   /** podgate's own error event in this dialect, for a stream it ends. */
   errorEvent(error: GatewayError): string
   /** The stream's last event repeats the whole answer: the tail keeps it whole to read it. */
-  longLastEvent?: boolean
+  longLast?: boolean
 }
 
 export const OPENAI_DIALECT: Dialect = {
@@ -67,7 +67,7 @@ const RESPONSES_DIALECT: Dialect = {
     if (usage) end.usage = usage
   },
   errorEvent: (error) => `event: error\ndata: ${JSON.stringify({ type: 'error', code: error.code, message: error.message, param: null })}\n\n`,
-  longLastEvent: true,
+  longLast: true,
 }
 
 const MESSAGES_DIALECT: Dialect = {

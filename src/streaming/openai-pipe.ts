@@ -483,7 +483,7 @@ function tailBlocks(dialect: Dialect): Tail {
   let kept = 0
   return {
     append(chunk) {
-      if (dialect.longLastEvent) {
+      if (dialect.longLast) {
         // An event begins with a field's name (a letter, above `:`): a comment or a blank line after the
         // last event (a proxy's keep-alive) begins none, and the last event stays whole.
         const byte = (i: number) => (i >= 0 ? chunk[i]! : (previous >> (-1 - i) * 8) & 255)
@@ -508,7 +508,7 @@ function tailBlocks(dialect: Dialect): Tail {
         size += n
         offset += n
       }
-      while (blocks.length > 1 && size - blocks[0]!.length >= TAIL_BYTES && (kept + blocks[0]!.length <= eventStart - 2 || size > LONG_EVENT_BYTES || !dialect.longLastEvent)) {
+      while (blocks.length > 1 && size - blocks[0]!.length >= TAIL_BYTES && (kept + blocks[0]!.length <= eventStart - 2 || size > LONG_EVENT_BYTES || !dialect.longLast)) {
         const dropped = blocks.shift()!
         size -= dropped.length
         kept += dropped.length
