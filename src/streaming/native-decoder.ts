@@ -187,10 +187,20 @@ export function createNativeStreamDecoder(options: NativeDecoderOptions): Native
     // Streamed batches give per-choice step counts; a `/runsync`-style item (one full-text token per
     // choice) does not, and only the total across choices is left.
     const perChoiceSteps = classicChoices.some((choice) => choice.steps > 1)
+    // Classic worker-vllm reports no finish_reason, so it is inferred (sound in one direction: `length` is
+    // only claimed when the count proves max_tokens was reached; a choice that hit it with multi-token steps
+    // may read `stop`):
+    // - one choice: `length` when `usage.output` (or the step count) reached max_tokens, else `stop`;
+    // - n > 1, streamed: `usage.output` is the total across choices, so each choice is judged by the step of
+    //   its last non-empty delta (a choice that stopped keeps receiving empty deltas while others run);
+    // - n > 1, one full-text item per choice: only the total is known, so every choice reads `length` when
+    //   it reached n × max_tokens, else `stop`.
     for (let index = 0; index < classicChoices.length; index++) {
       const state = classicChoices[index] as ClassicChoice
-      const reason = classicFinishReason(state, { choiceCount, total, perChoiceSteps, maxTokens })
-      onChunk(chunk(index, kind === 'chat' ? { delta: {} } : { text: '' }, reason))
+      const reachedMax = choiceCount <= 1
+        ? Math.max(total ?? 0, state.lastTextStep) >= maxTokens
+        : perChoiceSteps ? state.lastTextStep >= maxTokens : total !== undefined && total >= choiceCount * maxTokens
+      onChunk(chunk(index, kind === 'chat' ? { delta: {} } : { text: '' }, reachedMax ? 'length' : 'stop'))
     }
     reportSoFar()
   }
@@ -287,26 +297,6 @@ export function createNativeStreamDecoder(options: NativeDecoderOptions): Native
   }
 
   return { push, finish, cut: reportSoFar }
-}
-
-/**
- * classic worker-vllm reports no finish_reason, so it is inferred (sound in one direction: `length` is
- * only claimed when the count proves max_tokens was reached; a choice that hit it with multi-token steps
- * may read `stop`):
- * - one choice: `length` when `usage.output` (or the step count) reached max_tokens, else `stop`;
- * - n > 1, streamed: `usage.output` is the total across choices, so each choice is judged by the step of
- *   its last non-empty delta (a choice that stopped keeps receiving empty deltas while others run);
- * - n > 1, one full-text item per choice: only the total is known, so every choice reads `length` when
- *   it reached n × max_tokens, else `stop`.
- */
-function classicFinishReason(
-  choice: ClassicChoice,
-  context: { choiceCount: number; total: number | undefined; perChoiceSteps: boolean; maxTokens: number },
-): FinishReason {
-  const { choiceCount, total, perChoiceSteps, maxTokens } = context
-  if (choiceCount <= 1) return Math.max(total ?? 0, choice.lastTextStep) >= maxTokens ? 'length' : 'stop'
-  if (perChoiceSteps) return choice.lastTextStep >= maxTokens ? 'length' : 'stop'
-  return total !== undefined && total >= choiceCount * maxTokens ? 'length' : 'stop'
 }
 
 /** `{"choices":[{"tokens":[...]}],"usage":{"input":5,"output":3}}`, or undefined for any other shape. */
