@@ -52,7 +52,7 @@ export function quotaStage(service: QuotaService): CompletionStage {
       cost = { ...cost, tokens: 0 }
       result = await store.reserve({ keyId: principal.keyId, policy, cost, now, background })
     }
-    if (!result.ok) throw rateLimited({ policy, usage: result.usage, exceeded: result.exceeded, cost, now, holder })
+    if (!result.ok) throw rateLimited({ ...result, policy, cost, now, holder })
 
     let { reservation } = result
     // The stream slot is freed when the call ends, or at once when its caller leaves (its call may run on
