@@ -816,6 +816,23 @@ describe('native jobs (/v2)', () => {
     return usage.total_tokens ?? usage.input! + usage.output!
   }
 
+  /**
+   * A chat-classic /runsync over `upstream` (its job ending `status`) and the same call on the OpenAI surface
+   * (its answer's status checked by `answered`) each cost one request and no token.
+   */
+  async function noTokenOnEitherSurface(upstream: typeof fetch, status: string, answered: (status: number) => void) {
+    const { h } = clockedHarness({ fetch: upstream })
+    const keys = await Promise.all(['v2', 'openai'].map((name) => h.createKey({ name, quota: { tokensPerMinute: 1_000_000 } })))
+    const res = await job(h, keys[0]!.key, 'chat-classic', 'runsync', false)
+    expect(res.status).toBe(200)
+    expect(((await res.json()) as { status: string }).status).toBe(status)
+    const openai = await chat(h, keys[1]!.key, 'x', { max_tokens: 1_000 }, 'chat-classic')
+    answered(openai.status)
+    await openai.text()
+    expect(await minuteOf(h, keys[1]!.key)).toMatchObject({ requests: 1, tokens: 0 })
+    expect(await minuteOf(h, keys[0]!.key)).toMatchObject({ requests: 1, tokens: 0 })
+  }
+
   // Found in the accounting review: a COMPLETED /runsync had its output and usage in hand and still kept
   // the whole reservation (prompt estimate + max_tokens × n), as a /run, whose result podgate never sees, does.
   it.each([
@@ -858,16 +875,7 @@ describe('native jobs (/v2)', () => {
       const op = new URL(input instanceof Request ? input.url : input).pathname.split('/')[3]
       return Response.json(op === 'run' ? { id: 'j1', status: 'IN_QUEUE' } : { id: 'j1', ...end })
     }) as typeof fetch
-    const { h } = clockedHarness({ fetch: upstream })
-    const keys = await Promise.all(['v2', 'openai'].map((name) => h.createKey({ name, quota: { tokensPerMinute: 1_000_000 } })))
-    const res = await job(h, keys[0]!.key, 'chat-classic', 'runsync', false)
-    expect(res.status).toBe(200)
-    expect(((await res.json()) as { status: string }).status).toBe(end.status)
-    const openai = await chat(h, keys[1]!.key, 'x', { max_tokens: 1_000 }, 'chat-classic')
-    expect(openai.status).toBeGreaterThanOrEqual(502)
-    await openai.text()
-    expect(await minuteOf(h, keys[1]!.key)).toMatchObject({ requests: 1, tokens: 0 })
-    expect(await minuteOf(h, keys[0]!.key)).toMatchObject({ requests: 1, tokens: 0 })
+    await noTokenOnEitherSurface(upstream, end.status, (status) => expect(status).toBeGreaterThanOrEqual(502))
   })
 
   // Found in the token accounting review: a current worker's streamed job whose vLLM stream broke with an error
@@ -946,16 +954,7 @@ describe('native jobs (/v2)', () => {
     ['classic', { error: { message: 'This model\'s maximum context length is 4096 tokens.', type: 'BadRequestError', param: null, code: 400 } }],
   ])('a COMPLETED /runsync whose output is vLLM\'s refusal (%s worker) costs no token, as on the OpenAI surface', async (_, item) => {
     const upstream = (async () => Response.json({ id: 'j1', status: 'COMPLETED', output: [item] })) as typeof fetch
-    const { h } = clockedHarness({ fetch: upstream })
-    const keys = await Promise.all(['v2', 'openai'].map((name) => h.createKey({ name, quota: { tokensPerMinute: 1_000_000 } })))
-    const res = await job(h, keys[0]!.key, 'chat-classic', 'runsync', false)
-    expect(res.status).toBe(200)
-    expect(((await res.json()) as { status: string }).status).toBe('COMPLETED')
-    const openai = await chat(h, keys[1]!.key, 'x', { max_tokens: 1_000 }, 'chat-classic')
-    expect(openai.status).toBe(400)
-    await openai.text()
-    expect(await minuteOf(h, keys[1]!.key)).toMatchObject({ requests: 1, tokens: 0 })
-    expect(await minuteOf(h, keys[0]!.key)).toMatchObject({ requests: 1, tokens: 0 })
+    await noTokenOnEitherSurface(upstream, 'COMPLETED', (status) => expect(status).toBe(400))
   })
 
   it('a COMPLETED classic /runsync whose items carry no usage is charged the prompt estimate and the tokens counted', async () => {

@@ -40,15 +40,20 @@ const ANSWERS: Record<string, Record<string, unknown>> = {
   '/pooling': { id: 'pool-1', object: 'list', created: 1, model: SERVED, data: [{ index: 0, object: 'pooling', data: [0.25] }], usage: { prompt_tokens: 3, total_tokens: 3, completion_tokens: 0 } },
 }
 
+/** Records a fake upstream's call in `calls` (its path after the endpoint, and the JSON body it carried), and returns that path. */
+async function recordCall(calls: Call[], input: RequestInfo | URL, init?: RequestInit): Promise<string> {
+  const request = new Request(input, init)
+  const op = new URL(request.url).pathname.split('/').slice(3).join('/')
+  const text = request.method === 'POST' ? await request.text() : ''
+  calls.push({ op, body: text ? (JSON.parse(text) as Record<string, unknown>) : undefined })
+  return op
+}
+
 /** A gateway whose upstream records each call and answers as vLLM (or worker-vllm's job API) would. */
 function setup(options: { refuse?: Response } = {}) {
   const calls: Call[] = []
   const fetchFake = async (input: RequestInfo | URL, init?: RequestInit): Promise<Response> => {
-    const request = new Request(input, init)
-    const op = new URL(request.url).pathname.split('/').slice(3).join('/')
-    const text = request.method === 'POST' ? await request.text() : ''
-    const body = text ? (JSON.parse(text) as Record<string, unknown>) : undefined
-    calls.push({ op, body })
+    const op = await recordCall(calls, input, init)
     if (options.refuse) return options.refuse.clone()
     if (op.startsWith('openai/v1/')) return Response.json(ANSWERS[op.slice('openai/v1'.length)] ?? {})
     if (op === 'run') return Response.json({ id: 'job1', status: 'IN_QUEUE' })
@@ -60,6 +65,18 @@ function setup(options: { refuse?: Response } = {}) {
   }
   const h = harness({ models: MODELS, fetch: fetchFake as typeof fetch, quota: QUOTA_CLOCK }, createRunpodEmulator({ apiKey: RUNPOD_KEY }))
   return { h, calls }
+}
+
+/** A Cohere route's body naming a model the key may not use is a 400, one with no key a 401: neither reaches the upstream. */
+async function expectRefusedBeforeUpstream({ h, calls }: ReturnType<typeof setup>, key: string, path: string, body: Record<string, unknown>) {
+  calls.length = 0
+  const chatOnly = await h.fetch(path, authed(key, JSON.stringify({ ...body, model: 'chat-only' })))
+  expect(chatOnly.status).toBe(400)
+  expect(await chatOnly.json()).toMatchObject({ error: { param: 'model', type: 'invalid_request_error' } })
+  const keyless = await h.fetch(path, { method: 'POST', body: JSON.stringify(body) })
+  expect(keyless.status).toBe(401)
+  expect(await keyless.json()).toMatchObject({ error: { type: 'authentication_error' } })
+  expect(calls).toHaveLength(0)
 }
 
 async function usageOf(h: ReturnType<typeof setup>['h'], key: string) {
@@ -148,14 +165,7 @@ describe('vLLM routes: JSON answers, forwarded as written', () => {
     expect(await res.json()).toEqual({ ...ANSWERS['/v2/rerank'], model: 'openai' })
     expect(calls[0]).toEqual({ op: 'run', body: { input: { openai_route: '/v2/rerank', openai_input: { ...body, model: SERVED } } } })
     expect(await usageOf(h, key)).toEqual(expect.objectContaining({ requests: 1, tokens: 9 }))
-    calls.length = 0
-    const chatOnly = await h.fetch('/v2/rerank', authed(key, JSON.stringify({ ...body, model: 'chat-only' })))
-    expect(chatOnly.status).toBe(400)
-    expect(await chatOnly.json()).toMatchObject({ error: { param: 'model', type: 'invalid_request_error' } })
-    const keyless = await h.fetch('/v2/rerank', { method: 'POST', body: JSON.stringify(body) })
-    expect(keyless.status).toBe(401)
-    expect(await keyless.json()).toMatchObject({ error: { type: 'authentication_error' } })
-    expect(calls).toHaveLength(0)
+    await expectRefusedBeforeUpstream({ h, calls }, key, '/v2/rerank', body)
   })
 
   it("/v2/embed, Cohere's v2 embed API (vLLM serves it since PR #37074), goes as an openai_route job with the model from the body; its refusals are OpenAI's", async () => {
@@ -168,13 +178,7 @@ describe('vLLM routes: JSON answers, forwarded as written', () => {
     // Cohere's `max_tokens` is a truncation length here, not an output cap: forwarded as written.
     expect(calls[0]).toEqual({ op: 'run', body: { input: { openai_route: '/v2/embed', openai_input: { ...body, model: SERVED } } } })
     expect(await usageOf(h, key)).toEqual(expect.objectContaining({ requests: 1 }))
-    calls.length = 0
-    const chatOnly = await h.fetch('/v2/embed', authed(key, JSON.stringify({ ...body, model: 'chat-only' })))
-    expect(chatOnly.status).toBe(400)
-    expect(await chatOnly.json()).toMatchObject({ error: { param: 'model', type: 'invalid_request_error' } })
-    const keyless = await h.fetch('/v2/embed', { method: 'POST', body: JSON.stringify(body) })
-    expect(keyless.status).toBe(401)
-    expect(calls).toHaveLength(0)
+    await expectRefusedBeforeUpstream({ h, calls }, key, '/v2/embed', body)
   })
 
   it('Runpod\'s URL shape serves them too: /v2/<model>/openai/v1/responses', async () => {
@@ -241,10 +245,7 @@ describe('vLLM routes: a `stream` field on a route that does not stream', () => 
     const calls: Call[] = []
     const answers: Record<string, Record<string, unknown>> = { tokenize: ANSWERS['/tokenize']!, embeddings: { object: 'list', data: [{ index: 0, object: 'embedding', embedding: [0.5] }], model: SERVED, usage: { prompt_tokens: 2, total_tokens: 2 } }, 'messages/count_tokens': ANSWERS['/messages/count_tokens']! }
     const fetchFake = async (input: RequestInfo | URL, init?: RequestInit): Promise<Response> => {
-      const request = new Request(input, init)
-      const op = new URL(request.url).pathname.split('/').slice(3).join('/')
-      const text = request.method === 'POST' ? await request.text() : ''
-      calls.push({ op, body: text ? (JSON.parse(text) as Record<string, unknown>) : undefined })
+      const op = await recordCall(calls, input, init)
       if (op === 'run') return Response.json({ id: 'job1', status: 'IN_QUEUE' })
       if (op.startsWith('status-sync/')) {
         const input = calls.find((c) => c.op === 'run')!.body!.input as { openai_input: { stream?: unknown } }
@@ -487,10 +488,7 @@ describe('vLLM routes: native job streams', () => {
     const calls: Call[] = []
     let page = 0
     const fetchFake = async (input: RequestInfo | URL, init?: RequestInit): Promise<Response> => {
-      const request = new Request(input, init)
-      const op = new URL(request.url).pathname.split('/').slice(3).join('/')
-      const text = request.method === 'POST' ? await request.text() : ''
-      calls.push({ op, body: text ? (JSON.parse(text) as Record<string, unknown>) : undefined })
+      const op = await recordCall(calls, input, init)
       if (op === 'run') return Response.json({ id: 'job1', status: 'IN_QUEUE' })
       if (op.startsWith('stream/')) {
         const item = items[page++]
