@@ -114,7 +114,8 @@ export function messagesEvents(completion: Completion, meta: CompletionMeta): Ti
   const usage = { input_tokens: completion.promptTokens, output_tokens: 0 }
   // Older vLLM (anthropic/serving_messages.py, which also wrote `[DONE]`) set only the message's id, content
   // and model, and put the prompt's count beside the message.
-  const start: JsonObject = meta.messagesDone ? { message: { id: meta.id, content: [], model: meta.model }, usage } : { message: { id: meta.id, content: [], model: meta.model, stop_reason: null, stop_sequence: null, usage } }
+  const message = { id: meta.id, content: [], model: meta.model }
+  const start: JsonObject = meta.messagesDone ? { message, usage } : { message: { ...message, stop_reason: null, stop_sequence: null, usage } }
   push('message_start', start, 0, 'chunk')
   const choice = completion.choices[0]
   let open: { index: number; type: string } | undefined
