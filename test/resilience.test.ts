@@ -375,6 +375,33 @@ describe('timeouts cancel the job and say so', () => {
   })
 })
 
+describe("a timeout on /v1/messages is Anthropic's timeout_error", () => {
+  const messages = (content: string, stream: boolean) => JSON.stringify({ model: 'chat-current', max_tokens: 50, stream, messages: [{ role: 'user', content }] })
+  type AnthropicError = { type: string; error: { type: string; message: string } }
+
+  it('no first token in time: a 504 typed timeout_error, as Anthropic types its 504', async () => {
+    const h = setup({ timeouts: { firstTokenMs: 300 } })
+    h.emulator.configure('currenta', { coldStartMs: 20_000 })
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/messages', authed(key, messages('Hello', true)))
+    expect(res.status).toBe(504)
+    expect(await res.json()).toMatchObject({ type: 'error', error: { type: 'timeout_error' } })
+    await h.settle()
+  })
+
+  it("a stall after output: the stream's error event is typed timeout_error", async () => {
+    const h = setup({ timeouts: { idleMs: 300 } })
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/messages', authed(key, messages('x [[emulator:fault=stall,after=3,tokens=20]]', true)))
+    expect(res.status).toBe(200)
+    const text = await res.text()
+    const last = text.trimEnd().split('\n').at(-1)!
+    expect(JSON.parse(last.slice('data: '.length)) as AnthropicError).toMatchObject({ type: 'error', error: { type: 'timeout_error', message: 'The model stopped sending for too long.' } })
+    await h.settle()
+    expect(h.emulator.activeJobs()).toEqual([])
+  })
+})
+
 describe('a JSON answer under the timeout', () => {
   it('chat-openai: a body that stalls mid-way ends at the timeout with an error, not a hang', async () => {
     const stalling = (async (_input: RequestInfo | URL, init?: RequestInit) => {

@@ -151,6 +151,15 @@ export function toGatewayError(error: unknown): GatewayError {
   })
 }
 
+/**
+ * Anthropic's error `type` for `error`, for `/v1/messages` (its SDKs read it). It follows the status where
+ * Anthropic's differ from OpenAI's: every 404 is `not_found_error` (an unknown model too), a 413
+ * `request_too_large`, a 504 `timeout_error`.
+ */
+export function anthropicType(error: GatewayError): string {
+  return ({ 404: 'not_found_error', 413: 'request_too_large', 504: 'timeout_error' } as Record<number, string>)[error.status] ?? error.type
+}
+
 /** OpenAI's error body: `{"error":{"message","type","param","code"}}`. */
 export function openAIErrorBody(error: GatewayError): {
   error: { message: string; type: OpenAIErrorType; param: string | null; code: GatewayErrorCode }

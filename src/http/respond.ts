@@ -2,7 +2,7 @@
  * Turns a GatewayError into the response format of the surface that was called.
  */
 import type { Context } from 'hono'
-import { openAIErrorBody, toGatewayError } from '../errors/index.ts'
+import { anthropicType, openAIErrorBody, toGatewayError } from '../errors/index.ts'
 import type { GatewayError } from '../errors/index.ts'
 import { logFailure } from './log.ts'
 import type { Log } from './log.ts'
@@ -14,14 +14,9 @@ export function runpodErrorBody(error: GatewayError): { error: string; code: str
 
 export type ErrorFormat = 'openai' | 'runpod' | 'anthropic'
 
-/**
- * Anthropic's error body, for `/v1/messages` (vLLM's Anthropic route): its SDKs read this shape. Its
- * types follow the status where they differ from OpenAI's: every 404 is `not_found_error` (an unknown
- * model too), a 413 `request_too_large`.
- */
+/** Anthropic's error body, for `/v1/messages` (vLLM's Anthropic route): its SDKs read this shape. */
 function anthropicErrorBody(error: GatewayError): { type: 'error'; error: { type: string; message: string } } {
-  const type = error.status === 404 ? 'not_found_error' : error.status === 413 ? 'request_too_large' : error.type
-  return { type: 'error', error: { type, message: error.message } }
+  return { type: 'error', error: { type: anthropicType(error), message: error.message } }
 }
 
 /** `scrub` takes the operator's secrets out of the body: a message may quote an upstream's answer. */

@@ -7,6 +7,7 @@
  * event the caller's SDK reads as one.
  */
 import type { EventSourceMessage } from 'eventsource-parser'
+import { anthropicType } from '../errors/index.ts'
 import type { GatewayError } from '../errors/index.ts'
 import type { CopyEnd } from '../pipeline/stage.ts'
 import type { StreamDialect } from '../normalize/route.ts'
@@ -84,7 +85,7 @@ const MESSAGES_DIALECT: Dialect = {
     const usage = isRecord(value) ? (type === 'message_start' && isRecord(value.message) && value.message.usage) || value.usage : undefined
     if (isRecord(usage)) end[type === 'message_start' ? 'prompt' : 'usage'] = readUsage({ ...toInputOutput(end.usage ?? end.prompt), ...usage })
   },
-  errorEvent: (error) => `event: error\ndata: ${JSON.stringify({ type: 'error', error: { type: error.type, message: error.message } })}\n\n`,
+  errorEvent: (error) => `event: error\ndata: ${JSON.stringify({ type: 'error', error: { type: anthropicType(error), message: error.message } })}\n\n`,
 }
 
 /**
