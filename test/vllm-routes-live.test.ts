@@ -168,6 +168,13 @@ describe('vLLM routes against the emulator', () => {
     const v2Answer = (await v2.json()) as { results: unknown[]; model: string }
     expect(v2.status, JSON.stringify(v2Answer)).toBe(200)
     expect(v2Answer).toMatchObject({ model, results: rerank.results })
+    // /v2/embed, Cohere's v2 embed: vectors by type, the count under meta.billed_units as vLLM writes it.
+    const embed = await h.fetch('/v2/embed', authed(key, JSON.stringify({ model, texts: ['edge network', 'gpu'], embedding_types: ['float', 'base64'], output_dimension: 8 })))
+    const embedAnswer = (await embed.json()) as { embeddings: { float: number[][]; base64: string[] } }
+    expect(embed.status, JSON.stringify(embedAnswer)).toBe(200)
+    expect(embedAnswer).toMatchObject({ texts: ['edge network', 'gpu'], meta: { billed_units: { input_tokens: 3, image_tokens: 0 } }, response_type: 'embeddings_by_type' })
+    expect(embedAnswer.embeddings.float.map((v) => v.length)).toEqual([8, 8])
+    expect(embedAnswer.embeddings.base64).toHaveLength(2)
   })
 
   it('a classic worker refuses the routes it does not serve, and podgate says so', async () => {

@@ -31,7 +31,7 @@ const ANSWERS: Record<string, Record<string, unknown>> = {
   '/messages/count_tokens': { input_tokens: 4 },
   '/rerank': { id: 'rerank-1', model: SERVED, usage: { total_tokens: 9 }, results: [{ index: 1, document: { text: 'b' }, relevance_score: 0.9 }] },
   '/v2/rerank': { id: 'rerank-2', model: SERVED, usage: { total_tokens: 9 }, results: [{ index: 1, document: { text: 'b' }, relevance_score: 0.9 }] },
-  '/v2/embed': { id: 'embd-1', embeddings: { float: [[0.25, -0.5]] }, texts: ['a'], meta: { api_version: { version: '2' }, tokens: { input_tokens: 1 } } },
+  '/v2/embed': { id: 'embd-1', embeddings: { float: [[0.25, -0.5]] }, texts: ['a'], meta: { api_version: { version: '2' }, billed_units: { input_tokens: 7, image_tokens: 4 } } },
   '/score': { id: 'score-1', object: 'list', created: 1, model: SERVED, data: [{ index: 0, object: 'score', score: 0.5 }], usage: { prompt_tokens: 6, total_tokens: 6, completion_tokens: 0 } },
   '/tokenize': { count: 2, max_model_len: 8192, tokens: [1, 2], token_strs: null },
   '/detokenize': { prompt: 'Hi there' },
@@ -177,7 +177,8 @@ describe('vLLM routes: JSON answers, forwarded as written', () => {
     expect(await res.json()).toEqual(ANSWERS['/v2/embed'])
     // Cohere's `max_tokens` is a truncation length here, not an output cap: forwarded as written.
     expect(calls[0]).toEqual({ op: 'run', body: { input: { openai_route: '/v2/embed', openai_input: { ...body, model: SERVED } } } })
-    expect(await usageOf(h, key)).toEqual(expect.objectContaining({ requests: 1 }))
+    // vLLM reports the count as Cohere does, text and image tokens apart under meta.billed_units: charged 7 + 4.
+    expect(await usageOf(h, key)).toEqual(expect.objectContaining({ requests: 1, tokens: 11 }))
     await expectRefusedBeforeUpstream({ h, calls }, key, '/v2/embed', body)
   })
 

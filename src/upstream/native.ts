@@ -145,7 +145,10 @@ function jsonOutput(output: unknown, alias: string, route: boolean): { body: Rec
     throw upstreamError(`The model worker returned something other than ${route ? 'one JSON answer' : 'an embeddings list'}.`)
   }
   if (!route || typeof body.model === 'string') body.model = alias
-  return { body, usage: readUsage(body.usage) }
+  // vLLM's `/v2/embed` counts as Cohere does: text and image tokens apart, under `meta.billed_units`.
+  // Any other answer without `usage` sums to NaN here, no count: charged podgate's estimate.
+  const billed = Object(Object(body.meta).billed_units)
+  return { body, usage: readUsage(body.usage ?? { prompt_tokens: billed.input_tokens + (billed.image_tokens ?? 0) }) }
 }
 
 export function jobFailure(job: Pick<JobStatus, 'status' | 'error'>): GatewayError {

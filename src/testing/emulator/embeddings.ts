@@ -98,7 +98,7 @@ function inputList(input: NonNullable<z.infer<typeof embeddingBodySchema>['input
   return input.filter((x) => Array.isArray(x)).map(fromIds)
 }
 
-function toBase64(vector: Float32Array): string {
+export function toBase64(vector: Float32Array): string {
   const bytes = new Uint8Array(vector.length * 4)
   const view = new DataView(bytes.buffer)
   vector.forEach((value, i) => view.setFloat32(i * 4, value, true))

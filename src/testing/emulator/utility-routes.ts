@@ -7,7 +7,7 @@
 
 import * as z from 'zod/mini'
 import { ENGLISH } from '../../zod/english.ts'
-import { embed, embeddingsResponse } from './embeddings.ts'
+import { embed, embeddingsResponse, toBase64 } from './embeddings.ts'
 import { generateCompletion, hashString, MEDIA_PART_TOKENS } from './generate.ts'
 import type { ChatMessageText } from './generate.ts'
 import { errorDialect } from './openai-format.ts'
@@ -21,6 +21,7 @@ export type UtilityRoute =
   | '/v1/messages/count_tokens'
   | '/v1/rerank'
   | '/v2/rerank'
+  | '/v2/embed'
   | '/v1/score'
   | '/classify'
   | '/pooling'
@@ -46,6 +47,13 @@ export const MAX_MODEL_LEN = 8192
 const texts = z.union([z.string(), z.array(z.string()).check(z.minLength(1))])
 const model = z.nullish(z.string())
 const rerankSchema = z.looseObject({ model, query: z.string(), documents: z.array(z.string()), top_n: z.nullish(z.number().check(z.int(), z.minimum(0))) })
+const cohereEmbedSchema = z.looseObject({
+  model,
+  texts: z.optional(z.array(z.string())),
+  images: z.optional(z.array(z.string())),
+  output_dimension: z.nullish(z.number().check(z.int(), z.minimum(1))),
+  embedding_types: z.nullish(z.array(z.enum(['float', 'base64']))),
+})
 const scoreSchema = z.looseObject({ model, text_1: texts, text_2: texts })
 const inputSchema = z.looseObject({ model, input: texts })
 const tokenizeSchema = z.looseObject({
@@ -68,6 +76,7 @@ const ROUTES: Record<UtilityRoute, Answer> = {
   '/v1/rerank': rerank,
   // Cohere's v2 API: vLLM answers it with the same handler (worker-vllm v2.24+ reaches it as a job only).
   '/v2/rerank': rerank,
+  '/v2/embed': cohereEmbed,
   '/v1/score': (body, o) => parsed(scoreSchema, body, (b) => {
     const left = list(b.text_1)
     const right = list(b.text_2)
@@ -117,6 +126,33 @@ function rerank(body: unknown, o: UtilityOptions): UtilityResult {
       model: o.model,
       usage: { prompt_tokens: tokens, total_tokens: tokens },
       results: b.top_n ? scored.slice(0, b.top_n) : scored,
+    })
+  })
+}
+
+/**
+ * `/v2/embed`, vLLM's Cohere v2 embed (PR #37074): the vectors `/v1/embeddings` gives the same texts, by
+ * type (`float`, `base64`; the binary types are not emulated), and the count as Cohere reports it:
+ * `meta.billed_units`, text and image tokens apart (an image is a media part's tokens).
+ */
+function cohereEmbed(body: unknown, o: UtilityOptions): UtilityResult {
+  return parsed(cohereEmbedSchema, body, (b) => {
+    const inputs = [...(b.texts ?? []).map((text) => `t:${text}`), ...(b.images ?? []).map((image) => `image:${image}`)]
+    if (inputs.length === 0) return badRequest('One of texts, images or inputs must be provided.')
+    const dimensions = Math.min(b.output_dimension ?? o.embeddingDimensions, o.embeddingDimensions)
+    const vectors = inputs.map((key) => embed(key, o.embeddingDimensions, dimensions))
+    const embeddings: JsonObject = {}
+    for (const type of b.embedding_types ?? ['float']) {
+      embeddings[type] = type === 'float' ? vectors.map((v) => [...v]) : vectors.map(toBase64)
+    }
+    const imageTokens = (b.images?.length ?? 0) * MEDIA_PART_TOKENS
+    const inputTokens = (b.texts ?? []).reduce((sum, text) => sum + words(text), 0)
+    return answered({
+      id: `embd-${o.idSuffix}`,
+      embeddings,
+      ...(b.texts && { texts: b.texts }),
+      meta: { api_version: { version: '2' }, billed_units: { input_tokens: inputTokens, image_tokens: imageTokens } },
+      response_type: 'embeddings_by_type',
     })
   })
 }
