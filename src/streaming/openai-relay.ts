@@ -32,8 +32,6 @@ export interface OpenAIRelayOptions {
   includeUsage: boolean
   /** Called at most once, when the upstream usage chunk arrives (whether or not it is relayed). */
   onUsage?(usage: Usage): void
-  /** Called once, when the first upstream chunk is relayed (not an error event). */
-  onFirstEvent?(): void
   /** Called once when the relay ends: `[DONE]` relayed (ok), or an error event written / the caller gone. */
   onEnd?(outcome: RelayOutcome): void
   /** Aborts when the caller goes away: the relay settles then (at once if it already has), whether or not its body is read or cancelled, and cancels `source`. Default: none. */
@@ -86,7 +84,7 @@ const ignore = () => undefined
  * return new Response(relay, { headers: SSE_HEADERS })
  */
 export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<Uint8Array> {
-  const { source, model, includeUsage, onUsage, onFirstEvent, onEnd } = options
+  const { source, model, includeUsage, onUsage, onEnd } = options
   const idleMs = options.idleMs ?? Infinity
   const totalDeadline = options.totalDeadline ?? Infinity
   const batchMs = options.batchMs ?? DEFAULT_BATCH_MS
@@ -147,7 +145,7 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
     if (fast !== undefined) out += `data: ${fast}\n\n`
     else relayParsed(data)
     // Reached only by a chunk: an error event (thrown above) is no output, and costs no max_tokens.
-    if (!chunks++) onFirstEvent?.()
+    chunks++
   }
 
   function relayParsed(data: string): void {
