@@ -181,6 +181,23 @@ describe('failover across endpoints', () => {
     }
   })
 
+  it("an endpoint two models share is judged by each model's own breaker policy", async () => {
+    // Found in the failover review: the breaker opened by the failing model's threshold for every model, so a
+    // model with `failures: 1` took a shared endpoint away from one that asked for three failures in a row.
+    const withBreaker = (failures: number) => ({ endpoints: [{ endpointId: 'oaia', weight: 1e6 }, { endpointId: 'oaib' }], mode: 'openai' as const, resilience: { retries: FAST_RETRIES, breaker: { failures, cooldownMs: 60_000 } } })
+    const h = harness({ models: { strict: withBreaker(1), lax: withBreaker(3) } })
+    h.emulator.configure('oaia', { fault: { kind: 'http', status: 502, times: 1 } })
+    const { key } = await h.createKey()
+    const ask = async (model: string, n: number) => expect((await h.fetch('/v1/chat/completions', authed(key, chatBody(model, `n${n}`)))).status).toBe(200)
+    await ask('strict', 1)
+    await ask('strict', 2)
+    // One failure opens it for `strict`, which goes straight to the spare; `lax` still goes to it first.
+    expect(callsTo(h, 'oaia', 'openai').map((c) => c.status)).toEqual([502])
+    await ask('lax', 3)
+    expect(callsTo(h, 'oaia', 'openai').map((c) => c.status)).toEqual([502, 200])
+    expect(callsTo(h, 'oaib', 'openai')).toHaveLength(2)
+  })
+
   it('an endpoint that keeps failing is skipped for the cool-down (breaker per isolate)', async () => {
     // The isolate's breaker on a clock the test moves, so the cool-down's end is reached without waiting.
     let clock = Date.now()

@@ -111,7 +111,7 @@ export function nativeSurface(options: NativeRoutesOptions): Hono<GatewayEnv> {
     const normalized = { ...(request.normalized ?? passthroughRequest(binding.model.alias)), stream: false }
     const queue = composeStages(options.stages ?? [], async (ctx: CompletionContext) => {
       // A weighted pick among the endpoints whose breaker is closed (all of them when none is).
-      const endpoint = orderEndpoints(binding.model, (e) => breaker.isOpen(e))[0]!
+      const endpoint = orderEndpoints(binding.model, (e) => breaker.isOpen(e, binding.model.config.resilience.breaker))[0]!
       const signal = c.req.raw.signal
       // A caller gone before its job went upstream (while its key and quota were checked) has nothing sent.
       if (signal.aborted) throw upstreamError(CALLER_GONE)

@@ -1,6 +1,8 @@
 /**
  * A circuit breaker per endpoint, held in the isolate: an endpoint that failed `failures` times in a row
- * is skipped for `cooldownMs`, then tried again (one more failure re-opens it; a success closes it).
+ * is skipped for `cooldownMs`, then tried again (one more failure re-opens it; a success closes it). The
+ * count is the endpoint's, the policy each model's: of two models sharing an endpoint, each skips it by
+ * its own `failures` and `cooldownMs`.
  *
  * Per isolate on purpose: it costs no storage call on the request path, and each isolate learns about a
  * bad endpoint within `failures` requests of its own (measured: N isolates make `failures` x N calls to
@@ -25,13 +27,14 @@ export interface EndpointBreakerOptions {
 
 interface EndpointState {
   failures: number
-  openUntil: number
+  /** When the last of them was counted (ms). */
+  at: number
 }
 
 /** What failover asks of a breaker; `EndpointBreaker` is the in-isolate one. */
 export interface Breaker {
-  /** True while the endpoint should be skipped (tried last). */
-  isOpen(endpoint: Endpoint): boolean
+  /** True while the endpoint should be skipped (tried last) by a model with this policy. */
+  isOpen(endpoint: Endpoint, policy: BreakerPolicy): boolean
   success(endpoint: Endpoint): void
   failure(endpoint: Endpoint, policy: BreakerPolicy): void
 }
@@ -44,20 +47,20 @@ export class EndpointBreaker implements Breaker {
     this.#now = options.now ?? Date.now
   }
 
-  /** True while the endpoint is cooling down after repeated failures. */
-  isOpen(endpoint: Endpoint): boolean {
+  /** True while the endpoint is cooling down after `policy.failures` failures in a row. */
+  isOpen(endpoint: Endpoint, policy: BreakerPolicy): boolean {
     const state = this.#states.get(endpoint.base)
-    return state !== undefined && state.openUntil > this.#now()
+    return state !== undefined && state.failures >= policy.failures && state.at + policy.cooldownMs > this.#now()
   }
 
   success(endpoint: Endpoint): void {
     this.#states.delete(endpoint.base)
   }
 
-  failure(endpoint: Endpoint, policy: BreakerPolicy): void {
-    const state = this.#states.get(endpoint.base) ?? { failures: 0, openUntil: 0 }
+  failure(endpoint: Endpoint): void {
+    const state = this.#states.get(endpoint.base) ?? { failures: 0, at: 0 }
     state.failures++
-    if (state.failures >= policy.failures) state.openUntil = this.#now() + policy.cooldownMs
+    state.at = this.#now()
     this.#states.set(endpoint.base, state)
   }
 }

@@ -32,7 +32,7 @@ export function createDispatcher(options: DispatchOptions): CompletionHandler {
   const breaker = options.breaker ?? new EndpointBreaker()
   return async function dispatch(ctx: CompletionContext): Promise<Response> {
     const signal = ctx.signal ?? ctx.c.req.raw.signal
-    const ordered = orderEndpoints(ctx.model, (e) => breaker.isOpen(e))
+    const ordered = orderEndpoints(ctx.model, (e) => breaker.isOpen(e, ctx.model.config.resilience.breaker))
     const groups = byMode(ordered, ctx.model.config.mode)
     // `timeouts.totalMs` bounds the whole call: every mode's tries, their retries and backoff included.
     const deadline = Date.now() + ctx.model.config.resilience.timeouts.totalMs

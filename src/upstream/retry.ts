@@ -138,7 +138,7 @@ export class RetryPlan {
     const turn = this.#tried % n
     for (let k = 0; k < n && this.#tried < resilience.retries.attempts; k++) {
       const candidate = order[(turn + k) % n]!
-      if (candidate.base === current.base || breaker.isOpen(candidate) || this.#held(candidate) > 0) continue
+      if (candidate.base === current.base || breaker.isOpen(candidate, resilience.breaker) || this.#held(candidate) > 0) continue
       for (; k > 0; k--) order[(turn + k) % n] = order[(turn + k - 1) % n]!
       order[turn] = candidate
       this.#order = order

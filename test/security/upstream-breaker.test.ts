@@ -64,9 +64,9 @@ describe('retries while some breakers are open', () => {
     const models: GatewayOptions['models'] = {
       m: { endpoints: [{ endpointId: 'livea' }, { endpointId: 'deadb' }, { endpointId: 'deadc' }], mode: 'openai', resilience: { retries: { baseDelayMs: 1, maxDelayMs: 2 } } },
     }
-    // The two dead endpoints' breakers are open (as a few calls would have left them).
+    // The two dead endpoints' breakers are open (as three calls, the default `breaker.failures`, would have left them).
     const breaker = new EndpointBreaker()
-    for (const dead of ['deadb', 'deadc']) breaker.failure({ base: `https://emulator.test/v2/${dead}` } as Parameters<Breaker['failure']>[0], { failures: 1, cooldownMs: 600_000 })
+    for (const dead of ['deadb', 'deadc']) for (let i = 0; i < 3; i++) breaker.failure({ base: `https://emulator.test/v2/${dead}` } as Parameters<Breaker['failure']>[0])
     const h = harness({ models, breaker }, emulator)
     const { key } = await h.createKey()
     // The live endpoint fails once: its retry was spent on the two open ones, and the caller got a 502.
