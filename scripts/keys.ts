@@ -193,13 +193,17 @@ async function call(url: string, token: string, io: KeysCliIO, method: string, p
     throw new Error(`cannot reach podgate at ${url}: is it running (npm run dev)? Pass --url for a deployed Worker.`)
   }
   const text = await res.text()
+  // A 5xx page may also be a podgate whose config stops it from starting (workerd's or Cloudflare's page, not JSON).
+  const notPodgate = () => new Error(`${url} answered ${method} ${path} with ${res.status} but not podgate's JSON: is --url a podgate${res.status >= 500 ? ', and does it start (its log says why not: `npx wrangler tail`)' : ''}?`)
   if (!res.ok) {
-    let message = text
+    let message: unknown
     try {
-      message = (JSON.parse(text) as { error: { message: string } }).error.message
+      message = (JSON.parse(text) as { error: { message: unknown } }).error.message
     } catch {
-      // not podgate's JSON: show the body as is
+      // no `error` object
     }
+    // A web site's or a proxy's error page, not podgate's error JSON: named, not printed.
+    if (typeof message !== 'string') throw notPodgate()
     // podgate answers every admin route 404 `Not found.` when it has no admin token; so does a URL that is no podgate.
     const hint = res.status === 404 && message === 'Not found.' ? ` (is ${url} a podgate with PODGATE_ADMIN_TOKEN set? Without one its admin API answers 404.)` : ''
     io.err(`keys: ${method} ${path} -> ${res.status}: ${message.slice(0, 500)}${hint}`)
@@ -208,7 +212,7 @@ async function call(url: string, token: string, io: KeysCliIO, method: string, p
   try {
     return JSON.parse(text)
   } catch {
-    throw new Error(`${url} answered ${method} ${path} with ${res.status} but not podgate's JSON: is --url a podgate?`)
+    throw notPodgate()
   }
 }
 

@@ -134,6 +134,18 @@ describe('npm run keys', () => {
     expect(err).not.toContain(token)
   })
 
+  it("says an error answer that is not podgate's JSON (a web site's 404 page) comes from no podgate, without printing the page", async () => {
+    for (const [status, body] of [[404, '<!DOCTYPE html><html><title>Error response</title>a website</html>'], [404, '{"detail":"Not Found"}'], [500, '<html>Worker threw exception</html>']] as const) {
+      let err = ''
+      const page = (async () => new Response(body, { status })) as typeof fetch
+      expect(await runKeysCli(['list', '--url', 'https://www.example.com', '--admin-token', 'some-admin-token-0123'], { env: {}, out: () => {}, err: (t) => (err += t), fetch: page })).toBe(1)
+      expect(err).toMatch(new RegExp(`https://www\\.example\\.com.*${status}.*not podgate's JSON`))
+      expect(err).not.toMatch(/<|detail|TypeError/)
+      // A podgate that fails to start answers such a page too: the message says where to look.
+      if (status === 500) expect(err).toContain('wrangler tail')
+    }
+  })
+
   it('says why every admin route is 404: a podgate with no admin token, or a --url that is not one', async () => {
     let err = ''
     const off = (async () => new Response(JSON.stringify({ error: { message: 'Not found.', code: 'not_found' } }), { status: 404 })) as typeof fetch
