@@ -162,6 +162,22 @@ describe('a host app\'s own middleware before the gateway', () => {
     expect(seen).toEqual(['chat-openai'])
   })
 
+  it('a middleware that read c.req.raw itself leaves podgate no body: 400 invalid_json, as docs/composition.md says; a clone leaves it whole', async () => {
+    const h = harness()
+    const { key } = await h.createKey({ name: 'host' })
+    for (const [read, status] of [[(r: Request) => r.json(), 400], [(r: Request) => r.clone().json(), 200]] as const) {
+      const app = new Hono()
+      app.use('/ai/*', async (c, next) => {
+        await read(c.req.raw)
+        await next()
+      })
+      app.route('/ai', h.app)
+      const res = await app.request('/ai/v1/chat/completions', authed(key, chatBody('chat-openai', 'raw read')), env)
+      expect(res.status).toBe(status)
+      if (status === 400) expect(await res.json()).toMatchObject({ error: { code: 'invalid_json', message: 'The request body is not valid JSON.' } })
+    }
+  })
+
   it('a host app\'s request id (hono/request-id) is the one podgate answers and logs under', async () => {
     const h = harness()
     const { key } = await h.createKey({ name: 'host' })
