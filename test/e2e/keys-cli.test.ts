@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { startPodgate } from '../../scripts/lib/podgate-server.ts'
 import type { PodgateServer } from '../../scripts/lib/podgate-server.ts'
 import { runKeysCli } from '../../scripts/keys.ts'
+import { clearDevUrl, readDevUrl, writeDevUrl } from '../../scripts/lib/dev-state.ts'
 
 let server: PodgateServer
 
@@ -181,6 +182,30 @@ describe('npm run keys', () => {
       const remote = await runKeysCli(['list', '--url', 'https://podgate.example.workers.dev'], { env: {}, out: () => {}, err: (t) => (err += t), fetch, devDir: dir })
       expect(remote).toBe(2)
       expect(err).toMatch(/no admin token/)
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
+  it('a second `npm run dev` from the same directory (another PORT), once it stops, leaves the first one\'s URL to `npm run keys`', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'podgate-keys-two-devs-'))
+    try {
+      // The first dev server, still running on PORT=8797 (another process: the test runner's parent).
+      mkdirSync(join(dir, '.wrangler'))
+      writeFileSync(join(dir, '.wrangler', 'podgate-dev.json'), JSON.stringify({ url: 'http://127.0.0.1:8797', pid: process.ppid }))
+      // The second one stops before it is ready (a config mistake): the first one's URL stays.
+      clearDevUrl(dir)
+      expect(readDevUrl(dir)).toBe('http://127.0.0.1:8797')
+      // The second one ready on 8807: keys talks to it while it runs, to the first again once it stopped.
+      writeDevUrl(dir, 'http://127.0.0.1:8807')
+      expect(readDevUrl(dir)).toBe('http://127.0.0.1:8807')
+      clearDevUrl(dir)
+      expect(readDevUrl(dir)).toBe('http://127.0.0.1:8797')
+      // Alone, a dev server's stop leaves nothing behind.
+      writeFileSync(join(dir, '.wrangler', 'podgate-dev.json'), JSON.stringify({ url: 'http://127.0.0.1:8797', pid: 2 ** 22 + 1 }))
+      writeDevUrl(dir, 'http://127.0.0.1:8807')
+      clearDevUrl(dir)
+      expect(readDevUrl(dir)).toBeUndefined()
     } finally {
       rmSync(dir, { recursive: true, force: true })
     }
