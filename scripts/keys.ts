@@ -109,7 +109,12 @@ export async function runKeysCli(argv: string[], io: KeysCliIO): Promise<number>
     // The dev token goes only to a local server: never send it to a deployed Worker's URL.
     const devToken = io.devDir !== undefined && LOOPBACK.test(url) ? readDevVars(io.devDir).PODGATE_ADMIN_TOKEN : undefined
     const token = typeof parsed.values['admin-token'] === 'string' ? parsed.values['admin-token'] : io.env.PODGATE_ADMIN_TOKEN || devToken
-    if (!token) throw new UsageError('no admin token: pass --admin-token, set PODGATE_ADMIN_TOKEN, or run `npm run dev` once (it writes .dev.vars)')
+    if (!token) {
+      throw new UsageError(LOOPBACK.test(url)
+        ? 'no admin token: pass --admin-token, set PODGATE_ADMIN_TOKEN, or run `npm run dev` once (it writes .dev.vars)'
+        // .dev.vars' token goes only to a local server.
+        : `no admin token for ${url}: pass --admin-token or set PODGATE_ADMIN_TOKEN to the token that Worker was given (\`wrangler secret put PODGATE_ADMIN_TOKEN\`)`)
+    }
     const needsId = (): string => {
       if (!id) throw new UsageError(`${command} needs a key id (key_...)`)
       return encodeURIComponent(id)

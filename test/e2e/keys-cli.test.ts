@@ -182,6 +182,9 @@ describe('npm run keys', () => {
       const remote = await runKeysCli(['list', '--url', 'https://podgate.example.workers.dev'], { env: {}, out: () => {}, err: (t) => (err += t), fetch, devDir: dir })
       expect(remote).toBe(2)
       expect(err).toMatch(/no admin token/)
+      // Running `npm run dev` would not help: its token is never sent there.
+      expect(err.split('\n')[0]).not.toContain('npm run dev')
+      expect(err).toContain('PODGATE_ADMIN_TOKEN')
     } finally {
       rmSync(dir, { recursive: true, force: true })
     }
