@@ -133,8 +133,9 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
   app.use(async function requestId(c, next) {
     // A host app's middleware that read the body through Hono (`c.req.json()`, cached for later readers)
     // used up the raw body podgate reads: it gets Hono's copy back. Hono before 4.8.4 caches only the parse,
-    // which fails again here for a body that is not JSON: refused as podgate refuses it, not as a 500.
-    if (c.req.raw.bodyUsed) c.req.raw = new Request(c.req.raw, { body: await c.req.arrayBuffer().catch(notJson) })
+    // which fails again here for a body that is not JSON: refused as podgate refuses it, not as a 500. A
+    // middleware that read `c.req.raw` itself left no copy: the host's bug, a 500 (not the caller's 400).
+    if (c.req.raw.bodyUsed) c.req.raw = new Request(c.req.raw, { body: await c.req.arrayBuffer().catch((e) => (e instanceof SyntaxError ? notJson() : Promise.reject(e))) })
     // A host app's own (hono/request-id's): its log lines and podgate's find each other.
     const id = c.get('requestId') ?? crypto.randomUUID()
     c.set('requestId', id)
