@@ -90,6 +90,19 @@ describe('secret keys', () => {
     }
   })
 
+  // Found in the auth review: an Authorization header that carried no Bearer credential (a host app's or a
+  // proxy's Basic auth in front of podgate) hid the x-api-key beside it: 401 "Missing API key".
+  it('come from x-api-key when Authorization carries no Bearer credential; a Bearer one wins', async () => {
+    const h = harness()
+    const { key } = await h.createKey({ name: 'behind basic auth' })
+    const basic = 'Basic dXNlcjpwYXNz'
+    expect((await h.fetch('/v1/models', { headers: { authorization: basic, 'x-api-key': key } })).status).toBe(200)
+    const anthropic = await h.fetch('/v1/messages', { method: 'POST', headers: { authorization: basic, 'x-api-key': key, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'nope', max_tokens: 5, messages: [] }) })
+    expect(anthropic.status).not.toBe(401)
+    expect(await expect401(await h.fetch('/v1/models', { headers: { authorization: 'Bearer pg_sk_wrong', 'x-api-key': key } }))).toMatch(/Invalid API key/)
+    expect((await h.fetch('/admin/keys', { headers: { authorization: basic, 'x-api-key': ADMIN_TOKEN } })).status).toBe(200)
+  })
+
   it('stop working after expiresAt', async () => {
     const h = harness()
     const { id, key } = await h.createKey({ name: 'short', expiresAt: Date.now() + 60_000 })

@@ -71,12 +71,12 @@ export interface ApiKeyAuthOptions {
 
 const CHALLENGE = 'Bearer realm="podgate"'
 
-/** The credential a request carries: `Authorization: Bearer <credential>`, else `x-api-key` (how Anthropic's SDKs send one). */
+/**
+ * The credential a request carries: `Authorization: Bearer <credential>`, else `x-api-key` (how Anthropic's
+ * SDKs send one), also beside an `Authorization` of another scheme (a proxy's Basic auth).
+ */
 export function bearerCredential(c: Context): string | undefined {
-  const header = c.req.header('authorization')
-  if (!header) return c.req.header('x-api-key') || undefined
-  const match = /^Bearer[ \t]+([^\s]+)[ \t]*$/i.exec(header)
-  return match?.[1]
+  return /^Bearer[ \t]+([^\s]+)[ \t]*$/i.exec(c.req.header('authorization') ?? '')?.[1] ?? (c.req.header('x-api-key') || undefined)
 }
 
 /** 401 with the RFC 6750 challenge; the message says what to do, never echoes the credential. */
