@@ -323,8 +323,9 @@ export class KeyStore {
     return current
   }
 
+  /** A page of at most 300 records whatever `limit` asks: each costs three KV reads, and a Worker invocation may make 1,000. */
   async list(options: { cursor?: string; limit?: number } = {}): Promise<{ keys: KeyRecord[]; cursor: string | null }> {
-    const page = await this.#kv.list({ prefix: 'key:', cursor: options.cursor, limit: options.limit ?? 100 })
+    const page = await this.#kv.list({ prefix: 'key:', cursor: options.cursor, limit: Math.min(options.limit ?? 100, 300) })
     const records = await Promise.all(page.keys.map(async (k) => this.#withTombstones(await this.#kv.get<KeyRecord>(k.name, 'json'))))
     return { keys: records.filter((r): r is KeyRecord => r !== null), cursor: page.list_complete ? null : page.cursor }
   }

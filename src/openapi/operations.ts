@@ -138,7 +138,7 @@ export const OPERATIONS: Record<string, OperationSpec> = {
     security: 'admin',
     response: 'KeyList',
     parameters: [
-      { name: 'limit', in: 'query', description: 'Records per page, 1 to 1000; default 100.', schema: { type: 'integer', minimum: 1, maximum: 1000 } },
+      { name: 'limit', in: 'query', description: 'Records asked per page, 1 to 1000 (a page holds at most 300); default 100.', schema: { type: 'integer', minimum: 1, maximum: 1000 } },
       { name: 'cursor', in: 'query', description: 'The `cursor` of the previous page.', schema: { type: 'string' } },
     ],
   },
