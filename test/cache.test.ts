@@ -5,7 +5,7 @@
  */
 import { env } from 'cloudflare:test'
 import { describe, expect, it } from 'vitest'
-import { ADMIN_TOKEN, authed, chatBody, harness, MODEL_NAMES, MODELS, readSome, readSSE, RUNPOD_KEY, streamedText } from './helpers.ts'
+import { ADMIN_TOKEN, authed, chatBody, harness, MODEL_NAMES, MODELS, readSome, readSSE, RUNPOD_KEY, scriptedUpstream, streamedText } from './helpers.ts'
 import { createRunpodEmulator } from '../src/testing/index.ts'
 import type { GatewayOptions } from '../src/index.ts'
 
@@ -600,6 +600,36 @@ describe('stream replay', () => {
     await h.settle()
     expect((await chat(slow)).headers.get('x-podgate-cache')).toBe('MISS')
   })
+  it.each(['abort', 'error'])('an answer vLLM ended with finish_reason %s (cut short) is never stored: piped, relayed or JSON', async (reason) => {
+    const chunk = (delta: unknown, finish: string | null) => `data: {"id":"chatcmpl-up","object":"chat.completion.chunk","created":1700000000,"model":"Served-8B","choices":[{"index":0,"delta":${JSON.stringify(delta)},"logprobs":null,"finish_reason":${JSON.stringify(finish)}}]}\n\n`
+    const usage = { prompt_tokens: 5, completion_tokens: 2, total_tokens: 7 }
+    const sse = [chunk({ role: 'assistant', content: '' }, null), chunk({ content: 'Hel' }, null), chunk({ content: '' }, reason), `data: {"id":"chatcmpl-up","object":"chat.completion.chunk","created":1700000000,"model":"Served-8B","choices":[],"usage":${JSON.stringify(usage)}}\n\n`, 'data: [DONE]\n\n']
+    const json = { id: 'chatcmpl-up', object: 'chat.completion', created: 1700000000, model: 'Served-8B', choices: [{ index: 0, message: { role: 'assistant', content: 'Hel' }, logprobs: null, finish_reason: reason }], usage }
+    const scripted = scriptedUpstream(() => sse)
+    let calls = 0
+    const fetch = async (input: RequestInfo | URL, init?: RequestInit) => {
+      calls++
+      const request = new Request(input, init)
+      if (((await request.clone().json()) as { stream?: boolean }).stream) return scripted.fetch(request)
+      return new Response(JSON.stringify(json), { headers: { 'content-type': 'application/json' } })
+    }
+    // The alias is the served name: a stream asking for usage is piped natively; `renamed`'s is relayed.
+    const models = { 'Served-8B': { endpoints: [{ endpointId: 'epsame' }], mode: 'openai' as const }, renamed: { endpoints: [{ endpointId: 'eprenamed' }], mode: 'openai' as const, servedModelName: 'Served-8B' } }
+    const h = harness({ models, fetch })
+    const { key } = await h.createKey()
+    for (const [model, stream] of [['Served-8B', true], ['renamed', true], ['renamed', false]] as const) {
+      const body = chatBody(model, 'Hi', { temperature: 0, max_tokens: 16, stream, ...(stream ? { stream_options: { include_usage: true } } : {}) })
+      // Asked twice: each goes upstream, the first answer was not kept.
+      for (let i = 0; i < 2; i++) {
+        const res = await h.fetch('/v1/chat/completions', authed(key, body))
+        expect(res.headers.get('x-podgate-cache')).toBe('MISS')
+        await res.text()
+        await h.settle()
+      }
+    }
+    expect(calls).toBe(6)
+  })
+
 })
 
 describe('coalescing', () => {

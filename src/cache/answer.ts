@@ -55,6 +55,9 @@ const CHUNK_FIELDS = new Set(['id', 'object', 'created', 'model', 'choices'])
 /** Fields a stream repeats rather than continues: the latest value stands. */
 const REPLACED = new Set(['role', 'type', 'id', 'name', 'index', 'finish_reason', 'stop_reason'])
 
+/** A choice vLLM ended early (`abort`: the engine dropped it; `error`: it failed): no answer to keep. */
+const cut = (choice: Json) => /^(abort|error)$/.test(choice.finish_reason as string)
+
 /** What one stream event was, for the capture's caller. */
 export type CapturedEvent = 'chunk' | 'usage' | 'error'
 
@@ -89,7 +92,7 @@ export function createAnswerCapture(kind: RequestKind): AnswerCapture {
     let top: Json | undefined
     for (const [name, value] of Object.entries(event)) if (!CHUNK_FIELDS.has(name)) (top ??= {})[name] = value
     for (const choice of event.choices) {
-      if (!isRecord(choice) || typeof choice.index !== 'number' || !Number.isInteger(choice.index) || choice.index < 0 || choice.index >= MAX_CHOICES) {
+      if (!isRecord(choice) || typeof choice.index !== 'number' || !Number.isInteger(choice.index) || choice.index < 0 || choice.index >= MAX_CHOICES || cut(choice)) {
         broken = true
         break
       }
@@ -130,7 +133,7 @@ export function captureJsonAnswer(kind: RequestKind, body: unknown): CachedAnswe
   if (!Array.isArray(body.choices) || body.choices.length === 0 || body.choices.length > MAX_CHOICES) return undefined
   const choices: CachedChoice[] = []
   for (const choice of body.choices) {
-    if (!isRecord(choice) || choice.index !== choices.length) return undefined
+    if (!isRecord(choice) || choice.index !== choices.length || cut(choice)) return undefined
     const { index: _index, ...whole } = choice
     choices.push({ whole })
   }
