@@ -333,6 +333,25 @@ describe('native streams: polls', () => {
     expect(status.output.length).toBeGreaterThan(2)
   })
 
+  it("a JSON /stream poll that meets a terminal page that is not the last answers the job's last items: runpod-sdk stops at the first terminal page", async () => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    const h = harness({ fetch: pagedStream(emulator) }, emulator)
+    const { key } = await h.createKey()
+    const id = await startStreamJob(h, key, 'chat-classic', 'paged [[emulator:tokens=40]]', 100)
+    const get = { headers: { authorization: `Bearer ${key}` } }
+    // runpod-sdk's `stream()`: GET /stream/{id} until a terminal status, yielding every page's items.
+    const items: unknown[] = []
+    for (let polls = 0; polls < 50; polls++) {
+      const page = (await (await h.fetch(`/v2/chat-classic/stream/${id}`, get)).json()) as { status: string; stream: { output: unknown }[] }
+      expect(Object.keys(page).sort()).toEqual(['id', 'status', 'stream'])
+      items.push(...page.stream.map((item) => item.output))
+      if (['COMPLETED', 'FAILED', 'CANCELLED', 'TIMED_OUT'].includes(page.status)) break
+    }
+    const status = (await (await h.fetch(`/v2/chat-classic/status/${id}`, get)).json()) as { status: string; output: unknown[] }
+    expect(status.status).toBe('COMPLETED')
+    expect(items).toEqual(status.output)
+  })
+
   /**
    * A Runpod whose terminal page holds a job's last item (each earlier page keeps its newest back), and
    * that holds the poll after the terminal page until `release`.

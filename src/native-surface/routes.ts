@@ -19,7 +19,7 @@ import { isTerminal } from '../upstream/runpod/client.ts'
 import type { RunpodClient } from '../upstream/runpod/client.ts'
 import { reportedUsage } from '../upstream/runpod/output.ts'
 import { jobEventStream } from './job-events.ts'
-import { cancelJob, jobWithin } from '../upstream/job-calls.ts'
+import { cancelJob, jobWithin, streamPage } from '../upstream/job-calls.ts'
 import { jobFailure, refusalIn } from '../upstream/native.ts'
 import { countFault, sleep } from '../upstream/retry.ts'
 import { EndpointBreaker } from '../upstream/breaker.ts'
@@ -187,7 +187,9 @@ export function nativeSurface(options: NativeRoutesOptions): Hono<GatewayEnv> {
       return admitted(createCompletionContext(c, { ...passthroughRequest(binding.model.alias), stream: true }, binding.model))
     }
     const started = Date.now()
-    const page = await client.stream(job.endpoint, job.upstreamId, { signal: c.req.raw.signal, waitMs: runpod.streamWaitMs })
+    // A terminal page that held items is followed (no `?wait=`) until one holds none, its items added: runpod-sdk
+    // stops at the first terminal page, which need not hold the job's last items. A refused poll is the caller's to retry.
+    const { cut, refused, ...page } = await streamPage(client, job.endpoint, job.upstreamId, { signal: c.req.raw.signal, waitMs: runpod.streamWaitMs, onRetry: (status) => !status })
     // runpod-sdk polls again at once and Runpod's long poll answers at the first item (about a token on a
     // current worker): a page of a running job is held to 200 ms, so items come batched and following a
     // job costs a few control calls a second, not one a token.
