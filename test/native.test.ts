@@ -1063,6 +1063,29 @@ describe('job SSE never makes a broken answer look whole', () => {
     expect(last?.data).toContain('Emulated handler failure')
     expect(last?.data).not.toMatch(/Traceback|handler\.py|error_traceback/)
   })
+
+  it("a job vLLM refused (a classic worker's error item, as runpod-python's Python repr) ends with the caller's invalid_request, as on the OpenAI surface", async () => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    const refusal = `{'error': {'object': 'error', 'message': "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens.", 'type': 'BadRequestError', 'param': None, 'code': 400}}`
+    const h = harness(
+      {
+        models: NATIVE_MODELS,
+        fetch: async (input, init) => {
+          const request = new Request(input, init)
+          const op = new URL(request.url).pathname.split('/')[3]
+          if (op === 'stream') return Response.json({ status: 'FAILED', stream: [] })
+          if (op === 'status') return Response.json({ id: 'job-1', status: 'FAILED', error: refusal })
+          return emulator.fetch(request)
+        },
+      },
+      emulator,
+    )
+    const { key } = await h.createKey()
+    const id = await startJob(h, key, 'chat-classic', chatInput('too long [[emulator:tokens=3]]', { stream: true }))
+    const events = await readEvents(await h.fetch(`/v2/chat-classic/stream/${id}`, get(key, { accept: 'text/event-stream' })))
+    expect(events.at(-1)?.event).toBe('error')
+    expect(JSON.parse(events.at(-1)?.data ?? '{}')).toEqual({ status: 'FAILED', error: "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens.", code: 'invalid_request' })
+  })
 })
 
 describe('a classic worker run with RAW_OPENAI_OUTPUT=0', () => {

@@ -219,7 +219,9 @@ export function jobEventStream(options: JobEventsOptions): Response {
   function finish(job: Pick<JobStatus, 'status' | 'error'>): void {
     ended = true
     if (job.status !== 'COMPLETED') {
-      send(event('error', { status: job.status, error: jobError(job), code: job.status === 'TIMED_OUT' ? 'upstream_timeout' : 'upstream_error' }))
+      // The OpenAI surface's message (never a traceback) and code: a refusal (vLLM's 400) is the caller's invalid_request.
+      const failure = jobFailure(job)
+      send(event('error', { status: job.status, error: job.error === undefined || job.error === null || job.error === '' ? `The job ended with status ${job.status}.` : failure.message.slice(0, MAX_ERROR_CHARS), code: failure.code }))
       return
     }
     const result = text.finish()
@@ -243,12 +245,6 @@ export function jobEventStream(options: JobEventsOptions): Response {
 function event(name: string, data: unknown, id?: number): Uint8Array {
   // JSON.stringify escapes newlines, so one `data:` line always holds the whole payload.
   return encoder.encode(`event: ${name}\n${id === undefined ? '' : `id: ${id}\n`}data: ${JSON.stringify(data)}\n\n`)
-}
-
-/** The same message the OpenAI surface gives: the handler's error message, never its traceback. */
-function jobError(job: Pick<JobStatus, 'status' | 'error'>): string {
-  if (job.error === undefined || job.error === null || job.error === '') return `The job ended with status ${job.status}.`
-  return jobFailure(job).message.slice(0, MAX_ERROR_CHARS)
 }
 
 interface ItemText {
