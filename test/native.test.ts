@@ -770,6 +770,37 @@ describe('cancel on disconnect', () => {
     expect(lines.filter((line) => line.message === 'call' && line.path?.includes('/retry/'))).toMatchObject([{ status: 200 }])
   })
 
+  // runpod-sdk gives a cancel 3 s, and Runpod's /cancel has its lowest rate limits: a caller that stops
+  // waiting for its cancel must not take the cancel back, or the job it asked to stop runs on, billed.
+  it('a cancel whose caller stops waiting still reaches Runpod: the job is cancelled', async () => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    let arrived = () => {}
+    const h = harness({
+      models: NATIVE_MODELS,
+      // A cancel that is slow to go out: one whose signal aborted by then is never sent, as the runtime's fetch.
+      fetch: async (input, init) => {
+        const request = new Request(input, init)
+        if (!new URL(request.url).pathname.includes('/cancel/')) return emulator.fetch(request)
+        arrived()
+        await new Promise((resolve) => setTimeout(resolve, 100))
+        if (request.signal.aborted) throw new DOMException('The operation was aborted.', 'AbortError')
+        return emulator.fetch(request)
+      },
+    }, emulator)
+    const { key } = await h.createKey()
+    const id = await startJob(h, key, 'chat-classic', chatInput('long [[emulator:tokens=400,delay=25]]', { stream: true, sampling_params: { max_tokens: 1000 } }))
+    const abort = new AbortController()
+    const called = new Promise<void>((resolve) => (arrived = resolve))
+    const answered = h.fetch(`/v2/chat-classic/cancel/${id}`, { ...post(key, {}), signal: abort.signal }).catch((error: unknown) => error)
+    await called
+    abort.abort()
+    await answered
+    await h.settle()
+    await new Promise((resolve) => setTimeout(resolve, 150))
+    expect(emulator.calls.filter((c) => c.op === 'cancel')).toHaveLength(1)
+    expect(emulator.activeJobs()).toEqual([])
+  })
+
   // docs/quotas.md: a caller who hangs up once its prompt reached the upstream pays the prompt (and any
   // output reported), as on the OpenAI surface; not every token refunded, nor the whole reservation kept.
   it.each([

@@ -200,7 +200,11 @@ export function nativeSurface(options: NativeRoutesOptions): Hono<GatewayEnv> {
 
   app.post('/:model/cancel/:id', async (c) => {
     const { binding, job } = await jobOf(c)
-    return answer(c, await client.cancel(job.endpoint, job.upstreamId, { signal: c.req.raw.signal }), job, binding)
+    // Not under the caller's signal (runpod-sdk gives a cancel 3 s): a cancel its caller stopped waiting for
+    // still goes out, or the job it asked to stop runs on, billed. waitUntil holds the request to its answer.
+    const cancelled = client.cancel(job.endpoint, job.upstreamId)
+    waitUntilOf(c)(cancelled.catch(() => {}))
+    return answer(c, await cancelled, job, binding)
   })
 
   // A retry runs the job again on the GPU: it passes the same stages as a run (a quota counts the request
