@@ -1117,6 +1117,28 @@ describe('job SSE never makes a broken answer look whole', () => {
     expect(events.at(-1)?.event).toBe('error')
     expect(JSON.parse(events.at(-1)?.data ?? '{}')).toEqual({ status: 'FAILED', error: "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens.", code: 'invalid_request' })
   })
+
+  it("a COMPLETED job whose output is vLLM's refusal (runpod-python before 1.7.6 keeps the error item) ends with invalid_request too", async () => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    const item = { error: { object: 'error', message: "This model's maximum context length is 4096 tokens.", type: 'BadRequestError', param: null, code: 400 } }
+    let polled = 0
+    const h = harness(
+      {
+        models: NATIVE_MODELS,
+        fetch: async (input, init) => {
+          const request = new Request(input, init)
+          if (new URL(request.url).pathname.split('/')[3] === 'stream') return Response.json({ status: 'COMPLETED', stream: polled++ ? [] : [{ output: item }] })
+          return emulator.fetch(request)
+        },
+      },
+      emulator,
+    )
+    const { key } = await h.createKey()
+    const id = await startJob(h, key, 'chat-classic', chatInput('too long [[emulator:tokens=3]]', { stream: true }))
+    const events = await readEvents(await h.fetch(`/v2/chat-classic/stream/${id}`, get(key, { accept: 'text/event-stream' })))
+    expect(events.at(-1)?.event).toBe('error')
+    expect(JSON.parse(events.at(-1)?.data ?? '{}')).toEqual({ status: 'COMPLETED', error: "This model's maximum context length is 4096 tokens.", code: 'invalid_request' })
+  })
 })
 
 describe('a classic worker run with RAW_OPENAI_OUTPUT=0', () => {

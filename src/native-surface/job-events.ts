@@ -225,7 +225,7 @@ export function jobEventStream(options: JobEventsOptions): Response {
       return
     }
     const result = text.finish()
-    if ('error' in result) send(event('error', { status: job.status, error: result.error, code: 'upstream_error' }))
+    if ('error' in result) send(event('error', { status: job.status, error: result.error.message, code: result.error.code }))
     // JSON leaves an undefined usage out: `done` carries usage only when the job reported it.
     else send(event('done', { status: job.status, usage: result.usage }))
   }
@@ -250,7 +250,7 @@ function event(name: string, data: unknown, id?: number): Uint8Array {
 interface ItemText {
   /** The event payload for one stream item. */
   push(item: unknown): Record<string, unknown>
-  finish(): { usage?: Usage } | { error: string }
+  finish(): { usage?: Usage } | { error: GatewayError }
 }
 
 /**
@@ -326,7 +326,8 @@ function createItemText(kind: JobRef['kind']): ItemText {
         if (!answered) decoder.finish()
         return { usage }
       } catch (error) {
-        return { error: error instanceof GatewayError ? error.message : 'The model stream could not be read.' }
+        // vLLM's refusal kept in the output is the caller's invalid_request, as on the OpenAI surface.
+        return { error: error instanceof GatewayError ? error : upstreamError('The model stream could not be read.') }
       }
     },
   }
