@@ -523,6 +523,28 @@ describe('failover across modes', () => {
   })
 })
 
+describe("a classic worker's dead engine, stamped 400", () => {
+  // engine.py stamps every failed generation 400; vLLM's words for a dead engine or GPU make it the worker's
+  // failure in every form it reaches podgate, not only the repr runpod-python's str() writes as the job's error.
+  const dead = { error: { message: 'EngineCore encountered an issue. See stack trace (above) for the root cause.', type: 'BadRequestError', param: null, code: 400 } }
+  const answer = { id: 'x', object: 'chat.completion', created: 1, model: SERVED, choices: [{ index: 0, message: { role: 'assistant', content: 'hi' }, finish_reason: 'stop' }], usage }
+  // A COMPLETED job ran to its end, billed: it is not run again (docs/failure-behaviour.md), but its 502 is the worker's.
+  it.each([
+    ['a FAILED job whose error is the error object as JSON: failed over', { status: 'FAILED', error: JSON.stringify(dead.error) }, 200],
+    ['a COMPLETED job holding the error item (runpod-python before 1.7.6): the worker\'s 502', { status: 'COMPLETED', output: [dead] }, 502],
+  ])('%s, JSON and stream', async (_name, job, status) => {
+    const resilience = { retries: { attempts: 1, baseDelayMs: 0, maxDelayMs: 0, budgetMs: 10_000 } }
+    const models = Object.fromEntries(Object.entries(MODELS).map(([alias, m]) => [alias, { ...m, resilience }]))
+    const { h } = setup({ openai: (call) => (call.body?.stream ? sse(TOOL_SSE) : Response.json(answer)), job: () => job }, { models })
+    const { key } = await h.createKey()
+    for (const stream of [false, true]) {
+      const res = await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ model: 'nativefirst', messages: [{ role: 'user', content: 'hi' }], stream })))
+      expect(res.status, await res.clone().text()).toBe(status)
+      await res.text()
+    }
+  })
+})
+
 describe('cache', () => {
   /** What an OpenAI client reassembles from a stream: per choice, the message (strings joined, tool calls by index) and finish_reason. */
   function reassemble(events: unknown[]) {

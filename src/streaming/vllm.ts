@@ -52,6 +52,12 @@ export function errorItemFailure(item: unknown): GatewayError | undefined {
 const CLASSIC_ROUTE_MISS = 'Invalid route'
 
 /**
+ * vLLM's words for an engine that died (V1's EngineDeadError, V0's AsyncEngineDeadError, MQLLMEngine's
+ * dead loop) or a GPU fault: the message the worker stamps is `str()` of the exception, never its class.
+ */
+const ENGINE_FAILURE = /EngineCore encountered|(Background|Engine) loop|CUDA|out of memory|NCCL/
+
+/**
  * vLLM's error object (`{"message","type","param","code"}`) as the caller's refusal when its `code` is
  * 400, 413 or 422 (or its type Anthropic's `invalid_request_error`), else `undefined`. Other codes (a missing model, rate limits, 5xx) are the
  * operator's or the worker's, as an HTTP answer with that status would be.
@@ -63,8 +69,10 @@ export function codedRefusal(error: Record<string, unknown>): GatewayError | und
   if (code === 404) return routeNotFound()
   if (typeof code !== 'number' || !isRefusalStatus(code)) return undefined
   // Classic worker-vllm's own 400 for a route it does not serve (embeddings...): a newer worker on
-  // another endpoint may serve it, so it fails over like any worker failure.
-  if (message === CLASSIC_ROUTE_MISS) return undefined
+  // another endpoint may serve it, so it fails over like any worker failure. So does the 400 its native
+  // path stamps on any failed generation when vLLM's words say the engine or GPU failed, in every form
+  // it arrives in (an error item, the job's error as JSON or as a Python repr): it is not the caller's.
+  if (message === CLASSIC_ROUTE_MISS || ENGINE_FAILURE.test(message as string)) return undefined
   return refusal(code, typeof message === 'string' ? message : undefined)
 }
 

@@ -165,20 +165,11 @@ export function jobFailure(job: Pick<JobStatus, 'status' | 'error'>): GatewayErr
  * job's, as JSON or, in versions that take `str()` of it, as a Python dict's repr.
  */
 function errorObjectRefusal(error: unknown): GatewayError | undefined {
-  // A classic worker's native path stamps 400 on any exception of a generation (engine.py), in either
-  // form of vLLM's error (`{'error': {…}}`, or flat `{'object': 'error', …}` before vLLM 0.10.1): the
-  // caller's (a prompt too long) and a dead engine's or GPU's alike. The latter, by vLLM's words for
-  // them, is the worker's failure: refused, it would reach the caller as its 400, never tried elsewhere.
-  if (typeof error === 'string' && error.startsWith("{'") && ENGINE_FAILURE.test(error)) return undefined
+  // A dead engine's stamped 400 is the worker's failure (codedRefusal), in this form as in the others.
   const value = typeof error === 'string' && error.startsWith('{') ? (parseJson(error) ?? pythonReprError(error)) : error
   return isRecord(value) ? codedRefusal(value) : undefined
 }
 
-/**
- * vLLM's words for an engine that died (V1's EngineDeadError, V0's AsyncEngineDeadError, MQLLMEngine's
- * dead loop) or a GPU fault: the message the worker stamps is `str()` of the exception, never its class.
- */
-const ENGINE_FAILURE = /EngineCore encountered|(Background|Engine) loop|CUDA|out of memory|NCCL/
 
 /**
  * `{'message': "…", 'type': 'BadRequestError', 'param': None, 'code': 400}`: its message, its type, and its code
