@@ -406,6 +406,18 @@ describe('upstream refusals', () => {
     expect(((await res.json()) as { error: { message: string } }).error.message).toBe('bad field')
   })
 
+  // Runpod's OpenAI route answers a classic worker's error item with HTTP 200 and the item as the body
+  // (runpod-workers/worker-vllm#57): its code is read as a native job's item is, not taken for a worker failure.
+  it.each([
+    ['nested', vllm400],
+    ['flat (vLLM < 0.10.1)', { object: 'error', ...vllm400.error }],
+  ])("an OpenAI-route JSON answer that is vLLM's refusal (%s) on a 200 is that 400, not retried on the other endpoint", async (_name, item) => {
+    const { h, calls } = setup({ openai: () => Response.json(item) })
+    const { key } = await h.createKey()
+    await expectRelayed(await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ ...CHAT_BODY, model: 'twice' }))))
+    expect(calls).toHaveLength(1)
+  })
+
   it.each([
     ["current worker-vllm's wrapped refusal: a wrapped error item of a COMPLETED job", () => ({ status: 'COMPLETED', output: [wrapped] })],
     ["current worker-vllm's wrapped refusal: a FAILED job whose error is the wrapped refusal", () => ({ status: 'FAILED', error: JSON.stringify(wrapped.error) })],

@@ -17,7 +17,7 @@ import type { RelayOutcome } from '../streaming/openai-relay.ts'
 import { CALLER_GONE, GatewayError, upstreamError } from '../errors/index.ts'
 import { jsonAnswerResponse } from '../pipeline/json-answer.ts'
 import { retryableFailure, within } from './retry.ts'
-import { isRecord, readUsage, upstreamErrorMessage, workerFailure } from '../streaming/vllm.ts'
+import { errorItemFailure, isRecord, readUsage } from '../streaming/vllm.ts'
 import { DIALECTS } from '../streaming/dialects.ts'
 import { SSE_HEADERS } from './types.ts'
 import type { CompletionCall, TokenUsage } from './types.ts'
@@ -38,8 +38,9 @@ export async function openaiRouteCompletion(call: CompletionCall): Promise<Respo
     // Each try waits only for what is left of the call's `timeouts.totalMs` (see RetryPlan.deadline).
     const timeoutMs = Math.min(call.runpod.timeoutMs, plan.deadline - Date.now())
     const json = (await client.openaiJson(endpoint, path, body, { signal: call.signal, timeoutMs })) as Record<string, unknown>
-    const message = upstreamErrorMessage(json)
-    if (message !== undefined) throw workerFailure(message)
+    // A classic worker's error item comes back on a 200 (worker-vllm#57): its code tells a refusal, as a job's does.
+    const failure = errorItemFailure(json)
+    if (failure) throw failure
     if (!isRecord(json) || (!request.route && !Array.isArray(request.kind === 'embedding' ? json.data : json.choices))) {
       throw upstreamError('The upstream answered with an unexpected completion shape.')
     }
