@@ -1095,49 +1095,36 @@ describe('job SSE never makes a broken answer look whole', () => {
     expect(last?.data).not.toMatch(/Traceback|handler\.py|error_traceback/)
   })
 
-  it("a job vLLM refused (a classic worker's error item, as runpod-python's Python repr) ends with the caller's invalid_request, as on the OpenAI surface", async () => {
+  /** The last event of a chat-classic job's event stream, ending in error; `upstream` answers Runpod's calls it fakes (by op), the emulator the rest. */
+  async function lastJobError(upstream: (op: string | undefined) => Response | undefined): Promise<unknown> {
     const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
-    const refusal = `{'error': {'object': 'error', 'message': "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens.", 'type': 'BadRequestError', 'param': None, 'code': 400}}`
-    const h = harness(
-      {
-        models: NATIVE_MODELS,
-        fetch: async (input, init) => {
-          const request = new Request(input, init)
-          const op = new URL(request.url).pathname.split('/')[3]
-          if (op === 'stream') return Response.json({ status: 'FAILED', stream: [] })
-          if (op === 'status') return Response.json({ id: 'job-1', status: 'FAILED', error: refusal })
-          return emulator.fetch(request)
-        },
-      },
-      emulator,
-    )
+    const fetch = async (input: RequestInfo | URL, init?: RequestInit) => {
+      const request = new Request(input, init)
+      return upstream(new URL(request.url).pathname.split('/')[3]) ?? emulator.fetch(request)
+    }
+    const h = harness({ models: NATIVE_MODELS, fetch }, emulator)
     const { key } = await h.createKey()
     const id = await startJob(h, key, 'chat-classic', chatInput('too long [[emulator:tokens=3]]', { stream: true }))
     const events = await readEvents(await h.fetch(`/v2/chat-classic/stream/${id}`, get(key, { accept: 'text/event-stream' })))
     expect(events.at(-1)?.event).toBe('error')
-    expect(JSON.parse(events.at(-1)?.data ?? '{}')).toEqual({ status: 'FAILED', error: "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens.", code: 'invalid_request' })
+    return JSON.parse(events.at(-1)?.data ?? '{}')
+  }
+
+  it("a job vLLM refused (a classic worker's error item, as runpod-python's Python repr) ends with the caller's invalid_request, as on the OpenAI surface", async () => {
+    const refusal = `{'error': {'object': 'error', 'message': "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens.", 'type': 'BadRequestError', 'param': None, 'code': 400}}`
+    const last = await lastJobError((op) => {
+      if (op === 'stream') return Response.json({ status: 'FAILED', stream: [] })
+      if (op === 'status') return Response.json({ id: 'job-1', status: 'FAILED', error: refusal })
+      return undefined
+    })
+    expect(last).toEqual({ status: 'FAILED', error: "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens.", code: 'invalid_request' })
   })
 
   it("a COMPLETED job whose output is vLLM's refusal (runpod-python before 1.7.6 keeps the error item) ends with invalid_request too", async () => {
-    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
     const item = { error: { object: 'error', message: "This model's maximum context length is 4096 tokens.", type: 'BadRequestError', param: null, code: 400 } }
     let polled = 0
-    const h = harness(
-      {
-        models: NATIVE_MODELS,
-        fetch: async (input, init) => {
-          const request = new Request(input, init)
-          if (new URL(request.url).pathname.split('/')[3] === 'stream') return Response.json({ status: 'COMPLETED', stream: polled++ ? [] : [{ output: item }] })
-          return emulator.fetch(request)
-        },
-      },
-      emulator,
-    )
-    const { key } = await h.createKey()
-    const id = await startJob(h, key, 'chat-classic', chatInput('too long [[emulator:tokens=3]]', { stream: true }))
-    const events = await readEvents(await h.fetch(`/v2/chat-classic/stream/${id}`, get(key, { accept: 'text/event-stream' })))
-    expect(events.at(-1)?.event).toBe('error')
-    expect(JSON.parse(events.at(-1)?.data ?? '{}')).toEqual({ status: 'COMPLETED', error: "This model's maximum context length is 4096 tokens.", code: 'invalid_request' })
+    const last = await lastJobError((op) => (op === 'stream' ? Response.json({ status: 'COMPLETED', stream: polled++ ? [] : [{ output: item }] }) : undefined))
+    expect(last).toEqual({ status: 'COMPLETED', error: "This model's maximum context length is 4096 tokens.", code: 'invalid_request' })
   })
 })
 
