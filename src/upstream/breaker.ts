@@ -57,7 +57,8 @@ export class EndpointBreaker implements Breaker {
     this.#states.delete(endpoint.base)
   }
 
-  failure(endpoint: Endpoint): void {
+  /** Counts a failure; the policy is read by `isOpen` (taken here as `Breaker` declares it, for hosts that delegate). */
+  failure(endpoint: Endpoint, _policy?: BreakerPolicy): void {
     const state = this.#states.get(endpoint.base) ?? { failures: 0, at: 0 }
     state.failures++
     state.at = this.#now()

@@ -35,6 +35,30 @@ describe('item 13: breaker scope', () => {
     expect(await deadCalls(undefined)).toBe(3 * 2)
     expect(await deadCalls(new EndpointBreaker())).toBe(3)
   })
+
+  it("upstream-breaker-wrapped: a host Breaker that wraps an EndpointBreaker passes it each call as the interface gives it", async () => {
+    // docs/failure-behaviour.md: any implementation of `Breaker`, here one that logs and delegates. Each
+    // call goes through with its arguments, the model's policy included: this file's typecheck fails if
+    // EndpointBreaker stops taking them.
+    const inner = new EndpointBreaker()
+    const failed: string[] = []
+    const breaker: Breaker = {
+      isOpen: (endpoint, policy) => inner.isOpen(endpoint, policy),
+      success: (endpoint) => inner.success(endpoint),
+      failure: (endpoint, policy) => {
+        failed.push(endpoint.base.slice(endpoint.base.lastIndexOf('/') + 1))
+        inner.failure(endpoint, policy)
+      },
+    }
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    emulator.configure('deada', { fault: { kind: 'http', status: 503 } })
+    const h = harness({ models: MODELS, breaker }, emulator)
+    const { key } = await h.createKey()
+    for (let i = 0; i < 5; i++) expect((await h.fetch('/v1/chat/completions', authed(key, chatBody('m', `w${i}`)))).status).toBe(200)
+    // `failures: 3`: three failures open it, and the dead endpoint is asked no more.
+    expect(failed).toEqual(['deada', 'deada', 'deada'])
+    expect(emulator.calls.filter((c) => c.endpointId === 'deada').length).toBe(3)
+  })
 })
 
 describe('the breaker on the native surface', () => {
