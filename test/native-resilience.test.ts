@@ -333,9 +333,27 @@ describe('native streams: polls', () => {
     expect(status.output.length).toBeGreaterThan(2)
   })
 
-  it("a JSON /stream poll that meets a terminal page that is not the last answers the job's last items: runpod-sdk stops at the first terminal page", async () => {
+  it.each([
+    ['', false],
+    // Runpod refuses a follow-up poll (its /stream rate limit): a 429 hands out nothing, so it is asked
+    // again; the caller cannot, having been told the job ended.
+    [' (Runpod refused the poll after it once)', true],
+  ])("a JSON /stream poll that meets a terminal page that is not the last answers the job's last items: runpod-sdk stops at the first terminal page%s", async (_name, refuse) => {
     const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
-    const h = harness({ fetch: pagedStream(emulator) }, emulator)
+    const paged = pagedStream(emulator)!
+    let refused = !refuse
+    const h = harness({
+      fetch: async (input, init) => {
+        const request = new Request(input, init)
+        // A follow-up poll (no `?wait=`, which every first poll of a call has).
+        const followUp = request.url.includes('/stream/') && !request.url.includes('wait=')
+        if (followUp && !refused) {
+          refused = true
+          return Response.json({ error: 'rate limited' }, { status: 429, headers: { 'retry-after': '0' } })
+        }
+        return paged(request)
+      },
+    }, emulator)
     const { key } = await h.createKey()
     const id = await startStreamJob(h, key, 'chat-classic', 'paged [[emulator:tokens=40]]', 100)
     const get = { headers: { authorization: `Bearer ${key}` } }
@@ -350,6 +368,7 @@ describe('native streams: polls', () => {
     const status = (await (await h.fetch(`/v2/chat-classic/status/${id}`, get)).json()) as { status: string; output: unknown[] }
     expect(status.status).toBe('COMPLETED')
     expect(items).toEqual(status.output)
+    expect(refused).toBe(true)
   })
 
   /**

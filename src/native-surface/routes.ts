@@ -188,8 +188,10 @@ export function nativeSurface(options: NativeRoutesOptions): Hono<GatewayEnv> {
     }
     const started = Date.now()
     // A terminal page that held items is followed (no `?wait=`) until one holds none, its items added: runpod-sdk
-    // stops at the first terminal page, which need not hold the job's last items. A refused poll is the caller's to retry.
-    const { cut, refused, ...page } = await streamPage(client, job.endpoint, job.upstreamId, { signal: c.req.raw.signal, waitMs: runpod.streamWaitMs, onRetry: (status) => !status })
+    // stops at the first terminal page, which need not hold the job's last items. A refused first poll is the
+    // caller's to retry; a refused follow-up is asked again (`onRetry(0)` began them): its caller was told the job ended.
+    let following = false
+    const { cut, refused, ...page } = await streamPage(client, job.endpoint, job.upstreamId, { signal: c.req.raw.signal, waitMs: runpod.streamWaitMs, onRetry: (status) => following ||= !status })
     // runpod-sdk polls again at once and Runpod's long poll answers at the first item (about a token on a
     // current worker): a page of a running job is held to 200 ms, so items come batched and following a
     // job costs a few control calls a second, not one a token.
