@@ -555,6 +555,20 @@ describe("a classic worker's dead engine, stamped 400", () => {
       await res.text()
     }
   })
+
+  it("a refusal that quotes the caller's input stays the caller's 400, whatever words the input holds", async () => {
+    // Found in the day's review: any key could send a field vLLM refuses with its value quoted (pydantic's
+    // input_value) holding an engine's words, and have a caller's 400 failed over to every endpoint and
+    // counted against each one's breaker. Quoted text is the caller's, never the engine's.
+    for (const input of ["'CUDA out of memory'", `"it's CUDA"`, "'a\\'b EngineCore encountered'"]) {
+      const refused = { message: `1 validation error for ChatCompletionRequest\nresponse_format.type\n  Input should be 'text', 'json_object' or 'json_schema' [type=literal_error, input_value=${input}, input_type=str]`, type: 'BadRequestError', param: null, code: 400 }
+      const { h, calls } = setup({ openai: () => Response.json(answer), job: () => ({ status: 'FAILED', error: JSON.stringify(refused) }) })
+      const { key } = await h.createKey()
+      const res = await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ model: 'nativefirst', messages: [{ role: 'user', content: 'hi' }] })))
+      expect(res.status, input).toBe(400)
+      expect(calls.filter((c) => c.op === 'run' || c.op === 'openai/v1/chat/completions')).toHaveLength(1)
+    }
+  })
 })
 
 describe('cache', () => {

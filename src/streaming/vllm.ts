@@ -72,7 +72,8 @@ export function codedRefusal(error: Record<string, unknown>): GatewayError | und
   // another endpoint may serve it, so it fails over like any worker failure. So does the 400 its native
   // path stamps on any failed generation when vLLM's words say the engine or GPU failed, in every form
   // it arrives in (an error item, the job's error as JSON or as a Python repr): it is not the caller's.
-  if (message === CLASSIC_ROUTE_MISS || ENGINE_FAILURE.test(message as string)) return undefined
+  // Quoted text is the caller's (pydantic's `input_value='…'`), never the engine's: a caller cannot name it.
+  if (message === CLASSIC_ROUTE_MISS || ENGINE_FAILURE.test(String(message).replace(/'(\\.|[^\\'])*'|"(\\.|[^\\"])*"/g, ''))) return undefined
   return refusal(code, typeof message === 'string' ? message : undefined)
 }
 
