@@ -192,6 +192,8 @@ export function nativeSurface(options: NativeRoutesOptions): Hono<GatewayEnv> {
     // caller's to retry; a refused follow-up is asked again (`onRetry(0)` began them): its caller was told the job ended.
     let following = false
     const { cut, refused, ...page } = await streamPage(client, job.endpoint, job.upstreamId, { signal: c.req.raw.signal, waitMs: runpod.streamWaitMs, onRetry: (status) => following ||= !status })
+    // A follow-up that failed left items at Runpod: answered as a running job's page, its caller polls for them.
+    if (cut) page.status = 'IN_PROGRESS'
     // runpod-sdk polls again at once and Runpod's long poll answers at the first item (about a token on a
     // current worker): a page of a running job is held to 200 ms, so items come batched and following a
     // job costs a few control calls a second, not one a token.
