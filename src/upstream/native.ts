@@ -170,7 +170,6 @@ function errorObjectRefusal(error: unknown): GatewayError | undefined {
   return isRecord(value) ? codedRefusal(value) : undefined
 }
 
-
 /**
  * `{'message': "…", 'type': 'BadRequestError', 'param': None, 'code': 400}`: its message, its type, and its code
  * when it has one (current worker-vllm's `{'message': 'vLLM returned HTTP 400: …', …, 'code': None}` has none).
