@@ -600,6 +600,7 @@ describe('stream replay', () => {
     await h.settle()
     expect((await chat(slow)).headers.get('x-podgate-cache')).toBe('MISS')
   })
+
   it.each(['abort', 'error'])('an answer vLLM ended with finish_reason %s (cut short) is never stored: piped, relayed or JSON', async (reason) => {
     const chunk = (delta: unknown, finish: string | null) => `data: {"id":"chatcmpl-up","object":"chat.completion.chunk","created":1700000000,"model":"Served-8B","choices":[{"index":0,"delta":${JSON.stringify(delta)},"logprobs":null,"finish_reason":${JSON.stringify(finish)}}]}\n\n`
     const usage = { prompt_tokens: 5, completion_tokens: 2, total_tokens: 7 }
@@ -629,7 +630,6 @@ describe('stream replay', () => {
     }
     expect(calls).toBe(6)
   })
-
 })
 
 describe('coalescing', () => {
