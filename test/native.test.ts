@@ -801,6 +801,37 @@ describe('cancel on disconnect', () => {
     expect(emulator.activeJobs()).toEqual([])
   })
 
+  // A cancel its caller stopped waiting for has no one to try it again: one Runpod refused (its rate
+  // limit for /cancel is the lowest) is asked again by podgate, as the cancels podgate sends itself are.
+  it('a cancel Runpod refuses (429) after its caller stopped waiting is asked again: the job is cancelled', async () => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    let arrived = () => {}
+    let refused = 0
+    const h = harness({
+      models: NATIVE_MODELS,
+      fetch: async (input, init) => {
+        const request = new Request(input, init)
+        if (!new URL(request.url).pathname.includes('/cancel/')) return emulator.fetch(request)
+        if (refused++ > 0) return emulator.fetch(request)
+        arrived()
+        await new Promise((resolve) => setTimeout(resolve, 100))
+        return Response.json({ error: 'Too many requests' }, { status: 429, headers: { 'retry-after': '0' } })
+      },
+    }, emulator)
+    const { key } = await h.createKey()
+    const id = await startJob(h, key, 'chat-classic', chatInput('long [[emulator:tokens=400,delay=25]]', { stream: true, sampling_params: { max_tokens: 1000 } }))
+    const abort = new AbortController()
+    const called = new Promise<void>((resolve) => (arrived = resolve))
+    const answered = h.fetch(`/v2/chat-classic/cancel/${id}`, { ...post(key, {}), signal: abort.signal }).catch((error: unknown) => error)
+    await called
+    abort.abort()
+    await answered
+    await h.settle()
+    expect(refused).toBe(2)
+    expect(emulator.calls.filter((c) => c.op === 'cancel')).toHaveLength(1)
+    expect(emulator.activeJobs()).toEqual([])
+  })
+
   // docs/quotas.md: a caller who hangs up once its prompt reached the upstream pays the prompt (and any
   // output reported), as on the OpenAI surface; not every token refunded, nor the whole reservation kept.
   it.each([

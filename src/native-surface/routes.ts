@@ -205,9 +205,10 @@ export function nativeSurface(options: NativeRoutesOptions): Hono<GatewayEnv> {
   app.post('/:model/cancel/:id', async (c) => {
     const { binding, job } = await jobOf(c)
     // Not under the caller's signal (runpod-sdk gives a cancel 3 s): a cancel its caller stopped waiting for
-    // still goes out, or the job it asked to stop runs on, billed. waitUntil holds the request to its answer.
+    // still goes out, or the job it asked to stop runs on, billed. waitUntil holds the request to its answer,
+    // and one Runpod refused with no caller left to try again is asked again, as podgate's own cancels are.
     const cancelled = client.cancel(job.endpoint, job.upstreamId)
-    waitUntilOf(c)(cancelled.catch(() => {}))
+    waitUntilOf(c)(cancelled.catch(() => (c.req.raw.signal.aborted ? cancelJob(client, job.endpoint, job.upstreamId) : undefined)))
     return answer(c, await cancelled, job, binding)
   })
 
