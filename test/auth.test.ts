@@ -7,7 +7,7 @@ import { Hono } from 'hono'
 import { describe, expect, it, vi } from 'vitest'
 import { adminAuth } from '../src/admin/admin-auth.ts'
 import { apiKeyAuth, bearerCredential } from '../src/auth/api-key-auth.ts'
-import { KeyStore } from '../src/auth/keys.ts'
+import { generateKey, KeyStore } from '../src/auth/keys.ts'
 import { TokenSigner } from '../src/auth/tokens.ts'
 import { podgateCors } from '../src/cors/index.ts'
 import { createErrorHandler } from '../src/http/respond.ts'
@@ -101,6 +101,22 @@ describe('secret keys', () => {
     expect(anthropic.status).not.toBe(401)
     expect(await expect401(await h.fetch('/v1/models', { headers: { authorization: 'Bearer pg_sk_wrong', 'x-api-key': key } }))).toMatch(/Invalid API key/)
     expect((await h.fetch('/admin/keys', { headers: { authorization: basic, 'x-api-key': ADMIN_TOKEN } })).status).toBe(200)
+  })
+
+  // A key looked up is kept in the isolate's bounded cache, unknown ones too (a bad key sent again costs
+  // no read). Random keys never come again: a flood of them must not push out the keys callers use.
+  it('a flood of unknown keys does not push a good key out of the full lookup cache', async () => {
+    const h = harness()
+    const { key } = await h.createKey({ name: 'busy' })
+    const reads: string[] = []
+    // Its own namespace object, so its own cache (one per namespace per isolate).
+    const kv = { get: (name: string, type: 'json') => (reads.push(name), env.PODGATE_KV.get(name, type)) } as unknown as KVNamespace
+    const store = new KeyStore(kv, { cacheTtlMs: 60_000, cacheSize: 3 })
+    expect(await store.lookup(key)).not.toBeNull()
+    for (let i = 0; i < 5; i++) expect(await store.lookup(generateKey())).toBeNull()
+    reads.length = 0
+    expect(await store.lookup(key)).not.toBeNull()
+    expect(reads).toEqual([])
   })
 
   it('stop working after expiresAt', async () => {

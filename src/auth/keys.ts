@@ -255,7 +255,8 @@ export class KeyStore {
     const record = stored && stored.revokedAt === null ? stored : null
     // A revoke, rotate or update made here while the read was out may postdate what it read: that answer
     // serves its own request but is not kept, or it would outlive the change by up to `cacheTtlMs`.
-    if (this.#ttl > 0 && this.#cache.forgets === forgets) {
+    // Unknown keys are kept only while there is room: a flood of random ones never pushes out keys in use.
+    if (this.#ttl > 0 && this.#cache.forgets === forgets && (record || entries.size < this.#size)) {
       if (entries.size >= this.#size) {
         const oldest = entries.keys().next()
         if (!oldest.done) entries.delete(oldest.value)
