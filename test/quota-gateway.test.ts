@@ -998,6 +998,22 @@ describe('policy layers', () => {
     expect((await chat(other, key)).status).toBe(429)
   })
 
+  // Found in the quota review: a model's `strict` picked the store of the calls to that model only, so a
+  // key's calls were counted in two stores, each to the whole limit: 2 requests a minute let 4 through.
+  it.each([
+    ['kv', true],
+    ['strict', false],
+  ] as const)("a key's calls to every model share one counter, whatever a model's quota says of strict (store %s, model strict: %s)", async (store, strict) => {
+    const models = { ...MODELS, 'chat-openai': { ...MODELS['chat-openai']!, quota: { strict } } }
+    const { h } = clockedHarness({ models, quota: { store } })
+    const { key } = await h.createKey({ name: 'both', quota: { requestsPerMinute: 2 } })
+    expect((await chat(h, key)).status).toBe(200)
+    expect((await chat(h, key, 'hi', {}, 'chat-classic')).status).toBe(200)
+    expect((await chat(h, key)).status).toBe(429)
+    expect((await chat(h, key, 'hi', {}, 'chat-classic')).status).toBe(429)
+    expect(await usageOf(h, key)).toMatchObject({ store, windows: { minute: { requests: 2 } } })
+  })
+
   it('costs no KV access and sends no rate-limit headers when no limit applies', async () => {
     const recorded = recordingKv(env.PODGATE_KV, Date.now)
     const h = harness({ kv: () => recorded.kv })

@@ -92,8 +92,9 @@ export function optionsFromEnv(env: PodgateWorkerEnv): GatewayOptions {
   }
   // Its strict store is this binding (createGateway's default `quota.objects`): without it every call a strict
   // quota counts (control calls too) would be a 500, so refused here, as the shipped Worker starts.
-  const strict = [(quota as QuotaVar)?.defaults, ...Object.values((withKeys ?? {}) as Record<string, QuotaVar>).map((m) => m?.quota)].some((p) => p?.strict === true)
-  if (((quota as QuotaVar)?.store === 'strict' || strict) && !env.PODGATE_QUOTA) {
+  // A model's quota names no store (quota/service.ts): only the gateway's store and defaults are read.
+  const q = quota as QuotaVar
+  if ((q?.store === 'strict' || q?.defaults?.strict === true) && !env.PODGATE_QUOTA) {
     throw new ConfigError("podgate: a strict quota (quota.store 'strict', or a policy's strict: true) needs a Durable Object: bind QuotaObject as PODGATE_QUOTA in wrangler.toml (docs/quotas.md), or make it kv.")
   }
   const ttl = env.PODGATE_TOKEN_MAX_TTL
@@ -122,8 +123,8 @@ function over(value: unknown, fields: object): unknown {
   return value === undefined || isRecord(value) ? { ...value, ...fields } : value
 }
 
-/** What the strict-store check reads of `quota` (and a model's), before the schema has checked them. */
-type QuotaVar = { store?: unknown; strict?: unknown; defaults?: QuotaVar; quota?: QuotaVar } | undefined
+/** What the strict-store check reads of `quota`, before the schema has checked it. */
+type QuotaVar = { store?: unknown; defaults?: { strict?: unknown } } | undefined
 
 function refuseCodeOption(key: string): never {
   throw new ConfigError(`podgate: PODGATE_CONFIG cannot set ${key}: no such option, or one only code sets (docs/configuration.md).`)

@@ -16,7 +16,7 @@ import type { QuotaObject } from './durable-object.ts'
 export interface QuotaServiceOptions {
   /** Gateway-wide default limits (the lowest layer). Default: none. */
   defaults?: QuotaPolicy
-  /** Default limits per model alias (above the gateway's, below the key's). */
+  /** Default limits per model alias (above the gateway's, below the key's). Their `strict` is not read: a key's counters live in one store. */
   models?: ReadonlyMap<string, QuotaPolicy>
   /** The store for policies that do not set `strict`. Default `kv`. */
   store?: QuotaStoreKind
@@ -61,6 +61,8 @@ export function createQuotaService(options: QuotaServiceOptions): QuotaService {
   const kvStores = new WeakMap<KVNamespace, KvQuotaStore>()
   const strictStores = new WeakMap<DurableObjectNamespace<QuotaObject>, StrictQuotaStore>()
   const hasDefaults = options.defaults !== undefined || (options.models?.size ?? 0) > 0
+  // A model's limits, not its `strict`: a key's counters are in one store whatever model it calls.
+  const modelLayer = (model = ''): QuotaPolicy => ({ ...options.models?.get(model), strict: undefined })
 
   return {
     now,
@@ -68,11 +70,11 @@ export function createQuotaService(options: QuotaServiceOptions): QuotaService {
     policyFor(keyPolicy, model, token) {
       // The common unlimited case: no merge, no allocation.
       if (!keyPolicy && !hasDefaults) return null
-      const policy = effectivePolicy(options.defaults, model === undefined ? undefined : options.models?.get(model), keyPolicy)
+      const policy = effectivePolicy(options.defaults, modelLayer(model), keyPolicy)
       return token && policy ? effectivePolicy({ strict: policy.strict }, keyPolicy) : policy
     },
     controlPolicy(keyPolicy, model) {
-      const layers = [options.defaults, model === undefined ? undefined : options.models?.get(model), keyPolicy]
+      const layers = [options.defaults, modelLayer(model), keyPolicy]
       let limit = DEFAULT_CONTROL_PER_MINUTE
       let strict: boolean | undefined
       for (const layer of layers) {
