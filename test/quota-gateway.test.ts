@@ -489,6 +489,23 @@ describe('quota stage', () => {
     expect(usage.windows?.minute).toMatchObject({ requests: 2, tokens: answer.usage.total_tokens })
   })
 
+  // Found in the quota review: docs/quotas.md said a HIT's replay held its slot while read; it never did.
+  it('a cache HIT stream needs a free stream slot to be admitted, but holds none while its replay is read', async () => {
+    const { h } = clockedHarness()
+    const { key } = await h.createKey({ name: 'slots', quota: { maxConcurrentStreams: 1 } })
+    const stream = (content: string) => chat(h, key, content, { temperature: 0, stream: true })
+    await (await stream('cache me [[emulator:tokens=50]]')).text()
+    await h.settle()
+    const replays = [await stream('cache me [[emulator:tokens=50]]'), await stream('cache me [[emulator:tokens=50]]')]
+    expect(replays.map((r) => r.headers.get('x-podgate-cache'))).toEqual(['HIT', 'HIT'])
+    // A live stream that stays open holds the one slot: a HIT waits for it too.
+    const live = await stream('a new question [[emulator:tokens=50,fault=stall,after=2]]')
+    expect(live.status).toBe(200)
+    expect((await stream('cache me [[emulator:tokens=50]]')).status).toBe(429)
+    await live.body!.cancel()
+    await Promise.all(replays.map((r) => r.text()))
+  })
+
   it.each(['tokensPerMinute', 'tokensPerDay'])('a cache HIT is answered to a key already past its token limit (%s, lowered), and a new question is not', async (limit) => {
     const { h } = clockedHarness({ keyCacheTtlMs: 0 })
     const { id, key } = await h.createKey({ name: 'over', quota: { [limit]: 10_000 } })
