@@ -92,6 +92,24 @@ describe('quota stage', () => {
     expect(await usageOf(h, key)).toEqual(before)
   })
 
+  it('a call refused for its input (before the quota, on every surface) counts nothing', async () => {
+    const { h } = clockedHarness()
+    const { key } = await h.createKey({ name: 'q', quota: { requestsPerMinute: 1, tokensPerMinute: 10_000, maxConcurrentStreams: 1 } })
+    const refused = [
+      await chat(h, key, 'hi', { max_tokens: -1, stream: true }),
+      await chat(h, key, 'hi', {}, 'no-such-model'),
+      await h.fetch('/v1/messages', authed(key, JSON.stringify({ model: 'chat-openai', max_tokens: 0, messages: [{ role: 'user', content: 'hi' }] }))),
+      await h.fetch('/v1/embeddings', authed(key, JSON.stringify({ model: 'embed-openai' }))),
+      await h.fetch('/v2/chat-current/run', authed(key, JSON.stringify({ input: { prompt: 'hi', sampling_params: { max_tokens: 0 } } }))),
+      await h.fetch('/v2/chat-current/runsync?wait=soon', authed(key, JSON.stringify({ input: { prompt: 'hi' } }))),
+    ]
+    expect(refused.map((r) => r.status)).toEqual([400, 404, 400, 400, 400, 400])
+    await h.settle()
+    expect((await usageOf(h, key)).windows).toMatchObject({ minute: { requests: 0, tokens: 0 }, day: { requests: 0, tokens: 0 } })
+    expect(h.emulator.calls).toHaveLength(0)
+    expect((await chat(h, key)).status).toBe(200)
+  })
+
   it('an error after admission (a refusal the upstream sent) carries the rate-limit headers too: the request counted', async () => {
     const { h } = clockedHarness()
     const { key } = await h.createKey({ name: 'q', quota: { requestsPerMinute: 5 } })
