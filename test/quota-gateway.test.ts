@@ -1103,6 +1103,15 @@ describe('usage API', () => {
     expect(report.limits[1]).toMatchObject({ name: 'tpd', limit: 1000, window_seconds: 86_400 })
   })
 
+  it("a key limited only by a model's quota is counted on that model's calls, but its usage names no limit", async () => {
+    const models = { ...MODELS, 'chat-openai': { ...MODELS['chat-openai']!, quota: { requestsPerMinute: 1 } } }
+    const { h } = clockedHarness({ models })
+    const { key } = await h.createKey({ name: 'model-only' })
+    expect((await chat(h, key)).status).toBe(200)
+    expect((await chat(h, key)).status).toBe(429)
+    expect(await usageOf(h, key)).toMatchObject({ store: null, policy: null, limits: [], windows: null })
+  })
+
   it('GET /admin/keys/:id/usage reports any key to operators only', async () => {
     const { h } = clockedHarness()
     const { id, key } = await h.createKey({ name: 'q', quota: { requestsPerMinute: 5, strict: true } })
