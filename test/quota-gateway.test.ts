@@ -1049,6 +1049,17 @@ describe('policy layers', () => {
     expect(await usageOf(h, key)).toMatchObject({ store, windows: { minute: { requests: 2 } } })
   })
 
+  it("a key's control calls to every model share one counter, whatever a model's quota says of strict", async () => {
+    const models = { ...MODELS, 'chat-current': { ...MODELS['chat-current']!, quota: { strict: true } } }
+    const { h } = clockedHarness({ models })
+    const { key } = await h.createKey({ name: 'polls', quota: { controlPerMinute: 2 } })
+    const health = (model: string) => h.fetch(`/v2/${model}/health`, { headers: { authorization: `Bearer ${key}` } })
+    expect((await health('chat-current')).status).toBe(200)
+    expect((await health('chat-classic')).status).toBe(200)
+    expect((await health('chat-current')).status).toBe(429)
+    expect((await health('chat-classic')).status).toBe(429)
+  })
+
   it('costs no KV access and sends no rate-limit headers when no limit applies', async () => {
     const recorded = recordingKv(env.PODGATE_KV, Date.now)
     const h = harness({ kv: () => recorded.kv })
