@@ -236,6 +236,24 @@ describe('failover across endpoints', () => {
   })
 })
 
+describe('a breaker that opens during a request', () => {
+  it.each(MODELS)("%s: the request's next retry passes over its endpoint while another endpoint's breaker is closed", async (model) => {
+    // Found in the config review: the retries kept the turns ordered at the start, so after `a` opened and
+    // `b` failed once, the third try went to `a` (skipped by every other request) and the caller got its 502.
+    const h = setup({ breaker: { failures: 2, cooldownMs: 60_000 } })
+    const [a, b] = [ENDPOINT_A[model]!, ENDPOINT_B[model]!]
+    h.emulator.configure(a, { fault: { kind: 'http', status: 502, times: 10 } })
+    const { key } = await h.createKey()
+    const tries = () => h.emulator.calls.filter((c) => c.op === 'openai' || c.op === 'run').map((c) => `${c.endpointId}:${c.status}`)
+    expect((await h.fetch('/v1/chat/completions', authed(key, chatBody(model, 'one')))).status).toBe(200)
+    expect(tries()).toEqual([`${a}:502`, `${b}:200`])
+    // `a` fails a second time in a row (its breaker opens), then `b` once: the retry is `b`'s again.
+    h.emulator.configure(b, { fault: { kind: 'http', status: 502, times: 1 } })
+    expect((await h.fetch('/v1/chat/completions', authed(key, chatBody(model, 'two')))).status).toBe(200)
+    expect(tries().slice(2)).toEqual([`${a}:502`, `${b}:502`, `${b}:200`])
+  })
+})
+
 describe('a breaker whose cool-down ends while a request orders its endpoints', () => {
   it('still leaves every endpoint in the order: a one-endpoint model is answered, not refused for want of an endpoint', async () => {
     // A host's own breaker (or the isolate's on a clock that moves between two reads): open at the first

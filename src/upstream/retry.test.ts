@@ -8,11 +8,14 @@ const endpoint = (label: string): Endpoint => ({ base: `https://api.runpod.ai/v2
 describe('RetryPlan.nextOther (the endpoint of a hedge)', () => {
   it('passes over an endpoint whose breaker is open; those passed over keep their turns, in order, for the retries', () => {
     const [a, b, c, d] = ['a', 'b', 'c', 'd'].map(endpoint) as [Endpoint, Endpoint, Endpoint, Endpoint]
-    const breaker = { isOpen: (e: Endpoint) => e === b, success: () => undefined, failure: () => undefined }
+    let open: Endpoint | undefined = b
+    const breaker = { isOpen: (e: Endpoint) => e === open, success: () => undefined, failure: () => undefined }
     const resilience = resilienceSchema.parse({ retries: { attempts: 5 } })
     const plan = new RetryPlan({ endpoints: [a, b, c, d], resilience, breaker, deadline: Date.now() + 60_000 })
     expect(plan.next()).toBe(a)
     expect(plan.nextOther(a)).toBe(c)
+    // `b`'s cool-down ended: a retry goes to an open one only while none is closed (the test below).
+    open = undefined
     expect([plan.next(), plan.next(), plan.next()]).toEqual([b, d, a])
     expect(plan.next()).toBeUndefined()
   })
@@ -23,5 +26,19 @@ describe('RetryPlan.nextOther (the endpoint of a hedge)', () => {
     const plan = new RetryPlan({ endpoints: [a, again], resilience: resilienceSchema.parse({ retries: { attempts: 3 } }), breaker, deadline: Date.now() + 60_000 })
     expect(plan.next()).toBe(a)
     expect(plan.nextOther(a)).toBeUndefined()
+  })
+})
+
+describe('RetryPlan.next', () => {
+  it('passes over an endpoint whose breaker opened during the call while another is closed, and tries it when none is', () => {
+    const [a, b, c] = ['a', 'b', 'c'].map(endpoint) as [Endpoint, Endpoint, Endpoint]
+    const open = new Set<Endpoint>()
+    const breaker = { isOpen: (e: Endpoint) => open.has(e), success: () => undefined, failure: () => undefined }
+    const plan = new RetryPlan({ endpoints: [a, b, c], resilience: resilienceSchema.parse({ retries: { attempts: 6 } }), breaker, deadline: Date.now() + 60_000 })
+    expect(plan.next()).toBe(a)
+    open.add(a)
+    expect([plan.next(), plan.next(), plan.next()]).toEqual([b, c, b])
+    open.add(b).add(c)
+    expect([plan.next(), plan.next()]).toEqual([a, c])
   })
 })

@@ -92,14 +92,14 @@ export class RetryPlan {
   readonly #options: RetryPlanOptions
   readonly #started = Date.now()
   #tried = 0
-  /** `endpoints`, in the order of turns: a hedge brings its endpoint forward (`nextOther`). */
-  #order: readonly Endpoint[]
+  /** `endpoints`, the next in turn first: a hedge brings its endpoint forward (`nextOther`). */
+  readonly #order: Endpoint[]
   /** When each endpoint that sent a `Retry-After` may be asked again (epoch ms); made by the first one, not per request. */
   #notBefore: Map<string, number> | undefined
 
   constructor(options: RetryPlanOptions) {
     this.#options = options
-    this.#order = options.endpoints
+    this.#order = [...options.endpoints]
   }
 
   /**
@@ -123,7 +123,8 @@ export class RetryPlan {
     const { resilience, signal } = this.#options
     if (signal?.aborted) throw upstreamError(CALLER_GONE)
     if (this.#tried >= resilience.retries.attempts) return undefined
-    return this.#order[this.#tried++ % this.#order.length]
+    // One whose breaker opened during this call is passed over while another's is closed, as at its start.
+    return this.#take(this.#closed())
   }
 
   /**
@@ -132,20 +133,29 @@ export class RetryPlan {
    * undefined. It takes this turn, and those it passed over come next, in their order.
    */
   nextOther(current: Endpoint): Endpoint | undefined {
+    const k = this.#closed((e) => e.base === current.base || this.#held(e) > 0)
+    return k < 0 || this.#tried >= this.#options.resilience.retries.attempts ? undefined : this.#take(k)
+  }
+
+  /**
+   * Where in the turns the first endpoint is that `skip` passes and whose breaker is closed. None: a
+   * hedge's is -1 (none is sent), a try's 0 (the next in turn: every endpoint is tried when all are open).
+   */
+  #closed(skip?: (endpoint: Endpoint) => boolean): number {
     const { resilience, breaker } = this.#options
-    const order = [...this.#order]
-    const n = order.length
-    const turn = this.#tried % n
-    for (let k = 0; k < n && this.#tried < resilience.retries.attempts; k++) {
-      const candidate = order[(turn + k) % n]!
-      if (candidate.base === current.base || breaker.isOpen(candidate, resilience.breaker) || this.#held(candidate) > 0) continue
-      for (; k > 0; k--) order[(turn + k) % n] = order[(turn + k - 1) % n]!
-      order[turn] = candidate
-      this.#order = order
-      this.#tried++
-      return candidate
-    }
-    return undefined
+    const k = this.#order.findIndex((e) => !skip?.(e) && !breaker.isOpen(e, resilience.breaker))
+    return k < 0 && !skip ? 0 : k
+  }
+
+  /**
+   * The endpoint `k` turns on takes this turn, its next after every other's; those it passed over come
+   * next, in their order.
+   */
+  #take(k: number): Endpoint {
+    this.#tried++
+    const [taken] = this.#order.splice(k, 1)
+    this.#order.push(taken!)
+    return taken!
   }
 
   succeeded(endpoint: Endpoint): void {
@@ -182,7 +192,7 @@ export class RetryPlan {
     const ceiling = Math.min(maxDelayMs, baseDelayMs * 2 ** (this.#tried - 1))
     // Retry-After speaks for the endpoint that sent it (`recordFailure`), whenever its turn comes again
     // (after another endpoint's try too); another endpoint is tried after the backoff alone.
-    const held = this.#held(this.#order[this.#tried % this.#order.length])
+    const held = this.#held(this.#order[this.#closed()])
     const delay = Math.max(held, Math.floor((this.#options.random ?? Math.random)() * ceiling))
     // The time budget bounds retries of transient faults (a network error, a 429, a 5xx) and every wait a
     // Retry-After asks. An attempt that ended before any output (a FAILED job) fails over whenever it comes,
