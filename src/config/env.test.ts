@@ -123,6 +123,8 @@ describe('optionsFromEnv', () => {
       ["Invalid type for 'quota': expected an object, got a string", { PODGATE_CONFIG: '{"quota":"kv"}' }],
       // `"cache": false`, meant as "no caching", was read as `{}`: every default, caching on.
       ["Invalid type for 'cache': expected an object, got a boolean", { PODGATE_CONFIG: '{"cache":false}' }],
+      // `"models": [...]` started a Worker serving the model "0" (each endpoint's apiKeyEnv read through it).
+      ["Invalid type for 'models': expected an object, got an array", { PODGATE_MODELS: undefined, PODGATE_CONFIG: JSON.stringify({ models: [MODELS.chat] }) }],
     ]
     for (const [message, vars] of cases) expect(() => createGateway(optionsFromEnv({ ...bound, ...vars })), JSON.stringify(vars)).toThrow(message)
     // The library form too (from JavaScript, or past a cast).

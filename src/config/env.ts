@@ -167,7 +167,8 @@ const SECRET_NAME = /^[A-Z][A-Z0-9]{0,15}(_[A-Z0-9]{1,16})+$/
  * in wrangler.toml (a `url:` endpoint's own bearer; ported here from workers/env.ts, issue 15).
  */
 function endpointKeysFromEnv(models: unknown, env: PodgateWorkerEnv): unknown {
-  if (typeof models !== 'object' || models === null) return models
+  // An array is left for the schema to refuse by name: entries, it would be the models "0", "1", ...
+  if (!isRecord(models)) return models
   const secrets = env as unknown as Record<string, unknown>
   return Object.fromEntries(Object.entries(models).map(([alias, model]) => {
     if (typeof model !== 'object' || model === null || !Array.isArray((model as { endpoints?: unknown }).endpoints)) return [alias, model]
