@@ -92,6 +92,12 @@ describe('runpod.baseUrl', () => {
       expect(() => resolveConfig({ ...valid, models: { chat: { endpoints: [{ url }] } } }), url).toThrow("'models.chat.endpoints[0].url' must be an absolute http(s) URL, with no query or fragment")
     }
     for (const url of ['https://proxy.example/v2', 'http://127.0.0.1:8788/v2', 'http://localhost:8788/v2', 'http://[::1]:8788/v2']) expect(baseUrl(url), url).not.toThrow()
+    // A space (a typo, a value pasted with its newline) parsed, and became part of every upstream path: each
+    // request a 502 route_not_found instead of an error at startup.
+    for (const url of ['https://proxy.example/v2 ', 'https://proxy.example/v2\n', 'https://proxy.example/ v2']) {
+      expect(baseUrl(url), JSON.stringify(url)).toThrow("'runpod.baseUrl' must be an absolute http(s) URL")
+      expect(() => resolveConfig({ ...valid, models: { chat: { endpoints: [{ url }] } } }), JSON.stringify(url)).toThrow("'models.chat.endpoints[0].url' must be an absolute http(s) URL")
+    }
     // A URL's scheme is case-insensitive (it was accepted so before the http(s) rule): upper case is still https.
     expect(baseUrl('HTTPS://api.runpod.ai/v2')).not.toThrow()
     expect(baseUrl('HTTP://proxy.example/v2')).toThrow("'runpod.baseUrl' uses plain http:// to a host that is not loopback")

@@ -49,8 +49,8 @@ export type SamplingDefaults = z.infer<typeof samplingDefaultsSchema>
 /** An absolute http(s) URL a credential may be sent to: plain `http://` only to loopback. */
 const httpUrl = string().check(
   // `abort`: the loopback test below parses the URL, so it runs only on one that parsed.
-  // No query or fragment: the job API's paths (`/run`, `/stream/{id}`) are appended to it. A scheme is case-insensitive.
-  refine((u: string) => /^https?:\/\/[^?#]*$/i.test(u) && URL.canParse(u), 'must be an absolute http(s) URL, with no query or fragment', true),
+  // No query, fragment or space: the job API's paths (`/run`, `/stream/{id}`) are appended to it. A scheme is case-insensitive.
+  refine((u: string) => /^https?:\/\/[^?#\s]*$/i.test(u) && URL.canParse(u), 'must be an absolute http(s) URL, with no query or fragment', true),
   refine(
     (u: string) => /^https:/i.test(u) || isLoopbackUrl(u),
     'uses plain http:// to a host that is not loopback: use https://, or http://127.0.0.1 / http://localhost for a local server',
