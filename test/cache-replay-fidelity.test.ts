@@ -105,17 +105,21 @@ describe('a replay looks like the live answer it replays', () => {
     expect(blank(await readSSE(streamHit))).toEqual(blank(liveStream))
 
     // The other form, from each entry. A JSON replay of a stream leaves out what no chunk carried: the
-    // reasoning keys (their names vary by vLLM version), `prompt_logprobs: null` (a chat body's, a completion
-    // choice's), and usage a
-    // current worker's shorthand stream never reported. A stream replay of JSON has its own chunk boundaries,
+    // reasoning keys (their names vary by vLLM version), the null fields only vLLM's JSON writes
+    // (`prompt_logprobs`, `token_ids`, `service_tier`, `kv_transfer_params`, usage's `prompt_tokens_details`...),
+    // and usage a current worker's shorthand stream never reported. A stream replay of JSON has its own chunk boundaries,
     // and the usage JSON has where a shorthand stream has none: it reassembles to the live stream.
     const expectedJson = (replayed: Json) => {
       const expected = structuredClone(liveJson) as { choices: Json[]; usage: unknown; prompt_logprobs?: unknown }
-      for (const choice of expected.choices as Json[]) {
-        for (const name of ['reasoning', 'reasoning_content']) if ((choice.message as Json | undefined)?.[name] === null) delete (choice.message as Json)[name]
-        if (choice.prompt_logprobs === null) delete choice.prompt_logprobs
+      const dropNulls = (object: Json, names: string[]) => {
+        for (const name of names) if (object[name] === null) delete object[name]
       }
-      if (expected.prompt_logprobs === null) delete expected.prompt_logprobs
+      for (const choice of expected.choices as Json[]) {
+        if (choice.message) dropNulls(choice.message as Json, ['reasoning', 'reasoning_content'])
+        dropNulls(choice, ['prompt_logprobs', 'token_ids', 'prompt_token_ids'])
+      }
+      dropNulls(expected as Json, ['prompt_logprobs', 'prompt_token_ids', 'service_tier', 'system_fingerprint', 'kv_transfer_params'])
+      if (expected.usage) dropNulls(expected.usage as Json, ['prompt_tokens_details'])
       if (model === 'chat-current' && replayed.usage === null) expected.usage = null
       return blank(expected)
     }

@@ -61,7 +61,7 @@ export function completionId(kind: GenerationRequest['kind'], suffix: string): s
   return `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${suffix}`
 }
 
-/** The non-streaming body: `chat.completion` or `text_completion`, with vLLM's null fields. */
+/** The non-streaming body: `chat.completion` or `text_completion`, with every null field vLLM's `model_dump()` writes. */
 export function completionJson(completion: Completion, meta: CompletionMeta): JsonObject {
   const { request, choices } = completion
   const chat = request.kind === 'chat'
@@ -108,8 +108,11 @@ export function completionJson(completion: Completion, meta: CompletionMeta): Js
         stop_reason: choice.stopString ?? null,
       }
     }),
+    service_tier: null,
+    system_fingerprint: null,
     usage: usage(completion),
-    ...(chat ? { prompt_logprobs: promptLps } : {}),
+    ...(chat ? { prompt_logprobs: promptLps, prompt_token_ids: null } : {}),
+    kv_transfer_params: null,
   }
 }
 

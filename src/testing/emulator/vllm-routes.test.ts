@@ -628,3 +628,17 @@ describe('openai_route jobs', () => {
     expect(names).not.toContain('response.completed')
   })
 })
+
+describe('chat and completions JSON bodies', () => {
+  it('carry the top-level null fields vLLM\'s model_dump() writes, in its order', async () => {
+    const { openai } = setup()
+    const chat = (await openai('vllmcurrent', '/v1/chat/completions', chatBody)).json
+    expect(Object.keys(chat)).toEqual([
+      'id', 'object', 'created', 'model', 'choices', 'service_tier', 'system_fingerprint', 'usage', 'prompt_logprobs', 'prompt_token_ids', 'kv_transfer_params',
+    ])
+    expect(chat).toMatchObject({ service_tier: null, system_fingerprint: null, prompt_token_ids: null, kv_transfer_params: null })
+    const text = (await openai('vllmcurrent', '/v1/completions', { model: 'm', prompt: 'Once upon a time' })).json
+    expect(Object.keys(text)).toEqual(['id', 'object', 'created', 'model', 'choices', 'service_tier', 'system_fingerprint', 'usage', 'kv_transfer_params'])
+    expect(text).toMatchObject({ service_tier: null, system_fingerprint: null, kv_transfer_params: null })
+  })
+})
