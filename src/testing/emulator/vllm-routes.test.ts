@@ -642,3 +642,44 @@ describe('chat and completions JSON bodies', () => {
     expect(text).toMatchObject({ service_tier: null, system_fingerprint: null, kv_transfer_params: null })
   })
 })
+
+describe('chat tool-call streams', () => {
+  const tools = [{ type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } }]
+  const toolDeltas = async (toolChoice: unknown) => {
+    const { post } = setup()
+    const body = { ...chatBody, tools, tool_choice: toolChoice }
+    const json = (await (await post('/v2/vllmcurrent/openai/v1/chat/completions', body)).json()) as Json
+    const text = await (await post('/v2/vllmcurrent/openai/v1/chat/completions', { ...body, stream: true })).text()
+    const chunks = sseEvents(text).filter((e) => e.data !== '[DONE]').map((e) => JSON.parse(e.data) as Json)
+    const deltas = chunks.map((c) => c.choices[0]).filter((c: Json) => c.delta.tool_calls).map((c: Json) => c.delta as Json)
+    return { json, deltas, finishes: chunks.map((c) => c.choices[0].finish_reason).filter((f) => f !== null) }
+  }
+
+  it('a named tool_choice streams as vLLM\'s named path: name and the first arguments in one delta, no content key, then arguments', async () => {
+    const { json, deltas, finishes } = await toolDeltas({ type: 'function', function: { name: 'get_weather' } })
+    const [first, ...rest] = deltas
+    expect(Object.keys(first!)).toEqual(['tool_calls'])
+    expect(first!.tool_calls[0]).toMatchObject({ type: 'function', index: 0, function: { name: 'get_weather' } })
+    expect(first!.tool_calls[0].id).toMatch(/^chatcmpl-tool-[0-9a-f]{32}$/)
+    expect(first!.tool_calls[0].function.arguments).not.toBe('')
+    for (const delta of rest) expect(delta).toEqual({ tool_calls: [{ index: 0, function: { arguments: expect.any(String) } }] })
+    const joined = deltas.map((d) => d.tool_calls[0].function.arguments).join('')
+    expect(joined).toBe(json.choices[0].message.tool_calls[0].function.arguments)
+    expect(finishes).toEqual(['stop'])
+  })
+
+  it('a named tool_choice indexes each choice\'s fragments by the choice\'s index, as vLLM\'s named path does', async () => {
+    const { post } = setup()
+    const body = { ...chatBody, tools, tool_choice: { type: 'function', function: { name: 'get_weather' } }, n: 2, stream: true }
+    const text = await (await post('/v2/vllmcurrent/openai/v1/chat/completions', body)).text()
+    const choices = sseEvents(text).filter((e) => e.data !== '[DONE]').flatMap((e) => (JSON.parse(e.data) as Json).choices as Json[])
+    for (const choice of choices.filter((c) => c.delta.tool_calls)) expect(choice.delta.tool_calls[0].index).toBe(choice.index)
+    expect(choices.filter((c) => c.index === 1 && c.delta.tool_calls).length).toBeGreaterThan(1)
+  })
+
+  it('an auto tool_choice streams as the hermes parser does: the name alone first, with content null', async () => {
+    const { deltas, finishes } = await toolDeltas('auto')
+    expect(deltas[0]).toEqual({ content: null, tool_calls: [{ id: expect.stringMatching(/^chatcmpl-tool-/), type: 'function', index: 0, function: { name: 'get_weather' } }] })
+    expect(finishes).toEqual(['tool_calls'])
+  })
+})
