@@ -188,6 +188,34 @@ describe('job lifecycle on a fake clock', () => {
     expect((await h.status('vllmcurrent', longer)).status).toBe('TIMED_OUT')
   })
 
+  it('removes a job whose TTL runs out after a worker took it, running or done: every op on it answers 404 (Runpod docs, "TTL is a hard limit")', async () => {
+    const h = setup({ endpoints: { paced: { tokenDelayMs: 100 } } })
+    const running = await h.run('paced', { prompt: '[[emulator:fault=stall,after=3]]' }, { policy: { ttl: 2_000 } })
+    const done = await h.run('paced', { prompt: '[[emulator:tokens=5]]' }, { policy: { ttl: 2_000 } })
+    h.clock.t += 1_999
+    expect((await h.status('paced', running)).status).toBe('IN_PROGRESS')
+    expect((await h.status('paced', done)).status).toBe('COMPLETED')
+    h.clock.t += 1
+    for (const id of [running, done]) {
+      for (const [method, op] of [['GET', 'status'], ['POST', 'status'], ['GET', 'status-sync'], ['GET', 'stream'], ['POST', 'cancel']] as const) {
+        expect((await h.send(method, `/v2/paced/${op}/${id}?wait=0`)).status, `${method} ${op}`).toBe(404)
+      }
+    }
+    expect(h.emulator.job(running)).toBeUndefined()
+  })
+
+  it('ends a long poll that was waiting when the job was removed at its TTL with 404', async () => {
+    const h = setup({ now: Date.now, maxWaitMs: 5_000 })
+    for (const op of ['status-sync', 'stream']) {
+      const id = await h.run('vllmcurrent', { prompt: '[[emulator:fault=stall,after=1]]' }, { policy: { ttl: 300 } })
+      // The items that exist already, so the long poll below has nothing to answer before the TTL.
+      expect((await h.send('GET', `/v2/vllmcurrent/stream/${id}?wait=0`)).status).toBe(200)
+      const started = Date.now()
+      expect((await h.send('GET', `/v2/vllmcurrent/${op}/${id}?wait=5000`)).status, op).toBe(404)
+      expect(Date.now() - started, op).toBeLessThan(2_000)
+    }
+  })
+
   it('honours policy.executionTimeout and keeps results for the retention time only', async () => {
     const h = setup()
     const stuck = await h.run('vllmcurrent', { prompt: '[[emulator:fault=stall]]' }, { policy: { executionTimeout: 5000 } })

@@ -75,11 +75,12 @@ export function jobState(job: JobRecord, now: number): JobState {
   return { status: started ? 'IN_PROGRESS' : 'IN_QUEUE', produced, started }
 }
 
-/** The next time after `now` at which the job's state can change (Infinity if never). */
+/** The next time after `now` at which the job's state can change, or it is removed (Infinity if never). */
 export function nextChangeAt(job: JobRecord, now: number): number {
+  const removal = removedAt(job)
   const ending = endingOf(job)
-  if (ending && now >= ending.at) return Infinity
-  let next = ending?.at ?? Infinity
+  if (ending && now >= ending.at) return removal > now ? removal : Infinity
+  let next = Math.min(ending?.at ?? Infinity, removal)
   if (job.startAt > now) next = Math.min(next, job.startAt)
   for (const item of job.script.items) {
     const at = stepTime(job, item.step)
@@ -91,19 +92,28 @@ export function nextChangeAt(job: JobRecord, now: number): number {
   return next
 }
 
-/** The earliest of: the script's own end, the execution timeout, the TTL, a cancel. Ties go to the script. */
+/**
+ * When Runpod deletes the job at its TTL ("TTL is a hard limit": every op then answers 404, running or
+ * done), if a worker took it before then; one still queued at its TTL ends TIMED_OUT instead (Infinity).
+ */
+export function removedAt(job: JobRecord): number {
+  const ttlAt = job.attemptAt + job.ttlMs
+  return job.startAt < ttlAt ? ttlAt : Infinity
+}
+
+/** The earliest of: the script's own end, the execution timeout, the TTL in the queue, a cancel. Ties go to the script. */
 function endingOf(job: JobRecord): Ending | undefined {
   const candidates: Ending[] = []
   const scripted = job.script.ending
   if (scripted.kind === 'completed') candidates.push({ at: stepTime(job, scripted.step), status: 'COMPLETED' })
   if (scripted.kind === 'failed') candidates.push({ at: stepTime(job, scripted.step), status: 'FAILED', error: scripted.error })
   candidates.push({ at: job.startAt + job.executionTimeoutMs, status: 'TIMED_OUT' })
-  candidates.push({ at: job.attemptAt + job.ttlMs, status: 'TIMED_OUT' })
+  if (removedAt(job) === Infinity) candidates.push({ at: job.attemptAt + job.ttlMs, status: 'TIMED_OUT' })
   if (job.cancelledAt !== undefined) candidates.push({ at: job.cancelledAt, status: 'CANCELLED' })
   return candidates.reduce<Ending | undefined>((best, c) => (best === undefined || c.at < best.at ? c : best), undefined)
 }
 
-/** Jobs by id, dropping each one `retentionMs` after it ended. */
+/** Jobs by id, dropping each one `retentionMs` after it ended, or at its TTL once a worker took it. */
 export class JobStore {
   #jobs = new Map<string, JobRecord>()
   #sweptAt = -Infinity
@@ -143,6 +153,7 @@ export class JobStore {
   }
 
   #expired(job: JobRecord, now: number): boolean {
+    if (now >= removedAt(job)) return true
     const state = jobState(job, now)
     return state.endedAt !== undefined && now >= state.endedAt + job.retentionMs
   }

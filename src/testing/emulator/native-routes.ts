@@ -40,7 +40,7 @@ export function registerNativeRoutes(api: Hono<EmulatorEnv>, context: EmulatorCo
     if (!job) return notFound()
     const wait = waitParam(c.req.query('wait'), DEFAULT_SYNC_WAIT_MS, context.maxWaitMs)
     const state = await longPoll(context, job, { waitMs: wait, signal: c.req.raw.signal }, (s) => isTerminal(s.status))
-    return c.json(statusBody(job, state, running(c)))
+    return state ? c.json(statusBody(job, state, running(c))) : notFound()
   })
 
   api.on(['GET', 'POST'], '/:endpointId/stream/:jobId', endpointOp(context, 'stream'), async (c) => {
@@ -54,6 +54,7 @@ export function registerNativeRoutes(api: Hono<EmulatorEnv>, context: EmulatorCo
       { waitMs: wait, signal: c.req.raw.signal },
       (s) => s.produced > job.delivered || isTerminal(s.status),
     )
+    if (!state) return notFound()
     // Each call hands out only what the previous calls did not (shared/runpod-api.md §1).
     const fresh = job.script.items.slice(job.delivered, state.produced)
     job.delivered = Math.max(job.delivered, state.produced)
@@ -123,7 +124,7 @@ async function submit(c: Context<EmulatorEnv>, context: EmulatorContext, via: 'r
 
   const wait = waitParam(c.req.query('wait'), DEFAULT_SYNC_WAIT_MS, context.maxWaitMs)
   const state = await longPoll(context, job, { waitMs: wait, signal: c.req.raw.signal }, (s) => isTerminal(s.status))
-  return c.json(statusBody(job, state, behaviour.runningStatus))
+  return state ? c.json(statusBody(job, state, behaviour.runningStatus)) : notFound()
 }
 
 function createJob(context: EmulatorContext, endpointId: string, via: 'run' | 'runsync', body: RunBody): JobRecord {
@@ -181,20 +182,21 @@ function planAttempt(context: EmulatorContext, job: JobRecord, now: number): voi
 }
 
 /**
- * Waits until `done` holds, the job cannot change any more, `waitMs` passed, or the client left. Time
- * is bounded both by the emulator clock and by time actually slept, so a frozen fake clock cannot
- * make a long poll spin forever.
+ * Waits until `done` holds, the job cannot change any more, `waitMs` passed, or the client left; undefined
+ * when the job was removed meanwhile (its TTL). Time is bounded both by the emulator clock and by time
+ * actually slept, so a frozen fake clock cannot make a long poll spin forever.
  */
 async function longPoll(
   context: EmulatorContext,
   job: JobRecord,
   options: { waitMs: number; signal: AbortSignal },
   done: (state: JobState) => boolean,
-): Promise<JobState> {
+): Promise<JobState | undefined> {
   const begin = context.now()
   let slept = 0
   for (;;) {
     const now = context.now()
+    if (!context.jobs.get(job.id, now)) return undefined
     const state = jobState(job, now)
     const remaining = Math.min(options.waitMs - (now - begin), options.waitMs - slept)
     if (done(state) || remaining <= 0 || options.signal.aborted) return state

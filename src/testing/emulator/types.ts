@@ -61,8 +61,9 @@ export interface EndpointBehaviour {
    */
   executionTimeoutMs: number
   /**
-   * The endpoint's job TTL setting, counted from the job's submission (queue and run): past it the job ends
-   * TIMED_OUT. A job's own `policy.ttl` overrides it. Default 24 h (Runpod's).
+   * The endpoint's job TTL setting, counted from the job's submission (queue and run): a job still queued
+   * then ends TIMED_OUT; one a worker took is removed, running or done, and every op on it answers 404
+   * (Runpod: "TTL is a hard limit"). A job's own `policy.ttl` overrides it. Default 24 h (Runpod's).
    */
   ttlMs: number
   /** How long results are kept after a `/run` job ends. Default 30 min. */
