@@ -88,7 +88,7 @@ describe('tool calls', () => {
     expect(res.usage!.prompt_tokens).toBeGreaterThan(10) // tool definitions are part of the prompt
   })
 
-  it('stream: a name delta (id, type, no arguments), then argument fragments; "tool_calls" for auto and required', async () => {
+  it('stream: a name delta (id, type, no arguments), then argument fragments, for auto; required sends the first arguments with the name, then "name": null; "tool_calls" for both', async () => {
     const { client } = setup()
     for (const tool_choice of [undefined, 'auto', 'required'] as const) {
       const stream = await client().chat.completions.create({
@@ -103,10 +103,14 @@ describe('tool calls', () => {
       }
       expect(finish).toBe('tool_calls')
       const [first, ...rest] = deltas
-      expect(first).toEqual({ content: null, tool_calls: [{ id: expect.stringMatching(/^chatcmpl-tool-/), type: 'function', index: 0, function: { name: 'get_weather' } }] })
+      const required = tool_choice === 'required'
+      // vLLM's required path (no tool parser) writes the name with the first arguments, then `"name": null`.
+      expect(first).toEqual(required
+        ? { tool_calls: [{ id: expect.stringMatching(/^chatcmpl-tool-/), type: 'function', index: 0, function: { name: 'get_weather', arguments: expect.any(String) } }] }
+        : { content: null, tool_calls: [{ id: expect.stringMatching(/^chatcmpl-tool-/), type: 'function', index: 0, function: { name: 'get_weather' } }] })
       expect(rest.length).toBeGreaterThan(1)
-      for (const d of rest) expect(d).toEqual({ tool_calls: [{ index: 0, function: { arguments: expect.any(String) } }] })
-      WeatherArgs.parse(JSON.parse(rest.map((d) => d.tool_calls[0].function.arguments).join('')))
+      for (const d of rest) expect(d).toEqual({ tool_calls: [{ index: 0, function: { ...(required ? { name: null } : {}), arguments: expect.any(String) } }] })
+      WeatherArgs.parse(JSON.parse(deltas.map((d) => d.tool_calls[0].function.arguments ?? '').join('')))
     }
   })
 

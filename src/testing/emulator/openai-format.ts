@@ -151,15 +151,17 @@ export function completionEvents(completion: Completion, meta: CompletionMeta, i
   }
   const contentSeen = choices.map(() => 0)
   const textOffset = choices.map(() => 0)
-  // vLLM's named tool_choice path (no tool parser) sends id, type and name with the first arguments, and
-  // indexes every fragment by the choice's index: its name delta is left for the next step to carry.
+  // vLLM's named and required tool_choice paths (no tool parser) send id, type and name with the first
+  // arguments: the name delta is left for the next step to carry. The named path indexes every fragment
+  // by the choice's index; the required one by the call's, and writes `"name": null` on later fragments.
   const named = chat && typeof request.toolChoice === 'object'
+  const required = chat && request.toolChoice === 'required'
   for (let step = 1; step <= completion.steps; step++) {
     choices.forEach((choice, index) => {
       const delta = choice.deltas[step - 1]
       if (delta === undefined) return
       produced[index] = step
-      if (named && delta.kind === 'tool_start' && choice.deltas[step]?.kind === 'tool_args') return
+      if ((named || required) && delta.kind === 'tool_start' && choice.deltas[step]?.kind === 'tool_args') return
       const last = step === choice.deltas.length
       const finish: JsonObject = last ? { finish_reason: choice.finishReason, stop_reason: choice.stopString ?? null } : { finish_reason: null, ...(chat ? {} : { stop_reason: null }) }
       const position = contentSeen[index] ?? 0
@@ -175,10 +177,13 @@ export function completionEvents(completion: Completion, meta: CompletionMeta, i
         return
       }
       const logprobs = top === undefined || delta.kind !== 'content' ? null : { content: [chatLogprob(delta.text, position, top)] }
-      const start = named ? choice.deltas[step - 2] : undefined
+      const start = named || required ? choice.deltas[step - 2] : undefined
+      const at = named ? index : delta.kind === 'tool_args' ? delta.call : 0
       const body = start?.kind === 'tool_start' && delta.kind === 'tool_args'
-        ? { tool_calls: [{ id: toolCallId(meta.id, index, start.call), type: 'function', index, function: { name: start.name, arguments: delta.text } }] }
-        : named && delta.kind === 'tool_args' ? { tool_calls: [{ index, function: { arguments: delta.text } }] } : chatDelta(delta, meta, index)
+        ? { tool_calls: [{ id: toolCallId(meta.id, index, start.call), type: 'function', index: at, function: { name: start.name, arguments: delta.text } }] }
+        : (named || required) && delta.kind === 'tool_args'
+          ? { tool_calls: [{ index: at, function: (required ? { name: null, arguments: delta.text } : { arguments: delta.text }) as JsonObject }] }
+          : chatDelta(delta, meta, index)
       events.push(chunk({ index, delta: body, logprobs, ...finish }, step, index))
     })
   }
@@ -200,7 +205,7 @@ export function completionEvents(completion: Completion, meta: CompletionMeta, i
   return events
 }
 
-/** A chat chunk's `delta` (tool-call deltas as the hermes parser streams an auto or required call: the name first, no `arguments` key). */
+/** A chat chunk's `delta` (tool-call deltas as the hermes parser streams an auto call: the name first, no `arguments` key). */
 function chatDelta(delta: Delta, meta: CompletionMeta, choiceIndex: number): JsonObject {
   switch (delta.kind) {
     case 'content':

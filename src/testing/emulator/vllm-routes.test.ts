@@ -677,6 +677,18 @@ describe('chat tool-call streams', () => {
     expect(choices.filter((c) => c.index === 1 && c.delta.tool_calls).length).toBeGreaterThan(1)
   })
 
+  it('a required tool_choice streams as vLLM\'s required path: name and the first arguments in one delta, then fragments with "name": null', async () => {
+    const { json, deltas, finishes } = await toolDeltas('required')
+    const [first, ...rest] = deltas
+    expect(Object.keys(first!)).toEqual(['tool_calls'])
+    expect(first!.tool_calls[0]).toMatchObject({ type: 'function', index: 0, function: { name: 'get_weather' } })
+    expect(first!.tool_calls[0].function.arguments).not.toBe('')
+    for (const delta of rest) expect(delta).toEqual({ tool_calls: [{ index: 0, function: { name: null, arguments: expect.any(String) } }] })
+    const joined = deltas.map((d) => d.tool_calls[0].function.arguments).join('')
+    expect(joined).toBe(json.choices[0].message.tool_calls[0].function.arguments)
+    expect(finishes).toEqual(['tool_calls'])
+  })
+
   it('an auto tool_choice streams as the hermes parser does: the name alone first, with content null', async () => {
     const { deltas, finishes } = await toolDeltas('auto')
     expect(deltas[0]).toEqual({ content: null, tool_calls: [{ id: expect.stringMatching(/^chatcmpl-tool-/), type: 'function', index: 0, function: { name: 'get_weather' } }] })
