@@ -14,7 +14,7 @@
  */
 import { GatewayError } from '../errors/index.ts'
 import { toNativeInput } from '../normalize/index.ts'
-import { sleep, within } from './retry.ts'
+import { sleep, unsent, within } from './retry.ts'
 import { isTerminal, UpstreamStatus } from './runpod/client.ts'
 import type { Endpoint, JobStatus, JobStream, RunpodClient } from './runpod/client.ts'
 import type { CompletionCall } from './types.ts'
@@ -68,7 +68,7 @@ export function runJob(call: CompletionCall, endpoint: Endpoint, deadline: numbe
   const { client } = call
   const ms = Math.min(deadline - Date.now(), call.runpod.timeoutMs)
   // No time left to hear its answer: a job queued now would only be cancelled (a warm worker may bill it first).
-  if (ms <= 0) return Promise.reject(new GatewayError('upstream_timeout', 'The upstream did not answer in time.'))
+  if (ms <= 0) return Promise.reject(unsent())
   const body = { input: toNativeInput(call.request, call.model.servedModelName) }
   return jobWithin(client, endpoint, { send: (timeoutMs) => client.run(endpoint, body, { timeoutMs }), ms, waitUntil: call.waitUntil })
 }

@@ -7,7 +7,8 @@
  * output, is retried on the next endpoint while the caller has received nothing. Past the TTFT budget a
  * still-queued job may be hedged on another endpoint: the first to produce output wins and the other is
  * cancelled. First-token, idle and total timeouts cancel the job and end the answer with a 504, or an
- * SSE error event once the stream is open. Every job given up on is cancelled upstream.
+ * SSE error event once the stream is open, and count against the breaker of each endpoint whose job was
+ * still out. Every job given up on is cancelled upstream.
  */
 import { CALLER_GONE, GatewayError, toGatewayError, upstreamError } from '../errors/index.ts'
 import { createNativeStreamDecoder } from '../streaming/native-decoder.ts'
@@ -389,7 +390,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
 
   /** Sends what a failing attempt produced, so the error event follows the output it cut short. */
   function winnerFailed(attempt: Attempt): void {
-    for (const other of [...live]) if (other !== attempt) drop(other)
+    for (const other of live) if (other !== attempt) drop(other)
     producedOutput = true
     openResponse()
     if (attempt.pending.length > 0) emitText(attempt.pending)
@@ -409,7 +410,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
   }
 
   async function streamRest(winner: Attempt): Promise<void> {
-    for (const other of [...live]) if (other !== winner) drop(other)
+    for (const other of live) if (other !== winner) drop(other)
     plan.succeeded(winner.endpoint)
     won = winner
     // The call's (RetryPlan.deadline): retries, and another mode's tries before these, count too.
@@ -429,9 +430,8 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
       if (now - lastOutput >= timeouts.idleMs) throw new GatewayError('upstream_timeout', 'The model stopped sending for too long.')
       // Time spent waiting on a slow reader is not the model's silence, but it is no output either: the
       // idle clock stops while the caller reads (a keep-alive included), it does not start over.
-      const waitStarted = Date.now()
       // A poll past a terminal page brings what the job already made: it does not wait for the reader.
-      if (!winner.terminal && (await demand(totalDeadline))) lastOutput += Date.now() - waitStarted
+      if (!winner.terminal && (await demand(totalDeadline))) lastOutput += Date.now() - now
       if (signal.aborted) throw upstreamError(CALLER_GONE)
       const result = await raceLive(Math.min(totalDeadline, lastOutput + timeouts.idleMs) - Date.now())
       if (!result) continue
@@ -462,9 +462,11 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
       openResponse()
       await streamRest(winner)
     } catch (error) {
-      const gone = callerGone.signal.aborted || call.signal?.aborted === true
+      // The caller left, or cancelled its body: `signal` joins the two.
+      const gone = signal.aborted
       const failure = gone ? upstreamError(CALLER_GONE) : toGatewayError(error)
-      for (const attempt of [...live]) drop(attempt)
+      // A job given up on counts against its endpoint as its failure says (a timeout does; a caller gone does not).
+      for (const attempt of live) drop(attempt), plan.recordFailure(failure, attempt.endpoint)
       // A caller who hangs up once a job ran has had its prompt processed: quota charges it. A cut answer
       // is charged what it produced: the worker's usage so far, else podgate's count.
       won?.decoder.cut?.()

@@ -16,7 +16,7 @@ import { createOpenAIRelay } from '../streaming/openai-relay.ts'
 import type { RelayOutcome } from '../streaming/openai-relay.ts'
 import { CALLER_GONE, GatewayError, upstreamError } from '../errors/index.ts'
 import { jsonAnswerResponse } from '../pipeline/json-answer.ts'
-import { retryableFailure, within } from './retry.ts'
+import { retryableFailure, unsent, within } from './retry.ts'
 import { errorItemFailure, isRecord, readUsage } from '../streaming/vllm.ts'
 import { DIALECTS } from '../streaming/dialects.ts'
 import { SSE_HEADERS } from './types.ts'
@@ -57,10 +57,8 @@ export async function openaiRouteCompletion(call: CompletionCall): Promise<Respo
  */
 export function needsRewrite(call: CompletionCall): boolean {
   const { model, request, streaming } = call
-  if (request.route) return false
-  const renames = model.streamedModelName !== model.servedModelName
-  const strips = streaming.usage === 'requested' && !request.includeUsage
-  return renames || strips
+  // It renames the model, or strips the usage chunk.
+  return !request.route && (model.streamedModelName !== model.servedModelName || (streaming.usage === 'requested' && !request.includeUsage))
 }
 
 async function openaiRouteStream(call: CompletionCall, path: string, body: Record<string, unknown>, started: number): Promise<Response> {
@@ -72,8 +70,14 @@ async function openaiRouteStream(call: CompletionCall, path: string, body: Recor
   const onUsage = (u: TokenUsage) => (usage = u)
   // The relay exists once the upstream answered: whatever ends it, the prompt was processed. With no
   // usage (a cut stream: vLLM sends it last), the relay's count of the events is charged.
-  const onEnd = (end: RelayOutcome) => call.settle(end.ok ? { ...end, usage } : { ...end, producedOutput: end.started, usage, reachedUpstream: true })
+  // A stream that failed counts against its endpoint as its failure says (a stall past `idleMs` does).
+  const onEnd = (end: RelayOutcome) => (end.ok || plan.recordFailure(end.error, at), call.settle(end.ok ? { ...end, usage } : { ...end, producedOutput: end.started, usage, reachedUpstream: true }))
+  /** The endpoint of the last try: the one that answered, once one did. */
+  let at: Endpoint
   const open = async (endpoint: Endpoint, signal: AbortSignal | undefined) => {
+    at = endpoint
+    // A retry whose first-byte deadline passed in its backoff is not sent: no time is left to hear it.
+    if (firstByteMs() <= 0) throw unsent()
     const upstream = await client.openai(endpoint, path, body, { signal, headersTimeoutOnly: true, timeoutMs: Math.min(call.runpod.timeoutMs, firstByteMs()) })
     if (!upstream.body) throw upstreamError('The upstream answered a stream request with no body.')
     return { body: upstream.body, fetched: upstream.url !== '' }

@@ -4,7 +4,7 @@
  *
  * Only failures that cannot have started work upstream, or whose work has ended, are retried: network
  * errors, 429, 5xx, and jobs that failed before any output. A timeout (podgate's, or a proxy's 504) is never retried: a `/run` that
- * timed out may have queued a job, and a second one would run it twice. Nor is a failed poll of a job
+ * timed out may have queued a job, and a second one would run it twice; it still counts against its endpoint's breaker. Nor is a failed poll of a job
  * (`finalFailure`), whatever its status: the job may be running; nor a job that ran into its endpoint's
  * execution timeout (`endpointFailure`): a rerun would be billed again.
  */
@@ -16,46 +16,46 @@ import type { Endpoint } from './runpod/client.ts'
 
 /**
  * Failures marked, whatever their code or status says: to be retried (`retry`), or not though their
- * endpoint is to blame (`fault`), or not (`final`: the breaker goes by the code and status).
+ * endpoint is to blame (`fault`), or not (`final`: the breaker goes by the code and status), or not and
+ * no endpoint's (`none`: a call never made).
  */
-const marked = new WeakMap<GatewayError, 'retry' | 'fault' | 'final'>()
+const marked = new WeakMap<GatewayError, 'retry' | 'fault' | 'final' | 'none'>()
+
+/** Marks a failure `verdict`, as `marked` says. */
+const mark = (verdict: 'retry' | 'fault' | 'final' | 'none') => (error: GatewayError): GatewayError => (marked.set(error, verdict), error)
 
 /** Marks a failure whose work has ended upstream (a job FAILED before output), so another endpoint may retry it. */
-export function retryableFailure(error: GatewayError): GatewayError {
-  marked.set(error, 'retry')
-  return error
-}
+export const retryableFailure = mark('retry')
 
 /**
  * Marks a failure never to be retried that still counts against its endpoint: a job that ran into the
  * endpoint's execution timeout (a rerun would be billed again, and likely time out too).
  */
-export function endpointFailure(error: GatewayError): GatewayError {
-  marked.set(error, 'fault')
-  return error
-}
+export const endpointFailure = mark('fault')
 
 /** Marks a failure never to be retried: a poll of a job that may be running (a retry would run it twice). */
-export function finalFailure(error: GatewayError): GatewayError {
-  marked.set(error, 'final')
-  return error
-}
+export const finalFailure = mark('final')
+
+/** The timeout of a call not made, its time up before it started: no endpoint's failure (the breaker's count). */
+export const unsent = () => mark('none')(new GatewayError('upstream_timeout', 'The upstream did not answer in time.'))
 
 export function isRetryable(error: unknown): boolean {
-  if (!(error instanceof GatewayError)) return false
-  const verdict = marked.get(error)
+  const verdict = marked.get(error as GatewayError)
   // A timeout, podgate's or a proxy's (a 504), is never retried: the call may have queued a job, or be running one.
-  return verdict !== undefined ? verdict === 'retry' : error.code !== 'upstream_timeout' && endpointFault(error)
+  return verdict ? verdict === 'retry' : (error as GatewayError | undefined)?.code !== 'upstream_timeout' && endpointFault(error)
 }
 
-/** The endpoint failed (a network error, a 429, a 5xx, a job FAILED before output), whether or not a retry is worth it. */
+/**
+ * The endpoint failed (a network error, a 429, a 5xx, a job FAILED before output, a timeout of a call made
+ * to it: podgate's, as a proxy's 504), whether or not a retry is worth it.
+ */
 function endpointFault(error: unknown): boolean {
   // A 404 is one model's (its served name): run elsewhere (a FAILED job), but the endpoint serves the others.
   if (!(error instanceof GatewayError) || error.code === 'route_not_found') return false
   const verdict = marked.get(error)
-  if (verdict === 'retry' || verdict === 'fault') return true
-  if (error.code === 'upstream_unavailable' || error.code === 'upstream_rate_limited') return true
-  return error.cause instanceof UpstreamStatus && error.cause.status >= 500
+  if (verdict && verdict !== 'final') return verdict !== 'none'
+  // `upstream_unavailable`, `upstream_rate_limited`, `upstream_timeout`; an `upstream_error` by its status.
+  return /^upstream_[rtu]/.test(error.code) || (error.cause instanceof UpstreamStatus && error.cause.status >= 500)
 }
 
 /** Counts `error` against `endpoint`'s breaker when it is the endpoint's fault (a caller's 400 is not). */
@@ -64,9 +64,9 @@ export function countFault(breaker: Breaker, endpoint: Endpoint, error: unknown,
 }
 
 function retryAfterMs(error: unknown): number | undefined {
-  if (!(error instanceof GatewayError) || !(error.cause instanceof UpstreamStatus)) return undefined
-  const seconds = error.cause.retryAfterSeconds
-  return seconds === undefined ? undefined : seconds * 1000
+  // Only an `UpstreamStatus` cause has `retryAfterSeconds`.
+  const seconds = ((error as GatewayError | undefined)?.cause as UpstreamStatus | undefined)?.retryAfterSeconds
+  return seconds && seconds * 1000
 }
 
 export interface RetryPlanOptions {

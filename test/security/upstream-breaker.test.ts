@@ -8,7 +8,8 @@ import { EndpointBreaker } from '../../src/index.ts'
 import type { Breaker } from '../../src/index.ts'
 import type { GatewayOptions } from '../../src/index.ts'
 import { createRunpodEmulator } from '../../src/testing/index.ts'
-import { authed, chatBody, harness, RUNPOD_KEY } from '../helpers.ts'
+import type { EmulatorOp } from '../../src/testing/index.ts'
+import { authed, chatBody, harness, readSome, RUNPOD_KEY } from '../helpers.ts'
 
 const MODELS: GatewayOptions['models'] = {
   m: {
@@ -122,5 +123,141 @@ describe('what closes a breaker on the native surface', () => {
     // Three failures in a row open it, whatever /run queued in between: the dead route is asked no more.
     expect(emulator.calls.filter((c) => c.endpointId === 'deadq' && c.op === 'openai').length).toBe(3)
     await h.settle()
+  })
+})
+
+/** A breaker that records the endpoint of each failure it is told of, and judges as the in-isolate one does. */
+function recordingBreaker(): { breaker: Breaker; failed: string[] } {
+  const inner = new EndpointBreaker()
+  const failed: string[] = []
+  const breaker: Breaker = {
+    isOpen: (endpoint, policy) => inner.isOpen(endpoint, policy),
+    success: (endpoint) => inner.success(endpoint),
+    failure: (endpoint, policy) => {
+      failed.push(endpoint.label)
+      inner.failure(endpoint, policy)
+    },
+  }
+  return { breaker, failed }
+}
+
+/** The emulator, but an endpoint named `hang` takes every call and never answers it (until the call is aborted, as fetch ends). */
+function hanging(emulator: ReturnType<typeof createRunpodEmulator>): typeof fetch {
+  return (async (input: RequestInfo | URL, init?: RequestInit) => {
+    const request = new Request(input, init)
+    if (!new URL(request.url).pathname.startsWith('/v2/hang/')) return emulator.fetch(request)
+    return new Promise<never>((_, reject) => request.signal.addEventListener('abort', () => reject(request.signal.reason), { once: true }))
+  }) as typeof fetch
+}
+
+const FAST = { attempts: 3, baseDelayMs: 10, maxDelayMs: 50, budgetMs: 5_000 }
+const RUNPOD = { apiKey: RUNPOD_KEY, baseUrl: 'https://emulator.test/v2' }
+
+describe("podgate's own timeout of a call counts against the endpoint's breaker, as a proxy's 504 does", () => {
+  it.each([false, true])('upstream-breaker-timeout: an endpoint that never answers opens its breaker after `failures` timeouts; the next caller is served by the other (stream: %s)', async (stream) => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    const models: GatewayOptions['models'] = {
+      m: { endpoints: [{ endpointId: 'hang', weight: 1e6 }, { endpointId: 'live' }], mode: 'openai', resilience: { retries: FAST, timeouts: { firstTokenMs: 300 }, breaker: { failures: 2, cooldownMs: 600_000 } } },
+    }
+    const h = harness({ models, runpod: { ...RUNPOD, timeoutMs: 300 }, fetch: hanging(emulator) }, emulator)
+    const { key } = await h.createKey()
+    // A timeout is not retried (the call may be running): the first two callers wait it out and get a 504.
+    for (let i = 0; i < 2; i++) expect((await h.fetch('/v1/chat/completions', authed(key, chatBody('m', `t${i}`, { stream })))).status).toBe(504)
+    // The third is not sent to `hang` (a timeout there would be its 504): its breaker is open.
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('m', 'third', { stream })))
+    expect(res.status).toBe(200)
+    await res.text()
+    expect(emulator.calls.filter((c) => c.endpointId === 'live')).toHaveLength(1)
+  })
+
+  it.each([false, true])('upstream-breaker-timeout-native: a job that never starts counts once its time is up (stream: %s)', async (stream) => {
+    const { breaker, failed } = recordingBreaker()
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    emulator.configure('coldn', { coldStartMs: 60_000 })
+    const models: GatewayOptions['models'] = { n: { endpoints: [{ endpointId: 'coldn' }], mode: 'native', resilience: { retries: FAST, timeouts: { firstTokenMs: 300 } } } }
+    const h = harness({ models, breaker, runpod: { ...RUNPOD, timeoutMs: 1_500 } }, emulator)
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('n', 'Hi', { stream })))
+    expect(res.status).toBe(504)
+    await h.settle()
+    expect(failed).toEqual(['coldn'])
+  })
+
+  it.each([['m', 'openai'], ['n', 'native']])('upstream-breaker-timeout-idle: %s (%s) a stream that stalls past idleMs counts against its endpoint', async (model, mode) => {
+    const { breaker, failed } = recordingBreaker()
+    const models: GatewayOptions['models'] = { [model]: { endpoints: [{ endpointId: `stall${model}` }], mode: mode as 'openai', resilience: { retries: FAST, timeouts: { idleMs: 300 } } } }
+    const h = harness({ models, breaker })
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody(model, 'x [[emulator:fault=stall,after=3,tokens=20]]', { stream: true })))
+    expect(res.status).toBe(200)
+    expect(await res.text()).toContain('upstream_timeout')
+    await h.settle()
+    expect(failed).toEqual([`stall${model}`])
+  })
+})
+
+describe("what is no endpoint's timeout, and never counts", () => {
+  it.each([['o', 'openai', 'openai'], ['n', 'native', 'run']] as const)('upstream-breaker-unsent: %s (%s) a retry whose first-token deadline passed in its backoff is not sent, nor counted', async (model, mode, op) => {
+    const { breaker, failed } = recordingBreaker()
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    // Its 503 asks for 1 s, past the first-token deadline: the retry has no time left when its turn comes.
+    emulator.configure(`only${model}`, { fault: { kind: 'http', status: 503, retryAfter: 1, times: 1, ops: [op as EmulatorOp] } })
+    const models: GatewayOptions['models'] = { [model]: { endpoints: [{ endpointId: `only${model}` }], mode, resilience: { retries: FAST, timeouts: { firstTokenMs: 300 } } } }
+    const h = harness({ models, breaker }, emulator)
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody(model, 'Hi', { stream: true })))
+    expect(res.status).toBe(504)
+    await h.settle()
+    // The 503 counts; the try that was never made does not.
+    expect(failed).toEqual([`only${model}`])
+    expect(emulator.calls.filter((c) => c.op === op)).toHaveLength(1)
+  })
+
+  it.each([false, true])('upstream-breaker-gone: a caller who leaves while its native job is queued is no failure of the endpoint (stream: %s)', async (stream) => {
+    const { breaker, failed } = recordingBreaker()
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    emulator.configure('coldg', { coldStartMs: 60_000 })
+    const models: GatewayOptions['models'] = { g: { endpoints: [{ endpointId: 'coldg' }], mode: 'native', resilience: { retries: FAST, ttftBudgetMs: 100, timeouts: { firstTokenMs: 1_000 } } } }
+    const h = harness({ models, breaker, runpod: { ...RUNPOD, timeoutMs: 1_500 } }, emulator)
+    const { key } = await h.createKey()
+    const caller = new AbortController()
+    setTimeout(() => caller.abort(), 300)
+    const res = await h.fetch('/v1/chat/completions', { ...authed(key, chatBody('g', 'Hi', { stream })), signal: caller.signal }).catch(() => undefined)
+    await res?.text().catch(() => undefined)
+    await h.settle()
+    expect(emulator.calls.filter((c) => c.op === 'cancel')).toHaveLength(1)
+    expect(failed).toEqual([])
+  })
+
+  it.each([['o', 'openai'], ['n', 'native']] as const)('upstream-breaker-cancelled: %s (%s) a caller who cancels its stream mid-answer is no failure of the endpoint', async (model, mode) => {
+    const { breaker, failed } = recordingBreaker()
+    const models: GatewayOptions['models'] = { [model]: { endpoints: [{ endpointId: `stall${model}` }], mode, resilience: { retries: FAST, timeouts: { idleMs: 400 } } } }
+    const h = harness({ models, breaker })
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody(model, 'x [[emulator:fault=stall,after=3,tokens=20]]', { stream: true })))
+    const reader = await readSome(res, 1)
+    // The model stalls; the caller gives up on it first, before the idle timeout.
+    await reader.cancel()
+    await new Promise((resolve) => setTimeout(resolve, 600))
+    await h.settle()
+    expect(failed).toEqual([])
+  })
+
+  it.each([false, true])('upstream-breaker-hedge: a queued native job hedged (%s) or kept alive counts only at its final timeout, once', async (hedge) => {
+    const { breaker, failed } = recordingBreaker()
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
+    for (const id of ['colda', 'coldb']) emulator.configure(id, { coldStartMs: 60_000 })
+    const models: GatewayOptions['models'] = {
+      h: { endpoints: [{ endpointId: 'colda', weight: 1e6 }, { endpointId: 'coldb' }], mode: 'native', resilience: { retries: FAST, ttftBudgetMs: 150, hedge, timeouts: { firstTokenMs: 800 } } },
+    }
+    const h = harness({ models, breaker }, emulator)
+    const { key } = await h.createKey()
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('h', 'Hi', { stream: true })))
+    // Past the TTFT budget the response opened (keep-alives) or the job was hedged; neither is a failure.
+    expect(failed).toEqual([])
+    expect(await res.text()).toContain('upstream_timeout')
+    await h.settle()
+    // Both jobs (or the one) had no first token by firstTokenMs: each endpoint counts once.
+    expect(failed.sort()).toEqual(hedge ? ['colda', 'coldb'] : ['colda'])
   })
 })
