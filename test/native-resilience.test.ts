@@ -814,7 +814,34 @@ describe('native jobs that TIMED_OUT upstream', () => {
       expect(res.status).toBe(200)
       expect(emulator.calls.filter((c) => c.op === 'run').map((c) => c.endpointId)).toEqual(['slowclassic', 'slowclassic', 'spareclassic'])
     })
+
+    it(`one Runpod removed at its TTL while it ran (its polls answer 404) is an upstream timeout, not a 404 job_not_found, and is not run again (stream: ${stream})`, async () => {
+      // Runpod's TTL is a hard limit: a running job is removed, and a 404 reads to an OpenAI client as a missing model.
+      const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY, endpoints: { slowclassic: { ttlMs: 400, tokenDelayMs: 50 } } })
+      const h = harness({ models }, emulator)
+      const { key } = await h.createKey()
+      const res = await ask(h, key, 'x [[emulator:tokens=40]]', stream)
+      const text = await res.text()
+      await h.settle()
+      // A stream had sent output when its job went: it ends with the error event.
+      expect(res.status).toBe(stream ? 200 : 504)
+      expect(text).not.toContain('job_not_found')
+      expect(text).toContain('"code":"upstream_timeout"')
+      expect(emulator.calls.filter((c) => c.op === 'run').map((c) => c.endpointId)).toEqual(['slowclassic'])
+    })
   }
+
+  it("a job Runpod removed at its TTL still answers the native surface's 404 job_not_found on /status", async () => {
+    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY, endpoints: { slowclassic: { ttlMs: 300, tokenDelayMs: 50 } } })
+    const h = harness({ models }, emulator)
+    const { key } = await h.createKey()
+    const id = await startStreamJob(h, key, 'two', 'x [[emulator:tokens=40]]', 50)
+    await pause(600)
+    const res = await h.fetch(`/v2/two/status/${id}`, { headers: { authorization: `Bearer ${key}` } })
+    expect(res.status).toBe(404)
+    expect(await res.text()).toContain('"code":"job_not_found"')
+    await h.settle()
+  })
 })
 
 describe("under Runpod's own rate limits (the emulator's rateLimitScale)", () => {

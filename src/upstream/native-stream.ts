@@ -376,7 +376,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
         }
         // Nothing of this attempt reached the caller: another endpoint may run the request afresh (see
         // `failedOver`), unless its poll failed: the job may be running, and a rerun would bill it twice.
-        const failure = result.ok ? failedOver(attempt, toGatewayError(error)) : finalFailure(toGatewayError(error))
+        const failure = result.ok ? failedOver(attempt, toGatewayError(error)) : finalFailure(error)
         drop(attempt)
         if (live.size > 0) {
           plan.recordFailure(failure, attempt.endpoint)
@@ -435,7 +435,7 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
       if (signal.aborted) throw upstreamError(CALLER_GONE)
       const result = await raceLive(Math.min(totalDeadline, lastOutput + timeouts.idleMs) - Date.now())
       if (!result) continue
-      if (!result.ok) throw result.error
+      if (!result.ok) throw finalFailure(result.error)
       try {
         accept(winner, result.page)
       } catch (error) {

@@ -71,7 +71,7 @@ export async function nativeJson(call: CompletionCall): Promise<Response> {
       }
     } catch (error) {
       cancel(job.id)
-      throw finalFailure(toGatewayError(error))
+      throw finalFailure(error)
     }
     // The job has ended without output, so another endpoint may run it without running it twice.
     if (job.status !== 'COMPLETED') throw failedOver({ status: job.status, ran }, jobFailure(job))

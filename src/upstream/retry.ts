@@ -8,7 +8,7 @@
  * (`finalFailure`), whatever its status: the job may be running; nor a job that ran into its endpoint's
  * execution timeout (`endpointFailure`): a rerun would be billed again.
  */
-import { CALLER_GONE, GatewayError, upstreamError } from '../errors/index.ts'
+import { CALLER_GONE, GatewayError, toGatewayError, upstreamError } from '../errors/index.ts'
 import type { ResilienceConfig } from '../config/schema.ts'
 import type { Breaker, BreakerPolicy } from './breaker.ts'
 import { UpstreamStatus } from './runpod/client.ts'
@@ -33,8 +33,16 @@ export const retryableFailure = mark('retry')
  */
 export const endpointFailure = mark('fault')
 
-/** Marks a failure never to be retried: a poll of a job that may be running (a retry would run it twice). */
-export const finalFailure = mark('final')
+/**
+ * Marks a failed poll never to be retried: its job may be running (a retry would run it twice). A 404 there
+ * (`job_not_found`) is a job Runpod removed at its TTL, a hard limit, while it ran: it is answered as a job
+ * that ran into its execution timeout (a 504, not run again, counted against its endpoint), since OpenAI
+ * clients read a 404 as a missing model (the native surface, which does not use this, answers Runpod's 404).
+ */
+export function finalFailure(error: unknown): GatewayError {
+  const failure = toGatewayError(error)
+  return failure.code === 'job_not_found' ? new GatewayError('upstream_timeout', 'The model job timed out upstream.') : mark('final')(failure)
+}
 
 /** The timeout of a call not made, its time up before it started: no endpoint's failure (the breaker's count). */
 export const unsent = () => mark('none')(new GatewayError('upstream_timeout', 'The upstream did not answer in time.'))
