@@ -167,14 +167,14 @@ export function renderStream(answer: CachedAnswer, meta: RenderMeta, includeUsag
     const tail = top ? `,${JSON.stringify(top).slice(1, -1)}` : ''
     out += `data: ${head}${JSON.stringify({ index, ...chunk })}]${tail}}\n\n`
   }
-  if (includeUsage && answer.usage) out += `data: ${head}],"usage":${JSON.stringify(answer.usage)}}\n\n`
+  if (includeUsage && answer.usage) out += usageChunkText(answer.kind, meta, answer.usage)
   return out + DONE_TEXT
 }
 
-/** The usage chunk of a stream with this identity. */
+/** The usage chunk of a stream with this identity: with no null member, as vLLM's (its JSON writes `prompt_tokens_details: null`). */
 export function usageChunkText(kind: RequestKind, meta: RenderMeta, usage: Usage): string {
   const object = kind === 'chat' ? 'chat.completion.chunk' : 'text_completion'
-  return `data: ${JSON.stringify({ id: meta.id, object, created: meta.created, model: meta.model, choices: [], usage })}\n\n`
+  return `data: ${JSON.stringify({ id: meta.id, object, created: meta.created, model: meta.model, choices: [], usage }, (_, value: unknown) => value ?? undefined)}\n\n`
 }
 
 /** A streamed choice as one JSON choice, reassembled as clients do. */
@@ -201,13 +201,15 @@ function assembled(kind: RequestKind, chunks: readonly Json[], autoTools = false
 /**
  * A JSON choice as the chunks of a stream: the role chunk, then one delta with the whole message. A delta holds
  * only what vLLM sets on one: none of the message's null fields (`refusal`, `audio`...) nor an empty `tool_calls`;
- * nor does a completion's chunk hold `prompt_logprobs` (the key keeps a stream from an entry that has them).
+ * nor does a completion's chunk hold `prompt_logprobs` (the key keeps a stream from an entry that has them), nor
+ * a null the JSON choice writes for what is unset (`token_ids`) but `logprobs`, `finish_reason` and `stop_reason`.
  */
 function split(kind: RequestKind, whole: Json): Json[] {
   const { message, prompt_logprobs: _prompt, ...rest } = whole
-  if (kind !== 'chat') return [rest]
   const { role: _role, ...delta } = isRecord(message) ? message : {}
-  for (const [name, value] of Object.entries(delta)) if (value === null ? name !== 'content' : Array.isArray(value) && !value.length) delete delta[name]
+  // `content` is a message's, the others a choice's.
+  for (const part of [rest, delta]) for (const [name, value] of Object.entries(part)) if (value === null ? !/^(content|logprobs|finish_reason|stop_reason)$/.test(name) : Array.isArray(value) && !value.length) delete part[name]
+  if (kind !== 'chat') return [rest]
   if (Array.isArray(delta.tool_calls)) delta.tool_calls = delta.tool_calls.map((call, index) => (isRecord(call) ? { index, ...call } : call))
   return [{ delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }, { delta, ...rest }]
 }

@@ -81,7 +81,9 @@ export function completionJson(completion: Completion, meta: CompletionMeta): Js
           logprobs: top === undefined ? null : completionLogprobs(choice.tokens, { position: 0, offset: choice.echo.length, top }),
           finish_reason: choice.finishReason,
           stop_reason: choice.stopString ?? null,
+          token_ids: null,
           prompt_logprobs: promptLps,
+          prompt_token_ids: null,
         }
       }
       const toolCalls = choice.toolCalls.map((call, callIndex) => ({
@@ -106,11 +108,13 @@ export function completionJson(completion: Completion, meta: CompletionMeta): Js
         logprobs: top === undefined ? null : { content: contentTokens(choice).map((t, i) => chatLogprob(t, i, top)) },
         finish_reason: choice.finishReason,
         stop_reason: choice.stopString ?? null,
+        token_ids: null,
       }
     }),
     service_tier: null,
     system_fingerprint: null,
-    usage: usage(completion),
+    // model_dump() writes the unset `prompt_tokens_details`; a stream's usage chunk (exclude_none) does not.
+    usage: { ...usage(completion), prompt_tokens_details: null },
     ...(chat ? { prompt_logprobs: promptLps, prompt_token_ids: null } : {}),
     kv_transfer_params: null,
   }
