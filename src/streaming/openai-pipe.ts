@@ -128,11 +128,12 @@ const TICK_MIN_MS = 25
 const TICK_MAX_MS = 1000
 /** How long a failed caller pipe waits for the copy to tell whether the upstream broke, in ms. */
 const BREAK_GRACE_MS = 50
-const TOTAL_MESSAGE = 'The answer took longer than podgate allows.'
-const IDLE_MESSAGE = 'The model stopped sending for too long.'
+/** The timeout errors' messages, shared with the relay (openai-relay.ts). */
+export const TOTAL_MESSAGE = 'The answer took longer than podgate allows.'
+export const IDLE_MESSAGE = 'The model stopped sending for too long.'
 const CUT_MESSAGE = 'The upstream stream ended before the model finished.'
 const BROKEN_MESSAGE = 'The upstream connection broke before the model finished.'
-const ignore = () => undefined
+export const ignore = () => undefined
 
 /**
  * @example

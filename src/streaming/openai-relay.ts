@@ -20,6 +20,7 @@ import { countedUsage, DONE_TEXT, encoder, PULL_ONLY, sseErrorText } from './ope
 import type { Usage } from './openai-chunks.ts'
 import { DEFAULT_MAX_EVENT_CHARS, isRecord, readUsage, refuseOversizedEvent, upstreamErrorMessage, workerFailure } from './vllm.ts'
 import { registerStreamControl } from './stream-control.ts'
+import { IDLE_MESSAGE, ignore, TOTAL_MESSAGE } from './openai-pipe.ts'
 
 export interface OpenAIRelayOptions {
   /** The upstream body's reader. The relay reads it to the end, and cancels it when it stops early. */
@@ -62,8 +63,6 @@ export interface OpenAIRelayOptions {
 export type RelayOutcome = ({ ok: true } | { ok: false; error: GatewayError; started: boolean }) & { estimate?: Usage }
 
 const STREAM_DECODE: TextDecoderDecodeOptions = { stream: true }
-const IDLE_MESSAGE = 'The model stopped sending for too long.'
-const TOTAL_MESSAGE = 'The answer took longer than podgate allows.'
 /**
  * Each write a JavaScript stream hands workerd's response costs the runtime a turn, several times what
  * the event itself costs (scripts/bench/NOTES.md, `relay`); an upstream writes one event per HTTP chunk,
@@ -75,7 +74,6 @@ const DEFAULT_BATCH_MS = 2
  * is bounded in size, not only in time (an in-isolate upstream can hand over megabytes at once).
  */
 const BATCH_MAX_CHARS = 16 * 1024
-const ignore = () => undefined
 
 /**
  * @example
