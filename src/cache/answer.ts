@@ -70,6 +70,12 @@ export interface AnswerCapture {
   result(usage: Usage | undefined): CachedAnswer | undefined
 }
 
+/** What one event of podgate's own stream is: the test `AnswerCapture.accept` makes, also once it stops recording. */
+export function classifyEvent(value: unknown): CapturedEvent {
+  if (!isRecord(value) || value.error !== undefined || !Array.isArray(value.choices)) return 'error'
+  return value.choices.length === 0 && value.usage != null ? 'usage' : 'chunk'
+}
+
 /**
  * @example
  * const capture = createAnswerCapture('chat')
@@ -81,14 +87,15 @@ export function createAnswerCapture(kind: RequestKind): AnswerCapture {
   let broken = false
   let meta: { id: string; created: number } | undefined
 
-  function accept(event: unknown): CapturedEvent {
-    if (!isRecord(event) || event.error !== undefined || !Array.isArray(event.choices)) {
+  function accept(value: unknown): CapturedEvent {
+    const kind = classifyEvent(value)
+    if (kind === 'error') {
       broken = true
-      return 'error'
+      return kind
     }
+    const event = value as Json & { choices: unknown[] }
     if (meta === undefined && typeof event.id === 'string' && typeof event.created === 'number') meta = { id: event.id, created: event.created }
-    if (event.choices.length === 0 && event.usage != null) return 'usage'
-    if (broken) return 'chunk'
+    if (kind === 'usage' || broken) return kind
     let top: Json | undefined
     for (const [name, value] of Object.entries(event)) if (!CHUNK_FIELDS.has(name)) (top ??= {})[name] = value
     for (const choice of event.choices) {

@@ -17,9 +17,8 @@ import { jsonAnswerOf } from '../pipeline/json-answer.ts'
 import { onAbort, waitUntilOf } from '../http/context.ts'
 import { parseJson } from '../http/json.ts'
 import { deadlineOf, Flight } from './flight.ts'
-import { isRecord } from '../streaming/vllm.ts'
-import { captureJsonAnswer, createAnswerCapture } from './answer.ts'
-import type { AnswerCapture, CachedAnswer, CapturedEvent } from './answer.ts'
+import { captureJsonAnswer, classifyEvent, createAnswerCapture } from './answer.ts'
+import type { AnswerCapture, CachedAnswer } from './answer.ts'
 import { fitsInBytes, writeEntry } from './store.ts'
 import { streamControl } from '../streaming/stream-control.ts'
 import { metaOf, withCacheHeaders } from './replay.ts'
@@ -268,7 +267,7 @@ function streamRecorder(leader: Leader): StreamRecorder {
       // A piped stream has no live readers: past the bound, nothing needs its events.
       if (copy.piped && !capture) return
       const value = parseJson(event.data)
-      const kind = capture ? capture.accept(value) : classify(value)
+      const kind = capture ? capture.accept(value) : classifyEvent(value)
       if (!copy.piped) flight.push({ data: event.data, usage: kind === 'usage', error: kind === 'error' })
     },
     onComment() {
@@ -336,12 +335,6 @@ function captureStream(leader: Leader, recorder: StreamRecorder, response: Respo
     void source.cancel().catch(() => undefined)
   }
   return withCacheHeaders(new Response(follow(flight, own, ctx), response), 'MISS', 0)
-}
-
-/** What an event is, once the capture has stopped recording (the same test `AnswerCapture.accept` makes). */
-function classify(value: unknown): CapturedEvent {
-  if (!isRecord(value) || value.error !== undefined || !Array.isArray(value.choices)) return 'error'
-  return value.choices.length === 0 && value.usage != null ? 'usage' : 'chunk'
 }
 
 /** The chunks already read, then the rest of `source`, pulled as the caller reads. */
