@@ -49,6 +49,14 @@ export function errorItemFailure(item: unknown): GatewayError | undefined {
   return codedRefusal(isRecord(item.error) ? item.error : item) ?? workerFailure(message)
 }
 
+/** Throws the failure of the first error item among `items`. */
+export function throwErrorItem(items: unknown[]): void {
+  for (const item of items) {
+    const failure = errorItemFailure(item)
+    if (failure) throw failure
+  }
+}
+
 const CLASSIC_ROUTE_MISS = 'Invalid route'
 
 /**

@@ -14,7 +14,7 @@
  */
 import { CALLER_GONE, GatewayError, toGatewayError, upstreamError } from '../errors/index.ts'
 import { parseJson } from '../http/json.ts'
-import { codedRefusal, errorItemFailure, isRecord, isRefusal, readUsage, workerFailure } from '../streaming/vllm.ts'
+import { codedRefusal, errorItemFailure, isRecord, isRefusal, readUsage, throwErrorItem, workerFailure } from '../streaming/vllm.ts'
 import { cancelJob, polled, runJob } from './job-calls.ts'
 import { endpointFailure, finalFailure, retryableFailure, sleep } from './retry.ts'
 import { nativeOutputToOpenAI } from './runpod/output.ts'
@@ -136,10 +136,7 @@ export function refusalIn(output: unknown): GatewayError | undefined {
  */
 function jsonOutput(output: unknown, alias: string, route: boolean): { body: Record<string, unknown>; usage: TokenUsage | undefined } {
   const items: unknown[] = Array.isArray(output) ? output : [output]
-  for (const item of items) {
-    const failure = errorItemFailure(item)
-    if (failure) throw failure
-  }
+  throwErrorItem(items)
   const body = items[0]
   if (items.length !== 1 || !isRecord(body) || (!route && !Array.isArray(body.data))) {
     throw upstreamError(`The model worker returned something other than ${route ? 'one JSON answer' : 'an embeddings list'}.`)

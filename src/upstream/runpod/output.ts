@@ -19,7 +19,7 @@ import type {
   TextCompletionChoice,
   Usage,
 } from '../../streaming/openai-chunks.ts'
-import { errorItemFailure, isRecord, readUsage } from '../../streaming/vllm.ts'
+import { isRecord, readUsage, throwErrorItem } from '../../streaming/vllm.ts'
 
 export interface NativeOutputOptions {
   kind: RequestKind
@@ -55,10 +55,7 @@ export function nativeOutputToOpenAI(output: unknown, options: NativeOutputOptio
   // the handler returned, so a bare value, or a generator's yielded lists, are read the same way.
   const items: unknown[] = Array.isArray(output) ? output.flatMap((item: unknown) => (Array.isArray(item) ? item : [item])) : [output]
   if (items.length === 0) throw upstreamError('The model worker returned no output.')
-  for (const item of items) {
-    const failure = errorItemFailure(item)
-    if (failure) throw failure
-  }
+  throwErrorItem(items)
   const first = items[0]
   if (isCompletionBody(first)) {
     if (items.length !== 1) throw upstreamError('The model worker returned several completions for one request.')
