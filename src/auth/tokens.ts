@@ -9,9 +9,9 @@
  * through the key cache, as it reads keys.
  */
 import * as z from 'zod/mini'
-import { object } from '../zod/object.ts'
 import { array } from '../zod/array.ts'
 import { nullable } from '../zod/nullable.ts'
+import { object } from '../zod/object.ts'
 import { int } from '../zod/numbers.ts'
 import { optional } from '../zod/optional.ts'
 import { invalidRequest } from '../errors/index.ts'

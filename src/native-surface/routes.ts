@@ -6,7 +6,7 @@
  * checked -> one upstream call on the endpoint the job id names. Answers keep Runpod's shapes with
  * podgate's sealed job id in place of Runpod's, and 200 on success (runpod-sdk drops other 2xx bodies).
  */
-import { createJobSealer } from './job-id.ts'
+import { withPublicError } from './job-error.ts'
 import type { JobBinding, JobRef } from './job-id.ts'
 import { Hono } from 'hono/tiny'
 import { CALLER_GONE, GatewayError, invalidRequest, upstreamError } from '../errors/index.ts'
@@ -29,7 +29,7 @@ import type { CompletionContext, CompletionStage } from '../pipeline/index.ts'
 import { FALLBACK_MAX_TOKENS } from '../normalize/index.ts'
 import type { NormalizedRequest } from '../normalize/index.ts'
 import { normalizeJobBody } from './input.ts'
-import { withPublicError } from './job-error.ts'
+import { createJobSealer } from './job-id.ts'
 import type { Context } from 'hono'
 import type { ResolvedOptions } from '../config/schema.ts'
 import type { GatewayEnv } from '../types.ts'

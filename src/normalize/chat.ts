@@ -2,8 +2,8 @@
  * `POST /v1/chat/completions` body -> NormalizedRequest: validate what podgate reads, apply the model's
  * caps and defaults, and keep everything else for the endpoint.
  */
-import { assertKind, resolveLimits, resolveStream, withDefaults } from './sampling.ts'
 import { chatCompletionRequestSchema } from './schemas.ts'
+import { assertKind, resolveLimits, resolveStream, withDefaults } from './sampling.ts'
 import { mayShorthand, shorthandMessages, shorthandSampling } from './shorthand.ts'
 import type { ShorthandOptions } from './shorthand.ts'
 import { chatPromptTokens } from './estimate.ts'

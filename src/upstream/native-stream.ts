@@ -11,8 +11,8 @@
  * still out. Every job given up on is cancelled upstream.
  */
 import { CALLER_GONE, GatewayError, toGatewayError, upstreamError } from '../errors/index.ts'
-import { createNativeStreamDecoder } from '../streaming/native-decoder.ts'
 import { createDialectDecoder, wasRelayed } from '../streaming/dialect-decoder.ts'
+import { createNativeStreamDecoder } from '../streaming/native-decoder.ts'
 import { DIALECTS, OPENAI_DIALECT } from '../streaming/dialects.ts'
 import type { NativeStreamDecoder } from '../streaming/native-decoder.ts'
 import { countedUsage, DONE, encoder, encodeSSEData, HEARTBEAT, PULL_ONLY } from '../streaming/openai-chunks.ts'
