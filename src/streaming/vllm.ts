@@ -31,10 +31,15 @@ export { isRecord }
 export function upstreamErrorMessage(value: unknown): string | undefined {
   if (!isRecord(value)) return undefined
   const error = value.error
-  if (typeof error === 'string') return error || 'unknown error'
-  if (isRecord(error)) return typeof error.message === 'string' && error.message ? error.message : 'unknown error'
-  if (value.object === 'error') return typeof value.message === 'string' && value.message ? value.message : 'unknown error'
+  if (typeof error === 'string') return messageOr(error)
+  if (isRecord(error)) return messageOr(error.message)
+  if (value.object === 'error') return messageOr(value.message)
   return undefined
+}
+
+/** `message` when it is a non-empty string, else 'unknown error'. */
+function messageOr(message: unknown): string {
+  return typeof message === 'string' && message ? message : 'unknown error'
 }
 
 /**
