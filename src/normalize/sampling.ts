@@ -6,16 +6,15 @@
 import { GatewayError, invalidRequest } from '../errors/index.ts'
 import type { ModelConfig } from '../config/schema.ts'
 import type { RequestKind } from './types.ts'
+import { OPENAI_ROUTE } from './upstream-bodies.ts'
 
 /** `max_tokens` when neither the caller nor the model config names one. */
 export const FALLBACK_MAX_TOKENS = 512
 
-const ROUTE_OF: Record<RequestKind, string> = { chat: '/v1/chat/completions', completion: '/v1/completions', embedding: '/v1/embeddings' }
-
 /** Refuses a request kind the model is not configured for, pointing at the routes it does serve. */
 export function assertKind(kind: RequestKind, model: ModelConfig, alias: string): void {
   if ((model.kinds as readonly string[]).includes(kind)) return
-  const routes = model.kinds.map((k) => ROUTE_OF[k as RequestKind]).join(' or ')
+  const routes = model.kinds.map((k) => OPENAI_ROUTE[k as RequestKind]).join(' or ')
   const what = model.kinds.length === 1 ? `${model.kinds[0]} requests` : `${model.kinds.join(' and ')} requests`
   throw invalidRequest(`model '${alias}' only accepts ${what}: use ${routes}`, { param: 'model' })
 }

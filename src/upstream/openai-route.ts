@@ -10,7 +10,7 @@
  * through the JavaScript relay (streaming/openai-relay.ts), which reads the upstream body itself and
  * enforces the idle and total timeouts in one stream stage.
  */
-import { toOpenAIBody } from '../normalize/index.ts'
+import { OPENAI_ROUTE, toOpenAIBody } from '../normalize/index.ts'
 import { isByteStream, pipeOpenAIStream, splitBody } from '../streaming/openai-pipe.ts'
 import { createOpenAIRelay } from '../streaming/openai-relay.ts'
 import type { RelayOutcome } from '../streaming/openai-relay.ts'
@@ -23,13 +23,11 @@ import { SSE_HEADERS } from './types.ts'
 import type { CompletionCall, TokenUsage } from './types.ts'
 import type { Endpoint } from './runpod/client.ts'
 
-const ROUTE_PATH = { chat: '/chat/completions', completion: '/completions', embedding: '/embeddings' } as const
-
 export async function openaiRouteCompletion(call: CompletionCall): Promise<Response> {
   const { request, model, client, plan } = call
   const started = Date.now()
   // vLLM's other routes: the path under `/v1`, as Runpod's OpenAI route (`/openai/v1/*`) is addressed.
-  const path = request.route ? request.route.path.slice('/v1'.length) : ROUTE_PATH[request.kind]
+  const path = (request.route?.path ?? OPENAI_ROUTE[request.kind]).slice('/v1'.length)
   const body = toOpenAIBody(request, model.servedModelName)
 
   if (request.stream) return openaiRouteStream(call, path, body, started)
