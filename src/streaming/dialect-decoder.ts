@@ -8,6 +8,7 @@ import { GatewayError, upstreamError } from '../errors/index.ts'
 import { BEFORE_OUTPUT } from './dialects.ts'
 import type { Dialect, StreamEnding } from './dialects.ts'
 import type { NativeStreamDecoder } from './native-decoder.ts'
+import { countedUsage } from './openai-chunks.ts'
 import type { Usage } from './openai-chunks.ts'
 import { DEFAULT_MAX_EVENT_CHARS, errorItemFailure, refuseOversizedEvent } from './vllm.ts'
 
@@ -56,7 +57,7 @@ export function createDialectDecoder(options: DialectDecoderOptions): NativeStre
     finish() {
       // A stream that failed before any token: its prompt is what it cost, message_start's count, else (a
       // Responses stream's events hold none) the quota's estimate, which a count of 0 stands for.
-      const usage = ending.usage ?? (output ? undefined : (ending.prompt ?? { prompt_tokens: 0, completion_tokens: 0, total_tokens: 0 }))
+      const usage = ending.usage ?? (output ? undefined : (ending.prompt ?? countedUsage(0)))
       if (usage) options.onUsage?.(usage)
       if (ending.error) {
         relayed.add(ending.error)

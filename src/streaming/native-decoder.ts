@@ -209,7 +209,7 @@ export function createNativeStreamDecoder(options: NativeDecoderOptions): Native
   function reportSoFar(): void {
     if (classicUsage) {
       const { input, output } = classicUsage
-      return reportUsage({ prompt_tokens: input, completion_tokens: output, total_tokens: input + output }, false)
+      return reportUsage(countedUsage(output, input), false)
     }
     const counted = shape === 'classic' ? classicChoices.reduce((steps, choice) => steps + choice.steps, 0) : outputDeltas
     reportUsage(countedUsage(counted), true)
