@@ -127,6 +127,11 @@ export function invalidRequest(message: string, options?: GatewayErrorOptions): 
 /** The message of the failure a call ends with when its caller went away: not the upstream's failure, never logged as one. */
 export const CALLER_GONE = 'The caller went away.'
 
+/** `text` cut to `max` characters, with an ellipsis where it was cut. */
+export function clip(text: string, max: number): string {
+  return text.length > max ? `${text.slice(0, max)}…` : text
+}
+
 /** The status podgate answers for `code`, for docs and tests. */
 export function statusOf(code: GatewayErrorCode): number {
   return CODE_TABLE[code][0]

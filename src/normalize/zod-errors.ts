@@ -7,7 +7,7 @@
  * wrote this message itself, use it as is".
  */
 import type * as z from 'zod/mini'
-import { GatewayError, invalidRequest } from '../errors/index.ts'
+import { clip, GatewayError, invalidRequest } from '../errors/index.ts'
 import { isRecord } from '../http/json.ts'
 
 type Issue = z.core.$ZodIssue
@@ -170,7 +170,7 @@ function show(value: unknown): string {
 }
 
 function truncate(text: string): string {
-  return text.length > MAX_QUOTED_CHARS ? `${text.slice(0, MAX_QUOTED_CHARS)}…` : text
+  return clip(text, MAX_QUOTED_CHARS)
 }
 
 function plural(count: number | bigint, unit: string): string {

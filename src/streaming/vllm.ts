@@ -3,7 +3,7 @@
  * objects. Shared by the stream decoder, the OpenAI-route relay and the non-stream output mapper, so the
  * three agree on what counts as a failure.
  */
-import { GatewayError, invalidRequest, upstreamError } from '../errors/index.ts'
+import { clip, GatewayError, invalidRequest, upstreamError } from '../errors/index.ts'
 import { isRecord, parseJson } from '../http/json.ts'
 import type { Usage } from './openai-chunks.ts'
 
@@ -119,8 +119,7 @@ export function workerFailure(message: string): GatewayError {
   const refusal = upstreamRefusal(message)
   if (refusal) return refusal
   message = message.replace(TRACEBACK, '')
-  const detail = message.length > MAX_UPSTREAM_MESSAGE ? `${message.slice(0, MAX_UPSTREAM_MESSAGE)}…` : message
-  return upstreamError(`The model worker failed: ${detail}`)
+  return upstreamError(`The model worker failed: ${clip(message, MAX_UPSTREAM_MESSAGE)}`)
 }
 
 /**
@@ -178,8 +177,7 @@ export function refusalError(status: number, body: string): GatewayError {
 
 function refusal(status: number, message: string | undefined): GatewayError {
   if (!message || message === 'unknown error') message = 'The model rejected the request.'
-  const detail = message.length > MAX_REFUSAL_MESSAGE ? `${message.slice(0, MAX_REFUSAL_MESSAGE)}…` : message
-  return invalidRequest(detail, { status })
+  return invalidRequest(clip(message, MAX_REFUSAL_MESSAGE), { status })
 }
 
 const MAX_REFUSAL_MESSAGE = 1_000
