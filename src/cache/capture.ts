@@ -9,19 +9,19 @@
  * `maxEntryBytes` before the upstream reads wait for the slowest reader.
  * The caller's own bytes never wait on the capture.
  */
-import { createParser } from 'eventsource-parser'
-import type { EventSourceParser, ParserCallbacks } from 'eventsource-parser'
 import { CALLER_GONE, GatewayError, toGatewayError, upstreamError } from '../errors/index.ts'
+import type { EventSourceParser, ParserCallbacks } from 'eventsource-parser'
 import { concatBytes } from '../http/body.ts'
 import { onAbort, waitUntilOf } from '../http/context.ts'
 import { parseJson } from '../http/json.ts'
 import { captureJsonAnswer, classifyEvent, createAnswerCapture } from './answer.ts'
-import type { AnswerCapture, CachedAnswer } from './answer.ts'
 import { jsonAnswerOf } from '../pipeline/json-answer.ts'
+import type { AnswerCapture, CachedAnswer } from './answer.ts'
 import { fitsInBytes, writeEntry } from './store.ts'
 import { deadlineOf, Flight } from './flight.ts'
 import { streamControl } from '../streaming/stream-control.ts'
 import { follow } from './follow.ts'
+import { createParser } from 'eventsource-parser'
 import { PULL_ONLY } from '../streaming/openai-chunks.ts'
 import type { Usage } from '../streaming/openai-chunks.ts'
 import type { CompletionContext, CompletionHandler, StreamCopy } from '../pipeline/index.ts'

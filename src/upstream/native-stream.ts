@@ -10,14 +10,14 @@
  * SSE error event once the stream is open, and count against the breaker of each endpoint whose job was
  * still out. Every job given up on is cancelled upstream.
  */
+import { cancelJob, polled, runJob, streamPage } from './job-calls.ts'
 import { CALLER_GONE, GatewayError, toGatewayError, upstreamError } from '../errors/index.ts'
 import { createDialectDecoder, wasRelayed } from '../streaming/dialect-decoder.ts'
 import { createNativeStreamDecoder } from '../streaming/native-decoder.ts'
-import { DIALECTS, OPENAI_DIALECT } from '../streaming/dialects.ts'
 import type { NativeStreamDecoder } from '../streaming/native-decoder.ts'
+import { DIALECTS, OPENAI_DIALECT } from '../streaming/dialects.ts'
 import { countedUsage, DONE, encoder, encodeSSEData, HEARTBEAT, PULL_ONLY } from '../streaming/openai-chunks.ts'
 import { failedOver, jobFailure, ranOn } from './native.ts'
-import { cancelJob, polled, runJob, streamPage } from './job-calls.ts'
 import { finalFailure, sleep } from './retry.ts'
 import { isTerminal } from './runpod/client.ts'
 import type { Endpoint, JobStatus, JobStream } from './runpod/client.ts'
