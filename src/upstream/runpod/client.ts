@@ -338,5 +338,5 @@ function asJobStream(value: unknown): JobStream {
   const job = value as Partial<JobStream>
   if (typeof job.status !== 'string') throw upstreamError('The upstream stream answer has no status.')
   // runpod-sdk iterates `stream` unguarded; podgate tolerates its absence as "no new items".
-  return { ...job, status: job.status, stream: Array.isArray(job.stream) ? job.stream : [] }
+  return { ...job, stream: Array.isArray(job.stream) ? job.stream : [] } as JobStream
 }
