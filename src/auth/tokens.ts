@@ -17,6 +17,7 @@ import { lazily } from '../zod/lazily.ts'
 import { int } from '../zod/numbers.ts'
 import { optional } from '../zod/optional.ts'
 import { invalidRequest } from '../errors/index.ts'
+import { parseJson } from '../http/json.ts'
 import type { QuotaPolicy } from '../quota/policy.ts'
 import { base64url, encoder, fromBase64url, sign, signingKey, verify } from '../crypto/signing.ts'
 import { number, string } from '../zod/scalars.ts'
@@ -102,22 +103,20 @@ export class TokenSigner {
 
   /** Checks the MAC before reading anything the token says, then its expiry. */
   async verify(token: string, now: number = Date.now()): Promise<TokenCheck> {
-    if (!token.startsWith(TOKEN_PREFIX) || token.length > MAX_TOKEN_LENGTH) return { ok: false, reason: 'malformed' }
+    const claims = await this.#claims(token)
+    if (!claims) return { ok: false, reason: 'malformed' }
+    if (claims.exp * 1000 <= now) return { ok: false, reason: 'expired', claims }
+    return { ok: true, claims }
+  }
+
+  /** The claims of a well-formed token this signer signed, else `undefined`. */
+  async #claims(token: string): Promise<TokenClaims | undefined> {
     const dot = token.lastIndexOf('.')
-    if (dot < 0) return { ok: false, reason: 'malformed' }
+    if (!token.startsWith(TOKEN_PREFIX) || token.length > MAX_TOKEN_LENGTH || dot < 0) return undefined
     const body = token.slice(0, dot)
-    if (!(await verify(await this.#key, body, token.slice(dot + 1)))) return { ok: false, reason: 'malformed' }
+    if (!(await verify(await this.#key, body, token.slice(dot + 1)))) return undefined
     const bytes = fromBase64url(body.slice(TOKEN_PREFIX.length))
-    if (!bytes) return { ok: false, reason: 'malformed' }
-    let json: unknown
-    try {
-      json = JSON.parse(decoder.decode(bytes))
-    } catch {
-      return { ok: false, reason: 'malformed' }
-    }
-    const parsed = claimsSchema().safeParse(json)
-    if (!parsed.success || parsed.data.v !== 1) return { ok: false, reason: 'malformed' }
-    if (parsed.data.exp * 1000 <= now) return { ok: false, reason: 'expired', claims: parsed.data }
-    return { ok: true, claims: parsed.data }
+    const parsed = claimsSchema().safeParse(bytes && parseJson(decoder.decode(bytes)))
+    return parsed.success && parsed.data.v === 1 ? parsed.data : undefined
   }
 }
