@@ -50,10 +50,9 @@ export interface NativeOutput {
  *   id: 'chatcmpl-1', created: 1_700_000_000, maxTokens: 256, n: 1 })
  */
 export function nativeOutputToOpenAI(output: unknown, options: NativeOutputOptions): NativeOutput {
-  if (output === undefined || output === null) throw upstreamError('The model worker returned no output.')
   // A list because Runpod aggregates a handler's yields; runpod-python's local server hands back what
   // the handler returned, so a bare value, or a generator's yielded lists, are read the same way.
-  const items: unknown[] = Array.isArray(output) ? output.flatMap((item: unknown) => (Array.isArray(item) ? item : [item])) : [output]
+  const items: unknown[] = output == null ? [] : Array.isArray(output) ? output.flatMap((item: unknown) => (Array.isArray(item) ? item : [item])) : [output]
   if (items.length === 0) throw upstreamError('The model worker returned no output.')
   throwErrorItem(items)
   const first = items[0]
