@@ -6,19 +6,19 @@
  * checked -> one upstream call on the endpoint the job id names. Answers keep Runpod's shapes with
  * podgate's sealed job id in place of Runpod's, and 200 on success (runpod-sdk drops other 2xx bodies).
  */
-import { withPublicError } from './job-error.ts'
-import type { JobBinding, JobRef } from './job-id.ts'
 import { Hono } from 'hono/tiny'
+import type { JobBinding, JobRef } from './job-id.ts'
 import { CALLER_GONE, GatewayError, invalidRequest, upstreamError } from '../errors/index.ts'
 import { readJsonBody } from '../http/body.ts'
 import { errorResponse } from '../http/respond.ts'
 import { waitUntilOf } from '../http/context.ts'
 import { modelFor, orderEndpoints } from '../routing/models.ts'
-import type { ModelTable, ResolvedModel } from '../routing/models.ts'
 import { isTerminal } from '../upstream/runpod/client.ts'
-import type { RunpodClient } from '../upstream/runpod/client.ts'
+import type { ModelTable, ResolvedModel } from '../routing/models.ts'
 import { reportedUsage } from '../upstream/runpod/output.ts'
+import type { RunpodClient } from '../upstream/runpod/client.ts'
 import { jobEventStream } from './job-events.ts'
+import { withPublicError } from './job-error.ts'
 import { cancelJob, jobWithin, streamPage } from '../upstream/job-calls.ts'
 import { jobFailure, refusalIn } from '../upstream/native.ts'
 import { countFault, sleep } from '../upstream/retry.ts'
