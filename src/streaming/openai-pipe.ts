@@ -46,7 +46,7 @@ import { countedUsage, encoder } from './openai-chunks.ts'
 import type { Usage } from './openai-chunks.ts'
 import type { RelayOutcome } from './openai-relay.ts'
 import type { CopyEnd } from '../pipeline/stage.ts'
-import { registerStreamControl } from './stream-control.ts'
+import { registerStreamControl, runListeners } from './stream-control.ts'
 
 /**
  * The upstream body, produced by the runtime (a fetch body): the caller receives exactly its bytes. Either
@@ -153,7 +153,7 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
   const pace = pacer(Math.max(TICK_MIN_MS, Math.min(TICK_MAX_MS, idleMs)))
   const stop = new AbortController()
   let forced: { error: GatewayError; event: string } | undefined
-  let closeListeners: Array<() => void> | undefined
+  const closeListeners: Array<() => void> = []
   let over = false
   /** The upstream is done (its copy ended): the caller reads the rest of a decided stream, nothing cuts it. */
   let upstreamDone = false
@@ -177,9 +177,7 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
     over = true
     if (end?.usage) options.onUsage?.(end.usage)
     options.onEnd?.({ ...outcome, estimate: end?.estimate })
-    const listeners = closeListeners
-    closeListeners = undefined
-    if (listeners) for (const listener of listeners) listener()
+    runListeners(closeListeners)
   }
 
   /** The copy's ending, once the pipe has started. */
@@ -338,7 +336,7 @@ export function pipeOpenAIStream(options: OpenAIPipeOptions): ReadableStream<Uin
     },
     onClose(listener) {
       if (over) listener()
-      else (closeListeners ??= []).push(listener)
+      else closeListeners.push(listener)
     },
     detach() {
       if (over || left || forced) return

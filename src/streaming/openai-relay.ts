@@ -19,7 +19,7 @@ import { onAbort } from '../http/context.ts'
 import { countedUsage, DONE_TEXT, encoder, PULL_ONLY, sseErrorText } from './openai-chunks.ts'
 import type { Usage } from './openai-chunks.ts'
 import { DEFAULT_MAX_EVENT_CHARS, isRecord, readUsage, refuseOversizedEvent, upstreamErrorMessage, workerFailure } from './vllm.ts'
-import { registerStreamControl } from './stream-control.ts'
+import { registerStreamControl, runListeners } from './stream-control.ts'
 import { IDLE_MESSAGE, ignore, TOTAL_MESSAGE } from './openai-pipe.ts'
 
 export interface OpenAIRelayOptions {
@@ -122,12 +122,10 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
   /** Sends a held batch at the end of its window, whether or not a read is pending then. */
   let batchTimer: ReturnType<typeof setTimeout> | undefined
   /** Called once when the relay is over (`StreamControl.onClose`): e.g. the revocation check's timer. */
-  let closeListeners: Array<() => void> | undefined
+  const closeListeners: Array<() => void> = []
 
   function closed(): void {
-    const listeners = closeListeners
-    closeListeners = undefined
-    if (listeners) for (const listener of listeners) listener()
+    runListeners(closeListeners)
   }
 
   function relayEvent(event: EventSourceMessage): void {
@@ -343,7 +341,7 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
     },
     onClose(listener) {
       if (readableClosed) listener()
-      else (closeListeners ??= []).push(listener)
+      else closeListeners.push(listener)
     },
   })
   return stream

@@ -26,6 +26,11 @@ export function registerStreamControl(stream: ReadableStream<Uint8Array>, contro
   controls.set(stream, control)
 }
 
+/** Calls each listener `listeners` holds, once, and empties it: the relays' `onClose` listeners. */
+export function runListeners(listeners: Array<() => void>): void {
+  for (const listener of listeners.splice(0)) listener()
+}
+
 /** The control `stream` registered, if any. */
 export function streamControl(stream: ReadableStream<Uint8Array>): StreamControl | undefined {
   return controls.get(stream)
