@@ -79,10 +79,11 @@ export function kvPrefix(scope: string, model?: string): string {
  * request an endpoint could serve is refused.
  */
 export function stableJson(value: unknown, depth = 0): string {
-  // A wide integer the body reader kept raw (http/body.ts) keys as its digits, as it goes upstream.
+  // A wide integer the body reader kept raw (http/body.ts) keys as its digits, as it goes upstream; an
+  // undefined array item writes null, as JSON.stringify does.
   if (value === null || typeof value !== 'object' || isRawJSON(value)) return JSON.stringify(value) ?? 'null'
   if (depth >= MAX_DEPTH) throw invalidRequest(`JSON nested over ${MAX_DEPTH} levels deep.`)
-  if (Array.isArray(value)) return `[${value.map((item) => (item === undefined ? 'null' : stableJson(item, depth + 1))).join(',')}]`
+  if (Array.isArray(value)) return `[${value.map((item) => stableJson(item, depth + 1)).join(',')}]`
   const record = value as Record<string, unknown>
   const members: string[] = []
   for (const name of Object.keys(record).sort()) {
