@@ -25,7 +25,7 @@ export function publicJobError(error: unknown): unknown {
 
 /** A job-shaped answer with its `error`, if any, made public. */
 export function withPublicError<T extends { error?: unknown }>(job: T): T {
-  return job.error === undefined || job.error === null ? job : { ...job, error: publicJobError(job.error) }
+  return job.error == null ? job : { ...job, error: publicJobError(job.error) }
 }
 
 function publicFields(record: Record<string, unknown>): Record<string, unknown> {

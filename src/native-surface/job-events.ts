@@ -221,7 +221,7 @@ export function jobEventStream(options: JobEventsOptions): Response {
     if (job.status !== 'COMPLETED') {
       // The OpenAI surface's message (never a traceback) and code: a refusal (vLLM's 400) is the caller's invalid_request.
       const failure = jobFailure(job)
-      send(event('error', { status: job.status, error: job.error === undefined || job.error === null || job.error === '' ? `The job ended with status ${job.status}.` : failure.message.slice(0, MAX_ERROR_CHARS), code: failure.code }))
+      send(event('error', { status: job.status, error: job.error == null || job.error === '' ? `The job ended with status ${job.status}.` : failure.message.slice(0, MAX_ERROR_CHARS), code: failure.code }))
       return
     }
     const result = text.finish()

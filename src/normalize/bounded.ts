@@ -71,7 +71,7 @@ function cutMessages(messages: unknown[]): unknown[] | undefined {
     const message = messages[i]
     if (!isRecord(message) || !isShortText(message.role)) return messages.slice(0, i + 1)
     const { content } = message
-    if (content === undefined || content === null || isText(content)) continue
+    if (content == null || isText(content)) continue
     if (!Array.isArray(content)) return messages.slice(0, i + 1)
     const parts = cutParts(content)
     if (parts) return [...messages.slice(0, i), { ...message, content: parts }]
@@ -84,7 +84,7 @@ function cutParts(parts: unknown[]): unknown[] | undefined {
   for (let j = 0; j < parts.length; j++) {
     const part = parts[j]
     if (isText(part)) continue
-    const ok = isRecord(part) && (part.type === undefined || isShortText(part.type)) && (part.text === undefined || part.text === null || isText(part.text))
+    const ok = isRecord(part) && (part.type === undefined || isShortText(part.type)) && (part.text == null || isText(part.text))
     if (!ok) return parts.slice(0, j + 1)
   }
   return undefined
