@@ -179,7 +179,9 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
   // once the call is known to be good: a malformed mint or an unknown model counts nothing.
   const control = controlQuota(quota, (alias) => models.has(alias))
   const auth = { store, credential, credentialOrigins, tokens, streamCheckMs }
-  app.use('/v1/*', apiKeyAuth(auth))
+  // One middleware authenticates /v1 and the native surface but its event streams (below).
+  const keyAuth = apiKeyAuth(auth)
+  app.use('/v1/*', keyAuth)
   app.route('/v1/tokens', tokenRoutes({ signer: tokens, models: new Set(models.keys()), maxBodyBytes: config.maxBodyBytes, countControl: (c) => countControl(quota, c), checkQuota: (c, policy) => assertEnforceable(quota, c, policy, 'quota'), ...config.tokens }))
   const dispatch = createDispatcher({ client, runpod: config.runpod, streaming: config.streaming, breaker })
   // First: a stream that fails past its 200 is logged as onError logs a failure before it.
@@ -202,10 +204,9 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
 
   // The Runpod-native surface: the same stages but the cache (a job id is no answer to reuse). `?access_token=`
   // (a minted token: EventSource sends no headers) only on its event streams.
-  const nativeAuth = apiKeyAuth(auth)
   const nativeStreamAuth = apiKeyAuth({ ...auth, queryToken: true })
   app.use('/v2/*', function nativeSurfaceAuth(c, next) {
-    return /\/v2\/[^/]+\/stream\/[^/]+$/.test(c.req.path) ? nativeStreamAuth(c, next) : nativeAuth(c, next)
+    return /\/v2\/[^/]+\/stream\/[^/]+$/.test(c.req.path) ? nativeStreamAuth(c, next) : keyAuth(c, next)
   })
   // purge-queue is refused to every key (native-surface/routes.ts): nothing to count. A malformed
   // `?wait=` (or an event stream's `Last-Event-ID`) is refused before the count, as a call refused for
