@@ -317,12 +317,9 @@ function isRouteMiss(text: string): boolean {
 
 /** Extracts vLLM's / OpenAI's error message from an error body, bounded in length. */
 function upstreamMessage(text: string): string | undefined {
-  const body = parseJson(text) as { message?: unknown; error?: { message?: unknown } | unknown } | null | undefined
-  return typeof body?.message === 'string'
-    ? body.message
-    : typeof body?.error === 'object' && body.error !== null && typeof (body.error as { message?: unknown }).message === 'string'
-      ? (body.error as { message: string }).message
-      : undefined
+  const body = parseJson(text) as { message?: unknown; error?: { message?: unknown } | null } | null | undefined
+  // `error` may be anything JSON holds: a primitive's (or null's) message reads as undefined.
+  return typeof body?.message === 'string' ? body.message : typeof body?.error?.message === 'string' ? body.error.message : undefined
 }
 
 function asJobStatus(value: unknown): JobStatus {
