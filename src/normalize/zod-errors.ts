@@ -180,9 +180,6 @@ function plural(count: number | bigint, unit: string): string {
 /** `['messages', 0, 'content']` -> `messages[0].content`. */
 function formatParam(path: readonly PathKey[]): string {
   let out = ''
-  for (const key of path) {
-    if (typeof key === 'number') out += `[${key}]`
-    else out += out ? `.${truncate(String(key))}` : truncate(String(key))
-  }
+  for (const key of path) out += typeof key === 'number' ? `[${key}]` : out ? `.${truncate(String(key))}` : truncate(String(key))
   return out
 }
