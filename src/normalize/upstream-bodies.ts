@@ -32,7 +32,8 @@ export function toOpenAIBody(req: NormalizedRequest, servedModelName: string): R
   if (!req.stream && body.stream) delete body.stream
   // vLLM's other routes report usage in their own events: their bodies get nothing added.
   if (req.stream && !req.route) {
-    const options: Record<string, unknown> = typeof body.stream_options === 'object' && body.stream_options !== null ? { ...body.stream_options } : {}
+    // A chat or completion body's stream_options passed its schema: an object, null or absent.
+    const options: Record<string, unknown> = { ...(body.stream_options as object | null | undefined) }
     // vLLM honours continuous_usage_stats only with include_usage: asking for the usage podgate needs
     // must not give a caller who did not ask for it usage on every chunk.
     if (!req.includeUsage) delete options.continuous_usage_stats
