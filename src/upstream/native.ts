@@ -189,9 +189,9 @@ function handlerErrorMessage(error: string): string {
 }
 
 function errorMessageOf(value: unknown): string | undefined {
-  if (typeof value !== 'object' || value === null) return undefined
-  const record = value as { message?: unknown; error_message?: unknown }
-  if (typeof record.error_message === 'string') return record.error_message
-  if (typeof record.message === 'string') return record.message
+  // Not an object (null, a primitive): both reads are undefined.
+  const record = value as { message?: unknown; error_message?: unknown } | null | undefined
+  if (typeof record?.error_message === 'string') return record.error_message
+  if (typeof record?.message === 'string') return record.message
   return undefined
 }
