@@ -35,8 +35,8 @@ export function withCacheHeaders(response: Response, status: CacheStatus, ageSec
 
 
 export function metaOf(body: unknown): { id: string; created: number } | undefined {
-  if (typeof body !== 'object' || body === null) return undefined
-  const { id, created } = body as { id?: unknown; created?: unknown }
+  // A primitive reads no id or created; null or undefined reads as {}.
+  const { id, created } = (body ?? {}) as { id?: unknown; created?: unknown }
   return typeof id === 'string' && typeof created === 'number' ? { id, created } : undefined
 }
 
