@@ -52,7 +52,7 @@ export const OPENAI_DIALECT: Dialect = {
 const RESPONSES_DIALECT: Dialect = {
   read(event, end) {
     const value = parseJson(event.data)
-    const type = event.event ?? (isRecord(value) ? value.type : undefined)
+    const type = event.event ?? (value as { type?: unknown } | undefined)?.type
     end.done = type === 'response.completed' || type === 'response.incomplete'
     if (!isRecord(value)) return
     // Responses' own `error` event, or vLLM's generic in-stream error (`data: {"error":{...}}`, no name).
@@ -76,7 +76,7 @@ const MESSAGES_DIALECT: Dialect = {
     // Older vLLM follows `message_stop` with `[DONE]`; current vLLM and Anthropic's own API do not.
     if (event.data === '[DONE]') return
     const value = parseJson(event.data)
-    const type = event.event ?? (isRecord(value) ? value.type : undefined)
+    const type = event.event ?? (value as { type?: unknown } | undefined)?.type
     end.done = type === 'message_stop'
     const message = upstreamErrorMessage(value)
     if (message !== undefined) end.error ??= workerFailure(message)
