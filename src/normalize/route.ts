@@ -102,10 +102,9 @@ function promptTokensOf(body: Record<string, unknown>): number {
     } else if (typeof value === 'number') ids++
     // One push per item: spreading a million token ids into one call would overflow the stack.
     else if (Array.isArray(value)) for (const item of value) stack.push(item)
-    else if (typeof value === 'object' && value !== null) {
-      if ((value as Record<string, unknown>).type === 'base64') media++
-      else for (const key in value) stack.push((value as Record<string, unknown>)[key])
-    }
+    // An object; null and booleans read no type and hold no keys.
+    else if ((value as Record<string, unknown> | null)?.type === 'base64') media++
+    else for (const key in value as object) stack.push((value as Record<string, unknown>)[key])
   }
   return Math.ceil(chars / CHARS_PER_TOKEN) + ids + media * MEDIA_PART_TOKENS
 }
