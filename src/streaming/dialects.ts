@@ -61,8 +61,8 @@ const RESPONSES_DIALECT: Dialect = {
     const response = value.response
     if (!isRecord(response)) return
     if (type === 'response.failed') {
-      const error = response.error
-      end.error ??= workerFailure(isRecord(error) && typeof error.message === 'string' ? error.message : 'unknown error')
+      const error = response.error as { message?: unknown } | null | undefined
+      end.error ??= workerFailure(typeof error?.message === 'string' ? error.message : 'unknown error')
     }
     const usage = readUsage(response.usage)
     if (usage) end.usage = usage
