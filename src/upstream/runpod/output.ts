@@ -92,7 +92,8 @@ export function reportedUsage(output: unknown, kind: RequestKind, maxTokens: num
  * `chat.completion` or `text_completion`) rather than a stream item; `nativeOutputToOpenAI` reads it.
  */
 export function isCompletionBody(item: unknown): item is Record<string, unknown> {
-  return isRecord(item) && typeof item.object === 'string'
+  // A primitive, a list or null reads no `object`.
+  return typeof (item as { object?: unknown } | null | undefined)?.object === 'string'
 }
 
 function checkChoices(result: NativeOutput, n: number): NativeOutput {
