@@ -85,7 +85,7 @@ export function refused(message: string): GatewayError {
 }
 
 /** A token from `?access_token=`, where the options allow it. Throws when a URL carries anything else. */
-function queryCredential(c: Context, allowed: boolean): string | undefined {
+function queryCredential(c: Context, allowed: boolean | undefined): string | undefined {
   if (!c.req.url.includes('access_token=')) return undefined
   const value = c.req.query('access_token')
   if (!value) return undefined
@@ -101,7 +101,6 @@ function queryCredential(c: Context, allowed: boolean): string | undefined {
 
 export function apiKeyAuth(options: ApiKeyAuthOptions): MiddlewareHandler<GatewayEnv> {
   const resolve = options.credential ?? bearerCredential
-  const queryToken = options.queryToken ?? false
   const streamCheckMs = options.streamCheckMs ?? 10_000
   // Compared with the `Origin` header as browsers spell it: checked and spelled so once, as a key's origins are.
   const credentialOrigins = (options.credentialOrigins ?? []).map((origin) => {
@@ -111,7 +110,7 @@ export function apiKeyAuth(options: ApiKeyAuthOptions): MiddlewareHandler<Gatewa
   })
   return async function apiKeyAuth(c, next) {
     const resolved = await resolve(c)
-    const credential = resolved ?? queryCredential(c, queryToken)
+    const credential = resolved ?? queryCredential(c, options.queryToken)
     if (!credential) {
       throw new GatewayError('missing_api_key', 'Missing API key: send "Authorization: Bearer <podgate key or token>" (or "x-api-key: <key>").', {
         headers: { 'www-authenticate': CHALLENGE },
