@@ -345,6 +345,17 @@ describe('vLLM routes: refusals, in the route\'s shape, with nothing sent upstre
     expect(calls).toHaveLength(0)
   })
 
+  it("a path under /v1/messages podgate does not serve (Anthropic's batches, a trailing slash) is a 404 in Anthropic's shape", async () => {
+    const { h, calls } = setup()
+    const { key } = await h.createKey()
+    for (const path of ['/v1/messages/batches', '/v1/messages/', '/v2/openai/openai/v1/messages/batches']) {
+      const res = await h.fetch(path, { method: 'POST', headers: { 'x-api-key': key, 'content-type': 'application/json' }, body: '{"requests":[]}' })
+      expect(res.status).toBe(404)
+      expect(await res.json()).toEqual({ type: 'error', error: { type: 'not_found_error', message: expect.stringContaining('No route for POST') } })
+    }
+    expect(calls).toHaveLength(0)
+  })
+
   it('a model configured for chat only refuses the pooling routes, pointing at the routes it serves', async () => {
     const { h, calls } = setup()
     const { key } = await h.createKey()

@@ -30,12 +30,12 @@ export function errorResponse(error: GatewayError, format: ErrorFormat, requestI
 
 /**
  * The surface a path belongs to decides the error format: the native job routes (`/v2/<model>/run`,
- * `.../status/<id>`, ...) answer Runpod's, `/v1/messages` (and its `count_tokens`) Anthropic's, and every
+ * `.../status/<id>`, ...) answer Runpod's, `/v1/messages` (and every path under it) Anthropic's, and every
  * other path, Runpod's `/v2/<model>/openai/v1/*` and `/v2/rerank` included, OpenAI's. Read from the
  * path's end: a host app may mount podgate under a `/v2` of its own (`/api/v2/v1/...`).
  */
 export function formatForPath(path: string): ErrorFormat {
-  if (/\/v1\/messages(\/count_tokens)?$/.test(path)) return 'anthropic'
+  if (/\/v1\/messages(\/|$)/.test(path)) return 'anthropic'
   return /\/v2\/[^/]+\/(run(sync)?|purge-queue|health|(status(-sync)?|stream|cancel|retry)\/[^/]+)\/?$/.test(path) ? 'runpod' : 'openai'
 }
 
