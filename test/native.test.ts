@@ -1187,7 +1187,7 @@ describe('a classic worker run with RAW_OPENAI_OUTPUT=0', () => {
     expect(listed.run).toBeDefined()
     expect(listed.data.at(-1)).toBe('[DONE]')
     // Each job names its answer and tool calls anew.
-    const strip = (data: unknown) => JSON.parse(JSON.stringify(data).replace(/chatcmpl-(tool-)?[0-9a-f]+/g, 'x').replace(/\\"created\\":\d+/g, '\\"created\\":0')) as unknown
+    const strip = (data: unknown) => JSON.parse(JSON.stringify(data).replace(/chatcmpl-(tool-)?[\w-]+/g, 'x').replace(/\\"created\\":\d+/g, '\\"created\\":0')) as unknown
     expect(strip(listed.data)).toEqual(strip(raw.data))
     expect(listed.data.some((d) => d.includes('"tool_calls"'))).toBe(true)
     expect(listed.data.some((d) => d.includes('"usage"'))).toBe(true)

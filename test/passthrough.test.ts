@@ -234,6 +234,17 @@ describe('answers come back whole', () => {
     expect(sent).toEqual({ ...body, model: SERVED, max_tokens: 512, stream_options: { include_usage: true } })
     expect(relayed(events, ['model', 'id', 'created'])).toEqual([...relayed(stream, ['model', 'id', 'created']), '[DONE]'])
   })
+
+  it("native job: vLLM's id (from the caller's request_id) and created reach the caller, in JSON and streams, as on the OpenAI route", async () => {
+    const answer = { id: 'chatcmpl-trace-7', object: 'chat.completion', created: 1_700_000_000, model: SERVED, choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, logprobs: null, finish_reason: 'stop', stop_reason: null }], usage }
+    const { h } = setup({ job: (call) => ({ status: 'COMPLETED', output: (call.body!.input as { openai_input: { stream?: boolean } }).openai_input.stream ? [TOOL_SSE.replaceAll('chatcmpl-up', 'chatcmpl-trace-7')] : [answer] }) })
+    const { key } = await h.createKey()
+    const body = { model: 'native', messages: [{ role: 'user', content: 'Hi' }], request_id: 'trace-7' }
+    const json = (await (await h.fetch('/v1/chat/completions', authed(key, JSON.stringify(body)))).json()) as Record<string, unknown>
+    expect(json).toMatchObject({ id: 'chatcmpl-trace-7', created: 1_700_000_000, model: 'native' })
+    const events = await readSSE(await h.fetch('/v1/chat/completions', authed(key, JSON.stringify({ ...body, stream: true, stream_options: { include_usage: true } }))))
+    for (const event of events.slice(0, -1)) expect(event).toMatchObject({ id: 'chatcmpl-trace-7', created: 1_700_000_000 })
+  })
 })
 
 describe('stream_options as vLLM reads them', () => {

@@ -106,8 +106,9 @@ describe('SSE text items', () => {
     expect(result.usages).toEqual([[FULL_USAGE, { estimated: false }]])
     for (const chunk of result.chunks) {
       expect(chunk.model).toBe(ALIAS)
-      expect(chunk.id).toBe(ID)
-      expect(chunk.created).toBe(CREATED)
+      // vLLM's own id (the caller's request_id, if sent) and created: only classic token items get podgate's.
+      expect(chunk.id).toBe('chatcmpl-9f2c1e')
+      expect(chunk.created).toBe(1_700_000_000)
       expect(chunk.choices.length).toBeGreaterThan(0)
     }
   }
@@ -117,9 +118,9 @@ describe('SSE text items', () => {
     const items = [events.slice(0, 1), events.slice(1, 4), events.slice(4, 13), events.slice(13)].map((group) => group.join(''))
     const result = decode(items)
     expectSame(result)
-    // Relayed as vLLM wrote them: extra fields stay, only id, model and created change.
+    // Relayed as vLLM wrote them: extra fields stay, only model changes.
     const upstream = events.slice(0, -2).map((event) => JSON.parse(event.slice(6)) as CompletionChunk)
-    expect(result.chunks).toEqual(upstream.map((chunk) => ({ ...chunk, id: ID, model: ALIAS, created: CREATED })))
+    expect(result.chunks).toEqual(upstream.map((chunk) => ({ ...chunk, model: ALIAS })))
   })
 
   it('reads SSE text cut one character at a time', () => {
@@ -148,7 +149,7 @@ describe('SSE text items', () => {
   it('reads text_completion streams', () => {
     const result = decode(cutRandom(vllmStream({ kind: 'completion' }), 7), { kind: 'completion', id: 'cmpl-x' })
     expect(result.content).toEqual([TEXT])
-    expect(result.chunks.every((chunk) => chunk.object === 'text_completion' && chunk.id === 'cmpl-x')).toBe(true)
+    expect(result.chunks.every((chunk) => chunk.object === 'text_completion' && chunk.id === 'cmpl-9f2c1e')).toBe(true)
   })
 
   it('reads n = 2 streams', () => {

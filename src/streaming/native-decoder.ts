@@ -28,9 +28,9 @@ export interface NativeDecoderOptions {
   kind: RequestKind
   /** The name written into every chunk's `model` (`ResolvedModel.streamedModelName`: the alias, unless `streaming.rewriteModel` is off). */
   model: string
-  /** The id written into every chunk (`chatcmpl-…` / `cmpl-…`). */
+  /** The id of the chunks podgate writes from classic token items (`chatcmpl-…` / `cmpl-…`); vLLM's chunks keep theirs. */
   id: string
-  /** Unix seconds written into every chunk's `created`. */
+  /** Unix seconds, the `created` of the chunks podgate writes; vLLM's chunks keep theirs. */
   created: number
   /** The request's `max_tokens`: classic output has no finish_reason, so `length` is inferred from it. */
   maxTokens: number
@@ -42,7 +42,7 @@ export interface NativeDecoderOptions {
    */
   onUsage?(usage: Usage, meta: UsageMeta): void
   /**
-   * Called with vLLM's own usage chunk (SSE output only; `id`, `model` and `created` rewritten), so a
+   * Called with vLLM's own usage chunk (SSE output only; `model` rewritten), so a
    * caller who asked for usage gets it whole (`prompt_tokens_details` and all).
    */
   onUsageChunk?(chunk: Record<string, unknown>): void
@@ -241,9 +241,9 @@ export function createNativeStreamDecoder(options: NativeDecoderOptions): Native
       const usage = readUsage(value.usage)
       if (usage) {
         if (!usageReported && options.onUsageChunk) {
-          value.id = id
+          value.id ??= id
           value.model = model
-          value.created = created
+          value.created ??= created
           options.onUsageChunk(value)
         }
         reportUsage(usage, false)
@@ -262,9 +262,9 @@ export function createNativeStreamDecoder(options: NativeDecoderOptions): Native
       const delta = choice.delta
       if (kind === 'chat' ? isRecord(delta) && (delta.content || delta.reasoning_content || delta.reasoning || delta.tool_calls) : choice.text) outputDeltas++
     }
-    value.id = id
+    value.id ??= id
     value.model = model
-    value.created = created
+    value.created ??= created
     // Checked above as far as podgate relies on; every other field is vLLM's, relayed as written.
     onChunk(value as unknown as CompletionChunk)
   }

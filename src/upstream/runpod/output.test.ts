@@ -69,9 +69,9 @@ describe('nativeOutputToOpenAI, current output', () => {
     prompt_logprobs: null,
   }
 
-  it('passes vLLM JSON on with model, id and created rewritten', () => {
+  it("passes vLLM JSON on with model rewritten, vLLM's id and created kept (its id names the caller's request_id)", () => {
     const { body, usage, estimate } = nativeOutputToOpenAI([structuredClone(vllmBody)], CHAT)
-    expect(body).toEqual({ ...vllmBody, id: 'chatcmpl-1', model: 'llama-8b', created: 1_800_000_000 })
+    expect(body).toEqual({ ...vllmBody, model: 'llama-8b' })
     // vLLM's usage, whole: the counts, and the fields beside them (`prompt_tokens_details`).
     expect(usage).toEqual(vllmBody.usage)
     expect(estimate).toBeUndefined()

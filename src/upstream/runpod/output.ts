@@ -3,7 +3,7 @@
  * whichever worker generation wrote it (runpod-api.md §3).
  *
  * Owns: recognizing the output shapes (classic token lists, vLLM's own completion JSON, and SSE text a
- * streaming worker aggregated), rewriting model and id, and turning error shapes into `GatewayError`.
+ * streaming worker aggregated), rewriting model (and id where vLLM wrote none), and turning error shapes into `GatewayError`.
  * Token items and SSE text go through the stream decoder, so both modes infer finish_reason alike.
  */
 import { GatewayError, upstreamError } from '../../errors/index.ts'
@@ -25,9 +25,9 @@ export interface NativeOutputOptions {
   kind: RequestKind
   /** The podgate alias written into the body's `model`. */
   model: string
-  /** The id written into the body (`chatcmpl-…` / `cmpl-…`). */
+  /** The id of a body podgate assembles (`chatcmpl-…` / `cmpl-…`); vLLM's own JSON keeps its id. */
   id: string
-  /** Unix seconds written into the body's `created`. */
+  /** Unix seconds, the `created` of a body podgate assembles. */
   created: number
   /** The request's `max_tokens`, for the finish_reason of classic output. */
   maxTokens: number
@@ -109,9 +109,9 @@ function fromCompletionBody(body: Record<string, unknown>, options: NativeOutput
   if (body.object !== expected || !Array.isArray(body.choices) || !body.choices.every(isRecord)) {
     throw upstreamError(`The model worker returned something other than a ${expected}.`)
   }
-  body.id = options.id
+  body.id ??= options.id
   body.model = options.model
-  body.created = options.created
+  body.created ??= options.created
   // Checked above as far as podgate relies on; every other field is vLLM's, passed on as written.
   const answer = body as unknown as ChatCompletion | TextCompletion
   const usage = readUsage(body.usage)
