@@ -143,7 +143,9 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
     await next().catch((error) => {
       throw toGatewayError(error)
     })
+    // OpenAI's SDKs read it as `x-request-id`, Anthropic's as `request-id`.
     setAnswerHeader(c, 'x-request-id', id)
+    setAnswerHeader(c, 'request-id', id)
   })
   // hono/tiny's router also matches a route followed by `/`: podgate's routes have none, as on Hono's
   // default router, so such a path under podgate's own prefixes is no route. Only there: a host app's

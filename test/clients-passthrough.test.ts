@@ -366,4 +366,17 @@ describe('Anthropic client: /v1/messages', () => {
     await expect(client.messages.create({ ...params('chat-openai'), max_tokens: 20_000 })).rejects.toBeInstanceOf(Anthropic.BadRequestError)
     await expect(anthropic(h, 'pg_wrong').messages.create(params('chat-openai'))).rejects.toBeInstanceOf(Anthropic.AuthenticationError)
   })
+
+  // Anthropic's SDK reads the request's id from `request-id` (OpenAI's from `x-request-id`): the id podgate's log lines carry.
+  it('the SDK reads the request id of an answer and of an error', async () => {
+    const { h, key } = await setup()
+    const client = anthropic(h, key)
+    const { data, response } = await client.messages.create(params('chat-openai')).withResponse()
+    // Set by the SDK's response middleware, non-enumerable and not in this SDK version's types.
+    const requestId = (data as { _request_id?: string | null })._request_id
+    expect(requestId).toBe(response.headers.get('x-request-id'))
+    expect(requestId).toMatch(/^[0-9a-f-]{36}$/)
+    const refused = await client.messages.create({ ...params('chat-openai'), model: 'nope' }).catch((error: unknown) => error)
+    expect((refused as InstanceType<typeof Anthropic.NotFoundError>).requestID).toMatch(/^[0-9a-f-]{36}$/)
+  })
 })

@@ -23,6 +23,7 @@ export interface PodgateCorsOptions {
 /** Response headers a page may read: request id, rate limits (IETF draft and OpenAI's), cache. */
 export const EXPOSED_HEADERS = [
   'x-request-id',
+  'request-id',
   'ratelimit',
   'ratelimit-policy',
   'retry-after',

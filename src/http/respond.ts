@@ -23,7 +23,7 @@ function anthropicErrorBody(error: GatewayError): { type: 'error'; error: { type
 export function errorResponse(error: GatewayError, format: ErrorFormat, requestId?: string, scrub?: (text: string) => string): Response {
   const headers = new Headers(error.headers)
   headers.set('content-type', 'application/json; charset=utf-8')
-  if (requestId) headers.set('x-request-id', requestId)
+  if (requestId) headers.set('x-request-id', requestId), headers.set('request-id', requestId)
   const body = JSON.stringify(format === 'runpod' ? runpodErrorBody(error) : format === 'anthropic' ? anthropicErrorBody(error) : openAIErrorBody(error))
   return new Response(scrub ? scrub(body) : body, { status: error.status, headers })
 }
