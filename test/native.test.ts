@@ -770,21 +770,18 @@ describe('cancel on disconnect', () => {
     expect(lines.filter((line) => line.message === 'call' && line.path?.includes('/retry/'))).toMatchObject([{ status: 200 }])
   })
 
-  // runpod-sdk gives a cancel 3 s, and Runpod's /cancel has its lowest rate limits: a caller that stops
-  // waiting for its cancel must not take the cancel back, or the job it asked to stop runs on, billed.
-  it('a cancel whose caller stops waiting still reaches Runpod: the job is cancelled', async () => {
+  /**
+   * Starts a long job, then sends its cancel through `cancel` (the fetch of the cancel only; it calls
+   * `arrived` once the cancel is out), and lets the cancel's caller stop waiting as soon as it is.
+   */
+  async function cancelLeftBehind(cancel: (request: Request, emulator: RunpodEmulator, arrived: () => void) => Promise<Response>) {
     const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
     let arrived = () => {}
     const h = harness({
       models: NATIVE_MODELS,
-      // A cancel that is slow to go out: one whose signal aborted by then is never sent, as the runtime's fetch.
       fetch: async (input, init) => {
         const request = new Request(input, init)
-        if (!new URL(request.url).pathname.includes('/cancel/')) return emulator.fetch(request)
-        arrived()
-        await new Promise((resolve) => setTimeout(resolve, 100))
-        if (request.signal.aborted) throw new DOMException('The operation was aborted.', 'AbortError')
-        return emulator.fetch(request)
+        return new URL(request.url).pathname.includes('/cancel/') ? cancel(request, emulator, arrived) : emulator.fetch(request)
       },
     }, emulator)
     const { key } = await h.createKey()
@@ -796,6 +793,19 @@ describe('cancel on disconnect', () => {
     abort.abort()
     await answered
     await h.settle()
+    return emulator
+  }
+
+  // runpod-sdk gives a cancel 3 s, and Runpod's /cancel has its lowest rate limits: a caller that stops
+  // waiting for its cancel must not take the cancel back, or the job it asked to stop runs on, billed.
+  it('a cancel whose caller stops waiting still reaches Runpod: the job is cancelled', async () => {
+    // A cancel that is slow to go out: one whose signal aborted by then is never sent, as the runtime's fetch.
+    const emulator = await cancelLeftBehind(async (request, emulator, arrived) => {
+      arrived()
+      await new Promise((resolve) => setTimeout(resolve, 100))
+      if (request.signal.aborted) throw new DOMException('The operation was aborted.', 'AbortError')
+      return emulator.fetch(request)
+    })
     await new Promise((resolve) => setTimeout(resolve, 150))
     expect(emulator.calls.filter((c) => c.op === 'cancel')).toHaveLength(1)
     expect(emulator.activeJobs()).toEqual([])
@@ -804,29 +814,13 @@ describe('cancel on disconnect', () => {
   // A cancel its caller stopped waiting for has no one to try it again: one Runpod refused (its rate
   // limit for /cancel is the lowest) is asked again by podgate, as the cancels podgate sends itself are.
   it('a cancel Runpod refuses (429) after its caller stopped waiting is asked again: the job is cancelled', async () => {
-    const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
-    let arrived = () => {}
     let refused = 0
-    const h = harness({
-      models: NATIVE_MODELS,
-      fetch: async (input, init) => {
-        const request = new Request(input, init)
-        if (!new URL(request.url).pathname.includes('/cancel/')) return emulator.fetch(request)
-        if (refused++ > 0) return emulator.fetch(request)
-        arrived()
-        await new Promise((resolve) => setTimeout(resolve, 100))
-        return Response.json({ error: 'Too many requests' }, { status: 429, headers: { 'retry-after': '0' } })
-      },
-    }, emulator)
-    const { key } = await h.createKey()
-    const id = await startJob(h, key, 'chat-classic', chatInput('long [[emulator:tokens=400,delay=25]]', { stream: true, sampling_params: { max_tokens: 1000 } }))
-    const abort = new AbortController()
-    const called = new Promise<void>((resolve) => (arrived = resolve))
-    const answered = h.fetch(`/v2/chat-classic/cancel/${id}`, { ...post(key, {}), signal: abort.signal }).catch((error: unknown) => error)
-    await called
-    abort.abort()
-    await answered
-    await h.settle()
+    const emulator = await cancelLeftBehind(async (request, emulator, arrived) => {
+      if (refused++ > 0) return emulator.fetch(request)
+      arrived()
+      await new Promise((resolve) => setTimeout(resolve, 100))
+      return Response.json({ error: 'Too many requests' }, { status: 429, headers: { 'retry-after': '0' } })
+    })
     expect(refused).toBe(2)
     expect(emulator.calls.filter((c) => c.op === 'cancel')).toHaveLength(1)
     expect(emulator.activeJobs()).toEqual([])

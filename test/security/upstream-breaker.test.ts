@@ -41,16 +41,7 @@ describe('item 13: breaker scope', () => {
     // docs/failure-behaviour.md: any implementation of `Breaker`, here one that logs and delegates. Each
     // call goes through with its arguments, the model's policy included: this file's typecheck fails if
     // EndpointBreaker stops taking them.
-    const inner = new EndpointBreaker()
-    const failed: string[] = []
-    const breaker: Breaker = {
-      isOpen: (endpoint, policy) => inner.isOpen(endpoint, policy),
-      success: (endpoint) => inner.success(endpoint),
-      failure: (endpoint, policy) => {
-        failed.push(endpoint.base.slice(endpoint.base.lastIndexOf('/') + 1))
-        inner.failure(endpoint, policy)
-      },
-    }
+    const { breaker, failed } = recordingBreaker()
     const emulator = createRunpodEmulator({ apiKey: RUNPOD_KEY })
     emulator.configure('deada', { fault: { kind: 'http', status: 503 } })
     const h = harness({ models: MODELS, breaker }, emulator)
