@@ -441,6 +441,19 @@ describe('quota stage', () => {
     expect((await usageOf(h, key)).streams).toBe(0)
   })
 
+  // docs/failure-behaviour.md: a limit is not waived while its count cannot be read. A store that fails
+  // at admission refuses the call (fail closed) with a logged 500, and nothing goes upstream.
+  it('a strict store that fails at admission refuses the call with a logged 500 internal_error, and nothing goes upstream', async () => {
+    const { h } = clockedHarness({ quota: { objects: quotaObjectsWith({ reserve: () => Promise.reject(new Error('Durable Object reset')) as never }) } })
+    const { key } = await h.createKey({ name: 'q', quota: { requestsPerMinute: 10, strict: true } })
+    const res = await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai')))
+    expect(res.status).toBe(500)
+    expect(await res.json()).toMatchObject({ error: { code: 'internal_error' } })
+    expect(h.emulator.calls).toEqual([])
+    await h.settle()
+    expect(h.logs.map((line) => JSON.parse(line) as unknown)).toContainEqual(expect.objectContaining({ level: 'error', status: 500, cause: expect.stringContaining('Durable Object reset') }))
+  })
+
   // A strict stream slot is a lease: it must outlive the longest stream the model allows
   // (`timeouts.totalMs`, up to an hour, and a coalesced twin's wait), else a key opens more than
   // `maxConcurrentStreams` streams.
