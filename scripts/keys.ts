@@ -105,7 +105,10 @@ export async function runKeysCli(argv: string[], io: KeysCliIO): Promise<number>
     if (!isCommand(command)) throw new UsageError(command ? `unknown command '${command}'` : 'no command')
     const devUrl = io.devDir === undefined ? undefined : readDevUrl(io.devDir)
     // An empty variable counts as unset (`PORT= npm run keys`).
-    const url = (typeof parsed.values.url === 'string' ? parsed.values.url : io.env.PODGATE_URL || devUrl || `http://127.0.0.1:${io.env.PORT || 8787}`).replace(/\/+$/, '')
+    const [source, given] = typeof parsed.values.url === 'string' ? ['--url', parsed.values.url] : io.env.PODGATE_URL ? ['PODGATE_URL', io.env.PODGATE_URL] : devUrl ? ['npm run dev', devUrl] : ['PORT', `http://127.0.0.1:${io.env.PORT || 8787}`]
+    const url = given.replace(/\/+$/, '')
+    // Without a scheme fetch fails as if nothing ran there, and a loopback address would miss the dev token.
+    if (!/^https?:\/\/[^/]/.test(url) || !URL.canParse(url)) throw new UsageError(`${source} '${given}' is not a URL: use http(s)://host[:port], e.g. https://podgate.example.workers.dev or http://127.0.0.1:8787`)
     // The dev token goes only to a local server: never send it to a deployed Worker's URL.
     const devToken = io.devDir !== undefined && LOOPBACK.test(url) ? readDevVars(io.devDir).PODGATE_ADMIN_TOKEN : undefined
     const token = typeof parsed.values['admin-token'] === 'string' ? parsed.values['admin-token'] : io.env.PODGATE_ADMIN_TOKEN || devToken
@@ -194,8 +197,11 @@ async function call(url: string, token: string, io: KeysCliIO, method: string, p
       headers: { authorization: `Bearer ${token}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
       body: body === undefined ? undefined : JSON.stringify(body),
     })
-  } catch {
-    throw new Error(`cannot reach podgate at ${url}: is it running (npm run dev)? Pass --url for a deployed Worker.`)
+  } catch (error) {
+    // fetch's own message is "fetch failed"; why (an unknown host, a refused connection, TLS) is its cause.
+    const cause = (error as { cause?: { message?: unknown; code?: unknown } }).cause
+    const why = cause?.message || cause?.code || (error instanceof Error ? error.message : String(error))
+    throw new Error(`cannot reach podgate at ${url} (${String(why).trim()}): ${LOOPBACK.test(url) ? 'is it running (npm run dev)? Pass --url for a deployed Worker.' : 'check the URL and your network.'}`)
   }
   const text = await res.text()
   // A 5xx page may also be a podgate whose config stops it from starting (workerd's or Cloudflare's page, not JSON).

@@ -258,3 +258,53 @@ describe('npm run keys: mistakes caught before any request', () => {
     }
   })
 })
+
+describe('npm run keys: a --url it cannot use, or cannot reach', () => {
+  const cli = async (argv: string[], env: Record<string, string> = {}, fail?: Error) => {
+    let err = ''
+    let sent = 0
+    const fetch = (async () => {
+      sent++
+      if (fail) throw fail
+      return new Response('{"object":"list","data":[],"cursor":null}')
+    }) as typeof globalThis.fetch
+    const code = await runKeysCli(argv, { env, out: () => {}, err: (t) => (err += t), fetch })
+    return { code, err, sent }
+  }
+  const token = 'admin-token-never-printed-0123'
+
+  // Without a scheme the CLI said "cannot reach podgate ...: is it running (npm run dev)? Pass --url", to a
+  // user who had passed --url; a loopback address without one was told to set the token of a deployed Worker.
+  it('a URL without http:// or https:// is a usage mistake that names the flag or variable, and nothing is sent', async () => {
+    for (const [argv, env, source] of [
+      [['list', '--url', 'podgate.example.workers.dev', '--admin-token', token], {}, '--url'],
+      [['list', '--url', '127.0.0.1:8787'], {}, '--url'],
+      [['list', '--url', 'localhost:8787', '--admin-token', token], {}, '--url'],
+      [['list'], { PODGATE_URL: 'podgate.example.workers.dev', PODGATE_ADMIN_TOKEN: token }, 'PODGATE_URL'],
+    ] as [string[], Record<string, string>, string][]) {
+      const { code, err, sent } = await cli(argv, env)
+      expect(code, err).toBe(2)
+      expect(sent).toBe(0)
+      expect(err).toContain(`${source} '`)
+      expect(err).toMatch(/https?:\/\//)
+      expect(err).not.toMatch(/no admin token|npm run dev\)\?/)
+      expect(err).not.toContain(token)
+    }
+  })
+
+  // The cause (an unknown host, a refused connection, TLS) was dropped, and a deployed URL was asked whether `npm run dev` ran.
+  it('a URL it cannot reach: says why, and asks about `npm run dev` only for a local URL', async () => {
+    const dns = new TypeError('fetch failed', { cause: Object.assign(new Error('getaddrinfo ENOTFOUND podgate.example.workers.dev'), { code: 'ENOTFOUND' }) })
+    const remote = await cli(['list', '--url', 'https://podgate.example.workers.dev', '--admin-token', token], {}, dns)
+    expect(remote.code).toBe(1)
+    expect(remote.err).toContain('cannot reach podgate at https://podgate.example.workers.dev')
+    expect(remote.err).toContain('getaddrinfo ENOTFOUND podgate.example.workers.dev')
+    expect(remote.err).not.toContain('npm run dev')
+    expect(remote.err).not.toContain(token)
+    const refused = new TypeError('fetch failed', { cause: Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:8787'), { code: 'ECONNREFUSED' }) })
+    const local = await cli(['list', '--url', 'http://127.0.0.1:8787', '--admin-token', token], {}, refused)
+    expect(local.code).toBe(1)
+    expect(local.err).toContain('connect ECONNREFUSED 127.0.0.1:8787')
+    expect(local.err).toContain('npm run dev')
+  })
+})
