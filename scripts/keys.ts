@@ -196,6 +196,8 @@ async function call(url: string, token: string, io: KeysCliIO, method: string, p
       method,
       headers: { authorization: `Bearer ${token}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
       body: body === undefined ? undefined : JSON.stringify(body),
+      // Followed, a 301/302 turns a POST into a GET, and one to another origin (http -> https) drops the token.
+      redirect: 'manual',
     })
   } catch (error) {
     // fetch's own message is "fetch failed"; why (an unknown host, a refused connection, TLS) is its cause.
@@ -203,6 +205,7 @@ async function call(url: string, token: string, io: KeysCliIO, method: string, p
     const why = cause?.message || cause?.code || (error instanceof Error ? error.message : String(error))
     throw new Error(`cannot reach podgate at ${url} (${String(why).trim()}): ${LOOPBACK.test(url) ? 'is it running (npm run dev)? Pass --url for a deployed Worker.' : 'check the URL and your network.'}`)
   }
+  if (res.status >= 300 && res.status < 400) throw new Error(`${url} answered ${method} ${path} with a redirect (${res.status}) to ${res.headers.get('location')}: pass the URL it redirects to as --url`)
   const text = await res.text()
   // A 5xx page may also be a podgate whose config stops it from starting (workerd's or Cloudflare's page, not JSON).
   const notPodgate = () => new Error(`${url} answered ${method} ${path} with ${res.status} but not podgate's JSON: is --url a podgate${res.status >= 500 ? ', and does it start (its log says why not: `npx wrangler tail`)' : ''}?`)

@@ -11,6 +11,7 @@ import { startPodgate } from '../../scripts/lib/podgate-server.ts'
 import type { PodgateServer } from '../../scripts/lib/podgate-server.ts'
 import { runKeysCli } from '../../scripts/keys.ts'
 import { clearDevUrl, readDevUrl, writeDevUrl } from '../../scripts/lib/dev-state.ts'
+import { serveNode } from '../../scripts/lib/serve-node.ts'
 
 let server: PodgateServer
 
@@ -306,5 +307,25 @@ describe('npm run keys: a --url it cannot use, or cannot reach', () => {
     expect(local.code).toBe(1)
     expect(local.err).toContain('connect ECONNREFUSED 127.0.0.1:8787')
     expect(local.err).toContain('npm run dev')
+  })
+})
+
+describe('npm run keys: a --url that redirects', () => {
+  // fetch followed it: a POST became a GET and, to another origin (http -> https), lost its Authorization,
+  // so `create` printed "401: Invalid admin token." for a right token (or, same-origin, printed the key list).
+  it('is named with where it redirects, and no call goes on to that address', async () => {
+    const redirect = await serveNode((request) => new Response(null, { status: 301, headers: { location: server.url + new URL(request.url).pathname } }), { port: 0 })
+    try {
+      let out = ''
+      let err = ''
+      const code = await runKeysCli(['create', '--name', 'redirected', '--url', redirect.url, '--admin-token', server.adminToken], { env: {}, out: (t) => (out += t), err: (t) => (err += t), fetch })
+      expect(code).toBe(1)
+      expect(out).toBe('')
+      expect(err).toContain(`${redirect.url} answered POST /admin/keys with a redirect (301) to ${server.url}/admin/keys`)
+      expect(err).not.toContain(server.adminToken)
+      expect(err).not.toMatch(/Invalid admin token/)
+    } finally {
+      await redirect.close()
+    }
   })
 })
