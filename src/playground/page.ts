@@ -96,7 +96,7 @@ async function send(event) {
   if (!prompt) return
   history.push({ role: 'user', content: prompt })
   const bubble = addMessage('assistant', '')
-  addMessage('user', prompt, bubble)
+  const asked = addMessage('user', prompt, bubble)
   $('prompt').value = ''
   $('send').disabled = true
   show('status', 'Streaming...', '')
@@ -107,7 +107,8 @@ async function send(event) {
       body: JSON.stringify({ model: $('model').value, messages: history, stream: true, stream_options: { include_usage: true }, max_tokens: Number($('max-tokens').value) || undefined }),
     })
     readHeaders(res)
-    if (!res.ok) { history.pop(); bubble.remove(); return show('status', await errorText(res), 'error') }
+    // Refused: the prompt leaves the conversation, on screen too, and goes back in the box to send again.
+    if (!res.ok) { history.pop(); bubble.remove(); asked.remove(); $('prompt').value = prompt; return show('status', await errorText(res), 'error') }
     let answer = ''
     let failed = null
     let finished = false

@@ -155,6 +155,26 @@ describe('the playground in Chromium', () => {
     await page.close()
   })
 
+  // The page dropped a refused prompt from the conversation it sends, but left it on screen (and cleared the
+  // prompt box): the next message went without it while the page showed it as said.
+  it('a refused message leaves the conversation shown as it is sent, and its prompt in the box to send again', async () => {
+    const { key } = await server.createKey({ name: 'one-per-minute', origins: [server.url], quota: { requestsPerMinute: 1 } })
+    const page = await openPlayground()
+    await page.fill('#key', key)
+    await page.click('#load')
+    await expect.poll(() => page.locator('#model option').count()).toBeGreaterThan(0)
+    await page.fill('#prompt', 'first [[emulator:tokens=3]]')
+    await page.click('#send')
+    await expect.poll(() => page.textContent('#status')).toBe('Done.')
+    await page.fill('#prompt', 'second')
+    await page.click('#send')
+    await expect.poll(() => page.textContent('#status')).toMatch(/^429 rate_limited/)
+    expect(await page.locator('#messages .msg.user').allTextContents()).toEqual(['first [[emulator:tokens=3]]'])
+    expect(await page.locator('#messages .msg').count()).toBe(2)
+    expect(await page.inputValue('#prompt')).toBe('second')
+    await page.close()
+  })
+
   it('the dev Worker also serves /openapi.json (README: curl .../openapi.json); production config leaves the playground off', async () => {
     const res = await fetch(`${server.url}/openapi.json`)
     expect(res.status).toBe(200)
