@@ -118,6 +118,11 @@ export async function runKeysCli(argv: string[], io: KeysCliIO): Promise<number>
         // .dev.vars' token goes only to a local server.
         : `no admin token for ${url}: pass --admin-token or set PODGATE_ADMIN_TOKEN to the token that Worker was given (\`wrangler secret put PODGATE_ADMIN_TOKEN\`)`)
     }
+    // An exported PODGATE_ADMIN_TOKEN (a deployed Worker's) wins over .dev.vars: a 401 says so.
+    const unauthorized = devToken && typeof parsed.values['admin-token'] !== 'string' && token !== devToken
+      ? ' (the PODGATE_ADMIN_TOKEN of your environment was sent, not the other one in .dev.vars: unset it to use that)'
+      : ''
+    const target: Target = { url, token, io, unauthorized }
     const needsId = (): string => {
       if (!id) throw new UsageError(`${command} needs a key id (key_...)`)
       return encodeURIComponent(id)
@@ -128,7 +133,7 @@ export async function runKeysCli(argv: string[], io: KeysCliIO): Promise<number>
         request = ['POST', '/admin/keys', bodyFromFlags(parsed.values, 'create')]
         break
       case 'list':
-        return await listAll(url, token, io)
+        return await listAll(target)
       case 'get':
         request = ['GET', `/admin/keys/${needsId()}`]
         break
@@ -142,7 +147,7 @@ export async function runKeysCli(argv: string[], io: KeysCliIO): Promise<number>
         request = ['DELETE', `/admin/keys/${needsId()}`]
         break
     }
-    const result = await call(url, token, io, ...request)
+    const result = await call(target, ...request)
     if (result === null) return 1
     io.out(JSON.stringify(result, null, 2))
     const shown = result as { key?: unknown; kind?: unknown; expiresAt?: unknown }
@@ -188,8 +193,16 @@ function parse(argv: string[]) {
   }
 }
 
+/** Where the calls go, with what, and what a 401 adds to the API's message. */
+interface Target {
+  url: string
+  token: string
+  io: KeysCliIO
+  unauthorized: string
+}
+
 /** One admin API call; prints the API's error and returns null when it refuses. */
-async function call(url: string, token: string, io: KeysCliIO, method: string, path: string, body?: unknown): Promise<unknown> {
+async function call({ url, token, io, unauthorized }: Target, method: string, path: string, body?: unknown): Promise<unknown> {
   let res: Response
   try {
     res = await io.fetch(url + path, {
@@ -219,7 +232,7 @@ async function call(url: string, token: string, io: KeysCliIO, method: string, p
     // A web site's or a proxy's error page, not podgate's error JSON: named, not printed.
     if (typeof message !== 'string') throw notPodgate()
     // podgate answers every admin route 404 `Not found.` when it has no admin token; so does a URL that is no podgate.
-    const hint = res.status === 404 && message === 'Not found.' ? ` (is ${url} a podgate with PODGATE_ADMIN_TOKEN set? Without one its admin API answers 404.)` : ''
+    const hint = res.status === 404 && message === 'Not found.' ? ` (is ${url} a podgate with PODGATE_ADMIN_TOKEN set? Without one its admin API answers 404.)` : res.status === 401 ? unauthorized : ''
     io.err(`keys: ${method} ${path} -> ${res.status}: ${message.slice(0, 500)}${hint}`)
     return null
   }
@@ -230,11 +243,12 @@ async function call(url: string, token: string, io: KeysCliIO, method: string, p
   }
 }
 
-async function listAll(url: string, token: string, io: KeysCliIO): Promise<number> {
+async function listAll(target: Target): Promise<number> {
+  const { url, io } = target
   const keys: unknown[] = []
   let cursor: string | null = null
   do {
-    const page = (await call(url, token, io, 'GET', `/admin/keys?limit=1000${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`)) as { data: unknown[]; cursor: string | null } | null
+    const page = (await call(target, 'GET', `/admin/keys?limit=1000${cursor ? `&cursor=${encodeURIComponent(cursor)}` : ''}`)) as { data: unknown[]; cursor: string | null } | null
     if (page === null) return 1
     // A 200 from something that is not podgate's list (an error body, a proxy's page) has no data array.
     if (typeof page !== 'object' || !Array.isArray(page.data)) throw new Error(`${url} answered GET /admin/keys with a body that is not podgate's key list: is --url a podgate?`)

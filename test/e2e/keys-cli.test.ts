@@ -215,6 +215,28 @@ describe('npm run keys', () => {
     }
   })
 
+  // The docs' block starts with `export PODGATE_ADMIN_TOKEN=...` (a deployed Worker's): that token wins over
+  // .dev.vars, and a local `create` then failed with a bare "401: Invalid admin token.".
+  it("a PODGATE_ADMIN_TOKEN in the environment that is not the dev server's: the 401 says .dev.vars holds another", async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'podgate-keys-env-token-'))
+    try {
+      writeFileSync(join(dir, '.dev.vars'), `PODGATE_ADMIN_TOKEN="${server.adminToken}"\n`)
+      const production = 'production-admin-token-0123456789'
+      let err = ''
+      const code = await runKeysCli(['create', '--name', 'env-token', '--url', server.url], { env: { PODGATE_ADMIN_TOKEN: production }, out: () => {}, err: (t) => (err += t), fetch, devDir: dir })
+      expect(code).toBe(1)
+      expect(err).toMatch(/401: Invalid admin token\..*PODGATE_ADMIN_TOKEN.*environment.*\.dev\.vars/)
+      expect(err).not.toContain(production)
+      expect(err).not.toContain(server.adminToken)
+      // The same token in both: a 401 from elsewhere gets no such hint (here: a token given on the command line).
+      err = ''
+      await runKeysCli(['list', '--url', server.url, '--admin-token', production], { env: {}, out: () => {}, err: (t) => (err += t), fetch, devDir: dir })
+      expect(err).toMatch(/401: Invalid admin token\.$/m)
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
   it('reads .dev.vars as wrangler does: a hand-edited token in single quotes, with a comment, is the one the Worker got', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'podgate-keys-dotenv-'))
     try {
