@@ -131,6 +131,21 @@ export function cliVars(args: readonly string[]): Record<string, string> {
   return vars
 }
 
+/**
+ * Whether wrangler (yargs) reads `args` as a dry run: its last `--dry-run` (`--dryRun`) not followed by
+ * `false`, or `--dry-run=true`; `--dry-run false`, `--dry-run=false` and a later `--no-dry-run` deploy.
+ * In doubt, false: the config is then checked as for a deploy.
+ */
+export function isDryRun(args: readonly string[]): boolean {
+  let dry = false
+  for (let i = 0; i < args.length && args[i] !== '--'; i++) {
+    const [flag, value] = args[i]!.split(/=(.*)/s) as [string, string | undefined]
+    if (flag === '--no-dry-run' || flag === '--noDryRun') dry = false
+    else if (flag === '--dry-run' || flag === '--dryRun') dry = value !== undefined ? value === 'true' : args[i + 1] !== 'false'
+  }
+  return dry
+}
+
 // Run as a script (also through a symlinked checkout, where argv[1] is not the real path).
 if (process.argv[1] !== undefined && import.meta.filename === realpathSync(process.argv[1])) {
   const args = process.argv.slice(2)
@@ -154,7 +169,7 @@ if (process.argv[1] !== undefined && import.meta.filename === realpathSync(proce
     }
     if (read) problems.push(...configProblems({ ...read, vars: { ...read.vars, ...vars } }, config))
   }
-  if (problems.length > 0 && !args.includes('--dry-run')) {
+  if (problems.length > 0 && !isDryRun(args)) {
     console.error(`[podgate] not deploying:\n  ${problems.join('\n  ')}\n  (README "Deploy in five steps")`)
     process.exit(1)
   }

@@ -79,6 +79,24 @@ PODGATE_MODELS = '{"m":{"endpoints":[{"endpointId":"your0endpoint0id"}]}}'
     expect(result.stdout).not.toMatch(/wrangler/)
   })
 
+  // wrangler (yargs) reads `--dry-run false` and a later `--no-dry-run` as a real deploy; the check took
+  // any `--dry-run` in the arguments for a dry run, and let the placeholders through to that deploy.
+  it('checks a deploy whatever its spelling of --dry-run: only one wrangler reads as a dry run skips the refusal', () => {
+    const run = (args: string[]) => spawnSync(process.execPath, ['scripts/deploy.ts', ...args], { cwd: ROOT, encoding: 'utf8', env: { ...process.env, PATH: `${fakeWrangler}:${process.env.PATH}`, WRANGLER_SEND_METRICS: 'false' } })
+    for (const args of [['--dry-run', 'false'], ['--dry-run=false'], ['--dry-run', '--no-dry-run'], ['--dryRun', 'false']]) {
+      const result = run(args)
+      expect(result.stdout, args.join(' ')).not.toMatch(/fake wrangler ran/)
+      expect(result.status).toBe(1)
+      expect(result.stderr).toMatch(/not deploying:[\s\S]*your0endpoint0id/)
+    }
+    for (const args of [['--dry-run'], ['--dry-run', 'true'], ['--dry-run=true'], ['--dry-run', '--outdir', outdir]]) {
+      const result = run(args)
+      expect(result.status, `${args.join(' ')}\n${result.stderr}`).toBe(0)
+      expect(result.stderr).toMatch(/--dry-run: .*your0endpoint0id/)
+      expect(result.stdout).toContain(`fake wrangler ran: deploy --env= ${args.join(' ')}`)
+    }
+  })
+
   it('a dry run bundles the top-level Worker with no environment warning and without the playground or OpenAPI generator', { timeout: 90_000 }, () => {
     const metafile = join(outdir, 'meta.json')
     const result = spawnSync('npm', ['run', 'deploy', '--', '--dry-run', '--outdir', outdir, '--metafile', metafile], { cwd: ROOT, encoding: 'utf8', timeout: 90_000 })
