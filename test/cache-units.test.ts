@@ -6,6 +6,14 @@ import { describe, expect, it } from 'vitest'
 import { captureJsonAnswer, createAnswerCapture, renderJson, renderStream } from '../src/cache/answer.ts'
 import { cacheKey, stableJson } from '../src/cache/key.ts'
 import { Flight } from '../src/cache/flight.ts'
+import { coalesceOrLead } from '../src/cache/coalesce.ts'
+import type { CacheRun, Plan } from '../src/cache/run.ts'
+import { GatewayError } from '../src/errors/index.ts'
+import { createCompletionContext } from '../src/pipeline/index.ts'
+import type { CompletionHandler } from '../src/pipeline/index.ts'
+import type { ResolvedModel } from '../src/routing/models.ts'
+import type { Context } from 'hono'
+import type { GatewayEnv } from '../src/types.ts'
 import { GenerationCache } from '../src/cache/store.ts'
 import { readJsonBody } from '../src/http/body.ts'
 import { decideCaching, parseCacheControl } from '../src/cache/policy.ts'
@@ -467,5 +475,35 @@ describe('Flight', () => {
     expect([dead.live(), young.live()]).toEqual([false, true])
     expect(dead.error?.code).toBe('upstream_timeout')
     expect(dead.abandoned).toBe(true)
+  })
+})
+
+describe('coalescing', () => {
+  // A twin whose first call was let go (its first caller's request ended with no word) joins the call
+  // the next caller led meanwhile; that one let go too (its key revoked), the twin asks on its own: the
+  // error of a call stopped for another caller's reasons is no answer to it.
+  it('a twin let go by two calls in a row gets its own answer, not the second abandoned call\'s error', async () => {
+    const run = { options: { coalesce: true }, flights: new Map(), log: () => {} } as unknown as CacheRun
+    const plan = { key: { hash: 'h' }, ttlSeconds: 60 } as Plan
+    const c = { req: { raw: new Request('http://podgate/v1/chat/completions') }, get: () => undefined } as unknown as Context<GatewayEnv>
+    const model = { alias: 'm', config: { resilience: { timeouts: { totalMs: 60_000 } } } } as unknown as ResolvedModel
+    const twin = createCompletionContext(c, request({ temperature: 0 }), model)
+    let asked = 0
+    const next: CompletionHandler = async (ctx) => {
+      asked++
+      ctx.settle({ ok: true })
+      return new Response('{"id":"own"}', { headers: { 'content-type': 'application/json' } })
+    }
+    const [first, second] = [new Flight(false), new Flight(false)]
+    run.flights.set('h', first)
+    const answer = coalesceOrLead(run, twin, next, plan)
+    expect(first.followers).toBe(1)
+    // The next caller found the first call silent, let it go and leads its own.
+    run.flights.set('h', second)
+    first.fail(new GatewayError('upstream_timeout', 'The shared upstream call ended with the request that made it.'), true)
+    while (second.followers === 0) await new Promise((r) => setTimeout(r, 1))
+    second.fail(new GatewayError('invalid_api_key', 'This stream ended: its credential was revoked, rotated or expired while it was open.'), true)
+    const res = await answer
+    expect([res.status, await res.text(), asked]).toEqual([200, '{"id":"own"}', 1])
   })
 })

@@ -47,7 +47,8 @@ async function join(run: CacheRun, flight: Flight, call: { ctx: CompletionContex
   /** This caller's own call: after a second join, or else through the flight in the air now, if any. */
   const again = () => (until ? lead(run, ctx, next, plan) : coalesceOrLead(run, ctx, next, plan, deadline))
   const failed = (): Promise<Response> => {
-    if (flight.abandoned && !until) return again()
+    // A call stopped for its own caller's reasons failed for no joiner, on a second join too (then `again` leads).
+    if (flight.abandoned) return again()
     const error = flight.error ?? upstreamError('The shared upstream call failed.')
     settle({ ok: false, error, producedOutput: false })
     throw error
