@@ -110,6 +110,23 @@ describe('quota stage', () => {
     expect((await chat(h, key)).status).toBe(200)
   })
 
+  // The cache stage, after admission, refuses a body its key cannot be made of: as a refusal before the quota,
+  // it counts nothing, so it shows no rate-limit fields (they counted the reservation it took back).
+  it('a call the cache stage refuses for its input counts nothing and shows no rate-limit fields, as a normalization 400', async () => {
+    const { h } = clockedHarness()
+    const { key } = await h.createKey({ name: 'q', quota: { requestsPerMinute: 5, tokensPerMinute: 10_000 } })
+    const nested = `${'['.repeat(1_100)}${']'.repeat(1_100)}`
+    const refused = [
+      await h.fetch('/v1/chat/completions', authed(key, chatBody('chat-openai', 'hi', { seed: 1, max_tokens: 10 }).replace('{', `{"vllm_xargs":${nested},`))),
+      await chat(h, key, 'hi', { max_tokens: -1 }),
+    ]
+    expect(refused.map((r) => r.status)).toEqual([400, 400])
+    expect(refused.map((r) => [...r.headers.keys()].filter((name) => name.includes('ratelimit')))).toEqual([[], []])
+    await h.settle()
+    expect((await usageOf(h, key)).windows).toMatchObject({ minute: { requests: 0, tokens: 0 } })
+    expect((await chat(h, key)).headers.get('x-ratelimit-remaining-requests')).toBe('4')
+  })
+
   it('an error after admission (a refusal the upstream sent) carries the rate-limit headers too: the request counted', async () => {
     const { h } = clockedHarness()
     const { key } = await h.createKey({ name: 'q', quota: { requestsPerMinute: 5 } })

@@ -69,7 +69,8 @@ export function quotaStage(service: QuotaService): CompletionStage {
     const prompt = ctx.request.estimate.promptTokens
     background(ctx.outcome.then((outcome) => settle(tokensToCharge(outcome, reservation.tokens, prompt), !outcome.ok && outcome.refused === true)))
 
-    // On the answer, and on an error after admission (an upstream 502, a relayed vLLM 400): it counted.
+    // On the answer, and on an error after admission (an upstream 502, a relayed vLLM 400): it counted. Not
+    // on one refused before it went upstream (the cache's 400): taken back, as a call refused before this stage.
     // A 429 from a stage inside this one (the key's, under a token's) keeps the fields of the limit it names.
     // A token's call is held to its own limits and its key's: each limit reported is the tighter of the two.
     const states = limitStates(policy, result.usage, now)
@@ -83,7 +84,8 @@ export function quotaStage(service: QuotaService): CompletionStage {
     try {
       response = await next(ctx)
     } catch (error) {
-      if (error instanceof GatewayError && error.code !== 'rate_limited') Object.assign(error.headers, limitHeaders(admitted.get(ctx)!))
+      // Settled already, by the stage that threw (pipeline/index.ts `guard`).
+      if (error instanceof GatewayError && error.code !== 'rate_limited' && !((await ctx.outcome) as { refused?: boolean }).refused) Object.assign(error.headers, limitHeaders(admitted.get(ctx)!))
       throw error
     }
     return withHeaders(response, limitHeaders(admitted.get(ctx)!))
