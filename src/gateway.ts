@@ -36,7 +36,7 @@ import { EndpointBreaker } from './upstream/breaker.ts'
 import type { Breaker } from './upstream/breaker.ts'
 import type { CompletionStage } from './pipeline/index.ts'
 import { isEventStream, lastEventId, nativeSurface, waitParam } from './native-surface/routes.ts'
-import { assertEnforceable, createQuotaService } from './quota/service.ts'
+import { assertEnforceable, createQuotaService, strictByDefault } from './quota/service.ts'
 import { quotaRoutes } from './quota/routes.ts'
 import { podgateCors } from './cors/index.ts'
 import type { QuotaServiceOptions } from './quota/service.ts'
@@ -118,6 +118,7 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
   // Open streams re-check their key every second: a key-cache hit between the cache's KV reads, so a
   // revocation in this isolate reaches its open streams within a second whatever `keyCacheTtlMs` is.
   const streamCheckMs = 1_000
+  const strict = strictByDefault(config.quota)
 
   const app = new Hono<GatewayEnv>()
   app.onError(createErrorHandler(log, secretScrubber(secrets)))
@@ -139,6 +140,9 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
     // A host app's own (hono/request-id's): its log lines and podgate's find each other.
     const id = c.get('requestId') ?? crypto.randomUUID()
     c.set('requestId', id)
+    // Bindings show only now: with no Durable Object every call is refused (a ConfigError, logged), as
+    // optionsFromEnv refuses the Worker at startup, not only the calls the strict store counts (a 500 each).
+    if (strict) quota.storeFor(c, { strict })
     // Hono's onError sees only an Error: a host hook's `throw 'boom'` would reach the runtime's bare 500.
     await next().catch((error) => {
       throw toGatewayError(error)

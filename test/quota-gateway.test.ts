@@ -1063,6 +1063,23 @@ describe('policy layers', () => {
     expect((await chat(other, key)).status).toBe(429)
   })
 
+  // The Worker refuses this at startup (optionsFromEnv). A library gateway took calls, an admin created keys,
+  // and then every call a quota counted (every control call too) was a 500.
+  it.each([{ store: 'strict' as const }, { defaults: { strict: true } }])('a strict quota (%o) with no Durable Object bound refuses every call, naming the binding in its log line', async (quota) => {
+    const h = harness({ quota })
+    const unbound = { ...env, PODGATE_QUOTA: undefined }
+    const refused = [
+      await h.app.request('/healthz', {}, unbound),
+      await h.app.request('/admin/keys', { method: 'POST', headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' }, body: '{"name":"k"}' }, unbound),
+      await h.app.request('/v1/chat/completions', authed('pg_sk_unknown', chatBody('chat-openai')), unbound),
+    ]
+    expect(refused.map((r) => r.status)).toEqual([500, 500, 500])
+    expect(await refused[2]!.json()).toMatchObject({ error: { code: 'internal_error' } })
+    expect(h.logs.filter((line) => line.includes('bind QuotaObject as PODGATE_QUOTA'))).toHaveLength(3)
+    // Bound, the same gateway serves.
+    expect((await h.app.request('/healthz', {}, env)).status).toBe(200)
+  })
+
   // Found in the quota review: a model's `strict` picked the store of the calls to that model only, so a
   // key's calls were counted in two stores, each to the whole limit: 2 requests a minute let 4 through.
   it.each([

@@ -10,6 +10,7 @@ import type { GatewayOptions } from '../gateway.ts'
 import type { QuotaObject } from '../quota/durable-object.ts'
 import { isRecord } from '../http/json.ts'
 import { ConfigError } from './resolve.ts'
+import { strictByDefault } from '../quota/service.ts'
 import { gatewayOptionsSchema } from './schema.ts'
 
 /** The endpoint id in the shipped `wrangler.toml`: a config that still holds it was never edited. */
@@ -93,8 +94,7 @@ export function optionsFromEnv(env: PodgateWorkerEnv): GatewayOptions {
   // Its strict store is this binding (createGateway's default `quota.objects`): without it every call a strict
   // quota counts (control calls too) would be a 500, so refused here, as the shipped Worker starts.
   // A model's quota names no store (quota/service.ts): only the gateway's store and defaults are read.
-  const q = quota as QuotaVar
-  if ((q?.store === 'strict' || q?.defaults?.strict === true) && !env.PODGATE_QUOTA) {
+  if (strictByDefault(quota as Parameters<typeof strictByDefault>[0]) && !env.PODGATE_QUOTA) {
     throw new ConfigError("podgate: a strict quota (quota.store 'strict', or a policy's strict: true) needs a Durable Object: bind QuotaObject as PODGATE_QUOTA in wrangler.toml (docs/quotas.md), or make it kv.")
   }
   const ttl = env.PODGATE_TOKEN_MAX_TTL
@@ -122,9 +122,6 @@ export function optionsFromEnv(env: PodgateWorkerEnv): GatewayOptions {
 function over(value: unknown, fields: object): unknown {
   return value === undefined || isRecord(value) ? { ...value, ...fields } : value
 }
-
-/** What the strict-store check reads of `quota`, before the schema has checked it. */
-type QuotaVar = { store?: unknown; defaults?: { strict?: unknown } } | undefined
 
 function refuseCodeOption(key: string): never {
   throw new ConfigError(`podgate: PODGATE_CONFIG cannot set ${key}: no such option, or one only code sets (docs/configuration.md).`)

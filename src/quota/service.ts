@@ -101,17 +101,26 @@ export function createQuotaService(options: QuotaServiceOptions): QuotaService {
   }
 }
 
+/**
+ * Whether `quota` (a gateway's options, checked or not yet) makes the strict store the default: `store:
+ * 'strict'`, or `strict: true` in `defaults` (a model's `strict` is not read). Such a gateway with no Durable
+ * Object is refused whole: by optionsFromEnv at startup, by createGateway at each call.
+ */
+export function strictByDefault(quota: { store?: unknown; defaults?: { strict?: unknown } } | undefined): boolean {
+  return quota?.store === 'strict' || quota?.defaults?.strict === true
+}
+
 function defaultObjects(c: Context<GatewayEnv>): DurableObjectNamespace<QuotaObject> | undefined {
   return c.env?.PODGATE_QUOTA
 }
 
 /**
- * Refuses, as the caller's input, a quota whose store this gateway cannot run: strict (its own `strict`,
- * or else `quota.store`) with no Durable Object bound. Checked where a key or token is given its quota, so
- * the mistake is a 400 there rather than a 500 on every later call.
+ * Refuses, as the caller's input, a quota whose store this gateway cannot run: `strict: true` with no
+ * Durable Object bound. Checked where a key or token is given its quota, so the mistake is a 400 there
+ * rather than a 500 on every later call. (A gateway strict by default has no calls then: `strictByDefault`.)
  */
 export function assertEnforceable(service: QuotaService, c: Context<GatewayEnv>, policy: QuotaPolicy | null | undefined, param: string): void {
-  if (!policy || !(policy.strict ?? service.strict)) return
+  if (!policy?.strict) return
   try {
     service.storeFor(c, policy)
   } catch (error) {
