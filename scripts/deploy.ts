@@ -3,7 +3,7 @@
  * was never edited (the placeholder endpoint id or KV namespace id) or that every request would fail on:
  * no PODGATE_KV binding, or variables the Worker refuses at its first request (no models, JSON that does
  * not parse, a field the schema refuses). A `--dry-run` only warns. Extra arguments go to wrangler
- * (`npm run deploy -- --dry-run --outdir /tmp/x`); `-- --config <file>` checks and deploys another config
+ * (`npm run deploy -- --dry-run --outdir /tmp/x`; `-- --help` unchecked); `-- --config <file>` checks and deploys another config
  * (`workers/composed.wrangler.toml`), `-- --env <name>` that environment, with the `--var KEY:VALUE` given
  * over its [vars], as wrangler deploys them.
  */
@@ -132,23 +132,31 @@ export function cliVars(args: readonly string[]): Record<string, string> {
 }
 
 /**
- * Whether wrangler (yargs) reads `args` as a dry run: its last `--dry-run` (`--dryRun`) not followed by
- * `false`, or `--dry-run=true`; `--dry-run false`, `--dry-run=false` and a later `--no-dry-run` deploy.
+ * Whether wrangler (yargs) reads the boolean flag `names` in `args` as set: its last spelling not followed
+ * by `false`, or `=true`; `--dry-run false`, `--dry-run=false` and a later `--no-dry-run` leave it unset.
  * In doubt, false: the config is then checked as for a deploy.
  */
-export function isDryRun(args: readonly string[]): boolean {
-  let dry = false
+function flagSet(args: readonly string[], names: readonly string[], negations: readonly string[]): boolean {
+  let set = false
   for (let i = 0; i < args.length && args[i] !== '--'; i++) {
     const [flag, value] = args[i]!.split(/=(.*)/s) as [string, string | undefined]
-    if (flag === '--no-dry-run' || flag === '--noDryRun') dry = false
-    else if (flag === '--dry-run' || flag === '--dryRun') dry = value !== undefined ? value === 'true' : args[i + 1] !== 'false'
+    if (negations.includes(flag)) set = false
+    else if (names.includes(flag)) set = value !== undefined ? value === 'true' : args[i + 1] !== 'false'
   }
-  return dry
+  return set
 }
+
+/** Whether wrangler reads `args` as a dry run (`--dry-run`, `--dryRun`). */
+export const isDryRun = (args: readonly string[]): boolean => flagSet(args, ['--dry-run', '--dryRun'], ['--no-dry-run', '--noDryRun'])
 
 // Run as a script (also through a symlinked checkout, where argv[1] is not the real path).
 if (process.argv[1] !== undefined && import.meta.filename === realpathSync(process.argv[1])) {
   const args = process.argv.slice(2)
+  // wrangler's help deploys nothing: passed on unchecked (the check answered `--help` with its refusal).
+  // Not `--version`: `wrangler deploy --version` (4.164) deploys.
+  if (flagSet(args, ['--help', '-h'], ['--no-help'])) {
+    process.exit((await runGroup('wrangler', ['deploy', ...args], { ...process.env, WRANGLER_SEND_METRICS: 'false' }, { terminal: true })) ?? 1)
+  }
   // wrangler's own spellings (`--config=f`, `-c f`): the file checked must be the file deployed.
   const config = optionValue(args, 'config', 'c') ?? 'wrangler.toml'
   const env = optionValue(args, 'env', 'e')

@@ -97,6 +97,24 @@ PODGATE_MODELS = '{"m":{"endpoints":[{"endpointId":"your0endpoint0id"}]}}'
     }
   })
 
+  // `npm run deploy -- --help` printed podgate's placeholder refusal instead of wrangler's help.
+  it('passes --help and -h straight to wrangler, with no checks; what wrangler deploys on is checked', () => {
+    const run = (args: string[]) => spawnSync(process.execPath, ['scripts/deploy.ts', ...args], { cwd: ROOT, encoding: 'utf8', env: { ...process.env, PATH: `${fakeWrangler}:${process.env.PATH}`, WRANGLER_SEND_METRICS: 'false' } })
+    for (const args of [['--help'], ['-h'], ['--dry-run', 'false', '--help'], ['--config', 'no-such.toml', '-h']]) {
+      const result = run(args)
+      expect(result.stderr, args.join(' ')).not.toMatch(/not deploying|--dry-run:/)
+      expect(result.status).toBe(0)
+      expect(result.stdout).toContain(`fake wrangler ran: deploy ${args.join(' ')}`)
+    }
+    // `wrangler deploy --version` (and -v) deploys, as do `--help false` and a later `--no-help`.
+    for (const args of [['--version'], ['-v'], ['--help', 'false'], ['--help=false'], ['-h', '--no-help']]) {
+      const result = run(args)
+      expect(result.stdout, args.join(' ')).not.toMatch(/fake wrangler ran/)
+      expect(result.status).toBe(1)
+      expect(result.stderr).toMatch(/not deploying:[\s\S]*your0endpoint0id/)
+    }
+  })
+
   it('a dry run bundles the top-level Worker with no environment warning and without the playground or OpenAPI generator', { timeout: 90_000 }, () => {
     const metafile = join(outdir, 'meta.json')
     const result = spawnSync('npm', ['run', 'deploy', '--', '--dry-run', '--outdir', outdir, '--metafile', metafile], { cwd: ROOT, encoding: 'utf8', timeout: 90_000 })
