@@ -2,10 +2,11 @@
  * `npm run deploy`: deploys wrangler.toml's top-level (production) Worker, after refusing a config that
  * was never edited (the placeholder endpoint id or KV namespace id) or that every request would fail on:
  * no PODGATE_KV binding, or variables the Worker refuses at its first request (no models, JSON that does
- * not parse, a field the schema refuses). A `--dry-run` only warns. Extra arguments go to wrangler
- * (`npm run deploy -- --dry-run --outdir /tmp/x`; `-- --help` unchecked); `-- --config <file>` checks and deploys another config
- * (`workers/composed.wrangler.toml`), `-- --env <name>` that environment, with the `--var KEY:VALUE` given
- * over its [vars], as wrangler deploys them.
+ * not parse, a field the schema refuses), or that sets a secret as a plain-text variable. A `--dry-run`
+ * only warns. Extra arguments go to wrangler (`npm run deploy -- --dry-run --outdir /tmp/x`; `-- --help`
+ * unchecked); `-- --config <file>` checks and deploys another config (`workers/composed.wrangler.toml`),
+ * `-- --env <name>` that environment, with the `--var KEY:VALUE` given over its [vars], as wrangler
+ * deploys them.
  */
 import { existsSync, readFileSync, realpathSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
@@ -76,7 +77,8 @@ export const OPTION_VARS = optionVars(readFileSync(fileURLToPath(new URL('../src
 /**
  * What in the config would make the deployed Worker answer every request with a 500, as messages (empty:
  * it starts): no PODGATE_KV binding, or what the Worker's own start (`optionsFromEnv`, `createGateway`)
- * refuses in its variables. Secrets are not in the file and are not checked.
+ * refuses in its variables; and a secret it reads (RUNPOD_API_KEY, PODGATE_ADMIN_TOKEN,
+ * PODGATE_SIGNING_SECRET, an endpoint's apiKeyEnv) set as a plain-text variable. Its value is never shown.
  */
 export function configProblems(config: DeployedConfig, file = 'wrangler.toml'): string[] {
   const problems: string[] = []
@@ -84,8 +86,14 @@ export function configProblems(config: DeployedConfig, file = 'wrangler.toml'): 
     problems.push(`${file} binds no KV namespace as PODGATE_KV: every request would fail. Add [[kv_namespaces]] with binding = "PODGATE_KV" (README "Deploy in five steps").`)
   }
   const bound: Record<string, unknown> = { PODGATE_KV: {}, ...(config.durable_objects.bindings.some((b) => b.name === 'PODGATE_QUOTA') ? { PODGATE_QUOTA: {} } : {}) }
+  // Every name the Worker reads that is no option variable is a secret's: these, and what apiKeyEnv names.
+  const secrets = new Set<string>(SECRET_FIELDS.map(([, variable]) => variable))
   const env = new Proxy(config.vars, {
-    get: (vars, name) => (typeof name !== 'string' ? undefined : Object.hasOwn(vars, name) ? vars[name] : Object.hasOwn(bound, name) ? bound[name] : OPTION_VARS.has(name) ? undefined : SECRET_STAND_IN),
+    get: (vars, name) => {
+      if (typeof name !== 'string') return undefined
+      if (!OPTION_VARS.has(name)) secrets.add(name)
+      return Object.hasOwn(vars, name) ? vars[name] : Object.hasOwn(bound, name) ? bound[name] : OPTION_VARS.has(name) ? undefined : SECRET_STAND_IN
+    },
   })
   try {
     // As createPodgateWorker starts: the production entry has no playground page, so it refuses PODGATE_PLAYGROUND.
@@ -94,6 +102,9 @@ export function configProblems(config: DeployedConfig, file = 'wrangler.toml'): 
   } catch (error) {
     if (!(error instanceof ConfigError)) throw error
     problems.push(`${file}: the Worker would answer every request with a 500: ${error.message.replace(/^podgate: /, '')}`)
+  }
+  for (const name of secrets) {
+    if (Object.hasOwn(config.vars, name)) problems.push(`${file}: ${name} is a secret, but as a plain-text variable ([vars] or --var) it would sit in the file and show on Cloudflare's dashboard: remove it and run \`npx wrangler secret put ${name}\`.`)
   }
   return problems
 }

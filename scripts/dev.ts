@@ -78,7 +78,7 @@ if (realKey) {
   const server = await serveNode((request) => emulator.fetch(request), { port: emulatorPort, host })
   closeEmulator = server.close
   args.push('--var', 'RUNPOD_API_KEY:emulator-no-secret', '--var', `RUNPOD_BASE_URL:${server.url}/v2`)
-  console.log(`[podgate] no RUNPOD_API_KEY: Runpod emulator on ${server.url} (endpoints vllmopenai, vllmclassic, vllmcurrent)`)
+  console.log(`[podgate] no RUNPOD_API_KEY in the environment or .dev.vars: Runpod emulator on ${server.url} (endpoints vllmopenai, vllmclassic, vllmcurrent)`)
 }
 
 const wrangler = spawn('wrangler', args, { stdio: 'inherit', env: { ...process.env, WRANGLER_SEND_METRICS: 'false' } })

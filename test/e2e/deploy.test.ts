@@ -226,6 +226,37 @@ describe('npm run deploy: a config every request would fail on', () => {
     expect(() => optionVars(source.replace('PodgateWorkerEnv {', 'RenamedEnv {'))).toThrow(/PodgateWorkerEnv/)
   })
 
+  // A secret under [vars] (or given as --var) was deployed as a plain-text variable: in the repo and on Cloudflare's dashboard.
+  it('refuses a secret set as a plain-text variable ([vars] or --var), naming `wrangler secret put`, never its value; a dry run warns', () => {
+    const secret = 'sk-live-never-printed-0123456789'
+    const base = { main: join(ROOT, 'workers/podgate.ts'), kv_namespaces: [{ binding: 'PODGATE_KV' }], durable_objects: { bindings: [] } }
+    const models = JSON.stringify({ m: { endpoints: [{ endpointId: 'abc123xyz' }] } })
+    const proxied = JSON.stringify({ m: { endpoints: [{ url: 'https://proxy.example.com/v2/abc', apiKeyEnv: 'WORKER_KEY' }] } })
+    for (const [vars, name] of [
+      [{ PODGATE_MODELS: models, RUNPOD_API_KEY: secret }, 'RUNPOD_API_KEY'],
+      [{ PODGATE_MODELS: models, PODGATE_ADMIN_TOKEN: secret }, 'PODGATE_ADMIN_TOKEN'],
+      [{ PODGATE_MODELS: models, PODGATE_SIGNING_SECRET: secret }, 'PODGATE_SIGNING_SECRET'],
+      // An endpoint's own key, named by apiKeyEnv.
+      [{ PODGATE_MODELS: proxied, WORKER_KEY: secret }, 'WORKER_KEY'],
+      // Also beside a config the Worker refuses for another reason.
+      [{ PODGATE_MODELS: '{"m":', PODGATE_ADMIN_TOKEN: secret }, 'PODGATE_ADMIN_TOKEN'],
+    ] as [Record<string, string>, string][]) {
+      const problems = configProblems({ ...base, vars }, 'app.toml')
+      expect(problems, name).toContainEqual(expect.stringMatching(new RegExp(`^app\\.toml: ${name} is a secret.*\\[vars\\].*--var.*\`npx wrangler secret put ${name}\``)))
+      expect(problems.join('\n')).not.toContain(secret)
+    }
+    expect(configProblems({ ...base, vars: { PODGATE_MODELS: models, APP_MODE: 'on' } })).toEqual([])
+    const file = write('secret-in-vars', edited.replace('[vars]\n', `[vars]\nRUNPOD_API_KEY = "${secret}"\n`))
+    for (const [config, args] of [[file, []], [write('edited', edited), ['--var', `PODGATE_ADMIN_TOKEN:${secret}`]], [file, ['--dry-run']]] as [string, string[]][]) {
+      const result = runDeploy(config, args)
+      const dry = args.includes('--dry-run')
+      expect(result.stderr, args.join(' ')).toMatch(new RegExp(`${dry ? '--dry-run: ' : 'not deploying:[\\s\\S]*'}.*is a secret.*wrangler secret put (RUNPOD_API_KEY|PODGATE_ADMIN_TOKEN)`))
+      expect(result.stderr).not.toContain(secret)
+      expect(result.status).toBe(dry ? 0 : 1)
+      if (!dry) expect(result.stdout).not.toMatch(/fake wrangler ran/)
+    }
+  }, 180_000)
+
   it('a dry run only warns', () => {
     const file = write('dry-no-models', top.replace(models, '') + dev)
     const result = spawnSync(process.execPath, ['scripts/deploy.ts', '--config', file, '--dry-run'], { cwd: ROOT, encoding: 'utf8', env: { ...process.env, PATH: `${fakeWrangler}:${process.env.PATH}`, WRANGLER_SEND_METRICS: 'false' } })
