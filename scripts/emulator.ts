@@ -31,13 +31,14 @@ if (values.help) {
   process.exit(0)
 }
 
-const port = Number(values.port ?? process.env.EMULATOR_PORT ?? 8788)
+// An empty variable counts as unset (`EMULATOR_PORT= npm run emulator`): Number('') is 0, a random port.
+const port = Number(values.port ?? (process.env.EMULATOR_PORT || 8788))
 if (!Number.isInteger(port) || port < 0 || port > 65535) {
   console.error(`emulator: invalid port ${values.port ?? process.env.EMULATOR_PORT}; pass --port 0-65535`)
   process.exit(2)
 }
-const host = values.host ?? process.env.EMULATOR_HOST ?? '127.0.0.1'
-const apiKey = values['api-key'] ?? process.env.EMULATOR_API_KEY
+const host = values.host ?? (process.env.EMULATOR_HOST || '127.0.0.1')
+const apiKey = values['api-key'] ?? (process.env.EMULATOR_API_KEY || undefined)
 
 const emulator = createRunpodEmulator({ apiKey })
 const server = await serveNode((request) => emulator.fetch(request), { port, host }).catch((error: unknown) => {

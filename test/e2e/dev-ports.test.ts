@@ -3,7 +3,7 @@
  * runs in another terminal, or who has another project's `wrangler dev` on 8787: it must say which
  * variable picks another port and stop, not print "ready" for the other server or a bare EADDRINUSE.
  */
-import { spawnSync } from 'node:child_process'
+import { spawn, spawnSync } from 'node:child_process'
 import { createServer } from 'node:http'
 import type { Server } from 'node:http'
 import { afterAll, describe, expect, it } from 'vitest'
@@ -55,6 +55,23 @@ describe('npm run emulator on a port that is taken, or with a flag it does not k
     expect(stderr).toMatch(new RegExp(`127\\.0\\.0\\.1:${port} is taken.*--port`))
     expect(stderr).not.toMatch(/^\s+at /m)
     expect(status).toBe(1)
+  })
+
+  // `EMULATOR_PORT=` was read as port 0, a random one, and `EMULATOR_HOST=` as every interface.
+  it('an empty EMULATOR_PORT or EMULATOR_HOST counts as unset: 127.0.0.1:8788, as documented', { timeout: 30_000 }, async () => {
+    const child = spawn(process.execPath, ['scripts/emulator.ts'], { cwd: ROOT, env: { ...process.env, EMULATOR_PORT: '', EMULATOR_HOST: '' } })
+    let output = ''
+    child.stdout.on('data', (d) => (output += d))
+    child.stderr.on('data', (d) => (output += d))
+    // Listening (or 8788 taken by a running `npm run dev`): either way it asked for the default.
+    let poll: NodeJS.Timeout | undefined
+    await new Promise<void>((resolve) => {
+      child.once('exit', () => resolve())
+      poll = setInterval(() => /Runpod emulator on|is taken/.test(output) && resolve(), 50)
+    })
+    clearInterval(poll)
+    child.kill('SIGTERM')
+    expect(output).toMatch(/Runpod emulator on http:\/\/127\.0\.0\.1:8788\/v2|127\.0\.0\.1:8788 is taken/)
   })
 
   it('an unknown flag prints the usage, without a stack trace', { timeout: 30_000 }, () => {
