@@ -89,6 +89,8 @@ export interface KeysCliIO {
 }
 
 const LOOPBACK = /^http:\/\/(127\.0\.0\.1|localhost|\[::1\])(:\d+)?$/
+/** A loopback host name, as `new URL().hostname` gives it: plain http to it never leaves the machine. */
+const LOOPBACK_HOST = /^(127(\.\d+){3}|localhost|\[::1\])$/
 
 /** Runs one CLI invocation; returns the process exit code. */
 export async function runKeysCli(argv: string[], io: KeysCliIO): Promise<number> {
@@ -122,7 +124,10 @@ export async function runKeysCli(argv: string[], io: KeysCliIO): Promise<number>
     const unauthorized = devToken && typeof parsed.values['admin-token'] !== 'string' && token !== devToken
       ? ' (the PODGATE_ADMIN_TOKEN of your environment was sent, not the other one in .dev.vars: unset it to use that)'
       : ''
-    const target: Target = { url, token, io, unauthorized }
+    // Not refused (a LAN dev setup: `wrangler dev --ip 0.0.0.0`), but said, before the first call.
+    const { protocol, hostname } = new URL(url)
+    const warning = protocol === 'http:' && !LOOPBACK_HOST.test(hostname) ? `keys: warning: the admin token goes to ${url} over plain http://, readable on the network: use https:// unless it is your own LAN` : undefined
+    const target: Target = { url, token, io, unauthorized, warning }
     const needsId = (): string => {
       if (!id) throw new UsageError(`${command} needs a key id (key_...)`)
       return encodeURIComponent(id)
@@ -199,10 +204,15 @@ interface Target {
   token: string
   io: KeysCliIO
   unauthorized: string
+  /** Printed before the first call, then cleared. */
+  warning: string | undefined
 }
 
 /** One admin API call; prints the API's error and returns null when it refuses. */
-async function call({ url, token, io, unauthorized }: Target, method: string, path: string, body?: unknown): Promise<unknown> {
+async function call(target: Target, method: string, path: string, body?: unknown): Promise<unknown> {
+  const { url, token, io, unauthorized, warning } = target
+  if (warning) io.err(warning)
+  target.warning = undefined
   let res: Response
   try {
     res = await io.fetch(url + path, {

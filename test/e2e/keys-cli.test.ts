@@ -332,6 +332,42 @@ describe('npm run keys: a --url it cannot use, or cannot reach', () => {
   })
 })
 
+describe('npm run keys: plain http:// to another host', () => {
+  // The admin token went over plain http to a LAN or remote host without a word: not refused (a LAN dev
+  // setup), but said once, on stderr, before the call, and never with the token.
+  it('warns once on stderr before the call, without the token; https and loopback are quiet', async () => {
+    const token = 'admin-token-never-printed-0123'
+    const run = async (argv: string[]) => {
+      let err = ''
+      const before: string[] = []
+      const fetch = (async () => {
+        before.push(err)
+        return new Response('{"object":"list","data":[],"cursor":null}')
+      }) as typeof globalThis.fetch
+      const code = await runKeysCli([...argv, '--admin-token', token], { env: {}, out: () => {}, err: (t) => (err += `${t}\n`), fetch })
+      return { code, err, before }
+    }
+    for (const url of ['http://192.168.1.20:8787', 'http://podgate.example.com']) {
+      const { code, err, before } = await run(['list', '--url', url])
+      expect(code, err).toBe(0)
+      expect(before).toHaveLength(1)
+      expect(before[0]).toMatch(new RegExp(`^keys: warning: .*${url.replaceAll('.', '\\.')}.*plain http://.*https://`))
+      expect(err.split('\n').filter(Boolean)).toHaveLength(1)
+      expect(err).not.toContain(token)
+    }
+    for (const url of ['https://podgate.example.com', 'http://127.0.0.1:8787', 'http://127.0.0.2:8787', 'http://localhost:8787', 'http://[::1]:8787']) {
+      const { code, err } = await run(['list', '--url', url])
+      expect(code, url).toBe(0)
+      expect(err).toBe('')
+    }
+    // Nothing sent, nothing to warn about.
+    const usage = await run(['get', '--url', 'http://192.168.1.20:8787'])
+    expect(usage.code).toBe(2)
+    expect(usage.before).toEqual([])
+    expect(usage.err).not.toMatch(/warning/)
+  })
+})
+
 describe('npm run keys: a --url that redirects', () => {
   // fetch followed it: a POST became a GET and, to another origin (http -> https), lost its Authorization,
   // so `create` printed "401: Invalid admin token." for a right token (or, same-origin, printed the key list).
