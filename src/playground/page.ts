@@ -101,39 +101,42 @@ async function send(event) {
   $('send').disabled = true
   show('status', 'Streaming...', '')
   show('usage', '')
+  let answer = ''
+  let error = ''
   try {
     const res = await api('/v1/chat/completions', {
       method: 'POST',
       body: JSON.stringify({ model: $('model').value, messages: history, stream: true, stream_options: { include_usage: true }, max_tokens: Number($('max-tokens').value) || undefined }),
     })
     readHeaders(res)
-    // Refused: the prompt leaves the conversation, on screen too, and goes back in the box to send again.
-    if (!res.ok) { history.pop(); bubble.remove(); asked.remove(); $('prompt').value = prompt; return show('status', await errorText(res), 'error') }
-    let answer = ''
-    let failed = null
-    let finished = false
-    const feed = sseEvents((data) => {
-      if (data === '[DONE]') { finished = true; return }
-      const chunk = JSON.parse(data)
-      if (chunk.error) { failed = chunk.error; return }
-      const delta = chunk.choices && chunk.choices[0] && chunk.choices[0].delta
-      if (delta && delta.content) { answer += delta.content; bubble.textContent = answer }
-      if (chunk.usage) show('usage', 'prompt ' + chunk.usage.prompt_tokens + ' + completion ' + chunk.usage.completion_tokens + ' = ' + chunk.usage.total_tokens + ' tokens')
-    })
-    const reader = res.body.pipeThrough(new TextDecoderStream()).getReader()
-    for (;;) {
-      const { value, done } = await reader.read()
-      feed(value || '', done)
-      if (done) break
+    if (!res.ok) error = await errorText(res)
+    else {
+      let finished = false
+      const feed = sseEvents((data) => {
+        if (data === '[DONE]') { finished = true; return }
+        const chunk = JSON.parse(data)
+        if (chunk.error) { error = 'Stream failed: ' + chunk.error.code + ': ' + chunk.error.message; return }
+        const delta = chunk.choices && chunk.choices[0] && chunk.choices[0].delta
+        if (delta && delta.content) { answer += delta.content; bubble.textContent = answer }
+        if (chunk.usage) show('usage', 'prompt ' + chunk.usage.prompt_tokens + ' + completion ' + chunk.usage.completion_tokens + ' = ' + chunk.usage.total_tokens + ' tokens')
+      })
+      const reader = res.body.pipeThrough(new TextDecoderStream()).getReader()
+      for (;;) {
+        const { value, done } = await reader.read()
+        feed(value || '', done)
+        if (done) break
+      }
+      if (!finished && !error) error = 'Stream ended without [DONE].'
     }
-    history.push({ role: 'assistant', content: answer })
-    if (failed) show('status', 'Stream failed: ' + failed.code + ': ' + failed.message, 'error')
-    else show('status', finished ? 'Done.' : 'Stream ended without [DONE].', finished ? 'ok' : 'error')
   } catch (err) {
-    show('status', 'Network error: ' + err.message, 'error')
-  } finally {
-    $('send').disabled = false
+    error = 'Network error: ' + err.message
   }
+  // No answer (refused, a network error, a stream that broke or failed before any text): the prompt leaves
+  // the conversation, on screen too, and goes back in the box to send again. An answer cut short stays, as shown.
+  if (answer || !error) history.push({ role: 'assistant', content: answer })
+  else { history.pop(); bubble.remove(); asked.remove(); $('prompt').value = prompt }
+  show('status', error || 'Done.', error ? 'error' : 'ok')
+  $('send').disabled = false
 }
 
 function addMessage(role, text, before) {

@@ -175,6 +175,71 @@ describe('the playground in Chromium', () => {
     await page.close()
   })
 
+  // A network error (fetch threw, or the stream broke before any text) left the unanswered prompt in the
+  // conversation the page sends, and on screen: the next message went out as two user turns in a row.
+  it('a message with no answer (a network error, a stream that broke or failed before any text) leaves the conversation and goes back in the box; an answer cut short stays as shown', async () => {
+    const { key } = await server.createKey({ name: 'network-errors', origins: [server.url] })
+    const page = await openPlayground()
+    await page.fill('#key', key)
+    await page.click('#load')
+    await expect.poll(() => page.locator('#model option').count()).toBeGreaterThan(0)
+    await page.selectOption('#model', 'chat-openai')
+    const shown = () => page.locator('#messages .msg').allTextContents()
+
+    // fetch throws.
+    await page.route('**/v1/chat/completions', (route) => route.abort('internetdisconnected'), { times: 1 })
+    await page.fill('#prompt', 'lost')
+    await page.click('#send')
+    await expect.poll(() => page.textContent('#status')).toMatch(/^Network error/)
+    expect(await shown()).toEqual([])
+    expect(await page.inputValue('#prompt')).toBe('lost')
+
+    // The stream breaks before any text, then (the next send) after some.
+    await page.evaluate(() => {
+      const real = window.fetch
+      let calls = 0
+      window.fetch = async (...args: Parameters<typeof fetch>) => {
+        const text = ['', 'data: {"choices":[{"index":0,"delta":{"content":"half an"}}]}\n\n'][calls++]
+        if (text === undefined) return real(...args)
+        return new Response(new ReadableStream({
+          start(controller) {
+            if (text) controller.enqueue(new TextEncoder().encode(text))
+            setTimeout(() => controller.error(new TypeError('network error')), 50)
+          },
+        }), { headers: { 'content-type': 'text/event-stream' } })
+      }
+    })
+    await page.click('#send')
+    await expect.poll(() => page.textContent('#status')).toBe('Network error: network error')
+    expect(await shown()).toEqual([])
+    expect(await page.inputValue('#prompt')).toBe('lost')
+    await page.fill('#prompt', 'cut')
+    await page.click('#send')
+    await expect.poll(() => page.textContent('#status')).toBe('Network error: network error')
+    expect(await shown()).toEqual(['cut', 'half an'])
+    expect(await page.inputValue('#prompt')).toBe('')
+
+    // podgate's in-band error event before any text.
+    const failing = 'fails [[emulator:fault=error_event,after=0]]'
+    await page.fill('#prompt', failing)
+    await page.click('#send')
+    await expect.poll(() => page.textContent('#status')).toMatch(/^Stream failed: /)
+    expect(await shown()).toEqual(['cut', 'half an'])
+    expect(await page.inputValue('#prompt')).toBe(failing)
+
+    // What is sent next is what is shown.
+    await page.fill('#prompt', 'next [[emulator:tokens=3]]')
+    const sent = page.waitForRequest((r) => r.url().endsWith('/v1/chat/completions'))
+    await page.click('#send')
+    expect((JSON.parse((await sent).postData() ?? '{}') as { messages: unknown }).messages).toEqual([
+      { role: 'user', content: 'cut' },
+      { role: 'assistant', content: 'half an' },
+      { role: 'user', content: 'next [[emulator:tokens=3]]' },
+    ])
+    await expect.poll(() => page.textContent('#status')).toBe('Done.')
+    await page.close()
+  })
+
   it('the dev Worker also serves /openapi.json (README: curl .../openapi.json); production config leaves the playground off', async () => {
     const res = await fetch(`${server.url}/openapi.json`)
     expect(res.status).toBe(200)
