@@ -194,6 +194,8 @@ describe('tokens', () => {
     expect(outside.status).toBe(403)
     const models = (await (await h.fetch('/v1/models', authed(minted.token))).json()) as { data: { id: string }[] }
     expect(models.data.map((m) => m.id)).toEqual(['chat-classic'])
+    expect((await h.fetch('/v1/models/chat-classic', authed(minted.token))).status).toBe(200)
+    expect((await h.fetch('/v1/models/chat-openai', authed(minted.token))).status).toBe(403)
   })
 
   it('take every default from an absent or empty body; a malformed one is a 400 in OpenAI error JSON', async () => {

@@ -8,7 +8,7 @@ import { APICallError, generateText, streamText } from 'ai'
 import OpenAI from 'openai'
 import { describe, expect, it } from 'vitest'
 import { createRunpodEmulator } from '../src/testing/index.ts'
-import { harness, MODEL_NAMES, RUNPOD_KEY } from './helpers.ts'
+import { authed, harness, MODEL_NAMES, RUNPOD_KEY } from './helpers.ts'
 
 async function setup(keyBody?: Record<string, unknown>, overrides: Parameters<typeof harness>[0] = {}) {
   const h = harness(overrides)
@@ -134,6 +134,29 @@ describe('openai client: what other files do not cover', () => {
   it('a scope violation is PermissionDeniedError (403)', async () => {
     const { openai } = await setup({ name: 'scoped', models: ['chat-classic'] })
     await expect(openai.chat.completions.create({ model: 'chat-current', messages: [{ role: 'user', content: 'x' }] })).rejects.toBeInstanceOf(OpenAI.PermissionDeniedError)
+  })
+
+  it("models.retrieve answers the list's model object; 404 model_not_found and 403 as a call naming the model", async () => {
+    const { h, key, openai } = await setup({ name: 'scoped', models: ['chat-classic'] })
+    const [listed] = (await openai.models.list()).data
+    expect(await openai.models.retrieve('chat-classic')).toEqual(listed)
+    await expect(openai.models.retrieve('chat-current')).rejects.toBeInstanceOf(OpenAI.PermissionDeniedError)
+    const missing = (await openai.models.retrieve('nope').catch((e: unknown) => e)) as InstanceType<typeof OpenAI.APIError>
+    expect(missing).toBeInstanceOf(OpenAI.NotFoundError)
+    expect([missing.code, missing.param]).toEqual(['model_not_found', 'model'])
+    // An id with a slash, escaped (this SDK) or not (clients that send it raw): no such alias, not "no route".
+    for (const path of ['/v1/models/meta-llama/Llama-3.1-8B', '/v1/models/meta-llama%2FLlama-3.1-8B']) {
+      const res = await h.fetch(path, authed(key))
+      expect(res.status, path).toBe(404)
+      const { error } = (await res.json()) as { error: { code: string; param: string; message: string } }
+      expect(error, path).toMatchObject({ code: 'model_not_found', param: 'model' })
+      expect(error.message).toContain("'meta-llama/Llama-3.1-8B'")
+    }
+    // The list's auth and CORS.
+    expect((await h.fetch('/v1/models/chat-classic')).status).toBe(401)
+    const page = { headers: { authorization: `Bearer ${key}`, origin: 'https://app.example' } }
+    const [one, all] = await Promise.all([h.fetch('/v1/models/chat-classic', page), h.fetch('/v1/models', page)])
+    expect(one.headers.get('access-control-allow-origin')).toBe(all.headers.get('access-control-allow-origin'))
   })
 
   it('upstream failures are InternalServerError (502) and RateLimitError (429)', async () => {

@@ -77,6 +77,7 @@ describe('GET /openapi.json', () => {
     expect(listed).toEqual(mounted.map((r) => `${r.method} ${r.path.replace(/:(\w+)/g, '{$1}')}`).sort())
     expect(listed).toContain('POST /v1/chat/completions')
     expect(listed).toContain('DELETE /admin/keys/{id}')
+    expect(listed).toContain('GET /v1/models/{id}')
     expect(listed).toContain('GET /playground')
   })
 

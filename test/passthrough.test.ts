@@ -377,6 +377,25 @@ describe("Runpod's URL shape /v2/<model>/openai/v1", () => {
     expect(await (await h.fetch('/v2/openai/openai/v1/models', authed(key))).json()).toEqual({ object: 'list', data: [{ id: 'openai', object: 'model', created: 0, owned_by: 'podgate' }] })
   })
 
+  it("retrieves the path's model as its list shows it; the path refused as by its other routes, any other id 404", async () => {
+    const { h } = setup({})
+    const { key } = await h.createKey({ name: 'scoped', models: ['openai', 'plainnative'] })
+    const list = (await (await h.fetch('/v2/openai/openai/v1/models', authed(key))).json()) as { data: unknown[] }
+    const one = await h.fetch('/v2/openai/openai/v1/models/openai', authed(key))
+    expect(one.status).toBe(200)
+    expect(await one.json()).toEqual(list.data[0])
+    for (const [path, status, code] of [
+      ['/v2/native/openai/v1/models/native', 403, 'permission_denied'],
+      ['/v2/nope/openai/v1/models/nope', 404, 'model_not_found'],
+      ['/v2/openai/openai/v1/models/plainnative', 404, 'model_not_found'],
+      [`/v2/openai/openai/v1/models/${SERVED}`, 404, 'model_not_found'],
+    ] as const) {
+      const res = await h.fetch(path, authed(key))
+      expect(res.status, path).toBe(status)
+      expect(((await res.json()) as { error: unknown }).error, path).toMatchObject({ code, param: 'model' })
+    }
+  })
+
   function list0() {
     return { object: 'list', model: SERVED, data: [{ index: 0, object: 'embedding', embedding: [1] }], usage: { prompt_tokens: 1, total_tokens: 1 } }
   }

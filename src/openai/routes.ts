@@ -88,13 +88,17 @@ function surface(options: OpenAIRoutesOptions, resolve: ModelResolver, prefix: s
   }
   if (byBody) for (const route of COHERE_ROUTES) app.post(route.path.slice(3), (c) => complete(c, (body, config, alias) => normalizeRouteRequest(body, config, alias, route), runRoute, byBody))
 
-  // `/v2/<model>/openai/v1/models`: the path's model, refused (404, 403) as the path's other routes refuse it.
-  app.get(`${prefix}/models`, (c) => {
+  // The models the key may use, or one of them as listed (the OpenAI SDK's `models.retrieve`). An id not listed
+  // is refused as a call naming it (404, 403): `modelFor` returns only for a listed one, so it never answers.
+  // `/v2/<model>/openai/v1/models`: the path's model, refused (404, 403) as the path's other routes refuse it;
+  // any other id is a 404. `{.+}`: an id with a slash (no alias has one) is a 404 `model_not_found`, not no route.
+  app.get(`${prefix}/models/:id{.+}?`, (c) => {
     const principal = c.get('principal')
     const only = c.req.param('model')
-    const data = (only === undefined ? [...options.models.keys()].filter((alias) => principal.models === null || principal.models.includes(alias)) : [modelFor(options.models, only, principal).alias])
+    const id = c.req.param('id')
+    const data = (only === undefined ? [...options.models.keys()].filter((alias) => principal.models?.includes(alias) ?? true) : [modelFor(options.models, only, principal).alias])
       .map((id) => ({ id, object: 'model', created: 0, owned_by: 'podgate' }))
-    return c.json({ object: 'list', data })
+    return c.json(id ? (data.find((model) => model.id === id) ?? modelFor(only ? new Map() : options.models, id, principal)) : { object: 'list', data })
   })
 
   return app

@@ -38,16 +38,22 @@ function errorResponse(schema: string, description: string) {
   return { description, content: { 'application/json': { schema: { $ref: `#/components/schemas/${schema}` } } } }
 }
 
-/** The routes a document lists: real endpoints, not middleware. */
+/**
+ * The routes a document lists: real endpoints, not middleware. A parameter's pattern is left out
+ * (`:id{.+}` is `:id`), and a route with an optional last parameter (`/models/:id?`) is two paths.
+ */
 export function documentedRoutes(routes: readonly RouteEntry[]): RouteEntry[] {
   const seen = new Set<string>()
   const out: RouteEntry[] = []
   for (const route of routes) {
     if (route.method === 'ALL' || route.path.includes('*')) continue
-    const id = `${route.method} ${route.path}`
-    if (seen.has(id)) continue
-    seen.add(id)
-    out.push({ method: route.method, path: route.path })
+    const path = route.path.replace(/(:\w+)\{[^}]*\}/g, '$1')
+    for (const p of path.endsWith('?') ? [path.replace(/\/[^/]+$/, ''), path.slice(0, -1)] : [path]) {
+      const id = `${route.method} ${p}`
+      if (seen.has(id)) continue
+      seen.add(id)
+      out.push({ method: route.method, path: p })
+    }
   }
   return out
 }

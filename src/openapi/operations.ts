@@ -86,6 +86,7 @@ export const OPERATIONS: Record<string, OperationSpec> = {
     requestBody: 'EmbeddingRequest',
   },
   'GET /v1/models': { summary: 'List the models this key may use', tag: 'OpenAI', security: 'key', response: 'ModelList' },
+  'GET /v1/models/:id': { summary: 'One model this key may use, as the list shows it (404 `model_not_found`, or 403 if this key may not use it)', tag: 'OpenAI', security: 'key', response: 'Model' },
   'POST /v2/:model/openai/v1/chat/completions': {
     summary: 'Create a chat completion (Runpod\'s URL shape)',
     description: 'Serves what `POST /v1/chat/completions` serves, for the model in the path. The body\'s `model` may be the alias or the served model name.',
@@ -98,6 +99,7 @@ export const OPERATIONS: Record<string, OperationSpec> = {
   'POST /v2/:model/openai/v1/completions': { summary: 'Create a completion (Runpod\'s URL shape)', tag: 'OpenAI', security: 'key', requestBody: 'CompletionRequest', response: 'Completion', streams: true },
   'POST /v2/:model/openai/v1/embeddings': { summary: 'Create embeddings (Runpod\'s URL shape)', tag: 'OpenAI', security: 'key', requestBody: 'EmbeddingRequest' },
   'GET /v2/:model/openai/v1/models': { summary: 'The model of the path (403 if this key may not use it; Runpod\'s URL shape)', tag: 'OpenAI', security: 'key', response: 'ModelList' },
+  'GET /v2/:model/openai/v1/models/:id': { summary: 'The model of the path, if `id` names it (else 404; 403 if this key may not use it; Runpod\'s URL shape)', tag: 'OpenAI', security: 'key', response: 'Model' },
   'POST /v1/tokens': {
     summary: 'Mint a short-lived token from a secret key',
     description: 'For an app\'s backend: the token (pg_tk_) may be handed to a browser. Its scope can only narrow the key\'s.',
@@ -283,11 +285,12 @@ export const RESPONSE_SCHEMAS: Record<string, unknown> = {
       usage: { oneOf: [{ $ref: '#/components/schemas/Usage' }, { type: 'null' }] },
     },
   },
+  Model: { type: 'object', properties: { id: { type: 'string' }, object: { const: 'model' }, created: { type: 'integer' }, owned_by: { type: 'string' } } },
   ModelList: {
     type: 'object',
     properties: {
       object: { const: 'list' },
-      data: { type: 'array', items: { type: 'object', properties: { id: { type: 'string' }, object: { const: 'model' }, owned_by: { type: 'string' } } } },
+      data: { type: 'array', items: { $ref: '#/components/schemas/Model' } },
     },
   },
   KeyRecord: keyRecord,
