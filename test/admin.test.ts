@@ -181,6 +181,33 @@ describe('admin keys API', () => {
     expect((await env.PODGATE_KV.list()).keys).toEqual(before)
   })
 
+  it('refuses metadata of more than 50 entries (as Stripe) on create and update, naming the field; a key holding more is still read', async () => {
+    const h = harness()
+    const admin = (method: string, body: unknown): RequestInit => ({ method, headers: { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' }, body: JSON.stringify(body) })
+    const entries = (n: number) => Object.fromEntries(Array.from({ length: n }, (_, i) => [`k${i}`, 'v']))
+    const before = (await env.PODGATE_KV.list()).keys
+    const created = await h.fetch('/admin/keys', admin('POST', { name: 'many', metadata: entries(51) }))
+    expect(created.status).toBe(400)
+    const { error } = (await created.json()) as { error: { code: string; param: string; message: string } }
+    expect(error).toMatchObject({ code: 'invalid_request', param: 'metadata' })
+    expect(error.message).toContain('50')
+    expect((await env.PODGATE_KV.list()).keys).toEqual(before)
+    const { id, key } = await h.createKey({ name: 'fifty', metadata: entries(50) })
+    const patched = await h.fetch(`/admin/keys/${id}`, admin('PATCH', { metadata: entries(51) }))
+    expect(patched.status).toBe(400)
+    expect(await patched.json()).toMatchObject({ error: { code: 'invalid_request', param: 'metadata' } })
+    const record = (await (await h.fetch(`/admin/keys/${id}`, authed(ADMIN_TOKEN))).json()) as { metadata: Record<string, string> }
+    expect(Object.keys(record.metadata)).toHaveLength(50)
+    // A record written with more (before the limit): served, listed and updated in its other fields.
+    const stored = JSON.parse((await env.PODGATE_KV.get(`key:${id}`))!) as Record<string, unknown>
+    await env.PODGATE_KV.put(`key:${id}`, JSON.stringify({ ...stored, metadata: entries(60) }))
+    const reader = harness({ keyCacheTtlMs: 0 })
+    expect((await reader.fetch('/v1/models', authed(key))).status).toBe(200)
+    const renamed = await reader.fetch(`/admin/keys/${id}`, admin('PATCH', { name: 'renamed' }))
+    expect(renamed.status).toBe(200)
+    expect(Object.keys(((await renamed.json()) as { metadata: object }).metadata)).toHaveLength(60)
+  })
+
   it('revoking a key makes it fail with 401 (same isolate: at once)', async () => {
     const h = harness()
     const { id, key } = await h.createKey()

@@ -32,7 +32,7 @@ const scopeFields = lazily(() => ({
   name: string().check(minLength(1), maxLength(100)),
   models: nullable(array(string().check(minLength(1), maxLength(128))).check(minLength(1), maxLength(256))),
   origins: array(originSchema()).check(maxLength(100)),
-  metadata: recordOf(string().check(maxLength(512))).check(refine((m: Record<string, string>) => Object.keys(m).every((key) => key.length <= 64), 'must have keys of at most 64 characters')),
+  metadata: recordOf(string().check(maxLength(512))).check(refine((m: Record<string, string>) => Object.keys(m).every((key, i) => i < 50 && key.length <= 64), 'must have at most 50 keys, of at most 64 characters')),
   quota: nullable(quotaPolicySchema),
   expiresAt: nullable(positiveInt()),
 }))

@@ -106,7 +106,7 @@ describe('admin, token and cache-purge bodies', () => {
     expect(refusal(createKeySchema(), { name: 'ci', kind: 'public' })).toEqual(['kind', "Invalid value for 'kind': expected 'secret', 'publishable', got 'public'"])
     expect(refusal(updateKeySchema(), { quota: { requestsPerDay: 1.5 } })).toEqual(['quota.requestsPerDay', "Invalid type for 'quota.requestsPerDay': expected an integer, got 1.5"])
     expect(refusal(updateKeySchema(), { metadata: { a: 'x'.repeat(513) } })).toEqual(['metadata.a', "'metadata.a' must be at most 512 characters long, got 513 characters"])
-    expect(refusal(updateKeySchema(), { metadata: { ['k'.repeat(65)]: 'x' } })).toEqual(['metadata', "'metadata' must have keys of at most 64 characters"])
+    expect(refusal(updateKeySchema(), { metadata: { ['k'.repeat(65)]: 'x' } })).toEqual(['metadata', "'metadata' must have at most 50 keys, of at most 64 characters"])
     expect(refusal(updateKeySchema(), { metadata: ['x'] })).toEqual(['metadata', "Invalid type for 'metadata': expected an object, got an array"])
     expect(refusal(mintTokenSchema(), { models: [] })).toEqual(['models', "'models' must have at least 1 item, got 0 items"])
     expect(refusal(mintTokenSchema(), { ttlSeconds: 0 })).toEqual(['ttlSeconds', "'ttlSeconds' must be greater than 0, got 0"])

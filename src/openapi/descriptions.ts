@@ -47,7 +47,7 @@ const KEY_SCOPE: Descriptions = {
   name: 'A label for people: who or what uses the key.',
   models: 'Model aliases the key may use; null for all.',
   origins: 'Browser origins the key may be used from, e.g. https://app.example.com.',
-  metadata: { description: 'Free-form string pairs for the operator.', propertyNames: { type: 'string', maxLength: 64 } },
+  metadata: { description: 'Free-form string pairs for the operator.', maxProperties: 50, propertyNames: { type: 'string', maxLength: 64 } },
   quota: 'Limits for this key; null for the gateway defaults.',
   expiresAt: 'When the key stops working, in ms since the epoch; null for never.',
 }
