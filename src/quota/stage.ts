@@ -36,7 +36,7 @@ export function quotaStage(service: QuotaService): CompletionStage {
   return async function quota(ctx, next) {
     const principal = ctx.c.get('principal')
     // The token stage runs this stage with the token as the principal: its refusals name the token's limits.
-    const holder = principal.tokenId !== null && principal.keyId === principal.tokenId ? 'token' : 'key'
+    const holder = principal.keyId === principal.tokenId ? 'token' : 'key'
     const policy = service.policyFor(principal.quota, ctx.model.alias, holder === 'token')
     if (!policy) return next(ctx)
 
@@ -47,8 +47,8 @@ export function quotaStage(service: QuotaService): CompletionStage {
     // coalesced twin may first wait a leader's totalMs (`deadlineOf`) before its own call: its lease outlives both.
     let cost: QuotaCost = { tokens: estimateTokens(ctx.request), stream: ctx.request.stream, leaseMs: 2 * ctx.model.config.resilience.timeouts.totalMs + 125_000 }
     let result = await store.reserve({ keyId: principal.keyId, policy, cost, now, background })
-    // Refused for its tokens: a cached answer costs none (the request and a stream slot only).
-    if (!result.ok && (result.exceeded === 'tpm' || result.exceeded === 'tpd') && (await ctx.withoutUpstream?.())) {
+    // Refused for its tokens (tpm, tpd): a cached answer costs none (the request and a stream slot only).
+    if (!result.ok && result.exceeded[0] === 't' && (await ctx.withoutUpstream?.())) {
       cost = { ...cost, tokens: 0 }
       result = await store.reserve({ keyId: principal.keyId, policy, cost, now, background })
     }
@@ -134,7 +134,8 @@ function rateLimited(input: { policy: QuotaPolicy; usage: QuotaUsage; exceeded: 
   const state = limitStates(policy, usage, now).find((s) => s.name === exceeded)
   const retryAfter = retryAfterOf(state)
   const limit = state?.limit ?? 0
-  const tooLarge = (exceeded === 'tpm' || exceeded === 'tpd') && cost.tokens > limit
+  const byTokens = exceeded[0] === 't' // tpm, tpd
+  const tooLarge = byTokens && cost.tokens > limit
   // A call that can never pass, or whose wait is longer than the openai SDK waits for (it would retry at once
   // and be refused again): `x-should-retry: false` stops its retries.
   const headers = { ...rateLimitHeaders(policy, usage, now), 'retry-after': String(retryAfter), ...(tooLarge || retryAfter > 60 ? { 'x-should-retry': 'false' } : {}) }
@@ -143,7 +144,7 @@ function rateLimited(input: { policy: QuotaPolicy; usage: QuotaUsage; exceeded: 
     message = `Too many concurrent streams: this ${holder} may keep ${limit} open. Retry when one ends.`
   } else if (tooLarge) {
     message = `This request reserves ${cost.tokens} tokens (prompt estimate + max_tokens), more than this ${holder}'s ${limit} ${LIMIT_TEXT[exceeded]}: lower max_tokens.`
-  } else if (exceeded === 'tpm' || exceeded === 'tpd') {
+  } else if (byTokens) {
     message = `Token quota reached: ${state?.remaining ?? 0} of ${limit} ${LIMIT_TEXT[exceeded]} left and this request reserves ${cost.tokens} (prompt estimate + max_tokens). Retry after ${retryAfter}s or lower max_tokens.`
   } else {
     const unit = limit === 1 ? LIMIT_TEXT[exceeded].replace('requests', 'request') : LIMIT_TEXT[exceeded]

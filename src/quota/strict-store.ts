@@ -27,7 +27,7 @@ export class StrictQuotaStore implements QuotaStore {
 
   async reserve(input: ReserveInput): Promise<ReserveResult> {
     const result = await this.#stub(input.keyId).reserve({ policy: input.policy, cost: input.cost, now: input.now })
-    if (!result.ok) return { ok: false, exceeded: result.exceeded, usage: result.usage }
+    if (!result.ok) return result
     const reservation = { keyId: input.keyId, minute: result.usage.minute, day: result.usage.day, tokens: input.cost.tokens, stream: input.cost.stream, lease: result.lease }
     return { ok: true, reservation, usage: result.usage }
   }
@@ -37,7 +37,7 @@ export class StrictQuotaStore implements QuotaStore {
     const tokens = input.tokens - reservation.tokens
     const requests = input.release ? -1 : 0
     if (tokens === 0 && requests === 0 && reservation.lease === undefined) return
-    await this.#stub(reservation.keyId).settle({ minute: reservation.minute, day: reservation.day, tokens, requests, lease: reservation.lease })
+    await this.#stub(reservation.keyId).settle({ ...reservation, tokens, requests })
   }
 
   async usage(input: { keyId: string; now: number }): Promise<QuotaUsage> {
