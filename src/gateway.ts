@@ -198,8 +198,8 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
   // Outermost: its line counts every call the stages see, a quota's refusal included.
   if (config.logCalls) stages.unshift(callLog(log))
   // A token minted with a quota of its own is held to it (counted under its token id) before the key's.
-  stages.push(tokenQuotaStage(quotaStage(quota)))
-  stages.push(quotaStage(quota))
+  const quotas = [tokenQuotaStage(quotaStage(quota)), quotaStage(quota)]
+  stages.push(...quotas)
   // After quota: a cached answer still counts as a request (not as tokens).
   const cache = createCache({ config: config.cache, models: config.models, kv, maxBodyBytes: config.maxBodyBytes, runtime: { edgeCache, now: cacheNow }, log, keyExists: async (c, id) => (await store(c).get(id)) !== null })
   if (config.cache.enabled) stages.push(cache.stage)
@@ -234,7 +234,7 @@ export function createGateway(options: GatewayOptions): Hono<GatewayEnv> {
   app.get('/v2/:model/health', control)
   // Runpod's URL shape for the OpenAI surface (`/v2/<model>/openai/v1/*`): the same stages, cache included.
   app.route('/v2', runpodOpenAIRoutes(openai))
-  app.route('/v2', nativeSurface({ models, client, runpod: config.runpod, secret: config.signingSecret ?? config.runpod.apiKey, maxBodyBytes: config.maxBodyBytes, stages: uncached, breaker }))
+  app.route('/v2', nativeSurface({ models, client, runpod: config.runpod, secret: config.signingSecret ?? config.runpod.apiKey, maxBodyBytes: config.maxBodyBytes, stages: uncached, breaker, quotas }))
 
   app.use('/admin/*', adminAuth({ token: config.adminToken }))
   app.route('/admin/keys', keysRoutes({ store, models: new Set(models.keys()), maxBodyBytes: config.maxBodyBytes, checkQuota: (c, policy) => assertEnforceable(quota, c, policy, 'quota') }))

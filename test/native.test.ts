@@ -696,6 +696,8 @@ describe('cancel on disconnect', () => {
     const failedJob = async () => {
       const id = await startJob(h, key, 'chat-current', chatInput('fail [[emulator:fault=job_failed]]'))
       expect((await json(await h.fetch(`/v2/chat-current/status-sync/${id}?wait=2000`, get(key)))).status).toBe('FAILED')
+      // Its poll refunded the run's tokens (from waitUntil): landed before the counts compared below.
+      await h.settle()
       return id
     }
     const tokens = async () => ((await (await h.fetch('/v1/usage', get(key))).json()) as { windows: { minute: { tokens: number } } }).windows.minute.tokens

@@ -912,6 +912,83 @@ describe('native jobs (/v2)', () => {
     expect(await minuteOf(h, key)).toMatchObject({ requests: 1, tokens: reported(answer.output) })
   })
 
+  // Found in the accounting review: a /run kept its whole reservation (prompt estimate + max_tokens × n)
+  // whatever its job used, so a runpod-sdk caller (run, then poll) was charged max_tokens for every job.
+  describe.each(['kv', 'strict'] as const)('a /run job polled to its end (%s)', (store) => {
+    async function runJob(content = 'x [[emulator:tokens=20]]') {
+      const { h } = clockedHarness()
+      const { key } = await h.createKey({ name: 'run', quota: { tokensPerMinute: 1_000_000, strict: store === 'strict' } })
+      const res = await h.fetch('/v2/chat-classic/run', authed(key, JSON.stringify({ input: { messages: [{ role: 'user', content }], sampling_params: { max_tokens: 500 } } })))
+      const { id } = (await res.json()) as { id: string }
+      expect((await minuteOf(h, key)).tokens).toBeGreaterThan(500)
+      /** Polls `op` until the job ends; its output (a stream's items'), and the key's minute after. */
+      const poll = async (op: 'status' | 'stream') => {
+        for (;;) {
+          const job = (await (await h.fetch(`/v2/chat-classic/${op}/${id}`, authed(key))).json()) as { status: string; output?: unknown[]; stream?: { output: unknown }[] }
+          if (job.status !== 'IN_QUEUE' && job.status !== 'IN_PROGRESS') return { job, output: job.output ?? job.stream?.map((item) => item.output) ?? [], minute: await minuteOf(h, key) }
+        }
+      }
+      return { poll }
+    }
+
+    it.each(['status', 'stream'] as const)('is charged the usage its job reports at its first terminal %s poll, once', async (op) => {
+      const { poll } = await runJob()
+      const first = await poll(op)
+      expect(first.job.status).toBe('COMPLETED')
+      expect(first.minute).toMatchObject({ requests: 1, tokens: reported(first.output) })
+      expect(first.minute.tokens).toBeLessThan(100)
+      for (const again of ['status', 'stream', 'status'] as const) expect((await poll(again)).minute).toEqual(first.minute)
+    })
+
+    it('a job that ended FAILED is refunded its tokens at its first terminal poll, as a FAILED /runsync is', async () => {
+      const { poll } = await runJob('x [[emulator:fault=job_failed]]')
+      const first = await poll('status')
+      expect(first.job.status).toBe('FAILED')
+      expect(first.minute).toMatchObject({ requests: 1, tokens: 0 })
+      expect((await poll('stream')).minute).toEqual(first.minute)
+    })
+
+    // Found in review of the correction: a poll corrected the counters of whoever polled, so a token with a
+    // quota of its own polling its key's job was refunded tokens it never reserved, and the key polling the
+    // token's job corrected the key's counter but never the token's.
+    it("corrects the counters its submission charged: a key's job whoever of the key polls, a token's own only when that token polls", async () => {
+      const { h } = clockedHarness()
+      const strict = store === 'strict'
+      const { key } = await h.createKey({ name: 'run', quota: { tokensPerMinute: 1_000_000, strict } })
+      const minted = await h.fetch('/v1/tokens', authed(key, JSON.stringify({ quota: { tokensPerMinute: 1_000_000, strict } })))
+      const { token } = (await minted.json()) as { token: string }
+      const other = (await h.createKey({ name: 'other' })).key
+      const run = async (credential: string) => {
+        const res = await h.fetch('/v2/chat-classic/run', authed(credential, JSON.stringify({ input: { messages: [{ role: 'user', content: 'x [[emulator:tokens=20]]' }], sampling_params: { max_tokens: 500 } } })))
+        return ((await res.json()) as { id: string }).id
+      }
+      const [byKey, byToken] = [await run(key), await run(token)]
+      const reserved = (await minuteOf(h, token)).tokens
+      expect(await minuteOf(h, key)).toMatchObject({ requests: 2, tokens: 2 * reserved })
+      /** Polls the job as `credential` until it ends; its usage. */
+      const poll = async (credential: string, id: string) => {
+        for (;;) {
+          const job = (await (await h.fetch(`/v2/chat-classic/status/${id}`, authed(credential))).json()) as { status: string; output: unknown[] }
+          if (job.status === 'COMPLETED') return reported(job.output)
+        }
+      }
+      const counts = async () => [await minuteOf(h, key), await minuteOf(h, token)]
+      // Another key's poll of the id is a 404 and corrects nothing.
+      expect((await h.fetch(`/v2/chat-classic/status/${byKey}`, authed(other))).status).toBe(404)
+      // The key's job, polled by the token (twice at once, then by the key): only the key's counter, once.
+      const [used] = await Promise.all([poll(token, byKey), poll(token, byKey)])
+      await poll(key, byKey)
+      expect(await counts()).toMatchObject([{ requests: 2, tokens: reserved + used! }, { requests: 1, tokens: reserved }])
+      // The token's job, polled by its key: nothing (the token's own counter is not the key's to correct).
+      await poll(key, byToken)
+      expect(await counts()).toMatchObject([{ requests: 2, tokens: reserved + used! }, { requests: 1, tokens: reserved }])
+      // Polled by the token: both counters its run charged, once.
+      const usedByToken = await poll(token, byToken)
+      await poll(token, byToken)
+      expect(await counts()).toMatchObject([{ requests: 2, tokens: used! + usedByToken }, { requests: 1, tokens: usedByToken }])
+    })
+  })
+
   // Found in the token accounting review: a /runsync that answered FAILED kept its whole reservation (prompt
   // estimate + max_tokens × n), while the same failed job on the OpenAI surface is refunded every token.
   it.each(['chat-current', 'chat-classic'])('a FAILED %s /runsync is refunded its tokens, as the same failure on the OpenAI surface is', async (model) => {
@@ -960,9 +1037,9 @@ describe('native jobs (/v2)', () => {
     expect((await minuteOf(h, keys[0]!.key)).tokens).toBe(openai)
   })
 
-  // docs/quotas.md: podgate keeps no link from a /run job to its reservation, so nothing a later call sees
-  // (a cancel, the usage in a status or a stream) corrects it; an event stream costs a request, no token.
-  it('a /run keeps its reservation whatever its job later reports, cancelled or COMPLETED with its usage', async () => {
+  // docs/quotas.md: a cancel or an event stream corrects no /run reservation (an event stream costs a request,
+  // no token); the first terminal status poll does: a CANCELLED job then costs no token, a COMPLETED one its usage.
+  it('a /run keeps its reservation through a cancel or an event stream, and its first terminal status poll corrects it', async () => {
     const { h } = clockedHarness()
     const keys = await Promise.all(['cancelled', 'followed'].map((name) => h.createKey({ name, quota: { tokensPerMinute: 1_000_000 } })))
     const started = await Promise.all(keys.map(async ({ key }, i) => {
@@ -975,10 +1052,12 @@ describe('native jobs (/v2)', () => {
     expect(((await cancelled.json()) as { status: string }).status).toBe('CANCELLED')
     const events = await (await h.fetch(`/v2/chat-classic/stream/${started[1]}`, { headers: { authorization: `Bearer ${keys[1]!.key}`, accept: 'text/event-stream' } })).text()
     expect(events).toContain('"usage"')
-    const status = (await (await h.fetch(`/v2/chat-classic/status/${started[1]}`, authed(keys[1]!.key))).json()) as { status: string }
-    expect(status.status).toBe('COMPLETED')
     expect(await minuteOf(h, keys[0]!.key)).toMatchObject({ requests: 1, tokens: reserved[0] })
     expect(await minuteOf(h, keys[1]!.key)).toMatchObject({ requests: 2, tokens: reserved[1] })
+    const polls = await Promise.all(keys.map(async ({ key }, i) => (await (await h.fetch(`/v2/chat-classic/status/${started[i]}`, authed(key))).json()) as { status: string; output: unknown[] }))
+    expect(polls.map((p) => p.status)).toEqual(['CANCELLED', 'COMPLETED'])
+    expect(await minuteOf(h, keys[0]!.key)).toMatchObject({ requests: 1, tokens: 0 })
+    expect(await minuteOf(h, keys[1]!.key)).toMatchObject({ requests: 2, tokens: reported(polls[1]!.output) })
   })
 
   it('a COMPLETED /runsync whose output reports no usage is charged the prompt estimate and the tokens counted, as on the OpenAI surface', async () => {

@@ -116,6 +116,23 @@ describe.each(KINDS)('QuotaStore behaviour: $name', (kind) => {
     expect((await usage()).dayCounts).toEqual({ requests: 1, tokens: 0 })
   })
 
+  it("a job's correction is made once: a repeat, at once or later (from another instance too), changes nothing", async () => {
+    const { clock, reserve, usage, store } = setup({ tokensPerMinute: 1000 })
+    const stores = [store, ...Array.from({ length: kind.isolates - 1 }, () => kind.make(clock))]
+    const correct = async (job: string, tokens: number) => {
+      const result = await reserve({ tokens: 300 })
+      if (!result.ok) throw new Error('refused')
+      await Promise.all(stores.map((s) => s.settle({ reservation: result.reservation, tokens, job, background: clock.background })))
+      for (const s of stores) await s.settle({ reservation: result.reservation, tokens, job, background: clock.background })
+      await clock.advance(0)
+    }
+    await correct('job-1', 100)
+    expect((await usage()).minuteCounts).toEqual({ requests: 1, tokens: 100 })
+    // Another job is corrected, once too.
+    await correct('job-2', 50)
+    expect((await usage()).minuteCounts).toEqual({ requests: 2, tokens: 150 })
+  })
+
   it('a settle after its minute rolled over corrects the day, not the new minute', async () => {
     const { clock, reserve, usage, store } = setup({ tokensPerMinute: 1000, tokensPerDay: 5000 })
     const result = await reserve({ tokens: 300 })
@@ -157,6 +174,22 @@ describe('KvQuotaStore across isolates', () => {
    * docs/quotas.md bound: admitted <= limit + (N - 1) * r * (3 * flushInterval + propagation); miniflare's
    * KV propagates at once, so here the bound is limit + (N - 1) * 10 * 3.
    */
+  it("a job corrected on one isolate is not corrected again on another once its marker is in KV", async () => {
+    const { clock, stores } = isolates(2)
+    const keyId = newKeyId()
+    const result = await stores[0]!.reserve({ keyId, policy: { tokensPerMinute: 1000 }, cost: { tokens: 300, stream: false }, now: clock.now(), background: clock.background })
+    if (!result.ok) throw new Error('refused')
+    for (const store of stores) {
+      await store.settle({ reservation: result.reservation, tokens: 100, job: 'job-1', background: clock.background })
+      await clock.advance(FLUSH)
+      await ticks()
+    }
+    expect(await published(keyId, 'iso0')).toMatchObject({ r: 1, t: 100 })
+    // The second isolate found the marker: it counted nothing, so it published nothing.
+    expect(await published(keyId, 'iso1')).toBeNull()
+    expect(await env.PODGATE_KV.get(`jobsettled:${keyId}:job-1`)).toBe('1')
+  })
+
   it.each([1, 2, 4])('stays within the documented overshoot bound with %i isolate(s)', async (n) => {
     const limit = 50
     const policy = { requestsPerMinute: limit }

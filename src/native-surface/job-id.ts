@@ -4,7 +4,8 @@
  * calls therefore need no storage, and a caller can only ever reach its own jobs.
  *
  * Format: `base64url(payload).base64url(HMAC-SHA256(k, alias \n keyId \n endpoint base \n payload))`,
- * payload `v1:<kind>:<endpoint index>:<upstream id>`, `k` the `podgate/job/v1` signing key. The alias,
+ * payload `v1:<kind>:<endpoint index>:<upstream id>`, then a job's quota reservation as JSON while its first
+ * terminal poll is to correct it (`held`), `k` the `podgate/job/v1` signing key. The alias,
  * key id and endpoint are bound by the MAC, not written in the id: another key, another model, a
  * reordered endpoint list or a changed byte all fail the same check and get the same 404.
  * The upstream id is readable in the payload; it grants nothing without podgate's Runpod key.
@@ -13,6 +14,7 @@ import { GatewayError, upstreamError } from '../errors/index.ts'
 import { base64url, encoder, fromBase64url, sign, signingKey, verify } from '../crypto/signing.ts'
 import type { ResolvedModel } from '../routing/models.ts'
 import type { Endpoint } from '../upstream/runpod/client.ts'
+import type { CompletionContext } from '../pipeline/index.ts'
 
 /** What the job's input was: worker-vllm chat or completion (text can be extracted), or passthrough. */
 export type JobKind = 'chat' | 'completion' | 'raw'
@@ -22,6 +24,8 @@ export interface JobRef {
   endpoint: Endpoint
   /** The id Runpod knows the job by. Never shown to callers except inside the sealed id. */
   upstreamId: string
+  /** The quota reservation of a job that was still running when submitted (and its prompt estimate, `p`). */
+  held?: CompletionContext['job']
 }
 
 export interface JobBinding {
@@ -33,7 +37,7 @@ export interface JobBinding {
 /** Checked before any decoding: anything else in a path (`/`, `%2F`, newlines, `..`) is refused at once. */
 const SEALED_ID = /^[A-Za-z0-9_-]{8,400}\.[A-Za-z0-9_-]{43}$/
 const UPSTREAM_ID = /^[A-Za-z0-9_-]{1,128}$/
-const PAYLOAD = /^v1:([cpr]):(\d{1,2}):([A-Za-z0-9_-]{1,128})$/
+const PAYLOAD = /^v1:([cpr]):(\d{1,2}):([A-Za-z0-9_-]{1,128})({.*})?$/
 const KIND_CODE: Record<JobKind, string> = { chat: 'c', completion: 'p', raw: 'r' }
 const CODE_KIND: Record<string, JobKind> = { c: 'chat', p: 'completion', r: 'raw' }
 const decoder = new TextDecoder()
@@ -61,7 +65,7 @@ export function createJobSealer(secret: string): JobSealer {
     async seal(ref, binding) {
       const index = binding.model.endpoints.indexOf(ref.endpoint)
       if (index < 0 || !UPSTREAM_ID.test(ref.upstreamId)) throw upstreamError('The upstream returned an invalid job id.')
-      const payload = `v1:${KIND_CODE[ref.kind]}:${index}:${ref.upstreamId}`
+      const payload = `v1:${KIND_CODE[ref.kind]}:${index}:${ref.upstreamId}${JSON.stringify(ref.held) ?? ''}`
       const signature = await sign(await key(), bound(payload, ref.endpoint, binding))
       return `${base64url(encoder.encode(payload))}.${signature}`
     },
@@ -74,7 +78,7 @@ export function createJobSealer(secret: string): JobSealer {
       if (!match || !endpoint) throw jobNotFound()
       const payload = match[0]
       if (!(await verify(await key(), bound(payload, endpoint, binding), id.slice(dot + 1)))) throw jobNotFound()
-      return { kind: CODE_KIND[match[1] ?? ''] ?? 'raw', endpoint, upstreamId: match[3] ?? '' }
+      return { kind: CODE_KIND[match[1]!]!, endpoint, upstreamId: match[3]!, held: match[4] && JSON.parse(match[4]) }
     },
   }
 }

@@ -16,7 +16,8 @@ import { modelFor, orderEndpoints } from '../routing/models.ts'
 import { isTerminal } from '../upstream/runpod/client.ts'
 import type { ModelTable, ResolvedModel } from '../routing/models.ts'
 import { reportedUsage } from '../upstream/runpod/output.ts'
-import type { RunpodClient } from '../upstream/runpod/client.ts'
+import { tokensToCharge } from '../quota/stage.ts'
+import type { JobStatus, JobStream, RunpodClient } from '../upstream/runpod/client.ts'
 import { jobEventStream } from './job-events.ts'
 import { withPublicError } from './job-error.ts'
 import { cancelJob, jobWithin, streamPage } from '../upstream/job-calls.ts'
@@ -27,7 +28,7 @@ import type { Breaker } from '../upstream/breaker.ts'
 import { composeStages, createCompletionContext } from '../pipeline/index.ts'
 import type { CompletionContext, CompletionStage } from '../pipeline/index.ts'
 import { FALLBACK_MAX_TOKENS } from '../normalize/index.ts'
-import type { NormalizedRequest } from '../normalize/index.ts'
+import type { NormalizedRequest, RequestKind } from '../normalize/index.ts'
 import { normalizeJobBody } from './input.ts'
 import { createJobSealer } from './job-id.ts'
 import type { Context } from 'hono'
@@ -44,7 +45,7 @@ export interface NativeRoutesOptions {
   /**
    * Stages a job submission (`run`, `runsync`) passes through, e.g. quota. A job's usage is not known
    * when `/run` answers, so its outcome settles at once with nothing reported: a quota counts the
-   * request and keeps its token reservation (prompt estimate + max_tokens x n). A COMPLETED `runsync`
+   * request and keeps its token reservation (prompt estimate + max_tokens x n) until `quotas` correct it. A COMPLETED `runsync`
    * settles from the usage its output reports, when it reports one (none when that output is vLLM's refusal); one that ended FAILED, TIMED_OUT or
    * CANCELLED counts no token. A caller who left once the job was queued pays its prompt estimate (or that
    * usage), as an OpenAI call's does. Default: none.
@@ -55,6 +56,12 @@ export interface NativeRoutesOptions {
    * go to an endpoint whose breaker is closed while one is, and count their failures. Default: a new one.
    */
   breaker?: Breaker
+  /**
+   * The quota stages (`createGateway` passes its own): a `run` job's first terminal `status`, `status-sync`
+   * or JSON `stream` answer corrects its reservation through them, to what a `runsync` ending so is charged.
+   * Default: none (a `run` keeps its reservation).
+   */
+  quotas?: readonly CompletionStage[]
 }
 
 /** Runpod's bounds for `?wait=` on `/runsync` and `/status-sync`. */
@@ -102,6 +109,21 @@ export function nativeSurface(options: NativeRoutesOptions): Hono<GatewayEnv> {
   /** Runpod's answer with podgate's id for the job in place of Runpod's. */
   const answer = async <T extends { id?: string; error?: unknown }>(c: Context<GatewayEnv>, body: T, job: JobRef, binding: JobBinding) =>
     c.json({ ...withPublicError(body), id: await jobs.seal(job, binding) })
+  /**
+   * A poll's answer. A terminal one corrects a held reservation (through `quotas`, once) to what a `runsync`
+   * ending so is charged; a `stream` page only from the usage it reports (a later `status` reads the output).
+   */
+  const polled = async (c: Context<GatewayEnv>, body: JobStatus | JobStream, job: JobRef, binding: JobBinding) => {
+    const { held } = job
+    const ctx = createCompletionContext(c, passthroughRequest(''), binding.model)
+    if (held && isTerminal(body.status)) {
+      const page = 'stream' in body
+      const output = page ? body.stream.map((item) => item.output) : body.output
+      const { usage, estimate } = reportedUsage(output, job.kind as RequestKind, 0)
+      ctx.job = { ...held, id: job.upstreamId, charge: body.status === 'COMPLETED' && !refusalIn(output) ? tokensToCharge({ ok: true, usage, estimate: page ? undefined : estimate }, held.tokens, held.p) : 0 }
+    }
+    return composeStages(ctx.job ? options.quotas ?? [] : [], () => answer(c, body, job, binding))(ctx)
+  }
 
   async function submit(c: Context<GatewayEnv>, via: 'run' | 'runsync'): Promise<Response> {
     const binding = bindingOf(c)
@@ -148,7 +170,8 @@ export function nativeSurface(options: NativeRoutesOptions): Hono<GatewayEnv> {
       const usage = normalized && reportedUsage(result.output, normalized.kind, normalized.sampling.max_tokens)
       const failure = result.status === 'COMPLETED' ? refusalIn(result.output) : isTerminal(result.status) && jobFailure(result)
       ctx.settle(signal.aborted ? { ok: false, error: upstreamError(CALLER_GONE), producedOutput: false, reachedUpstream: true, ...usage } : failure ? { ok: false, error: failure, producedOutput: false } : { ok: true, ...usage })
-      return answer(c, result, { kind: request.kind, endpoint, upstreamId: result.id }, binding)
+      // A job still running keeps its reservation, sealed into its id for its first terminal poll to correct.
+      return answer(c, result, { kind: request.kind, endpoint, upstreamId: result.id, held: ctx.job?.tokens && !isTerminal(result.status) ? ctx.job : undefined }, binding)
     })
     return queue(createCompletionContext(c, normalized, binding.model))
   }
@@ -158,13 +181,13 @@ export function nativeSurface(options: NativeRoutesOptions): Hono<GatewayEnv> {
 
   app.on(['GET', 'POST'], '/:model/status/:id', async (c) => {
     const { binding, job } = await jobOf(c)
-    return answer(c, await client.status(job.endpoint, job.upstreamId, { signal: c.req.raw.signal }), job, binding)
+    return polled(c, await client.status(job.endpoint, job.upstreamId, { signal: c.req.raw.signal }), job, binding)
   })
 
   app.on(['GET', 'POST'], '/:model/status-sync/:id', async (c) => {
     const { binding, job } = await jobOf(c)
     const status = await client.statusSync(job.endpoint, job.upstreamId, { signal: c.req.raw.signal, waitMs: waitParam(c, runpod.runsyncWaitMs) })
-    return answer(c, status, job, binding)
+    return polled(c, status, job, binding)
   })
 
   app.on(['GET', 'POST'], '/:model/stream/:id', async (c) => {
@@ -199,7 +222,7 @@ export function nativeSurface(options: NativeRoutesOptions): Hono<GatewayEnv> {
     // job costs a few control calls a second, not one a token.
     if (page.stream.length > 0 && !isTerminal(page.status)) await sleep(started + 200 - Date.now(), c.req.raw.signal)
     // `stream` is always an array (the client makes it one): runpod-sdk iterates it unguarded.
-    return answer(c, page, job, binding)
+    return polled(c, page, job, binding)
   })
 
   app.post('/:model/cancel/:id', async (c) => {

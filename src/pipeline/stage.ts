@@ -9,6 +9,7 @@
 import type { Context } from 'hono'
 import type { GatewayError } from '../errors/index.ts'
 import type { NormalizedRequest } from '../normalize/types.ts'
+import type { Reservation } from '../quota/store.ts'
 import type { ResolvedModel } from '../routing/models.ts'
 import type { GatewayEnv } from '../types.ts'
 
@@ -77,6 +78,12 @@ export interface CompletionContext {
    * the call with other callers (the cache's coalescing), to abort once every one of them left.
    */
   signal?: AbortSignal
+  /**
+   * The first quota reservation that admitted the call (`p`: its prompt estimate); or, set by the native
+   * surface on a job's terminal poll, that job's (`id`: its upstream id), which the quota stages correct
+   * once to `charge` tokens.
+   */
+  job?: Reservation & { p: number; id?: string; charge?: number }
 }
 
 export interface StreamCopy {

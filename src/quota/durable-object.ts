@@ -54,8 +54,15 @@ export class QuotaObject extends DurableObject<unknown> {
   }
 
   /** `requests`: -1 takes back a request that never went upstream (absent in calls from older versions: 0). */
-  async settle(input: { minute: number; day: number; tokens: number; requests?: number; lease?: string }): Promise<void> {
+  async settle(input: { minute: number; day: number; tokens: number; requests?: number; lease?: string; job?: string }): Promise<void> {
     if (input.lease !== undefined) delete this.#state.leases[input.lease]
+    if (input.job) {
+      // A job is corrected once: its day's window lists it, up to 10,000 (a job past them is not corrected),
+      // and goes with it (a job whose day has gone has no window left to correct).
+      const jobs = (((this.#state.windows[`d:${input.day}`] ?? {}) as { jobs?: string[] }).jobs ??= [])
+      if (jobs.length >= 1e4 || jobs.includes(input.job)) return
+      jobs.push(input.job)
+    }
     const requests = input.requests ?? 0
     if (input.tokens !== 0 || requests !== 0) this.#add(input, { requests, tokens: input.tokens })
     await this.ctx.storage.put('state', this.#state)

@@ -43,6 +43,10 @@ export function quotaStage(service: QuotaService): CompletionStage {
     const store = service.storeFor(ctx.c, policy)
     const now = service.now()
     const background = waitUntilOf(ctx.c)
+    const job = ctx.job
+    // A job's terminal poll (`job.id`): each counter its submission charged, corrected once, when the poller
+    // is who reserved first (`job.keyId`: a token with a quota of its own, else the key) or that one's token.
+    if (job?.id) return [principal.keyId, principal.tokenId].includes(job.keyId) && background(store.settle({ reservation: { ...job, keyId: principal.keyId }, tokens: job.charge!, job: job.id, background }).catch(() => undefined)), next(ctx)
     // A stream lasts its call's totalMs and at most a poll more (a /v2 event stream pauses then too), and a
     // coalesced twin may first wait a leader's totalMs (`deadlineOf`) before its own call: its lease outlives both.
     let cost: QuotaCost = { tokens: estimateTokens(ctx.request), stream: ctx.request.stream, leaseMs: 2 * ctx.model.config.resilience.timeouts.totalMs + 125_000 }
@@ -67,6 +71,7 @@ export function quotaStage(service: QuotaService): CompletionStage {
     }
     if (reservation.stream) ctx.onCallerLeft(() => reservation.stream && background(settle(reservation.tokens, false)))
     const prompt = ctx.request.estimate.promptTokens
+    ctx.job ??= { ...reservation, p: prompt }
     background(ctx.outcome.then((outcome) => settle(tokensToCharge(outcome, reservation.tokens, prompt), !outcome.ok && outcome.refused === true)))
 
     // On the answer, and on an error after admission (an upstream 502, a relayed vLLM 400): it counted. Not

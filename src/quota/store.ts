@@ -45,6 +45,8 @@ export interface SettleInput {
   tokens: number
   /** `true`: the request never went upstream (a later stage refused it), so its request is taken back too. */
   release?: boolean
+  /** A job's upstream id: its correction is made once (the KV store: as docs/quotas.md says), a repeat changes nothing. */
+  job?: string
   background?: (promise: Promise<unknown>) => void
 }
 

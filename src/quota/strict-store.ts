@@ -37,7 +37,7 @@ export class StrictQuotaStore implements QuotaStore {
     const tokens = input.tokens - reservation.tokens
     const requests = input.release ? -1 : 0
     if (tokens === 0 && requests === 0 && reservation.lease === undefined) return
-    await this.#stub(reservation.keyId).settle({ ...reservation, tokens, requests })
+    await this.#stub(reservation.keyId).settle({ ...reservation, tokens, requests, job: input.job })
   }
 
   async usage(input: { keyId: string; now: number }): Promise<QuotaUsage> {
