@@ -3,7 +3,7 @@
  * KV store's own guarantees: its write rate per KV key, its KV reads per request, and its documented
  * overshoot bound with several isolates (simulated as several store instances over one namespace).
  */
-import { env } from 'cloudflare:test'
+import { env, runInDurableObject } from 'cloudflare:test'
 import { describe, expect, it } from 'vitest'
 import { KvQuotaStore } from '../src/quota/kv-store.ts'
 import { StrictQuotaStore } from '../src/quota/strict-store.ts'
@@ -581,6 +581,33 @@ describe('StrictQuotaStore stream leases', () => {
     expect((await reserve(START)).ok).toBe(true)
     expect(await reserve(START + 50 * 60_000)).toMatchObject({ ok: false, exceeded: 'streams' })
     expect((await reserve(START + 62 * 60_000)).ok).toBe(true)
+  })
+})
+
+describe('StrictQuotaStore job corrections', () => {
+  // The object wrote its whole state on every reserve and settle, and that state listed the day's corrected
+  // jobs (up to 10,000): a busy key rewrote a growing value on each quota call, all day.
+  it('keeps each corrected job under a key of its own: the state an ordinary call writes does not grow, and a later day drops earlier marks', async () => {
+    const store = new StrictQuotaStore(env.PODGATE_QUOTA)
+    const keyId = newKeyId()
+    const policy = { tokensPerDay: 1e6 }
+    const stored = () => runInDurableObject(env.PODGATE_QUOTA.get(env.PODGATE_QUOTA.idFromName(keyId)), async (_, state) => ({ state: JSON.stringify(await state.storage.get('state')).replace(/\d+/g, '0'), jobs: [...(await state.storage.list({ prefix: 'j' })).keys()] }))
+    const correct = async (now: number, job: string) => {
+      const result = await store.reserve({ keyId, policy, cost: { tokens: 300, stream: false }, now })
+      if (!result.ok) throw new Error('refused')
+      await Promise.all([1, 2].map(() => store.settle({ reservation: result.reservation, tokens: 100, job })))
+    }
+    await correct(START, 'job-first')
+    const before = await stored()
+    for (let i = 0; i < 20; i++) await correct(START, `job-${'x'.repeat(100)}-${i}`)
+    await correct(START, 'job-first')
+    const after = await stored()
+    expect(after.state).toBe(before.state) // its shape: numbers aside
+    expect(after.jobs).toHaveLength(21)
+    expect(await store.usage({ keyId, now: START })).toMatchObject({ dayCounts: { requests: 22, tokens: 21 * 100 + 300 } })
+    // The next day's first correction drops the day before's marks.
+    await correct(START + 86_400_000, 'job-next')
+    expect((await stored()).jobs).toEqual([`j${Math.floor(START / 86_400_000) + 1}:job-next`])
   })
 })
 

@@ -57,11 +57,13 @@ export class QuotaObject extends DurableObject<unknown> {
   async settle(input: { minute: number; day: number; tokens: number; requests?: number; lease?: string; job?: string }): Promise<void> {
     if (input.lease !== undefined) delete this.#state.leases[input.lease]
     if (input.job) {
-      // A job is corrected once: its day's window lists it, up to 10,000 (a job past them is not corrected),
-      // and goes with it (a job whose day has gone has no window left to correct).
-      const jobs = (((this.#state.windows[`d:${input.day}`] ?? {}) as { jobs?: string[] }).jobs ??= [])
-      if (jobs.length >= 1e4 || jobs.includes(input.job)) return
-      jobs.push(input.job)
+      // A job is corrected once: a key of its own (`j<day>:<job>`) marks it, and a correction drops earlier
+      // days' marks (their windows are gone). The input gate holds other calls while these await.
+      const storage = this.ctx.storage
+      const key = `j${input.day}:${input.job}`
+      if (await storage.get(key)) return
+      storage.put(key, 1)
+      storage.delete([...(await storage.list({ prefix: 'j', end: 'j' + input.day, limit: 128 })).keys()])
     }
     const requests = input.requests ?? 0
     if (input.tokens !== 0 || requests !== 0) this.#add(input, { requests, tokens: input.tokens })
