@@ -3,13 +3,13 @@
  */
 import { describe, expect, it } from 'vitest'
 import { openAIDuration, rateLimitHeaders, retryAfterSeconds } from '../src/quota/headers.ts'
-import { emptyUsage } from '../src/quota/limits.ts'
+import { usageAt } from '../src/quota/limits.ts'
 
 const NOW = Date.UTC(2026, 0, 5, 23, 54, 0)
 
 describe('rate-limit headers', () => {
   it('reports the tighter of the minute and day limits in the OpenAI trio', () => {
-    const usage = emptyUsage(NOW)
+    const usage = usageAt(NOW)
     usage.minuteCounts.requests = 1
     usage.dayCounts.requests = 98
     const headers = rateLimitHeaders({ requestsPerMinute: 10, requestsPerDay: 100 }, usage, NOW)
@@ -21,7 +21,7 @@ describe('rate-limit headers', () => {
   })
 
   it('never reports negative remaining, and Retry-After is at least 1', () => {
-    const usage = emptyUsage(NOW)
+    const usage = usageAt(NOW)
     usage.minuteCounts.tokens = 5000
     expect(rateLimitHeaders({ tokensPerMinute: 1000 }, usage, NOW)['x-ratelimit-remaining-tokens']).toBe('0')
     expect(retryAfterSeconds({ maxConcurrentStreams: 1 }, usage, 'streams', NOW)).toBe(1)

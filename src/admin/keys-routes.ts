@@ -6,7 +6,7 @@
 import { Hono } from 'hono/tiny'
 import * as z from 'zod/mini'
 import type { Context } from 'hono'
-import { GatewayError, invalidRequest } from '../errors/index.ts'
+import { invalidRequest } from '../errors/index.ts'
 import { quotaPolicySchema } from '../quota/policy.ts'
 import type { KeyRecord, KeyStore } from '../auth/keys.ts'
 import { lazily } from '../zod/lazily.ts'
@@ -15,7 +15,7 @@ import { oneOf } from '../zod/one-of.ts'
 import { nullable } from '../zod/nullable.ts'
 import { refine } from '../zod/refine.ts'
 import type { QuotaPolicy } from '../quota/policy.ts'
-import { publicKeyView } from '../auth/keys.ts'
+import { publicKeyView, routeKey } from '../auth/keys.ts'
 import { optionalFields } from '../zod/optional-fields.ts'
 import { recordOf } from '../zod/records.ts'
 import { readJsonBody } from '../http/body.ts'
@@ -56,8 +56,6 @@ export interface KeysRoutesOptions {
   /** Refuses (400) a key quota this gateway cannot enforce (`strict` with no Durable Object). */
   checkQuota?: (c: Context<GatewayEnv>, quota: QuotaPolicy | null | undefined) => void
 }
-
-const KEY_ID = /^key_[A-Za-z0-9]{16}$/
 
 /** A key body, checked: its `name` trimmed first (a name of spaces is empty), no `metadata.__proto__`, its origins in canonical spelling. */
 async function parseKeyBody<S extends z.ZodMiniType<{ origins?: string[] | undefined }>>(schema: S, request: Request, maxBodyBytes: number): Promise<z.output<S>> {
@@ -124,9 +122,7 @@ export function keysRoutes(options: KeysRoutesOptions): Hono<GatewayEnv> {
   })
 
   app.delete('/:id', async (c) => {
-    const id = c.req.param('id')
-    const record = KEY_ID.test(id) ? await options.store(c).revoke(id) : null
-    if (!record) throw new GatewayError('not_found', 'No key has that id.')
+    const record = await routeKey(c, (id) => options.store(c).revoke(id))
     return c.json({ ...publicKeyView(record), revoked: true })
   })
 
@@ -142,10 +138,7 @@ function checkScopes(input: { models?: string[] | null; expiresAt?: number | nul
 }
 
 async function findKey(c: Context<GatewayEnv>, options: KeysRoutesOptions): Promise<KeyRecord> {
-  const id = c.req.param('id') ?? ''
-  const record = KEY_ID.test(id) ? await options.store(c).get(id) : null
-  if (!record) throw new GatewayError('not_found', 'No key has that id.')
-  return record
+  return routeKey(c, (id) => options.store(c).get(id))
 }
 
 /** Revoked keys stay revoked: their scopes and secret can no longer change. */

@@ -23,6 +23,9 @@
 
 import type { QuotaPolicy } from '../quota/policy.ts'
 import { sha256Hex } from '../crypto/sha256.ts'
+import { GatewayError } from '../errors/index.ts'
+import type { Context } from 'hono'
+import type { GatewayEnv } from '../types.ts'
 
 /** Secret keys, for servers. */
 export const KEY_PREFIX = 'pg_sk_'
@@ -403,4 +406,15 @@ export class KeyStore {
     const json = JSON.stringify(record)
     await Promise.all([this.#kv.put(`key:${record.id}`, json), this.#kv.put(`keyhash:${record.hash}`, json)])
   }
+}
+
+/** A key id as podgate mints them: anything else names no key, and is not looked up. */
+const KEY_ID = /^key_[A-Za-z0-9]{16}$/
+
+/** The key the route's `:id` names, read with `read` (a store's `get` or `revoke`): a 404 when there is none. */
+export async function routeKey(c: Context<GatewayEnv>, read: (id: string) => Promise<KeyRecord | null>): Promise<KeyRecord> {
+  const id = c.req.param('id') ?? ''
+  const record = KEY_ID.test(id) ? await read(id) : null
+  if (!record) throw new GatewayError('not_found', 'No key has that id.')
+  return record
 }

@@ -10,7 +10,7 @@
  * `leaseMs`), so an isolate that dies mid-stream cannot hold a slot forever.
  */
 import { DurableObject } from 'cloudflare:workers'
-import { addCounts, applyDelta, emptyUsage, exceededLimit } from './limits.ts'
+import { addCounts, applyDelta, exceededLimit, usageAt, windowsAt } from './limits.ts'
 import type { Counts, QuotaCost, QuotaUsage } from './limits.ts'
 import type { QuotaPolicy } from './policy.ts'
 
@@ -76,18 +76,13 @@ export class QuotaObject extends DurableObject<unknown> {
 
   /** The counts of the windows current at `now`; drops windows before them and expired leases. */
   #usageAt(now: number): QuotaUsage {
-    const usage = emptyUsage(now)
-    const minute = `m:${usage.minute}`
-    const day = `d:${usage.day}`
+    const { minute, day } = windowsAt(now)
     // Only past windows go: `now` is read before the call, so one stamped just before a rollover can
     // arrive after calls of the new window, whose counts it must not drop.
     for (const id of Object.keys(this.#state.windows)) {
-      if (+id.slice(2) < (id[0] === 'm' ? usage.minute : usage.day)) delete this.#state.windows[id]
+      if (+id.slice(2) < (id[0] === 'm' ? minute : day)) delete this.#state.windows[id]
     }
-    const m = this.#state.windows[minute]
-    if (m) addCounts(usage.minuteCounts, m)
-    const d = this.#state.windows[day]
-    if (d) addCounts(usage.dayCounts, d)
+    const usage = usageAt(now, (id) => this.#state.windows[id])
     for (const [lease, expires] of Object.entries(this.#state.leases)) {
       if (expires <= now) delete this.#state.leases[lease]
       else usage.streams++

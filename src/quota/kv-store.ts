@@ -33,7 +33,7 @@
  * writer), not from `list`, which can lag by KV's propagation delay and would start the key again from
  * zero.
  */
-import { addCounts, applyDelta, DAY_MS, emptyUsage, exceededLimit, windowsAt } from './limits.ts'
+import { addCounts, applyDelta, DAY_MS, exceededLimit, usageAt, windowsAt } from './limits.ts'
 import type { Counts, QuotaUsage } from './limits.ts'
 import type { QuotaStore, ReserveInput, ReserveResult, SettleInput } from './store.ts'
 
@@ -91,7 +91,7 @@ const STALLED_FLUSH_MS = 60_000
  */
 export class KvQuotaStore implements QuotaStore {
   readonly kind = 'kv'
-  readonly shard: string
+  declare readonly shard: string
   readonly #kv: KVNamespace
   readonly #interval: number
   readonly #now: () => number
@@ -339,17 +339,9 @@ export class KvQuotaStore implements QuotaStore {
   }
 
   #usageOf(state: KeyState, now: number): QuotaUsage {
-    const usage = emptyUsage(now)
-    const minute = `m:${usage.minute}`
-    const day = `d:${usage.day}`
-    for (const source of [state.own, state.others]) {
-      const m = source.get(minute)
-      if (m) addCounts(usage.minuteCounts, m)
-      const d = source.get(day)
-      if (d) addCounts(usage.dayCounts, d)
-    }
+    const usage = usageAt(now, (id) => state.own.get(id), (id) => state.others.get(id))
     usage.streams = state.streams
-    this.#prune(state, minute, day)
+    this.#prune(state, `m:${usage.minute}`, `d:${usage.day}`)
     return usage
   }
 

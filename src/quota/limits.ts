@@ -50,9 +50,17 @@ export function windowsAt(now: number): { minute: number; day: number } {
   return { minute: Math.floor(now / MINUTE_MS), day: Math.floor(now / DAY_MS) }
 }
 
-export function emptyUsage(now: number): QuotaUsage {
+/** The usage at `now`: what each of `sources` counts for the windows current then (ids `m:<minute>`, `d:<day>`). */
+export function usageAt(now: number, ...sources: ((window: string) => Counts | undefined)[]): QuotaUsage {
   const { minute, day } = windowsAt(now)
-  return { minute, minuteCounts: { requests: 0, tokens: 0 }, day, dayCounts: { requests: 0, tokens: 0 }, streams: 0 }
+  const usage = { minute, minuteCounts: { requests: 0, tokens: 0 }, day, dayCounts: { requests: 0, tokens: 0 }, streams: 0 }
+  for (const counts of sources) {
+    const m = counts(`m:${minute}`)
+    if (m) addCounts(usage.minuteCounts, m)
+    const d = counts(`d:${day}`)
+    if (d) addCounts(usage.dayCounts, d)
+  }
+  return usage
 }
 
 /**

@@ -6,8 +6,8 @@
  */
 import { Hono } from 'hono/tiny'
 import type { Context } from 'hono'
+import { routeKey } from '../auth/keys.ts'
 import type { KeyStore } from '../auth/keys.ts'
-import { GatewayError } from '../errors/index.ts'
 import type { GatewayEnv, HookContext } from '../types.ts'
 import { limitStates, MINUTE_MS, DAY_MS } from './limits.ts'
 import type { QuotaPolicy } from './policy.ts'
@@ -18,8 +18,6 @@ export interface QuotaRoutesOptions {
   /** Where key records live (for the admin route). */
   keys: (c: HookContext) => KeyStore
 }
-
-const KEY_ID = /^key_[A-Za-z0-9]{16}$/
 
 export function quotaRoutes(options: QuotaRoutesOptions): Hono<GatewayEnv> {
   const app = new Hono<GatewayEnv>()
@@ -33,9 +31,7 @@ export function quotaRoutes(options: QuotaRoutesOptions): Hono<GatewayEnv> {
   })
 
   app.get('/admin/keys/:id/usage', async (c) => {
-    const id = c.req.param('id')
-    const record = KEY_ID.test(id) ? await options.keys(c).get(id) : null
-    if (!record) throw new GatewayError('not_found', 'No key has that id.')
+    const record = await routeKey(c, (id) => options.keys(c).get(id))
     return c.json(await usageReport(c, options.service, record.id, options.service.policyFor(record.quota ?? null)))
   })
 

@@ -17,7 +17,7 @@ import { waitUntilOf } from '../http/context.ts'
 import { withHeaders } from '../http/headers.ts'
 import type { NormalizedRequest } from '../normalize/types.ts'
 import type { CompletionContext, CompletionOutcome, CompletionStage } from '../pipeline/index.ts'
-import { limitHeaders, rateLimitHeaders, retryAfterOf } from './headers.ts'
+import { limitHeaders, retryAfterOf } from './headers.ts'
 import { limitStates } from './limits.ts'
 import type { LimitName, LimitState, QuotaCost, QuotaUsage } from './limits.ts'
 import type { QuotaPolicy } from './policy.ts'
@@ -136,14 +136,15 @@ const LIMIT_TEXT: Record<LimitName, string> = {
 
 function rateLimited(input: { policy: QuotaPolicy; usage: QuotaUsage; exceeded: LimitName; cost: QuotaCost; now: number; holder: 'key' | 'token' }): GatewayError {
   const { policy, usage, exceeded, cost, now, holder } = input
-  const state = limitStates(policy, usage, now).find((s) => s.name === exceeded)
+  const states = limitStates(policy, usage, now)
+  const state = states.find((s) => s.name === exceeded)
   const retryAfter = retryAfterOf(state)
   const limit = state?.limit ?? 0
   const byTokens = exceeded[0] === 't' // tpm, tpd
   const tooLarge = byTokens && cost.tokens > limit
   // A call that can never pass, or whose wait is longer than the openai SDK waits for (it would retry at once
   // and be refused again): `x-should-retry: false` stops its retries.
-  const headers = { ...rateLimitHeaders(policy, usage, now), 'retry-after': String(retryAfter), ...(tooLarge || retryAfter > 60 ? { 'x-should-retry': 'false' } : {}) }
+  const headers = { ...limitHeaders(states), 'retry-after': String(retryAfter), ...(tooLarge || retryAfter > 60 ? { 'x-should-retry': 'false' } : {}) }
   let message: string
   if (exceeded === 'streams') {
     message = `Too many concurrent streams: this ${holder} may keep ${limit} open. Retry when one ends.`
