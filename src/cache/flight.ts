@@ -33,7 +33,7 @@ export class Flight {
    * Joiners that stream can follow the leader's events live: the leader asked for a stream and podgate
    * reads it (false once the leader's stream is piped natively: joiners then wait for the whole answer).
    */
-  streams: boolean
+  declare streams: boolean
   /** Events from index `offset` on; earlier ones were read by everyone and dropped (see `seal`). */
   readonly #events: FlightEvent[] = []
   #offset = 0
@@ -44,7 +44,7 @@ export class Flight {
   sealed = false
   readonly #readers = new Set<FlightReader>()
   state: FlightState = 'open'
-  error: GatewayError | undefined
+  declare error: GatewayError | undefined
   /** The leader's caller went away (or its answer cannot serve joiners): joiners serve themselves. */
   abandoned = false
   /**
@@ -53,16 +53,16 @@ export class Flight {
    */
   shareable = true
   /** The normalized answer, when the leader's answer could be captured. */
-  answer: CachedAnswer | undefined
-  usage: Usage | undefined
+  declare answer: CachedAnswer | undefined
+  declare usage: Usage | undefined
   /** `id` and `created` of the leader's answer. */
-  meta: { id: string; created: number } | undefined
+  declare meta: { id: string; created: number } | undefined
   /** The leader's JSON body text, when it did not stream. */
-  json: string | undefined
+  declare json: string | undefined
   /** Callers reading or awaiting this flight (the leader included). */
   followers = 0
   /** Called when the last follower leaves before the end. */
-  onIdle: (() => void) | undefined
+  declare onIdle: (() => void) | undefined
   #wake: (() => void)[] = []
   #over!: () => void
   /** Resolves when the flight succeeds or fails. */
@@ -77,13 +77,13 @@ export class Flight {
    * caller left: `waitUntil`'s limit), with no word. Default: never (a leader whose caller is there ends
    * its call by its own timeouts).
    */
-  staleMs: number
+  declare staleMs: number
   /**
    * When the leader's call must have ended (epoch ms, `deadlineOf`). Still open after it, the leader's
    * request was ended with no word (as when the runtime ends it, its caller there or not): the flight
    * fails as a silent one does. Default: never.
    */
-  readonly until: number
+  declare readonly until: number
 
   constructor(streams: boolean, staleMs = Infinity, until = Infinity) {
     this.streams = streams

@@ -10,9 +10,10 @@
  * reordered endpoint list or a changed byte all fail the same check and get the same 404.
  * The upstream id is readable in the payload; it grants nothing without podgate's Runpod key.
  */
-import { GatewayError, upstreamError } from '../errors/index.ts'
+import { GatewayError } from '../errors/index.ts'
 import { base64url, encoder, fromBase64url, sign, signingKey, verify } from '../crypto/signing.ts'
 import type { ResolvedModel } from '../routing/models.ts'
+import { assertJobId } from '../upstream/runpod/client.ts'
 import type { Endpoint } from '../upstream/runpod/client.ts'
 import type { CompletionContext } from '../pipeline/index.ts'
 
@@ -36,7 +37,6 @@ export interface JobBinding {
 
 /** Checked before any decoding: anything else in a path (`/`, `%2F`, newlines, `..`) is refused at once. */
 const SEALED_ID = /^[A-Za-z0-9_-]{8,400}\.[A-Za-z0-9_-]{43}$/
-const UPSTREAM_ID = /^[A-Za-z0-9_-]{1,128}$/
 const PAYLOAD = /^v1:([cpr]):(\d{1,2}):([A-Za-z0-9_-]{1,128})({.*})?$/
 const KIND_CODE: Record<JobKind, string> = { chat: 'c', completion: 'p', raw: 'r' }
 const CODE_KIND: Record<string, JobKind> = { c: 'chat', p: 'completion', r: 'raw' }
@@ -64,7 +64,8 @@ export function createJobSealer(secret: string): JobSealer {
   return {
     async seal(ref, binding) {
       const index = binding.model.endpoints.indexOf(ref.endpoint)
-      if (index < 0 || !UPSTREAM_ID.test(ref.upstreamId)) throw upstreamError('The upstream returned an invalid job id.')
+      // An endpoint the model does not list is refused as an id that cannot be Runpod's is.
+      assertJobId(index < 0 ? '' : ref.upstreamId)
       const payload = `v1:${KIND_CODE[ref.kind]}:${index}:${ref.upstreamId}${JSON.stringify(ref.held) ?? ''}`
       const signature = await sign(await key(), bound(payload, ref.endpoint, binding))
       return `${base64url(encoder.encode(payload))}.${signature}`

@@ -109,7 +109,7 @@ const JOB_ID_PATTERN = /^[A-Za-z0-9_-]{1,128}$/
 /** Operations on one job: a 404 there may mean the job is gone rather than a wrong route. */
 const JOB_OPS = /^(status|status-sync|stream|cancel|retry)\//
 
-function assertJobId(id: string): string {
+export function assertJobId(id: string): string {
   if (!JOB_ID_PATTERN.test(id)) throw upstreamError('The upstream returned an invalid job id.')
   return id
 }
