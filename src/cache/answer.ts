@@ -50,7 +50,7 @@ export interface RenderMeta {
 
 /** Most choices one answer may hold (prompts × n). */
 const MAX_CHOICES = 1_024
-const BODY_FIELDS = new Set(['id', 'object', 'created', 'model', 'choices', 'usage'])
+/** The fields podgate writes into a chunk itself; a whole body's are these and `usage`. */
 const CHUNK_FIELDS = new Set(['id', 'object', 'created', 'model', 'choices'])
 /** Fields a stream repeats rather than continues: the latest value stands. */
 const REPLACED = new Set(['role', 'type', 'id', 'name', 'index', 'finish_reason', 'stop_reason'])
@@ -136,7 +136,7 @@ export function captureJsonAnswer(kind: RequestKind, body: unknown): CachedAnswe
     for (const [name, value] of Object.entries(body)) if (name !== 'model' && name !== 'usage') extra[name] = value
     return { kind, choices: [], extra, usage }
   }
-  for (const [name, value] of Object.entries(body)) if (!BODY_FIELDS.has(name)) extra[name] = value
+  for (const [name, value] of Object.entries(body)) if (name !== 'usage' && !CHUNK_FIELDS.has(name)) extra[name] = value
   if (!Array.isArray(body.choices) || body.choices.length === 0 || body.choices.length > MAX_CHOICES) return undefined
   const choices: CachedChoice[] = []
   for (const choice of body.choices) {

@@ -134,7 +134,7 @@ export function shorthandSampling(body: Record<string, unknown>, maxTokens: numb
  * bounds or of another type): throws the 400 naming the param, else returns.
  */
 export function assertNativeSampling(body: Record<string, unknown>): void {
-  const picked = Object.fromEntries(Object.entries(body).filter(([name, value]) => SAMPLING.has(name) && value !== null && value !== undefined))
+  const picked = Object.fromEntries(Object.entries(body).filter(([name, value]) => SAMPLING.has(name) && value != null))
   parseRequest(nativeSamplingSchema, picked)
 }
 

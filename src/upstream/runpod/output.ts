@@ -149,7 +149,7 @@ function fromStreamItems(items: unknown[], options: NativeOutputOptions): Native
         const text = 'delta' in choice ? choice.delta.content : choice.text
         const parts = (texts[choice.index] ??= [])
         if (typeof text === 'string' && text !== '') parts.push(text)
-        if (choice.finish_reason !== null && choice.finish_reason !== undefined) reasons[choice.index] = choice.finish_reason
+        if (choice.finish_reason != null) reasons[choice.index] = choice.finish_reason
       }
     },
     onUsage(reported, { estimated }) {
@@ -170,7 +170,7 @@ function fromStreamItems(items: unknown[], options: NativeOutputOptions): Native
   const choices = texts.flatMap((parts, index): Array<ChatCompletionChoice | TextCompletionChoice> => {
     const content = parts.join('')
     const finish_reason = reasons[index] ?? null
-    return [kind === 'chat' ? { index, message: jsonMessage(content), logprobs: null, finish_reason } : { index, text: content, logprobs: null, finish_reason }]
+    return [{ index, ...(kind === 'chat' ? { message: jsonMessage(content) } : { text: content }), logprobs: null, finish_reason }]
   })
   const object = kind === 'chat' ? 'chat.completion' : 'text_completion'
   const body = { id, object, created, model, choices, usage: usage ?? null } as ChatCompletion | TextCompletion
