@@ -16,8 +16,8 @@ const PUBLIC_FIELDS = ['error_type', 'error_message'] as const
  */
 export function publicJobError(error: unknown): unknown {
   if (typeof error === 'string') {
-    const parsed = parseObject(error)
-    return parsed ? JSON.stringify(publicFields(parsed)) : error.replace(TRACEBACK, '')
+    const parsed = error.startsWith('{') ? parseJson(error) : undefined
+    return isRecord(parsed) ? JSON.stringify(publicFields(parsed)) : error.replace(TRACEBACK, '')
   }
   if (isRecord(error)) return publicFields(error)
   return error
@@ -33,9 +33,4 @@ function publicFields(record: Record<string, unknown>): Record<string, unknown> 
   const out: Record<string, unknown> = {}
   for (const name of PUBLIC_FIELDS) if (record[name] !== undefined) out[name] = record[name]
   return out
-}
-
-function parseObject(text: string): Record<string, unknown> | undefined {
-  const value = text.startsWith('{') ? parseJson(text) : undefined
-  return isRecord(value) ? value : undefined
 }

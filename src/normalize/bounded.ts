@@ -63,7 +63,7 @@ function renumbered(error: GatewayError, { field, at }: { field: string; at: num
 
 const isText = (value: unknown): boolean => typeof value === 'string' && value.length <= MAX_TEXT_CHARS
 const isShortText = (value: unknown): boolean => typeof value === 'string' && value.length >= 1 && value.length <= 64
-const isTokenId = (value: unknown): boolean => typeof value === 'number' && Number.isSafeInteger(value) && value >= 0
+const isTokenId = (value: unknown): boolean => Number.isSafeInteger(value) && (value as number) >= 0
 
 function cutMessages(messages: unknown[]): unknown[] | undefined {
   if (messages.length > MAX_MESSAGES) return messages.slice(0, MAX_MESSAGES + 1)

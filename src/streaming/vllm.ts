@@ -145,7 +145,7 @@ function count(value: unknown): number | undefined {
 }
 
 export function isCount(value: unknown): value is number {
-  return typeof value === 'number' && Number.isInteger(value) && value >= 0
+  return Number.isInteger(value) && (value as number) >= 0
 }
 
 /** worker-vllm >= v2.24 wraps vLLM's error answers: `vLLM returned HTTP 400: {"error":{...}}`. */
