@@ -37,6 +37,14 @@ const scopeFields = lazily(() => ({
   expiresAt: nullable(positiveInt()),
 }))
 
+function checkScopes(input: { models?: string[] | null; expiresAt?: number | null }, options: KeysRoutesOptions): void {
+  const unknown = input.models?.find((m) => !options.models.has(m))
+  if (unknown !== undefined) throw invalidRequest(`Unknown model '${unknown.slice(0, 128)}': configure it first.`, { param: 'models' })
+  if (input.expiresAt != null && input.expiresAt <= Date.now()) {
+    throw invalidRequest('expiresAt is in the past: give a future time in ms since the epoch, or null for never.', { param: 'expiresAt' })
+  }
+}
+
 export const createKeySchema = lazily(() => {
   const fields = scopeFields()
   // Every scope optional but the name; the fields keep their order.
@@ -67,6 +75,10 @@ async function parseKeyBody<S extends z.ZodMiniType<{ origins?: string[] | undef
   const input = parseRequest(schema, body)
   if (input.origins) input.origins = canonicalOrigins(input.origins)
   return input
+}
+
+async function findKey(c: Context<GatewayEnv>, options: KeysRoutesOptions): Promise<KeyRecord> {
+  return routeKey(c, (id) => options.store(c).get(id))
 }
 
 export function keysRoutes(options: KeysRoutesOptions): Hono<GatewayEnv> {
@@ -127,18 +139,6 @@ export function keysRoutes(options: KeysRoutesOptions): Hono<GatewayEnv> {
   })
 
   return app
-}
-
-function checkScopes(input: { models?: string[] | null; expiresAt?: number | null }, options: KeysRoutesOptions): void {
-  const unknown = input.models?.find((m) => !options.models.has(m))
-  if (unknown !== undefined) throw invalidRequest(`Unknown model '${unknown.slice(0, 128)}': configure it first.`, { param: 'models' })
-  if (input.expiresAt != null && input.expiresAt <= Date.now()) {
-    throw invalidRequest('expiresAt is in the past: give a future time in ms since the epoch, or null for never.', { param: 'expiresAt' })
-  }
-}
-
-async function findKey(c: Context<GatewayEnv>, options: KeysRoutesOptions): Promise<KeyRecord> {
-  return routeKey(c, (id) => options.store(c).get(id))
 }
 
 /** Revoked keys stay revoked: their scopes and secret can no longer change. */

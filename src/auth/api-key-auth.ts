@@ -36,6 +36,11 @@ import type { RequestOrigin } from './origins.ts'
 import { formatForPath, runpodErrorBody } from '../http/respond.ts'
 import type { TokenSigner } from './tokens.ts'
 
+/** An Origin header is caller input: bounded and stripped of control characters before it is echoed. */
+function printable(text: string): string {
+  return text.slice(0, 200).replace(/[^\x20-\x7e]/g, '?')
+}
+
 export type CredentialResolver = (c: Context) => string | undefined | Promise<string | undefined>
 
 export interface ApiKeyAuthOptions {
@@ -215,9 +220,4 @@ function intersect(token: string[] | null, parent: KeyRecord['models']): string[
   if (token === null) return parent
   if (parent === null) return token
   return token.filter((m) => parent.includes(m))
-}
-
-/** An Origin header is caller input: bounded and stripped of control characters before it is echoed. */
-function printable(text: string): string {
-  return text.slice(0, 200).replace(/[^\x20-\x7e]/g, '?')
 }

@@ -27,6 +27,9 @@ import { GatewayError } from '../errors/index.ts'
 import type { Context } from 'hono'
 import type { GatewayEnv } from '../types.ts'
 
+/** A key id as podgate mints them: anything else names no key, and is not looked up. */
+const KEY_ID = /^key_[A-Za-z0-9]{16}$/
+
 /** Secret keys, for servers. */
 export const KEY_PREFIX = 'pg_sk_'
 /** Publishable keys, for web pages: they work only from their allowed origins. */
@@ -271,33 +274,6 @@ export class KeyStore {
     return record
   }
 
-  async create(input: KeyInput): Promise<{ record: KeyRecord; key: string }> {
-    const kind = input.kind ?? 'secret'
-    const key = generateKey(kind)
-    const now = Date.now()
-    const record: KeyRecord = {
-      id: generateKeyId(),
-      name: input.name,
-      kind,
-      models: input.models ?? null,
-      origins: input.origins ?? [],
-      metadata: input.metadata ?? {},
-      quota: input.quota ?? null,
-      createdAt: now,
-      updatedAt: now,
-      expiresAt: input.expiresAt ?? null,
-      revokedAt: null,
-      hash: await sha256Hex(key),
-      hint: key.slice(0, KEY_PREFIX.length + 4),
-    }
-    await this.#write(record)
-    return { record, key }
-  }
-
-  async get(id: string): Promise<KeyRecord | null> {
-    return this.#withTombstones(await this.#kv.get<KeyRecord>(`key:${id}`, 'json'))
-  }
-
   /**
    * The record as it stands, whatever a racing write left: upgraded, revoked when its tombstone says so,
    * and holding the current secret's hash when a rotation retired the one it holds. `liveHash`: a hash
@@ -314,6 +290,10 @@ export class KeyStore {
       record.hash === liveHash ? this.#kv.get<KeyRecord>(`key:${record.id}`, 'json').then((byId) => (byId?.hash === liveHash ? upgrade(byId) : record)) : this.#currentSecret(record),
     ])
     return tombstone ? { ...current, revokedAt: tombstone.revokedAt } : current
+  }
+
+  async get(id: string): Promise<KeyRecord | null> {
+    return this.#withTombstones(await this.#kv.get<KeyRecord>(`key:${id}`, 'json'))
   }
 
   /** `record` with the secret that replaced its own, when a rotation retired it (and so on down the chain). */
@@ -393,6 +373,29 @@ export class KeyStore {
     return revoked
   }
 
+  async create(input: KeyInput): Promise<{ record: KeyRecord; key: string }> {
+    const kind = input.kind ?? 'secret'
+    const key = generateKey(kind)
+    const now = Date.now()
+    const record: KeyRecord = {
+      id: generateKeyId(),
+      name: input.name,
+      kind,
+      models: input.models ?? null,
+      origins: input.origins ?? [],
+      metadata: input.metadata ?? {},
+      quota: input.quota ?? null,
+      createdAt: now,
+      updatedAt: now,
+      expiresAt: input.expiresAt ?? null,
+      revokedAt: null,
+      hash: await sha256Hex(key),
+      hint: key.slice(0, KEY_PREFIX.length + 4),
+    }
+    await this.#write(record)
+    return { record, key }
+  }
+
   /** Drops this isolate's lookups of these records, and keeps reads still out from being cached. */
   #forget(...records: KeyRecord[]): void {
     this.#cache.forgets++
@@ -407,9 +410,6 @@ export class KeyStore {
     await Promise.all([this.#kv.put(`key:${record.id}`, json), this.#kv.put(`keyhash:${record.hash}`, json)])
   }
 }
-
-/** A key id as podgate mints them: anything else names no key, and is not looked up. */
-const KEY_ID = /^key_[A-Za-z0-9]{16}$/
 
 /** The key the route's `:id` names, read with `read` (a store's `get` or `revoke`): a 404 when there is none. */
 export async function routeKey(c: Context<GatewayEnv>, read: (id: string) => Promise<KeyRecord | null>): Promise<KeyRecord> {

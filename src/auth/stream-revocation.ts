@@ -14,48 +14,6 @@ import { encoder, PULL_ONLY } from '../streaming/openai-chunks.ts'
 import { registerStreamControl, streamControl } from '../streaming/stream-control.ts'
 import type { StreamControl } from '../streaming/stream-control.ts'
 
-
-export interface RevocableStreamOptions {
-  /** Resolves true while the credential is still valid. A failing check keeps the stream open. */
-  stillValid: () => Promise<boolean>
-  /** Time between two checks, in ms. */
-  intervalMs: number
-  /** The error event to end with, already framed for the surface. */
-  errorEvent: string
-}
-
-/**
- * @example
- * return new Response(revocableStream(res.body, { stillValid, intervalMs: 10_000, errorEvent }), res)
- */
-export function revocableStream(body: ReadableStream<Uint8Array>, options: RevocableStreamOptions): ReadableStream<Uint8Array> {
-  const control = streamControl(body)
-  if (control) {
-    watch(control, options)
-    return body
-  }
-  const wrapped = controlledStream(body)
-  watch(streamControl(wrapped)!, options)
-  return wrapped
-}
-
-function watch(control: StreamControl, options: RevocableStreamOptions): void {
-  let closed = false
-  let timer: ReturnType<typeof setTimeout> | undefined
-  const check = async () => {
-    timer = undefined
-    const valid = await options.stillValid().catch(() => true)
-    if (closed) return
-    if (valid) timer = setTimeout(check, options.intervalMs)
-    else control.end(options.errorEvent)
-  }
-  timer = setTimeout(check, options.intervalMs)
-  control.onClose(() => {
-    closed = true
-    if (timer !== undefined) clearTimeout(timer)
-  })
-}
-
 /** `body` behind one pull-through stage that registers a control (bodies that have none of their own). */
 function controlledStream(body: ReadableStream<Uint8Array>): ReadableStream<Uint8Array> {
   const reader = body.getReader()
@@ -107,4 +65,45 @@ function controlledStream(body: ReadableStream<Uint8Array>): ReadableStream<Uint
     },
   })
   return stream
+}
+
+export interface RevocableStreamOptions {
+  /** Resolves true while the credential is still valid. A failing check keeps the stream open. */
+  stillValid: () => Promise<boolean>
+  /** Time between two checks, in ms. */
+  intervalMs: number
+  /** The error event to end with, already framed for the surface. */
+  errorEvent: string
+}
+
+/**
+ * @example
+ * return new Response(revocableStream(res.body, { stillValid, intervalMs: 10_000, errorEvent }), res)
+ */
+export function revocableStream(body: ReadableStream<Uint8Array>, options: RevocableStreamOptions): ReadableStream<Uint8Array> {
+  const control = streamControl(body)
+  if (control) {
+    watch(control, options)
+    return body
+  }
+  const wrapped = controlledStream(body)
+  watch(streamControl(wrapped)!, options)
+  return wrapped
+}
+
+function watch(control: StreamControl, options: RevocableStreamOptions): void {
+  let closed = false
+  let timer: ReturnType<typeof setTimeout> | undefined
+  const check = async () => {
+    timer = undefined
+    const valid = await options.stillValid().catch(() => true)
+    if (closed) return
+    if (valid) timer = setTimeout(check, options.intervalMs)
+    else control.end(options.errorEvent)
+  }
+  timer = setTimeout(check, options.intervalMs)
+  control.onClose(() => {
+    closed = true
+    if (timer !== undefined) clearTimeout(timer)
+  })
 }

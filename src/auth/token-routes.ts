@@ -28,35 +28,6 @@ import { string } from '../zod/scalars.ts'
 import { maxLength, minLength } from '../zod/bounds.ts'
 import { array } from '../zod/array.ts'
 
-/** A token's `sub` (checked as code, not `z.regex`: the OpenAPI document shows it as `pattern`, src/openapi/descriptions.ts). */
-export const SUB_PATTERN = /^[\x21-\x7e]{1,128}$/
-
-export const mintTokenSchema = lazily(() => strictObject({
-  models: optional(array(string().check(minLength(1), maxLength(128))).check(minLength(1), maxLength(256))),
-  origin: optional(originSchema()),
-  ttlSeconds: optional(positiveInt()),
-  quota: optional(quotaPolicySchema),
-  sub: optional(string().check(refine((sub: string) => SUB_PATTERN.test(sub), 'must be 1-128 printable ASCII characters without spaces, e.g. your user id'))),
-}))
-
-export interface TokenRoutesOptions {
-  signer: TokenSigner
-  /** Configured model aliases. */
-  models: ReadonlySet<string>
-  maxBodyBytes: number
-  /** Longest lifetime, in seconds. */
-  maxTtlSeconds: number
-  /** Lifetime when none is asked for, in seconds. */
-  defaultTtlSeconds: number
-  /**
-   * Counts the mint against the key's control calls once the request is known to be good (a 429 over
-   * the limit); returns the headers to answer with. Default: nothing counted.
-   */
-  countControl?: (c: Context<GatewayEnv>) => Promise<Record<string, string>>
-  /** Refuses (400) a token quota this gateway cannot enforce (`strict` with no Durable Object). */
-  checkQuota?: (c: Context<GatewayEnv>, quota: QuotaPolicy | undefined) => void
-}
-
 export function tokenRoutes(options: TokenRoutesOptions): Hono<GatewayEnv> {
   const app = new Hono<GatewayEnv>()
   const defaultTtl = Math.min(options.defaultTtlSeconds, options.maxTtlSeconds)
@@ -104,4 +75,33 @@ export function tokenRoutes(options: TokenRoutesOptions): Hono<GatewayEnv> {
   })
 
   return app
+}
+
+/** A token's `sub` (checked as code, not `z.regex`: the OpenAPI document shows it as `pattern`, src/openapi/descriptions.ts). */
+export const SUB_PATTERN = /^[\x21-\x7e]{1,128}$/
+
+export const mintTokenSchema = lazily(() => strictObject({
+  models: optional(array(string().check(minLength(1), maxLength(128))).check(minLength(1), maxLength(256))),
+  origin: optional(originSchema()),
+  ttlSeconds: optional(positiveInt()),
+  quota: optional(quotaPolicySchema),
+  sub: optional(string().check(refine((sub: string) => SUB_PATTERN.test(sub), 'must be 1-128 printable ASCII characters without spaces, e.g. your user id'))),
+}))
+
+export interface TokenRoutesOptions {
+  signer: TokenSigner
+  /** Configured model aliases. */
+  models: ReadonlySet<string>
+  maxBodyBytes: number
+  /** Longest lifetime, in seconds. */
+  maxTtlSeconds: number
+  /** Lifetime when none is asked for, in seconds. */
+  defaultTtlSeconds: number
+  /**
+   * Counts the mint against the key's control calls once the request is known to be good (a 429 over
+   * the limit); returns the headers to answer with. Default: nothing counted.
+   */
+  countControl?: (c: Context<GatewayEnv>) => Promise<Record<string, string>>
+  /** Refuses (400) a token quota this gateway cannot enforce (`strict` with no Durable Object). */
+  checkQuota?: (c: Context<GatewayEnv>, quota: QuotaPolicy | undefined) => void
 }

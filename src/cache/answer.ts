@@ -126,6 +126,11 @@ export function createAnswerCapture(kind: RequestKind): AnswerCapture {
   }
 }
 
+function withoutIndex(call: Json): Json {
+  const { index: _index, ...rest } = call
+  return rest
+}
+
 /** The answer in a JSON body (completion or embeddings list), or `undefined` when it is not one. */
 export function captureJsonAnswer(kind: RequestKind, body: unknown): CachedAnswer | undefined {
   if (!isRecord(body) || body.error !== undefined) return undefined
@@ -184,6 +189,32 @@ export function usageChunkText(kind: RequestKind, meta: RenderMeta, usage: Usage
   return `data: ${JSON.stringify({ id: meta.id, object, created: meta.created, model: meta.model, choices: [], usage }, (_, value: unknown) => value ?? undefined)}\n\n`
 }
 
+/** Appends `source` into `target`: strings and lists continue, objects merge, tool calls join by index. */
+function merge(target: Json, source: Json): void {
+  for (const [name, value] of Object.entries(source)) {
+    const current = target[name]
+    if (value === null || value === undefined) {
+      if (!(name in target)) target[name] = null
+    } else if (name === 'tool_calls' && Array.isArray(value)) {
+      const calls = Array.isArray(current) ? (current as Json[]) : (target[name] = [] as Json[])
+      for (const call of value) {
+        if (!isRecord(call)) continue
+        const at = typeof call.index === 'number' ? calls.find((c) => c.index === call.index) : undefined
+        if (at) merge(at, call)
+        else calls.push(structuredClone(call))
+      }
+    } else if (typeof value === 'string' && typeof current === 'string' && !REPLACED.has(name)) {
+      target[name] = current + value
+    } else if (Array.isArray(value) && Array.isArray(current)) {
+      target[name] = [...current, ...value]
+    } else if (isRecord(value) && isRecord(current)) {
+      merge(current, value)
+    } else {
+      target[name] = isRecord(value) || Array.isArray(value) ? structuredClone(value) : value
+    }
+  }
+}
+
 /** A streamed choice as one JSON choice, reassembled as clients do. */
 function assembled(kind: RequestKind, chunks: readonly Json[], autoTools = false): Json {
   // vLLM's JSON message (the reasoning keys' names vary by version: only those the chunks carried).
@@ -219,35 +250,4 @@ function split(kind: RequestKind, whole: Json): Json[] {
   if (kind !== 'chat') return [rest]
   if (Array.isArray(delta.tool_calls)) delta.tool_calls = delta.tool_calls.map((call, index) => (isRecord(call) ? { index, ...call } : call))
   return [{ delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }, { delta, ...rest }]
-}
-
-/** Appends `source` into `target`: strings and lists continue, objects merge, tool calls join by index. */
-function merge(target: Json, source: Json): void {
-  for (const [name, value] of Object.entries(source)) {
-    const current = target[name]
-    if (value === null || value === undefined) {
-      if (!(name in target)) target[name] = null
-    } else if (name === 'tool_calls' && Array.isArray(value)) {
-      const calls = Array.isArray(current) ? (current as Json[]) : (target[name] = [] as Json[])
-      for (const call of value) {
-        if (!isRecord(call)) continue
-        const at = typeof call.index === 'number' ? calls.find((c) => c.index === call.index) : undefined
-        if (at) merge(at, call)
-        else calls.push(structuredClone(call))
-      }
-    } else if (typeof value === 'string' && typeof current === 'string' && !REPLACED.has(name)) {
-      target[name] = current + value
-    } else if (Array.isArray(value) && Array.isArray(current)) {
-      target[name] = [...current, ...value]
-    } else if (isRecord(value) && isRecord(current)) {
-      merge(current, value)
-    } else {
-      target[name] = isRecord(value) || Array.isArray(value) ? structuredClone(value) : value
-    }
-  }
-}
-
-function withoutIndex(call: Json): Json {
-  const { index: _index, ...rest } = call
-  return rest
 }

@@ -28,6 +28,26 @@ import type { CompletionContext, CompletionHandler, StreamCopy } from '../pipeli
 import { follow } from './follow.ts'
 import type { CacheRun, Plan } from './run.ts'
 
+/**
+ * A stream the upstream code piped natively: the caller reads the upstream's bytes, and the recorder gets
+ * the answer's text from the pipe's copy (a few large blocks, most at the end) and settles the flight
+ * through `copy.end`. Joiners cannot follow it live: they wait for the whole answer and get it replayed
+ * (or, past the size bound, ask on their own at once).
+ */
+function recordPiped(leader: Leader, response: Response): Response {
+  leader.flight.stopStreaming()
+  // The request stays alive until the upstream's part is recorded, even if its caller leaves first.
+  waitUntilOf(leader.ctx.c)(leader.flight.over)
+  // A caller who left (before the answer came, or later, told by its request's signal) may never read or
+  // cancel its body, which would hold the pipe's copy (and so the joiners waiting for the whole answer) to
+  // a chunk a tick: the pipe lets it go and reads the upstream's part at once, for them.
+  const { flight } = leader
+  onAbort(leader.ctx.c.req.raw.signal, () => {
+    if (flight.state === 'open' && flight.followers > 0) streamControl(response.body!)?.detach?.()
+  })
+  return withCacheHeaders(response, 'MISS', 0)
+}
+
 /** What one leader needs besides the flight: its context, the flight's release and the store write. */
 interface Leader {
   run: CacheRun
@@ -48,140 +68,11 @@ interface Leader {
   left: () => void
 }
 
-export async function lead(run: CacheRun, ctx: CompletionContext, next: CompletionHandler, plan: Plan): Promise<Response> {
-  const { options, flights, log } = run
-  const flight = new Flight(ctx.request.stream, Infinity, deadlineOf(ctx))
-  const hash = plan.key.hash
-  const release = () => {
-    if (flights.get(hash) === flight) flights.delete(hash)
-  }
-  /** Its caller left mid-answer, as its pipe heard (`Leader.left`), also on a host whose request signal does not say so. */
-  let leftByBody = false
-  /** Stopped for its caller, with no joiner waiting (`Leader.halt`). */
-  let halted = false
-  const halt = () => {
-    halted = true
-    release()
-  }
-  if (options.coalesce) {
-    // Flights whose requests were ended with no word, never asked again, go too (`Flight.live`).
-    for (const [other, old] of flights) if (!old.live()) flights.delete(other)
-    flights.set(hash, flight)
-    // The call is the flight's: its caller leaving stops it only when no joiner follows it, and its
-    // request lives on (waitUntil) while the call runs for them. A stopped call takes no joiner: one
-    // whose upstream ignores the abort and answers later is cut by its relay (openai-relay.ts).
-    const shared = new AbortController()
-    const { signal } = ctx.c.req.raw
-    const stop = () => (signal.aborted || leftByBody) && (shared.abort(signal.aborted ? signal.reason : upstreamError(CALLER_GONE)), halt())
-    ctx.signal = shared.signal
-    flight.onIdle = stop
-    onAbort(signal, () => {
-      flight.leaderLeft()
-      if (flight.followers <= 0) stop()
-    })
-    waitUntilOf(ctx.c)(flight.over)
-  }
-  const leader: Leader = {
-    run,
-    ctx,
-    flight,
-    release,
-    store: (answer) => {
-      const write = writeEntry(options.tiers(ctx.c), plan.key, { v: 1, storedAt: options.now(), answer }, { ttlSeconds: plan.ttlSeconds, maxEntryBytes: options.maxEntryBytes })
-      waitUntilOf(ctx.c)(write.catch((error: unknown) => log(ctx, { message: 'cache write failed', cause: String(error) })))
-    },
-    callerGone: () => halted,
-    halt,
-    left: () => {
-      leftByBody = true
-      // Heard by its pipe, maybe not by its request's signal: the quota stages free its stream slot now.
-      ctx.callerLeft()
-      flight.leaderLeft()
-    },
-  }
-
-  // A stream is recorded from the text the upstream code hands over when it pipes natively, else from
-  // the body (captureStream).
-  const recorder = ctx.request.stream ? streamRecorder(leader) : undefined
-  if (recorder) ctx.copy = recorder.copy
-  let response: Response
-  try {
-    response = await next(ctx)
-  } catch (error) {
-    flight.fail(toGatewayError(error), leader.callerGone())
-    leader.release()
-    throw error
-  }
-  if (response.status !== 200 || !response.body) {
-    flight.fail(upstreamError('The shared upstream call did not answer.'), true)
-    leader.release()
-    return withCacheHeaders(response, 'MISS', 0)
-  }
-  if (!recorder) return captureJson(leader, response)
-  return recorder.copy.piped ? recordPiped(leader, response) : captureStream(leader, recorder, response)
-}
-
-/**
- * A JSON answer: taken as the dispatcher parsed it, or else read up to the size bound; shared and stored
- * whole. A larger one passes through.
- */
-async function captureJson(leader: Leader, response: Response): Promise<Response> {
-  const parsed = jsonAnswerOf(response)
-  if (parsed) {
-    if (!fitsInBytes(parsed.text, leader.run.options.maxEntryBytes)) return passOn(leader, response)
-    return recordJson(leader, parsed.text, parsed.body, response)
-  }
-  const { flight, release } = leader
-  const source = response.body!.getReader()
-  const chunks: Uint8Array[] = []
-  let bytes = 0
-  let done = false
-  try {
-    while (!done && bytes <= leader.run.options.maxEntryBytes) {
-      const chunk = await source.read()
-      if (chunk.done) done = true
-      else (chunks.push(chunk.value), (bytes += chunk.value.byteLength))
-    }
-  } catch (error) {
-    flight.fail(toGatewayError(error), leader.callerGone())
-    release()
-    throw error
-  }
-  // This caller gets the rest as it comes.
-  if (!done) return passOn(leader, new Response(concat(chunks, source), response))
-  const text = new TextDecoder().decode(concatBytes(chunks, bytes))
-  return recordJson(leader, text, parseJson(text), new Response(text, response))
-}
-
 /** Too large to share or store: joiners ask alone. */
 function passOn(leader: Leader, response: Response): Response {
   leader.release()
   leader.flight.succeed({})
   return withCacheHeaders(response, 'MISS', 0)
-}
-
-/** Shares the whole answer with joiners and stores it once the outcome says it ended well. */
-async function recordJson(leader: Leader, text: string, json: unknown, response: Response): Promise<Response> {
-  const { ctx, flight, release } = leader
-  const answer = captureJsonAnswer(ctx.request.kind, json)
-  const outcome = await ctx.outcome
-  release()
-  if (outcome.ok) {
-    flight.succeed({ answer, usage: outcome.usage, meta: metaOf(json), json: text })
-    if (answer) leader.store(answer)
-  } else {
-    flight.fail(outcome.error, leader.callerGone())
-  }
-  return withCacheHeaders(response, 'MISS', 0)
-}
-
-interface StreamRecorder {
-  /** Handed to the upstream code (CompletionContext.copy): a piped stream's text and end arrive here. */
-  copy: StreamCopy
-  /** The next piece of the stream's text. */
-  feed(text: string): void
-  /** After the last piece of a stream podgate read itself: settles the flight from the outcome and stores a whole answer. */
-  finish(): Promise<void>
 }
 
 /**
@@ -284,24 +175,28 @@ function streamRecorder(leader: Leader): StreamRecorder {
   }
 }
 
-/**
- * A stream the upstream code piped natively: the caller reads the upstream's bytes, and the recorder gets
- * the answer's text from the pipe's copy (a few large blocks, most at the end) and settles the flight
- * through `copy.end`. Joiners cannot follow it live: they wait for the whole answer and get it replayed
- * (or, past the size bound, ask on their own at once).
- */
-function recordPiped(leader: Leader, response: Response): Response {
-  leader.flight.stopStreaming()
-  // The request stays alive until the upstream's part is recorded, even if its caller leaves first.
-  waitUntilOf(leader.ctx.c)(leader.flight.over)
-  // A caller who left (before the answer came, or later, told by its request's signal) may never read or
-  // cancel its body, which would hold the pipe's copy (and so the joiners waiting for the whole answer) to
-  // a chunk a tick: the pipe lets it go and reads the upstream's part at once, for them.
-  const { flight } = leader
-  onAbort(leader.ctx.c.req.raw.signal, () => {
-    if (flight.state === 'open' && flight.followers > 0) streamControl(response.body!)?.detach?.()
-  })
+/** Shares the whole answer with joiners and stores it once the outcome says it ended well. */
+async function recordJson(leader: Leader, text: string, json: unknown, response: Response): Promise<Response> {
+  const { ctx, flight, release } = leader
+  const answer = captureJsonAnswer(ctx.request.kind, json)
+  const outcome = await ctx.outcome
+  release()
+  if (outcome.ok) {
+    flight.succeed({ answer, usage: outcome.usage, meta: metaOf(json), json: text })
+    if (answer) leader.store(answer)
+  } else {
+    flight.fail(outcome.error, leader.callerGone())
+  }
   return withCacheHeaders(response, 'MISS', 0)
+}
+
+interface StreamRecorder {
+  /** Handed to the upstream code (CompletionContext.copy): a piped stream's text and end arrive here. */
+  copy: StreamCopy
+  /** The next piece of the stream's text. */
+  feed(text: string): void
+  /** After the last piece of a stream podgate read itself: settles the flight from the outcome and stores a whole answer. */
+  finish(): Promise<void>
 }
 
 /** A stream: read here, not by the leader's response, so joiners never wait on how fast it reads. */
@@ -337,6 +232,38 @@ function captureStream(leader: Leader, recorder: StreamRecorder, response: Respo
   return withCacheHeaders(new Response(follow(flight, own, ctx), response), 'MISS', 0)
 }
 
+/**
+ * A JSON answer: taken as the dispatcher parsed it, or else read up to the size bound; shared and stored
+ * whole. A larger one passes through.
+ */
+async function captureJson(leader: Leader, response: Response): Promise<Response> {
+  const parsed = jsonAnswerOf(response)
+  if (parsed) {
+    if (!fitsInBytes(parsed.text, leader.run.options.maxEntryBytes)) return passOn(leader, response)
+    return recordJson(leader, parsed.text, parsed.body, response)
+  }
+  const { flight, release } = leader
+  const source = response.body!.getReader()
+  const chunks: Uint8Array[] = []
+  let bytes = 0
+  let done = false
+  try {
+    while (!done && bytes <= leader.run.options.maxEntryBytes) {
+      const chunk = await source.read()
+      if (chunk.done) done = true
+      else (chunks.push(chunk.value), (bytes += chunk.value.byteLength))
+    }
+  } catch (error) {
+    flight.fail(toGatewayError(error), leader.callerGone())
+    release()
+    throw error
+  }
+  // This caller gets the rest as it comes.
+  if (!done) return passOn(leader, new Response(concat(chunks, source), response))
+  const text = new TextDecoder().decode(concatBytes(chunks, bytes))
+  return recordJson(leader, text, parseJson(text), new Response(text, response))
+}
+
 /** The chunks already read, then the rest of `source`, pulled as the caller reads. */
 function concat(head: Uint8Array[], source: ReadableStreamDefaultReader<Uint8Array>): ReadableStream<Uint8Array> {
   return new ReadableStream<Uint8Array>(
@@ -350,4 +277,77 @@ function concat(head: Uint8Array[], source: ReadableStreamDefaultReader<Uint8Arr
     },
     PULL_ONLY,
   )
+}
+
+export async function lead(run: CacheRun, ctx: CompletionContext, next: CompletionHandler, plan: Plan): Promise<Response> {
+  const { options, flights, log } = run
+  const flight = new Flight(ctx.request.stream, Infinity, deadlineOf(ctx))
+  const hash = plan.key.hash
+  const release = () => {
+    if (flights.get(hash) === flight) flights.delete(hash)
+  }
+  /** Its caller left mid-answer, as its pipe heard (`Leader.left`), also on a host whose request signal does not say so. */
+  let leftByBody = false
+  /** Stopped for its caller, with no joiner waiting (`Leader.halt`). */
+  let halted = false
+  const halt = () => {
+    halted = true
+    release()
+  }
+  if (options.coalesce) {
+    // Flights whose requests were ended with no word, never asked again, go too (`Flight.live`).
+    for (const [other, old] of flights) if (!old.live()) flights.delete(other)
+    flights.set(hash, flight)
+    // The call is the flight's: its caller leaving stops it only when no joiner follows it, and its
+    // request lives on (waitUntil) while the call runs for them. A stopped call takes no joiner: one
+    // whose upstream ignores the abort and answers later is cut by its relay (openai-relay.ts).
+    const shared = new AbortController()
+    const { signal } = ctx.c.req.raw
+    const stop = () => (signal.aborted || leftByBody) && (shared.abort(signal.aborted ? signal.reason : upstreamError(CALLER_GONE)), halt())
+    ctx.signal = shared.signal
+    flight.onIdle = stop
+    onAbort(signal, () => {
+      flight.leaderLeft()
+      if (flight.followers <= 0) stop()
+    })
+    waitUntilOf(ctx.c)(flight.over)
+  }
+  const leader: Leader = {
+    run,
+    ctx,
+    flight,
+    release,
+    store: (answer) => {
+      const write = writeEntry(options.tiers(ctx.c), plan.key, { v: 1, storedAt: options.now(), answer }, { ttlSeconds: plan.ttlSeconds, maxEntryBytes: options.maxEntryBytes })
+      waitUntilOf(ctx.c)(write.catch((error: unknown) => log(ctx, { message: 'cache write failed', cause: String(error) })))
+    },
+    callerGone: () => halted,
+    halt,
+    left: () => {
+      leftByBody = true
+      // Heard by its pipe, maybe not by its request's signal: the quota stages free its stream slot now.
+      ctx.callerLeft()
+      flight.leaderLeft()
+    },
+  }
+
+  // A stream is recorded from the text the upstream code hands over when it pipes natively, else from
+  // the body (captureStream).
+  const recorder = ctx.request.stream ? streamRecorder(leader) : undefined
+  if (recorder) ctx.copy = recorder.copy
+  let response: Response
+  try {
+    response = await next(ctx)
+  } catch (error) {
+    flight.fail(toGatewayError(error), leader.callerGone())
+    leader.release()
+    throw error
+  }
+  if (response.status !== 200 || !response.body) {
+    flight.fail(upstreamError('The shared upstream call did not answer.'), true)
+    leader.release()
+    return withCacheHeaders(response, 'MISS', 0)
+  }
+  if (!recorder) return captureJson(leader, response)
+  return recorder.copy.piped ? recordPiped(leader, response) : captureStream(leader, recorder, response)
 }

@@ -15,6 +15,15 @@ import type { Flight } from './flight.ts'
 import { nowSeconds, render, withCacheHeaders } from './replay.ts'
 import type { CacheRun, Plan } from './run.ts'
 
+/**
+ * How a joiner settles an end it got from the flight, not from an upstream call of its own (the answer,
+ * the flight's failure, or its caller leaving while it waited or followed): always `cached`, so quota
+ * counts the request and never its tokens, whatever the leader is charged. A joiner that asks on its own
+ * goes through `lead` with its context untouched: the dispatcher settles that call as any other.
+ */
+function settleFromFlight(ctx: CompletionContext): CompletionContext['settle'] {
+  return (outcome) => ctx.settle({ ...outcome, cached: true })
+}
 
 /**
  * Joins the request's flight when one is in the air, else leads a new one. `until`: this caller joined
@@ -26,15 +35,8 @@ export function coalesceOrLead(run: CacheRun, ctx: CompletionContext, next: Comp
   return flight?.live() && (until ?? Infinity) > Date.now() ? join(run, flight, { ctx, next, plan, until }) : lead(run, ctx, next, plan)
 }
 
-/**
- * How a joiner settles an end it got from the flight, not from an upstream call of its own (the answer,
- * the flight's failure, or its caller leaving while it waited or followed): always `cached`, so quota
- * counts the request and never its tokens, whatever the leader is charged. A joiner that asks on its own
- * goes through `lead` with its context untouched: the dispatcher settles that call as any other.
- */
-function settleFromFlight(ctx: CompletionContext): CompletionContext['settle'] {
-  return (outcome) => ctx.settle({ ...outcome, cached: true })
-}
+/** How often a joiner waiting on a piped stream is sent an SSE comment, so it and the proxies on its way keep the connection. */
+const HEARTBEAT_MS = 10_000
 
 async function join(run: CacheRun, flight: Flight, call: { ctx: CompletionContext; next: CompletionHandler; plan: Plan; until?: number }): Promise<Response> {
   const { ctx, next, plan, until } = call
@@ -103,9 +105,6 @@ function identityOf(flight: Flight, ctx: CompletionContext): { id: string; creat
   return { id: flight.meta?.id ?? completionId(ctx.request.kind), created: flight.meta?.created ?? nowSeconds() }
 }
 
-/** How often a joiner waiting on a piped stream is sent an SSE comment, so it and the proxies on its way keep the connection. */
-const HEARTBEAT_MS = 10_000
-
 /**
  * A streaming joiner of a piped leader: answered at once (the leader's first bytes are out, as a live
  * follower's would be), kept open with comments, then given the whole answer replayed; or the flight's
@@ -140,25 +139,6 @@ function awaitPiped(flight: Flight, ctx: CompletionContext, deadline: number, ag
   }
   // Its caller's leaving ends the wait whether or not the body is ever read or cancelled.
   onAbort(ctx.c.req.raw.signal, cancel)
-  return new ReadableStream<Uint8Array>(
-    {
-      async pull(controller) {
-        // Every pull enqueues or closes: a pull that returns with neither is not called again.
-        if (!own) {
-          const waited = await untilEnded(controller)
-          if (waited === undefined) return
-          // The caller left while its own call was being made: stop that call too.
-          if (cancelled) return void waited.cancel().catch(() => undefined)
-          own = waited
-        }
-        const chunk = await own.read()
-        if (chunk.done) controller.close()
-        else controller.enqueue(chunk.value)
-      },
-      cancel,
-    },
-    PULL_ONLY,
-  )
 
   /** A heartbeat, or the flight's end written out; or, to relay, the reader of this caller's own call. */
   async function untilEnded(controller: ReadableStreamDefaultController<Uint8Array>): Promise<ReadableStreamDefaultReader<Uint8Array> | undefined> {
@@ -197,6 +177,25 @@ function awaitPiped(flight: Flight, ctx: CompletionContext, deadline: number, ag
       return fail(controller, failure)
     }
   }
+  return new ReadableStream<Uint8Array>(
+    {
+      async pull(controller) {
+        // Every pull enqueues or closes: a pull that returns with neither is not called again.
+        if (!own) {
+          const waited = await untilEnded(controller)
+          if (waited === undefined) return
+          // The caller left while its own call was being made: stop that call too.
+          if (cancelled) return void waited.cancel().catch(() => undefined)
+          own = waited
+        }
+        const chunk = await own.read()
+        if (chunk.done) controller.close()
+        else controller.enqueue(chunk.value)
+      },
+      cancel,
+    },
+    PULL_ONLY,
+  )
 }
 
 /** The error an answer that is not a stream carries (OpenAI's `{"error": {...}}`), as a GatewayError. */

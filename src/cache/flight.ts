@@ -91,11 +91,6 @@ export class Flight {
     this.until = until
   }
 
-  /** Index one past the last event pushed. */
-  get end(): number {
-    return this.#offset + this.#events.length
-  }
-
   /** The event at `index`, which a registered reader has not passed yet. */
   at(index: number): FlightEvent {
     return this.#events[index - this.#offset]!
@@ -177,6 +172,11 @@ export class Flight {
   unshare(): void {
     this.shareable = false
     this.#notify()
+  }
+
+  /** Index one past the last event pushed. */
+  get end(): number {
+    return this.#offset + this.#events.length
   }
 
   fail(error: GatewayError, abandoned: boolean): void {

@@ -9,8 +9,6 @@ import { DONE_TEXT, encoder, PULL_ONLY, sseErrorEvent } from '../streaming/opena
 import { usageChunkText } from './answer.ts'
 import type { Flight, FlightReader } from './flight.ts'
 
-const HEARTBEAT_TEXT = ': keep-alive\n\n'
-
 /**
  * A caller's stream: the flight's events so far, then live, with the caller's own usage preference.
  * The leader passes no `settle`: its dispatcher settles its outcome. A coalesced twin passes the settle
@@ -77,3 +75,5 @@ export function follow(flight: Flight, reader: FlightReader, ctx: CompletionCont
     PULL_ONLY,
   )
 }
+
+const HEARTBEAT_TEXT = ': keep-alive\n\n'

@@ -12,6 +12,11 @@ import type { CacheConfig, cacheConfigSchema } from './config.ts'
 import type { ModelCacheSettings } from './policy.ts'
 export { CACHE_HEADER, decideCaching, isDeterministic, parseCacheControl } from './policy.ts'
 import { cacheRoutes } from './routes.ts'
+
+function defaultEdgeCache(): Cache | undefined {
+  const storage = (globalThis as { caches?: CacheStorage & { default?: Cache } }).caches
+  return storage?.default
+}
 import { cacheStage } from './stage.ts'
 
 import { GenerationCache } from './store.ts'
@@ -92,9 +97,4 @@ export function createCache(options: CreateCacheOptions): PodgateCache {
   })
   const routes = cacheRoutes({ kv, generations, models: new Set(Object.keys(options.models)), scope: config.scope, generationCacheMs: config.generationCacheMs, maxBodyBytes: options.maxBodyBytes, keyExists: options.keyExists })
   return { stage, routes }
-}
-
-function defaultEdgeCache(): Cache | undefined {
-  const storage = (globalThis as { caches?: CacheStorage & { default?: Cache } }).caches
-  return storage?.default
 }

@@ -12,6 +12,11 @@ import { isRawJSON } from '../http/body.ts'
 import { FRAMING_FIELDS } from '../normalize/reads.ts'
 import type { NormalizedRequest } from '../normalize/types.ts'
 
+/** The KV prefix of one scope's entries, or of one model's entries within a scope. */
+export function kvPrefix(scope: string, model?: string): string {
+  return model === undefined ? `cache:${scope}:` : `cache:${scope}:${model}:`
+}
+
 export interface CacheKeyInput {
   request: NormalizedRequest
   /** `key:<keyId>` or `shared`: whose entries these are. */
@@ -28,6 +33,8 @@ export interface CacheKey {
   /** A synthetic URL for the Cache API, which keys by URL. */
   url: string
 }
+
+const MAX_DEPTH = 1000
 
 /**
  * @example
@@ -58,18 +65,13 @@ export async function cacheKey(input: CacheKeyInput): Promise<CacheKey> {
   return { hash, kvKey: `${kvPrefix(scope, request.model)}${hash}`, url: `https://podgate-cache.invalid/${encodeURIComponent(scope)}/${model}/${hash}` }
 }
 
+const FRAMING: ReadonlySet<string> = new Set(FRAMING_FIELDS)
+
 /** The forwarded body without its framing fields; `model` is the alias (the served name is config). */
 function keyedFields(body: Record<string, unknown>): Record<string, unknown> {
   const out: Record<string, unknown> = {}
   for (const [name, value] of Object.entries(body)) if (!FRAMING.has(name) && name !== 'model') out[name] = value
   return out
-}
-
-const FRAMING: ReadonlySet<string> = new Set(FRAMING_FIELDS)
-
-/** The KV prefix of one scope's entries, or of one model's entries within a scope. */
-export function kvPrefix(scope: string, model?: string): string {
-  return model === undefined ? `cache:${scope}:` : `cache:${scope}:${model}:`
 }
 
 /**
@@ -92,5 +94,3 @@ export function stableJson(value: unknown, depth = 0): string {
   }
   return `{${members.join(',')}}`
 }
-
-const MAX_DEPTH = 1000

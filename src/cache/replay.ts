@@ -15,6 +15,20 @@ export function replay(answer: CachedAnswer, ctx: CompletionContext, status: Cac
   return render(answer, ctx, { id: completionId(ctx.request.kind), created: nowSeconds() }, status, ageMs)
 }
 
+export function withCacheHeaders(response: Response, status: CacheStatus, ageSeconds?: number): Response {
+  return withHeaders(response, ageSeconds === undefined ? { [CACHE_HEADER]: status } : { [CACHE_HEADER]: status, age: String(ageSeconds) })
+}
+
+export function metaOf(body: unknown): { id: string; created: number } | undefined {
+  // A primitive reads no id or created; null or undefined reads as {}.
+  const { id, created } = (body ?? {}) as { id?: unknown; created?: unknown }
+  return typeof id === 'string' && typeof created === 'number' ? { id, created } : undefined
+}
+
+export function nowSeconds(): number {
+  return Math.floor(Date.now() / 1000)
+}
+
 /**
  * The answer in the form the request asked for, named as its live answer would be: a JSON body carries
  * the alias, a stream's chunks the model's `streamedModelName` (the served name under `streaming.rewriteModel: false`).
@@ -27,19 +41,4 @@ export function render(answer: CachedAnswer, ctx: CompletionContext, identity: {
   if (request.stream) return new Response(renderStream(answer, { ...identity, model: model.streamedModelName }, request.includeUsage), { headers })
   const choice = request.body.tool_choice
   return new Response(JSON.stringify(renderJson(answer, { ...identity, model: model.alias, autoTools: choice == null || choice === 'auto' })), { headers })
-}
-
-export function withCacheHeaders(response: Response, status: CacheStatus, ageSeconds?: number): Response {
-  return withHeaders(response, ageSeconds === undefined ? { [CACHE_HEADER]: status } : { [CACHE_HEADER]: status, age: String(ageSeconds) })
-}
-
-
-export function metaOf(body: unknown): { id: string; created: number } | undefined {
-  // A primitive reads no id or created; null or undefined reads as {}.
-  const { id, created } = (body ?? {}) as { id?: unknown; created?: unknown }
-  return typeof id === 'string' && typeof created === 'number' ? { id, created } : undefined
-}
-
-export function nowSeconds(): number {
-  return Math.floor(Date.now() / 1000)
 }

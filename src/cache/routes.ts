@@ -22,28 +22,20 @@ import { optional } from '../zod/optional.ts'
 import { strictObject } from '../zod/object.ts'
 import { string } from '../zod/scalars.ts'
 import { maxLength, minLength } from '../zod/bounds.ts'
+/** KV's documented propagation delay for a changed value. */
+const KV_PROPAGATION_SECONDS = 60
+
+/** The KV prefix holding exactly the purged entries, when there is one. */
+function cheapPrefix(scope: 'key' | 'gateway', model: string | undefined, keyId: string | undefined): string | undefined {
+  if (scope === 'key' && keyId !== undefined) return kvPrefix(`key:${keyId}`, model)
+  if (scope === 'gateway' && keyId === undefined && model !== undefined) return kvPrefix('shared', model)
+  return undefined
+}
 
 export const purgeSchema = lazily(() => strictObject({
   model: optional(string().check(minLength(1), maxLength(128))),
   keyId: optional(string().check(minLength(1), maxLength(64))),
 }).check(refine((body: { model?: string, keyId?: string }) => body.model !== undefined || body.keyId !== undefined, 'give `model`, `keyId` or both')))
-
-export interface CacheRoutesOptions {
-  kv: (c: Context<GatewayEnv>) => KVNamespace
-  generations: GenerationCache
-  models: ReadonlySet<string>
-  scope: 'key' | 'gateway'
-  /** How long other isolates may still use an old generation, in ms. */
-  generationCacheMs: number
-  maxBodyBytes: number
-  /** Whether a key with this id exists. Default: any id does. */
-  keyExists?: (c: Context<GatewayEnv>, keyId: string) => Promise<boolean>
-}
-
-/** Most KV entries one purge deletes; the rest are unreachable already and expire by TTL. */
-export const MAX_PURGE_DELETES = 500
-/** KV's documented propagation delay for a changed value. */
-const KV_PROPAGATION_SECONDS = 60
 
 export function cacheRoutes(options: CacheRoutesOptions): Hono<GatewayEnv> {
   const app = new Hono<GatewayEnv>()
@@ -72,12 +64,20 @@ export function cacheRoutes(options: CacheRoutesOptions): Hono<GatewayEnv> {
   return app
 }
 
-/** The KV prefix holding exactly the purged entries, when there is one. */
-function cheapPrefix(scope: 'key' | 'gateway', model: string | undefined, keyId: string | undefined): string | undefined {
-  if (scope === 'key' && keyId !== undefined) return kvPrefix(`key:${keyId}`, model)
-  if (scope === 'gateway' && keyId === undefined && model !== undefined) return kvPrefix('shared', model)
-  return undefined
+export interface CacheRoutesOptions {
+  kv: (c: Context<GatewayEnv>) => KVNamespace
+  generations: GenerationCache
+  models: ReadonlySet<string>
+  scope: 'key' | 'gateway'
+  /** How long other isolates may still use an old generation, in ms. */
+  generationCacheMs: number
+  maxBodyBytes: number
+  /** Whether a key with this id exists. Default: any id does. */
+  keyExists?: (c: Context<GatewayEnv>, keyId: string) => Promise<boolean>
 }
+
+/** Most KV entries one purge deletes; the rest are unreachable already and expire by TTL. */
+export const MAX_PURGE_DELETES = 500
 
 /**
  * With `oneModel`, only the keys the prefix ends at a hash: an alias may hold `:`, so `cache:<scope>:chat:`

@@ -20,6 +20,50 @@ import type { CacheRun, CacheStageOptions, Plan } from './run.ts'
 
 export type { CacheRun, CacheStageOptions, Plan } from './run.ts'
 
+/** A request cacheable in its scope: the purge generation's read, then its key and lookup (a fresh entry and its age, or none). */
+interface Prepared {
+  generation: Promise<string>
+  lookup: () => Promise<{ plan: Plan; hit: FreshHit | undefined }>
+}
+
+/**
+ * The stored entry for the plan's key if it is fresh for this request, rendered; a storage failure is a
+ * miss, and so is an entry that cannot be rendered (one an older version stored with a missing choice):
+ * the miss's answer overwrites it.
+ */
+async function freshHit(run: CacheRun, ctx: CompletionContext, plan: Plan, decision: CacheableDecision): Promise<FreshHit | undefined> {
+  const hit = await readEntry(run.options.tiers(ctx.c), plan.key, waitUntilOf(ctx.c)).catch((error: unknown) => {
+    run.log(ctx, { message: 'cache lookup failed', cause: String(error) })
+    return undefined
+  })
+  if (!hit) return undefined
+  const age = Math.max(0, run.options.now() - hit.entry.storedAt)
+  const fresh = age <= decision.ttlSeconds * 1000 && (decision.maxAgeSeconds === undefined || age <= decision.maxAgeSeconds * 1000)
+  try {
+    return fresh ? { entry: hit.entry, response: replay(hit.entry.answer, ctx, 'HIT', age) } : undefined
+  } catch (error) {
+    // Served as a miss, but said: an entry this version cannot replay is a defect to see, not only to survive.
+    run.log(ctx, { message: 'cache entry unreadable', cause: String(error) })
+    return undefined
+  }
+}
+
+/** A stored answer fresh enough for the request, and its replay. */
+interface FreshHit {
+  entry: CacheEntry
+  response: Response
+}
+
+type CacheableDecision = Extract<CacheDecision, { cacheable: true }>
+
+/**
+ * Whose entries a request reads and writes: the caller's key (`scope: 'key'`), or `undefined` for the
+ * gateway-wide scope. The one place the cache scope is computed.
+ */
+function scopeKeyId(options: CacheStageOptions, ctx: CompletionContext): string | undefined {
+  return options.scope === 'key' ? ctx.c.get('principal')?.keyId : undefined
+}
+
 /**
  * @example
  * stages.push(cacheStage({ settings: () => ({ enabled: true, nonDeterministic: false, ttlSeconds: 300 }),
@@ -30,6 +74,35 @@ export type { CacheRun, CacheStageOptions, Plan } from './run.ts'
 export function cacheStage(options: CacheStageOptions): CompletionStage {
   const run: CacheRun = { options, flights: new Map(), log: (ctx, line) => waitUntilOf(ctx.c)(Promise.resolve(options.log?.({ level: 'warn', request_id: ctx.c.get('requestId'), model: ctx.model.alias, ...line }))) }
   const prepared = new WeakMap<CompletionContext, Prepared | null>()
+  // The purge generation's KV read, awaited when the isolate has no copy younger than 2 ×
+  // `generationCacheMs` (a new isolate's first requests), overlaps the stages ahead of it: the quota
+  // stage waits for its own KV list then too.
+  cache.warm = (ctx: CompletionContext) => {
+    try {
+      prepare(ctx)
+    } catch {
+      // The stage meets the same failure when it runs.
+    }
+  }
+
+  async function cache(ctx: CompletionContext, next: CompletionHandler): Promise<Response> {
+    const cacheable = prepare(ctx)
+    if (!cacheable) return withCacheHeaders(await next(ctx), 'BYPASS')
+    try {
+      await cacheable.generation
+    } catch (error) {
+      // Without the purge generation a lookup could serve a purged answer: serve this one uncached.
+      run.log(ctx, { message: 'cache generation read failed', cause: String(error) })
+      return withCacheHeaders(await next(ctx), 'BYPASS')
+    }
+    // A body the key cannot be made of (nested too deep) is refused here.
+    const { plan, hit } = await cacheable.lookup()
+    if (hit) {
+      ctx.settle({ ok: true, usage: hit.entry.answer.usage, cached: true })
+      return hit.response
+    }
+    return coalesceOrLead(run, ctx, next, plan)
+  }
 
   /** What the stage decides and reads before it looks up, worked out once per request; null: not cacheable. */
   function prepare(ctx: CompletionContext): Prepared | null {
@@ -67,78 +140,5 @@ export function cacheStage(options: CacheStageOptions): CompletionStage {
     prepared.set(ctx, ready)
     return ready
   }
-
-  async function cache(ctx: CompletionContext, next: CompletionHandler): Promise<Response> {
-    const cacheable = prepare(ctx)
-    if (!cacheable) return withCacheHeaders(await next(ctx), 'BYPASS')
-    try {
-      await cacheable.generation
-    } catch (error) {
-      // Without the purge generation a lookup could serve a purged answer: serve this one uncached.
-      run.log(ctx, { message: 'cache generation read failed', cause: String(error) })
-      return withCacheHeaders(await next(ctx), 'BYPASS')
-    }
-    // A body the key cannot be made of (nested too deep) is refused here.
-    const { plan, hit } = await cacheable.lookup()
-    if (hit) {
-      ctx.settle({ ok: true, usage: hit.entry.answer.usage, cached: true })
-      return hit.response
-    }
-    return coalesceOrLead(run, ctx, next, plan)
-  }
-  // The purge generation's KV read, awaited when the isolate has no copy younger than 2 ×
-  // `generationCacheMs` (a new isolate's first requests), overlaps the stages ahead of it: the quota
-  // stage waits for its own KV list then too.
-  cache.warm = (ctx: CompletionContext) => {
-    try {
-      prepare(ctx)
-    } catch {
-      // The stage meets the same failure when it runs.
-    }
-  }
   return cache
-}
-
-/** A request cacheable in its scope: the purge generation's read, then its key and lookup (a fresh entry and its age, or none). */
-interface Prepared {
-  generation: Promise<string>
-  lookup: () => Promise<{ plan: Plan; hit: FreshHit | undefined }>
-}
-
-/** A stored answer fresh enough for the request, and its replay. */
-interface FreshHit {
-  entry: CacheEntry
-  response: Response
-}
-
-type CacheableDecision = Extract<CacheDecision, { cacheable: true }>
-
-/**
- * Whose entries a request reads and writes: the caller's key (`scope: 'key'`), or `undefined` for the
- * gateway-wide scope. The one place the cache scope is computed.
- */
-function scopeKeyId(options: CacheStageOptions, ctx: CompletionContext): string | undefined {
-  return options.scope === 'key' ? ctx.c.get('principal')?.keyId : undefined
-}
-
-/**
- * The stored entry for the plan's key if it is fresh for this request, rendered; a storage failure is a
- * miss, and so is an entry that cannot be rendered (one an older version stored with a missing choice):
- * the miss's answer overwrites it.
- */
-async function freshHit(run: CacheRun, ctx: CompletionContext, plan: Plan, decision: CacheableDecision): Promise<FreshHit | undefined> {
-  const hit = await readEntry(run.options.tiers(ctx.c), plan.key, waitUntilOf(ctx.c)).catch((error: unknown) => {
-    run.log(ctx, { message: 'cache lookup failed', cause: String(error) })
-    return undefined
-  })
-  if (!hit) return undefined
-  const age = Math.max(0, run.options.now() - hit.entry.storedAt)
-  const fresh = age <= decision.ttlSeconds * 1000 && (decision.maxAgeSeconds === undefined || age <= decision.maxAgeSeconds * 1000)
-  try {
-    return fresh ? { entry: hit.entry, response: replay(hit.entry.answer, ctx, 'HIT', age) } : undefined
-  } catch (error) {
-    // Served as a miss, but said: an entry this version cannot replay is a defect to see, not only to survive.
-    run.log(ctx, { message: 'cache entry unreadable', cause: String(error) })
-    return undefined
-  }
 }

@@ -90,6 +90,13 @@ function parseEntry(text: string): CacheEntry | undefined {
     return undefined
   }
 }
+/**
+ * Earlier versions kept one record per scope, read, changed and written back by every purge:
+ * `cachegen:*` (`{ models }`, purges by model) and `cachegen:key:<keyId>` (`{ all, models }`). They are
+ * still read, never written, so purges recorded there keep their effect and the entries stored since
+ * keep their keys; a new purge of the same target supersedes them.
+ */
+const LEGACY_MODEL_GENERATIONS = 'cachegen:*'
 
 /**
  * One KV key per purge target, each holding that target's current generation, written blind: a purge
@@ -104,13 +111,6 @@ function purgeTargetKey({ model, keyId }: { model?: string; keyId?: string }): s
   if (model !== undefined) return modelGenerationKey(model)
   throw new Error('GenerationCache.bump: give a model, a keyId or both.')
 }
-/**
- * Earlier versions kept one record per scope, read, changed and written back by every purge:
- * `cachegen:*` (`{ models }`, purges by model) and `cachegen:key:<keyId>` (`{ all, models }`). They are
- * still read, never written, so purges recorded there keep their effect and the entries stored since
- * keep their keys; a new purge of the same target supersedes them.
- */
-const LEGACY_MODEL_GENERATIONS = 'cachegen:*'
 
 /** A generation key's value as read: a generation, or (before per-target keys) a record of several. */
 interface Generations {

@@ -16,43 +16,8 @@ import { gatewayOptionsSchema } from './schema.ts'
 /** The endpoint id in the shipped `wrangler.toml`: a config that still holds it was never edited. */
 export const PLACEHOLDER_ENDPOINT_ID = 'your0endpoint0id'
 
-/**
- * The bindings and variables the podgate Worker reads. Extend it with your own app's bindings.
- *
- * | variable | kind | meaning |
- * |---|---|---|
- * | `PODGATE_KV` | KV binding | keys, quota counters, cache entries |
- * | `PODGATE_QUOTA` | Durable Object binding, optional | `QuotaObject`: the strict quota store (needed by a strict quota: refused without it) |
- * | `RUNPOD_API_KEY` | secret | the Runpod API key (`runpod.apiKey`) |
- * | `PODGATE_ADMIN_TOKEN` | secret, optional | enables `/admin/*` (`adminToken`) |
- * | `PODGATE_SIGNING_SECRET` | secret, optional | signs browser tokens and job ids (`signingSecret`) |
- * | `PODGATE_CONFIG` | JSON var, optional | any gateway option JSON can express (not secrets) |
- * | `PODGATE_MODELS` | JSON var | `models` (required here or in `PODGATE_CONFIG`) |
- * | `RUNPOD_BASE_URL` | var, optional | `runpod.baseUrl` |
- * | `PODGATE_TOKEN_MAX_TTL` | var, optional | `tokens.maxTtlSeconds` |
- * | `PODGATE_QUOTA_CONFIG` | JSON var, optional | `quota` |
- * | `PODGATE_PLAYGROUND` | var, optional | `"true"`: the dev Worker serves `/playground` (read by `createPodgateWorker`, not here: an app that mounts podgate decides itself) |
- */
-export interface PodgateWorkerEnv {
-  PODGATE_KV: KVNamespace
-  PODGATE_QUOTA?: DurableObjectNamespace<QuotaObject>
-  RUNPOD_API_KEY?: string
-  PODGATE_ADMIN_TOKEN?: string
-  PODGATE_SIGNING_SECRET?: string
-  PODGATE_CONFIG?: string | Record<string, unknown>
-  PODGATE_MODELS?: string | Record<string, unknown>
-  RUNPOD_BASE_URL?: string
-  PODGATE_TOKEN_MAX_TTL?: string
-  PODGATE_QUOTA_CONFIG?: string | Record<string, unknown>
-  PODGATE_PLAYGROUND?: string | boolean
-}
-
-/** Fields that hold secrets: they come from `wrangler secret put`, never from a plain-text var. */
-export const SECRET_FIELDS = [
-  ['runpod.apiKey', 'RUNPOD_API_KEY'],
-  ['adminToken', 'PODGATE_ADMIN_TOKEN'],
-  ['signingSecret', 'PODGATE_SIGNING_SECRET'],
-] as const
+/** A secret's name as `apiKeyEnv` gives it (`WORKER_KEY`): upper-case words joined by `_`, none key-long. */
+const SECRET_NAME = /^[A-Z][A-Z0-9]{0,15}(_[A-Z0-9]{1,16})+$/
 
 /**
  * @example
@@ -116,11 +81,77 @@ export function optionsFromEnv(env: PodgateWorkerEnv): GatewayOptions {
 }
 
 /**
+ * The bindings and variables the podgate Worker reads. Extend it with your own app's bindings.
+ *
+ * | variable | kind | meaning |
+ * |---|---|---|
+ * | `PODGATE_KV` | KV binding | keys, quota counters, cache entries |
+ * | `PODGATE_QUOTA` | Durable Object binding, optional | `QuotaObject`: the strict quota store (needed by a strict quota: refused without it) |
+ * | `RUNPOD_API_KEY` | secret | the Runpod API key (`runpod.apiKey`) |
+ * | `PODGATE_ADMIN_TOKEN` | secret, optional | enables `/admin/*` (`adminToken`) |
+ * | `PODGATE_SIGNING_SECRET` | secret, optional | signs browser tokens and job ids (`signingSecret`) |
+ * | `PODGATE_CONFIG` | JSON var, optional | any gateway option JSON can express (not secrets) |
+ * | `PODGATE_MODELS` | JSON var | `models` (required here or in `PODGATE_CONFIG`) |
+ * | `RUNPOD_BASE_URL` | var, optional | `runpod.baseUrl` |
+ * | `PODGATE_TOKEN_MAX_TTL` | var, optional | `tokens.maxTtlSeconds` |
+ * | `PODGATE_QUOTA_CONFIG` | JSON var, optional | `quota` |
+ * | `PODGATE_PLAYGROUND` | var, optional | `"true"`: the dev Worker serves `/playground` (read by `createPodgateWorker`, not here: an app that mounts podgate decides itself) |
+ */
+export interface PodgateWorkerEnv {
+  PODGATE_KV: KVNamespace
+  PODGATE_QUOTA?: DurableObjectNamespace<QuotaObject>
+  RUNPOD_API_KEY?: string
+  PODGATE_ADMIN_TOKEN?: string
+  PODGATE_SIGNING_SECRET?: string
+  PODGATE_CONFIG?: string | Record<string, unknown>
+  PODGATE_MODELS?: string | Record<string, unknown>
+  RUNPOD_BASE_URL?: string
+  PODGATE_TOKEN_MAX_TTL?: string
+  PODGATE_QUOTA_CONFIG?: string | Record<string, unknown>
+  PODGATE_PLAYGROUND?: string | boolean
+}
+
+/** Fields that hold secrets: they come from `wrangler secret put`, never from a plain-text var. */
+export const SECRET_FIELDS = [
+  ['runpod.apiKey', 'RUNPOD_API_KEY'],
+  ['adminToken', 'PODGATE_ADMIN_TOKEN'],
+  ['signingSecret', 'PODGATE_SIGNING_SECRET'],
+] as const
+
+/**
  * `fields` over `value`'s own; a `value` that is no object is left as it is, for the schema to refuse by
  * name (spread, `"ab"` became the options `0` and `1`, and `45` vanished).
  */
 function over(value: unknown, fields: object): unknown {
   return value === undefined || isRecord(value) ? { ...value, ...fields } : value
+}
+
+/**
+ * Replaces each endpoint's `apiKeyEnv: "NAME"` with `apiKey` read from the secret NAME, so no key sits
+ * in wrangler.toml (a `url:` endpoint's own bearer; ported here from workers/env.ts, issue 15).
+ */
+function endpointKeysFromEnv(models: unknown, env: PodgateWorkerEnv): unknown {
+  // An array is left for the schema to refuse by name: entries, it would be the models "0", "1", ...
+  if (!isRecord(models)) return models
+  const secrets = env as unknown as Record<string, unknown>
+  return Object.fromEntries(Object.entries(models).map(([alias, model]) => {
+    if (typeof model !== 'object' || model === null || !Array.isArray((model as { endpoints?: unknown }).endpoints)) return [alias, model]
+    const endpoints = ((model as { endpoints: unknown[] }).endpoints).map((endpoint) => {
+      if (typeof endpoint !== 'object' || endpoint === null) return endpoint
+      if ('apiKey' in endpoint) throw new ConfigError(`podgate: models.${alias}: an endpoint's apiKey is a secret in a plain-text variable. Name a secret instead: "apiKeyEnv": "NAME", and \`npx wrangler secret put NAME\`.`)
+      // Only a url: endpoint's: on an endpoint id the schema names apiKeyEnv as no option of it.
+      if (!('apiKeyEnv' in endpoint && 'url' in endpoint)) return endpoint
+      const { apiKeyEnv, ...rest } = endpoint as { apiKeyEnv: unknown }
+      const value = typeof apiKeyEnv === 'string' ? secrets[apiKeyEnv] : undefined
+      if (typeof value !== 'string' || value === '') {
+        // Quoted only when it reads as a variable's name: a key pasted here instead would land in the logs.
+        const name = typeof apiKeyEnv === 'string' && SECRET_NAME.test(apiKeyEnv) && apiKeyEnv
+        throw new ConfigError(`podgate: models.${alias}: an endpoint's apiKeyEnv ${name ? `"${name}" ` : ''}names no secret that is set. Run \`npx wrangler secret put ${name || 'NAME'}\``)
+      }
+      return { ...rest, apiKey: value }
+    })
+    return [alias, { ...model, endpoints }]
+  }))
 }
 
 function refuseCodeOption(key: string): never {
@@ -154,37 +185,6 @@ function parseJsonObject(name: string, value: string | Record<string, unknown> |
     throw new ConfigError(`podgate: ${name} must be a JSON object.`)
   }
   return parsed
-}
-
-/** A secret's name as `apiKeyEnv` gives it (`WORKER_KEY`): upper-case words joined by `_`, none key-long. */
-const SECRET_NAME = /^[A-Z][A-Z0-9]{0,15}(_[A-Z0-9]{1,16})+$/
-
-/**
- * Replaces each endpoint's `apiKeyEnv: "NAME"` with `apiKey` read from the secret NAME, so no key sits
- * in wrangler.toml (a `url:` endpoint's own bearer; ported here from workers/env.ts, issue 15).
- */
-function endpointKeysFromEnv(models: unknown, env: PodgateWorkerEnv): unknown {
-  // An array is left for the schema to refuse by name: entries, it would be the models "0", "1", ...
-  if (!isRecord(models)) return models
-  const secrets = env as unknown as Record<string, unknown>
-  return Object.fromEntries(Object.entries(models).map(([alias, model]) => {
-    if (typeof model !== 'object' || model === null || !Array.isArray((model as { endpoints?: unknown }).endpoints)) return [alias, model]
-    const endpoints = ((model as { endpoints: unknown[] }).endpoints).map((endpoint) => {
-      if (typeof endpoint !== 'object' || endpoint === null) return endpoint
-      if ('apiKey' in endpoint) throw new ConfigError(`podgate: models.${alias}: an endpoint's apiKey is a secret in a plain-text variable. Name a secret instead: "apiKeyEnv": "NAME", and \`npx wrangler secret put NAME\`.`)
-      // Only a url: endpoint's: on an endpoint id the schema names apiKeyEnv as no option of it.
-      if (!('apiKeyEnv' in endpoint && 'url' in endpoint)) return endpoint
-      const { apiKeyEnv, ...rest } = endpoint as { apiKeyEnv: unknown }
-      const value = typeof apiKeyEnv === 'string' ? secrets[apiKeyEnv] : undefined
-      if (typeof value !== 'string' || value === '') {
-        // Quoted only when it reads as a variable's name: a key pasted here instead would land in the logs.
-        const name = typeof apiKeyEnv === 'string' && SECRET_NAME.test(apiKeyEnv) && apiKeyEnv
-        throw new ConfigError(`podgate: models.${alias}: an endpoint's apiKeyEnv ${name ? `"${name}" ` : ''}names no secret that is set. Run \`npx wrangler secret put ${name || 'NAME'}\``)
-      }
-      return { ...rest, apiKey: value }
-    })
-    return [alias, { ...model, endpoints }]
-  }))
 }
 
 function refusePlaceholder(models: unknown): void {

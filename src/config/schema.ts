@@ -26,6 +26,13 @@ export const ENDPOINT_ID_PATTERN = /^[a-z0-9]{1,64}$/
 export const MODEL_ALIAS_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$/
 
 export const upstreamModeSchema = oneOf(['openai', 'native'])
+
+/** `localhost`, 127.0.0.0/8 or `[::1]`: plain http there never leaves the machine. */
+function isLoopbackUrl(url: string): boolean {
+  const host = new URL(url).hostname
+  return host === 'localhost' || host.endsWith('.localhost') || host === '[::1]' || /^127(\.\d{1,3}){3}$/.test(host)
+}
+
 export type UpstreamMode = z.infer<typeof upstreamModeSchema>
 
 /** Sampling parameters in worker-vllm's names (runpod-api.md §2); used for per-model defaults. */
@@ -79,12 +86,6 @@ export const endpointSchema = union([
   }),
 ])
 export type EndpointInput = z.input<typeof endpointSchema>
-
-/** `localhost`, 127.0.0.0/8 or `[::1]`: plain http there never leaves the machine. */
-function isLoopbackUrl(url: string): boolean {
-  const host = new URL(url).hostname
-  return host === 'localhost' || host.endsWith('.localhost') || host === '[::1]' || /^127(\.\d{1,3}){3}$/.test(host)
-}
 
 /** How a model's requests survive upstream failures (docs/failure-behaviour.md). */
 export const resilienceSchema = strictObject({

@@ -20,6 +20,9 @@ export interface PodgateCorsOptions {
   maxAgeSeconds?: number
 }
 
+/** What the OpenAI and Runpod SDKs send; a preflight asking for more gets its own list reflected. */
+const DEFAULT_ALLOWED_HEADERS = 'authorization, content-type, accept, last-event-id'
+
 /** Response headers a page may read: request id, rate limits (IETF draft and OpenAI's), cache. */
 export const EXPOSED_HEADERS = [
   'x-request-id',
@@ -39,8 +42,6 @@ export const EXPOSED_HEADERS = [
 ] as const
 
 const ALLOWED_METHODS = 'GET, POST, DELETE, OPTIONS'
-/** What the OpenAI and Runpod SDKs send; a preflight asking for more gets its own list reflected. */
-const DEFAULT_ALLOWED_HEADERS = 'authorization, content-type, accept, last-event-id'
 const EXPOSE = EXPOSED_HEADERS.join(', ')
 
 export function podgateCors(options: PodgateCorsOptions = {}): MiddlewareHandler {

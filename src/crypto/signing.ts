@@ -8,20 +8,6 @@
 
 export type SigningPurpose = 'podgate/token/v1' | 'podgate/job/v1' | 'podgate/cache/v1'
 
-const cache = new Map<string, Promise<CryptoKey>>()
-/** Shared with the token and job-id modules, which encode what they sign. */
-export const encoder = new TextEncoder()
-
-export function signingKey(secret: string, purpose: SigningPurpose): Promise<CryptoKey> {
-  const id = `${purpose}\u0000${secret}`
-  let key = cache.get(id)
-  if (!key) {
-    key = derive(secret, purpose)
-    cache.set(id, key)
-  }
-  return key
-}
-
 async function derive(secret: string, purpose: SigningPurpose): Promise<CryptoKey> {
   const base = await crypto.subtle.importKey('raw', encoder.encode(secret), 'HKDF', false, ['deriveKey'])
   return crypto.subtle.deriveKey(
@@ -33,10 +19,19 @@ async function derive(secret: string, purpose: SigningPurpose): Promise<CryptoKe
   )
 }
 
-export function base64url(bytes: Uint8Array): string {
-  let binary = ''
-  for (const b of bytes) binary += String.fromCharCode(b)
-  return btoa(binary).replaceAll('+', '-').replaceAll('/', '_').replace(/=+$/, '')
+/** Shared with the token and job-id modules, which encode what they sign. */
+export const encoder = new TextEncoder()
+
+const cache = new Map<string, Promise<CryptoKey>>()
+
+export function signingKey(secret: string, purpose: SigningPurpose): Promise<CryptoKey> {
+  const id = `${purpose}\u0000${secret}`
+  let key = cache.get(id)
+  if (!key) {
+    key = derive(secret, purpose)
+    cache.set(id, key)
+  }
+  return key
 }
 
 export function fromBase64url(text: string): Uint8Array | null {
@@ -54,6 +49,12 @@ export function fromBase64url(text: string): Uint8Array | null {
 /** `base64url(HMAC-SHA256(key, payload))`. */
 export async function sign(key: CryptoKey, payload: string): Promise<string> {
   return base64url(new Uint8Array(await crypto.subtle.sign('HMAC', key, encoder.encode(payload))))
+}
+
+export function base64url(bytes: Uint8Array): string {
+  let binary = ''
+  for (const b of bytes) binary += String.fromCharCode(b)
+  return btoa(binary).replaceAll('+', '-').replaceAll('/', '_').replace(/=+$/, '')
 }
 
 /**

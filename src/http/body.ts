@@ -12,6 +12,11 @@ import { GatewayError } from '../errors/index.ts'
 // One decoder for every body: `decode` without `stream` keeps no state between calls.
 const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: false })
 
+/** An integer of 16 digits or more where JSON puts a number: after `:`, `,` or `[`, before `,`, `}` or `]`. */
+const WIDE_INTEGER = /[:,[]\s*(-?\d{16,})(?=\s*[,}\]])/g
+
+const MAX_DEPTH = 1000
+
 /**
  * `wide`: integers past 2^53 keep the caller's digits (`keepWideIntegers`), for bodies that go upstream;
  * podgate's own bodies (admin, tokens) take numbers as JavaScript does. `absent`: the value of an absent
@@ -40,9 +45,6 @@ export async function readJsonBody(request: Request, maxBytes: number, wide = fa
   return wide ? keepWideIntegers(value, text) : value
 }
 
-/** An integer of 16 digits or more where JSON puts a number: after `:`, `,` or `[`, before `,`, `}` or `]`. */
-const WIDE_INTEGER = /[:,[]\s*(-?\d{16,})(?=\s*[,}\]])/g
-
 /**
  * An integer past 2^53 (a 64-bit `seed`) parsed as a number would go upstream rounded: each is put back
  * as the caller wrote it, a raw JSON value that `JSON.stringify` writes as is. The text is scanned for
@@ -64,8 +66,6 @@ function keepWideIntegers(value: unknown, text: string): unknown {
   }
   return literals.size ? put(value, 0) : value
 }
-
-const MAX_DEPTH = 1000
 
 /** `JSON.rawJSON` (ES2026), which TypeScript's lib does not declare yet; `isRawJSON` tells one apart. */
 export const { rawJSON, isRawJSON } = JSON as unknown as { rawJSON(text: string): object; isRawJSON(value: unknown): value is { rawJSON: string } }

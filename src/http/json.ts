@@ -3,11 +3,6 @@
  * one helper where each reader had its own try/catch, and the one test for a JSON object.
  */
 
-/** A JSON object: not null, not an array. */
-export function isRecord(value: unknown): value is Record<string, unknown> {
-  return typeof value === 'object' && value !== null && !Array.isArray(value)
-}
-
 /** `text` parsed, or undefined when it is not JSON (which never parses to undefined). */
 export function parseJson(text: string): unknown {
   try {
@@ -15,4 +10,9 @@ export function parseJson(text: string): unknown {
   } catch {
     return undefined
   }
+}
+
+/** A JSON object: not null, not an array. */
+export function isRecord(value: unknown): value is Record<string, unknown> {
+  return typeof value === 'object' && value !== null && !Array.isArray(value)
 }

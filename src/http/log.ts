@@ -23,6 +23,18 @@ export interface LoggerOptions {
 /** Writes a line; resolves (never rejects) once an async sink is done with it, for `waitUntil` to hold. */
 export type Log = (line: LogLine) => Promise<unknown>
 
+/**
+ * What a failure's cause says: an Error's name and message; anything else thrown (a host hook may throw
+ * a string or an object) as its text or JSON, or, when JSON cannot spell it (circular, a BigInt), its type.
+ */
+function causeOf(cause: unknown): string | undefined {
+  try {
+    return cause instanceof Error ? `${cause.name}: ${cause.message}` : typeof cause == 'string' || cause === undefined ? cause : (JSON.stringify(cause) ?? String(cause))
+  } catch {
+    return typeof cause
+  }
+}
+
 export function createLogger(options: LoggerOptions): Log {
   const scrub = secretScrubber(options.secrets)
   const sink = options.sink ?? ((line: string) => console.log(line))
@@ -57,18 +69,6 @@ export function secretScrubber(secrets: readonly string[]): (text: string) => st
 export function logFailure(log: Log, c: Context, error: GatewayError): void {
   if ((error.status >= 500 && error.message !== CALLER_GONE) || error.code === 'upstream_rate_limited')
     waitUntilOf(c)(log({ level: 'error', request_id: c.get('requestId'), status: error.status, path: `${c.req.method} ${c.req.path}`, model: c.get('model'), code: error.code, message: error.message, cause: causeOf(error.cause) }))
-}
-
-/**
- * What a failure's cause says: an Error's name and message; anything else thrown (a host hook may throw
- * a string or an object) as its text or JSON, or, when JSON cannot spell it (circular, a BigInt), its type.
- */
-function causeOf(cause: unknown): string | undefined {
-  try {
-    return cause instanceof Error ? `${cause.name}: ${cause.message}` : typeof cause == 'string' || cause === undefined ? cause : (JSON.stringify(cause) ?? String(cause))
-  } catch {
-    return typeof cause
-  }
 }
 
 /**

@@ -7,12 +7,23 @@ import type { GatewayError } from '../errors/index.ts'
 import { logFailure } from './log.ts'
 import type { Log } from './log.ts'
 
+/**
+ * The surface a path belongs to decides the error format: the native job routes (`/v2/<model>/run`,
+ * `.../status/<id>`, ...) answer Runpod's, `/v1/messages` (and every path under it) Anthropic's, and every
+ * other path, Runpod's `/v2/<model>/openai/v1/*` and `/v2/rerank` included, OpenAI's. Read from the
+ * path's end: a host app may mount podgate under a `/v2` of its own (`/api/v2/v1/...`).
+ */
+export function formatForPath(path: string): ErrorFormat {
+  if (/\/v1\/messages(\/|$)/.test(path)) return 'anthropic'
+  return /\/v2\/[^/]+\/(run(sync)?|purge-queue|health|(status(-sync)?|stream|cancel|retry)\/[^/]+)\/?$/.test(path) ? 'runpod' : 'openai'
+}
+
+export type ErrorFormat = 'openai' | 'runpod' | 'anthropic'
+
 /** Runpod's job API answers errors as `{"error": "<message>"}`; podgate adds its code. */
 export function runpodErrorBody(error: GatewayError): { error: string; code: string } {
   return { error: error.message, code: error.code }
 }
-
-export type ErrorFormat = 'openai' | 'runpod' | 'anthropic'
 
 /** Anthropic's error body, for `/v1/messages` (vLLM's Anthropic route): its SDKs read this shape. */
 function anthropicErrorBody(error: GatewayError): { type: 'error'; error: { type: string; message: string } } {
@@ -26,17 +37,6 @@ export function errorResponse(error: GatewayError, format: ErrorFormat, requestI
   if (requestId) headers.set('x-request-id', requestId), headers.set('request-id', requestId)
   const body = JSON.stringify(format === 'runpod' ? runpodErrorBody(error) : format === 'anthropic' ? anthropicErrorBody(error) : openAIErrorBody(error))
   return new Response(scrub ? scrub(body) : body, { status: error.status, headers })
-}
-
-/**
- * The surface a path belongs to decides the error format: the native job routes (`/v2/<model>/run`,
- * `.../status/<id>`, ...) answer Runpod's, `/v1/messages` (and every path under it) Anthropic's, and every
- * other path, Runpod's `/v2/<model>/openai/v1/*` and `/v2/rerank` included, OpenAI's. Read from the
- * path's end: a host app may mount podgate under a `/v2` of its own (`/api/v2/v1/...`).
- */
-export function formatForPath(path: string): ErrorFormat {
-  if (/\/v1\/messages(\/|$)/.test(path)) return 'anthropic'
-  return /\/v2\/[^/]+\/(run(sync)?|purge-queue|health|(status(-sync)?|stream|cancel|retry)\/[^/]+)\/?$/.test(path) ? 'runpod' : 'openai'
 }
 
 /**

@@ -8,8 +8,6 @@ import { isRecord, parseJson } from '../http/json.ts'
 
 import { TRACEBACK } from '../streaming/vllm.ts'
 
-const PUBLIC_FIELDS = ['error_type', 'error_message'] as const
-
 /**
  * @example
  * publicJobError('{"error_message":"boom","error_traceback":"Traceback ..."}') // '{"error_message":"boom"}'
@@ -23,14 +21,16 @@ export function publicJobError(error: unknown): unknown {
   return error
 }
 
-/** A job-shaped answer with its `error`, if any, made public. */
-export function withPublicError<T extends { error?: unknown }>(job: T): T {
-  return job.error == null ? job : { ...job, error: publicJobError(job.error) }
-}
-
 function publicFields(record: Record<string, unknown>): Record<string, unknown> {
   if (!('error_traceback' in record) && !('error_message' in record)) return record
   const out: Record<string, unknown> = {}
   for (const name of PUBLIC_FIELDS) if (record[name] !== undefined) out[name] = record[name]
   return out
+}
+
+const PUBLIC_FIELDS = ['error_type', 'error_message'] as const
+
+/** A job-shaped answer with its `error`, if any, made public. */
+export function withPublicError<T extends { error?: unknown }>(job: T): T {
+  return job.error == null ? job : { ...job, error: publicJobError(job.error) }
 }

@@ -19,6 +19,7 @@ import type { CompletionContext } from '../pipeline/index.ts'
 
 /** What the job's input was: worker-vllm chat or completion (text can be extracted), or passthrough. */
 export type JobKind = 'chat' | 'completion' | 'raw'
+const decoder = new TextDecoder()
 
 export interface JobRef {
   kind: JobKind
@@ -40,7 +41,10 @@ const SEALED_ID = /^[A-Za-z0-9_-]{8,400}\.[A-Za-z0-9_-]{43}$/
 const PAYLOAD = /^v1:([cpr]):(\d{1,2}):([A-Za-z0-9_-]{1,128})({.*})?$/
 const KIND_CODE: Record<JobKind, string> = { chat: 'c', completion: 'p', raw: 'r' }
 const CODE_KIND: Record<string, JobKind> = { c: 'chat', p: 'completion', r: 'raw' }
-const decoder = new TextDecoder()
+
+function bound(payload: string, endpoint: Endpoint, binding: JobBinding): string {
+  return `${binding.model.alias}\n${binding.keyId}\n${endpoint.base}\n${payload}`
+}
 
 /** The one answer for every id that does not open: nothing tells a forged id from another caller's. */
 export function jobNotFound(): GatewayError {
@@ -82,8 +86,4 @@ export function createJobSealer(secret: string): JobSealer {
       return { kind: CODE_KIND[match[1]!]!, endpoint, upstreamId: match[3]!, held: match[4] && JSON.parse(match[4]) }
     },
   }
-}
-
-function bound(payload: string, endpoint: Endpoint, binding: JobBinding): string {
-  return `${binding.model.alias}\n${binding.keyId}\n${endpoint.base}\n${payload}`
 }

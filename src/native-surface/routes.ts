@@ -91,6 +91,17 @@ export function nativeRoutes(options: NativeRoutesOptions): Hono<GatewayEnv> {
   })
 }
 
+/**
+ * The items an EventSource already has (`Last-Event-ID`), or undefined on a first connection. The
+ * gateway also reads it before counting the opening as a control call: a malformed one counts nothing.
+ */
+export function lastEventId(c: Context): number | undefined {
+  const raw = c.req.header('last-event-id')
+  if (raw === undefined || raw === '') return undefined
+  if (!/^\d{1,9}$/.test(raw)) throw invalidRequest('Last-Event-ID must be an event id this stream sent (a whole number).')
+  return Number(raw)
+}
+
 /** The native routes with no error handler of their own: `createGateway`'s answers (and logs) their errors. */
 export function nativeSurface(options: NativeRoutesOptions): Hono<GatewayEnv> {
   const { models, client, runpod, breaker = new EndpointBreaker() } = options
@@ -123,57 +134,6 @@ export function nativeSurface(options: NativeRoutesOptions): Hono<GatewayEnv> {
       ctx.job = { ...held, id: job.upstreamId, charge: body.status === 'COMPLETED' && !refusalIn(output) ? tokensToCharge({ ok: true, usage, estimate: page ? undefined : estimate }, held.tokens, held.p) : 0 }
     }
     return composeStages(ctx.job ? options.quotas ?? [] : [], () => answer(c, body, job, binding))(ctx)
-  }
-
-  async function submit(c: Context<GatewayEnv>, via: 'run' | 'runsync'): Promise<Response> {
-    const binding = bindingOf(c)
-    const request = normalizeJobBody(await readJsonBody(c.req.raw, options.maxBodyBytes, true), binding.model)
-    const waitMs = via === 'runsync' ? waitParam(c, runpod.runsyncWaitMs) : undefined
-    // Stages see a non-streaming request: a job holds no stream open on podgate.
-    const normalized = { ...(request.normalized ?? passthroughRequest(binding.model.alias)), stream: false }
-    const queue = composeStages(options.stages ?? [], async (ctx: CompletionContext) => {
-      // A weighted pick among the endpoints whose breaker is closed (all of them when none is).
-      const endpoint = orderEndpoints(binding.model, (e) => breaker.isOpen(e, binding.model.config.resilience.breaker))[0]!
-      const signal = c.req.raw.signal
-      // A caller gone before its job went upstream (while its key and quota were checked) has nothing sent.
-      if (signal.aborted) throw upstreamError(CALLER_GONE)
-      // Not under the caller's signal: a caller who leaves before the job's id reaches it leaves a job no
-      // one can find, so its id, once it comes, cancels it (from `waitUntil`, which outlives the caller).
-      // So does an answer past `runpod.timeoutMs` (a `runsync`: its first leg's wait and 5 s), the caller's 504.
-      const deadline = Date.now() + (waitMs ?? 0)
-      const leg = Math.min(waitMs!, LEG_MS)
-      const send = (timeoutMs: number) => (via === 'run' ? client.run(endpoint, request.body, { timeoutMs }) : client.runsync(endpoint, request.body, { waitMs: leg, timeoutMs }))
-      let result = await jobWithin(client, endpoint, { send, ms: via === 'run' ? runpod.timeoutMs : leg + 5_000, waitUntil: waitUntilOf(c), gone: () => signal.aborted }).catch((error: unknown) => {
-        countFault(breaker, endpoint, error, binding.model.config.resilience.breaker)
-        throw error
-      })
-      // The rest of a longer wait, under the caller's signal: the id is known, so leaving cancels the job at once.
-      const cancel = () => waitUntilOf(c)(cancelJob(client, endpoint, result.id))
-      signal.addEventListener('abort', cancel)
-      try {
-        // As many legs as the wait holds, however soon Runpod answers one: never a tight loop of calls.
-        for (let legs = Math.ceil(waitMs! / LEG_MS) - 1, left; legs-- > 0 && !isTerminal(result.status) && (left = deadline - Date.now()) >= MIN_WAIT_MS; ) {
-          // A refused leg (or one its caller left) answers the job as a runsync whose wait ran out: its caller keeps the id, to poll or cancel.
-          result = await client.statusSync(endpoint, result.id, { signal, waitMs: Math.min(left, LEG_MS) }).catch(() => ((legs = 0), result))
-        }
-      } finally {
-        signal.removeEventListener('abort', cancel)
-      }
-      // A COMPLETED `runsync` holds its output: it counts what that reports (or podgate's count of it). One that
-      // ended without output (FAILED, TIMED_OUT, CANCELLED) is refunded its tokens, as the same native job on the
-      // OpenAI surface is; one still running keeps the reservation. A caller who left once its job was upstream
-      // (the job then cancelled) pays its prompt and any output reported, as on the OpenAI surface.
-      // Only a job that ran closes the breaker: Runpod queues a job (`IN_QUEUE`) while the endpoint's workers fail.
-      // A COMPLETED job whose output is vLLM's refusal (runpod-python before 1.7.6 kept its error item) made
-      // nothing: no token, as that refusal costs on the OpenAI surface.
-      const normalized = result.status === 'COMPLETED' ? (breaker.success(endpoint), request.normalized) : undefined
-      const usage = normalized && reportedUsage(result.output, normalized.kind, normalized.sampling.max_tokens)
-      const failure = result.status === 'COMPLETED' ? refusalIn(result.output) : isTerminal(result.status) && jobFailure(result)
-      ctx.settle(signal.aborted ? { ok: false, error: upstreamError(CALLER_GONE), producedOutput: false, reachedUpstream: true, ...usage } : failure ? { ok: false, error: failure, producedOutput: false } : { ok: true, ...usage })
-      // A job still running keeps its reservation, sealed into its id for its first terminal poll to correct.
-      return answer(c, result, { kind: request.kind, endpoint, upstreamId: result.id, held: ctx.job?.tokens && !isTerminal(result.status) ? ctx.job : undefined }, binding)
-    })
-    return queue(createCompletionContext(c, normalized, binding.model))
   }
 
   app.post('/:model/run', (c) => submit(c, 'run'))
@@ -260,6 +220,57 @@ export function nativeSurface(options: NativeRoutesOptions): Hono<GatewayEnv> {
     throw new GatewayError('permission_denied', 'purge-queue is not available through podgate: it would remove every caller\'s queued jobs. Cancel your own jobs with POST /v2/{model}/cancel/{id}.')
   })
 
+  async function submit(c: Context<GatewayEnv>, via: 'run' | 'runsync'): Promise<Response> {
+    const binding = bindingOf(c)
+    const request = normalizeJobBody(await readJsonBody(c.req.raw, options.maxBodyBytes, true), binding.model)
+    const waitMs = via === 'runsync' ? waitParam(c, runpod.runsyncWaitMs) : undefined
+    // Stages see a non-streaming request: a job holds no stream open on podgate.
+    const normalized = { ...(request.normalized ?? passthroughRequest(binding.model.alias)), stream: false }
+    const queue = composeStages(options.stages ?? [], async (ctx: CompletionContext) => {
+      // A weighted pick among the endpoints whose breaker is closed (all of them when none is).
+      const endpoint = orderEndpoints(binding.model, (e) => breaker.isOpen(e, binding.model.config.resilience.breaker))[0]!
+      const signal = c.req.raw.signal
+      // A caller gone before its job went upstream (while its key and quota were checked) has nothing sent.
+      if (signal.aborted) throw upstreamError(CALLER_GONE)
+      // Not under the caller's signal: a caller who leaves before the job's id reaches it leaves a job no
+      // one can find, so its id, once it comes, cancels it (from `waitUntil`, which outlives the caller).
+      // So does an answer past `runpod.timeoutMs` (a `runsync`: its first leg's wait and 5 s), the caller's 504.
+      const deadline = Date.now() + (waitMs ?? 0)
+      const leg = Math.min(waitMs!, LEG_MS)
+      const send = (timeoutMs: number) => (via === 'run' ? client.run(endpoint, request.body, { timeoutMs }) : client.runsync(endpoint, request.body, { waitMs: leg, timeoutMs }))
+      let result = await jobWithin(client, endpoint, { send, ms: via === 'run' ? runpod.timeoutMs : leg + 5_000, waitUntil: waitUntilOf(c), gone: () => signal.aborted }).catch((error: unknown) => {
+        countFault(breaker, endpoint, error, binding.model.config.resilience.breaker)
+        throw error
+      })
+      // The rest of a longer wait, under the caller's signal: the id is known, so leaving cancels the job at once.
+      const cancel = () => waitUntilOf(c)(cancelJob(client, endpoint, result.id))
+      signal.addEventListener('abort', cancel)
+      try {
+        // As many legs as the wait holds, however soon Runpod answers one: never a tight loop of calls.
+        for (let legs = Math.ceil(waitMs! / LEG_MS) - 1, left; legs-- > 0 && !isTerminal(result.status) && (left = deadline - Date.now()) >= MIN_WAIT_MS; ) {
+          // A refused leg (or one its caller left) answers the job as a runsync whose wait ran out: its caller keeps the id, to poll or cancel.
+          result = await client.statusSync(endpoint, result.id, { signal, waitMs: Math.min(left, LEG_MS) }).catch(() => ((legs = 0), result))
+        }
+      } finally {
+        signal.removeEventListener('abort', cancel)
+      }
+      // A COMPLETED `runsync` holds its output: it counts what that reports (or podgate's count of it). One that
+      // ended without output (FAILED, TIMED_OUT, CANCELLED) is refunded its tokens, as the same native job on the
+      // OpenAI surface is; one still running keeps the reservation. A caller who left once its job was upstream
+      // (the job then cancelled) pays its prompt and any output reported, as on the OpenAI surface.
+      // Only a job that ran closes the breaker: Runpod queues a job (`IN_QUEUE`) while the endpoint's workers fail.
+      // A COMPLETED job whose output is vLLM's refusal (runpod-python before 1.7.6 kept its error item) made
+      // nothing: no token, as that refusal costs on the OpenAI surface.
+      const normalized = result.status === 'COMPLETED' ? (breaker.success(endpoint), request.normalized) : undefined
+      const usage = normalized && reportedUsage(result.output, normalized.kind, normalized.sampling.max_tokens)
+      const failure = result.status === 'COMPLETED' ? refusalIn(result.output) : isTerminal(result.status) && jobFailure(result)
+      ctx.settle(signal.aborted ? { ok: false, error: upstreamError(CALLER_GONE), producedOutput: false, reachedUpstream: true, ...usage } : failure ? { ok: false, error: failure, producedOutput: false } : { ok: true, ...usage })
+      // A job still running keeps its reservation, sealed into its id for its first terminal poll to correct.
+      return answer(c, result, { kind: request.kind, endpoint, upstreamId: result.id, held: ctx.job?.tokens && !isTerminal(result.status) ? ctx.job : undefined }, binding)
+    })
+    return queue(createCompletionContext(c, normalized, binding.model))
+  }
+
   app.get('/:model/health', async (c) => c.json(await health(client, bindingOf(c).model, c.req.raw.signal)))
 
   return app
@@ -292,17 +303,6 @@ export function waitParam(c: Context, fallback: number): number {
 /** Whether the caller asks for the job's events (`Accept: text/event-stream`) rather than a JSON page. */
 export function isEventStream(c: Context): boolean {
   return (c.req.header('accept') ?? '').includes('text/event-stream')
-}
-
-/**
- * The items an EventSource already has (`Last-Event-ID`), or undefined on a first connection. The
- * gateway also reads it before counting the opening as a control call: a malformed one counts nothing.
- */
-export function lastEventId(c: Context): number | undefined {
-  const raw = c.req.header('last-event-id')
-  if (raw === undefined || raw === '') return undefined
-  if (!/^\d{1,9}$/.test(raw)) throw invalidRequest('Last-Event-ID must be an event id this stream sent (a whole number).')
-  return Number(raw)
 }
 
 /** Runpod's health answer; for a model served by several endpoints, their counts summed. */

@@ -39,6 +39,35 @@ interface Cut {
   renumber?: { field: string; at: number }
 }
 
+const isText = (value: unknown): boolean => typeof value === 'string' && value.length <= MAX_TEXT_CHARS
+const isShortText = (value: unknown): boolean => typeof value === 'string' && value.length >= 1 && value.length <= 64
+const isTokenId = (value: unknown): boolean => Number.isSafeInteger(value) && (value as number) >= 0
+
+function cutParts(parts: unknown[]): unknown[] | undefined {
+  if (parts.length > MAX_MESSAGES) return parts.slice(0, MAX_MESSAGES + 1)
+  for (let j = 0; j < parts.length; j++) {
+    const part = parts[j]
+    if (isText(part)) continue
+    const ok = isRecord(part) && (part.type === undefined || isShortText(part.type)) && (part.text == null || isText(part.text))
+    if (!ok) return parts.slice(0, j + 1)
+  }
+  return undefined
+}
+
+function cutMessages(messages: unknown[]): unknown[] | undefined {
+  if (messages.length > MAX_MESSAGES) return messages.slice(0, MAX_MESSAGES + 1)
+  for (let i = 0; i < messages.length; i++) {
+    const message = messages[i]
+    if (!isRecord(message) || !isShortText(message.role)) return messages.slice(0, i + 1)
+    const { content } = message
+    if (content == null || isText(content)) continue
+    if (!Array.isArray(content)) return messages.slice(0, i + 1)
+    const parts = cutParts(content)
+    if (parts) return [...messages.slice(0, i), { ...message, content: parts }]
+  }
+  return undefined
+}
+
 /** The body cut just after its first bad item (or its first item past a bound), or undefined when it has none. */
 export function cutAtFirstBadItem(body: Record<string, unknown>): Cut | undefined {
   if (Array.isArray(body.messages)) {
@@ -59,35 +88,6 @@ function renumbered(error: GatewayError, { field, at }: { field: string; at: num
   if (error.param === null || !error.param.startsWith(from)) return error
   const to = `${field}[${at}]`
   return new GatewayError(error.code, error.message.replace(from, to), { param: to + error.param.slice(from.length) })
-}
-
-const isText = (value: unknown): boolean => typeof value === 'string' && value.length <= MAX_TEXT_CHARS
-const isShortText = (value: unknown): boolean => typeof value === 'string' && value.length >= 1 && value.length <= 64
-const isTokenId = (value: unknown): boolean => Number.isSafeInteger(value) && (value as number) >= 0
-
-function cutMessages(messages: unknown[]): unknown[] | undefined {
-  if (messages.length > MAX_MESSAGES) return messages.slice(0, MAX_MESSAGES + 1)
-  for (let i = 0; i < messages.length; i++) {
-    const message = messages[i]
-    if (!isRecord(message) || !isShortText(message.role)) return messages.slice(0, i + 1)
-    const { content } = message
-    if (content == null || isText(content)) continue
-    if (!Array.isArray(content)) return messages.slice(0, i + 1)
-    const parts = cutParts(content)
-    if (parts) return [...messages.slice(0, i), { ...message, content: parts }]
-  }
-  return undefined
-}
-
-function cutParts(parts: unknown[]): unknown[] | undefined {
-  if (parts.length > MAX_MESSAGES) return parts.slice(0, MAX_MESSAGES + 1)
-  for (let j = 0; j < parts.length; j++) {
-    const part = parts[j]
-    if (isText(part)) continue
-    const ok = isRecord(part) && (part.type === undefined || isShortText(part.type)) && (part.text == null || isText(part.text))
-    if (!ok) return parts.slice(0, j + 1)
-  }
-  return undefined
 }
 
 /**

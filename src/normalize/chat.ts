@@ -12,6 +12,16 @@ import { assertJsonObject } from './zod-errors.ts'
 import type { ModelConfig } from '../config/schema.ts'
 import type { NormalizedRequest, SamplingParams } from './types.ts'
 
+/** The sampling params podgate itself reads, for a request that does not fit the native shorthand. */
+export function readSampling(body: Record<string, unknown>, maxTokens: number): NormalizedRequest['sampling'] {
+  const sampling: NormalizedRequest['sampling'] = { max_tokens: maxTokens }
+  if (typeof body.n === 'number') sampling.n = body.n
+  if (typeof body.best_of === 'number') sampling.best_of = body.best_of
+  if (typeof body.temperature === 'number') sampling.temperature = body.temperature
+  if (body.seed != null) sampling.seed = body.seed as SamplingParams['seed']
+  return sampling
+}
+
 /**
  * Validates an OpenAI chat completion body for `model` and returns podgate's normalized request.
  * Throws `GatewayError('invalid_request')` (400) with OpenAI's `param` on the first problem.
@@ -43,14 +53,4 @@ export function normalizeChatRequest(body: unknown, model: ModelConfig, alias: s
   if (messages) normalized.messages = messages
   if (req.user != null) normalized.user = req.user
   return normalized
-}
-
-/** The sampling params podgate itself reads, for a request that does not fit the native shorthand. */
-export function readSampling(body: Record<string, unknown>, maxTokens: number): NormalizedRequest['sampling'] {
-  const sampling: NormalizedRequest['sampling'] = { max_tokens: maxTokens }
-  if (typeof body.n === 'number') sampling.n = body.n
-  if (typeof body.best_of === 'number') sampling.best_of = body.best_of
-  if (typeof body.temperature === 'number') sampling.temperature = body.temperature
-  if (body.seed != null) sampling.seed = body.seed as SamplingParams['seed']
-  return sampling
 }

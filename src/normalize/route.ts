@@ -15,40 +15,6 @@ import type { NormalizedRequest, RequestKind } from './types.ts'
 /** How a stream of a generating route is framed and ends (streaming/dialects.ts reads it). */
 export type StreamDialect = 'responses' | 'messages'
 
-export interface VllmRoute {
-  /** vLLM's path: what `openai_route` names, and what follows `/openai` on Runpod's OpenAI route. */
-  path: string
-  /**
-   * The kind a model must accept (`kinds` in its config) to be called on this route. Routes without one
-   * (`count_tokens`, `/tokenize`, `/detokenize`) run only the tokenizer: they cost a request, no tokens.
-   */
-  kind?: RequestKind
-  /** Set on routes that generate: the body's output cap field and the stream's dialect. */
-  generates?: { maxField: 'max_output_tokens' | 'max_tokens'; dialect: StreamDialect }
-}
-
-/** podgate's `/v1/<name>` routes for vLLM's other routes. Errors on `messages*` use Anthropic's shape. */
-export const VLLM_ROUTES: Readonly<Record<string, VllmRoute>> = {
-  responses: { path: '/v1/responses', kind: 'chat', generates: { maxField: 'max_output_tokens', dialect: 'responses' } },
-  messages: { path: '/v1/messages', kind: 'chat', generates: { maxField: 'max_tokens', dialect: 'messages' } },
-  'messages/count_tokens': { path: '/v1/messages/count_tokens' },
-  rerank: { path: '/v1/rerank', kind: 'embedding' },
-  score: { path: '/v1/score', kind: 'embedding' },
-  classify: { path: '/classify', kind: 'embedding' },
-  pooling: { path: '/pooling', kind: 'embedding' },
-  tokenize: { path: '/tokenize' },
-  detokenize: { path: '/detokenize' },
-}
-
-/**
- * vLLM's routes of Cohere's v2 API, served at podgate's `/v2/rerank` and `/v2/embed`: `/v2/rerank` (vLLM
- * answers it as `/v1/rerank`) and `/v2/embed` (vLLM since spring 2026, PR #37074; its `max_tokens` truncates the input).
- */
-export const COHERE_ROUTES: readonly VllmRoute[] = [
-  { path: '/v2/rerank', kind: 'embedding' },
-  { path: '/v2/embed', kind: 'embedding' },
-]
-
 /**
  * @example
  * normalizeRouteRequest({ model: 'llama-8b', input: 'Hi' }, config.models['llama-8b'], 'llama-8b', VLLM_ROUTES.responses!)
@@ -83,6 +49,40 @@ export function normalizeRouteRequest(body: Record<string, unknown>, model: Mode
     route,
   }
 }
+
+export interface VllmRoute {
+  /** vLLM's path: what `openai_route` names, and what follows `/openai` on Runpod's OpenAI route. */
+  path: string
+  /**
+   * The kind a model must accept (`kinds` in its config) to be called on this route. Routes without one
+   * (`count_tokens`, `/tokenize`, `/detokenize`) run only the tokenizer: they cost a request, no tokens.
+   */
+  kind?: RequestKind
+  /** Set on routes that generate: the body's output cap field and the stream's dialect. */
+  generates?: { maxField: 'max_output_tokens' | 'max_tokens'; dialect: StreamDialect }
+}
+
+/** podgate's `/v1/<name>` routes for vLLM's other routes. Errors on `messages*` use Anthropic's shape. */
+export const VLLM_ROUTES: Readonly<Record<string, VllmRoute>> = {
+  responses: { path: '/v1/responses', kind: 'chat', generates: { maxField: 'max_output_tokens', dialect: 'responses' } },
+  messages: { path: '/v1/messages', kind: 'chat', generates: { maxField: 'max_tokens', dialect: 'messages' } },
+  'messages/count_tokens': { path: '/v1/messages/count_tokens' },
+  rerank: { path: '/v1/rerank', kind: 'embedding' },
+  score: { path: '/v1/score', kind: 'embedding' },
+  classify: { path: '/classify', kind: 'embedding' },
+  pooling: { path: '/pooling', kind: 'embedding' },
+  tokenize: { path: '/tokenize' },
+  detokenize: { path: '/detokenize' },
+}
+
+/**
+ * vLLM's routes of Cohere's v2 API, served at podgate's `/v2/rerank` and `/v2/embed`: `/v2/rerank` (vLLM
+ * answers it as `/v1/rerank`) and `/v2/embed` (vLLM since spring 2026, PR #37074; its `max_tokens` truncates the input).
+ */
+export const COHERE_ROUTES: readonly VllmRoute[] = [
+  { path: '/v2/rerank', kind: 'embedding' },
+  { path: '/v2/embed', kind: 'embedding' },
+]
 
 /**
  * The prompt a body of any shape may hold: its text at ~4 characters a token, its token ids one each, and

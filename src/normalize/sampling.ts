@@ -11,6 +11,22 @@ import { OPENAI_ROUTE } from './upstream-bodies.ts'
 /** `max_tokens` when neither the caller nor the model config names one. */
 export const FALLBACK_MAX_TOKENS = 512
 
+/**
+ * The body podgate forwards: the caller's, with the model's `defaults` where the caller sent none and
+ * `max_tokens` set when the caller named no limit (so the model's cap bounds every generation). The
+ * caller's object is not changed.
+ */
+export function withDefaults(body: Record<string, unknown>, model: ModelConfig, maxTokens: number): Record<string, unknown> {
+  const out: Record<string, unknown> = { ...body }
+  if (out.max_tokens == null && out.max_completion_tokens == null) out.max_tokens = maxTokens
+  for (const [name, value] of Object.entries(model.defaults)) {
+    if (name === 'max_tokens' || value === undefined || out[name] != null) continue
+    // A configured default must never turn a valid request into an error: it yields to the caller's max.
+    out[name] = name === 'min_tokens' ? Math.min(value as number, maxTokens) : value
+  }
+  return out
+}
+
 /** Refuses a request kind the model is not configured for, pointing at the routes it does serve. */
 export function assertKind(kind: RequestKind, model: ModelConfig, alias: string): void {
   if ((model.kinds as readonly string[]).includes(kind)) return
@@ -43,6 +59,23 @@ export function resolveStream(req: StreamFields): StreamFlags {
   return { stream, includeUsage: stream && req.stream_options != null && (asked === true || asked === undefined) }
 }
 
+/**
+ * The caller's `max_tokens` (or its alias `max_completion_tokens`), refused above the model's cap;
+ * else the model's default, clamped to the cap.
+ */
+function resolveMaxTokens(req: LimitFields, model: ModelConfig, alias: string): number {
+  const maxTokens = req.max_tokens ?? undefined
+  const maxCompletionTokens = req.max_completion_tokens ?? undefined
+  if (maxTokens !== undefined && maxCompletionTokens !== undefined && maxTokens !== maxCompletionTokens) {
+    throw invalidRequest(
+      `'max_tokens' (${maxTokens}) and 'max_completion_tokens' (${maxCompletionTokens}) are aliases: send one of them`,
+      { param: 'max_completion_tokens' },
+    )
+  }
+  // Name the field the caller actually sent, so the error points at their own code.
+  return outputCap(maxTokens ?? maxCompletionTokens, maxTokens !== undefined ? 'max_tokens' : 'max_completion_tokens', model, alias)
+}
+
 interface LimitFields {
   max_tokens?: number | null
   max_completion_tokens?: number | null
@@ -72,39 +105,6 @@ export function resolveLimits(req: LimitFields, model: ModelConfig, alias: strin
     }
   }
   return { maxTokens, n, bestOf }
-}
-
-/**
- * The body podgate forwards: the caller's, with the model's `defaults` where the caller sent none and
- * `max_tokens` set when the caller named no limit (so the model's cap bounds every generation). The
- * caller's object is not changed.
- */
-export function withDefaults(body: Record<string, unknown>, model: ModelConfig, maxTokens: number): Record<string, unknown> {
-  const out: Record<string, unknown> = { ...body }
-  if (out.max_tokens == null && out.max_completion_tokens == null) out.max_tokens = maxTokens
-  for (const [name, value] of Object.entries(model.defaults)) {
-    if (name === 'max_tokens' || value === undefined || out[name] != null) continue
-    // A configured default must never turn a valid request into an error: it yields to the caller's max.
-    out[name] = name === 'min_tokens' ? Math.min(value as number, maxTokens) : value
-  }
-  return out
-}
-
-/**
- * The caller's `max_tokens` (or its alias `max_completion_tokens`), refused above the model's cap;
- * else the model's default, clamped to the cap.
- */
-function resolveMaxTokens(req: LimitFields, model: ModelConfig, alias: string): number {
-  const maxTokens = req.max_tokens ?? undefined
-  const maxCompletionTokens = req.max_completion_tokens ?? undefined
-  if (maxTokens !== undefined && maxCompletionTokens !== undefined && maxTokens !== maxCompletionTokens) {
-    throw invalidRequest(
-      `'max_tokens' (${maxTokens}) and 'max_completion_tokens' (${maxCompletionTokens}) are aliases: send one of them`,
-      { param: 'max_completion_tokens' },
-    )
-  }
-  // Name the field the caller actually sent, so the error points at their own code.
-  return outputCap(maxTokens ?? maxCompletionTokens, maxTokens !== undefined ? 'max_tokens' : 'max_completion_tokens', model, alias)
 }
 
 /**

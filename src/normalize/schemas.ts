@@ -19,7 +19,6 @@ import { boolean, number, string, unknown } from '../zod/scalars.ts'
 import { maxLength, maximum, minLength, minimum } from '../zod/bounds.ts'
 import { array } from '../zod/array.ts'
 
-
 /**
  * vLLM's seed: any 64-bit integer (`ge=INT64_MIN, le=INT64_MAX`), wider than JavaScript's safe integers:
  * past those, the body reader keeps the caller's digits as a raw JSON value (http/body.ts).
@@ -52,6 +51,21 @@ const chars = (max: number) => string().check(maxLength(max))
 const modelField = string().check(minLength(1), maxLength(256))
 /** `n` and `best_of`; the model's `maxChoices` is checked by the normalizer. */
 const choices = () => nullish(number().check(int(), minimum(1), maximum(MAX_CHOICES_CEILING)))
+
+/** string | string[] | int[] | int[][]: OpenAI's prompt and embedding input forms. */
+function textOrTokens() {
+  return union(
+    // Token ids before strings: a valid million-id prompt then passes at once, where the strings branch
+    // first would fail it item by item; a valid array of strings fails the ids branch at most MAX_MESSAGES times.
+    [
+      chars(MAX_TEXT_CHARS),
+      tokenIds,
+      array(chars(MAX_TEXT_CHARS)).check(minLength(1), maxLength(MAX_MESSAGES)),
+      array(tokenIds).check(minLength(1), maxLength(MAX_MESSAGES)),
+    ],
+    { error: 'expected a string, an array of strings, an array of token ids or an array of token-id arrays' },
+  )
+}
 
 /**
  * What podgate reads to size the quota reservation and to decide caching; validated so its 400s name
@@ -104,21 +118,6 @@ export const chatCompletionRequestSchema = looseObject({
 })
 
 const tokenIds = array(number().check(int(), minimum(0))).check(minLength(1), maxLength(MAX_TOKEN_IDS))
-
-/** string | string[] | int[] | int[][]: OpenAI's prompt and embedding input forms. */
-function textOrTokens() {
-  return union(
-    // Token ids before strings: a valid million-id prompt then passes at once, where the strings branch
-    // first would fail it item by item; a valid array of strings fails the ids branch at most MAX_MESSAGES times.
-    [
-      chars(MAX_TEXT_CHARS),
-      tokenIds,
-      array(chars(MAX_TEXT_CHARS)).check(minLength(1), maxLength(MAX_MESSAGES)),
-      array(tokenIds).check(minLength(1), maxLength(MAX_MESSAGES)),
-    ],
-    { error: 'expected a string, an array of strings, an array of token ids or an array of token-id arrays' },
-  )
-}
 
 /** `prompt`, or vLLM's `prompt_embeds`, or both; `max_tokens: 0` only with `echo` (checked by the normalizer). */
 export const completionRequestSchema = looseObject({

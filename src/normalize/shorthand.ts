@@ -21,9 +21,9 @@ import { strictObject } from '../zod/object.ts'
 import { boolean, number, string } from '../zod/scalars.ts'
 import { gt, maxLength, maximum, minLength, minimum } from '../zod/bounds.ts'
 import { array } from '../zod/array.ts'
+const MAX_STOP_TOKEN_IDS = 100_000
 
 const stopString = string().check(minLength(1), maxLength(1_000))
-const MAX_STOP_TOKEN_IDS = 100_000
 const optionalInt = (...checks: z.core.$ZodCheck<number>[]) => optional(number().check(int(), ...checks))
 const optionalNumber = (...checks: z.core.$ZodCheck<number>[]) => optional(number().check(...checks))
 
@@ -62,13 +62,14 @@ const nativeSamplingSchema = strictObject({
 }).check(refine((v) => !(v.temperature! < 1e-5 && v.n! > 1 && !v.use_beam_search) && !(v.min_tokens! > v.max_tokens!), "vLLM takes 'n' 1 at temperature 0 (greedy sampling) and 'min_tokens' at most 'max_tokens'"))
 
 type NativeSamplingKey = keyof typeof nativeSamplingSchema.shape
+const NATIVE_ROLES = new Set(['system', 'developer', 'user', 'assistant'])
+const allSamplingKeysListed: [UnlistedSamplingKey] extends [never] ? true : UnlistedSamplingKey = true
 
 /** Every sampling param, in the order native inputs list them: the schema's fields. */
 export const SAMPLING_KEYS = Object.keys(nativeSamplingSchema.shape) as NativeSamplingKey[]
 
 // Compile-time guard: a field of SamplingParams the schema lacks, or one it has that SamplingParams lacks, fails the typecheck.
 type UnlistedSamplingKey = Exclude<keyof SamplingParams, NativeSamplingKey> | Exclude<NativeSamplingKey, keyof SamplingParams>
-const allSamplingKeysListed: [UnlistedSamplingKey] extends [never] ? true : UnlistedSamplingKey = true
 void allSamplingKeysListed
 
 /**
@@ -81,22 +82,6 @@ const NATIVE_INPUT_ONLY = new Set(['best_of', 'use_beam_search', 'length_penalty
 
 /** Fields with no sampling meaning that the shorthand may leave out: `user` affects no output. */
 const FRAMING = new Set(['model', 'messages', 'prompt', 'stream', 'stream_options', 'user', 'max_completion_tokens'])
-const SAMPLING = new Set<string>(SAMPLING_KEYS)
-const NATIVE_ROLES = new Set(['system', 'developer', 'user', 'assistant'])
-
-export interface ShorthandOptions {
-  /** The body stands for native input the caller wrote (`/v2/{model}/run`): worker-vllm's own params are native too. */
-  nativeInput?: boolean
-}
-
-/**
- * Whether an OpenAI-surface request may take the shorthand at all: the shorthand names no model (the
- * worker runs its default), so a model with a served name of its own (a LoRA adapter, a second
- * `--served-model-name`) goes as an `openai_route` job, which names it. Native input names no model either.
- */
-export function mayShorthand(model: ModelConfig, options: ShorthandOptions): boolean {
-  return options.nativeInput === true || model.servedModelName === undefined
-}
 
 /**
  * The native sampling params of `body` (max_tokens resolved), or undefined when a field has no native
@@ -127,6 +112,22 @@ export function shorthandSampling(body: Record<string, unknown>, maxTokens: numb
     ;(sampling as unknown as Record<string, unknown>)[key] = key === 'stop' && typeof value === 'string' ? [value] : value
   }
   return sampling
+}
+
+const SAMPLING = new Set<string>(SAMPLING_KEYS)
+
+export interface ShorthandOptions {
+  /** The body stands for native input the caller wrote (`/v2/{model}/run`): worker-vllm's own params are native too. */
+  nativeInput?: boolean
+}
+
+/**
+ * Whether an OpenAI-surface request may take the shorthand at all: the shorthand names no model (the
+ * worker runs its default), so a model with a served name of its own (a LoRA adapter, a second
+ * `--served-model-name`) goes as an `openai_route` job, which names it. Native input names no model either.
+ */
+export function mayShorthand(model: ModelConfig, options: ShorthandOptions): boolean {
+  return options.nativeInput === true || model.servedModelName === undefined
 }
 
 /**

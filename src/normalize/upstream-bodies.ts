@@ -16,6 +16,13 @@ export const OPENAI_ROUTE: Readonly<Record<RequestKind, '/v1/chat/completions' |
   embedding: '/v1/embeddings',
 }
 
+function copySampling(sampling: SamplingParams, target: Record<string, unknown>): void {
+  for (const key of SAMPLING_KEYS) {
+    const value = sampling[key]
+    if (value !== undefined) target[key] = value
+  }
+}
+
 /**
  * The body for `POST /openai/v1/chat/completions`, `/completions` or `/embeddings`: the caller's body,
  * `model` rewritten to the served name. Streams always ask for usage (`stream_options.include_usage`):
@@ -61,11 +68,14 @@ export function toNativeInput(req: NormalizedRequest, servedModelName: string = 
   return input
 }
 
-function copySampling(sampling: SamplingParams, target: Record<string, unknown>): void {
-  for (const key of SAMPLING_KEYS) {
-    const value = sampling[key]
-    if (value !== undefined) target[key] = value
-  }
+/** A NormalizedRequest built by podgate's own code is never like this: it is a bug, not a caller error. */
+function malformed(what: string): GatewayError {
+  return new GatewayError('internal_error', `podgate built ${what}.`)
+}
+
+function promptOf(req: NormalizedRequest): string {
+  if (req.prompt === undefined) throw malformed('a completion request without a prompt')
+  return req.prompt
 }
 
 /** Fresh `{role, content, name?}` objects, so the key order does not depend on who built the messages. */
@@ -74,14 +84,4 @@ function messagesOf(req: NormalizedRequest): { role: NormalizedMessage['role']; 
   return req.messages.map((m) => (m.name === undefined
     ? { role: m.role, content: m.content }
     : { role: m.role, content: m.content, name: m.name }))
-}
-
-function promptOf(req: NormalizedRequest): string {
-  if (req.prompt === undefined) throw malformed('a completion request without a prompt')
-  return req.prompt
-}
-
-/** A NormalizedRequest built by podgate's own code is never like this: it is a bug, not a caller error. */
-function malformed(what: string): GatewayError {
-  return new GatewayError('internal_error', `podgate built ${what}.`)
 }

@@ -64,6 +64,11 @@ export function invalidRequestFromIssues(issues: readonly Issue[], option = fals
   return invalidRequest(messageFor(issue, param, option ? 'option' : 'parameter'), param ? { param } : {})
 }
 
+function article(expected: string): string {
+  if (expected === 'int') return 'an integer'
+  return /^[aeiou]/.test(expected) ? `an ${expected}` : `a ${expected}`
+}
+
 /**
  * Parses with podgate's wording of zod's issues, without throwing: for the gateway's own options, whose
  * mistakes are reported several at a time.
@@ -132,6 +137,13 @@ function messageFor(issue: Issue, path: string, noun: string): string {
   }
 }
 
+/** A value for a message: short scalars verbatim, strings quoted and truncated, containers by type. */
+function show(value: unknown): string {
+  if (typeof value === 'string') return `'${truncate(value)}'`
+  if (typeof value === 'number' || typeof value === 'boolean' || value === null) return String(value)
+  return typeOf(value)
+}
+
 /** `'temperature' must be at most 2` / `'stop' must have at most 16 items` / `... be at least 1 character long`. */
 function bound(origin: string, inclusiveWord: string, exclusiveWord: string, limit: number | bigint, inclusive = true): string {
   const word = inclusive ? inclusiveWord : exclusiveWord
@@ -151,22 +163,10 @@ function expectedOf(issue: Issue | undefined): string {
   return issue?.code === 'invalid_type' ? article(issue.expected) : 'another shape'
 }
 
-function article(expected: string): string {
-  if (expected === 'int') return 'an integer'
-  return /^[aeiou]/.test(expected) ? `an ${expected}` : `a ${expected}`
-}
-
 function typeOf(value: unknown): string {
   if (value === null) return 'null'
   if (Array.isArray(value)) return 'an array'
   return article(typeof value)
-}
-
-/** A value for a message: short scalars verbatim, strings quoted and truncated, containers by type. */
-function show(value: unknown): string {
-  if (typeof value === 'string') return `'${truncate(value)}'`
-  if (typeof value === 'number' || typeof value === 'boolean' || value === null) return String(value)
-  return typeOf(value)
 }
 
 function truncate(text: string): string {

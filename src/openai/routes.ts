@@ -18,6 +18,44 @@ import type { Context } from 'hono'
 import type { ModelConfig } from '../config/schema.ts'
 import type { GatewayEnv } from '../types.ts'
 
+/** `byBody`, on the `/v2` mount: also serve vLLM's `/v2/rerank` and `/v2/embed` (Cohere's v2 API), the model from the body. */
+function surface(options: OpenAIRoutesOptions, resolve: ModelResolver, prefix: string, byBody?: ModelResolver): Hono<GatewayEnv> {
+  const app = new Hono<GatewayEnv>()
+  const run = composeStages(options.stages, options.dispatch)
+  const runRoute = options.routeStages ? composeStages(options.routeStages, options.dispatch) : run
+
+  async function complete(c: Context<GatewayEnv>, normalize: Normalize, serve = run, modelOf = resolve): Promise<Response> {
+    const body = await readJsonBody(c.req.raw, options.maxBodyBytes, true)
+    assertJsonObject(body)
+    const model = modelOf(c, body)
+    return serve(createCompletionContext(c, normalize(body, model.config, model.alias), model))
+  }
+
+  app.post(`${prefix}/chat/completions`, (c) => complete(c, NORMALIZE.chat))
+  app.post(`${prefix}/completions`, (c) => complete(c, NORMALIZE.completion))
+  app.post(`${prefix}/embeddings`, (c) => complete(c, NORMALIZE.embedding))
+  // vLLM's other routes: the body goes to the same route upstream as the caller wrote it.
+  for (const [name, route] of Object.entries(VLLM_ROUTES)) {
+    app.post(`${prefix}/${name}`, (c) => complete(c, (body, config, alias) => normalizeRouteRequest(body, config, alias, route), runRoute))
+  }
+  if (byBody) for (const route of COHERE_ROUTES) app.post(route.path.slice(3), (c) => complete(c, (body, config, alias) => normalizeRouteRequest(body, config, alias, route), runRoute, byBody))
+
+  // The models the key may use, or one of them as listed (the OpenAI SDK's `models.retrieve`). An id not listed
+  // is refused as a call naming it (404, 403): `modelFor` returns only for a listed one, so it never answers.
+  // `/v2/<model>/openai/v1/models`: the path's model, refused (404, 403) as the path's other routes refuse it;
+  // any other id is a 404. `{.+}`: an id with a slash (no alias has one) is a 404 `model_not_found`, not no route.
+  app.get(`${prefix}/models/:id{.+}?`, (c) => {
+    const principal = c.get('principal')
+    const only = c.req.param('model')
+    const id = c.req.param('id')
+    const data = (only === undefined ? [...options.models.keys()].filter((alias) => principal.models?.includes(alias) ?? true) : [modelFor(options.models, only, principal).alias])
+      .map((id) => ({ id, object: 'model', created: 0, owned_by: 'podgate' }))
+    return c.json(id ? (data.find((model) => model.id === id) ?? modelFor(only ? new Map() : options.models, id, principal)) : { object: 'list', data })
+  })
+
+  return app
+}
+
 export interface OpenAIRoutesOptions {
   models: ModelTable
   maxBodyBytes: number
@@ -65,41 +103,3 @@ type ModelResolver = (c: Context<GatewayEnv>, body: Record<string, unknown>) => 
 
 /** The model the body's `model` names (a podgate alias), if the caller may use it. */
 const bodyModel = (models: ModelTable): ModelResolver => (c, body) => modelFor(models, body.model, c.get('principal'))
-
-/** `byBody`, on the `/v2` mount: also serve vLLM's `/v2/rerank` and `/v2/embed` (Cohere's v2 API), the model from the body. */
-function surface(options: OpenAIRoutesOptions, resolve: ModelResolver, prefix: string, byBody?: ModelResolver): Hono<GatewayEnv> {
-  const app = new Hono<GatewayEnv>()
-  const run = composeStages(options.stages, options.dispatch)
-  const runRoute = options.routeStages ? composeStages(options.routeStages, options.dispatch) : run
-
-  async function complete(c: Context<GatewayEnv>, normalize: Normalize, serve = run, modelOf = resolve): Promise<Response> {
-    const body = await readJsonBody(c.req.raw, options.maxBodyBytes, true)
-    assertJsonObject(body)
-    const model = modelOf(c, body)
-    return serve(createCompletionContext(c, normalize(body, model.config, model.alias), model))
-  }
-
-  app.post(`${prefix}/chat/completions`, (c) => complete(c, NORMALIZE.chat))
-  app.post(`${prefix}/completions`, (c) => complete(c, NORMALIZE.completion))
-  app.post(`${prefix}/embeddings`, (c) => complete(c, NORMALIZE.embedding))
-  // vLLM's other routes: the body goes to the same route upstream as the caller wrote it.
-  for (const [name, route] of Object.entries(VLLM_ROUTES)) {
-    app.post(`${prefix}/${name}`, (c) => complete(c, (body, config, alias) => normalizeRouteRequest(body, config, alias, route), runRoute))
-  }
-  if (byBody) for (const route of COHERE_ROUTES) app.post(route.path.slice(3), (c) => complete(c, (body, config, alias) => normalizeRouteRequest(body, config, alias, route), runRoute, byBody))
-
-  // The models the key may use, or one of them as listed (the OpenAI SDK's `models.retrieve`). An id not listed
-  // is refused as a call naming it (404, 403): `modelFor` returns only for a listed one, so it never answers.
-  // `/v2/<model>/openai/v1/models`: the path's model, refused (404, 403) as the path's other routes refuse it;
-  // any other id is a 404. `{.+}`: an id with a slash (no alias has one) is a 404 `model_not_found`, not no route.
-  app.get(`${prefix}/models/:id{.+}?`, (c) => {
-    const principal = c.get('principal')
-    const only = c.req.param('model')
-    const id = c.req.param('id')
-    const data = (only === undefined ? [...options.models.keys()].filter((alias) => principal.models?.includes(alias) ?? true) : [modelFor(options.models, only, principal).alias])
-      .map((id) => ({ id, object: 'model', created: 0, owned_by: 'podgate' }))
-    return c.json(id ? (data.find((model) => model.id === id) ?? modelFor(only ? new Map() : options.models, id, principal)) : { object: 'list', data })
-  })
-
-  return app
-}

@@ -17,6 +17,29 @@ import type { CompletionContext, CompletionHandler, CompletionOutcome, Completio
 // The contract lives in stage.ts; re-exported so existing imports of pipeline/index.ts keep working.
 export type { CompletionContext, CompletionHandler, CompletionOutcome, CompletionStage, CopyEnd, StreamCopy, TokenUsage } from './stage.ts'
 
+/**
+ * Chains stages in order around the terminal handler, after starting every stage's `warm` reads. Any
+ * step that throws before answering settles the outcome as a failure with no output, so a stage that
+ * already reserved something (a token's quota, before its key's quota refuses) is always released: no
+ * stage waits on an outcome that cannot come. `settle` ignores repeats, so guarding every step is safe.
+ */
+export function composeStages(stages: readonly CompletionStage[], terminal: CompletionHandler): CompletionHandler {
+  // The requests that reached the dispatcher: a stage that throws for any other never sent it upstream.
+  const dispatched = new WeakSet<CompletionContext>()
+  const dispatch: CompletionHandler = (ctx) => {
+    dispatched.add(ctx)
+    return terminal(ctx)
+  }
+  const chain = stages.reduceRight<CompletionHandler>((next, stage) => guard((ctx) => stage(ctx, next), dispatched), guard(dispatch, dispatched))
+  const warmers = stages.flatMap((stage) => (stage.warm ? [stage.warm] : []))
+  if (warmers.length === 0) return chain
+  // Each stage's own reads start now and overlap the stages ahead of it (see `CompletionStage.warm`).
+  return function warmed(ctx) {
+    for (const warm of warmers) warm(ctx)
+    return chain(ctx)
+  }
+}
+
 export function createCompletionContext(c: Context<GatewayEnv>, request: NormalizedRequest, model: ResolvedModel): CompletionContext {
   let resolve!: (outcome: CompletionOutcome) => void
   const outcome = new Promise<CompletionOutcome>((r) => (resolve = r))
@@ -49,29 +72,6 @@ export function createCompletionContext(c: Context<GatewayEnv>, request: Normali
       left = true
       for (const listener of listeners ?? []) listener()
     },
-  }
-}
-
-/**
- * Chains stages in order around the terminal handler, after starting every stage's `warm` reads. Any
- * step that throws before answering settles the outcome as a failure with no output, so a stage that
- * already reserved something (a token's quota, before its key's quota refuses) is always released: no
- * stage waits on an outcome that cannot come. `settle` ignores repeats, so guarding every step is safe.
- */
-export function composeStages(stages: readonly CompletionStage[], terminal: CompletionHandler): CompletionHandler {
-  // The requests that reached the dispatcher: a stage that throws for any other never sent it upstream.
-  const dispatched = new WeakSet<CompletionContext>()
-  const dispatch: CompletionHandler = (ctx) => {
-    dispatched.add(ctx)
-    return terminal(ctx)
-  }
-  const chain = stages.reduceRight<CompletionHandler>((next, stage) => guard((ctx) => stage(ctx, next), dispatched), guard(dispatch, dispatched))
-  const warmers = stages.flatMap((stage) => (stage.warm ? [stage.warm] : []))
-  if (warmers.length === 0) return chain
-  // Each stage's own reads start now and overlap the stages ahead of it (see `CompletionStage.warm`).
-  return function warmed(ctx) {
-    for (const warm of warmers) warm(ctx)
-    return chain(ctx)
   }
 }
 

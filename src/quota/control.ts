@@ -23,6 +23,16 @@ export function controlCounterId(keyId: string): string {
   return `ctl:${keyId}`
 }
 
+/** The IETF `RateLimit-Policy` / `RateLimit` fields for the `control` limit. */
+function controlHeaders(limit: number, usage: QuotaUsage, now: number): Record<string, string> {
+  const state = limitStates({ requestsPerMinute: limit }, usage, now)[0]
+  if (!state) return {}
+  return {
+    'ratelimit-policy': `"control";q=${limit};w=60`,
+    ratelimit: `"control";r=${state.remaining};t=${state.resetSeconds}`,
+  }
+}
+
 /**
  * Counts one control call of the request's key (for `model`, when the call names one): throws the 429
  * over the limit, else returns the `RateLimit` fields for the answer.
@@ -61,15 +71,6 @@ export async function countControl(service: QuotaService, c: Context<GatewayEnv>
   return taken && taken.left < key.left ? taken.headers : key.headers
 }
 
-function refused(limit: number, holder: 'key' | 'token', headers: Record<string, string>, usage: QuotaUsage, now: number): GatewayError {
-  const retryAfter = Math.max(1, Math.ceil(((usage.minute + 1) * 60_000 - now) / 1000))
-  return new GatewayError(
-    'rate_limited',
-    `Control call limit reached: this ${holder} may make ${limit} control calls (status, polls, cancel, health, token minting) a minute. Retry after ${retryAfter}s, or follow the job with one event stream (Accept: text/event-stream).`,
-    { headers: { ...headers, 'retry-after': String(retryAfter) } },
-  )
-}
-
 /**
  * The native surface's control routes (`/v2/:model/...`): a call for a model that does not exist or
  * that the key may not use is refused by the route and counts nothing; any other call counts, refused
@@ -90,12 +91,11 @@ export function controlQuota(service: QuotaService, known: (model: string) => bo
   }
 }
 
-/** The IETF `RateLimit-Policy` / `RateLimit` fields for the `control` limit. */
-function controlHeaders(limit: number, usage: QuotaUsage, now: number): Record<string, string> {
-  const state = limitStates({ requestsPerMinute: limit }, usage, now)[0]
-  if (!state) return {}
-  return {
-    'ratelimit-policy': `"control";q=${limit};w=60`,
-    ratelimit: `"control";r=${state.remaining};t=${state.resetSeconds}`,
-  }
+function refused(limit: number, holder: 'key' | 'token', headers: Record<string, string>, usage: QuotaUsage, now: number): GatewayError {
+  const retryAfter = Math.max(1, Math.ceil(((usage.minute + 1) * 60_000 - now) / 1000))
+  return new GatewayError(
+    'rate_limited',
+    `Control call limit reached: this ${holder} may make ${limit} control calls (status, polls, cancel, health, token minting) a minute. Retry after ${retryAfter}s, or follow the job with one event stream (Accept: text/event-stream).`,
+    { headers: { ...headers, 'retry-after': String(retryAfter) } },
+  )
 }

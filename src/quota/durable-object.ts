@@ -36,6 +36,35 @@ export class QuotaObject extends DurableObject<unknown> {
     })
   }
 
+  /** The counts of the windows current at `now`; drops windows before them and expired leases. */
+  #usageAt(now: number): QuotaUsage {
+    const { minute, day } = windowsAt(now)
+    // Only past windows go: `now` is read before the call, so one stamped just before a rollover can
+    // arrive after calls of the new window, whose counts it must not drop.
+    for (const id of Object.keys(this.#state.windows)) {
+      if (+id.slice(2) < (id[0] === 'm' ? minute : day)) delete this.#state.windows[id]
+    }
+    const usage = usageAt(now, (id) => this.#state.windows[id])
+    for (const [lease, expires] of Object.entries(this.#state.leases)) {
+      if (expires <= now) delete this.#state.leases[lease]
+      else usage.streams++
+    }
+    return usage
+  }
+
+  /** Charges `delta` to the given windows if they are still kept (a settle after rollover changes nothing current). */
+  #add(at: { minute: number; day: number }, delta: Counts): void {
+    for (const id of [`m:${at.minute}`, `d:${at.day}`]) {
+      const counts = this.#state.windows[id]
+      if (counts) addCounts(counts, delta)
+      else if (delta.requests > 0) this.#state.windows[id] = { ...delta }
+    }
+  }
+
+  usage(input: { now: number }): QuotaUsage {
+    return this.#usageAt(input.now)
+  }
+
   async reserve(input: { policy: QuotaPolicy; cost: QuotaCost; now: number }): Promise<ObjectReserveResult> {
     const usage = this.#usageAt(input.now)
     const exceeded = exceededLimit(input.policy, usage, input.cost)
@@ -68,34 +97,5 @@ export class QuotaObject extends DurableObject<unknown> {
     const requests = input.requests ?? 0
     if (input.tokens !== 0 || requests !== 0) this.#add(input, { requests, tokens: input.tokens })
     await this.ctx.storage.put('state', this.#state)
-  }
-
-  usage(input: { now: number }): QuotaUsage {
-    return this.#usageAt(input.now)
-  }
-
-  /** The counts of the windows current at `now`; drops windows before them and expired leases. */
-  #usageAt(now: number): QuotaUsage {
-    const { minute, day } = windowsAt(now)
-    // Only past windows go: `now` is read before the call, so one stamped just before a rollover can
-    // arrive after calls of the new window, whose counts it must not drop.
-    for (const id of Object.keys(this.#state.windows)) {
-      if (+id.slice(2) < (id[0] === 'm' ? minute : day)) delete this.#state.windows[id]
-    }
-    const usage = usageAt(now, (id) => this.#state.windows[id])
-    for (const [lease, expires] of Object.entries(this.#state.leases)) {
-      if (expires <= now) delete this.#state.leases[lease]
-      else usage.streams++
-    }
-    return usage
-  }
-
-  /** Charges `delta` to the given windows if they are still kept (a settle after rollover changes nothing current). */
-  #add(at: { minute: number; day: number }, delta: Counts): void {
-    for (const id of [`m:${at.minute}`, `d:${at.day}`]) {
-      const counts = this.#state.windows[id]
-      if (counts) addCounts(counts, delta)
-      else if (delta.requests > 0) this.#state.windows[id] = { ...delta }
-    }
   }
 }

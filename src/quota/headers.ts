@@ -11,19 +11,6 @@ export function rateLimitHeaders(policy: QuotaPolicy, usage: QuotaUsage, now: nu
   return limitHeaders(limitStates(policy, usage, now))
 }
 
-/** The fields for these limits (`rateLimitHeaders` of a policy's; the quota stage's merge of a token's and its key's). */
-export function limitHeaders(states: LimitState[]): Record<string, string> {
-  const headers: Record<string, string> = {}
-  const windowed = states.filter((s) => s.windowSeconds > 0)
-  if (windowed.length > 0) {
-    headers['ratelimit-policy'] = windowed.map((s) => `"${s.name}";q=${s.limit};w=${s.windowSeconds}`).join(', ')
-    headers['ratelimit'] = windowed.map((s) => `"${s.name}";r=${s.remaining};t=${s.resetSeconds}`).join(', ')
-  }
-  setOpenAITrio(headers, 'requests', tightest(states, 'rpm', 'rpd'))
-  setOpenAITrio(headers, 'tokens', tightest(states, 'tpm', 'tpd'))
-  return headers
-}
-
 /** Seconds until the refused limit frees up; at least 1 (stream slots free as streams end). */
 export function retryAfterSeconds(policy: QuotaPolicy, usage: QuotaUsage, exceeded: LimitName, now: number): number {
   return retryAfterOf(limitStates(policy, usage, now).find((s) => s.name === exceeded))
@@ -57,4 +44,17 @@ export function openAIDuration(seconds: number): string {
   if (h > 0) return `${h}h${m}m${s}s`
   if (m > 0) return `${m}m${s}s`
   return `${s}s`
+}
+
+/** The fields for these limits (`rateLimitHeaders` of a policy's; the quota stage's merge of a token's and its key's). */
+export function limitHeaders(states: LimitState[]): Record<string, string> {
+  const headers: Record<string, string> = {}
+  const windowed = states.filter((s) => s.windowSeconds > 0)
+  if (windowed.length > 0) {
+    headers['ratelimit-policy'] = windowed.map((s) => `"${s.name}";q=${s.limit};w=${s.windowSeconds}`).join(', ')
+    headers['ratelimit'] = windowed.map((s) => `"${s.name}";r=${s.remaining};t=${s.resetSeconds}`).join(', ')
+  }
+  setOpenAITrio(headers, 'requests', tightest(states, 'rpm', 'rpd'))
+  setOpenAITrio(headers, 'tokens', tightest(states, 'tpm', 'tpd'))
+  return headers
 }

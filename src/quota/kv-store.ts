@@ -36,6 +36,8 @@
 import { addCounts, applyDelta, DAY_MS, exceededLimit, usageAt, windowsAt } from './limits.ts'
 import type { Counts, QuotaUsage } from './limits.ts'
 import type { QuotaStore, ReserveInput, ReserveResult, SettleInput } from './store.ts'
+/** A flush whose writes are still out this long after it began is given up on (see `flush`). */
+const STALLED_FLUSH_MS = 60_000
 
 export interface KvQuotaStoreOptions {
   /** Least time between two writes of this shard's keys, and how long a listed total is trusted, in ms. Default 1000. */
@@ -80,8 +82,6 @@ interface KeyState {
 
 export const QUOTA_KEY_PREFIX = 'quota:'
 const TTL_MARGIN_SECONDS = 60
-/** A flush whose writes are still out this long after it began is given up on (see `flush`). */
-const STALLED_FLUSH_MS = 60_000
 
 /**
  * @example
@@ -122,23 +122,6 @@ export class KvQuotaStore implements QuotaStore {
     this.#sleep = options.sleep ?? ((ms) => new Promise((resolve) => setTimeout(resolve, ms)))
     this.#onWriteError = options.onWriteError
     this.shard = options.shard ?? crypto.randomUUID().replaceAll('-', '').slice(0, 16)
-  }
-
-  async reserve(input: ReserveInput): Promise<ReserveResult> {
-    const state = this.#state(input.keyId)
-    await this.#refresh(input.keyId, state, input.background)
-    const usage = this.#usageOf(state, input.now)
-    const exceeded = exceededLimit(input.policy, usage, input.cost)
-    if (exceeded) return { ok: false, exceeded, usage }
-    const delta = { requests: 1, tokens: input.cost.tokens }
-    this.#add(state, usage, delta)
-    applyDelta(usage, usage, delta)
-    if (input.cost.stream) {
-      state.streams++
-      usage.streams++
-    }
-    this.#scheduleFlush(input.background)
-    return { ok: true, reservation: { keyId: input.keyId, minute: usage.minute, day: usage.day, tokens: input.cost.tokens, stream: input.cost.stream }, usage }
   }
 
   async settle(input: SettleInput): Promise<void> {
@@ -192,6 +175,32 @@ export class KvQuotaStore implements QuotaStore {
     })
     this.#nextFlush = next
     return next
+  }
+
+  /**
+   * Brings the others' counts up to date: nothing while the view is younger than F; a list in the
+   * background while it is younger than 2F (given `background`, i.e. on a request's path); else a list
+   * awaited. A key new to this isolate (evicted and restored, or never seen) has no view: it waits.
+   * Concurrent requests in this isolate share one list.
+   */
+  async #refresh(keyId: string, state: KeyState, background?: ReserveInput['background']): Promise<void> {
+    const now = this.#now()
+    const age = now - state.listedAt
+    if (age < this.#interval) return
+    const inBackground = background !== undefined && age < 2 * this.#interval
+    let listing = state.listing
+    if (!listing) {
+      // A background list that failed is tried again F after it began, not by every request meanwhile.
+      if (inBackground && now - state.triedAt < this.#interval) return
+      state.triedAt = now
+      listing = state.listing = this.#list(keyId, state).finally(() => (state.listing = null))
+      // The list is this request's I/O and other requests may await it: keep the request alive until it
+      // settles, even if its caller leaves, or it could be cancelled with the request and never settle.
+      background?.(listing.catch(() => undefined))
+    }
+    // A failed background list leaves the view as it was.
+    if (inBackground) return
+    await listing
   }
 
   #startFlush(): Promise<void> {
@@ -257,32 +266,6 @@ export class KvQuotaStore implements QuotaStore {
     })
     if (background) background(run)
     else void run.catch(() => undefined)
-  }
-
-  /**
-   * Brings the others' counts up to date: nothing while the view is younger than F; a list in the
-   * background while it is younger than 2F (given `background`, i.e. on a request's path); else a list
-   * awaited. A key new to this isolate (evicted and restored, or never seen) has no view: it waits.
-   * Concurrent requests in this isolate share one list.
-   */
-  async #refresh(keyId: string, state: KeyState, background?: ReserveInput['background']): Promise<void> {
-    const now = this.#now()
-    const age = now - state.listedAt
-    if (age < this.#interval) return
-    const inBackground = background !== undefined && age < 2 * this.#interval
-    let listing = state.listing
-    if (!listing) {
-      // A background list that failed is tried again F after it began, not by every request meanwhile.
-      if (inBackground && now - state.triedAt < this.#interval) return
-      state.triedAt = now
-      listing = state.listing = this.#list(keyId, state).finally(() => (state.listing = null))
-      // The list is this request's I/O and other requests may await it: keep the request alive until it
-      // settles, even if its caller leaves, or it could be cancelled with the request and never settle.
-      background?.(listing.catch(() => undefined))
-    }
-    // A failed background list leaves the view as it was.
-    if (inBackground) return
-    await listing
   }
 
   async #list(keyId: string, state: KeyState): Promise<void> {
@@ -379,6 +362,23 @@ export class KvQuotaStore implements QuotaStore {
         return
       }
     }
+  }
+
+  async reserve(input: ReserveInput): Promise<ReserveResult> {
+    const state = this.#state(input.keyId)
+    await this.#refresh(input.keyId, state, input.background)
+    const usage = this.#usageOf(state, input.now)
+    const exceeded = exceededLimit(input.policy, usage, input.cost)
+    if (exceeded) return { ok: false, exceeded, usage }
+    const delta = { requests: 1, tokens: input.cost.tokens }
+    this.#add(state, usage, delta)
+    applyDelta(usage, usage, delta)
+    if (input.cost.stream) {
+      state.streams++
+      usage.streams++
+    }
+    this.#scheduleFlush(input.background)
+    return { ok: true, reservation: { keyId: input.keyId, minute: usage.minute, day: usage.day, tokens: input.cost.tokens, stream: input.cost.stream }, usage }
   }
 }
 

@@ -46,6 +46,12 @@ export interface LimitState {
   windowSeconds: number
 }
 
+/** Adds `delta` to the counts of the windows a reservation was made in, when they are still current. */
+export function applyDelta(usage: QuotaUsage, at: { minute: number; day: number }, delta: Counts): void {
+  if (usage.minute === at.minute) addCounts(usage.minuteCounts, delta)
+  if (usage.day === at.day) addCounts(usage.dayCounts, delta)
+}
+
 export function windowsAt(now: number): { minute: number; day: number } {
   return { minute: Math.floor(now / MINUTE_MS), day: Math.floor(now / DAY_MS) }
 }
@@ -61,23 +67,6 @@ export function usageAt(now: number, ...sources: ((window: string) => Counts | u
     if (d) addCounts(usage.dayCounts, d)
   }
   return usage
-}
-
-/**
- * The first limit `cost` would break, or null when the request fits every limit. The day limits come
- * first: a call past a minute and a day limit is refused until the day resets, which `Retry-After` says;
- * only a cost larger than the whole minute limit, which no wait lets in, is named before the day's tokens.
- */
-export function exceededLimit(policy: QuotaPolicy, usage: QuotaUsage, cost: QuotaCost): LimitName | null {
-  if (policy.requestsPerDay !== undefined && usage.dayCounts.requests + 1 > policy.requestsPerDay) return 'rpd'
-  // Larger than the whole minute limit, a call never fits: its 429 says so, not to wait for the day.
-  if (cost.tokens > (policy.tokensPerMinute ?? Infinity)) return 'tpm'
-  // A call that costs no tokens (a cache hit, a passthrough job) is not held to the token limits, even past them.
-  if (cost.tokens > 0 && policy.tokensPerDay !== undefined && usage.dayCounts.tokens + cost.tokens > policy.tokensPerDay) return 'tpd'
-  if (policy.requestsPerMinute !== undefined && usage.minuteCounts.requests + 1 > policy.requestsPerMinute) return 'rpm'
-  if (cost.tokens > 0 && policy.tokensPerMinute !== undefined && usage.minuteCounts.tokens + cost.tokens > policy.tokensPerMinute) return 'tpm'
-  if (cost.stream && policy.maxConcurrentStreams !== undefined && usage.streams + 1 > policy.maxConcurrentStreams) return 'streams'
-  return null
 }
 
 /** Every configured limit with what is left of it at `now`. */
@@ -96,10 +85,21 @@ export function limitStates(policy: QuotaPolicy, usage: QuotaUsage, now: number)
   return states
 }
 
-/** Adds `delta` to the counts of the windows a reservation was made in, when they are still current. */
-export function applyDelta(usage: QuotaUsage, at: { minute: number; day: number }, delta: Counts): void {
-  if (usage.minute === at.minute) addCounts(usage.minuteCounts, delta)
-  if (usage.day === at.day) addCounts(usage.dayCounts, delta)
+/**
+ * The first limit `cost` would break, or null when the request fits every limit. The day limits come
+ * first: a call past a minute and a day limit is refused until the day resets, which `Retry-After` says;
+ * only a cost larger than the whole minute limit, which no wait lets in, is named before the day's tokens.
+ */
+export function exceededLimit(policy: QuotaPolicy, usage: QuotaUsage, cost: QuotaCost): LimitName | null {
+  if (policy.requestsPerDay !== undefined && usage.dayCounts.requests + 1 > policy.requestsPerDay) return 'rpd'
+  // Larger than the whole minute limit, a call never fits: its 429 says so, not to wait for the day.
+  if (cost.tokens > (policy.tokensPerMinute ?? Infinity)) return 'tpm'
+  // A call that costs no tokens (a cache hit, a passthrough job) is not held to the token limits, even past them.
+  if (cost.tokens > 0 && policy.tokensPerDay !== undefined && usage.dayCounts.tokens + cost.tokens > policy.tokensPerDay) return 'tpd'
+  if (policy.requestsPerMinute !== undefined && usage.minuteCounts.requests + 1 > policy.requestsPerMinute) return 'rpm'
+  if (cost.tokens > 0 && policy.tokensPerMinute !== undefined && usage.minuteCounts.tokens + cost.tokens > policy.tokensPerMinute) return 'tpm'
+  if (cost.stream && policy.maxConcurrentStreams !== undefined && usage.streams + 1 > policy.maxConcurrentStreams) return 'streams'
+  return null
 }
 
 export function addCounts(target: Counts, delta: Counts): void {

@@ -6,11 +6,14 @@
  * is called.
  */
 import * as z from 'zod/mini'
-import { positiveInt } from '../zod/numbers.ts'
 import { oneOf } from '../zod/one-of.ts'
+import { positiveInt } from '../zod/numbers.ts'
 import { optional } from '../zod/optional.ts'
 import { strictObject } from '../zod/object.ts'
 import { boolean } from '../zod/scalars.ts'
+
+/** Control calls a key may make per minute when no layer sets `controlPerMinute`. */
+export const DEFAULT_CONTROL_PER_MINUTE = 600
 
 /** A limit: a positive integer (described for the OpenAPI document in src/openapi/descriptions.ts). */
 const limit = () => optional(positiveInt())
@@ -46,9 +49,6 @@ export function effectivePolicy(...layers: (QuotaPolicy | null | undefined)[]): 
   }
   return hasLimits(merged) ? merged : null
 }
-
-/** Control calls a key may make per minute when no layer sets `controlPerMinute`. */
-export const DEFAULT_CONTROL_PER_MINUTE = 600
 
 /** Whether a completion has limits to count (`controlPerMinute` counts control calls only, never completions). */
 export function hasLimits(policy: QuotaPolicy): boolean {

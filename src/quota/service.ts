@@ -53,6 +53,25 @@ export interface QuotaService {
   storeFor(c: Context<GatewayEnv>, policy: QuotaPolicy): QuotaStore
 }
 
+/**
+ * Refuses, as the caller's input, a quota whose store this gateway cannot run: `strict: true` with no
+ * Durable Object bound. Checked where a key or token is given its quota, so the mistake is a 400 there
+ * rather than a 500 on every later call. (A gateway strict by default has no calls then: `strictByDefault`.)
+ */
+export function assertEnforceable(service: QuotaService, c: Context<GatewayEnv>, policy: QuotaPolicy | null | undefined, param: string): void {
+  if (!policy?.strict) return
+  try {
+    service.storeFor(c, policy)
+  } catch (error) {
+    if (!(error instanceof ConfigError)) throw error
+    throw invalidRequest("This gateway enforces no strict quotas: it has no Durable Object for them (QuotaObject bound as PODGATE_QUOTA). Set 'strict': false, or bind one.", { param: `${param}.strict` })
+  }
+}
+
+function defaultObjects(c: Context<GatewayEnv>): DurableObjectNamespace<QuotaObject> | undefined {
+  return c.env?.PODGATE_QUOTA
+}
+
 export function createQuotaService(options: QuotaServiceOptions): QuotaService {
   const now = options.now ?? Date.now
   const gatewayStrict = options.store === 'strict'
@@ -108,23 +127,4 @@ export function createQuotaService(options: QuotaServiceOptions): QuotaService {
  */
 export function strictByDefault(quota: { store?: unknown; defaults?: { strict?: unknown } } | undefined): boolean {
   return quota?.store === 'strict' || quota?.defaults?.strict === true
-}
-
-function defaultObjects(c: Context<GatewayEnv>): DurableObjectNamespace<QuotaObject> | undefined {
-  return c.env?.PODGATE_QUOTA
-}
-
-/**
- * Refuses, as the caller's input, a quota whose store this gateway cannot run: `strict: true` with no
- * Durable Object bound. Checked where a key or token is given its quota, so the mistake is a 400 there
- * rather than a 500 on every later call. (A gateway strict by default has no calls then: `strictByDefault`.)
- */
-export function assertEnforceable(service: QuotaService, c: Context<GatewayEnv>, policy: QuotaPolicy | null | undefined, param: string): void {
-  if (!policy?.strict) return
-  try {
-    service.storeFor(c, policy)
-  } catch (error) {
-    if (!(error instanceof ConfigError)) throw error
-    throw invalidRequest("This gateway enforces no strict quotas: it has no Durable Object for them (QuotaObject bound as PODGATE_QUOTA). Set 'strict': false, or bind one.", { param: `${param}.strict` })
-  }
 }

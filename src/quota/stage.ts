@@ -26,6 +26,39 @@ import type { QuotaService } from './service.ts'
 /** The limits a call was admitted under, merged across its quota stages (a token's runs around its key's). */
 const admitted = new WeakMap<CompletionContext, LimitState[]>()
 
+const LIMIT_TEXT: Record<LimitName, string> = {
+  rpm: 'requests per minute',
+  rpd: 'requests per day',
+  tpm: 'tokens per minute',
+  tpd: 'tokens per day',
+  streams: 'concurrent streams',
+}
+
+/**
+ * What an answer costs. Not its own upstream call (`cached`: a hit, or a coalesced twin that finished,
+ * failed with the shared call, or left): free. Nothing reached the caller: free, unless the caller hung
+ * up after the prompt reached the upstream (it was processed on a GPU), which costs the prompt plus
+ * what the upstream reports generated. An upstream that counted no prompt tokens, or an answer whose usage
+ * podgate counted itself (`estimate`), is charged the prompt estimate plus the completion tokens.
+ */
+export function tokensToCharge(outcome: CompletionOutcome, reserved: number, promptEstimate = 0): number {
+  if (outcome.cached) return 0
+  const usage = outcome.usage ?? outcome.estimate
+  if (outcome.ok || outcome.producedOutput) return usage ? charged(usage, promptEstimate) : reserved
+  if (outcome.reachedUpstream) return usage ? charged(usage, promptEstimate) : promptEstimate
+  return 0
+}
+
+/**
+ * What a request reserves: its prompt estimate (text at ~4 characters a token, token ids one each, a
+ * fixed cost per image / audio / video part, tool definitions and response schemas as text; see
+ * `RequestEstimate`) plus every token it may generate: max_tokens for each prompt × max(n, best_of).
+ * Settling from the upstream's usage corrects it.
+ */
+export function estimateTokens(request: NormalizedRequest): number {
+  return request.estimate.promptTokens + request.sampling.max_tokens * request.estimate.sequences
+}
+
 /**
  * @example
  * // createGateway does this; a host app composing its own pipeline can too.
@@ -97,41 +130,8 @@ export function quotaStage(service: QuotaService): CompletionStage {
   }
 }
 
-/**
- * What a request reserves: its prompt estimate (text at ~4 characters a token, token ids one each, a
- * fixed cost per image / audio / video part, tool definitions and response schemas as text; see
- * `RequestEstimate`) plus every token it may generate: max_tokens for each prompt × max(n, best_of).
- * Settling from the upstream's usage corrects it.
- */
-export function estimateTokens(request: NormalizedRequest): number {
-  return request.estimate.promptTokens + request.sampling.max_tokens * request.estimate.sequences
-}
-
-/**
- * What an answer costs. Not its own upstream call (`cached`: a hit, or a coalesced twin that finished,
- * failed with the shared call, or left): free. Nothing reached the caller: free, unless the caller hung
- * up after the prompt reached the upstream (it was processed on a GPU), which costs the prompt plus
- * what the upstream reports generated. An upstream that counted no prompt tokens, or an answer whose usage
- * podgate counted itself (`estimate`), is charged the prompt estimate plus the completion tokens.
- */
-export function tokensToCharge(outcome: CompletionOutcome, reserved: number, promptEstimate = 0): number {
-  if (outcome.cached) return 0
-  const usage = outcome.usage ?? outcome.estimate
-  if (outcome.ok || outcome.producedOutput) return usage ? charged(usage, promptEstimate) : reserved
-  if (outcome.reachedUpstream) return usage ? charged(usage, promptEstimate) : promptEstimate
-  return 0
-}
-
 function charged(usage: { prompt_tokens: number; total_tokens: number }, promptEstimate: number): number {
   return usage.prompt_tokens > 0 ? usage.total_tokens : usage.total_tokens + promptEstimate
-}
-
-const LIMIT_TEXT: Record<LimitName, string> = {
-  rpm: 'requests per minute',
-  rpd: 'requests per day',
-  tpm: 'tokens per minute',
-  tpd: 'tokens per day',
-  streams: 'concurrent streams',
 }
 
 function rateLimited(input: { policy: QuotaPolicy; usage: QuotaUsage; exceeded: LimitName; cost: QuotaCost; now: number; holder: 'key' | 'token' }): GatewayError {

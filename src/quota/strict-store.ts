@@ -25,19 +25,19 @@ export class StrictQuotaStore implements QuotaStore {
     this.#namespace = namespace
   }
 
-  async reserve(input: ReserveInput): Promise<ReserveResult> {
-    const result = await this.#stub(input.keyId).reserve({ policy: input.policy, cost: input.cost, now: input.now })
-    if (!result.ok) return result
-    const reservation = { keyId: input.keyId, minute: result.usage.minute, day: result.usage.day, tokens: input.cost.tokens, stream: input.cost.stream, lease: result.lease }
-    return { ok: true, reservation, usage: result.usage }
-  }
-
   async settle(input: SettleInput): Promise<void> {
     const { reservation } = input
     const tokens = input.tokens - reservation.tokens
     const requests = input.release ? -1 : 0
     if (tokens === 0 && requests === 0 && reservation.lease === undefined) return
     await this.#stub(reservation.keyId).settle({ ...reservation, tokens, requests, job: input.job })
+  }
+
+  async reserve(input: ReserveInput): Promise<ReserveResult> {
+    const result = await this.#stub(input.keyId).reserve({ policy: input.policy, cost: input.cost, now: input.now })
+    if (!result.ok) return result
+    const reservation = { keyId: input.keyId, minute: result.usage.minute, day: result.usage.day, tokens: input.cost.tokens, stream: input.cost.stream, lease: result.lease }
+    return { ok: true, reservation, usage: result.usage }
   }
 
   async usage(input: { keyId: string; now: number }): Promise<QuotaUsage> {

@@ -25,41 +25,6 @@ export interface ResolvedModel {
 export type ModelTable = ReadonlyMap<string, ResolvedModel>
 
 /**
- * The model table `nativeRoutes` routes by, from resolved options.
- *
- * @example
- * const config = resolveConfig(options)
- * app.route('/v2', nativeRoutes({ models: resolveModels(config), client, runpod: config.runpod, secret, maxBodyBytes: 1 << 20 }))
- */
-export function resolveModels(options: ResolvedOptions): ModelTable {
-  const table = new Map<string, ResolvedModel>()
-  for (const [alias, config] of Object.entries(options.models)) {
-    const endpoints = config.endpoints.map((e) => resolveEndpoint(e, options.runpod.baseUrl, config.mode))
-    let sum = 0
-    const cumulative = endpoints.map((e) => (sum += e.weight))
-    const servedModelName = config.servedModelName ?? alias
-    const streamedModelName = options.streaming.rewriteModel ? alias : servedModelName
-    table.set(alias, { alias, config, servedModelName, streamedModelName, endpoints, cumulative })
-  }
-  return table
-}
-
-/** Looks up the alias a caller asked for and checks the caller may use it. */
-export function modelFor(table: ModelTable, alias: unknown, principal: Principal): ResolvedModel {
-  if (typeof alias !== 'string' || alias.length === 0) {
-    throw invalidRequest("You must provide a model parameter: a string naming a podgate model.", { param: 'model' })
-  }
-  const model = table.get(alias)
-  if (!model) {
-    throw new GatewayError('model_not_found', `The model '${alias.slice(0, 128)}' does not exist. GET /v1/models lists the models your key may use.`, { param: 'model' })
-  }
-  if (principal.models !== null && !principal.models.includes(alias)) {
-    throw new GatewayError('permission_denied', `Your key may not use the model '${alias}'.`, { param: 'model' })
-  }
-  return model
-}
-
-/**
  * The model's endpoints in the order a request tries them: a weighted pick first, then the others in
  * weighted random order; endpoints whose breaker is open are left out while any other's is closed (every
  * endpoint is tried when all are open).
@@ -78,4 +43,39 @@ export function orderEndpoints(model: ResolvedModel, isOpen: (endpoint: Endpoint
   // While one is closed the open ones are left out, so a retry goes to a closed one again, not to them.
   const open = new Set(order.filter(isOpen))
   return open.size < order.length ? order.filter((e) => !open.has(e)) : order
+}
+
+/** Looks up the alias a caller asked for and checks the caller may use it. */
+export function modelFor(table: ModelTable, alias: unknown, principal: Principal): ResolvedModel {
+  if (typeof alias !== 'string' || alias.length === 0) {
+    throw invalidRequest("You must provide a model parameter: a string naming a podgate model.", { param: 'model' })
+  }
+  const model = table.get(alias)
+  if (!model) {
+    throw new GatewayError('model_not_found', `The model '${alias.slice(0, 128)}' does not exist. GET /v1/models lists the models your key may use.`, { param: 'model' })
+  }
+  if (principal.models !== null && !principal.models.includes(alias)) {
+    throw new GatewayError('permission_denied', `Your key may not use the model '${alias}'.`, { param: 'model' })
+  }
+  return model
+}
+
+/**
+ * The model table `nativeRoutes` routes by, from resolved options.
+ *
+ * @example
+ * const config = resolveConfig(options)
+ * app.route('/v2', nativeRoutes({ models: resolveModels(config), client, runpod: config.runpod, secret, maxBodyBytes: 1 << 20 }))
+ */
+export function resolveModels(options: ResolvedOptions): ModelTable {
+  const table = new Map<string, ResolvedModel>()
+  for (const [alias, config] of Object.entries(options.models)) {
+    const endpoints = config.endpoints.map((e) => resolveEndpoint(e, options.runpod.baseUrl, config.mode))
+    let sum = 0
+    const cumulative = endpoints.map((e) => (sum += e.weight))
+    const servedModelName = config.servedModelName ?? alias
+    const streamedModelName = options.streaming.rewriteModel ? alias : servedModelName
+    table.set(alias, { alias, config, servedModelName, streamedModelName, endpoints, cumulative })
+  }
+  return table
 }

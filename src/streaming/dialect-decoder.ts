@@ -12,24 +12,6 @@ import { countedUsage } from './openai-chunks.ts'
 import type { Usage } from './openai-chunks.ts'
 import { DEFAULT_MAX_EVENT_CHARS, errorItemFailure, refuseOversizedEvent } from './vllm.ts'
 
-export interface DialectDecoderOptions {
-  dialect: Dialect
-  /** Called with each item's text, as the worker sent it. */
-  onText(text: string): void
-  /** Called once per whole event read (about a token each): the answer's pace. */
-  onEvent?(): void
-  /** Called once, from `finish()`, with the usage the events reported. */
-  onUsage?(usage: Usage): void
-}
-
-/** Failures whose error event already reached the caller in the upstream's own words. */
-const relayed = new WeakSet<GatewayError>()
-
-/** The upstream's own error event already told the caller of `error`: podgate writes no second one. */
-export function wasRelayed(error: unknown): boolean {
-  return error instanceof GatewayError && relayed.has(error)
-}
-
 export function createDialectDecoder(options: DialectDecoderOptions): NativeStreamDecoder {
   const { dialect } = options
   const ending: StreamEnding = { done: false }
@@ -66,4 +48,22 @@ export function createDialectDecoder(options: DialectDecoderOptions): NativeStre
       if (!ending.done) throw upstreamError('The upstream stream ended before the model finished.')
     },
   }
+}
+
+export interface DialectDecoderOptions {
+  dialect: Dialect
+  /** Called with each item's text, as the worker sent it. */
+  onText(text: string): void
+  /** Called once per whole event read (about a token each): the answer's pace. */
+  onEvent?(): void
+  /** Called once, from `finish()`, with the usage the events reported. */
+  onUsage?(usage: Usage): void
+}
+
+/** Failures whose error event already reached the caller in the upstream's own words. */
+const relayed = new WeakSet<GatewayError>()
+
+/** The upstream's own error event already told the caller of `error`: podgate writes no second one. */
+export function wasRelayed(error: unknown): boolean {
+  return error instanceof GatewayError && relayed.has(error)
 }

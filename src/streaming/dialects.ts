@@ -97,13 +97,13 @@ export const BEFORE_OUTPUT = /^(?:message_start|response\.(?:created|in_progress
 
 export const DIALECTS: Readonly<Record<StreamDialect, Dialect>> = { responses: RESPONSES_DIALECT, messages: MESSAGES_DIALECT }
 
-function toInputOutput(usage: Usage | undefined): Record<string, number> {
-  return usage ? { input_tokens: usage.prompt_tokens, output_tokens: usage.completion_tokens } : {}
-}
-
 /** The dialect of the stream a path answers, when it is not OpenAI's. */
 export function dialectOf(path: string): Dialect | undefined {
   if (path.endsWith('/v1/messages')) return MESSAGES_DIALECT
   if (path.endsWith('/v1/responses')) return RESPONSES_DIALECT
   return undefined
+}
+
+function toInputOutput(usage: Usage | undefined): Record<string, number> {
+  return usage ? { input_tokens: usage.prompt_tokens, output_tokens: usage.completion_tokens } : {}
 }

@@ -14,6 +14,11 @@ import { countedUsage } from './openai-chunks.ts'
 import type { ChatCompletionChunk, CompletionChunk, FinishReason, Usage } from './openai-chunks.ts'
 import { DEFAULT_MAX_EVENT_CHARS, errorItemFailure, isCount, isRecord, readUsage, refuseOversizedEvent, upstreamErrorMessage, workerFailure } from './vllm.ts'
 
+function unknownOutput(item: unknown): GatewayError {
+  const what = item === null ? 'null' : Array.isArray(item) ? 'a list' : typeof item
+  return upstreamError(`The model worker streamed an item podgate does not understand (${what}).`)
+}
+
 export interface UsageMeta {
   /**
    * `true` when the upstream never reported usage and podgate counted instead: `prompt_tokens` is 0 and
@@ -75,6 +80,21 @@ interface ClassicChoice {
   lastTextStep: number
 }
 
+/** `{"choices":[{"tokens":[...]}],"usage":{"input":5,"output":3}}`, or undefined for any other shape. */
+function readClassicItem(item: unknown): ClassicItem | undefined {
+  if (!isRecord(item) || !Array.isArray(item.choices)) return undefined
+  const choices: string[][] = []
+  for (const choice of item.choices as unknown[]) {
+    if (!isRecord(choice) || !Array.isArray(choice.tokens)) return undefined
+    const tokens: unknown[] = choice.tokens
+    for (const token of tokens) if (typeof token !== 'string') return undefined
+    choices.push(tokens as string[])
+  }
+  const usage = item.usage
+  const counted = isRecord(usage) && isCount(usage.input) && isCount(usage.output)
+  return { choices, usage: counted ? { input: usage.input as number, output: usage.output as number } : undefined }
+}
+
 /**
  * @example
  * const decoder = createNativeStreamDecoder({
@@ -129,28 +149,6 @@ export function createNativeStreamDecoder(options: NativeDecoderOptions): Native
       failure = toGatewayError(error)
       throw failure
     }
-  }
-
-  function accept(item: unknown): void {
-    if (typeof item === 'string') {
-      useShape('sse')
-      parser ??= createParser({ onEvent: acceptEvent, onError: refuseOversizedEvent, maxBufferSize: options.maxEventChars ?? DEFAULT_MAX_EVENT_CHARS })
-      parser.feed(item)
-      return
-    }
-    // A classic worker under RAW_OPENAI_OUTPUT=0: an `openai_route` job's chunks as objects, no `[DONE]`.
-    if (Array.isArray(item) && item.length > 0 && item.every(isRecord)) {
-      useShape('sse')
-      listed = true
-      for (const value of item) acceptValue(value)
-      return
-    }
-    const failure = errorItemFailure(item)
-    if (failure) throw failure
-    const classic = readClassicItem(item)
-    if (!classic) throw unknownOutput(item)
-    useShape('classic')
-    acceptClassic(classic)
   }
 
   function useShape(next: 'classic' | 'sse'): void {
@@ -269,6 +267,28 @@ export function createNativeStreamDecoder(options: NativeDecoderOptions): Native
     onChunk(value as unknown as CompletionChunk)
   }
 
+  function accept(item: unknown): void {
+    if (typeof item === 'string') {
+      useShape('sse')
+      parser ??= createParser({ onEvent: acceptEvent, onError: refuseOversizedEvent, maxBufferSize: options.maxEventChars ?? DEFAULT_MAX_EVENT_CHARS })
+      parser.feed(item)
+      return
+    }
+    // A classic worker under RAW_OPENAI_OUTPUT=0: an `openai_route` job's chunks as objects, no `[DONE]`.
+    if (Array.isArray(item) && item.length > 0 && item.every(isRecord)) {
+      useShape('sse')
+      listed = true
+      for (const value of item) acceptValue(value)
+      return
+    }
+    const failure = errorItemFailure(item)
+    if (failure) throw failure
+    const classic = readClassicItem(item)
+    if (!classic) throw unknownOutput(item)
+    useShape('classic')
+    acceptClassic(classic)
+  }
+
   function finishSSE(): void {
     // A final event whose blank line never came is still an event once the job is COMPLETED; a cut one
     // then fails as JSON instead of being dropped.
@@ -297,26 +317,6 @@ export function createNativeStreamDecoder(options: NativeDecoderOptions): Native
   }
 
   return { push, finish, cut: reportSoFar }
-}
-
-/** `{"choices":[{"tokens":[...]}],"usage":{"input":5,"output":3}}`, or undefined for any other shape. */
-function readClassicItem(item: unknown): ClassicItem | undefined {
-  if (!isRecord(item) || !Array.isArray(item.choices)) return undefined
-  const choices: string[][] = []
-  for (const choice of item.choices as unknown[]) {
-    if (!isRecord(choice) || !Array.isArray(choice.tokens)) return undefined
-    const tokens: unknown[] = choice.tokens
-    for (const token of tokens) if (typeof token !== 'string') return undefined
-    choices.push(tokens as string[])
-  }
-  const usage = item.usage
-  const counted = isRecord(usage) && isCount(usage.input) && isCount(usage.output)
-  return { choices, usage: counted ? { input: usage.input as number, output: usage.output as number } : undefined }
-}
-
-function unknownOutput(item: unknown): GatewayError {
-  const what = item === null ? 'null' : Array.isArray(item) ? 'a list' : typeof item
-  return upstreamError(`The model worker streamed an item podgate does not understand (${what}).`)
 }
 
 function unknownEvent(): GatewayError {

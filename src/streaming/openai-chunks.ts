@@ -26,6 +26,12 @@ export interface Usage {
 }
 
 /**
+ * The queuing strategy of every stream podgate produces: nothing is read ahead of the caller, each
+ * `pull` waits for a read. One object for all (a stream reads it once, when it is made).
+ */
+export const PULL_ONLY: QueuingStrategy<Uint8Array> = { highWaterMark: 0 }
+
+/**
  * Why a choice stopped: `stop`, `length`, `tool_calls`, `content_filter`, or whatever else vLLM reports
  * (e.g. `abort`). podgate passes the upstream value through.
  */
@@ -109,12 +115,6 @@ export interface SSEError {
 
 /** One encoder for every stream podgate writes (an encoder holds no state). */
 export const encoder = new TextEncoder()
-
-/**
- * The queuing strategy of every stream podgate produces: nothing is read ahead of the caller, each
- * `pull` waits for a read. One object for all (a stream reads it once, when it is made).
- */
-export const PULL_ONLY: QueuingStrategy<Uint8Array> = { highWaterMark: 0 }
 
 /** An SSE comment that keeps an idle stream open through proxies. */
 export const HEARTBEAT = encoder.encode(': keep-alive\n\n')

@@ -131,9 +131,12 @@ const BREAK_GRACE_MS = 50
 /** The timeout errors' messages, shared with the relay (openai-relay.ts). */
 export const TOTAL_MESSAGE = 'The answer took longer than podgate allows.'
 export const IDLE_MESSAGE = 'The model stopped sending for too long.'
+const EVENT_BREAK = /\r\n\r\n|\n\n|\r\r/
+
+const decoder = new TextDecoder()
+export const ignore = () => undefined
 const CUT_MESSAGE = 'The upstream stream ended before the model finished.'
 const BROKEN_MESSAGE = 'The upstream connection broke before the model finished.'
-export const ignore = () => undefined
 
 /**
  * @example
@@ -581,9 +584,6 @@ function byobReader(stream: ReadableStream<Uint8Array>): ReadableStreamBYOBReade
  * the answer started; `estimate`: the events read, about a token each (see `readTail`).
  */
 type TailEnd = StreamEnding & { output?: boolean; estimate?: Usage }
-
-const decoder = new TextDecoder()
-const EVENT_BREAK = /\r\n\r\n|\n\n|\r\r/
 
 /**
  * Reads the ending from the tail chunks: parsed once per stream, from the first event boundary in the

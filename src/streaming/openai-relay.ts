@@ -88,12 +88,6 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
   const batchMs = options.batchMs ?? DEFAULT_BATCH_MS
   const timed = idleMs !== Infinity || totalDeadline !== Infinity
   let reported = false
-  /** Settles once: whole, or failed with `error`; either way with the chunks relayed as the estimate. */
-  function report(error?: GatewayError): void {
-    if (reported) return
-    reported = true
-    onEnd?.({ ...(error ? { ok: false, error, started: chunks > 0 } : { ok: true }), estimate: countedUsage(chunks) })
-  }
   const modelText = jsonStringContent(model)
   const decoder = new TextDecoder()
   const parser = createParser({ onEvent: relayEvent, onError: refuseOversizedEvent, maxBufferSize: options.maxEventChars ?? DEFAULT_MAX_EVENT_CHARS })
@@ -118,6 +112,12 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
   let timer: ReturnType<typeof setTimeout> | undefined
   /** When output last went to the caller (ms), and how many times: the batching window's clock. */
   let sentAt = -Infinity
+  /** Settles once: whole, or failed with `error`; either way with the chunks relayed as the estimate. */
+  function report(error?: GatewayError): void {
+    if (reported) return
+    reported = true
+    onEnd?.({ ...(error ? { ok: false, error, started: chunks > 0 } : { ok: true }), estimate: countedUsage(chunks) })
+  }
   let sends = 0
   /** Sends a held batch at the end of its window, whether or not a read is pending then. */
   let batchTimer: ReturnType<typeof setTimeout> | undefined
@@ -347,12 +347,13 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
   return stream
 }
 
+const CHOICES_AFTER_MODEL = ',"choices":[{'
+
 const QUOTE = 0x22
 const BACKSLASH = 0x5c
 const OPEN_BRACE = 0x7b
 const OPEN_BRACKET = 0x5b
 const MODEL_KEY = '"model":"'
-const CHOICES_AFTER_MODEL = ',"choices":[{'
 
 /**
  * Rewrites `model` in a vLLM chunk's JSON text without parsing it, or returns `undefined` when the text

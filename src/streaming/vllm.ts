@@ -65,6 +65,13 @@ export function throwErrorItem(items: unknown[]): void {
 const CLASSIC_ROUTE_MISS = 'Invalid route'
 
 /**
+ * A Python traceback and all after it, with the label runpod-python puts before a generator handler's
+ * (`handler: <message> \ntraceback: Traceback (most recent call last): …`): file paths and code stay upstream.
+ * Tried only where a run of spaces begins (the lookbehind): from each of its spaces, it was quadratic.
+ */
+export const TRACEBACK = /(?<!\s)\s*(?:traceback: )?Traceback \(most recent call last\):[\s\S]*$/
+
+/**
  * vLLM's words for an engine that died (V1's EngineDeadError, V0's AsyncEngineDeadError, MQLLMEngine's
  * dead loop) or a GPU fault: the message the worker stamps is `str()` of the exception, never its class.
  */
@@ -103,13 +110,6 @@ export function routeNotFound(cause?: unknown): GatewayError {
 export function isRefusalStatus(status: number): boolean {
   return status === 400 || status === 413 || status === 422
 }
-
-/**
- * A Python traceback and all after it, with the label runpod-python puts before a generator handler's
- * (`handler: <message> \ntraceback: Traceback (most recent call last): …`): file paths and code stay upstream.
- * Tried only where a run of spaces begins (the lookbehind): from each of its spaces, it was quadratic.
- */
-export const TRACEBACK = /(?<!\s)\s*(?:traceback: )?Traceback \(most recent call last\):[\s\S]*$/
 
 /**
  * The error podgate raises for a worker or model failure, with the upstream text cut to a safe length.

@@ -47,12 +47,6 @@ export class EndpointBreaker implements Breaker {
     this.#now = options.now ?? Date.now
   }
 
-  /** True while the endpoint is cooling down after `policy.failures` failures in a row. */
-  isOpen(endpoint: Endpoint, policy: BreakerPolicy): boolean {
-    const state = this.#states.get(endpoint.base)
-    return state !== undefined && state.failures >= policy.failures && state.at + policy.cooldownMs > this.#now()
-  }
-
   success(endpoint: Endpoint): void {
     this.#states.delete(endpoint.base)
   }
@@ -63,5 +57,11 @@ export class EndpointBreaker implements Breaker {
     state.failures++
     state.at = this.#now()
     this.#states.set(endpoint.base, state)
+  }
+
+  /** True while the endpoint is cooling down after `policy.failures` failures in a row. */
+  isOpen(endpoint: Endpoint, policy: BreakerPolicy): boolean {
+    const state = this.#states.get(endpoint.base)
+    return state !== undefined && state.failures >= policy.failures && state.at + policy.cooldownMs > this.#now()
   }
 }

@@ -9,16 +9,24 @@
 import { toGatewayError } from '../errors/index.ts'
 import { nativeStream } from './native-stream.ts'
 import { waitUntilOf } from '../http/context.ts'
+import { openaiRouteCompletion } from './openai-route.ts'
 import { orderEndpoints } from '../routing/models.ts'
 import { EndpointBreaker } from './breaker.ts'
 import type { Breaker } from './breaker.ts'
 import { nativeJson } from './native.ts'
-import { openaiRouteCompletion } from './openai-route.ts'
 import { isRetryable, RetryPlan } from './retry.ts'
 import type { ResolvedOptions } from '../config/schema.ts'
 import type { CompletionContext, CompletionHandler } from '../pipeline/index.ts'
 import type { Endpoint, RunpodClient } from './runpod/client.ts'
 import type { CompletionCall } from './types.ts'
+
+/**
+ * vLLM routes outside `/v1` (`/tokenize`, `/pooling`, ...): Runpod's OpenAI route is addressed under
+ * `/openai/v1`, so they go to every endpoint as `openai_route` jobs, which worker-vllm v2.24+ serves.
+ */
+function jobOnly(request: CompletionContext['request']): boolean {
+  return request.route !== undefined && !request.route.path.startsWith('/v1/')
+}
 
 export interface DispatchOptions {
   client: RunpodClient
@@ -69,14 +77,6 @@ export function createDispatcher(options: DispatchOptions): CompletionHandler {
       }
     }
   }
-}
-
-/**
- * vLLM routes outside `/v1` (`/tokenize`, `/pooling`, ...): Runpod's OpenAI route is addressed under
- * `/openai/v1`, so they go to every endpoint as `openai_route` jobs, which worker-vllm v2.24+ serves.
- */
-function jobOnly(request: CompletionContext['request']): boolean {
-  return request.route !== undefined && !request.route.path.startsWith('/v1/')
 }
 
 /** The endpoints grouped by mode, the first pick's mode first, each group in the given order. */

@@ -21,10 +21,10 @@ import type { CompletionCall } from './types.ts'
 
 /** Tries of one cancel, in all. */
 const CANCEL_TRIES = 5
-/** All the tries of one cancel end within this: `waitUntil` allows 30 s after the response. */
-const CANCEL_WITHIN_MS = 25_000
 /** One cancel's own timeout: a hung call must not use up the time the others need. */
 const CANCEL_TIMEOUT_MS = 5_000
+/** All the tries of one cancel end within this: `waitUntil` allows 30 s after the response. */
+const CANCEL_WITHIN_MS = 25_000
 /** Tries of one refused poll, in all. */
 const POLL_TRIES = 4
 /** First pause before asking again; each later one doubles (full jitter), and a longer `Retry-After` wins up to the cap. */

@@ -24,63 +24,6 @@ import type { Endpoint, JobStatus, JobStream } from './runpod/client.ts'
 import { completionId, SSE_HEADERS } from './types.ts'
 import type { CompletionCall, TokenUsage } from './types.ts'
 
-/**
- * Most time between two `/stream` polls of one job once output flows. Polls are paced only when the
- * poll budget (`runpod.maxPollsPerStream`: Workers cap subrequests per invocation) could not give each
- * token still to come a poll of its own: a long poll returns at its first item, and a current worker
- * yields about an event an item, so an unpaced long answer would use up the budget early.
- */
-const MAX_POLL_INTERVAL_MS = 1_000
-
-/** One job on one endpoint. Only the winner's chunks ever reach the caller. */
-interface Attempt {
-  endpoint: Endpoint
-  jobId: string
-  status: string
-  /** A worker took the job up (see `ranOn`): a TIMED_OUT then is not run again. */
-  ran: boolean
-  decoder: NativeStreamDecoder
-  /** SSE text decoded but not yet sent: a page's events go out as one write, not one per token. */
-  pending: string
-  usage?: TokenUsage
-  /**
-   * Set instead of `usage` when the worker reported none (current worker-vllm's shorthand asks vLLM for
-   * no usage chunk): podgate's count, for the quota only. No caller is sent it.
-   */
-  estimate?: TokenUsage
-  /** vLLM's own usage chunk, relayed as is when the caller asked for usage. */
-  usageChunk?: Record<string, unknown>
-  /** A terminal status was seen: nothing to cancel upstream. Unset until then, as the flags below. */
-  ended?: boolean
-  /** The first terminal page (with the job's error, fetched): later polls only bring the items it left. */
-  terminal?: JobStream
-  /** Stream items fed to the decoder: where the job's saved `output` takes over (see `saved`). */
-  items: number
-  /** The job's saved `output` brought its last items: no poll follows. */
-  saved?: true
-  /** A poll was asked again after a 5xx (`streamPage`'s `refused`): its page may have been handed out upstream and lost on the way (see `poll`). */
-  retried?: true
-  /** COMPLETED was seen and the decoder finished cleanly. */
-  completed?: boolean
-  /** Aborts this attempt's in-flight poll when it is dropped. */
-  abort: AbortController
-  poll?: Promise<PollResult>
-  backoff: number
-  /** When this attempt's last poll began (epoch ms), for the pace. */
-  polledAt: number
-  /** Chunks decoded so far (about a token each), and when the first came: the answer's pace so far. */
-  chunks: number
-  firstAt?: number
-}
-
-/**
- * podgate's count of an attempt's output, for an answer with no usage: its decoder's, else (a dialect's
- * stream, whose usage comes last) its events, about a token each.
- */
-const counted = (attempt: Attempt) => attempt.estimate ?? countedUsage(attempt.chunks)
-
-type PollResult = { ok: true; attempt: Attempt; page: JobStream } | { ok: false; attempt: Attempt; error: unknown }
-
 export async function nativeStream(call: CompletionCall): Promise<Response> {
   const { client, runpod, request, model, plan } = call
   const { ttftBudgetMs, hedge, timeouts } = model.config.resilience
@@ -484,3 +427,60 @@ export async function nativeStream(call: CompletionCall): Promise<Response> {
   await ready
   return new Response(body, { headers: SSE_HEADERS })
 }
+
+/**
+ * Most time between two `/stream` polls of one job once output flows. Polls are paced only when the
+ * poll budget (`runpod.maxPollsPerStream`: Workers cap subrequests per invocation) could not give each
+ * token still to come a poll of its own: a long poll returns at its first item, and a current worker
+ * yields about an event an item, so an unpaced long answer would use up the budget early.
+ */
+const MAX_POLL_INTERVAL_MS = 1_000
+
+/** One job on one endpoint. Only the winner's chunks ever reach the caller. */
+interface Attempt {
+  endpoint: Endpoint
+  jobId: string
+  status: string
+  /** A worker took the job up (see `ranOn`): a TIMED_OUT then is not run again. */
+  ran: boolean
+  decoder: NativeStreamDecoder
+  /** SSE text decoded but not yet sent: a page's events go out as one write, not one per token. */
+  pending: string
+  usage?: TokenUsage
+  /**
+   * Set instead of `usage` when the worker reported none (current worker-vllm's shorthand asks vLLM for
+   * no usage chunk): podgate's count, for the quota only. No caller is sent it.
+   */
+  estimate?: TokenUsage
+  /** vLLM's own usage chunk, relayed as is when the caller asked for usage. */
+  usageChunk?: Record<string, unknown>
+  /** A terminal status was seen: nothing to cancel upstream. Unset until then, as the flags below. */
+  ended?: boolean
+  /** The first terminal page (with the job's error, fetched): later polls only bring the items it left. */
+  terminal?: JobStream
+  /** Stream items fed to the decoder: where the job's saved `output` takes over (see `saved`). */
+  items: number
+  /** The job's saved `output` brought its last items: no poll follows. */
+  saved?: true
+  /** A poll was asked again after a 5xx (`streamPage`'s `refused`): its page may have been handed out upstream and lost on the way (see `poll`). */
+  retried?: true
+  /** COMPLETED was seen and the decoder finished cleanly. */
+  completed?: boolean
+  /** Aborts this attempt's in-flight poll when it is dropped. */
+  abort: AbortController
+  poll?: Promise<PollResult>
+  backoff: number
+  /** When this attempt's last poll began (epoch ms), for the pace. */
+  polledAt: number
+  /** Chunks decoded so far (about a token each), and when the first came: the answer's pace so far. */
+  chunks: number
+  firstAt?: number
+}
+
+/**
+ * podgate's count of an attempt's output, for an answer with no usage: its decoder's, else (a dialect's
+ * stream, whose usage comes last) its events, about a token each.
+ */
+const counted = (attempt: Attempt) => attempt.estimate ?? countedUsage(attempt.chunks)
+
+type PollResult = { ok: true; attempt: Attempt; page: JobStream } | { ok: false; attempt: Attempt; error: unknown }

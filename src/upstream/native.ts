@@ -111,6 +111,25 @@ export function failedOver(job: { status: string; ran: boolean }, failure: Gatew
   return job.status === 'TIMED_OUT' && job.ran ? endpointFailure(failure) : retryableFailure(failure)
 }
 
+/** vLLM's refusal where an output holds it as an item (a worker on runpod-python before 1.7.6 kept it there, COMPLETED). */
+export function refusalIn(output: unknown): GatewayError | undefined {
+  const items: unknown[] = Array.isArray(output) ? output : [output]
+  for (const item of items) {
+    const failure = errorItemFailure(item)
+    if (failure && isRefusal(failure)) return failure
+  }
+  return undefined
+}
+
+export function jobFailure(job: Pick<JobStatus, 'status' | 'error'>): GatewayError {
+  if (job.status === 'TIMED_OUT') return new GatewayError('upstream_timeout', 'The model job timed out upstream.')
+  if (job.status === 'CANCELLED') return upstreamError('The model job was cancelled upstream.')
+  const refusal = errorObjectRefusal(job.error)
+  if (refusal) return refusal
+  const detail = typeof job.error === 'string' ? handlerErrorMessage(job.error) : errorMessageOf(job.error)
+  return detail ? workerFailure(detail) : upstreamError('The model worker failed.')
+}
+
 /**
  * Whether a worker took the job up, as one of its answers shows: a running status, time spent running,
  * or the worker's id. Runpod ends a job TIMED_OUT both in the queue (it never ran) and past its
@@ -120,14 +139,16 @@ export function ranOn(job: Pick<JobStatus, 'status' | 'executionTime' | 'workerI
   return job.status === 'IN_PROGRESS' || job.status === 'RUNNING' || (job.executionTime ?? 0) > 0 || job.workerId !== undefined
 }
 
-/** vLLM's refusal where an output holds it as an item (a worker on runpod-python before 1.7.6 kept it there, COMPLETED). */
-export function refusalIn(output: unknown): GatewayError | undefined {
-  const items: unknown[] = Array.isArray(output) ? output : [output]
-  for (const item of items) {
-    const failure = errorItemFailure(item)
-    if (failure && isRefusal(failure)) return failure
-  }
-  return undefined
+/**
+ * `{'message': "…", 'type': 'BadRequestError', 'param': None, 'code': 400}`: its message, its type, and its code
+ * when it has one (current worker-vllm's `{'message': 'vLLM returned HTTP 400: …', …, 'code': None}` has none).
+ */
+function pythonReprError(text: string): Record<string, unknown> | undefined {
+  const code = /'code': (\d{3})\b/.exec(text)
+  const message = /'message': (?:'((?:[^'\\]|\\.)*)'|"((?:[^"\\]|\\.)*)")/.exec(text)
+  if (!message) return undefined
+  const escaped = message[1] ?? message[2] ?? ''
+  return { code: code && Number(code[1]), type: /'type': '(\w+)'/.exec(text)?.[1], message: escaped.replace(/\\(.)/g, (_, c: string) => (c === 'n' ? '\n' : c === 't' ? '\t' : c)) }
 }
 
 /**
@@ -148,15 +169,6 @@ function jsonOutput(output: unknown, alias: string, route: boolean): { body: Rec
   return { body, usage: readUsage(body.usage ?? { prompt_tokens: billed.input_tokens + (billed.image_tokens ?? 0) }) }
 }
 
-export function jobFailure(job: Pick<JobStatus, 'status' | 'error'>): GatewayError {
-  if (job.status === 'TIMED_OUT') return new GatewayError('upstream_timeout', 'The model job timed out upstream.')
-  if (job.status === 'CANCELLED') return upstreamError('The model job was cancelled upstream.')
-  const refusal = errorObjectRefusal(job.error)
-  if (refusal) return refusal
-  const detail = typeof job.error === 'string' ? handlerErrorMessage(job.error) : errorMessageOf(job.error)
-  return detail ? workerFailure(detail) : upstreamError('The model worker failed.')
-}
-
 /**
  * A job that a classic worker's error item ended: runpod-python reports the item's error object as the
  * job's, as JSON or, in versions that take `str()` of it, as a Python dict's repr.
@@ -165,18 +177,6 @@ function errorObjectRefusal(error: unknown): GatewayError | undefined {
   // A dead engine's stamped 400 is the worker's failure (codedRefusal), in this form as in the others.
   const value = typeof error === 'string' && error.startsWith('{') ? (parseJson(error) ?? pythonReprError(error)) : error
   return isRecord(value) ? codedRefusal(value) : undefined
-}
-
-/**
- * `{'message': "…", 'type': 'BadRequestError', 'param': None, 'code': 400}`: its message, its type, and its code
- * when it has one (current worker-vllm's `{'message': 'vLLM returned HTTP 400: …', …, 'code': None}` has none).
- */
-function pythonReprError(text: string): Record<string, unknown> | undefined {
-  const code = /'code': (\d{3})\b/.exec(text)
-  const message = /'message': (?:'((?:[^'\\]|\\.)*)'|"((?:[^"\\]|\\.)*)")/.exec(text)
-  if (!message) return undefined
-  const escaped = message[1] ?? message[2] ?? ''
-  return { code: code && Number(code[1]), type: /'type': '(\w+)'/.exec(text)?.[1], message: escaped.replace(/\\(.)/g, (_, c: string) => (c === 'n' ? '\n' : c === 't' ? '\t' : c)) }
 }
 
 /**

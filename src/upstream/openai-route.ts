@@ -150,6 +150,14 @@ async function openaiRouteStream(call: CompletionCall, path: string, body: Recor
   return new Response(relay, { headers: SSE_HEADERS })
 }
 
+/** Reads one chunk, or cancels the upstream body and throws `upstream_timeout` after `ms`. */
+function readWithin(reader: ReadableStreamDefaultReader<Uint8Array>, ms: number, message: string): Promise<ReadableStreamReadResult<Uint8Array>> {
+  return within(reader.read(), ms, message).catch((error: unknown) => {
+    reader.cancel().catch(() => undefined)
+    throw error
+  })
+}
+
 const FIRST_TOKEN_MESSAGE = 'The model produced no first token in time.'
 const ENDED_MESSAGE = 'The upstream stream ended before its first byte.'
 
@@ -161,12 +169,4 @@ function brokeBeforeFirstByte(error: unknown, gone: boolean | undefined): never 
   if (gone) throw upstreamError(CALLER_GONE, { cause: error })
   if (error instanceof GatewayError && error.code === 'upstream_timeout') throw error
   throw retryableFailure(upstreamError('The upstream stream broke before its first byte.', { cause: error }))
-}
-
-/** Reads one chunk, or cancels the upstream body and throws `upstream_timeout` after `ms`. */
-function readWithin(reader: ReadableStreamDefaultReader<Uint8Array>, ms: number, message: string): Promise<ReadableStreamReadResult<Uint8Array>> {
-  return within(reader.read(), ms, message).catch((error: unknown) => {
-    reader.cancel().catch(() => undefined)
-    throw error
-  })
 }

@@ -47,12 +47,6 @@ export function finalFailure(error: unknown): GatewayError {
 /** The timeout of a call not made, its time up before it started: no endpoint's failure (the breaker's count). */
 export const unsent = () => mark('none')(new GatewayError('upstream_timeout', 'The upstream did not answer in time.'))
 
-export function isRetryable(error: unknown): boolean {
-  const verdict = marked.get(error as GatewayError)
-  // A timeout, podgate's or a proxy's (a 504), is never retried: the call may have queued a job, or be running one.
-  return verdict ? verdict === 'retry' : (error as GatewayError | undefined)?.code !== 'upstream_timeout' && endpointFault(error)
-}
-
 /**
  * The endpoint failed (a network error, a 429, a 5xx, a job FAILED before output, a timeout of a call made
  * to it: podgate's, as a proxy's 504), whether or not a retry is worth it.
@@ -111,6 +105,38 @@ export class RetryPlan {
   }
 
   /**
+   * The endpoint of a hedge: the first, from the one next in turn on, that is not `current`, not cooling
+   * down (the breaker) and not inside a `Retry-After` it sent (a hedge is never worth a wait); else
+   * undefined. It takes this turn, and those it passed over come next, in their order.
+   */
+  nextOther(current: Endpoint): Endpoint | undefined {
+    const k = this.#closed((e) => e.base === current.base || this.#held(e) > 0)
+    return k < 0 || this.#tried >= this.#options.resilience.retries.attempts ? undefined : this.#take(k)
+  }
+
+  /** Counts a failed attempt against its endpoint; resolves true (after the backoff) when another try is worth it. */
+  async retryAfter(error: unknown, endpoint: Endpoint): Promise<boolean> {
+    const { resilience, signal } = this.#options
+    this.recordFailure(error, endpoint)
+    if (!isRetryable(error)) return false
+    const { attempts, baseDelayMs, maxDelayMs, budgetMs } = resilience.retries
+    if (this.#tried >= attempts) return false
+    const ceiling = Math.min(maxDelayMs, baseDelayMs * 2 ** (this.#tried - 1))
+    // Retry-After speaks for the endpoint that sent it (`recordFailure`), whenever its turn comes again
+    // (after another endpoint's try too); another endpoint is tried after the backoff alone.
+    const held = this.#held(this.#order[this.#closed()])
+    const delay = Math.max(held, Math.floor((this.#options.random ?? Math.random)() * ceiling))
+    // The time budget bounds retries of transient faults (a network error, a 429, a 5xx) and every wait a
+    // Retry-After asks. An attempt that ended before any output (a FAILED job) fails over whenever it comes,
+    // within `attempts`: nothing runs twice, and a caller who waited out a cold start is better served by the
+    // next endpoint than by the error. `timeouts.totalMs` bounds them all: a retry with no time left is not
+    // started, and the caller gets the last failure.
+    if (((held > 0 || marked.get(error as GatewayError) !== 'retry') && Date.now() - this.#started + delay > budgetMs) || Date.now() + delay >= this.deadline) return false
+    await sleep(delay, signal)
+    return !signal?.aborted
+  }
+
+  /**
    * When the whole call must have ended (epoch ms), retries and backoff included: an attempt waits only
    * for what is left of it, and no retry starts whose backoff would reach it.
    */
@@ -136,26 +162,6 @@ export class RetryPlan {
   }
 
   /**
-   * The endpoint of a hedge: the first, from the one next in turn on, that is not `current`, not cooling
-   * down (the breaker) and not inside a `Retry-After` it sent (a hedge is never worth a wait); else
-   * undefined. It takes this turn, and those it passed over come next, in their order.
-   */
-  nextOther(current: Endpoint): Endpoint | undefined {
-    const k = this.#closed((e) => e.base === current.base || this.#held(e) > 0)
-    return k < 0 || this.#tried >= this.#options.resilience.retries.attempts ? undefined : this.#take(k)
-  }
-
-  /**
-   * Where in the turns the first endpoint is that `skip` passes and whose breaker is closed. None: a
-   * hedge's is -1 (none is sent), a try's 0 (the next in turn: every endpoint is tried when all are open).
-   */
-  #closed(skip?: (endpoint: Endpoint) => boolean): number {
-    const { resilience, breaker } = this.#options
-    const k = this.#order.findIndex((e) => !skip?.(e) && !breaker.isOpen(e, resilience.breaker))
-    return k < 0 && !skip ? 0 : k
-  }
-
-  /**
    * The endpoint `k` turns on takes this turn, its next after every other's; those it passed over come
    * next, in their order.
    */
@@ -166,8 +172,14 @@ export class RetryPlan {
     return taken!
   }
 
-  succeeded(endpoint: Endpoint): void {
-    this.#options.breaker.success(endpoint)
+  /**
+   * Where in the turns the first endpoint is that `skip` passes and whose breaker is closed. None: a
+   * hedge's is -1 (none is sent), a try's 0 (the next in turn: every endpoint is tried when all are open).
+   */
+  #closed(skip?: (endpoint: Endpoint) => boolean): number {
+    const { resilience, breaker } = this.#options
+    const k = this.#order.findIndex((e) => !skip?.(e) && !breaker.isOpen(e, resilience.breaker))
+    return k < 0 && !skip ? 0 : k
   }
 
   /**
@@ -190,26 +202,8 @@ export class RetryPlan {
     return (this.#notBefore?.get(endpoint?.base ?? '') ?? 0) - Date.now()
   }
 
-  /** Counts a failed attempt against its endpoint; resolves true (after the backoff) when another try is worth it. */
-  async retryAfter(error: unknown, endpoint: Endpoint): Promise<boolean> {
-    const { resilience, signal } = this.#options
-    this.recordFailure(error, endpoint)
-    if (!isRetryable(error)) return false
-    const { attempts, baseDelayMs, maxDelayMs, budgetMs } = resilience.retries
-    if (this.#tried >= attempts) return false
-    const ceiling = Math.min(maxDelayMs, baseDelayMs * 2 ** (this.#tried - 1))
-    // Retry-After speaks for the endpoint that sent it (`recordFailure`), whenever its turn comes again
-    // (after another endpoint's try too); another endpoint is tried after the backoff alone.
-    const held = this.#held(this.#order[this.#closed()])
-    const delay = Math.max(held, Math.floor((this.#options.random ?? Math.random)() * ceiling))
-    // The time budget bounds retries of transient faults (a network error, a 429, a 5xx) and every wait a
-    // Retry-After asks. An attempt that ended before any output (a FAILED job) fails over whenever it comes,
-    // within `attempts`: nothing runs twice, and a caller who waited out a cold start is better served by the
-    // next endpoint than by the error. `timeouts.totalMs` bounds them all: a retry with no time left is not
-    // started, and the caller gets the last failure.
-    if (((held > 0 || marked.get(error as GatewayError) !== 'retry') && Date.now() - this.#started + delay > budgetMs) || Date.now() + delay >= this.deadline) return false
-    await sleep(delay, signal)
-    return !signal?.aborted
+  succeeded(endpoint: Endpoint): void {
+    this.#options.breaker.success(endpoint)
   }
 
   /** Runs `attempt` until it succeeds or the plan gives up; throws the last failure. */
@@ -226,6 +220,12 @@ export class RetryPlan {
       }
     }
   }
+}
+
+export function isRetryable(error: unknown): boolean {
+  const verdict = marked.get(error as GatewayError)
+  // A timeout, podgate's or a proxy's (a 504), is never retried: the call may have queued a job, or be running one.
+  return verdict ? verdict === 'retry' : (error as GatewayError | undefined)?.code !== 'upstream_timeout' && endpointFault(error)
 }
 
 export function sleep(ms: number, signal?: AbortSignal): Promise<void> {

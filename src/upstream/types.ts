@@ -11,6 +11,8 @@ import type { RetryPlan } from './retry.ts'
 // Defined with the stage contract (quotas settle from it); re-exported for the upstream code.
 export type { TokenUsage } from '../pipeline/stage.ts'
 
+const ID_PREFIX: Record<RequestKind, string> = { chat: 'chatcmpl', completion: 'cmpl', embedding: 'embd' }
+
 export interface CompletionCall {
   client: RunpodClient
   runpod: ResolvedOptions['runpod']
@@ -35,8 +37,6 @@ export const SSE_HEADERS: Readonly<Record<string, string>> = {
   // Stops reverse proxies (nginx and friends) from buffering the stream.
   'x-accel-buffering': 'no',
 }
-
-const ID_PREFIX: Record<RequestKind, string> = { chat: 'chatcmpl', completion: 'cmpl', embedding: 'embd' }
 
 export function completionId(kind: RequestKind): string {
   return `${ID_PREFIX[kind]}-${crypto.randomUUID().replaceAll('-', '')}`

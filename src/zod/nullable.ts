@@ -12,14 +12,6 @@ import { ZodMiniType } from 'zod/mini'
 import { $constructor } from 'zod/v4/core'
 import { optional } from './optional.ts'
 
-const Nullable = $constructor<z.ZodMiniNullable>('PodgateNullable', (inst, def) => {
-  ZodMiniType.init(inst, def)
-  inst._zod.parse = (payload, ctx) => (payload.value === null ? payload : def.innerType._zod.run(payload, ctx))
-})
-
-/** zod's nullable is as optional as its inner schema; this one is never optional, so it takes no optional schema. */
-type NotOptional<T> = T extends z.ZodMiniOptional | z.ZodMiniDefault ? never : T
-
 /**
  * `schema` or `null` (`z.nullable(schema)`).
  *
@@ -29,6 +21,14 @@ type NotOptional<T> = T extends z.ZodMiniOptional | z.ZodMiniDefault ? never : T
 export function nullable<T extends z.core.SomeType>(schema: NotOptional<T>): z.ZodMiniNullable<T> {
   return new Nullable({ type: 'nullable', innerType: schema as unknown as z.core.$ZodType }) as unknown as z.ZodMiniNullable<T>
 }
+
+const Nullable = $constructor<z.ZodMiniNullable>('PodgateNullable', (inst, def) => {
+  ZodMiniType.init(inst, def)
+  inst._zod.parse = (payload, ctx) => (payload.value === null ? payload : def.innerType._zod.run(payload, ctx))
+})
+
+/** zod's nullable is as optional as its inner schema; this one is never optional, so it takes no optional schema. */
+type NotOptional<T> = T extends z.ZodMiniOptional | z.ZodMiniDefault ? never : T
 
 /**
  * `schema`, `null` or absent (`z.nullish(schema)`).

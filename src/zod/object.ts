@@ -67,10 +67,6 @@ const ObjectSchema = $constructor<z.ZodMiniObject>('PodgateObject', (inst, def) 
 type Shape = z.core.$ZodLooseShape
 type Writeable<T> = z.core.util.Writeable<T>
 
-function objectOf<T extends Shape, C extends z.core.$ZodObjectConfig>(shape: T, catchall?: z.core.$ZodType): z.ZodMiniObject<Writeable<T>, C> {
-  return new ObjectSchema({ type: 'object', shape, catchall }) as unknown as z.ZodMiniObject<Writeable<T>, C>
-}
-
 /**
  * An object of `shape`'s fields; other keys are dropped (`z.object(shape)`).
  *
@@ -99,6 +95,10 @@ export function strictObject<T extends Shape>(shape: T): z.ZodMiniObject<Writeab
  */
 export function looseObject<T extends Shape>(shape: T): z.ZodMiniObject<Writeable<T>, z.core.$loose> {
   return objectOf(shape, unknown())
+}
+
+function objectOf<T extends Shape, C extends z.core.$ZodObjectConfig>(shape: T, catchall?: z.core.$ZodType): z.ZodMiniObject<Writeable<T>, C> {
+  return new ObjectSchema({ type: 'object', shape, catchall }) as unknown as z.ZodMiniObject<Writeable<T>, C>
 }
 
 /**

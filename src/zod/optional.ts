@@ -11,6 +11,16 @@ import type * as z from 'zod/mini'
 import { ZodMiniType } from 'zod/mini'
 import { $constructor } from 'zod/v4/core'
 
+/**
+ * `schema` or absent (`z.optional(schema)`).
+ *
+ * @example
+ * const user = optional(z.string())
+ */
+export function optional<T extends z.core.SomeType>(schema: T): z.ZodMiniOptional<T> {
+  return new Optional({ type: 'optional', innerType: schema as unknown as z.core.$ZodType }) as unknown as z.ZodMiniOptional<T>
+}
+
 const Optional = $constructor<z.ZodMiniOptional>('PodgateOptional', (inst, def) => {
   ZodMiniType.init(inst, def)
   const inner = def.innerType._zod
@@ -26,13 +36,3 @@ const Optional = $constructor<z.ZodMiniOptional>('PodgateOptional', (inst, def) 
     return payload
   }
 })
-
-/**
- * `schema` or absent (`z.optional(schema)`).
- *
- * @example
- * const user = optional(z.string())
- */
-export function optional<T extends z.core.SomeType>(schema: T): z.ZodMiniOptional<T> {
-  return new Optional({ type: 'optional', innerType: schema as unknown as z.core.$ZodType }) as unknown as z.ZodMiniOptional<T>
-}

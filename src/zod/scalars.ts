@@ -19,6 +19,11 @@ const ACCEPTS: Record<string, (value: unknown) => boolean> = {
   never: () => false,
 }
 
+/** A string (`z.string()`). */
+export function string(): z.ZodMiniString<string> {
+  return new Scalar({ type: 'string' }) as never
+}
+
 const Scalar = $constructor<z.ZodMiniType>('PodgateScalar', (inst, def) => {
   ZodMiniType.init(inst, def)
   const accepts = ACCEPTS[def.type]!
@@ -30,11 +35,6 @@ const Scalar = $constructor<z.ZodMiniType>('PodgateScalar', (inst, def) => {
     return payload
   }
 })
-
-/** A string (`z.string()`). */
-export function string(): z.ZodMiniString<string> {
-  return new Scalar({ type: 'string' }) as never
-}
 
 /** A finite number (`z.number()`): not NaN nor Infinity. */
 export function number(): z.ZodMiniNumber<number> {

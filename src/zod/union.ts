@@ -11,6 +11,19 @@ import * as z from 'zod/mini'
 import { ZodMiniType } from 'zod/mini'
 import { $constructor } from 'zod/v4/core'
 
+/**
+ * One of `options` (`z.union(options, params)`); `params.error` words its `invalid_union` as a schema's
+ * own message does.
+ *
+ * @example
+ * const stop = z.optional(union([z.string(), z.array(z.string())]))
+ */
+export function union<const T extends readonly z.core.SomeType[]>(options: T, params?: { error: string }): z.ZodMiniUnion<T> {
+  const def: z.core.$ZodUnionDef = { type: 'union', options: options as unknown as readonly z.core.$ZodType[] }
+  if (params) def.error = () => params.error
+  return new Union(def) as unknown as z.ZodMiniUnion<T>
+}
+
 const Union = $constructor<z.ZodMiniUnion>('PodgateUnion', (inst, def) => {
   ZodMiniType.init(inst, def)
   inst._zod.parse = (payload, ctx) => {
@@ -33,16 +46,3 @@ const Union = $constructor<z.ZodMiniUnion>('PodgateUnion', (inst, def) => {
     return payload
   }
 })
-
-/**
- * One of `options` (`z.union(options, params)`); `params.error` words its `invalid_union` as a schema's
- * own message does.
- *
- * @example
- * const stop = z.optional(union([z.string(), z.array(z.string())]))
- */
-export function union<const T extends readonly z.core.SomeType[]>(options: T, params?: { error: string }): z.ZodMiniUnion<T> {
-  const def: z.core.$ZodUnionDef = { type: 'union', options: options as unknown as readonly z.core.$ZodType[] }
-  if (params) def.error = () => params.error
-  return new Union(def) as unknown as z.ZodMiniUnion<T>
-}

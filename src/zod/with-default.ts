@@ -11,19 +11,6 @@ import type * as z from 'zod/mini'
 import { ZodMiniType } from 'zod/mini'
 import { $constructor } from 'zod/v4/core'
 
-const Defaulted = $constructor<z.ZodMiniDefault>('PodgateDefault', (inst, def) => {
-  ZodMiniType.init(inst, def)
-  inst._zod.optin = 'defaulted'
-  inst._zod.parse = (payload, ctx) => {
-    const result = payload.value === undefined ? payload : def.innerType._zod.run(payload, ctx) as z.core.ParsePayload
-    if (result.value === undefined) result.value = def.defaultValue
-    return result
-  }
-})
-
-/** A default: JSON-like (a primitive, an array or a plain object, copied for each parse) or a function. */
-type DefaultValue<T extends z.core.SomeType> = z.core.util.NoUndefined<z.core.output<T>> | (() => z.core.util.NoUndefined<z.core.output<T>>)
-
 /**
  * `schema`, or `value` when absent (`z._default(schema, value)`). An array or object `value` is copied
  * (one level, as zod's `shallowClone` copies a plain object or an array) for every parse that uses it.
@@ -40,6 +27,19 @@ export function withDefault<T extends z.core.SomeType>(schema: T, value: Default
     },
   }) as unknown as z.ZodMiniDefault<T>
 }
+
+const Defaulted = $constructor<z.ZodMiniDefault>('PodgateDefault', (inst, def) => {
+  ZodMiniType.init(inst, def)
+  inst._zod.optin = 'defaulted'
+  inst._zod.parse = (payload, ctx) => {
+    const result = payload.value === undefined ? payload : def.innerType._zod.run(payload, ctx) as z.core.ParsePayload
+    if (result.value === undefined) result.value = def.defaultValue
+    return result
+  }
+})
+
+/** A default: JSON-like (a primitive, an array or a plain object, copied for each parse) or a function. */
+type DefaultValue<T extends z.core.SomeType> = z.core.util.NoUndefined<z.core.output<T>> | (() => z.core.util.NoUndefined<z.core.output<T>>)
 
 /**
  * An object schema whose fields all have defaults, itself defaulted: left out, it is `{}` parsed, so

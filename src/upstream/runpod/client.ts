@@ -142,6 +142,15 @@ export class RunpodClient {
     return this.#json(endpoint, `status/${assertJobId(id)}`, undefined, options).then(asJobStatus)
   }
 
+  /**
+   * A JSON call to Runpod's OpenAI-compatible route, read whole under the call's timeout: the timer
+   * covers the body too, so an upstream that stalls mid-body times out. Throws a GatewayError on a
+   * non-2xx answer or a body that is not JSON.
+   */
+  openaiJson(endpoint: Endpoint, path: string, body: unknown, options: CallOptions = {}): Promise<unknown> {
+    return this.#json(endpoint, `openai/v1${path}`, body, options).catch((error: unknown) => queuedMaybe(error, endpoint))
+  }
+
   /** `POST /status-sync/{id}?wait=`: waits for the job server-side (undocumented, used by runpod-sdk). */
   statusSync(endpoint: Endpoint, id: string, options: CallOptions & { waitMs?: number } = {}): Promise<JobStatus> {
     const wait = options.waitMs === undefined ? '' : `?wait=${options.waitMs}`
@@ -192,15 +201,6 @@ export class RunpodClient {
     return new Response(response.body.pipeThrough(new TransformStream({ flush: clear })), response)
   }
 
-  /**
-   * A JSON call to Runpod's OpenAI-compatible route, read whole under the call's timeout: the timer
-   * covers the body too, so an upstream that stalls mid-body times out. Throws a GatewayError on a
-   * non-2xx answer or a body that is not JSON.
-   */
-  openaiJson(endpoint: Endpoint, path: string, body: unknown, options: CallOptions = {}): Promise<unknown> {
-    return this.#json(endpoint, `openai/v1${path}`, body, options).catch((error: unknown) => queuedMaybe(error, endpoint))
-  }
-
   /** A call whose 2xx answer is JSON: POST unless `method` says otherwise, with `body` as JSON when defined. */
   async #json(endpoint: Endpoint, path: string, body: unknown, options: CallOptions, method?: string): Promise<unknown> {
     const { response, clear } = await this.#send(endpoint, path, body, options, method)
@@ -214,11 +214,6 @@ export class RunpodClient {
     } finally {
       clear()
     }
-  }
-
-  /** The key an endpoint's calls carry, if any. */
-  #bearer(endpoint: Endpoint): string | undefined {
-    return endpoint.credential.kind === 'runpod' ? this.#apiKey : endpoint.credential.kind === 'own' ? endpoint.credential.apiKey : undefined
   }
 
   /** Sends one call under a timeout; the caller ends the timer with `clear` once it has read what it needs. */
@@ -244,6 +239,11 @@ export class RunpodClient {
       if (options.signal?.aborted) throw upstreamError(CALLER_GONE, { cause })
       throw new GatewayError('upstream_unavailable', 'The upstream could not be reached.', { cause })
     }
+  }
+
+  /** The key an endpoint's calls carry, if any. */
+  #bearer(endpoint: Endpoint): string | undefined {
+    return endpoint.credential.kind === 'runpod' ? this.#apiKey : endpoint.credential.kind === 'own' ? endpoint.credential.apiKey : undefined
   }
 }
 

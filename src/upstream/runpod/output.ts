@@ -44,6 +44,13 @@ export interface NativeOutput {
   estimate?: Usage
 }
 
+function checkChoices(result: NativeOutput, n: number): NativeOutput {
+  if (result.body.choices.length < n) {
+    throw upstreamError(`The model worker returned ${result.body.choices.length} of the ${n} choices asked for.`)
+  }
+  return result
+}
+
 /**
  * @example
  * const { body, usage, estimate } = nativeOutputToOpenAI(job.output, { kind: 'chat', model: 'llama-8b',
@@ -61,6 +68,34 @@ export function nativeOutputToOpenAI(output: unknown, options: NativeOutputOptio
     return checkChoices(fromCompletionBody(first, options), options.n)
   }
   return checkChoices(fromStreamItems(items, options), options.n)
+}
+
+/** vLLM's own `chat.completion` / `text_completion` JSON (current worker-vllm). */
+function fromCompletionBody(body: Record<string, unknown>, options: NativeOutputOptions): NativeOutput {
+  const expected = options.kind === 'chat' ? 'chat.completion' : 'text_completion'
+  if (body.object !== expected || !Array.isArray(body.choices) || !body.choices.every(isRecord)) {
+    throw upstreamError(`The model worker returned something other than a ${expected}.`)
+  }
+  body.id ??= options.id
+  body.model = options.model
+  body.created ??= options.created
+  // Checked above as far as podgate relies on; every other field is vLLM's, passed on as written.
+  const answer = body as unknown as ChatCompletion | TextCompletion
+  const usage = readUsage(body.usage)
+  if (usage) return { body: answer, usage }
+  // No usage from vLLM: about four characters a token, so quotas still move.
+  // Output is also a reasoning model's thinking (vLLM may write it under both names: counted once) and a
+  // tool call's name and arguments.
+  let chars = 0
+  for (const choice of body.choices as Record<string, unknown>[]) {
+    const message = (isRecord(choice.message) ? choice.message : { content: choice.text }) as { tool_calls?: unknown } & Record<string, unknown>
+    const calls = Array.isArray(message.tool_calls) ? (message.tool_calls as { function?: Record<string, unknown> }[]) : []
+    for (const text of [message.content, message.reasoning_content ?? message.reasoning, ...calls.flatMap((call) => [call?.function?.name, call?.function?.arguments])]) {
+      if (typeof text === 'string') chars += text.length
+    }
+  }
+  const completion = Math.ceil(chars / 4)
+  return { body: answer, estimate: countedUsage(completion) }
 }
 
 /**
@@ -94,41 +129,6 @@ export function reportedUsage(output: unknown, kind: RequestKind, maxTokens: num
 export function isCompletionBody(item: unknown): item is Record<string, unknown> {
   // A primitive, a list or null reads no `object`.
   return typeof (item as { object?: unknown } | null | undefined)?.object === 'string'
-}
-
-function checkChoices(result: NativeOutput, n: number): NativeOutput {
-  if (result.body.choices.length < n) {
-    throw upstreamError(`The model worker returned ${result.body.choices.length} of the ${n} choices asked for.`)
-  }
-  return result
-}
-
-/** vLLM's own `chat.completion` / `text_completion` JSON (current worker-vllm). */
-function fromCompletionBody(body: Record<string, unknown>, options: NativeOutputOptions): NativeOutput {
-  const expected = options.kind === 'chat' ? 'chat.completion' : 'text_completion'
-  if (body.object !== expected || !Array.isArray(body.choices) || !body.choices.every(isRecord)) {
-    throw upstreamError(`The model worker returned something other than a ${expected}.`)
-  }
-  body.id ??= options.id
-  body.model = options.model
-  body.created ??= options.created
-  // Checked above as far as podgate relies on; every other field is vLLM's, passed on as written.
-  const answer = body as unknown as ChatCompletion | TextCompletion
-  const usage = readUsage(body.usage)
-  if (usage) return { body: answer, usage }
-  // No usage from vLLM: about four characters a token, so quotas still move.
-  // Output is also a reasoning model's thinking (vLLM may write it under both names: counted once) and a
-  // tool call's name and arguments.
-  let chars = 0
-  for (const choice of body.choices as Record<string, unknown>[]) {
-    const message = (isRecord(choice.message) ? choice.message : { content: choice.text }) as { tool_calls?: unknown } & Record<string, unknown>
-    const calls = Array.isArray(message.tool_calls) ? (message.tool_calls as { function?: Record<string, unknown> }[]) : []
-    for (const text of [message.content, message.reasoning_content ?? message.reasoning, ...calls.flatMap((call) => [call?.function?.name, call?.function?.arguments])]) {
-      if (typeof text === 'string') chars += text.length
-    }
-  }
-  const completion = Math.ceil(chars / 4)
-  return { body: answer, estimate: countedUsage(completion) }
 }
 
 /** Classic token items, or SSE text a streaming worker yielded: decoded like a stream, then joined. */
