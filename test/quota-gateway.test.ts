@@ -1039,11 +1039,11 @@ describe('native jobs (/v2)', () => {
 
   // docs/quotas.md: a cancel or an event stream corrects no /run reservation (an event stream costs a request,
   // no token); the first terminal status poll does: a CANCELLED job then costs no token, a COMPLETED one its usage.
-  it('a /run keeps its reservation through a cancel or an event stream, and its first terminal status poll corrects it', async () => {
+  it('a /run keeps its reservation through a cancel or an event stream, and its first terminal status poll corrects it (cancelled in the queue: no token)', async () => {
     const { h } = clockedHarness()
     const keys = await Promise.all(['cancelled', 'followed'].map((name) => h.createKey({ name, quota: { tokensPerMinute: 1_000_000 } })))
     const started = await Promise.all(keys.map(async ({ key }, i) => {
-      const body = { input: { messages: [{ role: 'user', content: `x${i} [[emulator:tokens=7,delay=${i === 0 ? 5_000 : 1}]]` }], sampling_params: { max_tokens: 1_000 } } }
+      const body = { input: { messages: [{ role: 'user', content: `x${i} [[emulator:tokens=7,${i === 0 ? 'cold=5000' : 'delay=1'}]]` }], sampling_params: { max_tokens: 1_000 } } }
       return ((await (await h.fetch('/v2/chat-classic/run', authed(key, JSON.stringify(body)))).json()) as { id: string }).id
     }))
     const reserved = await Promise.all(keys.map(async ({ key }) => (await minuteOf(h, key)).tokens))
@@ -1058,6 +1058,28 @@ describe('native jobs (/v2)', () => {
     expect(polls.map((p) => p.status)).toEqual(['CANCELLED', 'COMPLETED'])
     expect(await minuteOf(h, keys[0]!.key)).toMatchObject({ requests: 1, tokens: 0 })
     expect(await minuteOf(h, keys[1]!.key)).toMatchObject({ requests: 2, tokens: reported(polls[1]!.output) })
+  })
+
+  // Found in the final review: a caller read a /run job's output (JSON `stream` pages, or an event stream), then
+  // cancelled it (or let its own `policy.executionTimeout` stop it) before it ended: its first terminal status
+  // poll refunded every token, so output could be had free, past any token limit. A job that ran keeps its reservation.
+  it.each([['cancel', 'CANCELLED'], ['executionTimeout', 'TIMED_OUT']] as const)('a /run job whose output was read and that then ended by %s keeps its reservation', async (how, ended) => {
+    const { h } = clockedHarness()
+    const { key } = await h.createKey({ name: 'run', quota: { tokensPerMinute: 1_000_000 } })
+    const body = { input: { messages: [{ role: 'user', content: 'x [[emulator:tokens=400,delay=20]]' }], sampling_params: { max_tokens: 500 }, stream: true }, policy: how === 'cancel' ? undefined : { executionTimeout: 5_000 } }
+    const { id } = (await (await h.fetch('/v2/chat-classic/run', authed(key, JSON.stringify(body)))).json()) as { id: string }
+    const reserved = await minuteOf(h, key)
+    let read = 0
+    while (read < 3) {
+      const page = (await (await h.fetch(`/v2/chat-classic/stream/${id}`, authed(key))).json()) as { stream: unknown[] }
+      read += page.stream.length
+      await new Promise((resolve) => setTimeout(resolve, 100))
+    }
+    if (how === 'cancel') expect((await h.fetch(`/v2/chat-classic/cancel/${id}`, { method: 'POST', headers: { authorization: `Bearer ${key}` } })).status).toBe(200)
+    let status = ''
+    while (status === '' || status === 'IN_PROGRESS') status = ((await (await h.fetch(`/v2/chat-classic/status-sync/${id}?wait=10000`, authed(key))).json()) as { status: string }).status
+    expect(status).toBe(ended)
+    expect(await minuteOf(h, key)).toEqual(reserved)
   })
 
   it('a COMPLETED /runsync whose output reports no usage is charged the prompt estimate and the tokens counted, as on the OpenAI surface', async () => {

@@ -131,7 +131,10 @@ export function nativeSurface(options: NativeRoutesOptions): Hono<GatewayEnv> {
       const page = 'stream' in body
       const output = page ? body.stream.map((item) => item.output) : body.output
       const { usage, estimate } = reportedUsage(output, job.kind as RequestKind, 0)
-      ctx.job = { ...held, id: job.upstreamId, charge: body.status === 'COMPLETED' && !refusalIn(output) ? tokensToCharge({ ok: true, usage, estimate: page ? undefined : estimate }, held.tokens, held.p) : 0 }
+      const done = body.status === 'COMPLETED' && !page
+      // Not FAILED: one that ran (`executionTime`) and was cancelled or timed out keeps the reservation but for the
+      // usage its output reports (its caller may have read its output); one stopped in the queue costs none.
+      ctx.job = { ...held, id: job.upstreamId, charge: body.status == 'FAILED' || refusalIn(output) || !(page || done || (body as JobStatus).executionTime) ? 0 : tokensToCharge({ ok: true, usage, estimate: done ? estimate : undefined }, held.tokens, held.p) }
     }
     return composeStages(ctx.job ? options.quotas ?? [] : [], () => answer(c, body, job, binding))(ctx)
   }
@@ -146,8 +149,7 @@ export function nativeSurface(options: NativeRoutesOptions): Hono<GatewayEnv> {
 
   app.on(['GET', 'POST'], '/:model/status-sync/:id', async (c) => {
     const { binding, job } = await jobOf(c)
-    const status = await client.statusSync(job.endpoint, job.upstreamId, { signal: c.req.raw.signal, waitMs: waitParam(c, runpod.runsyncWaitMs) })
-    return polled(c, status, job, binding)
+    return polled(c, await client.statusSync(job.endpoint, job.upstreamId, { signal: c.req.raw.signal, waitMs: waitParam(c, runpod.runsyncWaitMs) }), job, binding)
   })
 
   app.on(['GET', 'POST'], '/:model/stream/:id', async (c) => {
