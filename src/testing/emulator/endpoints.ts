@@ -4,7 +4,7 @@
  */
 
 import { DEFAULT_BEHAVIOUR } from './types.ts'
-import type { EmulatorOp, EndpointBehaviour, Fault } from './types.ts'
+import type { EmulatorOp, EndpointBehaviour, Fault, JsonObject } from './types.ts'
 
 export type HttpFault = Extract<Fault, { kind: 'http' }>
 
@@ -18,6 +18,8 @@ interface WorkerState {
   readyAt: number
   /** Until when a worker stays up without new work. */
   warmUntil: number
+  /** The `/v1/responses` conversations this worker's vLLM stored, by response id (see `responsesStore`). */
+  responses: Map<string, JsonObject[]>
 }
 
 export interface EndpointRegistryOptions {
@@ -73,7 +75,7 @@ export class EndpointRegistry {
       return startAt
     }
     const startAt = now + behaviour.coldStartMs
-    this.#workers.set(endpointId, { readyAt: startAt, warmUntil: startAt + behaviour.warmForMs })
+    this.#workers.set(endpointId, { readyAt: startAt, warmUntil: startAt + behaviour.warmForMs, responses: new Map() })
     return startAt
   }
 
@@ -82,6 +84,11 @@ export class EndpointRegistry {
     const worker = this.#workers.get(endpointId)
     if (!worker || !Number.isFinite(busyUntil)) return
     worker.warmUntil = Math.max(worker.warmUntil, busyUntil + this.behaviour(endpointId).warmForMs)
+  }
+
+  /** The stored `/v1/responses` conversations of the endpoint's worker (the one `admit` gave the request). */
+  storedResponses(endpointId: string): Map<string, JsonObject[]> {
+    return this.#workers.get(endpointId)?.responses ?? new Map()
   }
 
   workerState(endpointId: string, now: number): { initializing: boolean; warm: boolean } {

@@ -19,7 +19,8 @@ import { actingFault, complete, DEFAULT_MODEL_NAME, errorDialect, inBandError, m
 import type { TimedEvent } from './openai-format.ts'
 import { servedRefusal } from './requests.ts'
 import type { Refusal } from './requests.ts'
-import type { Fault } from './types.ts'
+import { queuedResponse, responsesStore } from './responses-format.ts'
+import type { Fault, JsonObject } from './types.ts'
 import { answerUtility, utilityTexts } from './utility-routes.ts'
 import type { UtilityRoute } from './utility-routes.ts'
 
@@ -57,7 +58,7 @@ async function generation(c: Context<EmulatorEnv>, context: EmulatorContext, rou
   if (!body.ok) return refuse(c, route, { status: body.status, type: 'BadRequestError', message: body.message })
   const parsed = dialect.parse(body.value)
   if (!parsed.ok) return refuse(c, route, { status: 400, type: 'BadRequestError', message: parsed.message })
-  const request = parsed.request
+  let request = parsed.request
 
   const behaviour = context.endpoints.behaviour(endpointId)
   const served = behaviour.servedModelName
@@ -70,6 +71,17 @@ async function generation(c: Context<EmulatorEnv>, context: EmulatorContext, rou
 
   const now = context.now()
   const queueMs = context.endpoints.admit(endpointId, now, request.directives.coldStartMs) - now
+  // `/v1/responses` reads and writes the store of the worker that took the request.
+  const stored = context.endpoints.storedResponses(endpointId)
+  const store = route === '/v1/responses' ? responsesStore(body.value as JsonObject, behaviour.responsesStore, stored) : undefined
+  if (store && !store.ok) {
+    await sleep(queueMs, c.req.raw.signal)
+    return c.json(store.error, store.status as ContentfulStatusCode)
+  }
+  if (store?.ok && typeof (body.value as JsonObject).previous_response_id === 'string') {
+    const expanded = dialect.parse(store.body)
+    if (expanded.ok) request = expanded.request
+  }
   const delayMs = request.directives.tokenDelayMs ?? behaviour.tokenDelayMs
   const completion = complete(request)
   const meta = {
@@ -80,6 +92,12 @@ async function generation(c: Context<EmulatorEnv>, context: EmulatorContext, rou
     messagesDone: behaviour.messagesDone,
   }
   context.endpoints.keepWarm(endpointId, now + queueMs + completion.steps * delayMs)
+  // vLLM stores the finished answer (a background one at once, as `queued`, then finished); a failed one never.
+  if (store?.ok && store.conversation && !fault) stored.set(meta.id, [...store.conversation, { role: 'assistant', content: completion.choices[0]?.text ?? '' }])
+  if (store?.ok && store.background && !request.stream) {
+    await sleep(queueMs, c.req.raw.signal)
+    return c.json(queuedResponse(completion, meta))
+  }
   const signal = c.req.raw.signal
   const cutoff = fault && 'afterTokens' in fault ? Math.min(fault.afterTokens, completion.steps) : undefined
 

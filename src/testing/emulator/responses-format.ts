@@ -39,6 +39,9 @@ export const responsesBodySchema = z.looseObject({
   tool_choice: z.nullish(toolChoice),
   reasoning: z.nullish(z.looseObject({ effort: z.nullish(z.string()) })),
   chat_template_kwargs: z.nullish(z.record(z.string(), z.unknown())),
+  store: z.nullish(z.boolean()),
+  background: z.nullish(z.boolean()),
+  previous_response_id: z.nullish(z.string()),
 })
 
 const TEXT_PARTS: readonly string[] = ['input_text', 'output_text', 'text']
@@ -48,6 +51,8 @@ export function parseResponsesBody(body: unknown): ParseResult {
   const parsed = responsesBodySchema.safeParse(body, ENGLISH)
   if (!parsed.success) return { ok: false, message: describeIssue(parsed.error), schema: true }
   const b = parsed.data
+  // vLLM's `ResponsesRequest.validate_background` (protocol.py): `data.get("store", True)` must hold.
+  if (b.background && b.store === false) return { ok: false, message: 'background can only be used when `store` is true', schema: true }
   const messages: ChatMessageText[] = b.instructions == null ? [] : [{ role: 'system', content: b.instructions }]
   if (typeof b.input === 'string') messages.push({ role: 'user', content: b.input })
   else {
@@ -72,6 +77,38 @@ export function parseResponsesBody(body: unknown): ParseResult {
     ok: true,
     request: plainChatRequest({ messages, model: b.model ?? undefined, maxTokens: b.max_output_tokens ?? undefined, stream: b.stream ?? false, tools, toolChoice: choice, thinking }),
   }
+}
+
+/**
+ * vLLM's response store on `/v1/responses` (serving_responses.py `create_responses`), over the stored
+ * conversations of the worker that takes the request: with the store off (`VLLM_ENABLE_RESPONSES_API_STORE`
+ * unset), `store` (default true) is dropped and `background` is a 400 invalid_request_error; an unknown
+ * `previous_response_id` (always, with the store off) is a 404 invalid_request_error. A known one's
+ * conversation (`msg_store`: its messages and its answer, `_construct_input_messages`) goes before `input`.
+ * Gives the body to generate from and, when the answer is to be stored, its conversation so far.
+ */
+export function responsesStore(body: JsonObject, enabled: boolean, stored: Map<string, JsonObject[]>):
+  | { ok: false; status: number; error: JsonObject }
+  | { ok: true; body: JsonObject; conversation: JsonObject[] | undefined; background: boolean } {
+  const store = body.store !== false && enabled
+  if (body.store !== false && !enabled && body.background === true) {
+    const message = 'This vLLM engine does not support `store=True` and therefore does not support the background mode. To enable these features, set the environment variable `VLLM_ENABLE_RESPONSES_API_STORE=1` when launching the vLLM server.'
+    return { ok: false, status: 400, error: { error: { message, type: 'invalid_request_error', param: null, code: 400 } } }
+  }
+  const previousId = body.previous_response_id
+  const previous = typeof previousId === 'string' ? stored.get(previousId) : []
+  if (!previous) {
+    return { ok: false, status: 404, error: { error: { message: `Response with id '${String(previousId)}' not found.`, type: 'invalid_request_error', param: 'response_id', code: 404 } } }
+  }
+  const input = typeof body.input === 'string' ? [{ role: 'user', content: body.input }] : (body.input as JsonObject[])
+  const expanded = { ...body, input: [...previous, ...input] }
+  const system = typeof body.instructions === 'string' ? [{ role: 'system', content: body.instructions }] : []
+  return { ok: true, body: expanded, conversation: store ? [...system, ...expanded.input] : undefined, background: store && body.background === true }
+}
+
+/** A background request's immediate answer (serving_responses.py): `queued`, no output, no usage. */
+export function queuedResponse(completion: Completion, meta: CompletionMeta): JsonObject {
+  return { ...responseObject(completion, meta, false), status: 'queued' }
 }
 
 /** `resp_<32 hex>`: a hex suffix (the HTTP route's) as is, any other (a job id) hashed to hex. */

@@ -91,6 +91,12 @@ export interface EndpointBehaviour {
   /** Length of embedding vectors when the request names no `dimensions`. Default 384. */
   embeddingDimensions: number
   /**
+   * vLLM's `VLLM_ENABLE_RESPONSES_API_STORE=1`: `/v1/responses` keeps each answer (`store`, default true)
+   * on the worker that wrote it, for a later `previous_response_id`; a worker that goes cold loses them.
+   * Default false, vLLM's: `store` is dropped, `background` is a 400, every `previous_response_id` a 404.
+   */
+  responsesStore: boolean
+  /**
    * Older vLLM: a `/v1/messages` stream ends with `data: [DONE]` after `message_stop`. Default false:
    * current vLLM's Anthropic route (`entrypoints/anthropic/serving.py`) ends with `message_stop`.
    */
@@ -124,6 +130,7 @@ export const DEFAULT_BEHAVIOUR: Omit<EndpointBehaviour, 'generation'> = {
   maxLogprobs: 20,
   reasoningFields: ['reasoning', 'reasoning_content'],
   embeddingDimensions: 384,
+  responsesStore: false,
   messagesDone: false,
   rawOpenAIOutput: true,
   runningStatus: 'IN_PROGRESS',
