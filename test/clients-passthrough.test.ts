@@ -380,3 +380,40 @@ describe('Anthropic client: /v1/messages', () => {
     expect((refused as InstanceType<typeof Anthropic.NotFoundError>).requestID).toMatch(/^[0-9a-f-]{36}$/)
   })
 })
+
+// Anthropic's SDK sends `anthropic-version` on every call: `models.list()` and `models.retrieve()` get its shapes.
+describe('Anthropic client: /v1/models', () => {
+  const anthropic = (h: Awaited<ReturnType<typeof setup>>['h'], key: string) => new Anthropic({ apiKey: key, baseURL: 'http://podgate', fetch: h.clientFetch, maxRetries: 0 })
+
+  it('models.list pages through the models the key may use, models.retrieve answers one as listed', async () => {
+    const { h } = await setup()
+    const { key } = await h.createKey({ name: 'some', models: ['chat-openai', 'chat-current'] })
+    const client = anthropic(h, key)
+    const listed: Anthropic.ModelInfo[] = []
+    for await (const model of client.models.list()) listed.push(model)
+    expect(listed).toEqual([
+      { type: 'model', id: 'chat-openai', display_name: 'chat-openai', created_at: '1970-01-01T00:00:00.000Z' },
+      { type: 'model', id: 'chat-current', display_name: 'chat-current', created_at: '1970-01-01T00:00:00.000Z' },
+    ])
+    const page = await client.models.list()
+    expect(page).toMatchObject({ has_more: false, first_id: 'chat-openai', last_id: 'chat-current' })
+    expect(await client.models.retrieve('chat-current')).toEqual(listed[1])
+    // The same key without Anthropic's header: OpenAI's shape, as before.
+    expect(await (await h.fetch('/v1/models/chat-current', { headers: { authorization: `Bearer ${key}` } })).json()).toEqual({ id: 'chat-current', object: 'model', created: 0, owned_by: 'podgate' })
+  })
+
+  it("an unknown id, a model the key may not use and a wrong key are refused in Anthropic's shape, as the SDK's typed errors", async () => {
+    const { h } = await setup()
+    const { key } = await h.createKey({ name: 'some', models: ['chat-openai'] })
+    const client = anthropic(h, key)
+    const unknown = await client.models.retrieve('nope').catch((error: unknown) => error)
+    expect(unknown).toBeInstanceOf(Anthropic.NotFoundError)
+    expect((unknown as InstanceType<typeof Anthropic.NotFoundError>).error).toEqual({ type: 'error', error: { type: 'not_found_error', message: expect.stringContaining("'nope'") } })
+    const forbidden = await client.models.retrieve('chat-classic').catch((error: unknown) => error)
+    expect(forbidden).toBeInstanceOf(Anthropic.PermissionDeniedError)
+    expect((forbidden as InstanceType<typeof Anthropic.PermissionDeniedError>).error).toMatchObject({ type: 'error', error: { type: 'permission_error' } })
+    const wrong = await anthropic(h, 'pg_wrong').models.list().catch((error: unknown) => error)
+    expect(wrong).toBeInstanceOf(Anthropic.AuthenticationError)
+    expect((wrong as InstanceType<typeof Anthropic.AuthenticationError>).error).toMatchObject({ type: 'error', error: { type: 'authentication_error' } })
+  })
+})

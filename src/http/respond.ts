@@ -9,12 +9,13 @@ import type { Log } from './log.ts'
 
 /**
  * The surface a path belongs to decides the error format: the native job routes (`/v2/<model>/run`,
- * `.../status/<id>`, ...) answer Runpod's, `/v1/messages` (and every path under it) Anthropic's, and every
+ * `.../status/<id>`, ...) answer Runpod's, `/v1/messages` (and every path under it) Anthropic's, as does
+ * `/v1/models*` to a call with `anthropic-version` (Anthropic's SDKs), and every
  * other path, Runpod's `/v2/<model>/openai/v1/*` and `/v2/rerank` included, OpenAI's. Read from the
  * path's end: a host app may mount podgate under a `/v2` of its own (`/api/v2/v1/...`).
  */
-export function formatForPath(path: string): ErrorFormat {
-  if (/\/v1\/messages(\/|$)/.test(path)) return 'anthropic'
+export function formatForPath(path: string, anthropicVersion?: string): ErrorFormat {
+  if (/\/v1\/messages(\/|$)/.test(path) || (anthropicVersion && /\/v1\/models(\/|$)/.test(path))) return 'anthropic'
   return /\/v2\/[^/]+\/(run(sync)?|purge-queue|health|(status(-sync)?|stream|cancel|retry)\/[^/]+)\/?$/.test(path) ? 'runpod' : 'openai'
 }
 
@@ -48,6 +49,6 @@ export function createErrorHandler(log: Log, scrub?: (text: string) => string) {
     const error = toGatewayError(err)
     const requestId = c.get('requestId') as string | undefined
     logFailure(log, c, error)
-    return errorResponse(error, formatForPath(c.req.path), requestId, scrub)
+    return errorResponse(error, formatForPath(c.req.path, c.req.header('anthropic-version')), requestId, scrub)
   }
 }

@@ -44,13 +44,15 @@ function surface(options: OpenAIRoutesOptions, resolve: ModelResolver, prefix: s
   // is refused as a call naming it (404, 403): `modelFor` returns only for a listed one, so it never answers.
   // `/v2/<model>/openai/v1/models`: the path's model, refused (404, 403) as the path's other routes refuse it;
   // any other id is a 404. `{.+}`: an id with a slash (no alias has one) is a 404 `model_not_found`, not no route.
+  // With `anthropic-version` (Anthropic's SDKs send it on every call), Anthropic's shapes: one page, no more.
   app.get(`${prefix}/models/:id{.+}?`, (c) => {
     const principal = c.get('principal')
     const only = c.req.param('model')
     const id = c.req.param('id')
+    const anthropic = c.req.header('anthropic-version')
     const data = (only === undefined ? [...options.models.keys()].filter((alias) => principal.models?.includes(alias) ?? true) : [modelFor(options.models, only, principal).alias])
-      .map((id) => ({ id, object: 'model', created: 0, owned_by: 'podgate' }))
-    return c.json(id ? (data.find((model) => model.id === id) ?? modelFor(only ? new Map() : options.models, id, principal)) : { object: 'list', data })
+      .map((id) => ({ id, ...(anthropic ? { type: 'model', display_name: id, created_at: new Date(0).toISOString() } : { object: 'model', created: 0, owned_by: 'podgate' }) }))
+    return c.json(id ? (data.find((model) => model.id === id) ?? modelFor(only ? new Map() : options.models, id, principal)) : { data, ...(anthropic ? { has_more: false, first_id: data[0]?.id ?? null, last_id: data.at(-1)?.id ?? null } : { object: 'list' }) })
   })
 
   return app
