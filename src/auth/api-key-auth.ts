@@ -76,6 +76,8 @@ export interface ApiKeyAuthOptions {
 
 const CHALLENGE = 'Bearer realm="podgate"'
 
+const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS'])
+
 /**
  * The credential a request carries: `Authorization: Bearer <credential>`, else `x-api-key` (how Anthropic's
  * SDKs send one), also beside an `Authorization` of another scheme (a proxy's Basic auth).
@@ -87,6 +89,14 @@ export function bearerCredential(c: Context): string | undefined {
 /** 401 with the RFC 6750 challenge; the message says what to do, never echoes the credential. */
 export function refused(message: string): GatewayError {
   return new GatewayError('invalid_api_key', message, { headers: { 'www-authenticate': `${CHALLENGE}, error="invalid_token"` } })
+}
+
+/** The surface's in-stream error event: OpenAI's `data: {"error":...}`, the job stream's `event: error`, or a dialect's. */
+function revokedEvent(path: string): string {
+  const error = new GatewayError('invalid_api_key', REVOKED_MESSAGE)
+  const dialect = dialectOf(path)
+  if (!dialect && formatForPath(path) === 'runpod') return `event: error\ndata: ${JSON.stringify(runpodErrorBody(error))}\n\n`
+  return (dialect ?? OPENAI_DIALECT).errorEvent(error)
 }
 
 /** A token from `?access_token=`, where the options allow it. Throws when a URL carries anything else. */
@@ -149,18 +159,8 @@ export function apiKeyAuth(options: ApiKeyAuthOptions): MiddlewareHandler<Gatewa
 
 const REVOKED_MESSAGE = 'This stream ended: its credential was revoked, rotated or expired while it was open.'
 
-/** The surface's in-stream error event: OpenAI's `data: {"error":...}`, the job stream's `event: error`, or a dialect's. */
-function revokedEvent(path: string): string {
-  const error = new GatewayError('invalid_api_key', REVOKED_MESSAGE)
-  const dialect = dialectOf(path)
-  if (!dialect && formatForPath(path) === 'runpod') return `event: error\ndata: ${JSON.stringify(runpodErrorBody(error))}\n\n`
-  return (dialect ?? OPENAI_DIALECT).errorEvent(error)
-}
-
 /** Where the request comes from, to check a credential against, or `host`: supplied by the host app, not checked. */
 type OriginCheck = RequestOrigin | 'host'
-
-const SAFE_METHODS = new Set(['GET', 'HEAD', 'OPTIONS'])
 
 async function keyPrincipal(credential: string, where: OriginCheck, store: KeyStore): Promise<Principal> {
   const record = await store.lookup(credential)

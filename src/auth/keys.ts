@@ -178,12 +178,6 @@ export interface KeyInput {
 /** What an operator may change later (the kind never changes: mint a new key instead). */
 export type KeyPatch = Partial<Omit<KeyInput, 'kind'>>
 
-/** The operator's view of a key: everything but the hash. */
-export function publicKeyView(record: KeyRecord): Omit<KeyRecord, 'hash'> {
-  const { hash: _hash, ...view } = record
-  return view
-}
-
 export interface KeyStoreOptions {
   /** In-isolate cache TTL for lookups, in ms. 0 disables it. */
   cacheTtlMs: number
@@ -213,6 +207,12 @@ interface Retirement {
 
 /** One cache per KV namespace per isolate, so several gateways over one namespace share it. */
 const caches = new WeakMap<KVNamespace, KeyCache>()
+
+/** The operator's view of a key: everything but the hash. */
+export function publicKeyView(record: KeyRecord): Omit<KeyRecord, 'hash'> {
+  const { hash: _hash, ...view } = record
+  return view
+}
 
 /** Most retirements followed from one record: each is a rotation that raced a write of that record. */
 const MAX_RETIREMENTS_FOLLOWED = 8

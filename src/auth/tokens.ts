@@ -22,6 +22,8 @@ import type { QuotaPolicy } from '../quota/policy.ts'
 import { base64url, encoder, fromBase64url, sign, signingKey, verify } from '../crypto/signing.ts'
 import { number, string } from '../zod/scalars.ts'
 
+const decoder = new TextDecoder()
+
 export const TOKEN_PREFIX = 'pg_tk_'
 
 /** Token sizes stay far below header limits; anything longer is not ours. */
@@ -70,8 +72,6 @@ export interface MintInput {
   /** The end user the token stands for (its cache scope); omitted when the backend names none. */
   subject?: string
 }
-
-const decoder = new TextDecoder()
 
 export class TokenSigner {
   readonly #key: Promise<CryptoKey>

@@ -25,6 +25,27 @@ export interface CachedChoice {
   whole?: Json
 }
 
+/** The answer in a JSON body (completion or embeddings list), or `undefined` when it is not one. */
+export function captureJsonAnswer(kind: RequestKind, body: unknown): CachedAnswer | undefined {
+  if (!isRecord(body) || body.error !== undefined) return undefined
+  const extra: Json = {}
+  const usage = isRecord(body.usage) ? (body.usage as unknown as Usage) : undefined
+  if (kind === 'embedding') {
+    if (!Array.isArray(body.data)) return undefined
+    for (const [name, value] of Object.entries(body)) if (name !== 'model' && name !== 'usage') extra[name] = value
+    return { kind, choices: [], extra, usage }
+  }
+  for (const [name, value] of Object.entries(body)) if (name !== 'usage' && !CHUNK_FIELDS.has(name)) extra[name] = value
+  if (!Array.isArray(body.choices) || body.choices.length === 0 || body.choices.length > MAX_CHOICES) return undefined
+  const choices: CachedChoice[] = []
+  for (const choice of body.choices) {
+    if (!isRecord(choice) || choice.index !== choices.length || cut(choice)) return undefined
+    const { index: _index, ...whole } = choice
+    choices.push({ whole })
+  }
+  return { kind, choices, usage, ...(Object.keys(extra).length > 0 ? { extra } : {}) }
+}
+
 export interface CachedAnswer {
   kind: RequestKind
   choices: CachedChoice[]
@@ -129,27 +150,6 @@ export function createAnswerCapture(kind: RequestKind): AnswerCapture {
 function withoutIndex(call: Json): Json {
   const { index: _index, ...rest } = call
   return rest
-}
-
-/** The answer in a JSON body (completion or embeddings list), or `undefined` when it is not one. */
-export function captureJsonAnswer(kind: RequestKind, body: unknown): CachedAnswer | undefined {
-  if (!isRecord(body) || body.error !== undefined) return undefined
-  const extra: Json = {}
-  const usage = isRecord(body.usage) ? (body.usage as unknown as Usage) : undefined
-  if (kind === 'embedding') {
-    if (!Array.isArray(body.data)) return undefined
-    for (const [name, value] of Object.entries(body)) if (name !== 'model' && name !== 'usage') extra[name] = value
-    return { kind, choices: [], extra, usage }
-  }
-  for (const [name, value] of Object.entries(body)) if (name !== 'usage' && !CHUNK_FIELDS.has(name)) extra[name] = value
-  if (!Array.isArray(body.choices) || body.choices.length === 0 || body.choices.length > MAX_CHOICES) return undefined
-  const choices: CachedChoice[] = []
-  for (const choice of body.choices) {
-    if (!isRecord(choice) || choice.index !== choices.length || cut(choice)) return undefined
-    const { index: _index, ...whole } = choice
-    choices.push({ whole })
-  }
-  return { kind, choices, usage, ...(Object.keys(extra).length > 0 ? { extra } : {}) }
 }
 
 /** The answer as OpenAI's `chat.completion`, `text_completion` or embeddings `list` body. */

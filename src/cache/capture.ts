@@ -232,6 +232,21 @@ function captureStream(leader: Leader, recorder: StreamRecorder, response: Respo
   return withCacheHeaders(new Response(follow(flight, own, ctx), response), 'MISS', 0)
 }
 
+/** The chunks already read, then the rest of `source`, pulled as the caller reads. */
+function concat(head: Uint8Array[], source: ReadableStreamDefaultReader<Uint8Array>): ReadableStream<Uint8Array> {
+  return new ReadableStream<Uint8Array>(
+    {
+      async pull(controller) {
+        const chunk = head.shift() ?? (await source.read()).value
+        if (chunk === undefined) controller.close()
+        else controller.enqueue(chunk)
+      },
+      cancel: (reason) => source.cancel(reason),
+    },
+    PULL_ONLY,
+  )
+}
+
 /**
  * A JSON answer: taken as the dispatcher parsed it, or else read up to the size bound; shared and stored
  * whole. A larger one passes through.
@@ -262,21 +277,6 @@ async function captureJson(leader: Leader, response: Response): Promise<Response
   if (!done) return passOn(leader, new Response(concat(chunks, source), response))
   const text = new TextDecoder().decode(concatBytes(chunks, bytes))
   return recordJson(leader, text, parseJson(text), new Response(text, response))
-}
-
-/** The chunks already read, then the rest of `source`, pulled as the caller reads. */
-function concat(head: Uint8Array[], source: ReadableStreamDefaultReader<Uint8Array>): ReadableStream<Uint8Array> {
-  return new ReadableStream<Uint8Array>(
-    {
-      async pull(controller) {
-        const chunk = head.shift() ?? (await source.read()).value
-        if (chunk === undefined) controller.close()
-        else controller.enqueue(chunk)
-      },
-      cancel: (reason) => source.cancel(reason),
-    },
-    PULL_ONLY,
-  )
 }
 
 export async function lead(run: CacheRun, ctx: CompletionContext, next: CompletionHandler, plan: Plan): Promise<Response> {

@@ -15,6 +15,13 @@ import type { Flight } from './flight.ts'
 import { nowSeconds, render, withCacheHeaders } from './replay.ts'
 import type { CacheRun, Plan } from './run.ts'
 
+/** The error an answer that is not a stream carries (OpenAI's `{"error": {...}}`), as a GatewayError. */
+async function errorOf(response: Response): Promise<GatewayError> {
+  const body = (await response.json().catch(() => undefined)) as { error?: { message?: unknown } } | undefined
+  const message = typeof body?.error?.message === 'string' ? body.error.message : `The upstream call answered ${response.status}.`
+  return upstreamError(message)
+}
+
 /**
  * How a joiner settles an end it got from the flight, not from an upstream call of its own (the answer,
  * the flight's failure, or its caller leaving while it waited or followed): always `cached`, so quota
@@ -196,11 +203,4 @@ function awaitPiped(flight: Flight, ctx: CompletionContext, deadline: number, ag
     },
     PULL_ONLY,
   )
-}
-
-/** The error an answer that is not a stream carries (OpenAI's `{"error": {...}}`), as a GatewayError. */
-async function errorOf(response: Response): Promise<GatewayError> {
-  const body = (await response.json().catch(() => undefined)) as { error?: { message?: unknown } } | undefined
-  const message = typeof body?.error?.message === 'string' ? body.error.message : `The upstream call answered ${response.status}.`
-  return upstreamError(message)
 }

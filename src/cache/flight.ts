@@ -16,6 +16,11 @@ export type FlightEvent =
   /** A heartbeat comment: passed on so joiners' connections stay open through long waits. */
   | { comment: true }
 
+/** The latest a call ends: the model's `timeouts.totalMs` from now, and a little more for its ending. */
+export function deadlineOf(ctx: CompletionContext): number {
+  return Date.now() + ctx.model.config.resilience.timeouts.totalMs + 5_000
+}
+
 export type FlightState = 'open' | 'ok' | 'failed'
 
 /** Longest a waiting caller sleeps before it looks at the flight again. */
@@ -234,9 +239,4 @@ export class Flight {
     this.#wake = []
     for (const resolve of wake) resolve()
   }
-}
-
-/** The latest a call ends: the model's `timeouts.totalMs` from now, and a little more for its ending. */
-export function deadlineOf(ctx: CompletionContext): number {
-  return Date.now() + ctx.model.config.resilience.timeouts.totalMs + 5_000
 }

@@ -50,11 +50,6 @@ export function decideCaching(input: CacheDecisionInput): CacheDecision {
   return { cacheable: true, lookup: !directives.noCache, maxAgeSeconds: directives.maxAge, ttlSeconds: settings.ttlSeconds }
 }
 
-/** Embeddings, greedy decoding or a fixed seed: the same request gives the same answer, so a stored one is as good. */
-export function isDeterministic(request: NormalizedRequest): boolean {
-  return request.kind === 'embedding' || request.sampling.temperature === 0 || request.sampling.seed !== undefined
-}
-
 interface CacheControl {
   noStore: boolean
   noCache: boolean
@@ -76,4 +71,9 @@ export function parseCacheControl(value: string | null): CacheControl {
     }
   }
   return result
+}
+
+/** Embeddings, greedy decoding or a fixed seed: the same request gives the same answer, so a stored one is as good. */
+export function isDeterministic(request: NormalizedRequest): boolean {
+  return request.kind === 'embedding' || request.sampling.temperature === 0 || request.sampling.seed !== undefined
 }

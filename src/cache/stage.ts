@@ -74,35 +74,6 @@ function scopeKeyId(options: CacheStageOptions, ctx: CompletionContext): string 
 export function cacheStage(options: CacheStageOptions): CompletionStage {
   const run: CacheRun = { options, flights: new Map(), log: (ctx, line) => waitUntilOf(ctx.c)(Promise.resolve(options.log?.({ level: 'warn', request_id: ctx.c.get('requestId'), model: ctx.model.alias, ...line }))) }
   const prepared = new WeakMap<CompletionContext, Prepared | null>()
-  // The purge generation's KV read, awaited when the isolate has no copy younger than 2 ×
-  // `generationCacheMs` (a new isolate's first requests), overlaps the stages ahead of it: the quota
-  // stage waits for its own KV list then too.
-  cache.warm = (ctx: CompletionContext) => {
-    try {
-      prepare(ctx)
-    } catch {
-      // The stage meets the same failure when it runs.
-    }
-  }
-
-  async function cache(ctx: CompletionContext, next: CompletionHandler): Promise<Response> {
-    const cacheable = prepare(ctx)
-    if (!cacheable) return withCacheHeaders(await next(ctx), 'BYPASS')
-    try {
-      await cacheable.generation
-    } catch (error) {
-      // Without the purge generation a lookup could serve a purged answer: serve this one uncached.
-      run.log(ctx, { message: 'cache generation read failed', cause: String(error) })
-      return withCacheHeaders(await next(ctx), 'BYPASS')
-    }
-    // A body the key cannot be made of (nested too deep) is refused here.
-    const { plan, hit } = await cacheable.lookup()
-    if (hit) {
-      ctx.settle({ ok: true, usage: hit.entry.answer.usage, cached: true })
-      return hit.response
-    }
-    return coalesceOrLead(run, ctx, next, plan)
-  }
 
   /** What the stage decides and reads before it looks up, worked out once per request; null: not cacheable. */
   function prepare(ctx: CompletionContext): Prepared | null {
@@ -139,6 +110,35 @@ export function cacheStage(options: CacheStageOptions): CompletionStage {
     }
     prepared.set(ctx, ready)
     return ready
+  }
+  // The purge generation's KV read, awaited when the isolate has no copy younger than 2 ×
+  // `generationCacheMs` (a new isolate's first requests), overlaps the stages ahead of it: the quota
+  // stage waits for its own KV list then too.
+  cache.warm = (ctx: CompletionContext) => {
+    try {
+      prepare(ctx)
+    } catch {
+      // The stage meets the same failure when it runs.
+    }
+  }
+
+  async function cache(ctx: CompletionContext, next: CompletionHandler): Promise<Response> {
+    const cacheable = prepare(ctx)
+    if (!cacheable) return withCacheHeaders(await next(ctx), 'BYPASS')
+    try {
+      await cacheable.generation
+    } catch (error) {
+      // Without the purge generation a lookup could serve a purged answer: serve this one uncached.
+      run.log(ctx, { message: 'cache generation read failed', cause: String(error) })
+      return withCacheHeaders(await next(ctx), 'BYPASS')
+    }
+    // A body the key cannot be made of (nested too deep) is refused here.
+    const { plan, hit } = await cacheable.lookup()
+    if (hit) {
+      ctx.settle({ ok: true, usage: hit.entry.answer.usage, cached: true })
+      return hit.response
+    }
+    return coalesceOrLead(run, ctx, next, plan)
   }
   return cache
 }

@@ -77,6 +77,12 @@ export function fitsInBytes(text: string, maxBytes: number): boolean {
   return text.length * 3 <= maxBytes || new TextEncoder().encode(text).byteLength <= maxBytes
 }
 
+/** `<model gen>.<scope gen>.<scope+model gen>` from the records `token` reads, in its order. */
+function tokenOf(model: string, [own, legacy, scope, scopeModel]: (Generations | undefined)[]): string {
+  const modelGeneration = own?.own ?? legacy?.models?.[model] ?? 0
+  return `${modelGeneration}.${scope?.own ?? 0}.${scopeModel?.own ?? scope?.models?.[model] ?? 0}`
+}
+
 function putCacheApi(cache: Cache, key: CacheKey, text: string, ttlSeconds: number): Promise<void> {
   const headers = { 'content-type': 'application/json', 'cache-control': `max-age=${Math.max(1, Math.floor(ttlSeconds))}` }
   return cache.put(key.url, new Response(text, { headers }))
@@ -90,6 +96,7 @@ function parseEntry(text: string): CacheEntry | undefined {
     return undefined
   }
 }
+
 /**
  * Earlier versions kept one record per scope, read, changed and written back by every purge:
  * `cachegen:*` (`{ models }`, purges by model) and `cachegen:key:<keyId>` (`{ all, models }`). They are
@@ -118,12 +125,6 @@ interface Generations {
   own?: string
   /** Per model, from a legacy record only. */
   models?: Record<string, string>
-}
-
-/** `<model gen>.<scope gen>.<scope+model gen>` from the records `token` reads, in its order. */
-function tokenOf(model: string, [own, legacy, scope, scopeModel]: (Generations | undefined)[]): string {
-  const modelGeneration = own?.own ?? legacy?.models?.[model] ?? 0
-  return `${modelGeneration}.${scope?.own ?? 0}.${scopeModel?.own ?? scope?.models?.[model] ?? 0}`
 }
 
 function parseGenerations(text: string | null): Generations {
@@ -168,21 +169,10 @@ export class GenerationCache {
     this.#options = options
   }
 
-  /**
-   * The generation folded into cache keys for `model` in a key's scope (or the shared scope when
-   * `keyId` is undefined): `<model>.<scope>.<scope+model>`, `0` where never purged. The KV keys that
-   * apply (two, four in a key's scope, one of them the legacy record every request shares) are read in
-   * parallel, each cached in the isolate for `ttlMs`; with `background` (a request's `waitUntil`), a
-   * value stale by less than another `ttlMs` is used while it is read again from there, so a busy
-   * isolate does not wait on KV for it.
-   */
-  token(kv: KVNamespace, model: string, keyId: string | undefined, background?: (promise: Promise<unknown>) => void): Promise<string> {
-    const names = keyId === undefined ? [modelGenerationKey(model), LEGACY_MODEL_GENERATIONS] : [modelGenerationKey(model), LEGACY_MODEL_GENERATIONS, scopeGenerationKey(keyId), scopeModelGenerationKey(keyId, model)]
-    // Every record young enough (the busy isolate's case): no read, no await per record.
-    const now = this.#options.now()
-    const known = names.map((name) => this.#records.get(name))
-    if (known.every((entry) => entry !== undefined && entry.until > now)) return Promise.resolve(tokenOf(model, known.map((entry) => entry!.record)))
-    return Promise.all(names.map((name) => this.#read(kv, name, background))).then((records) => tokenOf(model, records))
+  /** Trusted for `ttlMs` from `since`: a read's record is as old as the read's start. */
+  #remember(name: string, record: Generations, since = this.#options.now()): void {
+    if (this.#records.size >= MAX_CACHED_RECORDS) this.#records.clear()
+    this.#records.set(name, { record, until: since + this.#options.ttlMs })
   }
 
   /**
@@ -224,6 +214,23 @@ export class GenerationCache {
     return reading
   }
 
+  /**
+   * The generation folded into cache keys for `model` in a key's scope (or the shared scope when
+   * `keyId` is undefined): `<model>.<scope>.<scope+model>`, `0` where never purged. The KV keys that
+   * apply (two, four in a key's scope, one of them the legacy record every request shares) are read in
+   * parallel, each cached in the isolate for `ttlMs`; with `background` (a request's `waitUntil`), a
+   * value stale by less than another `ttlMs` is used while it is read again from there, so a busy
+   * isolate does not wait on KV for it.
+   */
+  token(kv: KVNamespace, model: string, keyId: string | undefined, background?: (promise: Promise<unknown>) => void): Promise<string> {
+    const names = keyId === undefined ? [modelGenerationKey(model), LEGACY_MODEL_GENERATIONS] : [modelGenerationKey(model), LEGACY_MODEL_GENERATIONS, scopeGenerationKey(keyId), scopeModelGenerationKey(keyId, model)]
+    // Every record young enough (the busy isolate's case): no read, no await per record.
+    const now = this.#options.now()
+    const known = names.map((name) => this.#records.get(name))
+    if (known.every((entry) => entry !== undefined && entry.until > now)) return Promise.resolve(tokenOf(model, known.map((entry) => entry!.record)))
+    return Promise.all(names.map((name) => this.#read(kv, name, background))).then((records) => tokenOf(model, records))
+  }
+
   async #fetch(kv: KVNamespace, name: string): Promise<Generations> {
     const started = this.#options.now()
     const seq = this.#bumpSeq
@@ -233,11 +240,5 @@ export class GenerationCache {
     if (bump && bump.seq > seq) return bump.record
     this.#remember(name, record, started)
     return record
-  }
-
-  /** Trusted for `ttlMs` from `since`: a read's record is as old as the read's start. */
-  #remember(name: string, record: Generations, since = this.#options.now()): void {
-    if (this.#records.size >= MAX_CACHED_RECORDS) this.#records.clear()
-    this.#records.set(name, { record, until: since + this.#options.ttlMs })
   }
 }

@@ -41,9 +41,6 @@ export const EXPOSED_HEADERS = [
   'age',
 ] as const
 
-const ALLOWED_METHODS = 'GET, POST, DELETE, OPTIONS'
-const EXPOSE = EXPOSED_HEADERS.join(', ')
-
 export function podgateCors(options: PodgateCorsOptions = {}): MiddlewareHandler {
   const maxAge = String(options.maxAgeSeconds ?? 600)
   return async function podgateCors(c, next) {
@@ -67,3 +64,6 @@ export function podgateCors(options: PodgateCorsOptions = {}): MiddlewareHandler
     if (!/(^|,)\s*origin\s*(,|$)/i.test(c.res.headers.get('vary') ?? '')) setAnswerHeader(c, 'vary', 'Origin', { append: true })
   }
 }
+
+const ALLOWED_METHODS = 'GET, POST, DELETE, OPTIONS'
+const EXPOSE = EXPOSED_HEADERS.join(', ')

@@ -62,6 +62,9 @@ const CODE_TABLE: Record<GatewayErrorCode, readonly [status: number, type: OpenA
   internal_error: [500, 'api_error'],
 }
 
+/** The message of the failure a call ends with when its caller went away: not the upstream's failure, never logged as one. */
+export const CALLER_GONE = 'The caller went away.'
+
 export interface GatewayErrorOptions {
   /** The request field at fault, in OpenAI's `param` style (`messages[0].content`). */
   param?: string
@@ -103,17 +106,6 @@ export class GatewayError extends Error {
 }
 
 /**
- * `new GatewayError('upstream_error', message, options)`: the code of most failures of a call to the model,
- * written once here instead of at each of its sixty-odd uses (the deployed Worker is smaller for it).
- *
- * @example
- * throw upstreamError('The model worker returned no output.')
- */
-export function upstreamError(message: string, options?: GatewayErrorOptions): GatewayError {
-  return new GatewayError('upstream_error', message, options)
-}
-
-/**
  * `new GatewayError('invalid_request', message, options)`: the code of most refusals of a request, written
  * once here instead of at each of its forty-odd uses (the deployed Worker is smaller for it).
  *
@@ -124,8 +116,16 @@ export function invalidRequest(message: string, options?: GatewayErrorOptions): 
   return new GatewayError('invalid_request', message, options)
 }
 
-/** The message of the failure a call ends with when its caller went away: not the upstream's failure, never logged as one. */
-export const CALLER_GONE = 'The caller went away.'
+/**
+ * `new GatewayError('upstream_error', message, options)`: the code of most failures of a call to the model,
+ * written once here instead of at each of its sixty-odd uses (the deployed Worker is smaller for it).
+ *
+ * @example
+ * throw upstreamError('The model worker returned no output.')
+ */
+export function upstreamError(message: string, options?: GatewayErrorOptions): GatewayError {
+  return new GatewayError('upstream_error', message, options)
+}
 
 /** `text` cut to `max` characters, with an ellipsis where it was cut. */
 export function clip(text: string, max: number): string {

@@ -9,11 +9,11 @@
  */
 import { GatewayError } from '../errors/index.ts'
 
-// One decoder for every body: `decode` without `stream` keeps no state between calls.
-const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: false })
-
 /** An integer of 16 digits or more where JSON puts a number: after `:`, `,` or `[`, before `,`, `}` or `]`. */
 const WIDE_INTEGER = /[:,[]\s*(-?\d{16,})(?=\s*[,}\]])/g
+
+// One decoder for every body: `decode` without `stream` keeps no state between calls.
+const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: false })
 
 const MAX_DEPTH = 1000
 
@@ -43,6 +43,10 @@ export async function readJsonBody(request: Request, maxBytes: number, wide = fa
     notJson()
   }
   return wide ? keepWideIntegers(value, text) : value
+}
+
+function tooLarge(maxBytes: number): GatewayError {
+  return new GatewayError('payload_too_large', `The request body is larger than the ${maxBytes}-byte limit.`)
 }
 
 /**
@@ -107,8 +111,4 @@ export function notJson(): never {
 function empty(absent: object | undefined): object {
   if (absent) return absent
   throw new GatewayError('invalid_json', 'The request body is empty: send a JSON object.')
-}
-
-function tooLarge(maxBytes: number): GatewayError {
-  return new GatewayError('payload_too_large', `The request body is larger than the ${maxBytes}-byte limit.`)
 }

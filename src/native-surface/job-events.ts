@@ -285,13 +285,6 @@ function createItemText(kind: JobRef['kind']): ItemText {
     onUsage: (reported, { estimated }) => (usage = estimated ? undefined : reported),
   })
 
-  function read(item: unknown): void {
-    if (answered) throw upstreamError('The model worker sent output after its whole answer.')
-    if (!started && isCompletionBody(item)) readAnswer(item)
-    else decoder.push(item)
-    started = true
-  }
-
   function readAnswer(body: Record<string, unknown>): void {
     // A copy: the reader writes its own id and model into the body, and a body it refuses is relayed raw.
     const { body: answer, usage: reported } = nativeOutputToOpenAI({ ...body }, { ...frame, n: 1 })
@@ -302,6 +295,13 @@ function createItemText(kind: JobRef['kind']): ItemText {
     })
     usage = reported
     answered = true
+  }
+
+  function read(item: unknown): void {
+    if (answered) throw upstreamError('The model worker sent output after its whole answer.')
+    if (!started && isCompletionBody(item)) readAnswer(item)
+    else decoder.push(item)
+    started = true
   }
 
   return {

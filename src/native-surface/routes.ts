@@ -64,6 +64,17 @@ export interface NativeRoutesOptions {
   quotas?: readonly CompletionStage[]
 }
 
+/**
+ * The items an EventSource already has (`Last-Event-ID`), or undefined on a first connection. The
+ * gateway also reads it before counting the opening as a control call: a malformed one counts nothing.
+ */
+export function lastEventId(c: Context): number | undefined {
+  const raw = c.req.header('last-event-id')
+  if (raw === undefined || raw === '') return undefined
+  if (!/^\d{1,9}$/.test(raw)) throw invalidRequest('Last-Event-ID must be an event id this stream sent (a whole number).')
+  return Number(raw)
+}
+
 /** Runpod's bounds for `?wait=` on `/runsync` and `/status-sync`. */
 const MIN_WAIT_MS = 1_000
 const MAX_WAIT_MS = 300_000
@@ -89,17 +100,6 @@ export function nativeRoutes(options: NativeRoutesOptions): Hono<GatewayEnv> {
     if (!(error instanceof GatewayError)) throw error
     return errorResponse(error, 'runpod', c.get('requestId'))
   })
-}
-
-/**
- * The items an EventSource already has (`Last-Event-ID`), or undefined on a first connection. The
- * gateway also reads it before counting the opening as a control call: a malformed one counts nothing.
- */
-export function lastEventId(c: Context): number | undefined {
-  const raw = c.req.header('last-event-id')
-  if (raw === undefined || raw === '') return undefined
-  if (!/^\d{1,9}$/.test(raw)) throw invalidRequest('Last-Event-ID must be an event id this stream sent (a whole number).')
-  return Number(raw)
 }
 
 /** The native routes with no error handler of their own: `createGateway`'s answers (and logs) their errors. */

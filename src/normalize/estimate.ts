@@ -5,6 +5,9 @@
 import { invalidRequest } from '../errors/index.ts'
 import { MAX_TEXT_CHARS } from './schemas.ts'
 
+/** Characters per token assumed for text. */
+export const CHARS_PER_TOKEN = 4
+
 /** Prompt tokens and prompt count of a completion prompt or embedding input (string | string[] | int[] | int[][]). */
 export function textOrTokensCost(value: string | string[] | number[] | number[][], param: string): { tokens: number; count: number } {
   if (typeof value === 'string') return { tokens: Math.ceil(value.length / CHARS_PER_TOKEN), count: 1 }
@@ -21,9 +24,6 @@ export function textOrTokensCost(value: string | string[] | number[] | number[][
   }
   return { tokens: Math.ceil(chars / CHARS_PER_TOKEN) + ids, count: value.length }
 }
-
-/** Characters per token assumed for text. */
-export const CHARS_PER_TOKEN = 4
 
 /** Prompt tokens of a chat request; refuses messages whose text passes MAX_TEXT_CHARS in total. */
 export function chatPromptTokens(body: Record<string, unknown>, messages: readonly Record<string, unknown>[]): number {

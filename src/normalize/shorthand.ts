@@ -83,37 +83,6 @@ const NATIVE_INPUT_ONLY = new Set(['best_of', 'use_beam_search', 'length_penalty
 /** Fields with no sampling meaning that the shorthand may leave out: `user` affects no output. */
 const FRAMING = new Set(['model', 'messages', 'prompt', 'stream', 'stream_options', 'user', 'max_completion_tokens'])
 
-/**
- * The native sampling params of `body` (max_tokens resolved), or undefined when a field has no native
- * equivalent. Null members count as not sent.
- */
-export function shorthandSampling(body: Record<string, unknown>, maxTokens: number, options: ShorthandOptions = {}): SamplingParams | undefined {
-  const picked: Record<string, unknown> = {}
-  for (const [name, value] of Object.entries(body)) {
-    if (value === null || value === undefined) continue
-    if (NATIVE_INPUT_ONLY.has(name) && !options.nativeInput) return undefined
-    if (name === 'stream_options') {
-      if (typeof value !== 'object' || Object.keys(value).some((k) => k !== 'include_usage')) return undefined
-      continue
-    }
-    if (FRAMING.has(name)) continue
-    if (!SAMPLING.has(name)) return undefined
-    picked[name] = value
-  }
-  picked.max_tokens = maxTokens
-  const parsed = nativeSamplingSchema.safeParse(picked)
-  if (!parsed.success) return undefined
-  const values = parsed.data
-  const sampling: SamplingParams = { max_tokens: maxTokens }
-  for (const key of SAMPLING_KEYS) {
-    if (key === 'max_tokens') continue
-    const value = values[key]
-    if (value === undefined) continue
-    ;(sampling as unknown as Record<string, unknown>)[key] = key === 'stop' && typeof value === 'string' ? [value] : value
-  }
-  return sampling
-}
-
 const SAMPLING = new Set<string>(SAMPLING_KEYS)
 
 export interface ShorthandOptions {
@@ -169,4 +138,35 @@ export function shorthandMessages(messages: readonly unknown[], options: Shortha
     out.push(normalized)
   }
   return out
+}
+
+/**
+ * The native sampling params of `body` (max_tokens resolved), or undefined when a field has no native
+ * equivalent. Null members count as not sent.
+ */
+export function shorthandSampling(body: Record<string, unknown>, maxTokens: number, options: ShorthandOptions = {}): SamplingParams | undefined {
+  const picked: Record<string, unknown> = {}
+  for (const [name, value] of Object.entries(body)) {
+    if (value === null || value === undefined) continue
+    if (NATIVE_INPUT_ONLY.has(name) && !options.nativeInput) return undefined
+    if (name === 'stream_options') {
+      if (typeof value !== 'object' || Object.keys(value).some((k) => k !== 'include_usage')) return undefined
+      continue
+    }
+    if (FRAMING.has(name)) continue
+    if (!SAMPLING.has(name)) return undefined
+    picked[name] = value
+  }
+  picked.max_tokens = maxTokens
+  const parsed = nativeSamplingSchema.safeParse(picked)
+  if (!parsed.success) return undefined
+  const values = parsed.data
+  const sampling: SamplingParams = { max_tokens: maxTokens }
+  for (const key of SAMPLING_KEYS) {
+    if (key === 'max_tokens') continue
+    const value = values[key]
+    if (value === undefined) continue
+    ;(sampling as unknown as Record<string, unknown>)[key] = key === 'stop' && typeof value === 'string' ? [value] : value
+  }
+  return sampling
 }

@@ -69,42 +69,6 @@ function article(expected: string): string {
   return /^[aeiou]/.test(expected) ? `an ${expected}` : `a ${expected}`
 }
 
-/**
- * Parses with podgate's wording of zod's issues, without throwing: for the gateway's own options, whose
- * mistakes are reported several at a time.
- */
-export function safeParseWorded<S extends z.ZodMiniType>(schema: S, input: unknown): z.core.util.SafeParseResult<z.output<S>> {
-  return schema.safeParse(input, PARSE_CONTEXT)
-}
-
-/**
- * A union that failed in every branch reports all branches; the caller is best served by the branch that
- * got furthest into the value: the bad `type` of one content part rather than "expected a string", the
- * one number among strings rather than "expected a number" at the first string. A type error at an
- * array's first item says only that the branch is of another kind, so it ranks below a size or format
- * problem of the branch whose kind matched ("at most 100 items"); a size problem ranks above a type
- * error as deep as it.
- */
-function leafOf(issue: Issue, prefix: readonly PathKey[]): { issue: Issue; path: PathKey[] } {
-  const path = [...prefix, ...issue.path]
-  if (issue.code === 'invalid_union') {
-    let best: Issue | undefined
-    let bestRank = 0
-    for (const branch of issue.errors) {
-      const head = branch[0]
-      if (!head) continue
-      // A field the branch misses ranks below one present with a wrong type: the caller sent the latter.
-      const rank = head.code !== 'invalid_type' ? head.path.length * 2 + 1 : head.path.at(-1) === 0 ? 0.5 : head.path.length * 2 - (head.input === undefined ? 0.25 : 0)
-      if (rank > bestRank) {
-        best = head
-        bestRank = rank
-      }
-    }
-    if (best) return leafOf(best, path)
-  }
-  return { issue, path }
-}
-
 function messageFor(issue: Issue, path: string, noun: string): string {
   const custom = issue.message !== DEFAULT_MESSAGE
   // A schema's own words say what is wrong with the field (`must be ...`): the field is named before them.
@@ -137,6 +101,14 @@ function messageFor(issue: Issue, path: string, noun: string): string {
   }
 }
 
+/**
+ * Parses with podgate's wording of zod's issues, without throwing: for the gateway's own options, whose
+ * mistakes are reported several at a time.
+ */
+export function safeParseWorded<S extends z.ZodMiniType>(schema: S, input: unknown): z.core.util.SafeParseResult<z.output<S>> {
+  return schema.safeParse(input, PARSE_CONTEXT)
+}
+
 /** A value for a message: short scalars verbatim, strings quoted and truncated, containers by type. */
 function show(value: unknown): string {
   if (typeof value === 'string') return `'${truncate(value)}'`
@@ -161,6 +133,34 @@ function measure(origin: string, input: unknown): string {
 
 function expectedOf(issue: Issue | undefined): string {
   return issue?.code === 'invalid_type' ? article(issue.expected) : 'another shape'
+}
+
+/**
+ * A union that failed in every branch reports all branches; the caller is best served by the branch that
+ * got furthest into the value: the bad `type` of one content part rather than "expected a string", the
+ * one number among strings rather than "expected a number" at the first string. A type error at an
+ * array's first item says only that the branch is of another kind, so it ranks below a size or format
+ * problem of the branch whose kind matched ("at most 100 items"); a size problem ranks above a type
+ * error as deep as it.
+ */
+function leafOf(issue: Issue, prefix: readonly PathKey[]): { issue: Issue; path: PathKey[] } {
+  const path = [...prefix, ...issue.path]
+  if (issue.code === 'invalid_union') {
+    let best: Issue | undefined
+    let bestRank = 0
+    for (const branch of issue.errors) {
+      const head = branch[0]
+      if (!head) continue
+      // A field the branch misses ranks below one present with a wrong type: the caller sent the latter.
+      const rank = head.code !== 'invalid_type' ? head.path.length * 2 + 1 : head.path.at(-1) === 0 ? 0.5 : head.path.length * 2 - (head.input === undefined ? 0.25 : 0)
+      if (rank > bestRank) {
+        best = head
+        bestRank = rank
+      }
+    }
+    if (best) return leafOf(best, path)
+  }
+  return { issue, path }
 }
 
 function typeOf(value: unknown): string {

@@ -16,11 +16,6 @@ export function retryAfterSeconds(policy: QuotaPolicy, usage: QuotaUsage, exceed
   return retryAfterOf(limitStates(policy, usage, now).find((s) => s.name === exceeded))
 }
 
-/** `retryAfterSeconds` of a limit's state, already worked out. */
-export function retryAfterOf(state: LimitState | undefined): number {
-  return Math.max(1, state?.resetSeconds ?? 1)
-}
-
 /** OpenAI reports one limit per kind: the one with the least left (the minute one on a tie). */
 function tightest(states: LimitState[], minute: LimitName, day: LimitName): LimitState | undefined {
   const m = states.find((s) => s.name === minute)
@@ -34,6 +29,11 @@ function setOpenAITrio(headers: Record<string, string>, kind: 'requests' | 'toke
   headers[`x-ratelimit-limit-${kind}`] = String(state.limit)
   headers[`x-ratelimit-remaining-${kind}`] = String(state.remaining)
   headers[`x-ratelimit-reset-${kind}`] = openAIDuration(state.resetSeconds)
+}
+
+/** `retryAfterSeconds` of a limit's state, already worked out. */
+export function retryAfterOf(state: LimitState | undefined): number {
+  return Math.max(1, state?.resetSeconds ?? 1)
 }
 
 /** OpenAI's duration style: `45s`, `6m0s`, `3h2m1s`. */

@@ -36,6 +36,13 @@
 import { addCounts, applyDelta, DAY_MS, exceededLimit, usageAt, windowsAt } from './limits.ts'
 import type { Counts, QuotaUsage } from './limits.ts'
 import type { QuotaStore, ReserveInput, ReserveResult, SettleInput } from './store.ts'
+
+/** The window counts a shard's key holds: `s` (both windows), or an older version's one window (`m:<index>`, `d:<index>`). */
+function windowCounts(kind: string, { m, r, t, d, dr, dt }: ShardMetadata): Array<[string, Counts]> {
+  if (kind !== 's') return [[kind, { requests: r, tokens: t }]]
+  return [[`m:${m}`, { requests: r, tokens: t }], [`d:${d}`, { requests: dr ?? 0, tokens: dt ?? 0 }]]
+}
+
 /** A flush whose writes are still out this long after it began is given up on (see `flush`). */
 const STALLED_FLUSH_MS = 60_000
 
@@ -384,10 +391,4 @@ export class KvQuotaStore implements QuotaStore {
 
 function shardKey(keyId: string, shard: string): string {
   return `${QUOTA_KEY_PREFIX}${keyId}:s:${shard}`
-}
-
-/** The window counts a shard's key holds: `s` (both windows), or an older version's one window (`m:<index>`, `d:<index>`). */
-function windowCounts(kind: string, { m, r, t, d, dr, dt }: ShardMetadata): Array<[string, Counts]> {
-  if (kind !== 's') return [[kind, { requests: r, tokens: t }]]
-  return [[`m:${m}`, { requests: r, tokens: t }], [`d:${d}`, { requests: dr ?? 0, tokens: dt ?? 0 }]]
 }

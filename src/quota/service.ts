@@ -68,10 +68,6 @@ export function assertEnforceable(service: QuotaService, c: Context<GatewayEnv>,
   }
 }
 
-function defaultObjects(c: Context<GatewayEnv>): DurableObjectNamespace<QuotaObject> | undefined {
-  return c.env?.PODGATE_QUOTA
-}
-
 export function createQuotaService(options: QuotaServiceOptions): QuotaService {
   const now = options.now ?? Date.now
   const gatewayStrict = options.store === 'strict'
@@ -118,6 +114,10 @@ export function createQuotaService(options: QuotaServiceOptions): QuotaService {
       return store
     },
   }
+}
+
+function defaultObjects(c: Context<GatewayEnv>): DurableObjectNamespace<QuotaObject> | undefined {
+  return c.env?.PODGATE_QUOTA
 }
 
 /**

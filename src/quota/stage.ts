@@ -35,6 +35,16 @@ const LIMIT_TEXT: Record<LimitName, string> = {
 }
 
 /**
+ * What a request reserves: its prompt estimate (text at ~4 characters a token, token ids one each, a
+ * fixed cost per image / audio / video part, tool definitions and response schemas as text; see
+ * `RequestEstimate`) plus every token it may generate: max_tokens for each prompt × max(n, best_of).
+ * Settling from the upstream's usage corrects it.
+ */
+export function estimateTokens(request: NormalizedRequest): number {
+  return request.estimate.promptTokens + request.sampling.max_tokens * request.estimate.sequences
+}
+
+/**
  * What an answer costs. Not its own upstream call (`cached`: a hit, or a coalesced twin that finished,
  * failed with the shared call, or left): free. Nothing reached the caller: free, unless the caller hung
  * up after the prompt reached the upstream (it was processed on a GPU), which costs the prompt plus
@@ -47,16 +57,6 @@ export function tokensToCharge(outcome: CompletionOutcome, reserved: number, pro
   if (outcome.ok || outcome.producedOutput) return usage ? charged(usage, promptEstimate) : reserved
   if (outcome.reachedUpstream) return usage ? charged(usage, promptEstimate) : promptEstimate
   return 0
-}
-
-/**
- * What a request reserves: its prompt estimate (text at ~4 characters a token, token ids one each, a
- * fixed cost per image / audio / video part, tool definitions and response schemas as text; see
- * `RequestEstimate`) plus every token it may generate: max_tokens for each prompt × max(n, best_of).
- * Settling from the upstream's usage corrects it.
- */
-export function estimateTokens(request: NormalizedRequest): number {
-  return request.estimate.promptTokens + request.sampling.max_tokens * request.estimate.sequences
 }
 
 /**

@@ -22,6 +22,26 @@ export interface ResolvedModel {
   cumulative: number[]
 }
 
+/**
+ * The model table `nativeRoutes` routes by, from resolved options.
+ *
+ * @example
+ * const config = resolveConfig(options)
+ * app.route('/v2', nativeRoutes({ models: resolveModels(config), client, runpod: config.runpod, secret, maxBodyBytes: 1 << 20 }))
+ */
+export function resolveModels(options: ResolvedOptions): ModelTable {
+  const table = new Map<string, ResolvedModel>()
+  for (const [alias, config] of Object.entries(options.models)) {
+    const endpoints = config.endpoints.map((e) => resolveEndpoint(e, options.runpod.baseUrl, config.mode))
+    let sum = 0
+    const cumulative = endpoints.map((e) => (sum += e.weight))
+    const servedModelName = config.servedModelName ?? alias
+    const streamedModelName = options.streaming.rewriteModel ? alias : servedModelName
+    table.set(alias, { alias, config, servedModelName, streamedModelName, endpoints, cumulative })
+  }
+  return table
+}
+
 export type ModelTable = ReadonlyMap<string, ResolvedModel>
 
 /**
@@ -58,24 +78,4 @@ export function modelFor(table: ModelTable, alias: unknown, principal: Principal
     throw new GatewayError('permission_denied', `Your key may not use the model '${alias}'.`, { param: 'model' })
   }
   return model
-}
-
-/**
- * The model table `nativeRoutes` routes by, from resolved options.
- *
- * @example
- * const config = resolveConfig(options)
- * app.route('/v2', nativeRoutes({ models: resolveModels(config), client, runpod: config.runpod, secret, maxBodyBytes: 1 << 20 }))
- */
-export function resolveModels(options: ResolvedOptions): ModelTable {
-  const table = new Map<string, ResolvedModel>()
-  for (const [alias, config] of Object.entries(options.models)) {
-    const endpoints = config.endpoints.map((e) => resolveEndpoint(e, options.runpod.baseUrl, config.mode))
-    let sum = 0
-    const cumulative = endpoints.map((e) => (sum += e.weight))
-    const servedModelName = config.servedModelName ?? alias
-    const streamedModelName = options.streaming.rewriteModel ? alias : servedModelName
-    table.set(alias, { alias, config, servedModelName, streamedModelName, endpoints, cumulative })
-  }
-  return table
 }

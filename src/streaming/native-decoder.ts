@@ -29,6 +29,21 @@ export interface UsageMeta {
   estimated: boolean
 }
 
+/** `{"choices":[{"tokens":[...]}],"usage":{"input":5,"output":3}}`, or undefined for any other shape. */
+function readClassicItem(item: unknown): ClassicItem | undefined {
+  if (!isRecord(item) || !Array.isArray(item.choices)) return undefined
+  const choices: string[][] = []
+  for (const choice of item.choices as unknown[]) {
+    if (!isRecord(choice) || !Array.isArray(choice.tokens)) return undefined
+    const tokens: unknown[] = choice.tokens
+    for (const token of tokens) if (typeof token !== 'string') return undefined
+    choices.push(tokens as string[])
+  }
+  const usage = item.usage
+  const counted = isRecord(usage) && isCount(usage.input) && isCount(usage.output)
+  return { choices, usage: counted ? { input: usage.input as number, output: usage.output as number } : undefined }
+}
+
 export interface NativeDecoderOptions {
   kind: RequestKind
   /** The name written into every chunk's `model` (`ResolvedModel.streamedModelName`: the alias, unless `streaming.rewriteModel` is off). */
@@ -73,26 +88,15 @@ interface ClassicItem {
   usage: { input: number; output: number } | undefined
 }
 
+function unknownEvent(): GatewayError {
+  return upstreamError('The model worker streamed an event podgate does not understand.')
+}
+
 interface ClassicChoice {
   /** Token deltas seen; the worker appends one per generation step. */
   steps: number
   /** The step of the last non-empty delta: a choice that already stopped keeps receiving `""` (n > 1). */
   lastTextStep: number
-}
-
-/** `{"choices":[{"tokens":[...]}],"usage":{"input":5,"output":3}}`, or undefined for any other shape. */
-function readClassicItem(item: unknown): ClassicItem | undefined {
-  if (!isRecord(item) || !Array.isArray(item.choices)) return undefined
-  const choices: string[][] = []
-  for (const choice of item.choices as unknown[]) {
-    if (!isRecord(choice) || !Array.isArray(choice.tokens)) return undefined
-    const tokens: unknown[] = choice.tokens
-    for (const token of tokens) if (typeof token !== 'string') return undefined
-    choices.push(tokens as string[])
-  }
-  const usage = item.usage
-  const counted = isRecord(usage) && isCount(usage.input) && isCount(usage.output)
-  return { choices, usage: counted ? { input: usage.input as number, output: usage.output as number } : undefined }
 }
 
 /**
@@ -317,8 +321,4 @@ export function createNativeStreamDecoder(options: NativeDecoderOptions): Native
   }
 
   return { push, finish, cut: reportSoFar }
-}
-
-function unknownEvent(): GatewayError {
-  return upstreamError('The model worker streamed an event podgate does not understand.')
 }

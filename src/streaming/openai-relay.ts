@@ -62,19 +62,6 @@ export interface OpenAIRelayOptions {
  */
 export type RelayOutcome = ({ ok: true } | { ok: false; error: GatewayError; started: boolean }) & { estimate?: Usage }
 
-const STREAM_DECODE: TextDecoderDecodeOptions = { stream: true }
-/**
- * Each write a JavaScript stream hands workerd's response costs the runtime a turn, several times what
- * the event itself costs (scripts/bench/NOTES.md, `relay`); an upstream writes one event per HTTP chunk,
- * so a fast model would cost a turn per token. 2 ms is below anything a reader sees.
- */
-const DEFAULT_BATCH_MS = 2
-/**
- * A batch goes out once it holds this many characters (UTF-16 code units), whatever its window: a batch
- * is bounded in size, not only in time (an in-isolate upstream can hand over megabytes at once).
- */
-const BATCH_MAX_CHARS = 16 * 1024
-
 /**
  * @example
  * const source = upstream.body.getReader()
@@ -346,6 +333,19 @@ export function createOpenAIRelay(options: OpenAIRelayOptions): ReadableStream<U
   })
   return stream
 }
+
+const STREAM_DECODE: TextDecoderDecodeOptions = { stream: true }
+/**
+ * Each write a JavaScript stream hands workerd's response costs the runtime a turn, several times what
+ * the event itself costs (scripts/bench/NOTES.md, `relay`); an upstream writes one event per HTTP chunk,
+ * so a fast model would cost a turn per token. 2 ms is below anything a reader sees.
+ */
+const DEFAULT_BATCH_MS = 2
+/**
+ * A batch goes out once it holds this many characters (UTF-16 code units), whatever its window: a batch
+ * is bounded in size, not only in time (an in-isolate upstream can hand over megabytes at once).
+ */
+const BATCH_MAX_CHARS = 16 * 1024
 
 const CHOICES_AFTER_MODEL = ',"choices":[{'
 

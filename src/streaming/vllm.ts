@@ -10,6 +10,9 @@ import type { Usage } from './openai-chunks.ts'
 /** Default cap on the characters one SSE event may buffer: 4 Mi (a Runpod stream chunk is at most 1 MB). */
 export const DEFAULT_MAX_EVENT_CHARS = 4 * 1024 * 1024
 
+/** Upstream text shown to callers is cut to this many characters. */
+const MAX_UPSTREAM_MESSAGE = 300
+
 /**
  * An eventsource-parser `onError`: unknown fields and bad `retry` values are legal noise in SSE; only an
  * event over the parser's `maxBufferSize` is fatal, and ends the stream as an upstream failure.
@@ -17,9 +20,6 @@ export const DEFAULT_MAX_EVENT_CHARS = 4 * 1024 * 1024
 export function refuseOversizedEvent(error: { type: string }): void {
   if (error.type === 'max-buffer-size-exceeded') throw upstreamError('The upstream sent a stream event larger than podgate accepts.')
 }
-
-/** Upstream text shown to callers is cut to this many characters. */
-const MAX_UPSTREAM_MESSAGE = 300
 
 export { isRecord }
 
@@ -61,6 +61,8 @@ export function throwErrorItem(items: unknown[]): void {
     if (failure) throw failure
   }
 }
+
+const MAX_REFUSAL_MESSAGE = 1_000
 
 const CLASSIC_ROUTE_MISS = 'Invalid route'
 
@@ -169,18 +171,16 @@ export function upstreamRefusal(message: string): GatewayError | undefined {
   return refusalError(status, body)
 }
 
-/** The `invalid_request` error for a vLLM 4xx whose body is `body` (vLLM's JSON error, or text). */
-export function refusalError(status: number, body: string): GatewayError {
-  const value = parseJson(body)
-  return refusal(status, value === undefined ? body.trim() || undefined : upstreamErrorMessage(value))
-}
-
 function refusal(status: number, message: string | undefined): GatewayError {
   if (!message || message === 'unknown error') message = 'The model rejected the request.'
   return invalidRequest(clip(message, MAX_REFUSAL_MESSAGE), { status })
 }
 
-const MAX_REFUSAL_MESSAGE = 1_000
+/** The `invalid_request` error for a vLLM 4xx whose body is `body` (vLLM's JSON error, or text). */
+export function refusalError(status: number, body: string): GatewayError {
+  const value = parseJson(body)
+  return refusal(status, value === undefined ? body.trim() || undefined : upstreamErrorMessage(value))
+}
 
 /** An upstream refusal of the caller's request: relayed as is, never retried on another endpoint. */
 export function isRefusal(error: unknown): boolean {

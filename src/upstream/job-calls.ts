@@ -32,6 +32,28 @@ const BASE_DELAY_MS = 500
 const MAX_DELAY_MS = 8_000
 
 /**
+ * One poll of a job (`ask`), asked again (up to POLL_TRIES in all) while Runpod refuses it with a 429 or
+ * a 5xx; `onRetry` (given the refusal's status) counts each extra poll, and false (the caller's poll
+ * budget is spent) asks no more.
+ * Throws the last refusal, or at once any other failure.
+ *
+ * @example
+ * job = await polled(() => client.status(endpoint, job.id, { signal }), { signal })
+ */
+export async function polled<T>(ask: () => Promise<T>, options: { signal?: AbortSignal | undefined; onRetry?: (status: number) => boolean }): Promise<T> {
+  for (let tried = 1; ; tried++) {
+    try {
+      return await ask()
+    } catch (error) {
+      const status = statusOf(error)
+      if (status === undefined || (status !== 429 && status < 500) || tried >= POLL_TRIES || options.signal?.aborted || options.onRetry?.(status) === false) throw error
+      await sleep(delayFor(error, tried), options.signal)
+      if (options.signal?.aborted) throw error
+    }
+  }
+}
+
+/**
  * Cancels a job, asking again after a 429, a 5xx or a network error; resolves once Runpod took it,
  * answered that the job is gone (another 4xx: nothing left to stop), or every try failed.
  *
@@ -55,22 +77,6 @@ export async function cancelJob(client: RunpodClient, endpoint: Endpoint, id: st
       await sleep(delay)
     }
   }
-}
-
-/**
- * Queues the call's job with `/run`, its answer waited for until `deadline` or `runpod.timeoutMs`, whichever
- * comes first: then `upstream_timeout` (see `jobWithin`).
- *
- * @example
- * const job = await runJob(call, endpoint, plan.deadline)
- */
-export function runJob(call: CompletionCall, endpoint: Endpoint, deadline: number): Promise<JobStatus> {
-  const { client } = call
-  const ms = Math.min(deadline - Date.now(), call.runpod.timeoutMs)
-  // No time left to hear its answer: a job queued now would only be cancelled (a warm worker may bill it first).
-  if (ms <= 0) return Promise.reject(unsent())
-  const body = { input: toNativeInput(call.request, call.model.servedModelName) }
-  return jobWithin(client, endpoint, { send: (timeoutMs) => client.run(endpoint, body, { timeoutMs }), ms, waitUntil: call.waitUntil })
 }
 
 /**
@@ -98,6 +104,22 @@ export function jobWithin(
   // then for an answer in time (a job queued, not cancelled).
   waitUntil(queued.then((job) => ((late || gone()) && !isTerminal(job.status) ? cancelJob(client, endpoint, job.id) : undefined), () => undefined))
   return within(queued, ms, 'The upstream did not answer in time.').finally(() => (late = true))
+}
+
+/**
+ * Queues the call's job with `/run`, its answer waited for until `deadline` or `runpod.timeoutMs`, whichever
+ * comes first: then `upstream_timeout` (see `jobWithin`).
+ *
+ * @example
+ * const job = await runJob(call, endpoint, plan.deadline)
+ */
+export function runJob(call: CompletionCall, endpoint: Endpoint, deadline: number): Promise<JobStatus> {
+  const { client } = call
+  const ms = Math.min(deadline - Date.now(), call.runpod.timeoutMs)
+  // No time left to hear its answer: a job queued now would only be cancelled (a warm worker may bill it first).
+  if (ms <= 0) return Promise.reject(unsent())
+  const body = { input: toNativeInput(call.request, call.model.servedModelName) }
+  return jobWithin(client, endpoint, { send: (timeoutMs) => client.run(endpoint, body, { timeoutMs }), ms, waitUntil: call.waitUntil })
 }
 
 /**
@@ -137,28 +159,6 @@ export async function streamPage(
     page.stream.push(...more)
   }
   return refused ? { ...page, refused } : page
-}
-
-/**
- * One poll of a job (`ask`), asked again (up to POLL_TRIES in all) while Runpod refuses it with a 429 or
- * a 5xx; `onRetry` (given the refusal's status) counts each extra poll, and false (the caller's poll
- * budget is spent) asks no more.
- * Throws the last refusal, or at once any other failure.
- *
- * @example
- * job = await polled(() => client.status(endpoint, job.id, { signal }), { signal })
- */
-export async function polled<T>(ask: () => Promise<T>, options: { signal?: AbortSignal | undefined; onRetry?: (status: number) => boolean }): Promise<T> {
-  for (let tried = 1; ; tried++) {
-    try {
-      return await ask()
-    } catch (error) {
-      const status = statusOf(error)
-      if (status === undefined || (status !== 429 && status < 500) || tried >= POLL_TRIES || options.signal?.aborted || options.onRetry?.(status) === false) throw error
-      await sleep(delayFor(error, tried), options.signal)
-      if (options.signal?.aborted) throw error
-    }
-  }
 }
 
 function statusOf(error: unknown): number | undefined {

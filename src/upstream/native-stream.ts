@@ -10,9 +10,9 @@
  * SSE error event once the stream is open, and count against the breaker of each endpoint whose job was
  * still out. Every job given up on is cancelled upstream.
  */
+import { createDialectDecoder, wasRelayed } from '../streaming/dialect-decoder.ts'
 import { cancelJob, polled, runJob, streamPage } from './job-calls.ts'
 import { CALLER_GONE, GatewayError, toGatewayError, upstreamError } from '../errors/index.ts'
-import { createDialectDecoder, wasRelayed } from '../streaming/dialect-decoder.ts'
 import { createNativeStreamDecoder } from '../streaming/native-decoder.ts'
 import type { NativeStreamDecoder } from '../streaming/native-decoder.ts'
 import { DIALECTS, OPENAI_DIALECT } from '../streaming/dialects.ts'

@@ -23,6 +23,14 @@ import type { JobStatus } from './runpod/client.ts'
 import { completionId } from './types.ts'
 import type { CompletionCall, TokenUsage } from './types.ts'
 
+function errorMessageOf(value: unknown): string | undefined {
+  // Not an object (null, a primitive): both reads are undefined.
+  const record = value as { message?: unknown; error_message?: unknown } | null | undefined
+  if (typeof record?.error_message === 'string') return record.error_message
+  if (typeof record?.message === 'string') return record.message
+  return undefined
+}
+
 export async function nativeJson(call: CompletionCall): Promise<Response> {
   const { client, runpod, request, model, plan } = call
   const gone = () => call.signal?.aborted === true
@@ -186,12 +194,4 @@ function errorObjectRefusal(error: unknown): GatewayError | undefined {
  */
 function handlerErrorMessage(error: string): string {
   return errorMessageOf(error.startsWith('{') ? (parseJson(error) ?? pythonReprError(error)) : undefined) ?? error
-}
-
-function errorMessageOf(value: unknown): string | undefined {
-  // Not an object (null, a primitive): both reads are undefined.
-  const record = value as { message?: unknown; error_message?: unknown } | null | undefined
-  if (typeof record?.error_message === 'string') return record.error_message
-  if (typeof record?.message === 'string') return record.message
-  return undefined
 }

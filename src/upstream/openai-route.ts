@@ -23,6 +23,14 @@ import { SSE_HEADERS } from './types.ts'
 import type { CompletionCall, TokenUsage } from './types.ts'
 import type { Endpoint } from './runpod/client.ts'
 
+/** Reads one chunk, or cancels the upstream body and throws `upstream_timeout` after `ms`. */
+function readWithin(reader: ReadableStreamDefaultReader<Uint8Array>, ms: number, message: string): Promise<ReadableStreamReadResult<Uint8Array>> {
+  return within(reader.read(), ms, message).catch((error: unknown) => {
+    reader.cancel().catch(() => undefined)
+    throw error
+  })
+}
+
 export async function openaiRouteCompletion(call: CompletionCall): Promise<Response> {
   const { request, model, client, plan } = call
   const started = Date.now()
@@ -148,14 +156,6 @@ async function openaiRouteStream(call: CompletionCall, path: string, body: Recor
     signal: call.signal,
   })
   return new Response(relay, { headers: SSE_HEADERS })
-}
-
-/** Reads one chunk, or cancels the upstream body and throws `upstream_timeout` after `ms`. */
-function readWithin(reader: ReadableStreamDefaultReader<Uint8Array>, ms: number, message: string): Promise<ReadableStreamReadResult<Uint8Array>> {
-  return within(reader.read(), ms, message).catch((error: unknown) => {
-    reader.cancel().catch(() => undefined)
-    throw error
-  })
 }
 
 const FIRST_TOKEN_MESSAGE = 'The model produced no first token in time.'

@@ -105,6 +105,17 @@ export class RetryPlan {
   }
 
   /**
+   * The endpoint `k` turns on takes this turn, its next after every other's; those it passed over come
+   * next, in their order.
+   */
+  #take(k: number): Endpoint {
+    this.#tried++
+    const [taken] = this.#order.splice(k, 1)
+    this.#order.push(taken!)
+    return taken!
+  }
+
+  /**
    * The endpoint of a hedge: the first, from the one next in turn on, that is not `current`, not cooling
    * down (the breaker) and not inside a `Retry-After` it sent (a hedge is never worth a wait); else
    * undefined. It takes this turn, and those it passed over come next, in their order.
@@ -112,6 +123,18 @@ export class RetryPlan {
   nextOther(current: Endpoint): Endpoint | undefined {
     const k = this.#closed((e) => e.base === current.base || this.#held(e) > 0)
     return k < 0 || this.#tried >= this.#options.resilience.retries.attempts ? undefined : this.#take(k)
+  }
+
+  /**
+   * The endpoint of the next attempt, or undefined when every attempt is used. A caller who left gets none
+   * (it throws): nothing is sent for it, and with no attempt made its prompt is not charged.
+   */
+  next(): Endpoint | undefined {
+    const { resilience, signal } = this.#options
+    if (signal?.aborted) throw upstreamError(CALLER_GONE)
+    if (this.#tried >= resilience.retries.attempts) return undefined
+    // One whose breaker opened during this call is passed over while another's is closed, as at its start.
+    return this.#take(this.#closed())
   }
 
   /** Counts a failed attempt against its endpoint; resolves true (after the backoff) when another try is worth it. */
@@ -147,29 +170,6 @@ export class RetryPlan {
   /** Attempts handed out so far (each may have reached its upstream). */
   get attempted(): number {
     return this.#tried
-  }
-
-  /**
-   * The endpoint of the next attempt, or undefined when every attempt is used. A caller who left gets none
-   * (it throws): nothing is sent for it, and with no attempt made its prompt is not charged.
-   */
-  next(): Endpoint | undefined {
-    const { resilience, signal } = this.#options
-    if (signal?.aborted) throw upstreamError(CALLER_GONE)
-    if (this.#tried >= resilience.retries.attempts) return undefined
-    // One whose breaker opened during this call is passed over while another's is closed, as at its start.
-    return this.#take(this.#closed())
-  }
-
-  /**
-   * The endpoint `k` turns on takes this turn, its next after every other's; those it passed over come
-   * next, in their order.
-   */
-  #take(k: number): Endpoint {
-    this.#tried++
-    const [taken] = this.#order.splice(k, 1)
-    this.#order.push(taken!)
-    return taken!
   }
 
   /**

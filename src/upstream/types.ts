@@ -13,6 +13,10 @@ export type { TokenUsage } from '../pipeline/stage.ts'
 
 const ID_PREFIX: Record<RequestKind, string> = { chat: 'chatcmpl', completion: 'cmpl', embedding: 'embd' }
 
+export function completionId(kind: RequestKind): string {
+  return `${ID_PREFIX[kind]}-${crypto.randomUUID().replaceAll('-', '')}`
+}
+
 export interface CompletionCall {
   client: RunpodClient
   runpod: ResolvedOptions['runpod']
@@ -36,8 +40,4 @@ export const SSE_HEADERS: Readonly<Record<string, string>> = {
   'cache-control': 'no-cache, no-transform',
   // Stops reverse proxies (nginx and friends) from buffering the stream.
   'x-accel-buffering': 'no',
-}
-
-export function completionId(kind: RequestKind): string {
-  return `${ID_PREFIX[kind]}-${crypto.randomUUID().replaceAll('-', '')}`
 }

@@ -88,6 +88,15 @@ export function resolveEndpoint(config: EndpointConfig, runpodBaseUrl: string, d
   return { base: config.url.replace(/\/+$/, ''), label: url.host, mode, weight: config.weight, credential }
 }
 
+/** The path of an upstream URL: keys travel in headers only, and the query is left out anyway. */
+function upstreamPath(url: string): string {
+  try {
+    return new URL(url).pathname.slice(0, 300)
+  } catch {
+    return ''
+  }
+}
+
 /**
  * A call to Runpod's API that queues a job and broke off without an answer: the job may be queued, and a
  * dropped connection does not cancel it (runpod-api.md §1), so the failure is not one to retry, as a
@@ -299,15 +308,6 @@ export class UpstreamStatus extends Error {
     super(`upstream HTTP ${status}${path ? ` at ${path}` : ''}`)
     this.status = status
     this.retryAfterSeconds = retryAfterSeconds
-  }
-}
-
-/** The path of an upstream URL: keys travel in headers only, and the query is left out anyway. */
-function upstreamPath(url: string): string {
-  try {
-    return new URL(url).pathname.slice(0, 300)
-  } catch {
-    return ''
   }
 }
 

@@ -51,25 +51,6 @@ function checkChoices(result: NativeOutput, n: number): NativeOutput {
   return result
 }
 
-/**
- * @example
- * const { body, usage, estimate } = nativeOutputToOpenAI(job.output, { kind: 'chat', model: 'llama-8b',
- *   id: 'chatcmpl-1', created: 1_700_000_000, maxTokens: 256, n: 1 })
- */
-export function nativeOutputToOpenAI(output: unknown, options: NativeOutputOptions): NativeOutput {
-  // A list because Runpod aggregates a handler's yields; runpod-python's local server hands back what
-  // the handler returned, so a bare value, or a generator's yielded lists, are read the same way.
-  const items: unknown[] = output == null ? [] : Array.isArray(output) ? output.flatMap((item: unknown) => (Array.isArray(item) ? item : [item])) : [output]
-  if (items.length === 0) throw upstreamError('The model worker returned no output.')
-  throwErrorItem(items)
-  const first = items[0]
-  if (isCompletionBody(first)) {
-    if (items.length !== 1) throw upstreamError('The model worker returned several completions for one request.')
-    return checkChoices(fromCompletionBody(first, options), options.n)
-  }
-  return checkChoices(fromStreamItems(items, options), options.n)
-}
-
 /** vLLM's own `chat.completion` / `text_completion` JSON (current worker-vllm). */
 function fromCompletionBody(body: Record<string, unknown>, options: NativeOutputOptions): NativeOutput {
   const expected = options.kind === 'chat' ? 'chat.completion' : 'text_completion'
@@ -96,39 +77,6 @@ function fromCompletionBody(body: Record<string, unknown>, options: NativeOutput
   }
   const completion = Math.ceil(chars / 4)
   return { body: answer, estimate: countedUsage(completion) }
-}
-
-/**
- * The usage a COMPLETED job's `output` reports (classic items' `usage`, vLLM's JSON or its SSE usage
- * chunk), or, when it reports none, podgate's count of its output (`estimate`, which the quota charges
- * with the prompt estimate). An output that breaks off (an error event or item) or that podgate cannot
- * read counts what was read before it, as a stream cut short does. Leaves `output` unchanged.
- *
- * @example
- * const { usage, estimate } = reportedUsage(job.output, 'chat', 256) // a `/runsync` settles its quota from it
- */
-export function reportedUsage(output: unknown, kind: RequestKind, maxTokens: number): Pick<NativeOutput, 'usage' | 'estimate'> {
-  const items: unknown[] = Array.isArray(output) ? output.flat() : [output]
-  // Read in place: nativeOutputToOpenAI rewrites a whole answer's id and model, which the caller gets.
-  if (isCompletionBody(items[0])) return { usage: readUsage(items[0].usage) }
-  let counted = {}
-  const decoder = createNativeStreamDecoder({ kind, model: '', id: '', created: 0, maxTokens, onChunk() {}, onUsage: (usage, { estimated }) => (counted = { [estimated ? 'estimate' : 'usage']: usage }) })
-  try {
-    for (const item of items) decoder.push(item)
-    decoder.finish()
-  } catch {
-    decoder.cut?.()
-  }
-  return counted
-}
-
-/**
- * Whether an output item is a whole answer (current worker-vllm's `stream: false` output, vLLM's
- * `chat.completion` or `text_completion`) rather than a stream item; `nativeOutputToOpenAI` reads it.
- */
-export function isCompletionBody(item: unknown): item is Record<string, unknown> {
-  // A primitive, a list or null reads no `object`.
-  return typeof (item as { object?: unknown } | null | undefined)?.object === 'string'
 }
 
 /** Classic token items, or SSE text a streaming worker yielded: decoded like a stream, then joined. */
@@ -175,4 +123,56 @@ function fromStreamItems(items: unknown[], options: NativeOutputOptions): Native
   const object = kind === 'chat' ? 'chat.completion' : 'text_completion'
   const body = { id, object, created, model, choices, usage: usage ?? null } as ChatCompletion | TextCompletion
   return { body, usage, estimate }
+}
+
+/**
+ * @example
+ * const { body, usage, estimate } = nativeOutputToOpenAI(job.output, { kind: 'chat', model: 'llama-8b',
+ *   id: 'chatcmpl-1', created: 1_700_000_000, maxTokens: 256, n: 1 })
+ */
+export function nativeOutputToOpenAI(output: unknown, options: NativeOutputOptions): NativeOutput {
+  // A list because Runpod aggregates a handler's yields; runpod-python's local server hands back what
+  // the handler returned, so a bare value, or a generator's yielded lists, are read the same way.
+  const items: unknown[] = output == null ? [] : Array.isArray(output) ? output.flatMap((item: unknown) => (Array.isArray(item) ? item : [item])) : [output]
+  if (items.length === 0) throw upstreamError('The model worker returned no output.')
+  throwErrorItem(items)
+  const first = items[0]
+  if (isCompletionBody(first)) {
+    if (items.length !== 1) throw upstreamError('The model worker returned several completions for one request.')
+    return checkChoices(fromCompletionBody(first, options), options.n)
+  }
+  return checkChoices(fromStreamItems(items, options), options.n)
+}
+
+/**
+ * The usage a COMPLETED job's `output` reports (classic items' `usage`, vLLM's JSON or its SSE usage
+ * chunk), or, when it reports none, podgate's count of its output (`estimate`, which the quota charges
+ * with the prompt estimate). An output that breaks off (an error event or item) or that podgate cannot
+ * read counts what was read before it, as a stream cut short does. Leaves `output` unchanged.
+ *
+ * @example
+ * const { usage, estimate } = reportedUsage(job.output, 'chat', 256) // a `/runsync` settles its quota from it
+ */
+export function reportedUsage(output: unknown, kind: RequestKind, maxTokens: number): Pick<NativeOutput, 'usage' | 'estimate'> {
+  const items: unknown[] = Array.isArray(output) ? output.flat() : [output]
+  // Read in place: nativeOutputToOpenAI rewrites a whole answer's id and model, which the caller gets.
+  if (isCompletionBody(items[0])) return { usage: readUsage(items[0].usage) }
+  let counted = {}
+  const decoder = createNativeStreamDecoder({ kind, model: '', id: '', created: 0, maxTokens, onChunk() {}, onUsage: (usage, { estimated }) => (counted = { [estimated ? 'estimate' : 'usage']: usage }) })
+  try {
+    for (const item of items) decoder.push(item)
+    decoder.finish()
+  } catch {
+    decoder.cut?.()
+  }
+  return counted
+}
+
+/**
+ * Whether an output item is a whole answer (current worker-vllm's `stream: false` output, vLLM's
+ * `chat.completion` or `text_completion`) rather than a stream item; `nativeOutputToOpenAI` reads it.
+ */
+export function isCompletionBody(item: unknown): item is Record<string, unknown> {
+  // A primitive, a list or null reads no `object`.
+  return typeof (item as { object?: unknown } | null | undefined)?.object === 'string'
 }
