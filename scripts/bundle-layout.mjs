@@ -97,6 +97,8 @@ for (let it = 0; it < iters; it++) {
     const tt = t > s ? t - (e - s) : t
     next = rest.slice(0, tt) + piece + rest.slice(tt)
   }
+  // As a person would write it: one blank line between top-level declarations, a newline at the end.
+  next = next.replace(/\n{3,}/g, '\n\n').replace(/\n}\n(?=export |function |async |\/\*\*|const |class |interface |type )/g, '\n}\n\n').replace(/\n*$/, '\n')
   const old = files[p]
   files[p] = next
   let sz
