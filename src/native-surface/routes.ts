@@ -126,17 +126,17 @@ export function nativeSurface(options: NativeRoutesOptions): Hono<GatewayEnv> {
    */
   const polled = async (c: Context<GatewayEnv>, body: JobStatus | JobStream, job: JobRef, binding: JobBinding) => {
     const { held } = job
+    // Only a job's terminal poll with a reservation to correct goes through the quota stages.
+    if (!held || !isTerminal(body.status)) return answer(c, body, job, binding)
     const ctx = createCompletionContext(c, passthroughRequest(''), binding.model)
-    if (held && isTerminal(body.status)) {
-      const page = 'stream' in body
-      const output = page ? body.stream.map((item) => item.output) : body.output
-      const { usage, estimate } = reportedUsage(output, job.kind as RequestKind, 0)
-      const done = body.status === 'COMPLETED' && !page
-      // Not FAILED: one that ran (`executionTime`) and was cancelled or timed out keeps the reservation but for the
-      // usage its output reports (its caller may have read its output); one stopped in the queue costs none.
-      ctx.job = { ...held, id: job.upstreamId, charge: body.status == 'FAILED' || refusalIn(output) || !(page || done || (body as JobStatus).executionTime) ? 0 : tokensToCharge({ ok: true, usage, estimate: done ? estimate : undefined }, held.tokens, held.p) }
-    }
-    return composeStages(ctx.job ? options.quotas ?? [] : [], () => answer(c, body, job, binding))(ctx)
+    const page = 'stream' in body
+    const output = page ? body.stream.map((item) => item.output) : body.output
+    const { usage, estimate } = reportedUsage(output, job.kind as RequestKind, 0)
+    const done = body.status === 'COMPLETED' && !page
+    // Not FAILED: one that ran (`executionTime`) and was cancelled or timed out keeps the reservation but for the
+    // usage its output reports (its caller may have read its output); one stopped in the queue costs none.
+    ctx.job = { ...held, id: job.upstreamId, charge: body.status == 'FAILED' || refusalIn(output) || !(page || done || (body as JobStatus).executionTime) ? 0 : tokensToCharge({ ok: true, usage, estimate: done ? estimate : undefined }, held.tokens, held.p) }
+    return composeStages(options.quotas ?? [], () => answer(c, body, job, binding))(ctx)
   }
 
   app.post('/:model/run', (c) => submit(c, 'run'))
